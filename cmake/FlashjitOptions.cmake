@@ -1,0 +1,19 @@
+# Helpers shared by every flashjit target.
+
+# Warnings (as errors with FLASHJIT_WERROR) on our own code only: LLVM, MLIR,
+# CUDA and Catch2 headers come in as SYSTEM includes.
+function(flashjit_target_defaults target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(FLASHJIT_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+# LLVM's include directories and definitions for a target that uses LLVM
+# Support headers (LLVM_DEFINITIONS is one space-separated string).
+function(flashjit_use_llvm target visibility)
+  target_include_directories(${target} SYSTEM ${visibility} ${LLVM_INCLUDE_DIRS})
+  separate_arguments(_defs NATIVE_COMMAND "${LLVM_DEFINITIONS}")
+  target_compile_options(${target} ${visibility} ${_defs})
+  target_link_libraries(${target} ${visibility} LLVM)
+endfunction()

@@ -1,0 +1,70 @@
+//===- Arguments.h - Run-time parameter values and buffers -------*- C++ -*-===//
+//
+// The values a variant's runtime parameters take and the buffers it reads,
+// supplied per call (never part of the compiled kernel).
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_FRONTEND_ARGUMENTS_H
+#define FLASHJIT_FRONTEND_ARGUMENTS_H
+
+#include "flashjit/frontend/Types.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace flashjit {
+
+class Variant;
+
+/// A typed scalar value (i32, i64 or f32).
+struct Scalar {
+  ScalarType type = ScalarType::Float32;
+  int64_t intValue = 0;
+  float floatValue = 0.0f;
+  static Scalar i32(int32_t v) { return {ScalarType::Int32, v, 0.0f}; }
+  static Scalar i64(int64_t v) { return {ScalarType::Int64, v, 0.0f}; }
+  static Scalar f32(float v) { return {ScalarType::Float32, 0, v}; }
+};
+
+/// A 1-D buffer in host memory (CPU backend, reference) or device memory
+/// (GPU backend): \p size elements of \p elementType at \p data.
+struct BufferRef {
+  const void *data = nullptr;
+  ScalarType elementType = ScalarType::Int32;
+  int64_t size = 0;
+};
+
+/// Parameter values and buffers for one call, by name.
+struct Arguments {
+  std::map<std::string, Scalar> params;
+  std::map<std::string, BufferRef> buffers;
+
+  /// Sets a parameter (chainable).
+  Arguments &set(const std::string &name, Scalar value) {
+    params[name] = value;
+    return *this;
+  }
+  /// Binds a buffer of \p size elements (chainable).
+  Arguments &bind(const std::string &name, const int32_t *data, int64_t size) {
+    buffers[name] = {data, ScalarType::Int32, size};
+    return *this;
+  }
+  Arguments &bind(const std::string &name, const int64_t *data, int64_t size) {
+    buffers[name] = {data, ScalarType::Int64, size};
+    return *this;
+  }
+  Arguments &bind(const std::string &name, const float *data, int64_t size) {
+    buffers[name] = {data, ScalarType::Float32, size};
+    return *this;
+  }
+
+  /// Checks these arguments against what \p variant reads: throws UserError
+  /// for a missing, unknown or wrongly typed parameter or buffer, a negative
+  /// size, or a null buffer of non-zero size.
+  void validateFor(const Variant &variant) const;
+};
+
+} // namespace flashjit
+
+#endif // FLASHJIT_FRONTEND_ARGUMENTS_H

@@ -1,0 +1,70 @@
+//===- Tensor.h - Strided views of attention tensors -------------*- C++ -*-===//
+//
+// Every backend takes its tensors as pointer + dtype + 4-D shape + strides in
+// elements, so [batch, heads, seqlen, head_dim] and [batch, seqlen, heads,
+// head_dim] layouts (and slices of bigger tensors) both work without copies.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_FRONTEND_TENSOR_H
+#define FLASHJIT_FRONTEND_TENSOR_H
+
+#include "flashjit/frontend/Types.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace flashjit {
+
+struct AttentionSpec;
+
+/// A strided tensor of up to 4 dims. Unused trailing dims have shape 1.
+struct TensorRef {
+  void *data = nullptr;
+  DType dtype = DType::BF16;
+  int rank = 4;
+  std::array<int64_t, 4> shape{};
+  /// Strides in elements (not bytes).
+  std::array<int64_t, 4> strides{};
+
+  /// A row-major (contiguous) 4-D tensor.
+  static TensorRef contiguous(void *data, DType dtype,
+                              std::array<int64_t, 4> shape);
+  /// A row-major 3-D tensor (LSE: [batch, heads, seqlen]).
+  static TensorRef contiguous3(void *data, DType dtype,
+                               std::array<int64_t, 3> shape);
+  /// Number of elements (product of the shape).
+  int64_t numel() const;
+  /// Offset in elements of the element at \p idx.
+  int64_t offset(int64_t i0, int64_t i1, int64_t i2, int64_t i3 = 0) const {
+    return i0 * strides[0] + i1 * strides[1] + i2 * strides[2] +
+           i3 * strides[3];
+  }
+};
+
+/// The sizes of one attention call, read off its tensors.
+struct AttentionShape {
+  int64_t batch = 0;
+  int64_t headsQ = 0;
+  int64_t headsKV = 0;
+  int64_t seqlenQ = 0;
+  int64_t seqlenK = 0;
+  int64_t headDimQK = 0;
+  int64_t headDimV = 0;
+};
+
+/// Checks q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv] and,
+/// where given, o [B, Hq, Sq, Dv] and lse [B, Hq, Sq] (fp32) against \p spec:
+/// ranks, dtypes, head counts and head dims equal to the spec's, shapes
+/// consistent with each other, strides >= 0 (>= 1 on output dims larger than
+/// 1), non-null data for non-empty tensors. Throws UserError naming the
+/// tensor, the field and the value (e.g. "k.shape[3] = 64, expected 128").
+AttentionShape checkAttentionTensors(const AttentionSpec &spec,
+                                     const TensorRef &q, const TensorRef &k,
+                                     const TensorRef &v,
+                                     const TensorRef *o = nullptr,
+                                     const TensorRef *lse = nullptr);
+
+} // namespace flashjit
+
+#endif // FLASHJIT_FRONTEND_TENSOR_H

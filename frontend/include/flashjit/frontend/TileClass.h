@@ -1,0 +1,75 @@
+//===- TileClass.h - Classifying mask tiles by interval arithmetic -*- C++ -*-//
+//
+// For a block of queries x a block of keys, a mask is all-true (Full: no
+// per-element mask code needs to run), all-false (Empty: the key tile is
+// never loaded) or mixed (Partial). classifyTile() decides this by
+// evaluating the mask over intervals (Moore, "Interval Analysis", 1966): each
+// index leaf ranges over the tile, so the answer is sound for any mask, and
+// exact for masks that compare independent functions of q_idx and kv_idx
+// (causal in both alignments, sliding windows, prefix-LM, chunked and their
+// conjunctions). Masks that read buffers or floats come out Partial.
+//
+// The compiler emits the same interval arithmetic as code, so the kernel
+// classifies tiles at run time from the real sequence lengths; this host
+// version is the specification it is tested against.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_FRONTEND_TILECLASS_H
+#define FLASHJIT_FRONTEND_TILECLASS_H
+
+#include "flashjit/frontend/Arguments.h"
+#include "flashjit/frontend/Expr.h"
+
+#include <cstdint>
+
+namespace flashjit {
+
+/// What a tile of the mask holds.
+enum class TileClass : uint8_t { Empty, Partial, Full };
+/// "empty" / "partial" / "full".
+std::string_view toString(TileClass c);
+
+/// A closed integer interval [lo, hi].
+struct IndexRange {
+  int64_t lo = 0;
+  int64_t hi = 0;
+};
+
+/// The index ranges of one tile; seqlens are exact per call.
+struct TileBox {
+  IndexRange batch;
+  IndexRange head;
+  IndexRange q;
+  IndexRange kv;
+  int64_t seqlenQ = 0;
+  int64_t seqlenK = 0;
+};
+
+/// Classifies \p mask (bool) over \p box. Parameters found in \p args are
+/// treated as their exact values, others (and buffers, floats) as unknown.
+/// Never returns Full or Empty unless every point of the box agrees.
+TileClass classifyTile(const Expr &mask, const TileBox &box,
+                       const Arguments &args = {});
+
+/// Tile counts over a whole seqlen_q x seqlen_k problem.
+struct TileCounts {
+  int64_t full = 0;
+  int64_t partial = 0;
+  int64_t empty = 0;
+  bool operator==(const TileCounts &) const = default;
+};
+
+/// Counts tiles of block_m queries x block_n keys (edge tiles clipped to the
+/// sequence) by classifyTile() at batch 0, head 0.
+TileCounts countTiles(const Expr &mask, int64_t seqlenQ, int64_t seqlenK,
+                      int64_t blockM, int64_t blockN,
+                      const Arguments &args = {});
+
+/// The same counts by evaluating the mask at every element (the oracle).
+TileCounts bruteForceTileCounts(const Expr &mask, int64_t seqlenQ,
+                                int64_t seqlenK, int64_t blockM,
+                                int64_t blockN, const Arguments &args = {});
+
+} // namespace flashjit
+
+#endif // FLASHJIT_FRONTEND_TILECLASS_H
