@@ -1,4 +1,5 @@
-//===- Expr.h - The attention DSL's expression tree --------------*- C++ -*-===//
+//===- Expr.h - The attention DSL's expression tree --------------*- C++
+//-*-===//
 //
 // A user writes a mask predicate and a score modifier as C++ expressions over
 // the leaves `batch`, `head`, `q_idx`, `kv_idx`, `seqlen_q`, `seqlen_k` and
@@ -110,7 +111,8 @@ class Expr {
 public:
   Expr() = default;
   /// Wraps an existing node.
-  explicit Expr(std::shared_ptr<const ExprNode> node) : node_(std::move(node)) {}
+  explicit Expr(std::shared_ptr<const ExprNode> node)
+      : node_(std::move(node)) {}
 
   /// The node; never null for an Expr built by the DSL.
   const ExprNode *get() const { return node_.get(); }
@@ -176,7 +178,9 @@ public:
   IndexExpr(IndexVar var, std::source_location loc)
       : ExprNode(ExprKind::Index, ScalarType::Int32, loc), var_(var) {}
   IndexVar var() const { return var_; }
-  static bool classof(const ExprNode *n) { return n->kind() == ExprKind::Index; }
+  static bool classof(const ExprNode *n) {
+    return n->kind() == ExprKind::Index;
+  }
 
 private:
   IndexVar var_;
@@ -187,7 +191,9 @@ class ScoreExpr : public ExprNode {
 public:
   explicit ScoreExpr(std::source_location loc)
       : ExprNode(ExprKind::Score, ScalarType::Float32, loc) {}
-  static bool classof(const ExprNode *n) { return n->kind() == ExprKind::Score; }
+  static bool classof(const ExprNode *n) {
+    return n->kind() == ExprKind::Score;
+  }
 };
 
 /// A runtime scalar parameter: a kernel argument, so changing its value
@@ -197,7 +203,9 @@ public:
   ParamExpr(std::string name, ScalarType type, std::source_location loc)
       : ExprNode(ExprKind::Param, type, loc), name_(std::move(name)) {}
   const std::string &name() const { return name_; }
-  static bool classof(const ExprNode *n) { return n->kind() == ExprKind::Param; }
+  static bool classof(const ExprNode *n) {
+    return n->kind() == ExprKind::Param;
+  }
 
 private:
   std::string name_;
@@ -228,7 +236,9 @@ public:
       : ExprNode(ExprKind::Unary, type, loc, {std::move(operand)}), op_(op) {}
   UnaryOp op() const { return op_; }
   const Expr &operand() const { return operands()[0]; }
-  static bool classof(const ExprNode *n) { return n->kind() == ExprKind::Unary; }
+  static bool classof(const ExprNode *n) {
+    return n->kind() == ExprKind::Unary;
+  }
 
 private:
   UnaryOp op_;
@@ -290,14 +300,14 @@ public:
   /// An integer literal: i32 for signed types of at most 32 bits, i64
   /// otherwise. Throws UserError for an unsigned value above INT64_MAX.
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  ExprArg(T value, std::source_location loc = std::source_location::current())
-      : ExprArg(fromInteger(static_cast<int64_t>(value),
-                            std::is_signed_v<T> && sizeof(T) <= 4,
-                            std::is_unsigned_v<T> &&
-                                static_cast<uint64_t>(value) >
-                                    static_cast<uint64_t>(INT64_MAX),
-                            loc)) {}
+  requires(!std::same_as<T, bool>)
+      ExprArg(T value,
+              std::source_location loc = std::source_location::current())
+      : ExprArg(fromInteger(
+            static_cast<int64_t>(value), std::is_signed_v<T> && sizeof(T) <= 4,
+            std::is_unsigned_v<T> &&
+                static_cast<uint64_t>(value) > static_cast<uint64_t>(INT64_MAX),
+            loc)) {}
   /// A floating-point literal, stored as f32.
   template <std::floating_point T>
   ExprArg(T value, std::source_location loc = std::source_location::current())
@@ -307,7 +317,8 @@ public:
   const std::source_location &loc() const { return loc_; }
 
 private:
-  ExprArg(Expr e, std::source_location loc, int) : expr_(std::move(e)), loc_(loc) {}
+  ExprArg(Expr e, std::source_location loc, int)
+      : expr_(std::move(e)), loc_(loc) {}
   static ExprArg fromInteger(int64_t value, bool isI32, bool overflow,
                              std::source_location loc);
   static ExprArg fromFloat(float value, std::source_location loc);

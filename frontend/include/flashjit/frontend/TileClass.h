@@ -67,8 +67,8 @@ TileCounts countTiles(const Expr &mask, int64_t seqlenQ, int64_t seqlenK,
 
 /// The same counts by evaluating the mask at every element (the oracle).
 TileCounts bruteForceTileCounts(const Expr &mask, int64_t seqlenQ,
-                                int64_t seqlenK, int64_t blockM,
-                                int64_t blockN, const Arguments &args = {});
+                                int64_t seqlenK, int64_t blockM, int64_t blockN,
+                                const Arguments &args = {});
 
 } // namespace flashjit
 

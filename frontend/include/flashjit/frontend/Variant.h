@@ -1,4 +1,5 @@
-//===- Variant.h - Attention variants and specs ------------------*- C++ -*-===//
+//===- Variant.h - Attention variants and specs ------------------*- C++
+//-*-===//
 //
 // A Variant is a mask predicate plus a score modifier, the two hooks of
 // FlexAttention's mask_mod / score_mod. An AttentionSpec adds everything that
@@ -56,8 +57,8 @@ public:
   Variant &mask(ExprArg predicate);
   /// Sets the mask from `f(batch, head, q_idx, kv_idx)`.
   template <class F>
-    requires std::invocable<F, Expr, Expr, Expr, Expr>
-  Variant &mask(F &&f, std::source_location loc = std::source_location::current()) {
+  requires std::invocable<F, Expr, Expr, Expr, Expr> Variant &
+  mask(F &&f, std::source_location loc = std::source_location::current()) {
     return mask(ExprArg(Expr(f(flashjit::batch, flashjit::head, flashjit::q_idx,
                                flashjit::kv_idx)),
                         loc));
@@ -69,13 +70,12 @@ public:
   Variant &scoreMod(ExprArg modifier);
   /// Sets the score modifier from `f(score, batch, head, q_idx, kv_idx)`.
   template <class F>
-    requires std::invocable<F, Expr, Expr, Expr, Expr, Expr>
-  Variant &scoreMod(F &&f,
-                    std::source_location loc = std::source_location::current()) {
-    return scoreMod(ExprArg(Expr(f(flashjit::score, flashjit::batch,
-                                   flashjit::head, flashjit::q_idx,
-                                   flashjit::kv_idx)),
-                            loc));
+  requires std::invocable<F, Expr, Expr, Expr, Expr, Expr> Variant &
+  scoreMod(F &&f, std::source_location loc = std::source_location::current()) {
+    return scoreMod(
+        ExprArg(Expr(f(flashjit::score, flashjit::batch, flashjit::head,
+                       flashjit::q_idx, flashjit::kv_idx)),
+                loc));
   }
 
   /// The kernel name.

@@ -1,0 +1,547 @@
+//===- Parser.cpp - Reading expressions and specs from text ---------------===//
+//
+// A hand-written recursive-descent parser with C precedence:
+//   ||  <  &&  <  == !=  <  < <= > >=  <  + -  <  * / %  <  unary - !
+// Literals: `5` (i32), `5L` (i64), `5.0` / `5e3` / `5.0f` (f32), `true`,
+// `false`, `inf`, `nan`. A '-' in front of a literal, with no space between,
+// makes a negative literal; `-(x)` is negation (this is how the printer keeps
+// the two apart).
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/frontend/Parser.h"
+
+#include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Printer.h"
+
+#include <fmt/format.h>
+#include <llvm/Support/Casting.h>
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+namespace flashjit {
+
+namespace {
+
+class Parser {
+public:
+  explicit Parser(std::string_view text) : text_(text) {}
+
+  Expr parseWholeExpr() {
+    Expr e = parseExpr();
+    skipSpace();
+    if (pos_ != text_.size())
+      error(fmt::format("unexpected '{}' after the expression", text_[pos_]));
+    return e;
+  }
+
+  AttentionSpec parseWholeSpec();
+
+private:
+  [[noreturn]] void error(const std::string &message) const {
+    throw ParseError(message, std::string(text_), pos_ + 1);
+  }
+  [[noreturn]] void errorAt(size_t pos, const std::string &message) const {
+    throw ParseError(message, std::string(text_), pos + 1);
+  }
+
+  void skipSpace() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r'))
+      ++pos_;
+  }
+
+  /// Consumes \p token (after spaces) if it is next.
+  bool accept(std::string_view token) {
+    skipSpace();
+    if (text_.substr(pos_, token.size()) != token)
+      return false;
+    // Do not split `<=` into `<` `=`, `&&` into `&`, and so on.
+    if (token.size() == 1 && pos_ + 1 < text_.size()) {
+      char c = token[0], next = text_[pos_ + 1];
+      if ((c == '<' || c == '>' || c == '=' || c == '!') && next == '=')
+        return false;
+    }
+    pos_ += token.size();
+    return true;
+  }
+
+  void expect(std::string_view token) {
+    if (!accept(token))
+      error(fmt::format("expected '{}'", token));
+  }
+
+  static bool isIdentChar(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+           (c >= '0' && c <= '9');
+  }
+
+  std::string_view peekIdentifier() {
+    skipSpace();
+    size_t end = pos_;
+    if (end < text_.size() && isIdentChar(text_[end]) &&
+        !(text_[end] >= '0' && text_[end] <= '9'))
+      while (end < text_.size() && isIdentChar(text_[end]))
+        ++end;
+    return text_.substr(pos_, end - pos_);
+  }
+
+  std::string_view identifier() {
+    std::string_view id = peekIdentifier();
+    if (id.empty())
+      error("expected an identifier");
+    pos_ += id.size();
+    return id;
+  }
+
+  ScalarType typeArgument() {
+    expect("<");
+    size_t at = pos_;
+    std::string_view name = identifier();
+    auto t = parseScalarType(name);
+    if (!t || *t == ScalarType::Bool)
+      errorAt(at, fmt::format("unknown type '{}' (expected i32, i64 or f32)",
+                              name));
+    expect(">");
+    return *t;
+  }
+
+  /// Runs a DSL builder, turning its type errors into ParseErrors at \p at.
+  template <class F> Expr build(size_t at, F &&f) {
+    try {
+      return f();
+    } catch (const ParseError &) {
+      throw;
+    } catch (const UserError &e) {
+      errorAt(at, e.message());
+    }
+  }
+
+  Expr parseExpr() { return parseOr(); }
+
+  Expr parseOr() {
+    Expr lhs = parseAnd();
+    for (;;) {
+      skipSpace();
+      size_t at = pos_;
+      if (!accept("||"))
+        return lhs;
+      Expr rhs = parseAnd();
+      lhs = build(at, [&] { return makeBinary(BinaryOp::Or, lhs, rhs, {}); });
+    }
+  }
+
+  Expr parseAnd() {
+    Expr lhs = parseEquality();
+    for (;;) {
+      skipSpace();
+      size_t at = pos_;
+      if (!accept("&&"))
+        return lhs;
+      Expr rhs = parseEquality();
+      lhs = build(at, [&] { return makeBinary(BinaryOp::And, lhs, rhs, {}); });
+    }
+  }
+
+  Expr parseEquality() {
+    Expr lhs = parseRelational();
+    for (;;) {
+      skipSpace();
+      size_t at = pos_;
+      BinaryOp op;
+      if (accept("=="))
+        op = BinaryOp::Eq;
+      else if (accept("!="))
+        op = BinaryOp::Ne;
+      else
+        return lhs;
+      Expr rhs = parseRelational();
+      lhs = build(at, [&] { return makeBinary(op, lhs, rhs, {}); });
+    }
+  }
+
+  Expr parseRelational() {
+    Expr lhs = parseAdditive();
+    for (;;) {
+      skipSpace();
+      size_t at = pos_;
+      BinaryOp op;
+      if (accept("<="))
+        op = BinaryOp::Le;
+      else if (accept(">="))
+        op = BinaryOp::Ge;
+      else if (accept("<"))
+        op = BinaryOp::Lt;
+      else if (accept(">"))
+        op = BinaryOp::Gt;
+      else
+        return lhs;
+      Expr rhs = parseAdditive();
+      lhs = build(at, [&] { return makeBinary(op, lhs, rhs, {}); });
+    }
+  }
+
+  Expr parseAdditive() {
+    Expr lhs = parseMultiplicative();
+    for (;;) {
+      skipSpace();
+      size_t at = pos_;
+      BinaryOp op;
+      if (accept("+"))
+        op = BinaryOp::Add;
+      else if (accept("-"))
+        op = BinaryOp::Sub;
+      else
+        return lhs;
+      Expr rhs = parseMultiplicative();
+      lhs = build(at, [&] { return makeBinary(op, lhs, rhs, {}); });
+    }
+  }
+
+  Expr parseMultiplicative() {
+    Expr lhs = parseUnary();
+    for (;;) {
+      skipSpace();
+      size_t at = pos_;
+      BinaryOp op;
+      if (accept("*"))
+        op = BinaryOp::Mul;
+      else if (accept("/"))
+        op = BinaryOp::Div;
+      else if (accept("%"))
+        op = BinaryOp::Rem;
+      else
+        return lhs;
+      Expr rhs = parseUnary();
+      lhs = build(at, [&] { return makeBinary(op, lhs, rhs, {}); });
+    }
+  }
+
+  Expr parseUnary() {
+    skipSpace();
+    size_t at = pos_;
+    if (accept("-")) {
+      // A '-' glued to a literal is part of the literal.
+      if (startsLiteral(pos_))
+        return parseLiteral(/*negative=*/true, at);
+      Expr operand = parseUnary();
+      return build(at, [&] { return makeUnary(UnaryOp::Neg, operand, {}); });
+    }
+    if (accept("!")) {
+      Expr operand = parseUnary();
+      return build(at, [&] { return makeUnary(UnaryOp::Not, operand, {}); });
+    }
+    return parsePrimary();
+  }
+
+  /// True if a number, `inf` or `nan` starts exactly at \p at.
+  bool startsLiteral(size_t at) const {
+    if (at >= text_.size())
+      return false;
+    if (text_[at] >= '0' && text_[at] <= '9')
+      return true;
+    std::string_view word = text_.substr(at, 3);
+    return (word == "inf" || word == "nan") &&
+           (at + 3 >= text_.size() || !isIdentChar(text_[at + 3]));
+  }
+
+  Expr parseLiteral(bool negative, size_t at) {
+    skipSpace();
+    std::string_view id = peekIdentifier();
+    if (id == "inf" || id == "nan") {
+      pos_ += 3;
+      float v = id == "inf" ? std::numeric_limits<float>::infinity()
+                            : std::numeric_limits<float>::quiet_NaN();
+      return constant(ScalarType::Float32, 0, negative ? -v : v, {});
+    }
+    size_t start = pos_;
+    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
+      ++pos_;
+    bool isFloat = false;
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      isFloat = true;
+      ++pos_;
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
+        ++pos_;
+    }
+    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      isFloat = true;
+      ++pos_;
+      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-'))
+        ++pos_;
+      size_t digits = pos_;
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
+        ++pos_;
+      if (digits == pos_)
+        errorAt(at, "malformed exponent in a number");
+    }
+    std::string_view body = text_.substr(start, pos_ - start);
+    if (isFloat) {
+      if (pos_ < text_.size() && text_[pos_] == 'f')
+        ++pos_;
+      float v = 0;
+      auto [p, ec] = std::from_chars(body.data(), body.data() + body.size(), v);
+      if (ec == std::errc::result_out_of_range)
+        errorAt(at, fmt::format("'{}' is out of range for f32", body));
+      if (ec != std::errc() || p != body.data() + body.size())
+        errorAt(at, fmt::format("malformed number '{}'", body));
+      return constant(ScalarType::Float32, 0, negative ? -v : v, {});
+    }
+    uint64_t magnitude = 0;
+    auto [p, ec] =
+        std::from_chars(body.data(), body.data() + body.size(), magnitude);
+    if (ec != std::errc() || p != body.data() + body.size())
+      errorAt(at, fmt::format("integer literal '{}' is malformed or too large",
+                              body));
+    bool isI64 = pos_ < text_.size() && text_[pos_] == 'L';
+    if (isI64)
+      ++pos_;
+    if (pos_ < text_.size() && isIdentChar(text_[pos_]))
+      errorAt(at, fmt::format("malformed number '{}'",
+                              text_.substr(start, pos_ + 1 - start)));
+    uint64_t limit =
+        isI64 ? (negative ? 9223372036854775808ull : 9223372036854775807ull)
+              : (negative ? 2147483648ull : 2147483647ull);
+    if (magnitude > limit)
+      errorAt(at, fmt::format("integer literal {}{} does not fit in {}{}",
+                              negative ? "-" : "", body, isI64 ? "i64" : "i32",
+                              isI64 ? "" : " (write it with an L suffix)"));
+    int64_t value = negative ? static_cast<int64_t>(0 - magnitude)
+                             : static_cast<int64_t>(magnitude);
+    return constant(isI64 ? ScalarType::Int64 : ScalarType::Int32, value, 0.0f,
+                    {});
+  }
+
+  Expr parsePrimary() {
+    skipSpace();
+    size_t at = pos_;
+    if (pos_ >= text_.size())
+      error("unexpected end of text, expected an expression");
+    char c = text_[pos_];
+    if (c >= '0' && c <= '9')
+      return parseLiteral(false, at);
+    if (accept("(")) {
+      Expr e = parseExpr();
+      expect(")");
+      return e;
+    }
+    std::string_view id = peekIdentifier();
+    if (id.empty())
+      error(fmt::format("unexpected '{}', expected an expression", c));
+    pos_ += id.size();
+    if (id == "true" || id == "false")
+      return constant(ScalarType::Bool, id == "true", 0.0f, {});
+    if (id == "inf" || id == "nan") {
+      pos_ = at;
+      return parseLiteral(false, at);
+    }
+    if (id == "score")
+      return score;
+    for (IndexVar v : {IndexVar::Batch, IndexVar::Head, IndexVar::QIdx,
+                       IndexVar::KvIdx, IndexVar::SeqlenQ, IndexVar::SeqlenK})
+      if (id == toString(v))
+        return Expr(std::make_shared<IndexExpr>(v, std::source_location()));
+    if (id == "param") {
+      ScalarType t = typeArgument();
+      expect("(");
+      size_t nameAt = pos_;
+      std::string name(identifier());
+      expect(")");
+      return build(nameAt, [&] { return param(name, t, {}); });
+    }
+    if (id == "buffer") {
+      ScalarType t = typeArgument();
+      expect("(");
+      size_t nameAt = pos_;
+      std::string name(identifier());
+      expect(")");
+      expect("[");
+      Expr index = parseExpr();
+      expect("]");
+      return build(nameAt,
+                   [&] { return Buffer(name, t, {})[ExprArg(index, {})]; });
+    }
+    if (id == "cast") {
+      ScalarType t = typeArgument();
+      expect("(");
+      Expr operand = parseExpr();
+      expect(")");
+      return build(at, [&] { return cast(t, ExprArg(operand, {})); });
+    }
+    if (id == "select") {
+      expect("(");
+      Expr cond = parseExpr();
+      expect(",");
+      Expr a = parseExpr();
+      expect(",");
+      Expr b = parseExpr();
+      expect(")");
+      return build(at, [&] {
+        return select(ExprArg(cond, {}), ExprArg(a, {}), ExprArg(b, {}));
+      });
+    }
+    if (id == "min" || id == "max") {
+      expect("(");
+      Expr a = parseExpr();
+      expect(",");
+      Expr b = parseExpr();
+      expect(")");
+      BinaryOp op = id == "min" ? BinaryOp::Min : BinaryOp::Max;
+      return build(at, [&] { return makeBinary(op, a, b, {}); });
+    }
+    for (UnaryOp op : {UnaryOp::Abs, UnaryOp::Exp, UnaryOp::Exp2, UnaryOp::Log,
+                       UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Sqrt}) {
+      if (id != toString(op))
+        continue;
+      expect("(");
+      Expr a = parseExpr();
+      expect(")");
+      return build(at, [&] { return makeUnary(op, a, {}); });
+    }
+    errorAt(at, fmt::format("unknown identifier '{}'", id));
+  }
+
+  int parseIntValue() {
+    skipSpace();
+    size_t at = pos_;
+    bool negative = accept("-");
+    skipSpace();
+    size_t start = pos_;
+    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
+      ++pos_;
+    int v = 0;
+    auto [p, ec] =
+        std::from_chars(text_.data() + start, text_.data() + pos_, v);
+    if (start == pos_ || ec != std::errc())
+      errorAt(at, "expected an integer");
+    (void)p;
+    return negative ? -v : v;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+AttentionSpec Parser::parseWholeSpec() {
+  skipSpace();
+  if (peekIdentifier() != "attention")
+    error("a spec starts with 'attention('");
+  identifier();
+  expect("(");
+  AttentionSpec spec;
+  std::string name = "attention";
+  Expr mask, scoreMod;
+  std::vector<std::string> seen;
+  skipSpace();
+  if (!accept(")")) {
+    do {
+      skipSpace();
+      size_t at = pos_;
+      std::string key(identifier());
+      for (const std::string &s : seen)
+        if (s == key)
+          errorAt(at, fmt::format("field '{}' given twice", key));
+      seen.push_back(key);
+      expect("=");
+      skipSpace();
+      size_t valueAt = pos_;
+      auto dtype = [&]() {
+        std::string_view v = identifier();
+        auto d = parseDType(v);
+        if (!d)
+          errorAt(valueAt, fmt::format("unknown dtype '{}' for {} (expected "
+                                       "fp16, bf16 or fp32)",
+                                       v, key));
+        return *d;
+      };
+      if (key == "name") {
+        name = identifier();
+      } else if (key == "mask") {
+        mask = parseExpr();
+      } else if (key == "score") {
+        scoreMod = parseExpr();
+      } else if (key == "head_dim_qk" || key == "head_dim") {
+        spec.headDimQK = parseIntValue();
+        if (key == "head_dim")
+          spec.headDimV = spec.headDimQK;
+      } else if (key == "head_dim_v") {
+        spec.headDimV = parseIntValue();
+      } else if (key == "dtype_q") {
+        spec.dtypeQ = dtype();
+      } else if (key == "dtype_k") {
+        spec.dtypeK = dtype();
+      } else if (key == "dtype_v") {
+        spec.dtypeV = dtype();
+      } else if (key == "dtype_o") {
+        spec.dtypeO = dtype();
+      } else if (key == "dtype") {
+        spec.dtypeQ = spec.dtypeK = spec.dtypeV = spec.dtypeO = dtype();
+      } else if (key == "heads_q") {
+        spec.headsQ = parseIntValue();
+      } else if (key == "heads_kv") {
+        spec.headsKV = parseIntValue();
+      } else if (key == "causal") {
+        std::string_view v = identifier();
+        if (v == "none")
+          spec.causal = Causal::None;
+        else if (v == "top_left")
+          spec.causal = Causal::TopLeft;
+        else if (v == "bottom_right")
+          spec.causal = Causal::BottomRight;
+        else
+          errorAt(valueAt, fmt::format("unknown causal mode '{}' (expected "
+                                       "none, top_left or bottom_right)",
+                                       v));
+      } else if (key == "scale") {
+        if (peekIdentifier() == "default") {
+          identifier();
+          spec.scale.reset();
+        } else {
+          Expr v = parseUnary();
+          auto *c = llvm::dyn_cast<ConstantExpr>(v.get());
+          if (!c || c->type() == ScalarType::Bool)
+            errorAt(valueAt, "scale must be a number or 'default'");
+          spec.scale = c->type() == ScalarType::Float32
+                           ? c->floatValue()
+                           : static_cast<float>(c->intValue());
+        }
+      } else if (key == "lse") {
+        std::string_view v = identifier();
+        if (v != "true" && v != "false")
+          errorAt(valueAt, "lse must be true or false");
+        spec.returnLse = v == "true";
+      } else {
+        errorAt(at, fmt::format("unknown field '{}'", key));
+      }
+    } while (accept(","));
+    expect(")");
+  }
+  skipSpace();
+  if (pos_ != text_.size())
+    error("unexpected text after the spec");
+  try {
+    Variant v(name, {});
+    if (!mask.isNull())
+      v.mask(ExprArg(mask, {}));
+    if (!scoreMod.isNull())
+      v.scoreMod(ExprArg(scoreMod, {}));
+    spec.variant = v;
+  } catch (const ParseError &) {
+    throw;
+  } catch (const UserError &e) {
+    throw ParseError(e.message(), std::string(text_), 1);
+  }
+  spec.validate();
+  return spec;
+}
+
+} // namespace
+
+Expr parseExpr(std::string_view text) { return Parser(text).parseWholeExpr(); }
+
+AttentionSpec parseSpec(std::string_view text) {
+  return Parser(text).parseWholeSpec();
+}
+
+} // namespace flashjit

@@ -1,0 +1,134 @@
+//===- Tensor.cpp - Checking attention tensors against a spec -------------===//
+#include "flashjit/frontend/Tensor.h"
+
+#include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Variant.h"
+
+#include <fmt/format.h>
+
+namespace flashjit {
+
+TensorRef TensorRef::contiguous(void *data, DType dtype,
+                                std::array<int64_t, 4> shape) {
+  TensorRef t;
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = 4;
+  t.shape = shape;
+  t.strides = {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3],
+               1};
+  return t;
+}
+
+TensorRef TensorRef::contiguous3(void *data, DType dtype,
+                                 std::array<int64_t, 3> shape) {
+  TensorRef t;
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = 3;
+  t.shape = {shape[0], shape[1], shape[2], 1};
+  t.strides = {shape[1] * shape[2], shape[2], 1, 1};
+  return t;
+}
+
+int64_t TensorRef::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i)
+    n *= shape[i];
+  return n;
+}
+
+namespace {
+void checkTensor(const char *name, const TensorRef &t, int rank,
+                 bool isOutput) {
+  if (t.rank != rank)
+    throw UserError(
+        fmt::format("{}.rank = {}, expected {}", name, t.rank, rank),
+        std::source_location());
+  for (int i = 0; i < rank; ++i) {
+    if (t.shape[i] < 0)
+      throw UserError(
+          fmt::format("{}.shape[{}] = {} is negative", name, i, t.shape[i]),
+          std::source_location());
+    if (t.strides[i] < 0)
+      throw UserError(fmt::format("{}.strides[{}] = {} is negative (negative "
+                                  "strides are not supported)",
+                                  name, i, t.strides[i]),
+                      std::source_location());
+    if (isOutput && t.shape[i] > 1 && t.strides[i] == 0)
+      throw UserError(fmt::format("{}.strides[{}] = 0 on a dim of size {}: "
+                                  "output elements would overlap",
+                                  name, i, t.shape[i]),
+                      std::source_location());
+  }
+  if (t.numel() > 0 && !t.data)
+    throw UserError(fmt::format("{}.data is null but {} has {} elements", name,
+                                name, t.numel()),
+                    std::source_location());
+}
+
+void expectDim(const char *name, const TensorRef &t, int dim, int64_t want,
+               const char *what) {
+  if (t.shape[dim] != want)
+    throw UserError(fmt::format("{}.shape[{}] = {}, expected {} ({})", name,
+                                dim, t.shape[dim], want, what),
+                    std::source_location());
+}
+
+void expectDType(const char *name, const TensorRef &t, DType want) {
+  if (t.dtype != want)
+    throw UserError(fmt::format("{}.dtype = {}, but the spec says {}", name,
+                                toString(t.dtype), toString(want)),
+                    std::source_location());
+}
+} // namespace
+
+AttentionShape checkAttentionTensors(const AttentionSpec &spec,
+                                     const TensorRef &q, const TensorRef &k,
+                                     const TensorRef &v, const TensorRef *o,
+                                     const TensorRef *lse) {
+  checkTensor("q", q, 4, false);
+  checkTensor("k", k, 4, false);
+  checkTensor("v", v, 4, false);
+  expectDType("q", q, spec.dtypeQ);
+  expectDType("k", k, spec.dtypeK);
+  expectDType("v", v, spec.dtypeV);
+  AttentionShape s;
+  s.batch = q.shape[0];
+  s.headsQ = q.shape[1];
+  s.seqlenQ = q.shape[2];
+  s.headDimQK = q.shape[3];
+  s.headsKV = k.shape[1];
+  s.seqlenK = k.shape[2];
+  s.headDimV = v.shape[3];
+  expectDim("q", q, 1, spec.headsQ, "heads_q of the spec");
+  expectDim("q", q, 3, spec.headDimQK, "head_dim_qk of the spec");
+  expectDim("k", k, 0, s.batch, "batch of q");
+  expectDim("k", k, 1, spec.headsKV, "heads_kv of the spec");
+  expectDim("k", k, 3, spec.headDimQK, "head_dim_qk of the spec");
+  expectDim("v", v, 0, s.batch, "batch of q");
+  expectDim("v", v, 1, spec.headsKV, "heads_kv of the spec");
+  expectDim("v", v, 2, s.seqlenK, "seqlen_k of k");
+  expectDim("v", v, 3, spec.headDimV, "head_dim_v of the spec");
+  if (o) {
+    checkTensor("o", *o, 4, true);
+    expectDType("o", *o, spec.dtypeO);
+    expectDim("o", *o, 0, s.batch, "batch of q");
+    expectDim("o", *o, 1, s.headsQ, "heads_q");
+    expectDim("o", *o, 2, s.seqlenQ, "seqlen_q of q");
+    expectDim("o", *o, 3, spec.headDimV, "head_dim_v of the spec");
+  }
+  if (lse) {
+    checkTensor("lse", *lse, 3, true);
+    if (lse->dtype != DType::F32)
+      throw UserError(
+          fmt::format("lse.dtype = {}, expected fp32", toString(lse->dtype)),
+          std::source_location());
+    expectDim("lse", *lse, 0, s.batch, "batch of q");
+    expectDim("lse", *lse, 1, s.headsQ, "heads_q");
+    expectDim("lse", *lse, 2, s.seqlenQ, "seqlen_q of q");
+  }
+  return s;
+}
+
+} // namespace flashjit
