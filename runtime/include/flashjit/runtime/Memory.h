@@ -1,0 +1,52 @@
+//===- Memory.h - Device memory owned by RAII handles -----------*- C++ -*-===//
+#ifndef FLASHJIT_RUNTIME_MEMORY_H
+#define FLASHJIT_RUNTIME_MEMORY_H
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flashjit::runtime {
+
+class Device;
+
+/// Device memory (cuMemAlloc) in a device's primary context, freed by the
+/// destructor. Move-only. Every method makes the context current and throws
+/// DriverError on a driver failure (the message names the CUresult).
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  /// Allocates \p bytes on \p device (nothing for 0 bytes: ptr() is 0).
+  DeviceBuffer(Device &device, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer &&other) noexcept;
+  DeviceBuffer &operator=(DeviceBuffer &&other) noexcept;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+
+  /// The device address (0 when empty).
+  CUdeviceptr ptr() const { return ptr_; }
+  /// The address as a pointer, for TensorRef::data / BufferRef::data.
+  void *data() const { return reinterpret_cast<void *>(ptr_); }
+  size_t size() const { return bytes_; }
+
+  /// Copies \p bytes from host memory to the start of the buffer
+  /// (synchronous). Throws UserError if \p bytes exceeds size().
+  void copyFromHost(const void *src, size_t bytes);
+  /// Copies \p bytes from the start of the buffer to host memory
+  /// (synchronous). Throws UserError if \p bytes exceeds size().
+  void copyToHost(void *dst, size_t bytes) const;
+  /// Sets every byte to \p value (synchronous), e.g. 0xFF to poison fp32 or
+  /// fp16/bf16 outputs with NaN.
+  void fill(uint8_t value);
+
+private:
+  Device *device_ = nullptr;
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+} // namespace flashjit::runtime
+
+#endif // FLASHJIT_RUNTIME_MEMORY_H

@@ -1,0 +1,100 @@
+//===- Launch.cpp - Launching kernels on a stream -------------------------===//
+#include "flashjit/runtime/Launch.h"
+
+#include "Check.h"
+#include "flashjit/frontend/Error.h"
+#include "flashjit/runtime/Device.h"
+#include "flashjit/runtime/Driver.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace flashjit::runtime {
+
+void launch(const Function &fn, const LaunchConfig &c, KernelArgs &args) {
+  Device &device = fn.device();
+  const DeviceProperties &p = device.properties();
+  auto describe = [&] {
+    return fmt::format("kernel {}: grid ({}, {}, {}), block ({}, {}, {}), {} "
+                       "bytes of dynamic shared memory",
+                       fn.name(), c.grid[0], c.grid[1], c.grid[2], c.block[0],
+                       c.block[1], c.block[2], c.dynamicSharedBytes);
+  };
+  for (int i = 0; i < 3; ++i) {
+    if (c.grid[i] == 0 || c.block[i] == 0)
+      throw UserError(fmt::format("{}: empty launch (skip the launch when "
+                                  "there is no work)",
+                                  describe()),
+                      std::source_location());
+    if (c.grid[i] > static_cast<unsigned>(p.maxGrid[i]))
+      throw UserError(fmt::format("{}: grid dim {} exceeds {}'s limit {}",
+                                  describe(), i, p.name, p.maxGrid[i]),
+                      std::source_location());
+  }
+  unsigned threads = c.block[0] * c.block[1] * c.block[2];
+  if (threads > static_cast<unsigned>(fn.maxThreadsPerBlock()))
+    throw UserError(fmt::format("{}: {} threads per block, the kernel allows "
+                                "at most {}",
+                                describe(), threads, fn.maxThreadsPerBlock()),
+                    std::source_location());
+  device.makeCurrent();
+  // The default limit on dynamic shared memory is 48 KiB; more needs opt-in.
+  if (c.dynamicSharedBytes > 48 * 1024)
+    fn.setMaxDynamicSharedBytes(static_cast<int>(c.dynamicSharedBytes));
+  FLASHJIT_CHECK(Driver::get().cuLaunchKernel(fn.handle(), c.grid[0], c.grid[1],
+                                              c.grid[2], c.block[0], c.block[1],
+                                              c.block[2], c.dynamicSharedBytes,
+                                              c.stream, args.data(), nullptr),
+                 describe);
+}
+
+Stream::Stream(Device &device) : device_(&device) {
+  device.makeCurrent();
+  FLASHJIT_CHECK(
+      Driver::get().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+}
+
+Stream::~Stream() {
+  if (stream_) {
+    device_->makeCurrent();
+    (void)Driver::get().cuStreamDestroy(stream_);
+  }
+}
+
+Stream::Stream(Stream &&other) noexcept
+    : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)) {}
+
+void Stream::synchronize() const {
+  device_->makeCurrent();
+  FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream_));
+}
+
+EventTimer::EventTimer(Device &device) : device_(&device) {
+  device.makeCurrent();
+  FLASHJIT_CHECK(Driver::get().cuEventCreate(&start_, CU_EVENT_DEFAULT));
+  FLASHJIT_CHECK(Driver::get().cuEventCreate(&stop_, CU_EVENT_DEFAULT));
+}
+
+EventTimer::~EventTimer() {
+  device_->makeCurrent();
+  (void)Driver::get().cuEventDestroy(start_);
+  (void)Driver::get().cuEventDestroy(stop_);
+}
+
+void EventTimer::start(CUstream stream) {
+  device_->makeCurrent();
+  FLASHJIT_CHECK(Driver::get().cuEventRecord(start_, stream));
+}
+
+float EventTimer::stopMs(CUstream stream) {
+  device_->makeCurrent();
+  Driver &d = Driver::get();
+  FLASHJIT_CHECK(d.cuEventRecord(stop_, stream));
+  FLASHJIT_CHECK(d.cuEventSynchronize(stop_));
+  float ms = 0;
+  FLASHJIT_CHECK(d.cuEventElapsedTime(&ms, start_, stop_));
+  return ms;
+}
+
+} // namespace flashjit::runtime

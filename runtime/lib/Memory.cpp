@@ -1,0 +1,77 @@
+//===- Memory.cpp - Device memory owned by RAII handles -------------------===//
+#include "flashjit/runtime/Memory.h"
+
+#include "Check.h"
+#include "flashjit/frontend/Error.h"
+#include "flashjit/runtime/Device.h"
+#include "flashjit/runtime/Driver.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace flashjit::runtime {
+
+DeviceBuffer::DeviceBuffer(Device &device, size_t bytes)
+    : device_(&device), bytes_(bytes) {
+  if (bytes == 0)
+    return;
+  device.makeCurrent();
+  FLASHJIT_CHECK(Driver::get().cuMemAlloc(&ptr_, bytes),
+                 fmt::format("allocating {} bytes", bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) {
+    // Never throw from a destructor: a failing free is ignored.
+    device_->makeCurrent();
+    (void)Driver::get().cuMemFree(ptr_);
+  }
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept
+    : device_(other.device_), ptr_(std::exchange(other.ptr_, 0)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&other) noexcept {
+  if (this != &other) {
+    DeviceBuffer tmp(std::move(*this));
+    device_ = other.device_;
+    ptr_ = std::exchange(other.ptr_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+static void checkSize(size_t want, size_t have, const char *what) {
+  if (want > have)
+    throw UserError(fmt::format("{} of {} bytes into a device buffer of {} "
+                                "bytes",
+                                what, want, have),
+                    std::source_location());
+}
+
+void DeviceBuffer::copyFromHost(const void *src, size_t bytes) {
+  checkSize(bytes, bytes_, "copy");
+  if (bytes == 0)
+    return;
+  device_->makeCurrent();
+  FLASHJIT_CHECK(Driver::get().cuMemcpyHtoD(ptr_, src, bytes));
+}
+
+void DeviceBuffer::copyToHost(void *dst, size_t bytes) const {
+  checkSize(bytes, bytes_, "copy");
+  if (bytes == 0)
+    return;
+  device_->makeCurrent();
+  FLASHJIT_CHECK(Driver::get().cuMemcpyDtoH(dst, ptr_, bytes));
+}
+
+void DeviceBuffer::fill(uint8_t value) {
+  if (bytes_ == 0)
+    return;
+  device_->makeCurrent();
+  FLASHJIT_CHECK(Driver::get().cuMemsetD8(ptr_, value, bytes_));
+}
+
+} // namespace flashjit::runtime

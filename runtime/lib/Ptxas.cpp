@@ -1,0 +1,138 @@
+//===- Ptxas.cpp - Assembling PTX with ptxas and reading -v ---------------===//
+#include "flashjit/runtime/Ptxas.h"
+
+#include "flashjit/frontend/Error.h"
+
+#include <fmt/format.h>
+#include <llvm/ADT/StringRef.h>
+#include <llvm/Support/FileSystem.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/Program.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <cstdlib>
+#include <optional>
+
+namespace flashjit::runtime {
+
+const PtxasFunctionReport *PtxasReport::find(std::string_view name) const {
+  for (const PtxasFunctionReport &f : functions)
+    if (f.name == name)
+      return &f;
+  return nullptr;
+}
+
+namespace {
+/// The integer just before \p suffix in \p line ("400 bytes stack frame" ->
+/// 400 for suffix " bytes stack frame"); 0 if absent.
+int numberBefore(llvm::StringRef line, llvm::StringRef suffix) {
+  size_t at = line.find(suffix);
+  if (at == llvm::StringRef::npos)
+    return 0;
+  llvm::StringRef head = line.substr(0, at).rtrim();
+  size_t start = head.find_last_not_of("0123456789");
+  start = start == llvm::StringRef::npos ? 0 : start + 1;
+  int v = 0;
+  if (head.substr(start).getAsInteger(10, v))
+    return 0;
+  return v;
+}
+
+/// The name between the first pair of single quotes, or after "for ".
+std::string quotedOrTail(llvm::StringRef line, llvm::StringRef marker) {
+  llvm::StringRef rest = line.substr(line.find(marker) + marker.size());
+  rest = rest.trim();
+  if (rest.starts_with("'")) {
+    rest = rest.drop_front();
+    return rest.substr(0, rest.find('\'')).str();
+  }
+  return rest.str();
+}
+} // namespace
+
+PtxasReport parsePtxasReport(std::string_view log) {
+  PtxasReport report;
+  report.log = std::string(log);
+  llvm::SmallVector<llvm::StringRef, 64> lines;
+  llvm::StringRef(log).split(lines, '\n');
+  auto entry = [&](const std::string &name) -> PtxasFunctionReport & {
+    for (PtxasFunctionReport &f : report.functions)
+      if (f.name == name)
+        return f;
+    report.functions.push_back({});
+    report.functions.back().name = name;
+    return report.functions.back();
+  };
+  std::string current;
+  for (llvm::StringRef line : lines) {
+    if (line.contains("Compiling entry function")) {
+      current = quotedOrTail(line, "Compiling entry function");
+      entry(current);
+    } else if (line.contains("Function properties for")) {
+      current = quotedOrTail(line, "Function properties for");
+      entry(current);
+    } else if (line.contains("bytes stack frame") && !current.empty()) {
+      PtxasFunctionReport &f = entry(current);
+      f.stackFrameBytes = numberBefore(line, " bytes stack frame");
+      f.spillStoreBytes = numberBefore(line, " bytes spill stores");
+      f.spillLoadBytes = numberBefore(line, " bytes spill loads");
+    } else if (line.contains("Used ") && line.contains(" registers") &&
+               !current.empty()) {
+      PtxasFunctionReport &f = entry(current);
+      f.registers = numberBefore(line, " registers");
+      f.barriers = numberBefore(line, " barriers");
+      f.sharedBytes = numberBefore(line, " bytes smem");
+    }
+  }
+  return report;
+}
+
+std::string ptxasPath() {
+  const char *env = std::getenv("FLASHJIT_PTXAS");
+  if (env && *env)
+    return env;
+  return FLASHJIT_PTXAS_PATH;
+}
+
+PtxasReport runPtxas(std::string_view ptx, std::string_view arch) {
+  llvm::SmallString<128> in, out, log;
+  if (llvm::sys::fs::createTemporaryFile("flashjit", "ptx", in) ||
+      llvm::sys::fs::createTemporaryFile("flashjit", "cubin", out) ||
+      llvm::sys::fs::createTemporaryFile("flashjit-ptxas", "log", log))
+    throw DriverError("ptxas: cannot create temporary files");
+  struct Cleanup {
+    llvm::SmallVectorImpl<char> *paths[3];
+    ~Cleanup() {
+      for (auto *p : paths)
+        llvm::sys::fs::remove(llvm::Twine(*p));
+    }
+  } cleanup{{&in, &out, &log}};
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(in, ec);
+    if (ec)
+      throw DriverError(
+          fmt::format("ptxas: cannot write {}: {}", in.str(), ec.message()));
+    os << ptx;
+  }
+  std::string exe = ptxasPath();
+  std::string archFlag = fmt::format("-arch={}", arch);
+  llvm::SmallVector<llvm::StringRef, 8> args = {
+      exe, "-v", archFlag, "-O3", "-o", out.str(), in.str()};
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt, log.str(),
+                                                log.str()};
+  std::string err;
+  int rc =
+      llvm::sys::ExecuteAndWait(exe, args, std::nullopt, redirects, 0, 0, &err);
+  std::string text;
+  if (auto buf = llvm::MemoryBuffer::getFile(log))
+    text = (*buf)->getBuffer().str();
+  if (rc != 0)
+    throw DriverError(fmt::format("{} -v {} failed (exit code {}{}{})\n--- "
+                                  "ptxas output ---\n{}",
+                                  exe, archFlag, rc, err.empty() ? "" : ": ",
+                                  err, text));
+  return parsePtxasReport(text);
+}
+
+} // namespace flashjit::runtime

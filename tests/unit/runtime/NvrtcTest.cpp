@@ -1,0 +1,115 @@
+//===- NvrtcTest.cpp - NVRTC, nvJitLink and ptxas wrappers ----------------===//
+#include "flashjit/runtime/Nvrtc.h"
+#include "flashjit/frontend/Error.h"
+#include "flashjit/runtime/JitLink.h"
+#include "flashjit/runtime/Ptxas.h"
+
+#include <catch2/catch.hpp>
+
+using namespace flashjit;
+using namespace flashjit::runtime;
+using Catch::Matchers::Contains;
+
+namespace {
+const char *kSaxpy = R"(
+extern "C" __global__ void saxpy(float a, const float *x, float *y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+)";
+} // namespace
+
+TEST_CASE("NVRTC compiles CUDA C++ to PTX and to a cubin", "[runtime][nvrtc]") {
+  REQUIRE(nvrtcVersionNumber() >= 12000);
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    NvrtcOptions o;
+    o.arch = arch;
+    NvrtcOutput ptxOnly = compileCuda(kSaxpy, o);
+    REQUIRE_THAT(ptxOnly.ptx, Contains(".entry saxpy"));
+    REQUIRE(ptxOnly.cubin.empty());
+    o.emitCubin = true;
+    NvrtcOutput both = compileCuda(kSaxpy, o);
+    REQUIRE(both.cubin.size() > 4);
+    REQUIRE(std::string(both.cubin.data() + 1, 3) == "ELF");
+  }
+}
+
+TEST_CASE("an NVRTC compile error carries the result name and the log",
+          "[runtime][nvrtc]") {
+  NvrtcOptions o;
+  o.arch = "sm_80";
+  o.programName = "broken.cu";
+  REQUIRE_THROWS_AS(compileCuda("__global__ void f() { undeclared_x = 1; }", o),
+                    DriverError);
+  REQUIRE_THROWS_WITH(
+      compileCuda("__global__ void f() { undeclared_x = 1; }", o),
+      Contains("nvrtcCompileProgram") && Contains("NVRTC_ERROR_COMPILATION") &&
+          Contains("broken.cu") && Contains("undeclared_x") &&
+          Contains("--gpu-architecture"));
+  o.arch = "compute_80";
+  REQUIRE_THROWS_AS(compileCuda(kSaxpy, o), UserError);
+}
+
+TEST_CASE("nvJitLink assembles PTX into a cubin, and reports bad PTX",
+          "[runtime][nvjitlink]") {
+  REQUIRE(nvJitLinkVersion() >= 12000);
+  NvrtcOptions o;
+  o.arch = "sm_90a";
+  std::string ptx = compileCuda(kSaxpy, o).ptx;
+  CubinResult c = ptxToCubin(ptx, "sm_90a");
+  REQUIRE(std::string(c.cubin.data() + 1, 3) == "ELF");
+  CubinResult verbose = ptxToCubin(ptx, "sm_90a", 3, {"-verbose"});
+  REQUIRE_THAT(verbose.infoLog, Contains("saxpy"));
+
+  std::string bad = ptx;
+  bad.replace(bad.find(".entry saxpy"), 12, ".entry saxpy bogus_token");
+  REQUIRE_THROWS_WITH(ptxToCubin(bad, "sm_90a"),
+                      Contains("nvJitLink") &&
+                          Contains("NVJITLINK_ERROR_PTX_COMPILE") &&
+                          Contains("--- log ---") && Contains("bogus_token"));
+  REQUIRE_THROWS_AS(ptxToCubin(ptx, "compute_90"), UserError);
+}
+
+TEST_CASE("ptxas -v reports are parsed", "[runtime][ptxas]") {
+  const char *log = R"(ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'g' for 'sm_90a'
+ptxas info    : Function properties for g
+    400 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 400 bytes cumulative stack size
+ptxas info    : Compile time = 19.901 ms
+ptxas info    : Compiling entry function 'f' for 'sm_90a'
+ptxas info    : Function properties for f
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 10 registers, used 1 barriers, 256 bytes smem
+)";
+  PtxasReport r = parsePtxasReport(log);
+  REQUIRE(r.functions.size() == 2);
+  const PtxasFunctionReport *g = r.find("g");
+  REQUIRE(g);
+  CHECK(g->registers == 32);
+  CHECK(g->stackFrameBytes == 400);
+  CHECK(g->spillStoreBytes == 8);
+  CHECK(g->spillLoadBytes == 12);
+  CHECK_FALSE(g->clean());
+  const PtxasFunctionReport *f = r.find("f");
+  REQUIRE(f);
+  CHECK(f->registers == 10);
+  CHECK(f->barriers == 1);
+  CHECK(f->sharedBytes == 256);
+  CHECK(f->clean());
+}
+
+TEST_CASE("ptxas assembles NVRTC's PTX for sm_80 and sm_90a",
+          "[runtime][ptxas]") {
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    NvrtcOptions o;
+    o.arch = arch;
+    PtxasReport r = runPtxas(compileCuda(kSaxpy, o).ptx, arch);
+    const PtxasFunctionReport *f = r.find("saxpy");
+    REQUIRE(f);
+    CHECK(f->registers > 0);
+    CHECK(f->clean());
+  }
+  REQUIRE_THROWS_WITH(runPtxas("this is not ptx", "sm_90a"),
+                      Contains("ptxas") && Contains("failed"));
+}
