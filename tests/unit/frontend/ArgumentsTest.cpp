@@ -1,0 +1,115 @@
+//===- ArgumentsTest.cpp - Arguments::validateFor
+//---------------------------===//
+//
+// Run-time parameter values and buffers are checked against what a variant
+// reads: every missing, unknown or wrongly typed one is a UserError that
+// names it; negative sizes and null data of non-zero size are rejected.
+//
+//===----------------------------------------------------------------------===//
+#include "TestSupport.h"
+
+#include "flashjit/frontend/Arguments.h"
+#include "flashjit/frontend/Variant.h"
+
+#include <catch2/catch.hpp>
+
+using namespace flashjit;
+using flashjit::test::expectUserError;
+
+namespace {
+
+Variant variantWithData() {
+  Variant v("docs");
+  Buffer doc = buffer<int32_t>("doc");
+  v.mask(doc[q_idx] == doc[kv_idx] && q_idx - kv_idx < param<int32_t>("w"));
+  v.scoreMod(param<float>("cap") * tanh(score / param<float>("cap")) -
+             buffer<float>("slope")[head]);
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("arguments: complete arguments validate", "[frontend][arguments]") {
+  std::vector<int32_t> doc = {1, 1, 2};
+  std::vector<float> slope = {0.5f, 0.25f};
+  Arguments args;
+  args.set("w", Scalar::i32(4)).set("cap", Scalar::f32(30.0f));
+  args.bind("doc", doc.data(), 3).bind("slope", slope.data(), 2);
+  CHECK_NOTHROW(args.validateFor(variantWithData()));
+  // Scalar constructors and bind() record types.
+  CHECK(Scalar::i32(-3).type == ScalarType::Int32);
+  CHECK(Scalar::i32(-3).intValue == -3);
+  CHECK(Scalar::i64(int64_t{1} << 40).intValue == int64_t{1} << 40);
+  CHECK(Scalar::f32(2.5f).floatValue == 2.5f);
+  CHECK(args.buffers.at("doc").elementType == ScalarType::Int32);
+  CHECK(args.buffers.at("slope").size == 2);
+  // A variant that reads nothing accepts empty arguments.
+  CHECK_NOTHROW(Arguments{}.validateFor(Variant()));
+  // A null buffer of size 0 is fine.
+  Arguments empty = args;
+  empty.bind("doc", static_cast<const int32_t *>(nullptr), 0);
+  CHECK_NOTHROW(empty.validateFor(variantWithData()));
+}
+
+TEST_CASE("arguments: every mistake is named", "[frontend][arguments][error]") {
+  std::vector<int32_t> doc = {1, 1, 2};
+  std::vector<int64_t> doc64 = {1, 1, 2};
+  std::vector<float> slope = {0.5f, 0.25f};
+  auto good = [&] {
+    Arguments args;
+    args.set("w", Scalar::i32(4)).set("cap", Scalar::f32(30.0f));
+    args.bind("doc", doc.data(), 3).bind("slope", slope.data(), 2);
+    return args;
+  };
+  const Variant v = variantWithData();
+  SECTION("missing parameter") {
+    Arguments a = good();
+    a.params.erase("cap");
+    expectUserError([&] { a.validateFor(v); }, {"cap"});
+  }
+  SECTION("unknown parameter") {
+    Arguments a = good();
+    a.set("temperature", Scalar::f32(1.0f));
+    expectUserError([&] { a.validateFor(v); }, {"temperature"});
+  }
+  SECTION("wrongly typed parameter") {
+    Arguments a = good();
+    a.set("w", Scalar::f32(4.0f));
+    expectUserError([&] { a.validateFor(v); }, {"w"});
+    Arguments b = good();
+    b.set("w", Scalar::i64(4));
+    expectUserError([&] { b.validateFor(v); }, {"w"});
+  }
+  SECTION("missing buffer") {
+    Arguments a = good();
+    a.buffers.erase("slope");
+    expectUserError([&] { a.validateFor(v); }, {"slope"});
+  }
+  SECTION("unknown buffer") {
+    Arguments a = good();
+    a.bind("extra_table", slope.data(), 2);
+    expectUserError([&] { a.validateFor(v); }, {"extra_table"});
+  }
+  SECTION("wrongly typed buffer") {
+    Arguments a = good();
+    a.bind("doc", doc64.data(), 3);
+    expectUserError([&] { a.validateFor(v); }, {"doc"});
+  }
+  SECTION("negative size") {
+    Arguments a = good();
+    a.bind("doc", doc.data(), -1);
+    expectUserError([&] { a.validateFor(v); }, {"doc"});
+  }
+  SECTION("null data of non-zero size") {
+    Arguments a = good();
+    a.bind("slope", static_cast<const float *>(nullptr), 2);
+    expectUserError([&] { a.validateFor(v); }, {"slope"});
+  }
+  SECTION("a parameter passed as a buffer") {
+    Arguments a = good();
+    a.params.erase("w");
+    std::vector<int32_t> w = {4};
+    a.bind("w", w.data(), 1);
+    CHECK_THROWS_AS(a.validateFor(v), UserError);
+  }
+}
