@@ -13,7 +13,7 @@
 using namespace flashjit;
 using Catch::Matchers::Contains;
 
-TEST_CASE("CUDA printing of leaves, literals and operators",
+TEST_CASE("CUDA printing of leaves literals and operators",
           "[runtime][cudaprinter]") {
   CHECK(printCudaExpr(q_idx >= kv_idx) == "(q_idx >= kv_idx)");
   CHECK(printCudaExpr(q_idx - kv_idx < 5) == "(fj_sub(q_idx, kv_idx) < 5)");

@@ -50,7 +50,7 @@ TEST_CASE("an NVRTC compile error carries the result name and the log",
   REQUIRE_THROWS_AS(compileCuda(kSaxpy, o), UserError);
 }
 
-TEST_CASE("nvJitLink assembles PTX into a cubin, and reports bad PTX",
+TEST_CASE("nvJitLink assembles PTX into a cubin and reports bad PTX",
           "[runtime][nvjitlink]") {
   REQUIRE(nvJitLinkVersion() >= 12000);
   NvrtcOptions o;

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# GPU check of the runtime and the NVRTC reference on the lent GPU machine.
+#
+# The GPU machine has CUDA 13 (nvcc, NVRTC, nvJitLink, ptxas,
+# compute-sanitizer) but no LLVM, fmt or Catch2, so the tests are built HERE
+# and carried there with every shared library they need that is not glibc or
+# the CUDA toolkit (libLLVM.so.22.1 and the other big ones xz-compressed).
+#
+#   here:   scripts/gpu-check.sh pack          # build + fill .device/gpu-check/
+#   device: run(command="bash scripts/gpu-check.sh run",
+#               carry=[".device/gpu-check"], timeout_s=600)
+#
+# `run` unpacks the libraries into /tmp, runs the runtime unit tests (sanity
+# of the carried build), every [gpu] test, the NVRTC reference at N = 4k and
+# 32k (timing), and compute-sanitizer memcheck/racecheck on small tests; logs
+# go to $OUT, a summary table is printed last. Exit status: 0 iff the [gpu]
+# tests passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PACK=.device/gpu-check
+BUILD=${FLASHJIT_GPU_CHECK_BUILD:-build/runtime}
+
+pack() {
+  set -e
+  [[ -f scripts/env.sh ]] && source scripts/env.sh
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+  ninja -C "$BUILD" -j2 flashjit_gpu_tests flashjit_runtime_tests
+  mkdir -p "$PACK/bin" "$PACK/lib"
+  rm -f "$PACK"/bin/* "$PACK"/lib/*.so*[0-9]
+  local bins=("$BUILD/tests/gpu/flashjit_gpu_tests"
+              "$BUILD/tests/unit/runtime/flashjit_runtime_tests")
+  for b in "${bins[@]}"; do
+    objcopy --strip-debug "$b" "$PACK/bin/$(basename "$b")"
+  done
+  # Every shared library the binaries load, except glibc's and CUDA's own
+  # (the GPU machine's toolkit and driver provide those).
+  local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libnvrtc|libnvJitLink|libcuda\.so)'
+  ldd "${bins[@]}" | awk '/=> \//{print $1, $3}' | sort -u |
+    while read -r name path; do
+      [[ $name =~ $skip ]] && continue
+      if (($(stat -L -c %s "$path") > 4000000)); then
+        # Big libraries travel xz-compressed; recompress only when changed.
+        if [[ ! -f $PACK/lib/$name.xz || $path -nt $PACK/lib/$name.xz ]]; then
+          echo "pack: compressing $name"
+          xz -T2 -6 -c "$path" >"$PACK/lib/$name.xz.tmp"
+          mv "$PACK/lib/$name.xz.tmp" "$PACK/lib/$name.xz"
+        fi
+      else
+        objcopy --strip-debug "$path" "$PACK/lib/$name" 2>/dev/null ||
+          cp -L "$path" "$PACK/lib/$name"
+      fi
+    done
+  du -sh "$PACK"
+  cat <<MSG
+pack: done. On the GPU machine (device tool):
+  run(command="bash scripts/gpu-check.sh run", carry=["$PACK"], timeout_s=600)
+MSG
+}
+
+run() {
+  local out=${OUT:-/tmp/gpu-check-out} lib=/tmp/flashjit-lib
+  mkdir -p "$out" "$lib"
+  [[ -d $PACK/bin ]] || { echo "no $PACK: run 'scripts/gpu-check.sh pack' first"; exit 2; }
+  for f in "$PACK"/lib/*; do
+    case $f in
+    *.xz) xz -dc "$f" >"$lib/$(basename "${f%.xz}")" ;;
+    *) cp "$f" "$lib/" ;;
+    esac
+  done
+  export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  if ldd "$PACK/bin/flashjit_gpu_tests" | grep "not found"; then
+    echo "gpu-check: missing libraries (above); looking for the toolkit's:"
+    find / -name 'libnvrtc.so*' -o -name 'libnvJitLink.so*' 2>/dev/null | head
+  fi
+  declare -A status
+  step() { # step NAME COMMAND...: runs, logs to $out/NAME.log, records status
+    local name=$1
+    shift
+    echo "=== $name: $*"
+    local t0=$SECONDS
+    "$@" 2>&1 | tee "$out/$name.log" | tail -n 40
+    local rc=${PIPESTATUS[0]}
+    status[$name]="rc=$rc $((SECONDS - t0))s"
+  }
+  local bin=$PACK/bin
+  step unit "$bin/flashjit_runtime_tests"
+  step gpu "$bin/flashjit_gpu_tests" --durations yes
+  local gpu_rc=${status[gpu]%% *}
+  step large "$bin/flashjit_gpu_tests" "[large]"
+  if command -v compute-sanitizer >/dev/null; then
+    step memcheck compute-sanitizer --tool memcheck --error-exitcode 3 \
+      "$bin/flashjit_gpu_tests" "NVRTC reference without LSE and with mixed dtypes" \
+      "NVRTC reference reports an out-of-range buffer read" "[runtime]"
+    step racecheck compute-sanitizer --tool racecheck --error-exitcode 3 \
+      "$bin/flashjit_gpu_tests" "NVRTC reference without LSE and with mixed dtypes"
+  fi
+  echo
+  echo "=== gpu-check summary (logs in $out)"
+  grep -h "^GPU:" "$out/gpu.log" || true
+  grep -h "ms$" "$out/large.log" | sed 's/^ *//' || true
+  printf '%-10s %s\n' step status
+  for s in unit gpu large memcheck racecheck; do
+    [[ -n ${status[$s]:-} ]] && printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
+      "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY)' "$out/$s.log" | tail -1)"
+  done
+  [[ $gpu_rc == rc=0 ]]
+}
+
+case ${1:-pack} in
+pack) pack ;;
+run) run ;;
+*) echo "usage: $0 [pack|run]" >&2; exit 2 ;;
+esac
