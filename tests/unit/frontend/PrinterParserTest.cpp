@@ -22,9 +22,34 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <set>
 
 using namespace flashjit;
 using flashjit::test::freshSeed;
+
+namespace {
+
+/// Counts node kinds and operators in \p e, so the property test can show it
+/// covered every one.
+struct Coverage {
+  std::set<ExprKind> kinds;
+  std::set<UnaryOp> unary;
+  std::set<BinaryOp> binary;
+  std::set<ScalarType> castTargets;
+  void add(const Expr &e) {
+    kinds.insert(e.kind());
+    if (auto *u = dynamic_cast<const UnaryExpr *>(e.get()))
+      unary.insert(u->op());
+    if (auto *b = dynamic_cast<const BinaryExpr *>(e.get()))
+      binary.insert(b->op());
+    if (e.kind() == ExprKind::Cast)
+      castTargets.insert(e.type());
+    for (const Expr &op : e->operands())
+      add(op);
+  }
+};
+
+} // namespace
 
 TEST_CASE("printer: documented canonical forms", "[frontend][printer]") {
   CHECK(printExpr(q_idx) == "q_idx");
@@ -116,8 +141,10 @@ TEST_CASE("printer/parser: thousands of random trees round-trip",
                               ScalarType::Int64, ScalarType::Float32};
   int failures = 0;
   int64_t nodes = 0;
+  Coverage cov;
   for (int i = 0; i < 4000 && failures < 3; ++i) {
     Expr e = gen.gen(types[i % 4], 1 + i % 7);
+    cov.add(e);
     std::string text = printExpr(e);
     nodes += static_cast<int64_t>(text.size());
     Expr back;
@@ -143,6 +170,11 @@ TEST_CASE("printer/parser: thousands of random trees round-trip",
   }
   CHECK(failures == 0);
   CHECK(nodes > 4000);
+  // The generator reached every node kind, operator and cast target.
+  CHECK(cov.kinds.size() == 9);
+  CHECK(cov.unary.size() == 9);
+  CHECK(cov.binary.size() == 15);
+  CHECK(cov.castTargets.size() == 3);
 }
 
 TEST_CASE("printer/parser: extreme constants round-trip",
