@@ -39,16 +39,19 @@ pack() {
   ldd "${bins[@]}" | awk '/=> \//{print $1, $3}' | sort -u |
     while read -r name path; do
       [[ $name =~ $skip ]] && continue
-      if (($(stat -L -c %s "$path") > 4000000)); then
+      local tmp="$PACK/lib/.$name.tmp"
+      objcopy --strip-debug "$path" "$tmp" 2>/dev/null || cp -L "$path" "$tmp"
+      if (($(stat -c %s "$tmp") > 4000000)); then
         # Big libraries travel xz-compressed; recompress only when changed.
         if [[ ! -f $PACK/lib/$name.xz || $path -nt $PACK/lib/$name.xz ]]; then
           echo "pack: compressing $name"
-          xz -T2 -6 -c "$path" >"$PACK/lib/$name.xz.tmp"
+          xz -T2 -6 -c "$tmp" >"$PACK/lib/$name.xz.tmp"
           mv "$PACK/lib/$name.xz.tmp" "$PACK/lib/$name.xz"
         fi
+        rm -f "$tmp"
       else
-        objcopy --strip-debug "$path" "$PACK/lib/$name" 2>/dev/null ||
-          cp -L "$path" "$PACK/lib/$name"
+        rm -f "$PACK/lib/$name.xz"
+        mv "$tmp" "$PACK/lib/$name"
       fi
     done
   du -sh "$PACK"
@@ -68,7 +71,15 @@ run() {
     *) cp "$f" "$lib/" ;;
     esac
   done
+  # libstdc++/libgcc_s from here are used only if the machine's own are too
+  # old for the carried binaries (compute-sanitizer etc. keep the system's).
+  mkdir -p "$lib/compat"
+  mv -f "$lib"/libstdc++.so.6 "$lib"/libgcc_s.so.1 "$lib/compat/" 2>/dev/null
   export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  if ! "$PACK/bin/flashjit_gpu_tests" --list-tests >/dev/null 2>&1; then
+    echo "gpu-check: using the carried libstdc++/libgcc_s"
+    export LD_LIBRARY_PATH="$lib/compat:$LD_LIBRARY_PATH"
+  fi
   export PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   if ldd "$PACK/bin/flashjit_gpu_tests" | grep "not found"; then
