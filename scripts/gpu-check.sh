@@ -80,7 +80,14 @@ run() {
     echo "gpu-check: using the carried libstdc++/libgcc_s"
     export LD_LIBRARY_PATH="$lib/compat:$LD_LIBRARY_PATH"
   fi
-  export PYTHONUNBUFFERED=1
+  # NVRTC needs cuda_fp16.h; the tests run ptxas. Defaults are the build
+  # machine's /usr/local/cuda paths; find them elsewhere if absent.
+  if [[ ! -f /usr/local/cuda/include/cuda_fp16.h ]]; then
+    local h
+    h=$(find / -name cuda_fp16.h -path '*include*' 2>/dev/null | head -1)
+    [[ -n $h ]] && export FLASHJIT_CUDA_INCLUDE=$(dirname "$h")
+  fi
+  [[ -x /usr/local/cuda/bin/ptxas ]] || export FLASHJIT_PTXAS=$(command -v ptxas)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   if ldd "$PACK/bin/flashjit_gpu_tests" | grep "not found"; then
     echo "gpu-check: missing libraries (above); looking for the toolkit's:"
