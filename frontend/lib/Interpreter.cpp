@@ -274,7 +274,8 @@ private:
     if (to == ScalarType::Float32) {
       if (v.type == ScalarType::Float32)
         return v;
-      return makeFloat(static_cast<double>(v.intValue));
+      // The DSL's floats are f32: the converted value is rounded to float.
+      return makeFloat(static_cast<float>(v.intValue));
     }
     if (v.type == ScalarType::Float32)
       return makeInt(to, static_cast<uint64_t>(saturate(v.floatValue, to)));

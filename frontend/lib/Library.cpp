@@ -38,10 +38,24 @@ Expr sliding_window(ExprArg left, ExprArg right, Alignment alignment,
   auto *r = llvm::dyn_cast<ConstantExpr>(right.expr().get());
   Expr upper =
       r && r->intValue() == 0 ? (kv_idx <= q) : (kv_idx <= q + right.expr());
-  Expr m = kv_idx >= q - left.expr() && upper;
-  if (!include_current)
-    m = m && kv_idx != q;
-  return m;
+  if (include_current)
+    return kv_idx >= q - left.expr() && upper;
+  // Keys left of the current one, or right of it: two bands rather than
+  // `window && kv_idx != q`, and no band for a bound that is the constant 0,
+  // so interval classification stays exact.
+  auto isZero = [](const ExprArg &e) {
+    auto *c = llvm::dyn_cast<ConstantExpr>(e.expr().get());
+    return c && c->intValue() == 0;
+  };
+  Expr leftBand = kv_idx >= q - left.expr() && kv_idx <= q - 1;
+  Expr rightBand = kv_idx >= q + 1 && kv_idx <= q + right.expr();
+  if (isZero(left) && isZero(right))
+    return constant(ScalarType::Bool, 0, 0.0f);
+  if (isZero(left))
+    return rightBand;
+  if (isZero(right))
+    return leftBand;
+  return leftBand || rightBand;
 }
 
 Expr prefix_lm(ExprArg prefix_len, Alignment alignment) {

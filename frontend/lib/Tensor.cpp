@@ -87,6 +87,7 @@ AttentionShape checkAttentionTensors(const AttentionSpec &spec,
                                      const TensorRef &q, const TensorRef &k,
                                      const TensorRef &v, const TensorRef *o,
                                      const TensorRef *lse) {
+  spec.validate();
   checkTensor("q", q, 4, false);
   checkTensor("k", k, 4, false);
   checkTensor("v", v, 4, false);

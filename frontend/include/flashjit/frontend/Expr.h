@@ -31,6 +31,7 @@
 #ifndef FLASHJIT_FRONTEND_EXPR_H
 #define FLASHJIT_FRONTEND_EXPR_H
 
+#include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Types.h"
 
 #include <concepts>
@@ -278,7 +279,8 @@ public:
 };
 
 /// A conversion to type(). f32 -> integer truncates toward zero and
-/// saturates (NaN gives 0); bool -> number gives 0 or 1.
+/// saturates (NaN gives 0); integer -> f32 rounds to nearest; i64 -> i32
+/// wraps (keeps the low 32 bits); bool -> number gives 0 or 1.
 class CastExpr : public ExprNode {
 public:
   CastExpr(ScalarType type, Expr operand, std::source_location loc)
@@ -458,7 +460,8 @@ Expr makeBinary(BinaryOp op, const Expr &a, const Expr &b,
                 std::source_location loc);
 
 /// Structural equality: same kinds, types, operators, names and constants
-/// (floats compared bit for bit), ignoring source locations.
+/// (floats compared bit for bit; literals keep one NaN per sign, since the
+/// text form spells every NaN `nan` or `-nan`), ignoring source locations.
 bool structurallyEqual(const Expr &a, const Expr &b);
 
 /// True if \p e reads the leaf `score` anywhere.

@@ -4,7 +4,10 @@
 // A direct evaluator of the expression tree, used by the float64 reference
 // and as the oracle of property tests (compiled mask == interpreter at every
 // (q_idx, kv_idx)). Integers follow the DSL rules exactly (wrapping i32/i64,
-// division by zero gives 0); f32 expressions are evaluated in double.
+// division by zero gives 0); f32 arithmetic is evaluated in double (the
+// oracle is more precise than any f32 kernel, so float results agree to
+// float tolerance, not bit for bit), while integer -> f32 casts round to
+// float exactly as kernels do.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_FRONTEND_INTERPRETER_H

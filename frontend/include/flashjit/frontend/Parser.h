@@ -10,6 +10,7 @@
 #ifndef FLASHJIT_FRONTEND_PARSER_H
 #define FLASHJIT_FRONTEND_PARSER_H
 
+#include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Expr.h"
 #include "flashjit/frontend/Variant.h"
 

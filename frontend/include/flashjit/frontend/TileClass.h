@@ -5,9 +5,14 @@
 // never loaded) or mixed (Partial). classifyTile() decides this by
 // evaluating the mask over intervals (Moore, "Interval Analysis", 1966): each
 // index leaf ranges over the tile, so the answer is sound for any mask, and
-// exact for masks that compare independent functions of q_idx and kv_idx
-// (causal in both alignments, sliding windows, prefix-LM, chunked and their
-// conjunctions). Masks that read buffers or floats come out Partial.
+// exact for masks that compare independent functions of q_idx and kv_idx:
+// causal in both alignments, sliding windows (with or without the current
+// token), prefix-LM and chunked, and conjunctions of causal, sliding windows
+// and prefix-LM. A conjunction with chunked is exact when the chunk size is
+// a multiple of both tile sizes (every tile then lies in one chunk);
+// otherwise each conjunct is judged on its own and a tile that neither
+// conjunct empties alone may come out Partial though it is empty (sound,
+// only slower). Masks that read buffers or floats come out Partial.
 //
 // The compiler emits the same interval arithmetic as code, so the kernel
 // classifies tiles at run time from the real sequence lengths; this host

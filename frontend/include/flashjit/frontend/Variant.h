@@ -84,9 +84,11 @@ public:
   const Expr &maskExpr() const { return mask_; }
   /// The score modifier (f32).
   const Expr &scoreExpr() const { return score_; }
-  /// Every runtime parameter read by the mask or score modifier, by name.
+  /// Every runtime parameter read by the mask or score modifier, sorted by
+  /// name (kernel ABIs rely on this order).
   std::vector<ParamDecl> params() const;
-  /// Every buffer read by the mask or score modifier, by name.
+  /// Every buffer read by the mask or score modifier, sorted by name (kernel
+  /// ABIs rely on this order).
   std::vector<BufferDecl> buffers() const;
 
 private:
