@@ -1,0 +1,89 @@
+//===- FlashForwardKernel.h - FlashAttention-2 GPU forward kernel -*- C++ -*-//
+//
+// Builds the GPU forward kernel (mma.sync m16n8k16, ldmatrix, cp.async
+// double buffering) as a gpu.func inside a gpu.module. The variant's mask and
+// score modifier come in through a FragmentEmitter, emitted once per
+// accumulator element, and its tile classification once per (q tile, kv
+// tile). Internal to the compiler (includes MLIR).
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_CONVERSION_ATTNTONVVM_FLASHFORWARDKERNEL_H
+#define FLASHJIT_CONVERSION_ATTNTONVVM_FLASHFORWARDKERNEL_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+#include <utility>
+
+namespace flashjit::nvvm {
+
+/// Index values of one element or one tile bound, all i32.
+struct IndexValues {
+  mlir::Value batch, head, qIdx, kvIdx, seqlenQ, seqlenK;
+};
+
+/// Emits the variant's code inside the kernel.
+class FragmentEmitter {
+public:
+  virtual ~FragmentEmitter() = default;
+  /// True if the score modifier is not the identity.
+  virtual bool hasScoreMod() const = 0;
+  /// True if the mask is not the constant true.
+  virtual bool hasMask() const = 0;
+  /// The modified score (f32) of one element; \p score is scale * q.k.
+  virtual mlir::Value emitScore(mlir::OpBuilder &b, mlir::Location loc,
+                                const IndexValues &idx, mlir::Value score) = 0;
+  /// The mask (i1) of one element.
+  virtual mlir::Value emitMask(mlir::OpBuilder &b, mlir::Location loc,
+                               const IndexValues &idx) = 0;
+  /// Interval classification of a tile whose inclusive index ranges are
+  /// [lo, hi] (seqlens exact): (mayBeFalse, mayBeTrue), both i1.
+  virtual std::pair<mlir::Value, mlir::Value>
+  emitClassify(mlir::OpBuilder &b, mlir::Location loc, const IndexValues &lo,
+               const IndexValues &hi) = 0;
+  /// Types of the kernel arguments that follow the fixed ones (parameters
+  /// and buffers).
+  virtual llvm::SmallVector<mlir::Type>
+  extraArgumentTypes(mlir::MLIRContext *ctx) const = 0;
+  /// The kernel's values for extraArgumentTypes(), before any emit call.
+  virtual void setArguments(mlir::ValueRange args) = 0;
+  /// The `status` argument: i32 per buffer, set to 1 by an out-of-range read.
+  virtual void setStatus(mlir::Value status) = 0;
+};
+
+/// Compile-time shape of the kernel.
+struct KernelConfig {
+  std::string name = "flash_fwd";
+  int headDimQK = 128;
+  int headDimV = 128;
+  /// bf16 operands, else fp16 (Q, K, V and O share the dtype).
+  bool bf16 = true;
+  /// Query rows per CTA: 16 per warp.
+  int blockM = 64;
+  /// Keys per tile, a multiple of 16.
+  int blockN = 64;
+  int numWarps = 4;
+  bool returnLse = true;
+  /// Dynamic shared memory the kernel needs, in bytes (Q, two K/V stages).
+  int sharedBytes() const;
+};
+
+/// Adds `gpu.func @<config.name>` to \p gpuModule. Kernel arguments, in order:
+///   q, k, v, o, lse, status                : 6 x !llvm.ptr<1>
+///   q, k, v, o strides (batch, head, seq)  : 12 x i64 (elements)
+///   lse strides (batch, head, seq)         : 3 x i64
+///   seqlen_q, seqlen_k, heads_q / heads_kv : 3 x i32
+///   scale, scale * log2(e)                 : 2 x f32
+///   emitter.extraArgumentTypes()
+/// The head_dim stride of every tensor is 1. Grid: (ceil(seqlen_q /
+/// blockM), heads_q, batch), block: 32 * numWarps threads, dynamic shared
+/// memory: config.sharedBytes().
+void buildFlashForwardKernel(mlir::OpBuilder &b, mlir::Location loc,
+                             mlir::Operation *gpuModule,
+                             const KernelConfig &config,
+                             FragmentEmitter &emitter);
+
+} // namespace flashjit::nvvm
+
+#endif // FLASHJIT_CONVERSION_ATTNTONVVM_FLASHFORWARDKERNEL_H

@@ -1,0 +1,429 @@
+//===- AttnOps.td - attn dialect operations ----------------*- tablegen -*-===//
+//
+// High level: attn.attention (mask and score regions), attn.yield and the
+// scalar ops the regions need beyond arith/math (attn.param,
+// attn.buffer_load, attn.div, attn.rem, attn.fptosi_sat).
+//
+// Tile level (FlashAttention-2 forward, destination-passing style on f32
+// memref tiles): attn.fill, attn.load_tile, attn.dot, attn.mask_select,
+// attn.score_mod, attn.row_max, attn.exp2, attn.rescale, attn.row_sum,
+// attn.store_tile, attn.store_lse, attn.load_elem.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_ATTN_OPS
+#define FLASHJIT_ATTN_OPS
+
+include "flashjit/Dialect/Attn/IR/AttnDialect.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+def Attn_Ptr : Type<CPred<"::llvm::isa<::mlir::LLVM::LLVMPointerType>($_self)">,
+                    "LLVM pointer", "::mlir::LLVM::LLVMPointerType">,
+              BuildableType<"::mlir::LLVM::LLVMPointerType::get($_builder.getContext())">;
+def Attn_Tile : MemRefRankOf<[F32], [2]>;
+def Attn_Rows : MemRefRankOf<[F32], [1]>;
+def Attn_RowsOrTile : MemRefRankOf<[F32], [1, 2]>;
+def Attn_DslScalar : AnyTypeOf<[I32, I64, F32]>;
+
+//===----------------------------------------------------------------------===//
+// High level
+//===----------------------------------------------------------------------===//
+
+def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove]> {
+  let summary = "one attention kernel: shapes, mask and score modifier";
+  let description = [{
+    Declares the forward attention kernel `@sym_name`:
+    `O = softmax(mask(score_mod(scale * Q K^T))) V` and `LSE`, with Q of
+    `heads_q` heads and K/V of `heads_kv` heads (query head h reads K/V head
+    `h / (heads_q / heads_kv)`). The `mask` region takes
+    `(batch, head, q_idx, kv_idx, seqlen_q, seqlen_k)` (all i32) and yields
+    an i1; the `score` region takes the f32 score followed by the same six
+    indices and yields an f32. `params` and `buffers` map the names of the
+    runtime parameters and captured buffers read by the regions to their
+    types.
+
+    ```mlir
+    attn.attention @causal_softcap {dtype_q = bf16, dtype_k = bf16,
+        dtype_v = bf16, dtype_o = bf16, head_dim_qk = 64 : i64,
+        head_dim_v = 64 : i64, heads_q = 4 : i64, heads_kv = 2 : i64,
+        scale = 0.125 : f32, return_lse = true, params = {}, buffers = {}}
+    mask {
+    ^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+      %0 = arith.cmpi sle, %kv, %q : i32
+      attn.yield %0 : i1
+    } score {
+    ^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+      %c = arith.constant 3.000000e+01 : f32
+      %0 = arith.divf %s, %c : f32
+      %1 = math.tanh %0 : f32
+      %2 = arith.mulf %c, %1 : f32
+      attn.yield %2 : f32
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       I64Attr:$head_dim_qk, I64Attr:$head_dim_v,
+                       TypeAttr:$dtype_q, TypeAttr:$dtype_k,
+                       TypeAttr:$dtype_v, TypeAttr:$dtype_o,
+                       I64Attr:$heads_q, I64Attr:$heads_kv,
+                       F32Attr:$scale, BoolAttr:$return_lse,
+                       DictionaryAttr:$params, DictionaryAttr:$buffers);
+  let regions = (region SizedRegion<1>:$mask, SizedRegion<1>:$score);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword `mask` $mask `score` $score";
+  let hasVerifier = 1;
+}
+
+def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator, ReturnLike,
+    ParentOneOf<["AttentionOp", "MaskSelectOp", "ScoreModOp"]>]> {
+  let summary = "yields the value of a mask or score region";
+  let description = [{
+    Ends the `mask` region (an i1) or the `score` region (an f32) of
+    `attn.attention`, `attn.mask_select` and `attn.score_mod`.
+
+    ```mlir
+    attn.yield %allowed : i1
+    ```
+  }];
+  let arguments = (ins AnyTypeOf<[I1, F32]>:$value);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+def Attn_ParamOp : Attn_Op<"param", [Pure]> {
+  let summary = "reads a runtime scalar parameter";
+  let description = [{
+    The value of the runtime parameter `name` (a kernel argument, so changing
+    it never recompiles). Its type must match the enclosing
+    `attn.attention`'s `params` entry.
+
+    ```mlir
+    %cap = attn.param "cap" : f32
+    ```
+  }];
+  let arguments = (ins StrAttr:$name);
+  let results = (outs Attn_DslScalar:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Attn_BufferLoadOp : Attn_Op<"buffer_load", [Pure]> {
+  let summary = "reads one element of a captured buffer";
+  let description = [{
+    Element `index` of the captured 1-D buffer `name`. Reads outside the
+    buffer give 0 and are reported to the caller after the kernel ran.
+
+    ```mlir
+    %d = attn.buffer_load "doc_id"[%q] : i32 -> i32
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, AnySignlessInteger:$index);
+  let results = (outs Attn_DslScalar:$result);
+  let assemblyFormat =
+      "$name `[` $index `]` attr-dict `:` type($index) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+class Attn_IntBinaryOp<string mnemonic> : Attn_Op<mnemonic,
+    [Pure, SameOperandsAndResultType]> {
+  let arguments = (ins AnyTypeOf<[I32, I64]>:$lhs, AnyTypeOf<[I32, I64]>:$rhs);
+  let results = (outs AnyTypeOf<[I32, I64]>:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Attn_DivOp : Attn_IntBinaryOp<"div"> {
+  let summary = "the DSL's integer division";
+  let description = [{
+    Signed division truncating toward zero that never traps: `x / 0` is 0
+    and `MIN / -1` wraps to `MIN`.
+
+    ```mlir
+    %c = attn.div %q, %chunk : i32
+    ```
+  }];
+}
+
+def Attn_RemOp : Attn_IntBinaryOp<"rem"> {
+  let summary = "the DSL's integer remainder";
+  let description = [{
+    Signed remainder (sign of the dividend) that never traps: `x % 0` and
+    `x % -1` are 0.
+
+    ```mlir
+    %r = attn.rem %q, %c64 : i32
+    ```
+  }];
+}
+
+def Attn_FPToSISatOp : Attn_Op<"fptosi_sat", [Pure]> {
+  let summary = "saturating f32 to integer conversion";
+  let description = [{
+    Truncates toward zero; values beyond the integer range saturate and NaN
+    gives 0.
+
+    ```mlir
+    %i = attn.fptosi_sat %x : f32 to i32
+    ```
+  }];
+  let arguments = (ins F32:$in);
+  let results = (outs AnyTypeOf<[I32, I64]>:$out);
+  let assemblyFormat = "$in attr-dict `:` type($in) `to` type($out)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Tile level
+//===----------------------------------------------------------------------===//
+
+def Attn_FillOp : Attn_Op<"fill"> {
+  let summary = "sets every element of a tile or row vector";
+  let description = [{
+    ```mlir
+    attn.fill %ninf, %m : f32, memref<64xf32>
+    ```
+  }];
+  let arguments = (ins F32:$value, Attn_RowsOrTile:$dst);
+  let assemblyFormat = "$value `,` $dst attr-dict `:` type($value) `,` type($dst)";
+  let hasVerifier = 1;
+}
+
+def Attn_LoadTileOp : Attn_Op<"load_tile"> {
+  let summary = "loads a strided tile of rows from memory, widened to f32";
+  let description = [{
+    Row `r < rows` of `dst` gets the `dim(dst, 1)` elements of type
+    `elem_type` at element offsets `offset + r * row_stride + c * col_stride`
+    from `base`; rows `r >= rows` are set to 0, so edge tiles need no
+    special case downstream.
+
+    ```mlir
+    attn.load_tile %q[%off] rows %n strides(%s2, %s3) into %qt
+        : bf16, memref<64x128xf32>
+    ```
+  }];
+  let arguments = (ins Attn_Ptr:$base, I64:$offset, I64:$rows,
+                       I64:$row_stride, I64:$col_stride, Attn_Tile:$dst,
+                       TypeAttr:$elem_type);
+  let assemblyFormat = [{
+    $base `[` $offset `]` `rows` $rows `strides` `(` $row_stride `,`
+    $col_stride `)` `into` $dst attr-dict `:` $elem_type `,` type($dst)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_DotOp : Attn_Op<"dot"> {
+  let summary = "tile matrix product: acc (+)= scale * lhs x rhs(^T)";
+  let description = [{
+    `acc[i][j] = (accumulate ? acc[i][j] : 0) + scale * sum_k lhs[i][k] *
+    rhs'[k][j]` where `rhs'` is `rhs` transposed when `transpose_rhs` is set
+    (S = Q K^T) and `rhs` itself otherwise (O += P V).
+
+    ```mlir
+    attn.dot %qt, %kt transpose_rhs into %s scale 0.180336878 : memref<64x128xf32>, memref<64x128xf32>, memref<64x64xf32>
+    attn.dot %p, %vt into %acc accumulate scale 1.0 : memref<64x64xf32>, memref<64x128xf32>, memref<64x128xf32>
+    ```
+  }];
+  let arguments = (ins Attn_Tile:$lhs, Attn_Tile:$rhs, Attn_Tile:$acc,
+                       UnitAttr:$transpose_rhs, UnitAttr:$accumulate,
+                       F32Attr:$scale);
+  let assemblyFormat = [{
+    $lhs `,` $rhs (`transpose_rhs` $transpose_rhs^)? `into` $acc
+    (`accumulate` $accumulate^)? `scale` $scale attr-dict `:` type($lhs) `,`
+    type($rhs) `,` type($acc)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_MaskSelectOp : Attn_Op<"mask_select"> {
+  let summary = "masked select: disallowed scores become -inf";
+  let description = [{
+    For the score tile `scores` of queries `q0 + i` and keys `kv0 + j`:
+    elements with `i >= rows` or `j >= cols` (past the sequence) and
+    elements whose `mask` region yields false become -inf; others are kept.
+    The region takes `(batch, head, q_idx, kv_idx, seqlen_q, seqlen_k)` as
+    i32. A region that yields the constant `true` (a tile classified full)
+    runs no per-element mask code: only the bounds are applied.
+
+    ```mlir
+    attn.mask_select %s at(%q0, %kv0) valid(%rows, %cols) batch %b head %h
+        seqlens(%sq, %sk) : memref<64x64xf32> {
+    ^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+      %0 = arith.cmpi sle, %kv, %q : i32
+      attn.yield %0 : i1
+    }
+    ```
+  }];
+  let arguments = (ins Attn_Tile:$scores, I64:$q0, I64:$kv0,
+                       I64:$rows, I64:$cols, I64:$batch, I64:$head,
+                       I64:$seqlen_q, I64:$seqlen_k);
+  let regions = (region SizedRegion<1>:$mask);
+  let assemblyFormat = [{
+    $scores `at` `(` $q0 `,` $kv0 `)` `valid` `(` $rows `,` $cols `)`
+    `batch` $batch `head` $head `seqlens` `(` $seqlen_q `,` $seqlen_k `)`
+    attr-dict `:` type($scores) $mask
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_ScoreModOp : Attn_Op<"score_mod"> {
+  let summary = "applies the score modifier to the live scores of a tile";
+  let description = [{
+    For each element with `i < rows`, `j < cols` whose score is not -inf
+    (i.e. allowed by the mask), replaces `s` by `post_scale * mod(s, ...)`,
+    where `mod` is the region (arguments: the f32 score, then batch, head,
+    q_idx, kv_idx, seqlen_q, seqlen_k as i32). `post_scale` folds log2(e)
+    in, so that the softmax runs on exp2.
+
+    ```mlir
+    attn.score_mod %s at(%q0, %kv0) valid(%rows, %cols) batch %b head %h
+        seqlens(%sq, %sk) post_scale 1.44269502 : memref<64x64xf32> {
+    ^bb0(%x: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+      attn.yield %x : f32
+    }
+    ```
+  }];
+  let arguments = (ins Attn_Tile:$scores, I64:$q0, I64:$kv0,
+                       I64:$rows, I64:$cols, I64:$batch, I64:$head,
+                       I64:$seqlen_q, I64:$seqlen_k, F32Attr:$post_scale);
+  let regions = (region SizedRegion<1>:$mod);
+  let assemblyFormat = [{
+    $scores `at` `(` $q0 `,` $kv0 `)` `valid` `(` $rows `,` $cols `)`
+    `batch` $batch `head` $head `seqlens` `(` $seqlen_q `,` $seqlen_k `)`
+    `post_scale` $post_scale attr-dict `:` type($scores) $mod
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_RowMaxOp : Attn_Op<"row_max"> {
+  let summary = "running row maximum";
+  let description = [{
+    `out[i] = max(init[i], max_j scores[i][j])` (-inf stays -inf).
+
+    ```mlir
+    attn.row_max %s, %m into %mnew : memref<64x64xf32>, memref<64xf32>, memref<64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_Tile:$scores, Attn_Rows:$init, Attn_Rows:$out);
+  let assemblyFormat = [{
+    $scores `,` $init `into` $out attr-dict `:` type($scores) `,`
+    type($init) `,` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_Exp2Op : Attn_Op<"exp2"> {
+  let summary = "exp2 relative to a row maximum, safe for empty rows";
+  let description = [{
+    `out[i, ...] = max[i] == -inf ? 0 : exp2(in[i, ...] - max[i])`: the
+    guard keeps rows with no allowed key free of (-inf) - (-inf) = NaN. On
+    a 1-D `in` this gives the rescale factor `exp2(m_old - m_new)`.
+
+    ```mlir
+    attn.exp2 %s, %mnew into %p : memref<64x64xf32>, memref<64xf32>, memref<64x64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_RowsOrTile:$in, Attn_Rows:$max, Attn_RowsOrTile:$out);
+  let assemblyFormat = [{
+    $in `,` $max `into` $out attr-dict `:` type($in) `,` type($max) `,`
+    type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_RescaleOp : Attn_Op<"rescale"> {
+  let summary = "multiplies each row by a per-row factor, in place";
+  let description = [{
+    `x[i, ...] *= factor[i]` (the O accumulator and the running sum after
+    the running maximum moved).
+
+    ```mlir
+    attn.rescale %acc by %alpha : memref<64x128xf32>, memref<64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_RowsOrTile:$x, Attn_Rows:$factor);
+  let assemblyFormat = "$x `by` $factor attr-dict `:` type($x) `,` type($factor)";
+  let hasVerifier = 1;
+}
+
+def Attn_RowSumOp : Attn_Op<"row_sum"> {
+  let summary = "accumulates row sums";
+  let description = [{
+    `acc[i] += sum_j in[i][j]`.
+
+    ```mlir
+    attn.row_sum %p into %l : memref<64x64xf32>, memref<64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_Tile:$in, Attn_Rows:$acc);
+  let assemblyFormat = "$in `into` $acc attr-dict `:` type($in) `,` type($acc)";
+  let hasVerifier = 1;
+}
+
+def Attn_StoreTileOp : Attn_Op<"store_tile"> {
+  let summary = "normalises the O accumulator and stores its valid rows";
+  let description = [{
+    For `r < rows`: element c of row r, `sum[r] == 0 ? 0 : acc[r][c] /
+    sum[r]`, is rounded to `elem_type` and stored at element offset
+    `offset + r * row_stride + c * col_stride` of `base`. Rows with no
+    allowed key (sum 0) store exact zeros.
+
+    ```mlir
+    attn.store_tile %acc, %l into %o[%off] rows %n strides(%s2, %s3)
+        : memref<64x128xf32>, memref<64xf32> -> bf16
+    ```
+  }];
+  let arguments = (ins Attn_Tile:$acc, Attn_Rows:$sum, Attn_Ptr:$base,
+                       I64:$offset, I64:$rows, I64:$row_stride,
+                       I64:$col_stride, TypeAttr:$elem_type);
+  let assemblyFormat = [{
+    $acc `,` $sum `into` $base `[` $offset `]` `rows` $rows `strides` `(`
+    $row_stride `,` $col_stride `)` attr-dict `:` type($acc) `,` type($sum)
+    `->` $elem_type
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_StoreLseOp : Attn_Op<"store_lse"> {
+  let summary = "stores the natural-log LSE of the valid rows";
+  let description = [{
+    For `r < rows`: `sum[r] == 0 ? -inf : (max[r] + log2(sum[r])) * ln(2)`
+    (max and sum are in the exp2 domain) as f32 at element offset
+    `offset + r * row_stride` of `base`.
+
+    ```mlir
+    attn.store_lse %m, %l into %lse[%off] rows %n stride %s2
+        : memref<64xf32>, memref<64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_Rows:$max, Attn_Rows:$sum, Attn_Ptr:$base,
+                       I64:$offset, I64:$rows, I64:$row_stride);
+  let assemblyFormat = [{
+    $max `,` $sum `into` $base `[` $offset `]` `rows` $rows `stride`
+    $row_stride attr-dict `:` type($max) `,` type($sum)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_LoadElemOp : Attn_Op<"load_elem"> {
+  let summary = "bounds-checked read of one buffer element";
+  let description = [{
+    Element `index` of the `size`-element buffer at `base`. An index
+    outside `[0, size)` reads nothing, gives 0 and sets the i32 flag at
+    `status[slot]` to 1 (the host reports it after the kernel ran).
+
+    ```mlir
+    %v = attn.load_elem %doc[%i] size %n status %st[0] : i32 -> i32
+    ```
+  }];
+  let arguments = (ins Attn_Ptr:$base, AnySignlessInteger:$index, I64:$size,
+                       Attn_Ptr:$status, I64Attr:$slot);
+  let results = (outs Attn_DslScalar:$result);
+  let assemblyFormat = [{
+    $base `[` $index `]` `size` $size `status` $status `[` $slot `]`
+    attr-dict `:` type($index) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // FLASHJIT_ATTN_OPS

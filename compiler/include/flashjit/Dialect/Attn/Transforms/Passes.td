@@ -1,0 +1,92 @@
+//===- Passes.td - attn dialect passes ---------------------*- tablegen -*-===//
+#ifndef FLASHJIT_ATTN_PASSES
+#define FLASHJIT_ATTN_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+def AttnTile : Pass<"attn-tile", "::mlir::ModuleOp"> {
+  let summary = "turns attn.attention into a FlashAttention-2 tile program";
+  let description = [{
+    Replaces each `attn.attention @f` by `func.func @f` with the kernel ABI
+    (plain pointers, sizes and strides as scalars) whose body runs the
+    FlashAttention-2 forward algorithm for the work items
+    `[item_begin, item_end)` (one item = one (batch, head, q tile)): load the
+    Q tile; for each K/V tile, classify the tile at run time by interval
+    arithmetic over the mask (see TileClassifier.h), skip empty tiles,
+    apply the mask per element only on partial tiles, then online softmax
+    with exp2 (log2(e) folded into the scale) and rescaled O; finally store
+    O and LSE.
+
+    Before:
+    ```mlir
+    attn.attention @causal {...} mask {...} score {...}
+    ```
+    After:
+    ```mlir
+    func.func @causal(%q: !llvm.ptr, ..., %item_begin: i64, %item_end: i64) {
+      scf.for %item = ... {
+        attn.load_tile ...
+        scf.for %kt = ... {
+          // classification, then attn.dot / attn.mask_select / attn.row_max /
+          // attn.exp2 / attn.rescale / attn.row_sum / attn.dot
+        }
+        attn.store_tile ...
+        attn.store_lse ...
+      }
+    }
+    ```
+  }];
+  let options = [
+    Option<"blockM", "block-m", "int64_t", /*default=*/"64",
+           "queries per tile">,
+    Option<"blockN", "block-n", "int64_t", /*default=*/"64",
+           "keys per tile">,
+    Option<"countTiles", "count-tiles", "bool", /*default=*/"false",
+           "count full/partial/empty tiles into the counters argument">
+  ];
+  let dependentDialects = ["::mlir::func::FuncDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+}
+
+def AttnExpandScalar : Pass<"attn-expand-scalar"> {
+  let summary = "expands the DSL's scalar ops into arith/scf/llvm";
+  let description = [{
+    Lowers attn.param (outside attn.attention), attn.div, attn.rem,
+    attn.fptosi_sat and attn.load_elem to standard ops with the DSL's
+    semantics: no traps on division by zero or MIN / -1, saturating
+    float-to-int casts, bounds-checked buffer reads that flag the host.
+
+    Before:
+    ```mlir
+    %c = attn.div %a, %b : i32
+    ```
+    After:
+    ```mlir
+    %z = arith.cmpi eq, %b, %c0 : i32
+    ... arith.divsi on a safe divisor, arith.select ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+}
+
+def AttnTestClassify : Pass<"attn-test-classify", "::mlir::ModuleOp"> {
+  let summary = "test pass: emits the run-time tile classifier of each mask";
+  let description = [{
+    For each `attn.attention @f`, adds
+    `func.func @f_classify(batch, head, q_lo, q_hi, kv_lo, kv_hi, seqlen_q,
+    seqlen_k: i64, params...) -> i8` returning the tile class (0 empty,
+    1 partial, 2 full) computed by the same code `attn-tile` puts in the
+    kernel. Used by lit tests and by the JIT-compiled classifier that unit
+    tests compare with flashjit::classifyTile.
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
+#endif // FLASHJIT_ATTN_PASSES

@@ -1,0 +1,28 @@
+//===- MLIRGen.h - Frontend expression trees to the attn dialect -*- C++
+//-*-===//
+//
+// The one place where the frontend's expression tree becomes MLIR: an
+// AttentionSpec becomes a module holding one attn.attention op whose mask and
+// score regions are the user's expressions, each op located at the user's
+// source line. Compiler-internal (includes MLIR).
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_FRONTENDTOMLIR_MLIRGEN_H
+#define FLASHJIT_FRONTENDTOMLIR_MLIRGEN_H
+
+#include "flashjit/frontend/Variant.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+namespace flashjit {
+
+/// Builds `module { attn.attention @<variant name> ... }` for \p spec (which
+/// must be valid: call spec.validate() first). Returns null after emitting a
+/// diagnostic if the result does not verify.
+mlir::OwningOpRef<mlir::ModuleOp> mlirGen(mlir::MLIRContext &context,
+                                          const AttentionSpec &spec);
+
+} // namespace flashjit
+
+#endif // FLASHJIT_FRONTENDTOMLIR_MLIRGEN_H

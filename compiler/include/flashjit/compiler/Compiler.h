@@ -1,0 +1,145 @@
+//===- Compiler.h - Compiling attention specs to kernels ---------*- C++
+//-*-===//
+//
+// The public entry point of the compiler, free of MLIR and LLVM headers:
+// include it anywhere. compileCpu() turns an AttentionSpec into a
+// FlashAttention-2 kernel for the host CPU (attn dialect -> tile program ->
+// loops -> LLVM -> ORC JIT) and returns an object that runs it on strided
+// tensors, reports the time each stage took and keeps each stage's text.
+//
+// Supported on the CPU: head dims 1..512, fp16/bf16/fp32 tensors (computed
+// in fp32), block_m and block_n in {16, 32, 64, 128}. Anything else is a
+// UserError raised before MLIR or LLVM is touched, so no LLVM fatal error
+// can reach the host application.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_COMPILER_COMPILER_H
+#define FLASHJIT_COMPILER_COMPILER_H
+
+#include "flashjit/frontend/Arguments.h"
+#include "flashjit/frontend/Tensor.h"
+#include "flashjit/frontend/TileClass.h"
+#include "flashjit/frontend/Variant.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashjit {
+
+/// Where the generated kernel runs.
+enum class Target : uint8_t { CPU };
+
+/// How to compile one spec.
+struct CompileOptions {
+  Target target = Target::CPU;
+  /// Queries per tile; 0 picks the target's default (CPU: 64).
+  int blockM = 0;
+  /// Keys per tile; 0 picks the target's default (CPU: 64).
+  int blockN = 0;
+  /// Directory that receives one file per stage (<name>.attn.mlir,
+  /// .tiled.mlir, .llvm.mlir, .ll, .opt.ll); empty means $FLASHJIT_DUMP_DIR
+  /// if set, else no files.
+  std::string dumpDir;
+  /// Instrument the kernel to count full/partial/empty tiles (RunStats).
+  bool countTiles = false;
+  /// LLVM optimisation level, 0..3.
+  int optLevel = 2;
+};
+
+/// The compilation stages whose output can be inspected.
+enum class Stage : uint8_t {
+  Attn,        ///< attn.attention with the user's regions (with locations)
+  Tiled,       ///< the FlashAttention-2 tile program
+  LLVMDialect, ///< after lowering to the LLVM dialect
+  LLVMIR,      ///< LLVM IR before optimisation
+  LLVMIROpt    ///< LLVM IR after optimisation
+};
+/// "attn", "tiled", "llvm-dialect", "llvm-ir", "llvm-ir-opt".
+std::string_view toString(Stage stage);
+
+/// Wall time of one compilation step.
+struct StageTiming {
+  std::string name;
+  double seconds = 0.0;
+};
+
+/// What a run reports besides its outputs.
+struct RunStats {
+  /// Tile classes seen by the kernel, summed over batches and heads; only
+  /// filled when compiled with CompileOptions::countTiles.
+  TileCounts tiles;
+  bool tilesCounted = false;
+};
+
+/// A compiled CPU kernel. Thread-safe: run() may be called concurrently.
+class CpuKernel {
+public:
+  struct Impl;
+  explicit CpuKernel(std::unique_ptr<Impl> impl);
+  ~CpuKernel();
+  CpuKernel(const CpuKernel &) = delete;
+  CpuKernel &operator=(const CpuKernel &) = delete;
+
+  /// The spec this kernel computes.
+  const AttentionSpec &spec() const;
+  int blockM() const;
+  int blockN() const;
+
+  /// Computes O (and LSE when the spec returns it) for q [B, Hq, Sq, Dqk],
+  /// k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv] into o [B, Hq, Sq, Dv] and lse
+  /// [B, Hq, Sq] (fp32), any strides. \p lse is required when
+  /// spec().returnLse and ignored otherwise. Work is spread over
+  /// \p numThreads threads (0: all cores). Throws UserError for bad tensors
+  /// or arguments, and after the run for a buffer read out of range (such
+  /// reads load nothing and give 0; the outputs are then unspecified).
+  RunStats run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+               const TensorRef &o, const TensorRef *lse,
+               const Arguments &args = {}, int numThreads = 0) const;
+
+  /// Time per compilation step, in order, with a final "total".
+  const std::vector<StageTiming> &timings() const;
+  /// The text of one stage.
+  const std::string &stageText(Stage stage) const;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Checks that the CPU backend supports \p spec and \p options (after
+/// spec.validate()); throws UserError naming the field otherwise.
+void validateForCpu(const AttentionSpec &spec, const CompileOptions &options);
+
+/// Compiles \p spec for the host CPU. Throws UserError (unsupported spec or
+/// option) or CompileError (a pass failed: the message holds the
+/// diagnostics).
+std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
+                                            const CompileOptions &options = {});
+
+/// The run-time tile classifier of a spec's mask, JIT-compiled on its own:
+/// the very code kernels run to classify tiles, exposed so tests can compare
+/// it with flashjit::classifyTile on many boxes without running attention.
+class TileClassifierKernel {
+public:
+  struct Impl;
+  explicit TileClassifierKernel(std::unique_ptr<Impl> impl);
+  ~TileClassifierKernel();
+  /// The class of \p box; parameters come from \p args (all required).
+  TileClass classify(const TileBox &box, const Arguments &args = {}) const;
+  /// Counts over a seqlen_q x seqlen_k problem, like flashjit::countTiles.
+  TileCounts count(int64_t seqlenQ, int64_t seqlenK, int64_t blockM,
+                   int64_t blockN, const Arguments &args = {}) const;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// JIT-compiles the tile classifier of spec.effectiveMask().
+std::shared_ptr<const TileClassifierKernel>
+compileTileClassifier(const AttentionSpec &spec);
+
+} // namespace flashjit
+
+#endif // FLASHJIT_COMPILER_COMPILER_H

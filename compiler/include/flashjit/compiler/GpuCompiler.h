@@ -1,0 +1,74 @@
+//===- GpuCompiler.h - Compiling attention specs to GPU kernels --*- C++
+//-*-===//
+//
+// compileGpu() turns an AttentionSpec into PTX for an NVIDIA GPU
+// (attn dialect -> convert-attn-to-nvvm -> NVVM/LLVM -> PTX) with the facts
+// needed to launch it (flashjit::runtime::GpuAttentionKernel runs it).
+// Needs no GPU and no CUDA driver: CI generates and assembles every kernel.
+// Free of MLIR and LLVM headers.
+//
+// Supported: Q, K, V and O of one dtype, bf16 or fp16; head dims multiples
+// of 16 up to 256; targets sm_80 and sm_90a. Anything else is a UserError
+// raised before MLIR or LLVM is touched.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_COMPILER_GPUCOMPILER_H
+#define FLASHJIT_COMPILER_GPUCOMPILER_H
+
+#include "flashjit/compiler/Compiler.h"
+
+#include <string>
+#include <vector>
+
+namespace flashjit {
+
+/// How to compile one spec for a GPU.
+struct GpuCompileOptions {
+  /// "sm_80" or "sm_90a".
+  std::string arch = "sm_90a";
+  /// Keys per tile (a multiple of 16); 0 picks the default for the head dim
+  /// (64 up to head_dim 128, else 32).
+  int blockN = 0;
+  /// Warps per CTA, each owning 16 query rows (block_m = 16 * warps); 0 picks
+  /// the default (8 up to head_dim 128, else 4).
+  int numWarps = 0;
+  /// Directory that receives <name>.attn.mlir, .gpu.mlir and .ptx; empty
+  /// means $FLASHJIT_DUMP_DIR if set, else no files.
+  std::string dumpDir;
+};
+
+/// A generated GPU kernel: PTX and its launch facts.
+struct GpuKernelImage {
+  /// The kernel's symbol (the variant's name).
+  std::string name;
+  /// The target architecture, e.g. "sm_90a".
+  std::string arch;
+  /// PTX text (ISA 8.0).
+  std::string ptx;
+  /// Threads per CTA, query rows per CTA, keys per tile.
+  int threads = 0;
+  int blockM = 0;
+  int blockN = 0;
+  /// Dynamic shared memory per CTA, bytes.
+  int sharedBytes = 0;
+  /// The attn IR (with the user's locations) and the GPU-dialect IR.
+  std::string attnText;
+  std::string gpuText;
+  /// Time per step, with a final "total".
+  std::vector<StageTiming> timings;
+};
+
+/// Checks that the GPU backend supports \p spec and \p options (after
+/// spec.validate()); throws UserError naming the field otherwise.
+void validateForGpu(const AttentionSpec &spec,
+                    const GpuCompileOptions &options);
+
+/// Generates the GPU kernel of \p spec. Throws UserError (unsupported spec or
+/// option) or CompileError (a pass failed: the message holds the
+/// diagnostics).
+GpuKernelImage compileGpu(const AttentionSpec &spec,
+                          const GpuCompileOptions &options = {});
+
+} // namespace flashjit
+
+#endif // FLASHJIT_COMPILER_GPUCOMPILER_H

@@ -1,0 +1,130 @@
+//===- GpuCompile.cpp - AttentionSpec to PTX ------------------------------===//
+//
+// The driver of the GPU backend: validate (UserError, before MLIR), MLIRGen,
+// the attn-to-NVVM pipeline (convert-attn-to-nvvm, attn-expand-scalar, then
+// MLIR's gpu-lower-to-nvvm pipeline with format=isa), and the PTX out of the
+// resulting gpu.binary. Each step is timed; pass failures become
+// CompileError carrying the diagnostics.
+//
+//===----------------------------------------------------------------------===//
+#include "CompileSupport.h"
+
+#include "flashjit/FrontendToMLIR/MLIRGen.h"
+#include "flashjit/Pipeline/Pipelines.h"
+#include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/frontend/Error.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+using namespace mlir;
+
+namespace flashjit {
+
+namespace {
+int defaultWarps(const AttentionSpec &spec) {
+  return std::max(spec.headDimQK, spec.headDimV) > 128 ? 4 : 8;
+}
+int defaultBlockN(const AttentionSpec &spec) {
+  return std::max(spec.headDimQK, spec.headDimV) > 128 ? 32 : 64;
+}
+} // namespace
+
+void validateForGpu(const AttentionSpec &spec,
+                    const GpuCompileOptions &options) {
+  spec.validate();
+  if (options.arch != "sm_80" && options.arch != "sm_90a")
+    throw UserError(fmt::format("arch = '{}' is not supported (sm_80 or "
+                                "sm_90a)",
+                                options.arch));
+  if (spec.dtypeQ != spec.dtypeK || spec.dtypeQ != spec.dtypeV ||
+      spec.dtypeQ != spec.dtypeO)
+    throw UserError(fmt::format(
+        "dtypes q/k/v/o = {}/{}/{}/{}: the GPU kernel needs one dtype",
+        toString(spec.dtypeQ), toString(spec.dtypeK), toString(spec.dtypeV),
+        toString(spec.dtypeO)));
+  if (spec.dtypeQ == DType::F32)
+    throw UserError("dtype = fp32 is not supported on the GPU (fp16 or "
+                    "bf16; the CPU backend takes fp32)");
+  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
+                          std::pair{"head_dim_v", spec.headDimV}})
+    if (d % 16 != 0 || d > 256)
+      throw UserError(fmt::format("{} = {} is not supported on the GPU "
+                                  "(multiples of 16 up to 256)",
+                                  field, d));
+  int blockN = options.blockN ? options.blockN : defaultBlockN(spec);
+  if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
+    throw UserError(fmt::format("block_n = {} must be a multiple of 16 in "
+                                "[16, 128]",
+                                blockN));
+  int warps = options.numWarps ? options.numWarps : defaultWarps(spec);
+  if (warps != 4 && warps != 8)
+    throw UserError(fmt::format("num_warps = {} must be 4 or 8", warps));
+  // Q tile + two K/V stages, 16-bit, rows padded by 8 elements.
+  int64_t smem = 2 * (16 * warps * (spec.headDimQK + 8) +
+                      2 * blockN * (spec.headDimQK + 8 + spec.headDimV + 8));
+  if (smem > 227 * 1024)
+    throw UserError(fmt::format("block_n = {} with {} warps needs {} bytes "
+                                "of shared memory; at most 232448",
+                                blockN, warps, smem));
+}
+
+GpuKernelImage compileGpu(const AttentionSpec &spec,
+                          const GpuCompileOptions &options) {
+  validateForGpu(spec, options); // every UserError before MLIR/LLVM
+  GpuKernelImage image;
+  image.name = spec.variant.name();
+  image.arch = options.arch;
+  int warps = options.numWarps ? options.numWarps : defaultWarps(spec);
+  image.threads = 32 * warps;
+  image.blockM = 16 * warps;
+  image.blockN = options.blockN ? options.blockN : defaultBlockN(spec);
+  image.sharedBytes =
+      2 * (image.blockM * (spec.headDimQK + 8) +
+           2 * image.blockN * (spec.headDimQK + 8 + spec.headDimV + 8));
+
+  StopWatch total, w;
+  std::unique_ptr<MLIRContext> ctx = makeContext();
+  DiagnosticCapture diag(ctx.get());
+  OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec);
+  if (!module)
+    throw CompileError("MLIRGen failed:\n" + diag.text());
+  image.attnText = printOp(*module, /*withLocations=*/true);
+  image.timings.push_back({"mlirgen", w.lap()});
+
+  GpuPipelineOptions po;
+  po.arch = options.arch;
+  po.blockN = image.blockN;
+  po.numWarps = warps;
+  runPipeline(*ctx, *module, "attn-to-nvvm", diag,
+              [&](OpPassManager &pm) { buildAttnToNVVMPipeline(pm, po); });
+  image.gpuText = printOp(*module, /*withLocations=*/false);
+  image.timings.push_back({"attn-to-nvvm", w.lap()});
+
+  runPipeline(*ctx, *module, "nvvm-to-ptx", diag,
+              [&](OpPassManager &pm) { buildNVVMToPTXPipeline(pm, po); });
+  module->walk([&](gpu::BinaryOp bin) {
+    for (Attribute a : bin.getObjects())
+      image.ptx += cast<gpu::ObjectAttr>(a).getObject().getValue().str();
+  });
+  if (image.ptx.empty())
+    throw CompileError("the NVVM pipeline produced no PTX:\n" + diag.text());
+  image.timings.push_back({"nvvm-to-ptx", w.lap()});
+  image.timings.push_back({"total", total.lap()});
+
+  std::string dir = options.dumpDir;
+  if (dir.empty())
+    if (const char *env = std::getenv("FLASHJIT_DUMP_DIR"))
+      dir = env;
+  if (!dir.empty())
+    dumpFiles(dir, image.name,
+              {{".attn.mlir", image.attnText},
+               {".gpu.mlir", image.gpuText},
+               {"." + image.arch + ".ptx", image.ptx}});
+  return image;
+}
+
+} // namespace flashjit

@@ -1,0 +1,254 @@
+//===- AttnToNVVM.cpp - attn.attention to a GPU kernel --------------------===//
+//
+// Pass `convert-attn-to-nvvm`.
+//
+// Pre:  a module holding attn.attention ops (the IR MLIRGen builds).
+// Post: each attn.attention @f is replaced by gpu.func @f (kernel) in one
+//       gpu.module @flashjit_kernels, built by buildFlashForwardKernel; the
+//       module is a gpu.container_module. The mask and score regions are
+//       cloned into the kernel once per accumulator element, attn.param
+//       becomes a kernel argument and attn.buffer_load a bounds-checked load
+//       (out of range: 0, and the buffer's status flag is set). attn.div,
+//       attn.rem and attn.fptosi_sat remain for attn-expand-scalar. Tile
+//       classification is buildTileClassifier over the mask region, the same
+//       code the CPU kernels run.
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
+#include "flashjit/Conversion/Passes.h"
+#include "flashjit/Dialect/Attn/IR/Attn.h"
+#include "flashjit/Dialect/Attn/Transforms/TileClassifier.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+namespace flashjit {
+#define GEN_PASS_DEF_CONVERTATTNTONVVM
+#include "flashjit/Conversion/Passes.h.inc"
+} // namespace flashjit
+
+using namespace mlir;
+
+namespace flashjit::nvvm {
+namespace {
+
+/// A FragmentEmitter that clones the regions of one attn.attention.
+class RegionEmitter : public FragmentEmitter {
+public:
+  explicit RegionEmitter(attn::AttentionOp op) : op_(op) {
+    for (NamedAttribute p : op.getParams())
+      params_.push_back(
+          {p.getName().str(), cast<TypeAttr>(p.getValue()).getValue()});
+    for (NamedAttribute b : op.getBuffers())
+      buffers_.push_back(
+          {b.getName().str(), cast<TypeAttr>(b.getValue()).getValue()});
+    // DictionaryAttr keeps its entries sorted by name: the ABI order.
+  }
+
+  bool hasScoreMod() const override {
+    Block &body = op_.getScore().front();
+    auto y = cast<attn::YieldOp>(body.getTerminator());
+    return !(body.getOperations().size() == 1 &&
+             y.getValue() == body.getArgument(0));
+  }
+
+  bool hasMask() const override {
+    Block &body = op_.getMask().front();
+    auto y = cast<attn::YieldOp>(body.getTerminator());
+    auto c = y.getValue().getDefiningOp<arith::ConstantOp>();
+    if (!c)
+      return true;
+    auto v = dyn_cast<BoolAttr>(c.getValue());
+    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
+      return !i.getValue().isAllOnes();
+    return !(v && v.getValue());
+  }
+
+  SmallVector<Type> extraArgumentTypes(MLIRContext *ctx) const override {
+    SmallVector<Type> out;
+    for (auto &p : params_)
+      out.push_back(p.second);
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      out.push_back(LLVM::LLVMPointerType::get(ctx, 1));
+      out.push_back(IntegerType::get(ctx, 64));
+    }
+    return out;
+  }
+
+  void setArguments(ValueRange args) override {
+    args_.assign(args.begin(), args.end());
+  }
+  void setStatus(Value status) override { status_ = status; }
+
+  Value emitScore(OpBuilder &b, Location loc, const IndexValues &idx,
+                  Value score) override {
+    Block &body = op_.getScore().front();
+    IRMapping map;
+    map.map(body.getArgument(0), score);
+    mapIndices(map, body, 1, idx);
+    return cloneBody(b, loc, body, map);
+  }
+
+  Value emitMask(OpBuilder &b, Location loc, const IndexValues &idx) override {
+    Block &body = op_.getMask().front();
+    IRMapping map;
+    mapIndices(map, body, 0, idx);
+    return cloneBody(b, loc, body, map);
+  }
+
+  std::pair<Value, Value> emitClassify(OpBuilder &b, Location loc,
+                                       const IndexValues &lo,
+                                       const IndexValues &hi) override {
+    auto x64 = [&](Value v) {
+      return arith::ExtSIOp::create(b, loc, b.getI64Type(), v).getResult();
+    };
+    attn::TileBoxValues box{x64(lo.batch),   x64(hi.batch),  x64(lo.qIdx),
+                            x64(hi.qIdx),    x64(lo.kvIdx),  x64(hi.kvIdx),
+                            x64(lo.seqlenQ), x64(lo.seqlenK)};
+    attn::TileClassValues v = attn::buildTileClassifier(
+        b, loc, op_.getMask(), box, [&](Operation *p) {
+          return paramValue(cast<attn::ParamOp>(p).getName());
+        });
+    return {v.canBeFalse, v.canBeTrue};
+  }
+
+private:
+  static void mapIndices(IRMapping &map, Block &body, unsigned first,
+                         const IndexValues &idx) {
+    Value v[] = {idx.batch, idx.head,    idx.qIdx,
+                 idx.kvIdx, idx.seqlenQ, idx.seqlenK};
+    for (unsigned i = 0; i < 6; ++i)
+      map.map(body.getArgument(first + i), v[i]);
+  }
+
+  Value paramValue(StringRef name) const {
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].first == name)
+        return args_[i];
+    llvm_unreachable("attn.param not declared in the attention's params");
+  }
+
+  /// A bounds-checked read of element \p index of buffer \p name.
+  Value bufferLoad(ImplicitLocOpBuilder &b, StringRef name, Value index,
+                   Type type) {
+    size_t i = 0;
+    while (i < buffers_.size() && buffers_[i].first != name)
+      ++i;
+    assert(i < buffers_.size() && "buffer not declared");
+    Value ptr = args_[params_.size() + 2 * i];
+    Value size = args_[params_.size() + 2 * i + 1];
+    Type i64 = b.getI64Type();
+    if (index.getType() != i64)
+      index = arith::ExtSIOp::create(b, i64, index);
+    Value zero64 = arith::ConstantOp::create(b, b.getI64IntegerAttr(0));
+    Value ok = arith::AndIOp::create(
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, index, zero64),
+        arith::CmpIOp::create(b, arith::CmpIPredicate::slt, index, size));
+    auto ifOp = scf::IfOp::create(b, TypeRange{type}, ok, /*withElse=*/true);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    Value p =
+        LLVM::GEPOp::create(b, ptr.getType(), type, ptr, ValueRange{index});
+    scf::YieldOp::create(
+        b, LLVM::LoadOp::create(b, type, p, /*alignment=*/4).getResult());
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    Value flag =
+        LLVM::GEPOp::create(b, status_.getType(), b.getI32Type(), status_,
+                            ArrayRef<LLVM::GEPArg>{int32_t(i)});
+    LLVM::StoreOp::create(
+        b, arith::ConstantOp::create(b, b.getI32IntegerAttr(1)), flag, 4);
+    Value zero = isa<FloatType>(type)
+                     ? arith::ConstantOp::create(b, b.getFloatAttr(type, 0.0))
+                     : arith::ConstantOp::create(b, b.getIntegerAttr(type, 0));
+    scf::YieldOp::create(b, zero);
+    return ifOp.getResult(0);
+  }
+
+  Value cloneBody(OpBuilder &ob, Location loc, Block &body, IRMapping &map) {
+    ImplicitLocOpBuilder b(loc, ob);
+    for (Operation &o : body.without_terminator()) {
+      if (auto p = dyn_cast<attn::ParamOp>(o)) {
+        map.map(p.getResult(), paramValue(p.getName()));
+      } else if (auto l = dyn_cast<attn::BufferLoadOp>(o)) {
+        b.setLoc(l.getLoc());
+        map.map(
+            l.getResult(),
+            bufferLoad(b, l.getName(), map.lookup(l.getIndex()), l.getType()));
+      } else {
+        b.clone(o, map);
+      }
+    }
+    ob.setInsertionPoint(b.getInsertionBlock(), b.getInsertionPoint());
+    return map.lookup(cast<attn::YieldOp>(body.getTerminator()).getValue());
+  }
+
+  attn::AttentionOp op_;
+  SmallVector<std::pair<std::string, Type>> params_, buffers_;
+  SmallVector<Value> args_;
+  Value status_;
+};
+
+/// Per-head-dim defaults (measured on an H200, bench/RESULTS.md).
+KernelConfig defaultConfig(attn::AttentionOp op) {
+  KernelConfig c;
+  c.headDimQK = op.getHeadDimQk();
+  c.headDimV = op.getHeadDimV();
+  int d = std::max(c.headDimQK, c.headDimV);
+  c.blockN = d > 128 ? 32 : 64;
+  c.numWarps = d > 128 ? 4 : 8;
+  c.blockM = 16 * c.numWarps;
+  return c;
+}
+
+struct ConvertAttnToNVVM
+    : flashjit::impl::ConvertAttnToNVVMBase<ConvertAttnToNVVM> {
+  using ConvertAttnToNVVMBase::ConvertAttnToNVVMBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<attn::AttentionOp> ops(module.getOps<attn::AttentionOp>());
+    if (ops.empty())
+      return;
+    OpBuilder b(module.getContext());
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    b.getUnitAttr());
+    b.setInsertionPointToEnd(module.getBody());
+    auto gm = gpu::GPUModuleOp::create(b, module.getLoc(), "flashjit_kernels");
+    for (attn::AttentionOp op : ops) {
+      KernelConfig c = defaultConfig(op);
+      c.name = op.getSymName().str();
+      if (blockN != 0)
+        c.blockN = blockN;
+      if (numWarps != 0) {
+        c.numWarps = numWarps;
+        c.blockM = 16 * numWarps;
+      }
+      Type dq = op.getDtypeQ();
+      if (dq != op.getDtypeK() || dq != op.getDtypeV() ||
+          dq != op.getDtypeO() || !(dq.isBF16() || dq.isF16())) {
+        op.emitOpError("the GPU kernel needs Q, K, V and O of one 16-bit "
+                       "dtype (bf16 or fp16)");
+        return signalPassFailure();
+      }
+      if (c.headDimQK % 16 || c.headDimV % 16 || c.headDimQK > 256 ||
+          c.headDimV > 256 || c.blockN % 16 || c.blockN <= 0 ||
+          c.numWarps <= 0) {
+        op.emitOpError("unsupported GPU kernel shape: head dims must be "
+                       "multiples of 16 up to 256, block_n a multiple of 16");
+        return signalPassFailure();
+      }
+      c.bf16 = dq.isBF16();
+      c.returnLse = op.getReturnLse();
+      RegionEmitter em(op);
+      buildFlashForwardKernel(b, op.getLoc(), gm, c, em);
+      op.erase();
+    }
+  }
+};
+
+} // namespace
+} // namespace flashjit::nvvm

@@ -1,0 +1,570 @@
+//===- FlashForwardKernel.cpp - FlashAttention-2 GPU forward kernel -------===//
+//
+// Pre: an empty gpu.module. Post: it holds one gpu.func kernel (and the
+// extern shared-memory symbol) built from nvvm, llvm, arith and scf ops; the
+// stock gpu-lower-to-nvvm pipeline turns it into PTX.
+//
+// The algorithm is FlashAttention-2's forward pass (Dao 2023, Algorithm 1):
+// one CTA per (query tile, head, batch); each warp owns 16 query rows; for
+// each key tile: S = Q K^T on tensor cores (mma.sync m16n8k16, fp32
+// accumulators), score modifier and mask on the accumulator fragments, online
+// softmax (running max m and sum l, exp2 with log2(e) folded into the
+// scale), O = O * alpha + P V with P kept in registers (the C-fragment
+// layout of two n8 tiles is the A-fragment layout of one k16 slice).
+// Fragment layouts: ../shared/notes/MMA-FRAGMENTS.md.
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+
+namespace flashjit::nvvm {
+
+static constexpr const char *kSharedSymbol = "flashjit_smem";
+static constexpr int kPad = 8; // elements of padding per shared-memory row
+
+int KernelConfig::sharedBytes() const {
+  int q = blockM * (headDimQK + kPad);
+  int k = blockN * (headDimQK + kPad);
+  int v = blockN * (headDimV + kPad);
+  return 2 * (q + 2 * (k + v)); // K and V are double-buffered
+}
+
+namespace {
+
+class KernelBuilder {
+public:
+  KernelBuilder(ImplicitLocOpBuilder &b, const KernelConfig &c,
+                FragmentEmitter &em)
+      : b(b), c(c), em(em) {
+    MLIRContext *ctx = b.getContext();
+    i1 = b.getI1Type();
+    i8 = b.getI8Type();
+    i32 = b.getI32Type();
+    i64 = b.getI64Type();
+    f32 = b.getF32Type();
+    ptrG = LLVM::LLVMPointerType::get(ctx, 1);
+    ptrS = LLVM::LLVMPointerType::get(ctx, 3);
+    nthreads = 32 * c.numWarps;
+  }
+
+  void build(Operation *gpuModule);
+
+private:
+  // --- small helpers -------------------------------------------------------
+  Value ci32(int64_t v) {
+    return arith::ConstantOp::create(b, b.getI32IntegerAttr(v));
+  }
+  Value ci64(int64_t v) {
+    return arith::ConstantOp::create(b, b.getI64IntegerAttr(v));
+  }
+  Value cf32(float v) {
+    return arith::ConstantOp::create(b, b.getF32FloatAttr(v));
+  }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, x, y); }
+  Value ext64(Value x) { return arith::ExtSIOp::create(b, i64, x); }
+  Value cmp(arith::CmpIPredicate p, Value x, Value y) {
+    return arith::CmpIOp::create(b, p, x, y);
+  }
+  Value sel(Value cnd, Value x, Value y) {
+    return arith::SelectOp::create(b, cnd, x, y);
+  }
+  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, x, y); }
+  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, x, y); }
+  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, x, y); }
+  Value fmax(Value x, Value y) { return arith::MaximumFOp::create(b, x, y); }
+  Value exp2(Value x) { return math::Exp2Op::create(b, x); }
+  /// \p base advanced by \p bytes (i64).
+  Value gepBytes(Value base, Value bytes) {
+    return LLVM::GEPOp::create(b, base.getType(), i8, base, ValueRange{bytes});
+  }
+  Value gepBytes(Value base, int64_t bytes) {
+    if (bytes == 0)
+      return base;
+    return LLVM::GEPOp::create(b, base.getType(), i8, base,
+                               ArrayRef<LLVM::GEPArg>{LLVM::GEPArg(bytes)});
+  }
+
+  SmallVector<Value, 4> ldmatrix(Value addr, bool trans) {
+    auto st =
+        LLVM::LLVMStructType::getLiteral(b.getContext(), {i32, i32, i32, i32});
+    Value r = NVVM::LdMatrixOp::create(
+        b, st, addr, 4u, trans ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+        NVVM::LdStMatrixShapeAttr::get(b.getContext(), 8, 8),
+        NVVM::LdStMatrixEltType::B16);
+    SmallVector<Value, 4> out;
+    for (int64_t i = 0; i < 4; ++i)
+      out.push_back(LLVM::ExtractValueOp::create(b, r, i));
+    return out;
+  }
+
+  Value asOperand(Value packed) {
+    if (c.bf16)
+      return packed;
+    return LLVM::BitcastOp::create(b, VectorType::get({2}, b.getF16Type()),
+                                   packed);
+  }
+
+  /// acc[0..3] += A(4 regs) * B(2 regs).
+  void mma(ArrayRef<Value> a, Value b0, Value b1, MutableArrayRef<Value> acc) {
+    auto st =
+        LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+    SmallVector<Value> av, bv;
+    for (Value x : a)
+      av.push_back(asOperand(x));
+    bv.push_back(asOperand(b0));
+    bv.push_back(asOperand(b1));
+    NVVM::MMATypes t = c.bf16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+    Value d = NVVM::MmaOp::create(
+        b, st, av, bv, ValueRange(acc), ArrayRef<int64_t>{16, 8, 16},
+        std::nullopt, std::nullopt, std::array<NVVM::MMATypes, 2>{t, t},
+        std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                       NVVM::MMALayout::col});
+    for (int64_t i = 0; i < 4; ++i)
+      acc[i] = LLVM::ExtractValueOp::create(b, d, i);
+  }
+
+  Value shflXor(Value v, int offset) {
+    return NVVM::ShflOp::create(b, f32, ci32(-1), v, ci32(offset), ci32(0x1f),
+                                NVVM::ShflKind::bfly, UnitAttr());
+  }
+
+  /// Packs two f32 into one i32 holding two 16-bit floats (lo first).
+  Value pack(Value lo, Value hi) {
+    Type h = c.bf16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
+    Value l = arith::TruncFOp::create(b, h, lo);
+    Value u = arith::TruncFOp::create(b, h, hi);
+    auto vt = VectorType::get({2}, h);
+    Value v = LLVM::UndefOp::create(b, vt);
+    v = LLVM::InsertElementOp::create(b, v, l, ci32(0));
+    v = LLVM::InsertElementOp::create(b, v, u, ci32(1));
+    return LLVM::BitcastOp::create(b, i32, v);
+  }
+
+  /// cp.async a tile of \p rows x \p dim 16-bit elements from global rows
+  /// row0.. (row stride \p stride elements) into shared memory at \p smem
+  /// (row pitch dim + kPad); rows at or past \p seqlen are zero-filled.
+  void loadTile(Value smem, Value gBase, Value stride, Value row0, Value seqlen,
+                int rows, int dim) {
+    int chunksPerRow = dim / 8;
+    int total = rows * chunksPerRow;
+    for (int it = 0; it * nthreads < total; ++it) {
+      auto emitOne = [&]() {
+        Value cidx = add(tid, ci32(it * nthreads));
+        Value row = arith::DivUIOp::create(b, cidx, ci32(chunksPerRow));
+        Value col = arith::RemUIOp::create(b, cidx, ci32(chunksPerRow));
+        Value grow = add(row0, row);
+        Value valid = cmp(arith::CmpIPredicate::slt, grow, seqlen);
+        Value srow = sel(valid, grow, row0);
+        Value goff = add(mul(ext64(srow), stride), ext64(mul(col, ci32(8))));
+        Value src = gepBytes(gBase, mul(goff, ci64(2)));
+        Value soff = add(mul(row, ci32(dim + kPad)), mul(col, ci32(8)));
+        Value dst = gepBytes(smem, ext64(mul(soff, ci32(2))));
+        Value size = sel(valid, ci32(16), ci32(0));
+        NVVM::CpAsyncOp::create(
+            b, dst, src, b.getI32IntegerAttr(16),
+            NVVM::LoadCacheModifierKindAttr::get(
+                b.getContext(), NVVM::LoadCacheModifierKind::CG),
+            size);
+      };
+      if ((it + 1) * nthreads <= total) {
+        emitOne();
+      } else {
+        Value inRange = cmp(arith::CmpIPredicate::ult,
+                            add(tid, ci32(it * nthreads)), ci32(total));
+        auto ifOp = scf::IfOp::create(b, inRange, /*withElse=*/false);
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(ifOp.thenBlock());
+        emitOne();
+      }
+    }
+  }
+
+  void buildBody(gpu::GPUFuncOp fn);
+
+  ImplicitLocOpBuilder &b;
+  const KernelConfig &c;
+  FragmentEmitter &em;
+  Type i1, i8, i32, i64, f32, ptrG, ptrS;
+  int nthreads;
+  Value tid, warp, lane, g, t;
+};
+
+void KernelBuilder::build(Operation *gpuModule) {
+  OpBuilder::InsertionGuard guard(b);
+  Region &region = gpuModule->getRegion(0);
+  b.setInsertionPointToStart(&region.front());
+  if (!SymbolTable::lookupSymbolIn(gpuModule, kSharedSymbol))
+    LLVM::GlobalOp::create(b, LLVM::LLVMArrayType::get(i8, 0),
+                           /*isConstant=*/false, LLVM::Linkage::External,
+                           kSharedSymbol, Attribute(), /*alignment=*/16,
+                           /*addrSpace=*/3);
+
+  SmallVector<Type> args(6, ptrG);
+  args.append(15, i64);
+  args.append(3, i32);
+  args.append(2, f32);
+  for (Type t : em.extraArgumentTypes(b.getContext()))
+    args.push_back(t);
+  auto fnType = b.getFunctionType(args, {});
+  auto fn = gpu::GPUFuncOp::create(b, c.name, fnType);
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({nthreads, 1, 1}));
+  b.setInsertionPointToStart(&fn.getBody().front());
+  buildBody(fn);
+  gpu::ReturnOp::create(b);
+}
+
+void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
+  ValueRange a = fn.getArguments();
+  Value qPtr = a[0], kPtr = a[1], vPtr = a[2], oPtr = a[3], lsePtr = a[4];
+  em.setStatus(a[5]);
+  Value qS[3] = {a[6], a[7], a[8]}, kS[3] = {a[9], a[10], a[11]},
+        vS[3] = {a[12], a[13], a[14]}, oS[3] = {a[15], a[16], a[17]},
+        lS[3] = {a[18], a[19], a[20]};
+  Value seqlenQ = a[21], seqlenK = a[22], group = a[23];
+  Value scale = a[24], scaleLog2 = a[25];
+  em.setArguments(a.drop_front(26));
+
+  const int D = c.headDimQK, Dv = c.headDimV, BM = c.blockM, BN = c.blockN;
+  const int nS = BN / 8;  // n8 tiles of S per warp
+  const int nO = Dv / 8;  // n8 tiles of O per warp
+  const int kQ = D / 16;  // k16 steps of Q K^T
+  const int kP = BN / 16; // k16 steps of P V
+  const float log2e = 1.4426950408889634f;
+  const float ln2 = 0.6931471805599453f;
+  const float negInf = -std::numeric_limits<float>::infinity();
+
+  tid = NVVM::ThreadIdXOp::create(b, i32);
+  warp = arith::DivUIOp::create(b, tid, ci32(32));
+  lane = arith::RemUIOp::create(b, tid, ci32(32));
+  g = arith::DivUIOp::create(b, lane, ci32(4));
+  t = arith::RemUIOp::create(b, lane, ci32(4));
+  // Longest query tiles first: causal rows near the end see the most keys.
+  Value nqt = NVVM::GridDimXOp::create(b, i32);
+  Value qTile = arith::SubIOp::create(b, arith::SubIOp::create(b, nqt, ci32(1)),
+                                      NVVM::BlockIdXOp::create(b, i32));
+  Value head = NVVM::BlockIdYOp::create(b, i32);
+  Value batch = NVVM::BlockIdZOp::create(b, i32);
+  Value headKV = arith::DivUIOp::create(b, head, group);
+  Value q0 = mul(qTile, ci32(BM));
+
+  auto base = [&](Value ptr, Value *s, Value h, int elemBytes) {
+    Value off = add(mul(ext64(batch), s[0]), mul(ext64(h), s[1]));
+    return gepBytes(ptr, mul(off, ci64(elemBytes)));
+  };
+  Value qBase = base(qPtr, qS, head, 2);
+  Value kBase = base(kPtr, kS, headKV, 2);
+  Value vBase = base(vPtr, vS, headKV, 2);
+  Value oBase = base(oPtr, oS, head, 2);
+
+  Value smem = LLVM::AddressOfOp::create(b, ptrS, kSharedSymbol);
+  Value sQ = smem;
+  // [Q | K0 V0 | K1 V1]: stage s of K/V starts at sK + s * stageBytes.
+  Value sK = gepBytes(smem, int64_t(2) * BM * (D + kPad));
+  Value sV = gepBytes(sK, int64_t(2) * BN * (D + kPad));
+  const int64_t stageBytes = int64_t(2) * BN * (D + kPad + Dv + kPad);
+
+  // Q tile: loaded once.
+  loadTile(sQ, qBase, qS[2], q0, seqlenQ, BM, D);
+  NVVM::CpAsyncCommitGroupOp::create(b);
+
+  // Per-lane ldmatrix addresses (see MMA-FRAGMENTS.md).
+  Value l16 = arith::RemUIOp::create(b, lane, ci32(16));
+  Value l8 = arith::RemUIOp::create(b, lane, ci32(8));
+  Value hi16 = arith::DivUIOp::create(b, lane, ci32(16));
+  Value mid8 = arith::RemUIOp::create(
+      b, arith::DivUIOp::create(b, lane, ci32(8)), ci32(2));
+  Value qLane = add(mul(add(mul(warp, ci32(16)), l16), ci32(D + kPad)),
+                    mul(hi16, ci32(8)));
+  Value aQ = gepBytes(sQ, ext64(mul(qLane, ci32(2))));
+  Value kLane =
+      add(mul(add(mul(hi16, ci32(8)), l8), ci32(D + kPad)), mul(mid8, ci32(8)));
+  Value aK = gepBytes(sK, ext64(mul(kLane, ci32(2))));
+  Value vLane = add(mul(add(l8, mul(mid8, ci32(8))), ci32(Dv + kPad)),
+                    mul(hi16, ci32(8)));
+  Value aV = gepBytes(sV, ext64(mul(vLane, ci32(2))));
+
+  const bool qInRegisters = D <= 128;
+  SmallVector<SmallVector<Value, 4>> qFrag;
+  auto loadQFrag = [&](int kk) {
+    return ldmatrix(gepBytes(aQ, 2 * kk * 16), false);
+  };
+
+  Value qRow0 = add(q0, add(mul(warp, ci32(16)), g));
+  Value qRow1 = add(qRow0, ci32(8));
+  Value qLast = arith::SubIOp::create(
+      b, arith::MinSIOp::create(b, add(q0, ci32(BM)), seqlenQ), ci32(1));
+
+  // Loop state: O fragments (nO * 4), m (2 rows), l (2 rows).
+  SmallVector<Value> init;
+  Value zero = cf32(0.0f), minusInf = cf32(negInf);
+  init.append(nO * 4, zero);
+  init.push_back(minusInf);
+  init.push_back(minusInf);
+  init.push_back(zero);
+  init.push_back(zero);
+  SmallVector<Type> stateTypes(init.size(), f32);
+
+  Value numKv = arith::DivUIOp::create(b, add(seqlenK, ci32(BN - 1)), ci32(BN));
+  auto classify = [&](Value j) -> std::pair<Value, Value> {
+    Value kv0 = mul(j, ci32(BN));
+    Value kvLast = arith::SubIOp::create(
+        b, arith::MinSIOp::create(b, add(kv0, ci32(BN)), seqlenK), ci32(1));
+    IndexValues lo{batch, head, q0, kv0, seqlenQ, seqlenK};
+    IndexValues hi{batch, head, qLast, kvLast, seqlenQ, seqlenK};
+    if (!em.hasMask())
+      return {arith::ConstantOp::create(b, b.getBoolAttr(false)),
+              arith::ConstantOp::create(b, b.getBoolAttr(true))};
+    return em.emitClassify(b, b.getLoc(), lo, hi);
+  };
+  auto toIndex = [&](Value v) {
+    return arith::IndexCastOp::create(b, b.getIndexType(), v);
+  };
+  Value one = arith::ConstantIndexOp::create(b, 1);
+
+  // The first and last key tiles that are not empty: only they are loaded.
+  Value jBegin = ci32(0), jEnd = arith::SubIOp::create(b, numKv, ci32(1));
+  if (em.hasMask()) {
+    auto scan =
+        scf::ForOp::create(b, arith::ConstantIndexOp::create(b, 0),
+                           toIndex(numKv), one, ValueRange{numKv, ci32(-1)});
+    OpBuilder::InsertionGuard sg(b);
+    b.setInsertionPointToStart(scan.getBody());
+    Value j = arith::IndexCastOp::create(b, i32, scan.getInductionVar());
+    Value nonEmpty = classify(j).second;
+    Value first =
+        sel(nonEmpty, arith::MinSIOp::create(b, scan.getRegionIterArgs()[0], j),
+            scan.getRegionIterArgs()[0]);
+    Value last = sel(nonEmpty, j, scan.getRegionIterArgs()[1]);
+    scf::YieldOp::create(b, ValueRange{first, last});
+    b.setInsertionPointAfter(scan);
+    jBegin = scan.getResult(0);
+    jEnd = scan.getResult(1);
+  }
+
+  auto loadKV = [&](Value j, Value stage) {
+    Value kv0 = mul(j, ci32(BN));
+    Value off = mul(ext64(stage), ci64(stageBytes));
+    loadTile(gepBytes(sK, off), kBase, kS[2], kv0, seqlenK, BN, D);
+    loadTile(gepBytes(sV, off), vBase, vS[2], kv0, seqlenK, BN, Dv);
+    NVVM::CpAsyncCommitGroupOp::create(b);
+  };
+  {
+    Value any = cmp(arith::CmpIPredicate::sle, jBegin, jEnd);
+    auto pre = scf::IfOp::create(b, any, /*withElse=*/true);
+    OpBuilder::InsertionGuard pg(b);
+    b.setInsertionPointToStart(pre.thenBlock());
+    loadKV(jBegin, ci32(0));
+    NVVM::CpAsyncWaitGroupOp::create(b, 1); // Q has landed
+    b.setInsertionPointToStart(pre.elseBlock());
+    NVVM::CpAsyncWaitGroupOp::create(b, 0);
+  }
+  gpu::BarrierOp::create(b);
+  if (qInRegisters)
+    for (int kk = 0; kk < kQ; ++kk)
+      qFrag.push_back(loadQFrag(kk));
+
+  Value lb = toIndex(jBegin);
+  Value ub = toIndex(add(jEnd, ci32(1)));
+  auto loop = scf::ForOp::create(b, lb, ub, one, init);
+  {
+    OpBuilder::InsertionGuard lg(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value j = arith::IndexCastOp::create(b, i32, loop.getInductionVar());
+    ValueRange state = loop.getRegionIterArgs();
+    Value stage =
+        arith::AndIOp::create(b, arith::SubIOp::create(b, j, jBegin), ci32(1));
+    Value nextStage = arith::XOrIOp::create(b, stage, ci32(1));
+    // Prefetch the next tile into the other stage, then wait for this one.
+    Value hasNext = cmp(arith::CmpIPredicate::slt, j, jEnd);
+    {
+      auto pf = scf::IfOp::create(b, hasNext, /*withElse=*/true);
+      OpBuilder::InsertionGuard pg(b);
+      b.setInsertionPointToStart(pf.thenBlock());
+      loadKV(add(j, ci32(1)), nextStage);
+      NVVM::CpAsyncWaitGroupOp::create(b, 1);
+      b.setInsertionPointToStart(pf.elseBlock());
+      NVVM::CpAsyncWaitGroupOp::create(b, 0);
+    }
+    gpu::BarrierOp::create(b);
+    Value stageOff = mul(ext64(stage), ci64(stageBytes));
+    Value aKs = gepBytes(aK, stageOff), aVs = gepBytes(aV, stageOff);
+    Value kv0 = mul(j, ci32(BN));
+    auto [mayBeFalse, mayBeTrue] = classify(j);
+    Value pastEnd = cmp(arith::CmpIPredicate::sgt, add(kv0, ci32(BN)), seqlenK);
+    Value needsMask = arith::OrIOp::create(b, mayBeFalse, pastEnd);
+
+    auto tileIf =
+        scf::IfOp::create(b, stateTypes, mayBeTrue, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard eg(b);
+      b.setInsertionPointToStart(tileIf.elseBlock()); // empty tile: skip
+      scf::YieldOp::create(b, state);
+    }
+    b.setInsertionPointToStart(tileIf.thenBlock());
+
+    // S = Q K^T (per warp 16 x BN).
+    SmallVector<Value> s(nS * 4, zero);
+    for (int kk = 0; kk < kQ; ++kk) {
+      SmallVector<Value, 4> af = qInRegisters ? qFrag[kk] : loadQFrag(kk);
+      for (int jn = 0; jn < nS; jn += 2) {
+        auto bf = ldmatrix(
+            gepBytes(aKs, 2 * (int64_t(jn) * 8 * (D + kPad) + kk * 16)), false);
+        mma(af, bf[0], bf[1], MutableArrayRef<Value>(s).slice(jn * 4, 4));
+        mma(af, bf[2], bf[3], MutableArrayRef<Value>(s).slice((jn + 1) * 4, 4));
+      }
+    }
+
+    // Scores in log2 units: t = score_mod(scale * s) * log2(e), masked.
+    Value kvLane = add(kv0, mul(t, ci32(2)));
+    auto elementwise = [&](bool masked) {
+      SmallVector<Value> out;
+      for (int jn = 0; jn < nS; ++jn)
+        for (int i = 0; i < 4; ++i) {
+          Value acc = s[jn * 4 + i];
+          Value qi = i < 2 ? qRow0 : qRow1;
+          Value kvi = add(kvLane, ci32(jn * 8 + (i & 1)));
+          IndexValues idx{batch, head, qi, kvi, seqlenQ, seqlenK};
+          Value v;
+          if (em.hasScoreMod())
+            v = fmul(em.emitScore(b, b.getLoc(), idx, fmul(acc, scale)),
+                     cf32(log2e));
+          else
+            v = fmul(acc, scaleLog2);
+          if (masked) {
+            Value ok = cmp(arith::CmpIPredicate::slt, kvi, seqlenK);
+            if (em.hasMask())
+              ok =
+                  arith::AndIOp::create(b, ok, em.emitMask(b, b.getLoc(), idx));
+            v = sel(ok, v, minusInf);
+          }
+          out.push_back(v);
+        }
+      return out;
+    };
+    SmallVector<Type> sTypes(nS * 4, f32);
+    auto maskIf = scf::IfOp::create(b, sTypes, needsMask, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard mg(b);
+      b.setInsertionPointToStart(maskIf.thenBlock());
+      scf::YieldOp::create(b, elementwise(true));
+      b.setInsertionPointToStart(maskIf.elseBlock());
+      scf::YieldOp::create(b, elementwise(false));
+    }
+    SmallVector<Value> st(maskIf.getResults());
+
+    // Online softmax (per thread: rows g and g + 8).
+    SmallVector<Value> o(state.begin(), state.begin() + nO * 4);
+    Value mOld[2] = {state[nO * 4], state[nO * 4 + 1]};
+    Value lOld[2] = {state[nO * 4 + 2], state[nO * 4 + 3]};
+    Value mNew[2], alpha[2], lNew[2];
+    for (int r = 0; r < 2; ++r) {
+      Value mx = mOld[r];
+      for (int jn = 0; jn < nS; ++jn)
+        mx = fmax(mx, fmax(st[jn * 4 + 2 * r], st[jn * 4 + 2 * r + 1]));
+      mx = fmax(mx, shflXor(mx, 1));
+      mx = fmax(mx, shflXor(mx, 2));
+      mNew[r] = mx;
+      // With every score so far -inf, subtract 0 instead: exp2(-inf) = 0
+      // and no (-inf) - (-inf) = NaN.
+      Value isInf =
+          arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, mx, minusInf);
+      Value mUse = sel(isInf, zero, mx);
+      alpha[r] = exp2(fsub(mOld[r], mUse));
+      Value sum = zero;
+      for (int jn = 0; jn < nS; ++jn)
+        for (int i = 2 * r; i < 2 * r + 2; ++i) {
+          st[jn * 4 + i] = exp2(fsub(st[jn * 4 + i], mUse));
+          sum = fadd(sum, st[jn * 4 + i]);
+        }
+      lNew[r] = fadd(fmul(lOld[r], alpha[r]), sum);
+    }
+    for (int jd = 0; jd < nO; ++jd)
+      for (int i = 0; i < 4; ++i)
+        o[jd * 4 + i] = fmul(o[jd * 4 + i], alpha[i / 2]);
+
+    // O += P V.
+    for (int kk = 0; kk < kP; ++kk) {
+      int n0 = 2 * kk, n1 = 2 * kk + 1;
+      SmallVector<Value, 4> pa = {pack(st[n0 * 4 + 0], st[n0 * 4 + 1]),
+                                  pack(st[n0 * 4 + 2], st[n0 * 4 + 3]),
+                                  pack(st[n1 * 4 + 0], st[n1 * 4 + 1]),
+                                  pack(st[n1 * 4 + 2], st[n1 * 4 + 3])};
+      for (int jd = 0; jd < nO; jd += 2) {
+        auto bf = ldmatrix(
+            gepBytes(aVs, 2 * (int64_t(kk) * 16 * (Dv + kPad) + jd * 8)), true);
+        mma(pa, bf[0], bf[1], MutableArrayRef<Value>(o).slice(jd * 4, 4));
+        mma(pa, bf[2], bf[3], MutableArrayRef<Value>(o).slice((jd + 1) * 4, 4));
+      }
+    }
+    SmallVector<Value> next(o);
+    next.push_back(mNew[0]);
+    next.push_back(mNew[1]);
+    next.push_back(lNew[0]);
+    next.push_back(lNew[1]);
+    scf::YieldOp::create(b, next);
+    b.setInsertionPointAfter(tileIf);
+    gpu::BarrierOp::create(b); // this stage is free for the prefetch after next
+    scf::YieldOp::create(b, tileIf.getResults());
+  }
+
+  // Epilogue: O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
+  ValueRange fin = loop.getResults();
+  for (int r = 0; r < 2; ++r) {
+    Value l = fin[nO * 4 + 2 + r];
+    l = fadd(l, shflXor(l, 1));
+    l = fadd(l, shflXor(l, 2));
+    Value m = fin[nO * 4 + r];
+    Value empty = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, l, zero);
+    Value inv = sel(empty, zero, arith::DivFOp::create(b, cf32(1.0f), l));
+    Value row = r == 0 ? qRow0 : qRow1;
+    Value inRange = cmp(arith::CmpIPredicate::slt, row, seqlenQ);
+    auto ifRow = scf::IfOp::create(b, inRange, /*withElse=*/false);
+    OpBuilder::InsertionGuard rg(b);
+    b.setInsertionPointToStart(ifRow.thenBlock());
+    Value rowBase = gepBytes(oBase, mul(mul(ext64(row), oS[2]), ci64(2)));
+    for (int jd = 0; jd < nO; ++jd) {
+      Value v = pack(fmul(fin[jd * 4 + 2 * r], inv),
+                     fmul(fin[jd * 4 + 2 * r + 1], inv));
+      Value col = add(mul(t, ci32(2)), ci32(jd * 8));
+      Value p = gepBytes(rowBase, ext64(mul(col, ci32(2))));
+      LLVM::StoreOp::create(b, v, p, /*alignment=*/4);
+    }
+    if (c.returnLse) {
+      Value first = cmp(arith::CmpIPredicate::eq, t, ci32(0));
+      auto ifT = scf::IfOp::create(b, first, /*withElse=*/false);
+      OpBuilder::InsertionGuard tg(b);
+      b.setInsertionPointToStart(ifT.thenBlock());
+      Value log2l = math::Log2Op::create(b, l);
+      Value lse = sel(empty, minusInf, fmul(fadd(m, log2l), cf32(ln2)));
+      Value off = add(add(mul(ext64(batch), lS[0]), mul(ext64(head), lS[1])),
+                      mul(ext64(row), lS[2]));
+      Value p = gepBytes(lsePtr, mul(off, ci64(4)));
+      LLVM::StoreOp::create(b, lse, p, /*alignment=*/4);
+    }
+  }
+}
+
+} // namespace
+
+void buildFlashForwardKernel(OpBuilder &builder, Location loc,
+                             Operation *gpuModule, const KernelConfig &config,
+                             FragmentEmitter &emitter) {
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelBuilder(b, config, emitter).build(gpuModule);
+}
+
+} // namespace flashjit::nvvm

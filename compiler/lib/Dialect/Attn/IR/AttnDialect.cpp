@@ -1,0 +1,246 @@
+//===- AttnDialect.cpp - attn dialect and op verifiers --------------------===//
+//
+// Registers the dialect and checks each op's invariants (region signatures,
+// tile shapes, element types). Passes may rely on everything checked here.
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/Dialect/Attn/IR/Attn.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace flashjit::attn;
+
+#include "flashjit/Dialect/Attn/IR/AttnDialect.cpp.inc"
+
+void AttnDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "flashjit/Dialect/Attn/IR/AttnOps.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static bool isMemoryElementType(Type t) {
+  return t.isF16() || t.isBF16() || t.isF32();
+}
+
+/// Checks that \p region has one block whose arguments are \p leading
+/// followed by six i32 indices, ended by an attn.yield of \p yieldType.
+static LogicalResult verifyIndexRegion(Operation *op, Region &region,
+                                       StringRef name, ArrayRef<Type> leading,
+                                       Type yieldType) {
+  if (!region.hasOneBlock())
+    return op->emitOpError() << "'" << name << "' region needs one block";
+  Block &block = region.front();
+  unsigned expected = leading.size() + 6;
+  if (block.getNumArguments() != expected)
+    return op->emitOpError() << "'" << name << "' region takes " << expected
+                             << " arguments, has " << block.getNumArguments();
+  for (auto [i, arg] : llvm::enumerate(block.getArguments())) {
+    Type want = i < leading.size() ? leading[i]
+                                   : IntegerType::get(op->getContext(), 32);
+    if (arg.getType() != want)
+      return op->emitOpError()
+             << "'" << name << "' region argument #" << i << " must be " << want
+             << ", got " << arg.getType();
+  }
+  auto yield = dyn_cast<YieldOp>(block.getTerminator());
+  if (!yield)
+    return op->emitOpError()
+           << "'" << name << "' region must end with attn.yield";
+  if (yield.getValue().getType() != yieldType)
+    return op->emitOpError()
+           << "'" << name << "' region must yield " << yieldType << ", yields "
+           << yield.getValue().getType();
+  return success();
+}
+
+static int64_t dim(Value v, unsigned i) {
+  return cast<MemRefType>(v.getType()).getDimSize(i);
+}
+
+/// Two static sizes that differ (dynamic sizes always agree).
+static bool mismatch(int64_t a, int64_t b) {
+  return !ShapedType::isDynamic(a) && !ShapedType::isDynamic(b) && a != b;
+}
+
+//===----------------------------------------------------------------------===//
+// High level
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  if (getHeadDimQk() < 1 || getHeadDimV() < 1)
+    return emitOpError() << "head dims must be positive, got head_dim_qk = "
+                         << getHeadDimQk()
+                         << ", head_dim_v = " << getHeadDimV();
+  if (getHeadsQ() < 1 || getHeadsKv() < 1 || getHeadsQ() % getHeadsKv() != 0)
+    return emitOpError() << "heads_kv = " << getHeadsKv()
+                         << " must be positive and divide heads_q = "
+                         << getHeadsQ();
+  for (Type t : {getDtypeQ(), getDtypeK(), getDtypeV(), getDtypeO()})
+    if (!isMemoryElementType(t))
+      return emitOpError() << "tensor element type must be f16, bf16 or f32, "
+                              "got "
+                           << t;
+  for (NamedAttribute a : getParams())
+    if (!isa<TypeAttr>(a.getValue()))
+      return emitOpError() << "params entry '" << a.getName().strref()
+                           << "' must be a type";
+  for (NamedAttribute a : getBuffers())
+    if (!isa<TypeAttr>(a.getValue()))
+      return emitOpError() << "buffers entry '" << a.getName().strref()
+                           << "' must be a type";
+  Builder b(getContext());
+  if (failed(verifyIndexRegion(*this, getMask(), "mask", {}, b.getI1Type())))
+    return failure();
+  return verifyIndexRegion(*this, getScore(), "score", {b.getF32Type()},
+                           b.getF32Type());
+}
+
+LogicalResult YieldOp::verify() {
+  Operation *parent = (*this)->getParentOp();
+  Type want;
+  Builder b(getContext());
+  if (auto attn = dyn_cast<AttentionOp>(parent))
+    want = (*this)->getParentRegion() == &attn.getMask() ? Type(b.getI1Type())
+                                                         : Type(b.getF32Type());
+  else if (isa<MaskSelectOp>(parent))
+    want = b.getI1Type();
+  else
+    want = b.getF32Type();
+  if (getValue().getType() != want)
+    return emitOpError() << "must yield " << want << " here, got "
+                         << getValue().getType();
+  return success();
+}
+
+/// The declared type of \p name in the enclosing attn.attention's \p dict
+/// attribute ("params" or "buffers"); null when there is no enclosing op.
+static FailureOr<Type> declaredType(Operation *op, StringRef dictName,
+                                    StringRef name) {
+  auto attn = op->getParentOfType<AttentionOp>();
+  if (!attn)
+    return Type();
+  DictionaryAttr dict =
+      dictName == "params" ? attn.getParams() : attn.getBuffers();
+  auto entry = dyn_cast_or_null<TypeAttr>(dict.get(name));
+  if (!entry)
+    return op->emitOpError() << "'" << name << "' is not declared in the "
+                             << "enclosing attn.attention's " << dictName;
+  return entry.getValue();
+}
+
+LogicalResult ParamOp::verify() {
+  FailureOr<Type> t = declaredType(*this, "params", getName());
+  if (failed(t))
+    return failure();
+  if (*t && *t != getType())
+    return emitOpError() << "parameter '" << getName() << "' is declared " << *t
+                         << " but read as " << getType();
+  return success();
+}
+
+LogicalResult BufferLoadOp::verify() {
+  if (!getIndex().getType().isInteger(32) &&
+      !getIndex().getType().isInteger(64))
+    return emitOpError() << "index must be i32 or i64";
+  FailureOr<Type> t = declaredType(*this, "buffers", getName());
+  if (failed(t))
+    return failure();
+  if (*t && *t != getType())
+    return emitOpError() << "buffer '" << getName() << "' is declared " << *t
+                         << " but read as " << getType();
+  return success();
+}
+
+LogicalResult DivOp::verify() { return success(); }
+LogicalResult RemOp::verify() { return success(); }
+LogicalResult FPToSISatOp::verify() { return success(); }
+
+//===----------------------------------------------------------------------===//
+// Tile level
+//===----------------------------------------------------------------------===//
+
+LogicalResult FillOp::verify() { return success(); }
+
+LogicalResult LoadTileOp::verify() {
+  if (!isMemoryElementType(getElemType()))
+    return emitOpError() << "element type must be f16, bf16 or f32, got "
+                         << getElemType();
+  return success();
+}
+
+LogicalResult DotOp::verify() {
+  int64_t m = dim(getLhs(), 0), k = dim(getLhs(), 1);
+  int64_t rk = dim(getRhs(), getTransposeRhs() ? 1 : 0);
+  int64_t n = dim(getRhs(), getTransposeRhs() ? 0 : 1);
+  if (mismatch(k, rk))
+    return emitOpError() << "contraction sizes differ: lhs has " << k
+                         << ", rhs has " << rk;
+  if (mismatch(m, dim(getAcc(), 0)) || mismatch(n, dim(getAcc(), 1)))
+    return emitOpError() << "accumulator must be " << m << "x" << n;
+  return success();
+}
+
+LogicalResult MaskSelectOp::verify() {
+  return verifyIndexRegion(*this, getMask(), "mask", {},
+                           IntegerType::get(getContext(), 1));
+}
+
+LogicalResult ScoreModOp::verify() {
+  Type f32 = Float32Type::get(getContext());
+  return verifyIndexRegion(*this, getMod(), "mod", {f32}, f32);
+}
+
+LogicalResult RowMaxOp::verify() {
+  if (mismatch(dim(getScores(), 0), dim(getInit(), 0)) ||
+      mismatch(dim(getScores(), 0), dim(getOut(), 0)))
+    return emitOpError() << "row counts differ";
+  return success();
+}
+
+LogicalResult Exp2Op::verify() {
+  if (getIn().getType() != getOut().getType())
+    return emitOpError() << "input and output must have one type";
+  if (mismatch(dim(getIn(), 0), dim(getMax(), 0)))
+    return emitOpError() << "row counts differ";
+  return success();
+}
+
+LogicalResult RescaleOp::verify() {
+  if (mismatch(dim(getX(), 0), dim(getFactor(), 0)))
+    return emitOpError() << "row counts differ";
+  return success();
+}
+
+LogicalResult RowSumOp::verify() {
+  if (mismatch(dim(getIn(), 0), dim(getAcc(), 0)))
+    return emitOpError() << "row counts differ";
+  return success();
+}
+
+LogicalResult StoreTileOp::verify() {
+  if (!isMemoryElementType(getElemType()))
+    return emitOpError() << "element type must be f16, bf16 or f32, got "
+                         << getElemType();
+  if (mismatch(dim(getAcc(), 0), dim(getSum(), 0)))
+    return emitOpError() << "row counts differ";
+  return success();
+}
+
+LogicalResult StoreLseOp::verify() {
+  if (mismatch(dim(getMax(), 0), dim(getSum(), 0)))
+    return emitOpError() << "row counts differ";
+  return success();
+}
+
+LogicalResult LoadElemOp::verify() { return success(); }
+
+#define GET_OP_CLASSES
+#include "flashjit/Dialect/Attn/IR/AttnOps.cpp.inc"
