@@ -64,8 +64,9 @@ std::string printOp(Operation *op, bool withLocations) {
   std::string s;
   llvm::raw_string_ostream os(s);
   OpPrintingFlags flags;
-  if (withLocations)
-    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
+  if (withLocations) // inline, so each op shows the user's line
+    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false)
+        .useLocalScope();
   op->print(os, flags);
   return s;
 }
