@@ -20,11 +20,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 using namespace flashjit;
 using flashjit::test::cachedKernel;
@@ -126,9 +129,17 @@ std::vector<VariantCase> variants() {
   return v;
 }
 
-struct Failure {
-  std::string what;
+/// Where the matrix's time goes (seconds).
+struct Clock {
+  double compile = 0, kernel = 0, reference = 0;
 };
+Clock clockTotals; // summed over worker threads
+std::mutex clockMutex;
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
 
 /// Runs one case; returns an empty string on success.
 std::string runCase(const VariantCase &vc, int headDim, DType dtype, int ratio,
@@ -160,9 +171,20 @@ std::string runCase(const VariantCase &vc, int headDim, DType dtype, int ratio,
   CaseData data;
   vc.bind(args, data, hq, sq, sk);
 
+  auto t0 = std::chrono::steady_clock::now();
   auto kernel = cachedKernel(spec);
+  double compileS = since(t0);
+  t0 = std::chrono::steady_clock::now();
   kernel->run(q.ref, k.ref, v.ref, o.ref, &lseRef, args);
+  double kernelS = since(t0);
+  t0 = std::chrono::steady_clock::now();
   ReferenceOutput ref = referenceAttention(spec, q.ref, k.ref, v.ref, args);
+  {
+    std::lock_guard<std::mutex> lock(clockMutex);
+    clockTotals.compile += compileS;
+    clockTotals.kernel += kernelS;
+    clockTotals.reference += since(t0);
+  }
 
   double atol = dtype == DType::BF16 ? 1e-2 : 2e-3;
   std::ostringstream err;
@@ -209,9 +231,16 @@ TEST_CASE("CPU backend matches the float64 reference on the variant matrix",
   const int ratios[] = {1, 2, 3, 8};
   std::mt19937 rng(20240607);
   std::vector<VariantCase> vs = variants();
-  int64_t cases = 0, bigCases = 0;
-  std::vector<std::string> failures;
-  auto t0 = std::chrono::steady_clock::now();
+  struct Case {
+    size_t variant;
+    int headDim, ratio;
+    DType dtype;
+    int64_t batch, hkv, sq, sk;
+    bool seqMajor;
+    uint32_t seed;
+  };
+  std::vector<Case> plan;
+  int64_t bigCases = 0;
   for (size_t vi = 0; vi < vs.size(); ++vi) {
     for (int c = 0; c < 6; ++c) {
       int headDim = dims[(vi + c) % 5];
@@ -231,21 +260,43 @@ TEST_CASE("CPU backend matches the float64 reference on the variant matrix",
           sq = 300, sk = 65;
         int64_t batch = !big && p % 5 == 1 ? 2 : 1;
         int64_t hkv = !big && ratio <= 2 && p % 3 == 2 ? 2 : 1;
-        bool seqMajor = p % 2 == 1;
-        std::string f = runCase(vs[vi], headDim, dtype, ratio, batch, hkv, sq,
-                                sk, seqMajor, rng);
-        ++cases;
-        if (!f.empty())
-          failures.push_back(f);
+        plan.push_back({vi, headDim, ratio, dtype, batch, hkv, sq, sk,
+                        p % 2 == 1, static_cast<uint32_t>(rng())});
       }
     }
   }
+  // Cases run on every core (the float64 reference dominates); each has its
+  // own seed, so results do not depend on the schedule.
+  std::vector<std::string> results(plan.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < plan.size();) {
+      const Case &c = plan[i];
+      std::mt19937 caseRng(c.seed);
+      results[i] = runCase(vs[c.variant], c.headDim, c.dtype, c.ratio, c.batch,
+                           c.hkv, c.sq, c.sk, c.seqMajor, caseRng);
+    }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned t = 0; t < n; ++t)
+    threads.emplace_back(worker);
+  for (std::thread &t : threads)
+    t.join();
+  std::vector<std::string> failures;
+  for (const std::string &r : results)
+    if (!r.empty())
+      failures.push_back(r);
+  int64_t cases = static_cast<int64_t>(plan.size());
   double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
   WARN(cases << " cases (" << bigCases
-             << " with seqlen_q * seqlen_k > 40000) in " << secs << " s, "
-             << failures.size() << " failed");
+             << " with seqlen_q * seqlen_k > 40000) in " << secs
+             << " s (compile " << clockTotals.compile << " s, kernels "
+             << clockTotals.kernel << " s, reference " << clockTotals.reference
+             << " s), " << failures.size() << " failed");
   for (size_t i = 0; i < failures.size() && i < 10; ++i)
     UNSCOPED_INFO(failures[i]);
   CHECK(cases >= 2000);
