@@ -30,6 +30,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -39,11 +40,20 @@ using namespace mlir;
 namespace flashjit {
 namespace {
 
+/// Set when the process exits. A JIT engine destroyed during static
+/// destruction (a kernel held in a static) would touch LLVM's function-local
+/// statics after they were destroyed (seen as crashes and exit(1) at exit),
+/// so engines still alive then are leaked instead; the OS reclaims them.
+std::atomic<bool> processExiting{false};
+
 void initLLVMOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
+    // Registered before any engine exists, so it runs before the
+    // destructor of any static that holds one.
+    std::atexit([] { processExiting = true; });
   });
 }
 
@@ -161,7 +171,11 @@ jit(ModuleOp module, const std::string &symbol, int optLevel,
   if (!engine)
     throw CompileError("cannot create the JIT: " +
                        llvm::toString(engine.takeError()));
-  std::shared_ptr<ExecutionEngine> held(std::move(*engine));
+  std::shared_ptr<ExecutionEngine> held(engine->release(),
+                                        [](ExecutionEngine *e) {
+                                          if (!processExiting)
+                                            delete e;
+                                        });
   double createS = w.lap();
   auto fn = held->lookupPacked(symbol);
   if (!fn)

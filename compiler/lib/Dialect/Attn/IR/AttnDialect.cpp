@@ -70,6 +70,35 @@ static bool mismatch(int64_t a, int64_t b) {
   return !ShapedType::isDynamic(a) && !ShapedType::isDynamic(b) && a != b;
 }
 
+/// Names region arguments after the DSL's leaves (%score, %batch, %head,
+/// %q_idx, %kv_idx, %seqlen_q, %seqlen_k) so the IR reads like the user's
+/// expression.
+static void nameIndexArgs(Region &region, OpAsmSetValueNameFn setName) {
+  static const char *const names[] = {"batch", "head",     "q_idx",
+                                      "kv_idx", "seqlen_q", "seqlen_k"};
+  if (region.empty())
+    return;
+  Block &block = region.front();
+  unsigned first = block.getNumArguments() == 7 ? 1 : 0;
+  if (first)
+    setName(block.getArgument(0), "score");
+  for (unsigned i = 0; i < 6 && first + i < block.getNumArguments(); ++i)
+    setName(block.getArgument(first + i), names[i]);
+}
+
+void AttentionOp::getAsmBlockArgumentNames(Region &region,
+                                           OpAsmSetValueNameFn setName) {
+  nameIndexArgs(region, setName);
+}
+void MaskSelectOp::getAsmBlockArgumentNames(Region &region,
+                                            OpAsmSetValueNameFn setName) {
+  nameIndexArgs(region, setName);
+}
+void ScoreModOp::getAsmBlockArgumentNames(Region &region,
+                                          OpAsmSetValueNameFn setName) {
+  nameIndexArgs(region, setName);
+}
+
 //===----------------------------------------------------------------------===//
 // High level
 //===----------------------------------------------------------------------===//

@@ -14,6 +14,7 @@
 #define FLASHJIT_ATTN_OPS
 
 include "flashjit/Dialect/Attn/IR/AttnDialect.td"
+include "mlir/IR/OpAsmInterface.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
@@ -31,7 +32,8 @@ def Attn_DslScalar : AnyTypeOf<[I32, I64, F32]>;
 // High level
 //===----------------------------------------------------------------------===//
 
-def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove]> {
+def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmBlockArgumentNames"]>]> {
   let summary = "one attention kernel: shapes, mask and score modifier";
   let description = [{
     Declares the forward attention kernel `@sym_name`:
@@ -235,7 +237,8 @@ def Attn_DotOp : Attn_Op<"dot"> {
   let hasVerifier = 1;
 }
 
-def Attn_MaskSelectOp : Attn_Op<"mask_select"> {
+def Attn_MaskSelectOp : Attn_Op<"mask_select", [
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmBlockArgumentNames"]>]> {
   let summary = "masked select: disallowed scores become -inf";
   let description = [{
     For the score tile `scores` of queries `q0 + i` and keys `kv0 + j`:
@@ -266,7 +269,8 @@ def Attn_MaskSelectOp : Attn_Op<"mask_select"> {
   let hasVerifier = 1;
 }
 
-def Attn_ScoreModOp : Attn_Op<"score_mod"> {
+def Attn_ScoreModOp : Attn_Op<"score_mod", [
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmBlockArgumentNames"]>]> {
   let summary = "applies the score modifier to the live scores of a tile";
   let description = [{
     For each element with `i < rows`, `j < cols` whose score is not -inf
