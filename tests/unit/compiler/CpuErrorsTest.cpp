@@ -12,6 +12,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 using namespace flashjit;
 using flashjit::test::cachedKernel;
 using flashjit::test::StridedTensor;
@@ -111,4 +113,23 @@ TEST_CASE("every stage's text and timing is available", "[compiler]") {
   CHECK(k->stageText(Stage::LLVMIROpt).find("define") != std::string::npos);
   REQUIRE_FALSE(k->timings().empty());
   CHECK(k->timings().back().name == "total");
+}
+
+TEST_CASE("every stage is written to the dump directory", "[compiler]") {
+  std::string dir = "flashjit_dump_test_dir";
+  CompileOptions o;
+  o.dumpDir = dir;
+  AttentionSpec s = smallSpec();
+  s.variant = Variant("dumped");
+  s.causal = Causal::BottomRight;
+  compileCpu(s, o);
+  for (const char *ext :
+       {".attn.mlir", ".tiled.mlir", ".llvm.mlir", ".ll", ".opt.ll"}) {
+    std::ifstream f(dir + "/dumped" + ext);
+    INFO(ext);
+    REQUIRE(f.good());
+    std::string first;
+    std::getline(f, first);
+    CHECK_FALSE(first.empty());
+  }
 }
