@@ -1,0 +1,507 @@
+//===- flashjit.cpp - The flashjit command-line tool ----------------------===//
+//
+//   flashjit compile --mask 'q_idx >= kv_idx' --head-dim 128 --target sm_90a
+//   flashjit inspect --stage ptx|attn|gpu|resources|sass --spec '...'
+//   flashjit cache ls|info KEY|clear|prune [--max-bytes N]
+//   flashjit bundle --out DIR --spec '...' --spec '...' --target sm_80,sm_90a
+//
+// GPU kernels go through the disk cache (FLASHJIT_CACHE_DIR etc., or
+// --cache-dir). Exit codes: 0 success, 1 a user error (bad flag, spec or
+// key), 2 an internal, compiler or driver failure. Errors go to stderr.
+//
+//===----------------------------------------------------------------------===//
+#include "GpuArtifacts.h"
+
+#include "flashjit/compiler/Compiler.h"
+#include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Parser.h"
+#include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/Cache.h"
+#include "flashjit/runtime/JitLink.h"
+#include "flashjit/runtime/Ptxas.h"
+
+#include <fmt/format.h>
+#include <llvm/ADT/SmallString.h>
+#include <llvm/ADT/StringRef.h>
+#include <llvm/Support/CommandLine.h>
+#include <llvm/Support/FileSystem.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/Path.h>
+#include <llvm/Support/Program.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+
+namespace cl = llvm::cl;
+namespace fs = llvm::sys::fs;
+using namespace flashjit;
+using namespace flashjit::runtime;
+
+namespace {
+
+cl::SubCommand compileCmd("compile", "Compile a spec and print where its "
+                                     "artifacts are and the time per stage");
+cl::SubCommand inspectCmd("inspect",
+                          "Print one stage of a spec's kernel (compiling it "
+                          "through the cache if needed)");
+cl::SubCommand cacheCmd("cache", "Manage the kernel cache: ls, info KEY, "
+                                 "clear, prune [--max-bytes N]");
+cl::SubCommand bundleCmd("bundle", "Precompile specs into a directory a host "
+                                   "application ships (runtime::Bundle)");
+
+// Spec flags: compile and inspect take one spec, bundle several.
+cl::list<std::string> specText("spec",
+                               cl::desc("The spec in canonical text, e.g. "
+                                        "'attention(causal=top_left)'"),
+                               cl::sub(compileCmd), cl::sub(inspectCmd),
+                               cl::sub(bundleCmd));
+cl::opt<std::string> maskText("mask", cl::desc("Mask expression"),
+                              cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<std::string> scoreText("score", cl::desc("Score modifier expression"),
+                               cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<int> headDim("head-dim", cl::desc("Head dim of Q, K and V"),
+                     cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<std::string> dtype("dtype", cl::desc("bf16 | fp16 | fp32"),
+                           cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<int> headsQ("heads-q", cl::desc("Query heads"), cl::sub(compileCmd),
+                    cl::sub(inspectCmd));
+cl::opt<int> headsKV("heads-kv", cl::desc("Key/value heads (GQA)"),
+                     cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<std::string> causal("causal",
+                            cl::desc("none | top_left | bottom_right"),
+                            cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<std::string> kernelName("name", cl::desc("Kernel name"),
+                                cl::sub(compileCmd), cl::sub(inspectCmd));
+
+cl::list<std::string> targets("target",
+                              cl::desc("sm_80 | sm_90a | cpu (bundle: a "
+                                       "comma-separated list)"),
+                              cl::CommaSeparated, cl::sub(compileCmd),
+                              cl::sub(inspectCmd), cl::sub(bundleCmd));
+cl::opt<int> blockN("block-n", cl::desc("Keys per tile (0: default)"),
+                    cl::init(0), cl::sub(compileCmd), cl::sub(inspectCmd),
+                    cl::sub(bundleCmd));
+cl::opt<int> warps("warps", cl::desc("Warps per CTA (0: default)"), cl::init(0),
+                   cl::sub(compileCmd), cl::sub(inspectCmd),
+                   cl::sub(bundleCmd));
+cl::opt<std::string> outDir("out",
+                            cl::desc("compile: also copy every stage here; "
+                                     "bundle: the bundle directory"),
+                            cl::sub(compileCmd), cl::sub(bundleCmd));
+cl::opt<std::string> cacheDir("cache-dir",
+                              cl::desc("Cache directory (default: "
+                                       "FLASHJIT_CACHE_DIR, XDG, ~/.cache)"),
+                              cl::sub(compileCmd), cl::sub(inspectCmd),
+                              cl::sub(cacheCmd), cl::sub(bundleCmd));
+cl::opt<bool> noCache("no-cache", cl::desc("Compile without the disk cache"),
+                      cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<std::string> stage("stage",
+                           cl::desc("attn | gpu | ptx | resources | sass "
+                                    "(cpu: attn | tiled | llvm | llvm-ir | "
+                                    "llvm-ir-opt)"),
+                           cl::sub(inspectCmd));
+cl::list<std::string> cacheArgs(cl::Positional,
+                                cl::desc("ls | info KEY | clear | prune"),
+                                cl::sub(cacheCmd));
+cl::opt<uint64_t> maxBytes("max-bytes",
+                           cl::desc("prune: size limit in bytes (default: "
+                                    "FLASHJIT_CACHE_MAX_BYTES)"),
+                           cl::sub(cacheCmd));
+
+/// A user error found by the tool itself (exit 1).
+[[noreturn]] void userError(const std::string &message) {
+  throw UserError(message);
+}
+
+/// The spec named by the flags: --spec, or one built from the field flags.
+AttentionSpec specFromFlags() {
+  bool fields = !maskText.empty() || !scoreText.empty() ||
+                headDim.getNumOccurrences() || !dtype.empty() ||
+                headsQ.getNumOccurrences() || headsKV.getNumOccurrences() ||
+                !causal.empty() || !kernelName.empty();
+  if (specText.size() > 1)
+    userError("--spec: give one spec (bundle takes several)");
+  if (!specText.empty()) {
+    if (fields)
+      userError("--spec cannot be combined with --mask/--score/--head-dim/"
+                "--dtype/--heads-q/--heads-kv/--causal/--name");
+    return parseSpec(specText.front());
+  }
+  if (!fields)
+    userError("no spec: give --spec TEXT or at least one of --mask, --score, "
+              "--head-dim, --dtype, --heads-q, --heads-kv, --causal, --name");
+  std::vector<std::string> parts;
+  if (!kernelName.empty())
+    parts.push_back("name=" + kernelName);
+  if (!maskText.empty())
+    parts.push_back("mask=" + maskText);
+  if (!scoreText.empty())
+    parts.push_back("score=" + scoreText);
+  if (headDim.getNumOccurrences())
+    parts.push_back(fmt::format("head_dim_qk={0}, head_dim_v={0}", headDim));
+  if (!dtype.empty())
+    parts.push_back(fmt::format(
+        "dtype_q={0}, dtype_k={0}, dtype_v={0}, dtype_o={0}", dtype));
+  if (headsQ.getNumOccurrences())
+    parts.push_back(fmt::format("heads_q={}", headsQ));
+  if (headsKV.getNumOccurrences())
+    parts.push_back(fmt::format("heads_kv={}", headsKV));
+  if (!causal.empty())
+    parts.push_back("causal=" + causal);
+  return parseSpec(fmt::format("attention({})", fmt::join(parts, ", ")));
+}
+
+std::string oneTarget() {
+  if (targets.size() > 1)
+    userError("--target: give one target");
+  std::string t = targets.empty() ? "sm_90a" : targets.front();
+  if (t != "sm_80" && t != "sm_90a" && t != "cpu")
+    userError(fmt::format("--target '{}' is not one of sm_80, sm_90a, cpu", t));
+  return t;
+}
+
+CacheConfig cacheConfig() {
+  CacheConfig c = CacheConfig::fromEnvironment();
+  if (!cacheDir.empty()) {
+    c.dir = cacheDir;
+    c.enabled = true;
+  }
+  if (noCache)
+    c.enabled = false;
+  return c;
+}
+
+struct GpuResult {
+  KernelArtifacts artifacts;
+  CacheKey key;
+  CacheOutcome outcome = CacheOutcome::Uncached;
+  std::string entryDir;
+};
+
+GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
+                          DiskCache &cache) {
+  GpuResult r;
+  r.key = CacheKey::make(printSpec(spec), arch, blockN, warps);
+  r.artifacts = cache.getOrCompile(
+      r.key, [&] { return compileGpuArtifacts(spec, arch, blockN, warps); },
+      &r.outcome);
+  if (r.outcome != CacheOutcome::Uncached)
+    r.entryDir = cache.entryDir(r.key.hash());
+  return r;
+}
+
+void writeFile(const std::string &p, llvm::StringRef bytes) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(p, ec);
+  if (ec)
+    userError(fmt::format("cannot write {}: {}", p, ec.message()));
+  os << bytes;
+}
+
+void makeDir(const std::string &dir, const char *flag) {
+  if (std::error_code ec = fs::create_directories(dir))
+    userError(fmt::format("{} '{}': cannot create the directory: {}", flag, dir,
+                          ec.message()));
+}
+
+int runCompile() {
+  AttentionSpec spec = specFromFlags();
+  std::string target = oneTarget();
+  llvm::outs() << "spec    " << printSpec(spec) << "\n";
+  if (target == "cpu") {
+    CompileOptions options;
+    options.blockN = blockN;
+    if (!outDir.empty()) {
+      makeDir(outDir, "--out");
+      options.dumpDir = outDir;
+    }
+    auto kernel = compileCpu(spec, options);
+    llvm::outs() << "target  cpu (ORC JIT; CPU kernels are not cached on "
+                    "disk)\n";
+    if (!outDir.empty())
+      llvm::outs() << "stages  written to " << outDir << "\n";
+    for (const StageTiming &t : kernel->timings())
+      llvm::outs() << fmt::format("  {:<24} {:9.3f} ms\n", t.name,
+                                  t.seconds * 1e3);
+    return 0;
+  }
+  DiskCache cache(cacheConfig());
+  GpuResult r = gpuThroughCache(spec, target, cache);
+  llvm::outs() << "target  " << target << "\n";
+  llvm::outs() << "key     " << r.key.hash() << "\n";
+  llvm::outs() << "cache   " << toString(r.outcome)
+               << (r.entryDir.empty() ? "" : " " + r.entryDir) << "\n";
+  const KernelArtifacts &a = r.artifacts;
+  llvm::outs() << fmt::format(
+      "kernel  {} threads={} block_m={} block_n={} shared_bytes={} "
+      "registers={} spill_bytes={}\n",
+      a.entry, a.threads, a.blockM, a.blockN, a.sharedBytes, a.registers,
+      a.spillBytes);
+  if (!outDir.empty()) {
+    makeDir(outDir, "--out");
+    for (const auto &[name, bytes] : a.files)
+      writeFile(outDir + "/" + name, bytes);
+    writeFile(outDir + "/" + kMetaFile, metaJson(a, r.key));
+  }
+  for (const auto &[name, bytes] : a.files)
+    llvm::outs() << fmt::format(
+        "  {:<20} {:>9} bytes  {}\n", name, bytes.size(),
+        outDir.empty() ? (r.entryDir.empty() ? std::string("(in memory)")
+                                             : r.entryDir + "/" + name)
+                       : outDir + "/" + name);
+  llvm::outs() << (r.outcome == CacheOutcome::Hit
+                       ? "compile time per stage (of the cached compile):\n"
+                       : "compile time per stage:\n");
+  for (const CacheStageTime &t : a.stageSeconds)
+    llvm::outs() << fmt::format("  {:<24} {:9.3f} ms\n", t.name,
+                                t.seconds * 1e3);
+  return 0;
+}
+
+std::string findCuobjdump() {
+  llvm::SmallString<256> next(ptxasPath());
+  llvm::sys::path::remove_filename(next);
+  llvm::sys::path::append(next, "cuobjdump");
+  if (fs::can_execute(next))
+    return next.str().str();
+  if (auto p = llvm::sys::findProgramByName("cuobjdump"))
+    return *p;
+  return {};
+}
+
+int runInspect() {
+  static const std::vector<std::string> gpuStages = {"attn", "gpu", "ptx",
+                                                     "resources", "sass"};
+  AttentionSpec spec = specFromFlags();
+  std::string target = oneTarget();
+  if (stage.empty())
+    userError("--stage is required (attn | gpu | ptx | resources | sass)");
+  if (target == "cpu") {
+    static const std::vector<std::pair<std::string, Stage>> cpuStages = {
+        {"attn", Stage::Attn},
+        {"tiled", Stage::Tiled},
+        {"llvm", Stage::LLVMDialect},
+        {"llvm-ir", Stage::LLVMIR},
+        {"llvm-ir-opt", Stage::LLVMIROpt}};
+    for (const auto &[name, s] : cpuStages)
+      if (name == stage) {
+        CompileOptions options;
+        options.blockN = blockN;
+        llvm::outs() << compileCpu(spec, options)->stageText(s);
+        return 0;
+      }
+    userError(fmt::format("--stage '{}' is not a CPU stage (attn, tiled, "
+                          "llvm, llvm-ir, llvm-ir-opt)",
+                          std::string(stage)));
+  }
+  if (std::find(gpuStages.begin(), gpuStages.end(), stage) == gpuStages.end())
+    userError(fmt::format("--stage '{}' is not one of attn, gpu, ptx, "
+                          "resources, sass",
+                          std::string(stage)));
+  DiskCache cache(cacheConfig());
+  GpuResult r = gpuThroughCache(spec, target, cache);
+  const KernelArtifacts &a = r.artifacts;
+  if (stage == "attn" || stage == "gpu" || stage == "ptx") {
+    const std::string *text = a.file(stage == "attn"  ? kAttnFile
+                                     : stage == "gpu" ? kGpuFile
+                                                      : kPtxFile);
+    if (!text)
+      throw InternalError(fmt::format("the {} stage is missing", stage));
+    llvm::outs() << *text;
+    return 0;
+  }
+  if (stage == "resources") {
+    PtxasReport report = runPtxas(*a.file(kPtxFile), target);
+    llvm::outs() << fmt::format("kernel {} on {}: threads={} block_m={} "
+                                "block_n={} dynamic_shared_bytes={}\n",
+                                a.entry, target, a.threads, a.blockM, a.blockN,
+                                a.sharedBytes);
+    for (const PtxasFunctionReport &f : report.functions)
+      llvm::outs() << fmt::format(
+          "{}: registers={} stack_frame_bytes={} spill_store_bytes={} "
+          "spill_load_bytes={} static_shared_bytes={} barriers={}{}\n",
+          f.name, f.registers, f.stackFrameBytes, f.spillStoreBytes,
+          f.spillLoadBytes, f.sharedBytes, f.barriers,
+          f.clean() ? "" : "  (SPILLS)");
+    return 0;
+  }
+  // sass
+  std::string cuobjdump = findCuobjdump();
+  if (cuobjdump.empty())
+    userError("--stage sass needs cuobjdump (from the CUDA toolkit), which "
+              "was found neither next to ptxas nor on PATH");
+  const std::string *cubin = a.file(kCubinFile);
+  std::string cubinBytes;
+  if (!cubin) {
+    CubinResult c = ptxToCubin(*a.file(kPtxFile), target);
+    cubinBytes.assign(c.cubin.begin(), c.cubin.end());
+    cubin = &cubinBytes;
+  }
+  llvm::SmallString<256> tmp;
+  int fd;
+  if (fs::createTemporaryFile("flashjit", "cubin", fd, tmp))
+    throw InternalError("cannot create a temporary file for cuobjdump");
+  {
+    llvm::raw_fd_ostream os(fd, true);
+    os << *cubin;
+  }
+  llvm::SmallString<256> outFile;
+  fs::createTemporaryFile("flashjit", "sass", outFile);
+  std::string err;
+  std::optional<llvm::StringRef> redirects[] = {
+      std::nullopt, llvm::StringRef(outFile), llvm::StringRef(outFile)};
+  int rc = llvm::sys::ExecuteAndWait(cuobjdump, {cuobjdump, "-sass", tmp},
+                                     std::nullopt, redirects, 0, 0, &err);
+  auto buf = llvm::MemoryBuffer::getFile(outFile);
+  std::string text = buf ? (*buf)->getBuffer().str() : "";
+  fs::remove(tmp);
+  fs::remove(outFile);
+  if (rc != 0)
+    throw DriverError(
+        fmt::format("cuobjdump -sass failed ({}): {}{}", rc, err, text));
+  llvm::outs() << text;
+  return 0;
+}
+
+std::string ageText(int64_t lastUsed) {
+  int64_t age = int64_t(std::time(nullptr)) - lastUsed;
+  if (age < 120)
+    return fmt::format("{}s ago", age);
+  if (age < 7200)
+    return fmt::format("{}m ago", age / 60);
+  if (age < 172800)
+    return fmt::format("{}h ago", age / 3600);
+  return fmt::format("{}d ago", age / 86400);
+}
+
+int runCache() {
+  if (cacheArgs.empty())
+    userError("cache: give an action: ls, info KEY, clear or prune");
+  std::string action = cacheArgs.front();
+  size_t want = action == "info" ? 2 : 1;
+  if (cacheArgs.size() != want)
+    userError(action == "info"
+                  ? "cache info: give one KEY (or a prefix)"
+                  : fmt::format("cache {}: takes no arguments", action));
+  CacheConfig config = cacheConfig();
+  config.enabled = true;
+  DiskCache cache(config);
+  if (!cache.usable())
+    userError(fmt::format("cache {}: {}", action, cache.whyUnusable()));
+  if (action == "ls") {
+    std::vector<CacheEntryInfo> entries = cache.list();
+    uint64_t total = 0;
+    for (const CacheEntryInfo &e : entries) {
+      total += e.bytes;
+      llvm::outs() << fmt::format(
+          "{}  {:>9}  {:>8}  {:<7} {}  {}\n", e.key.substr(0, 16), e.bytes,
+          ageText(e.lastUsed), e.valid ? e.arch : "INVALID", e.entry,
+          e.specText);
+    }
+    llvm::outs() << fmt::format("{} entries, {} bytes in {}\n", entries.size(),
+                                total, cache.dir());
+    return 0;
+  }
+  if (action == "info") {
+    std::string prefix = cacheArgs[1];
+    std::vector<std::string> matches;
+    for (const CacheEntryInfo &e : cache.list())
+      if (llvm::StringRef(e.key).starts_with(prefix))
+        matches.push_back(e.key);
+    if (matches.size() != 1)
+      userError(fmt::format("cache info: '{}' matches {} entries in {}", prefix,
+                            matches.size(), cache.dir()));
+    std::string dir = cache.entryDir(matches.front());
+    std::string why;
+    bool valid = bool(readEntry(dir, matches.front(), &why));
+    llvm::outs() << "entry   " << dir << "\n"
+                 << "valid   " << (valid ? "yes" : "no: " + why) << "\n";
+    auto meta = llvm::MemoryBuffer::getFile(dir + "/" + kMetaFile);
+    if (meta)
+      llvm::outs() << (*meta)->getBuffer();
+    return valid ? 0 : 2;
+  }
+  if (action == "clear") {
+    size_t n = cache.clear();
+    llvm::outs() << fmt::format("removed {} entries from {}\n", n, cache.dir());
+    return 0;
+  }
+  if (action == "prune") {
+    uint64_t limit =
+        maxBytes.getNumOccurrences() ? uint64_t(maxBytes) : config.maxBytes;
+    if (!maxBytes.getNumOccurrences() && limit == 0)
+      userError("cache prune: give --max-bytes N or set "
+                "FLASHJIT_CACHE_MAX_BYTES");
+    size_t n = cache.prune(limit);
+    llvm::outs() << fmt::format("removed {} entries; {} bytes limit\n", n,
+                                limit);
+    return 0;
+  }
+  userError(fmt::format("cache: unknown action '{}' (ls, info, clear, prune)",
+                        action));
+}
+
+int runBundle() {
+  if (outDir.empty())
+    userError("bundle: --out DIR is required");
+  if (specText.empty())
+    userError("bundle: give at least one --spec");
+  std::vector<std::string> archs(targets.begin(), targets.end());
+  if (archs.empty())
+    archs = {"sm_80", "sm_90a"};
+  for (const std::string &t : archs)
+    if (t != "sm_80" && t != "sm_90a")
+      userError(fmt::format("bundle: --target '{}' is not sm_80 or sm_90a", t));
+  std::vector<AttentionSpec> specs;
+  for (const std::string &s : specText)
+    specs.push_back(parseSpec(s));
+  DiskCache cache(cacheConfig());
+  for (const AttentionSpec &spec : specs)
+    for (const std::string &arch : archs) {
+      GpuResult r = gpuThroughCache(spec, arch, cache);
+      Bundle::add(outDir, r.key, r.artifacts);
+      llvm::outs() << fmt::format("{} {} {} ({})\n", arch, r.key.hash(),
+                                  r.artifacts.entry, toString(r.outcome));
+    }
+  llvm::outs() << fmt::format("bundle {} holds {} kernels\n",
+                              std::string(outDir),
+                              Bundle::open(outDir).items().size());
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string errors;
+  llvm::raw_string_ostream errStream(errors);
+  if (!cl::ParseCommandLineOptions(
+          argc, argv,
+          "flashjit: compile, inspect, cache and bundle attention kernels\n",
+          &errStream)) {
+    llvm::errs() << errors;
+    return 1;
+  }
+  try {
+    if (compileCmd)
+      return runCompile();
+    if (inspectCmd)
+      return runInspect();
+    if (cacheCmd)
+      return runCache();
+    if (bundleCmd)
+      return runBundle();
+    llvm::errs() << "flashjit: give a subcommand: compile, inspect, cache, "
+                    "bundle (see flashjit --help)\n";
+    return 1;
+  } catch (const UserError &e) {
+    llvm::errs() << "flashjit: error: " << e.message() << "\n";
+    return 1;
+  } catch (const std::exception &e) {
+    llvm::errs() << "flashjit: internal error: " << e.what() << "\n";
+    return 2;
+  }
+}
