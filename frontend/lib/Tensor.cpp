@@ -55,7 +55,9 @@ void checkTensor(const char *name, const TensorRef &t, int rank,
                                   "strides are not supported)",
                                   name, i, t.strides[i]),
                       std::source_location());
-    if (isOutput && t.shape[i] > 1 && t.strides[i] == 0)
+    // An output with no elements cannot overlap (contiguous strides of an
+    // empty tensor are 0).
+    if (isOutput && t.shape[i] > 1 && t.strides[i] == 0 && t.numel() > 0)
       throw UserError(fmt::format("{}.strides[{}] = 0 on a dim of size {}: "
                                   "output elements would overlap",
                                   name, i, t.shape[i]),

@@ -167,3 +167,21 @@ TEST_CASE("tensor: heads_kv that does not divide heads_q is rejected",
             },
             {"heads"});
 }
+
+TEST_CASE("tensor: empty contiguous outputs are accepted (no overlap)",
+          "[frontend][tensor]") {
+  // seqlen_q = 0: contiguous strides of o and lse are 0 on the head and
+  // batch dims, but an empty tensor has no elements that could overlap.
+  Problem p;
+  p.q = TensorRef::contiguous(p.qd.data(), DType::F32, {2, 4, 0, 64});
+  p.o = TensorRef::contiguous(p.od.data(), DType::F32, {2, 4, 0, 32});
+  p.lse = TensorRef::contiguous3(p.lsed.data(), DType::F32, {2, 4, 0});
+  CHECK(p.o.strides[1] == 0);
+  AttentionShape s = p.check();
+  CHECK(s.seqlenQ == 0);
+  CHECK(s.headsQ == 4);
+  // A non-empty output with a zero stride still overlaps.
+  Problem bad;
+  bad.o.strides[1] = 0;
+  CHECK_THROWS_WITH(bad.check(), Catch::Contains("o.strides[1] = 0"));
+}
