@@ -5,6 +5,7 @@
 // the lit tests in tests/lit.
 //
 //===----------------------------------------------------------------------===//
+#include "flashjit/Pipeline/GpuPipelines.h"
 #include "flashjit/Pipeline/Pipelines.h"
 
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
@@ -14,7 +15,9 @@
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   flashjit::registerFlashjitDialects(registry);
+  flashjit::registerGpuDialects(registry);
   flashjit::registerFlashjitPassesAndPipelines();
+  flashjit::registerGpuPipelines();
   mlir::registerTransformsPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "flashjit optimizer driver\n", registry));

@@ -7,6 +7,7 @@
 // Pass failures become CompileError carrying the diagnostics.
 //
 //===----------------------------------------------------------------------===//
+#include "CompileSupport.h"
 #include "CompilerImpl.h"
 
 #include "flashjit/Dialect/Attn/IR/Attn.h"
@@ -57,52 +58,12 @@ void initLLVMOnce() {
   });
 }
 
-class StopWatch {
-public:
-  double lap() {
-    auto now = std::chrono::steady_clock::now();
-    double s = std::chrono::duration<double>(now - t0_).count();
-    t0_ = now;
-    return s;
-  }
-
-private:
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
-};
-
-std::string printOp(Operation *op, bool withLocations) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  OpPrintingFlags flags;
-  if (withLocations) // inline, so each op shows the user's line
-    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false)
-        .useLocalScope();
-  op->print(os, flags);
-  return s;
-}
-
 std::string printModule(const llvm::Module &m) {
   std::string s;
   llvm::raw_string_ostream os(s);
   m.print(os, nullptr);
   return s;
 }
-
-/// Collects diagnostics as text for CompileError messages.
-class DiagnosticCapture {
-public:
-  explicit DiagnosticCapture(MLIRContext *ctx)
-      : handler_(ctx, [this](Diagnostic &d) {
-          llvm::raw_string_ostream os(text_);
-          os << d.getLocation() << ": " << d << "\n";
-          return success();
-        }) {}
-  const std::string &text() const { return text_; }
-
-private:
-  std::string text_;
-  ScopedDiagnosticHandler handler_;
-};
 
 std::unique_ptr<MLIRContext> makeContext() {
   DialectRegistry registry;
@@ -111,16 +72,6 @@ std::unique_ptr<MLIRContext> makeContext() {
       std::make_unique<MLIRContext>(registry, MLIRContext::Threading::DISABLED);
   ctx->loadAllAvailableDialects();
   return ctx;
-}
-
-void runPipeline(MLIRContext &ctx, ModuleOp module, const char *stage,
-                 const DiagnosticCapture &diag,
-                 llvm::function_ref<void(OpPassManager &)> build) {
-  PassManager pm(&ctx);
-  build(pm);
-  if (failed(pm.run(module)))
-    throw CompileError(
-        fmt::format("stage '{}' failed:\n{}", stage, diag.text()));
 }
 
 /// JIT-compiles an LLVM-dialect module; returns the engine and the packed
@@ -191,22 +142,6 @@ jit(ModuleOp module, const std::string &symbol, int optLevel,
   return {std::static_pointer_cast<void>(held), *fn};
 }
 
-void dumpStages(const std::string &dir, const std::string &name,
-                const std::array<std::string, 5> &texts) {
-  static const char *ext[] = {".attn.mlir", ".tiled.mlir", ".llvm.mlir", ".ll",
-                              ".opt.ll"};
-  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
-    throw UserError(fmt::format("dump directory '{}': {}", dir, ec.message()));
-  for (size_t i = 0; i < texts.size(); ++i) {
-    std::string path = dir + "/" + name + ext[i];
-    std::error_code ec;
-    llvm::raw_fd_ostream os(path, ec);
-    if (ec)
-      throw UserError(fmt::format("cannot write '{}': {}", path, ec.message()));
-    os << texts[i];
-  }
-}
-
 } // namespace
 
 std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
@@ -257,7 +192,12 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
     if (const char *env = std::getenv("FLASHJIT_DUMP_DIR"))
       dir = env;
   if (!dir.empty())
-    dumpStages(dir, spec.variant.name(), texts);
+    dumpFiles(dir, spec.variant.name(),
+              {{".attn.mlir", texts[0]},
+               {".tiled.mlir", texts[1]},
+               {".llvm.mlir", texts[2]},
+               {".ll", texts[3]},
+               {".opt.ll", texts[4]}});
   timings.push_back({"total", total.lap()});
   return std::make_shared<const CpuKernel>(std::move(impl));
 }

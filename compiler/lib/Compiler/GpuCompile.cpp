@@ -10,6 +10,7 @@
 #include "CompileSupport.h"
 
 #include "flashjit/FrontendToMLIR/MLIRGen.h"
+#include "flashjit/Pipeline/GpuPipelines.h"
 #include "flashjit/Pipeline/Pipelines.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Error.h"
@@ -25,13 +26,37 @@ using namespace mlir;
 namespace flashjit {
 
 namespace {
-int defaultWarps(const AttentionSpec &spec) {
-  return std::max(spec.headDimQK, spec.headDimV) > 128 ? 4 : 8;
+std::unique_ptr<MLIRContext> makeGpuContext() {
+  DialectRegistry registry;
+  registerFlashjitDialects(registry);
+  registerGpuDialects(registry);
+  auto ctx =
+      std::make_unique<MLIRContext>(registry, MLIRContext::Threading::DISABLED);
+  ctx->loadAllAvailableDialects();
+  return ctx;
 }
-int defaultBlockN(const AttentionSpec &spec) {
-  return std::max(spec.headDimQK, spec.headDimV) > 128 ? 32 : 64;
-}
+
 } // namespace
+
+GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec) {
+  GpuTileConfig c;
+  if (std::max(spec.headDimQK, spec.headDimV) > 128) {
+    c.numWarps = 4;
+    c.blockN = spec.variant.buffers().empty() ? 32 : 16;
+  }
+  return c;
+}
+
+/// The options' tile configuration, defaults filled in.
+static GpuTileConfig tileConfig(const AttentionSpec &spec,
+                                const GpuCompileOptions &options) {
+  GpuTileConfig c = defaultGpuTileConfig(spec);
+  if (options.blockN)
+    c.blockN = options.blockN;
+  if (options.numWarps)
+    c.numWarps = options.numWarps;
+  return c;
+}
 
 void validateForGpu(const AttentionSpec &spec,
                     const GpuCompileOptions &options) {
@@ -55,21 +80,23 @@ void validateForGpu(const AttentionSpec &spec,
       throw UserError(fmt::format("{} = {} is not supported on the GPU "
                                   "(multiples of 16 up to 256)",
                                   field, d));
-  int blockN = options.blockN ? options.blockN : defaultBlockN(spec);
+  GpuTileConfig tc = tileConfig(spec, options);
+  int blockN = tc.blockN;
   if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
     throw UserError(fmt::format("block_n = {} must be a multiple of 16 in "
                                 "[16, 128]",
                                 blockN));
-  int warps = options.numWarps ? options.numWarps : defaultWarps(spec);
+  int warps = tc.numWarps;
   if (warps != 4 && warps != 8)
     throw UserError(fmt::format("num_warps = {} must be 4 or 8", warps));
   // Q tile + two K/V stages, 16-bit, rows padded by 8 elements.
   int64_t smem = 2 * (16 * warps * (spec.headDimQK + 8) +
                       2 * blockN * (spec.headDimQK + 8 + spec.headDimV + 8));
-  if (smem > 227 * 1024)
+  const int64_t limit = options.arch == "sm_80" ? 166912 : 232448;
+  if (smem > limit)
     throw UserError(fmt::format("block_n = {} with {} warps needs {} bytes "
-                                "of shared memory; at most 232448",
-                                blockN, warps, smem));
+                                "of shared memory; {} allows {}",
+                                blockN, warps, smem, options.arch, limit));
 }
 
 GpuKernelImage compileGpu(const AttentionSpec &spec,
@@ -78,16 +105,17 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   GpuKernelImage image;
   image.name = spec.variant.name();
   image.arch = options.arch;
-  int warps = options.numWarps ? options.numWarps : defaultWarps(spec);
+  GpuTileConfig tc = tileConfig(spec, options);
+  int warps = tc.numWarps;
   image.threads = 32 * warps;
   image.blockM = 16 * warps;
-  image.blockN = options.blockN ? options.blockN : defaultBlockN(spec);
+  image.blockN = tc.blockN;
   image.sharedBytes =
       2 * (image.blockM * (spec.headDimQK + 8) +
            2 * image.blockN * (spec.headDimQK + 8 + spec.headDimV + 8));
 
   StopWatch total, w;
-  std::unique_ptr<MLIRContext> ctx = makeContext();
+  std::unique_ptr<MLIRContext> ctx = makeGpuContext();
   DiagnosticCapture diag(ctx.get());
   OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec);
   if (!module)
@@ -102,6 +130,13 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   runPipeline(*ctx, *module, "attn-to-nvvm", diag,
               [&](OpPassManager &pm) { buildAttnToNVVMPipeline(pm, po); });
   image.gpuText = printOp(*module, /*withLocations=*/false);
+  module->walk([&](gpu::GPUFuncOp fn) {
+    auto bytes = fn->getAttrOfType<IntegerAttr>("flashjit.shared_bytes");
+    if (!bytes || bytes.getInt() != image.sharedBytes)
+      throw InternalError(fmt::format(
+          "kernel '{}' needs {} bytes of shared memory, the launch asks {}",
+          image.name, bytes ? bytes.getInt() : -1, image.sharedBytes));
+  });
   image.timings.push_back({"attn-to-nvvm", w.lap()});
 
   runPipeline(*ctx, *module, "nvvm-to-ptx", diag,

@@ -32,4 +32,42 @@ def ConvertAttnToSCF : Pass<"convert-attn-to-scf"> {
                            "::mlir::LLVM::LLVMDialect"];
 }
 
+def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
+  let summary = "turns attn.attention into a FlashAttention-2 GPU kernel";
+  let description = [{
+    Replaces each `attn.attention @f` by the kernel `gpu.func @f` in
+    `gpu.module @flashjit_kernels`: Q tile per CTA, 16 query rows per warp,
+    K/V tiles double-buffered in shared memory through `cp.async`,
+    `ldmatrix` fragments, `mma.sync m16n8k16` (bf16/fp16, fp32 accumulators),
+    the score modifier and mask inlined on the accumulator fragments, online
+    softmax with exp2, and run-time tile classification (full tiles run no
+    mask code, empty tiles are never loaded). attn.div/rem/fptosi_sat stay
+    for attn-expand-scalar; the rest are nvvm/llvm/arith/scf ops that
+    MLIR's gpu-lower-to-nvvm pipeline takes to PTX.
+
+    Before:
+    ```mlir
+    attn.attention @causal {...} mask { ... attn.yield %m : i1 } score { ... }
+    ```
+    After:
+    ```mlir
+    gpu.module @flashjit_kernels {
+      gpu.func @causal(%q: !llvm.ptr<1>, ...) kernel { ... nvvm.mma.sync ... }
+    }
+    ```
+  }];
+  let options = [
+    Option<"blockN", "block-n", "int", /*default=*/"64",
+           "keys per tile (a multiple of 16)">,
+    Option<"numWarps", "num-warps", "int", /*default=*/"4",
+           "warps per CTA (4 or 8), 16 query rows each">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
+}
+
 #endif // FLASHJIT_CONVERSION_PASSES

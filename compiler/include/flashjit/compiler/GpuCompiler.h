@@ -37,6 +37,21 @@ struct GpuCompileOptions {
   std::string dumpDir;
 };
 
+/// The tile configuration of a GPU kernel.
+struct GpuTileConfig {
+  /// Keys per tile (a multiple of 16).
+  int blockN = 64;
+  /// Warps per CTA, each owning 16 query rows (block_m = 16 * warps).
+  int numWarps = 8;
+};
+
+/// The default tile configuration of \p spec (GpuCompileOptions overrides
+/// it), measured on an H200 (bench/RESULTS.md): head dims up to 128 use
+/// 8 warps and 64-key tiles; larger ones 4 warps and 32-key tiles, or
+/// 16-key tiles when the variant reads buffers (per-element loads need the
+/// registers; with 32 the sm_80 build spills).
+GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec);
+
 /// A generated GPU kernel: PTX and its launch facts.
 struct GpuKernelImage {
   /// The kernel's symbol (the variant's name).

@@ -22,6 +22,8 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
@@ -60,12 +62,13 @@ public:
     Block &body = op_.getMask().front();
     auto y = cast<attn::YieldOp>(body.getTerminator());
     auto c = y.getValue().getDefiningOp<arith::ConstantOp>();
-    if (!c)
-      return true;
-    auto v = dyn_cast<BoolAttr>(c.getValue());
-    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
-      return !i.getValue().isAllOnes();
-    return !(v && v.getValue());
+    auto i = c ? dyn_cast<IntegerAttr>(c.getValue()) : IntegerAttr();
+    return !(i && i.getValue().isAllOnes()); // constant true: no mask
+  }
+
+  bool maskReadsBuffers() const override { return readsBuffers(op_.getMask()); }
+  bool scoreReadsBuffers() const override {
+    return readsBuffers(op_.getScore());
   }
 
   SmallVector<Type> extraArgumentTypes(MLIRContext *ctx) const override {
@@ -117,6 +120,11 @@ public:
   }
 
 private:
+  static bool readsBuffers(Region &r) {
+    return r.walk([](attn::BufferLoadOp) { return WalkResult::interrupt(); })
+        .wasInterrupted();
+  }
+
   static void mapIndices(IRMapping &map, Block &body, unsigned first,
                          const IndexValues &idx) {
     Value v[] = {idx.batch, idx.head,    idx.qIdx,
@@ -186,23 +194,11 @@ private:
     return map.lookup(cast<attn::YieldOp>(body.getTerminator()).getValue());
   }
 
-  attn::AttentionOp op_;
+  mutable attn::AttentionOp op_; // accessors are non-const
   SmallVector<std::pair<std::string, Type>> params_, buffers_;
   SmallVector<Value> args_;
   Value status_;
 };
-
-/// Per-head-dim defaults (measured on an H200, bench/RESULTS.md).
-KernelConfig defaultConfig(attn::AttentionOp op) {
-  KernelConfig c;
-  c.headDimQK = op.getHeadDimQk();
-  c.headDimV = op.getHeadDimV();
-  int d = std::max(c.headDimQK, c.headDimV);
-  c.blockN = d > 128 ? 32 : 64;
-  c.numWarps = d > 128 ? 4 : 8;
-  c.blockM = 16 * c.numWarps;
-  return c;
-}
 
 struct ConvertAttnToNVVM
     : flashjit::impl::ConvertAttnToNVVMBase<ConvertAttnToNVVM> {
@@ -219,14 +215,15 @@ struct ConvertAttnToNVVM
     b.setInsertionPointToEnd(module.getBody());
     auto gm = gpu::GPUModuleOp::create(b, module.getLoc(), "flashjit_kernels");
     for (attn::AttentionOp op : ops) {
-      KernelConfig c = defaultConfig(op);
+      // The tile configuration is explicit: compileGpu picks it from
+      // defaultGpuTileConfig (GpuCompiler.h), flashjit-opt users pass it.
+      KernelConfig c;
       c.name = op.getSymName().str();
-      if (blockN != 0)
-        c.blockN = blockN;
-      if (numWarps != 0) {
-        c.numWarps = numWarps;
-        c.blockM = 16 * numWarps;
-      }
+      c.headDimQK = op.getHeadDimQk();
+      c.headDimV = op.getHeadDimV();
+      c.blockN = blockN;
+      c.numWarps = numWarps;
+      c.blockM = 16 * numWarps;
       Type dq = op.getDtypeQ();
       if (dq != op.getDtypeK() || dq != op.getDtypeV() ||
           dq != op.getDtypeO() || !(dq.isBF16() || dq.isF16())) {
@@ -236,9 +233,10 @@ struct ConvertAttnToNVVM
       }
       if (c.headDimQK % 16 || c.headDimV % 16 || c.headDimQK > 256 ||
           c.headDimV > 256 || c.blockN % 16 || c.blockN <= 0 ||
-          c.numWarps <= 0) {
+          (c.numWarps != 4 && c.numWarps != 8)) {
         op.emitOpError("unsupported GPU kernel shape: head dims must be "
-                       "multiples of 16 up to 256, block_n a multiple of 16");
+                       "multiples of 16 up to 256, block-n a positive "
+                       "multiple of 16, num-warps 4 or 8");
         return signalPassFailure();
       }
       c.bf16 = dq.isBF16();

@@ -136,6 +136,21 @@ private:
       acc[i] = LLVM::ExtractValueOp::create(b, d, i);
   }
 
+  Value cb(bool v) { return arith::ConstantOp::create(b, b.getBoolAttr(v)); }
+
+  /// `cond ? make() : otherwise`, with make()'s code run only when \p cond
+  /// holds (scf.if).
+  Value guarded(Value cond, Type type, Value otherwise,
+                llvm::function_ref<Value()> make) {
+    auto ifOp = scf::IfOp::create(b, TypeRange{type}, cond, /*withElse=*/true);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    scf::YieldOp::create(b, make());
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, otherwise);
+    return ifOp.getResult(0);
+  }
+
   Value shflXor(Value v, int offset) {
     return NVVM::ShflOp::create(b, f32, ci32(-1), v, ci32(offset), ci32(0x1f),
                                 NVVM::ShflKind::bfly, UnitAttr());
@@ -222,6 +237,11 @@ void KernelBuilder::build(Operation *gpuModule) {
   auto fn = gpu::GPUFuncOp::create(b, c.name, fnType);
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
   fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({nthreads, 1, 1}));
+  // One CTA per SM is enough: without this ptxas caps registers to fit more
+  // CTAs and spills (seen at 80 registers for head_dim 32).
+  fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(1));
+  // The launch's dynamic shared memory, checked by compileGpu.
+  fn->setAttr("flashjit.shared_bytes", b.getI64IntegerAttr(c.sharedBytes()));
   b.setInsertionPointToStart(&fn.getBody().front());
   buildBody(fn);
   gpu::ReturnOp::create(b);
@@ -438,19 +458,37 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
           Value qi = i < 2 ? qRow0 : qRow1;
           Value kvi = add(kvLane, ci32(jn * 8 + (i & 1)));
           IndexValues idx{batch, head, qi, kvi, seqlenQ, seqlenK};
-          Value v;
-          if (em.hasScoreMod())
-            v = fmul(em.emitScore(b, b.getLoc(), idx, fmul(acc, scale)),
-                     cf32(log2e));
-          else
-            v = fmul(acc, scaleLog2);
+          // Buffer reads happen only where the interpreter does them: the
+          // mask on in-range elements, the score modifier on allowed ones
+          // (elsewhere a read could be out of range and set the flag).
+          Value rowOk = cmp(arith::CmpIPredicate::slt, qi, seqlenQ);
+          Value ok;
           if (masked) {
-            Value ok = cmp(arith::CmpIPredicate::slt, kvi, seqlenK);
+            ok = arith::AndIOp::create(
+                b, rowOk, cmp(arith::CmpIPredicate::slt, kvi, seqlenK));
             if (em.hasMask())
               ok =
-                  arith::AndIOp::create(b, ok, em.emitMask(b, b.getLoc(), idx));
-            v = sel(ok, v, minusInf);
+                  em.maskReadsBuffers()
+                      ? guarded(ok, i1, cb(false),
+                                [&] { return em.emitMask(b, b.getLoc(), idx); })
+                      : arith::AndIOp::create(b, ok,
+                                              em.emitMask(b, b.getLoc(), idx))
+                            .getResult();
+          } else {
+            ok = rowOk; // a full tile: every in-range element is allowed
           }
+          Value v;
+          if (em.hasScoreMod()) {
+            auto mod = [&] {
+              return em.emitScore(b, b.getLoc(), idx, fmul(acc, scale));
+            };
+            v = em.scoreReadsBuffers() ? guarded(ok, f32, zero, mod) : mod();
+            v = fmul(v, cf32(log2e));
+          } else {
+            v = fmul(acc, scaleLog2);
+          }
+          if (masked)
+            v = sel(ok, v, minusInf);
           out.push_back(v);
         }
       return out;

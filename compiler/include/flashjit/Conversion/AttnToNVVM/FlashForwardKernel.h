@@ -31,6 +31,11 @@ public:
   virtual bool hasScoreMod() const = 0;
   /// True if the mask is not the constant true.
   virtual bool hasMask() const = 0;
+  /// True if the mask / the score modifier reads buffers: the kernel then
+  /// evaluates it only where the interpreter does (mask: in-range elements;
+  /// score modifier: allowed elements), so no read goes out of range.
+  virtual bool maskReadsBuffers() const = 0;
+  virtual bool scoreReadsBuffers() const = 0;
   /// The modified score (f32) of one element; \p score is scale * q.k.
   virtual mlir::Value emitScore(mlir::OpBuilder &b, mlir::Location loc,
                                 const IndexValues &idx, mlir::Value score) = 0;

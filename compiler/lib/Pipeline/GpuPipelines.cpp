@@ -1,0 +1,110 @@
+//===- GpuPipelines.cpp - Named pass pipelines of the GPU backend ---------===//
+#include "flashjit/Pipeline/GpuPipelines.h"
+
+#include "flashjit/Conversion/Passes.h"
+#include "flashjit/Dialect/Attn/Transforms/Passes.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
+#include "mlir/Conversion/GPUCommon/GPUToLLVM.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
+#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Pipelines/Passes.h"
+#include "mlir/Dialect/Index/IR/IndexDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+namespace flashjit {
+
+void buildAttnToNVVMPipeline(OpPassManager &pm,
+                             const GpuPipelineOptions &options) {
+  ConvertAttnToNVVMOptions o;
+  o.blockN = options.blockN;
+  o.numWarps = options.numWarps;
+  pm.addPass(createConvertAttnToNVVM(o));
+  OpPassManager &gm = pm.nest<gpu::GPUModuleOp>();
+  gm.addPass(attn::createAttnExpandScalar());
+  gm.addPass(createCanonicalizerPass());
+  gm.addPass(createCSEPass());
+}
+
+void buildNVVMToPTXPipeline(OpPassManager &pm,
+                            const GpuPipelineOptions &options) {
+  gpu::GPUToNVVMPipelineOptions o;
+  o.cubinChip = options.arch;
+  o.cubinFeatures = "+ptx80"; // the default (+ptx60) aborts for sm_90a
+  o.cubinFormat = "isa";
+  o.optLevel = 3;
+  // The stock pipeline leaves n-D vector ops inside gpu.module.
+  pm.addNestedPass<gpu::GPUModuleOp>(createConvertVectorToLLVMPass());
+  gpu::buildLowerToNVVMPassPipeline(pm, o);
+}
+
+void registerGpuDialects(DialectRegistry &registry) {
+  registry.insert<gpu::GPUDialect, NVVM::NVVMDialect, vector::VectorDialect,
+                  index::IndexDialect>();
+  // convert-gpu-to-nvvm and gpu-to-llvm collect their patterns from these
+  // interfaces: without them arith/cf/math ops survive the lowering.
+  registerConvertFuncToLLVMInterface(registry);
+  arith::registerConvertArithToLLVMInterface(registry);
+  cf::registerConvertControlFlowToLLVMInterface(registry);
+  registerConvertMemRefToLLVMInterface(registry);
+  index::registerConvertIndexToLLVMInterface(registry);
+  registerConvertMathToLLVMInterface(registry);
+  registerConvertNVVMToLLVMInterface(registry);
+  gpu::registerConvertGpuToLLVMInterface(registry);
+  vector::registerConvertVectorToLLVMInterface(registry);
+  ub::registerConvertUBToLLVMInterface(registry);
+  registerNVVMDialectTranslation(registry);
+  registerGPUDialectTranslation(registry);
+  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+}
+
+namespace {
+struct GpuOptions : public PassPipelineOptions<GpuOptions> {
+  Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_80 or sm_90a"),
+                           llvm::cl::init("sm_90a")};
+  Option<int> blockN{*this, "block-n", llvm::cl::desc("keys per tile"),
+                     llvm::cl::init(64)};
+  Option<int> numWarps{*this, "num-warps", llvm::cl::desc("warps per CTA"),
+                       llvm::cl::init(4)};
+  GpuPipelineOptions get() const { return {arch, blockN, numWarps}; }
+};
+} // namespace
+
+void registerGpuPipelines() {
+  PassPipelineRegistration<GpuOptions>(
+      "attn-to-nvvm", "attn.attention to the GPU kernel (nvvm dialect)",
+      [](OpPassManager &pm, const GpuOptions &o) {
+        buildAttnToNVVMPipeline(pm, o.get());
+      });
+  PassPipelineRegistration<GpuOptions>(
+      "attn-nvvm-to-ptx", "the GPU kernel to a gpu.binary holding PTX",
+      [](OpPassManager &pm, const GpuOptions &o) {
+        if (o.arch != "sm_80" && o.arch != "sm_90a") {
+          // An unknown chip would abort inside LLVM: add nothing, say why.
+          llvm::errs() << "attn-nvvm-to-ptx: arch '" << o.arch
+                       << "' is not supported (sm_80 or sm_90a)\n";
+          return;
+        }
+        buildNVVMToPTXPipeline(pm, o.get());
+      });
+}
+
+} // namespace flashjit
