@@ -25,8 +25,16 @@ pack() {
   [[ -f scripts/env.sh ]] && source scripts/env.sh
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
-  ninja -C "$BUILD" -j2 flashjit_gpu_tests flashjit_runtime_tests
+  ninja -C "$BUILD" -j2 flashjit_gpu_tests flashjit_runtime_tests \
+    gen_matrix_kernels
   mkdir -p "$PACK/bin" "$PACK/lib"
+  # The generated kernels travel as PTX (xz: 12 MB -> ~1 MB): the GPU machine
+  # has no MLIR.
+  local kdir
+  kdir=$(mktemp -d)
+  "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a
+  tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
+  rm -rf "$kdir" "$PACK/matrix_kernels"
   rm -f "$PACK"/bin/* "$PACK"/lib/*.so*[0-9]
   local bins=("$BUILD/tests/gpu/flashjit_gpu_tests"
               "$BUILD/tests/unit/runtime/flashjit_runtime_tests")
@@ -104,6 +112,9 @@ run() {
     status[$name]="rc=$rc $((SECONDS - t0))s"
   }
   local bin=$PACK/bin
+  export FLASHJIT_MATRIX_KERNELS=/tmp/flashjit-matrix-kernels
+  mkdir -p "$FLASHJIT_MATRIX_KERNELS"
+  tar -C "$FLASHJIT_MATRIX_KERNELS" -xJf "$PACK/matrix_kernels.tar.xz"
   step unit "$bin/flashjit_runtime_tests"
   step gpu "$bin/flashjit_gpu_tests" --durations yes
   local gpu_rc=${status[gpu]%% *}
@@ -114,13 +125,21 @@ run() {
       "NVRTC reference reports an out-of-range buffer read" "[runtime]"
     step racecheck compute-sanitizer --tool racecheck --error-exitcode 3 \
       "$bin/flashjit_gpu_tests" "NVRTC reference without LSE and with mixed dtypes"
+    # Generated kernels: a few of the matrix under both tools.
+    FLASHJIT_MATRIX_ONLY=d64_bf16 step memcheck_generated compute-sanitizer \
+      --tool memcheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
+      "generated kernels match the float64 reference on the matrix"
+    FLASHJIT_MATRIX_ONLY=_d128_bf16 step racecheck_generated compute-sanitizer \
+      --tool racecheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
+      "generated kernels match the float64 reference on the matrix"
   fi
   echo
   echo "=== gpu-check summary (logs in $out)"
   grep -h "^GPU:" "$out/gpu.log" || true
   grep -h "ms$" "$out/large.log" | sed 's/^ *//' || true
   printf '%-10s %s\n' step status
-  for s in unit gpu large memcheck racecheck; do
+  for s in unit gpu large memcheck racecheck memcheck_generated \
+    racecheck_generated; do
     [[ -n ${status[$s]:-} ]] && printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
       "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY)' "$out/$s.log" | tail -1)"
   done

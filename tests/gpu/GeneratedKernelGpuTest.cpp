@@ -1,0 +1,141 @@
+//===- GeneratedKernelGpuTest.cpp - Generated kernels on the GPU ----------===//
+//
+// The kernels of the variant matrix (tests/support/KernelMatrix.h),
+// generated ahead of time by gen_matrix_kernels (the GPU machine has no
+// MLIR), loaded by the runtime alone and run on the GPU: against the float64
+// reference on small odd shapes (0, 1, unequal, non-multiples of the tile)
+// and strided layouts, and against the NVRTC reference, an independent
+// second lowering of the same DSL, at N = 4096. Outputs are poisoned with
+// NaN before each run.
+//
+//===----------------------------------------------------------------------===//
+#include "GpuTestSupport.h"
+#include "KernelMatrix.h"
+
+#include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/NvrtcReference.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+using namespace flashjit;
+using namespace flashjit::runtime;
+using flashjit::test::GpuTensor;
+
+namespace {
+
+std::string kernelDir() {
+  if (const char *env = std::getenv("FLASHJIT_MATRIX_KERNELS"))
+    return env;
+  return FLASHJIT_MATRIX_KERNELS_DEFAULT;
+}
+
+/// Loads the ahead-of-time kernel \p id.
+std::unique_ptr<GpuAttentionKernel> load(const testing::MatrixKernel &k,
+                                         Device &dev) {
+  std::string base = kernelDir() + "/" + k.id;
+  std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
+  INFO("kernel files " << base << ".{info,ptx} (make them with "
+                       << "gen_matrix_kernels DIR, or set "
+                       << "FLASHJIT_MATRIX_KERNELS)");
+  REQUIRE(infoFile);
+  REQUIRE(ptxFile);
+  GpuKernelInfo info;
+  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
+      info.sharedBytes;
+  std::stringstream ptx;
+  ptx << ptxFile.rdbuf();
+  return std::make_unique<GpuAttentionKernel>(k.spec, info, ptx.str(), dev);
+}
+
+/// FLASHJIT_MATRIX_ONLY=<substring> restricts the matrix (e.g. for the
+/// sanitizers, which are slow).
+bool selected(const testing::MatrixKernel &k) {
+  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
+  return !only || k.id.find(only) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("generated kernels match the float64 reference on the matrix",
+          "[gpu][generated]") {
+  Device &dev = Device::get(0);
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {1, 1}, {17, 65}, {65, 17}, {130, 77}, {0, 9}, {9, 0}, {257, 300}};
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int i = 0;
+  for (const testing::MatrixKernel &k : testing::kernelMatrix()) {
+    if (!selected(k))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = load(k, dev);
+    CHECK(kernel->function().localBytes() == 0);
+    // Two shapes per kernel, rotating through the list and the layouts.
+    for (int r = 0; r < 2; ++r, ++i) {
+      auto [sq, sk] = shapes[i % std::size(shapes)];
+      test::checkShape(dev, test::runWith(*kernel), k.spec, 1 + i % 2, sq, sk,
+                       i % 2, seed + i);
+    }
+  }
+}
+
+TEST_CASE("generated kernels match the NVRTC reference at N = 4096",
+          "[gpu][generated]") {
+  Device &dev = Device::get(0);
+  std::mt19937_64 rng(std::random_device{}());
+  for (const testing::MatrixKernel &k : testing::kernelMatrix()) {
+    if (k.spec.headDimQK != 128 || k.spec.dtypeQ != DType::BF16 || !selected(k))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = load(k, dev);
+    NvrtcReference ref(k.spec, dev);
+    const int64_t n = 4096, hq = k.spec.headsQ, hkv = k.spec.headsKV;
+    GpuTensor q(dev, DType::BF16, {1, hq, n, 128}),
+        kt(dev, DType::BF16, {1, hkv, n, 128}),
+        v(dev, DType::BF16, {1, hkv, n, 128}),
+        o(dev, DType::BF16, {1, hq, n, 128}),
+        o2(dev, DType::BF16, {1, hq, n, 128}),
+        lse(dev, DType::F32, {1, hq, n, 1}, 3),
+        lse2(dev, DType::F32, {1, hq, n, 1}, 3);
+    q.randomize(rng, 2.0f);
+    kt.randomize(rng, 2.0f);
+    v.randomize(rng);
+    o.poison();
+    o2.poison();
+    test::VariantArgs args(dev, k.spec, n, n);
+    kernel->run(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
+                &lse.deviceRef, args.device);
+    ref.run(q.deviceRef, kt.deviceRef, v.deviceRef, o2.deviceRef,
+            &lse2.deviceRef, args.device);
+    o.download();
+    o2.download();
+    lse.download();
+    lse2.download();
+    double worstO = 0, worstL = 0;
+    int64_t nan = 0;
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t r = 0; r < n; ++r) {
+        float a = lse.at(0, h, r), b = lse2.at(0, h, r);
+        if (std::isinf(b))
+          nan += !(std::isinf(a) && a < 0);
+        else
+          worstL = std::max(worstL, double(std::fabs(a - b)) /
+                                        std::max(1.0, double(std::fabs(b))));
+        for (int64_t d = 0; d < 128; ++d) {
+          float x = o.at(0, h, r, d), y = o2.at(0, h, r, d);
+          nan += std::isnan(x);
+          worstO = std::max(worstO, double(std::fabs(x - y)));
+        }
+      }
+    INFO("max |O - O_nvrtc| = " << worstO
+                                << ", max rel LSE difference = " << worstL);
+    CHECK(nan == 0);
+    CHECK(worstO <= 2 * test::tolerance(DType::BF16));
+    CHECK(worstL <= 1e-4);
+  }
+}

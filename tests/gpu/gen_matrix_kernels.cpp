@@ -1,0 +1,36 @@
+//===- gen_matrix_kernels.cpp - Generate the matrix kernels ahead of time -===//
+//
+// Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch threads block_m
+// shared_bytes") for every kernel of tests/support/KernelMatrix.h, so the
+// [gpu] tests run them on a GPU machine that has no MLIR (the ahead-of-time
+// flow a host application uses). Usage: gen_matrix_kernels DIR [ARCH]
+//
+//===----------------------------------------------------------------------===//
+#include "KernelMatrix.h"
+
+#include "flashjit/compiler/GpuCompiler.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s DIR [sm_80|sm_90a]\n", argv[0]);
+    return 1;
+  }
+  std::string dir = argv[1];
+  flashjit::GpuCompileOptions o;
+  o.arch = argc > 2 ? argv[2] : "sm_90a";
+  int n = 0;
+  for (const auto &k : flashjit::testing::kernelMatrix()) {
+    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, o);
+    std::ofstream(dir + "/" + k.id + ".ptx") << img.ptx;
+    std::ofstream(dir + "/" + k.id + ".info")
+        << img.name << ' ' << img.arch << ' ' << img.threads << ' '
+        << img.blockM << ' ' << img.sharedBytes << '\n';
+    ++n;
+  }
+  std::printf("%d kernels written to %s\n", n, dir.c_str());
+  return 0;
+}

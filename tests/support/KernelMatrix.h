@@ -1,0 +1,97 @@
+//===- KernelMatrix.h - The variant matrix GPU kernels are checked on -----===//
+//
+// One list shared by the no-GPU code-generation test (every kernel generated
+// for sm_80 and sm_90a and assembled with ptxas) and the [gpu] tests (the
+// same kernels, generated ahead of time, run on the GPU against the float64
+// and NVRTC references). Header-only; needs only the frontend.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_TESTS_SUPPORT_KERNELMATRIX_H
+#define FLASHJIT_TESTS_SUPPORT_KERNELMATRIX_H
+
+#include "flashjit/frontend/Library.h"
+#include "flashjit/frontend/Variant.h"
+
+#include <string>
+#include <vector>
+
+namespace flashjit::testing {
+
+/// One generated kernel: a spec and the id its files are named after.
+struct MatrixKernel {
+  std::string id;
+  std::string variant;
+  AttentionSpec spec;
+};
+
+/// The variants of the issue-3 matrix, by name.
+inline std::vector<std::string> matrixVariants() {
+  return {"none",      "causal_tl",    "causal_br", "window_left",
+          "window_lr", "window_lr_br", "prefix_lm", "chunked_causal",
+          "softcap",   "alibi",        "rel_bias",  "softcap_window",
+          "doc_id"};
+}
+
+/// The spec of variant \p name at head dim \p d, 16-bit dtype \p dtype and
+/// heads_q / heads_kv = \p hq / \p hkv.
+inline AttentionSpec matrixSpec(const std::string &name, int d, DType dtype,
+                                int hq, int hkv) {
+  AttentionSpec s;
+  Variant v(name);
+  if (name == "causal_tl")
+    s.causal = Causal::TopLeft;
+  else if (name == "causal_br")
+    s.causal = Causal::BottomRight;
+  else if (name == "window_left")
+    v.mask(sliding_window(37, 0, Alignment::TopLeft));
+  else if (name == "window_lr")
+    v.mask(sliding_window(50, 20, Alignment::TopLeft));
+  else if (name == "window_lr_br")
+    v.mask(sliding_window(50, 20, Alignment::BottomRight, false));
+  else if (name == "prefix_lm")
+    v.mask(prefix_lm(23));
+  else if (name == "chunked_causal")
+    v.mask(chunked(48) && causal(Alignment::TopLeft));
+  else if (name == "softcap") {
+    v.scoreMod(softcap(param<float>("cap")));
+    s.causal = Causal::TopLeft;
+  } else if (name == "alibi")
+    v.scoreMod(alibi(buffer<float>("slopes")));
+  else if (name == "rel_bias")
+    v.scoreMod(relative_bias(buffer<float>("table"), 16));
+  else if (name == "softcap_window") {
+    v.mask(sliding_window(64, 0, Alignment::BottomRight));
+    v.scoreMod(softcap(20.0f));
+  } else if (name == "doc_id") {
+    auto doc = buffer<int32_t>("doc_id");
+    v.mask(doc[q_idx] == doc[kv_idx] && kv_idx <= q_idx);
+  }
+  s.variant = v;
+  s.headDimQK = s.headDimV = d;
+  s.dtypeQ = s.dtypeK = s.dtypeV = s.dtypeO = dtype;
+  s.headsQ = hq;
+  s.headsKV = hkv;
+  return s;
+}
+
+/// Every (variant, head dim, dtype) kernel of the matrix; GQA ratios
+/// {1, 2, 3, 8} rotate through the list.
+inline std::vector<MatrixKernel> kernelMatrix() {
+  std::vector<MatrixKernel> out;
+  const int gqa[][2] = {{2, 2}, {4, 2}, {6, 2}, {8, 1}};
+  int i = 0;
+  for (const std::string &name : matrixVariants())
+    for (int d : {32, 64, 96, 128, 192, 256})
+      for (DType t : {DType::BF16, DType::F16}) {
+        const int *g = gqa[i++ % 4];
+        std::string id = name + "_d" + std::to_string(d) + "_" +
+                         std::string(toString(t)) + "_g" +
+                         std::to_string(g[0] / g[1]);
+        out.push_back({id, name, matrixSpec(name, d, t, g[0], g[1])});
+      }
+  return out;
+}
+
+} // namespace flashjit::testing
+
+#endif // FLASHJIT_TESTS_SUPPORT_KERNELMATRIX_H
