@@ -1,0 +1,74 @@
+//===- bench_kernels.cpp - Generate the benchmark's kernels ---------------===//
+//
+// Writes <dir>/<variant>_d<D>.ptx and <dir>/manifest.json for the benchmark
+// variants (dense, causal, causal sliding window 1024, causal + softcap 30,
+// ALiBi) at head dims 64, 128 and 256, bf16, for sm_90a. The GPU machine
+// has no MLIR, so kernels are generated here and carried (bench/README.md).
+// Usage: bench_kernels DIR
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/frontend/Library.h"
+#include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/Ptxas.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+using namespace flashjit;
+
+static AttentionSpec benchSpec(const std::string &name, int d) {
+  AttentionSpec s;
+  Variant v(name);
+  if (name == "causal")
+    s.causal = Causal::TopLeft;
+  else if (name == "swa1024") // FlexAttention's q - kv < 1024 && q >= kv
+    v.mask(sliding_window(1023, 0, Alignment::TopLeft));
+  else if (name == "softcap30") {
+    v.scoreMod(softcap(30.0f));
+    s.causal = Causal::TopLeft;
+  } else if (name == "alibi")
+    v.scoreMod(alibi(buffer<float>("slopes")));
+  s.variant = v;
+  s.headDimQK = s.headDimV = d;
+  s.headsQ = s.headsKV = 2048 / d; // hidden 2048
+  return s;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 1;
+  }
+  std::string dir = argv[1];
+  std::ofstream manifest(dir + "/manifest.json");
+  manifest << "[\n";
+  bool first = true;
+  for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
+    for (int d : {64, 128, 256}) {
+      AttentionSpec spec = benchSpec(name, d);
+      GpuKernelImage img = compileGpu(spec);
+      std::string file = name + "_d" + std::to_string(d) + ".ptx";
+      std::ofstream(dir + "/" + file) << img.ptx;
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, img.arch);
+      const runtime::PtxasFunctionReport *f = r.find(img.name);
+      manifest << (first ? "" : ",\n") << "  {\"variant\": \"" << name
+               << "\", \"D\": " << d << ", \"ptx\": \"" << file
+               << "\", \"kernel\": \"" << img.name
+               << "\", \"threads\": " << img.threads
+               << ", \"block_m\": " << img.blockM
+               << ", \"block_n\": " << img.blockN
+               << ", \"smem\": " << img.sharedBytes
+               << ", \"registers\": " << (f ? f->registers : -1)
+               << ", \"compile_s\": " << img.timings.back().seconds
+               << ", \"scale\": " << spec.effectiveScale() << ", \"spec\": \""
+               << printSpec(spec) << "\"}";
+      first = false;
+      std::printf("%-10s d%-4d %3d threads  block %dx%d  smem %6d  regs %d\n",
+                  name.c_str(), d, img.threads, img.blockM, img.blockN,
+                  img.sharedBytes, f ? f->registers : -1);
+    }
+  manifest << "\n]\n";
+  return 0;
+}

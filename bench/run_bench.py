@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Times flashjit's generated kernels beside FlashAttention-2 (torch sdpa
+FLASH_ATTENTION), cuDNN (sdpa CUDNN_ATTENTION) and FlexAttention
+(torch.compile(flex_attention)) on the same random bf16 inputs, on the GPU
+machine. Kernels come as PTX from bench_kernels (made on the build machine:
+the GPU machine has no MLIR); they are loaded with CuPy.
+
+TF/s count only the (q, k) pairs the mask allows: 4 * B * H * N^2 * D * f.
+Writes JSON, a markdown table and one PNG per head dim under --out.
+
+  python3 bench/run_bench.py --kernels DIR --out DIR [--n 512,4096] [--d 128]
+"""
+import argparse, json, math, os, sys, time
+
+import numpy as np
+import cupy as cp
+import torch
+import triton.testing as tt
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+LOG2E = 1.4426950408889634
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--kernels", required=True)
+ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench"))
+ap.add_argument("--n", default="512,1024,2048,4096,8192,16384")
+ap.add_argument("--d", default="64,128,256")
+ap.add_argument("--variants", default="dense,causal,swa1024,softcap30,alibi")
+ap.add_argument("--flex", default="1", help="0 to skip FlexAttention")
+ap.add_argument("--rep", type=int, default=100, help="timing window, ms")
+args = ap.parse_args()
+os.makedirs(args.out, exist_ok=True)
+torch._dynamo.config.recompile_limit = 10000
+torch._dynamo.config.cache_size_limit = 10000
+flex = torch.compile(flex_attention)
+manifest = {(k["variant"], k["D"]): k for k in json.load(open(os.path.join(args.kernels, "manifest.json")))}
+modules = {}
+
+
+def bench(fn):
+    return tt.do_bench(fn, warmup=25, rep=args.rep, return_mode="median")
+
+
+def launch(k, B, H, N, ptrs, extra):
+    key = k["ptx"]
+    if key not in modules:
+        m = cp.RawModule(path=os.path.join(args.kernels, k["ptx"]))
+        f = m.get_function(k["kernel"])
+        f.max_dynamic_shared_size_bytes = k["smem"]
+        modules[key] = (m, f)
+    f = modules[key][1]
+    D = k["D"]
+    st = [np.int64(H * N * D), np.int64(N * D), np.int64(D)]
+    a = list(ptrs) + st * 4 + [np.int64(H * N), np.int64(N), np.int64(1)]
+    a += [np.int32(N), np.int32(N), np.int32(1), np.float32(k["scale"]),
+          np.float32(k["scale"] * LOG2E)] + extra
+    f(((N + k["block_m"] - 1) // k["block_m"], H, B), (k["threads"], 1, 1), tuple(a),
+      shared_mem=k["smem"])
+
+
+def allowed_fraction(variant, N):
+    if variant in ("dense", "alibi"):
+        return 1.0
+    full = N * (N + 1) / 2
+    if variant == "swa1024":
+        w = 1024
+        full = sum(min(i + 1, w) for i in range(N)) if N <= 16384 else full
+    return full / (N * N)
+
+
+def mm_ceiling():
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn_like(a)
+    ms = bench(lambda: a @ b)
+    return 2 * 8192 ** 3 / ms / 1e9
+
+
+ceiling = mm_ceiling()
+print(f"bf16 matmul 8192^3: {ceiling:.0f} TF/s", flush=True)
+rows = []
+for D in [int(x) for x in args.d.split(",")]:
+    H = 2048 // D
+    for N in [int(x) for x in args.n.split(",")]:
+        B = max(1, 32768 // N)
+        torch.manual_seed(N + D)
+        q = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16)
+        kk = torch.randn_like(q)
+        v = torch.randn_like(q)
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        status = torch.zeros(4, device="cuda", dtype=torch.int32)
+        slopes = torch.tensor([2 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
+        ptrs = [cp.asarray(t.view(torch.int16)) for t in (q, kk, v, o)] + [cp.asarray(lse), cp.asarray(status)]
+        idx = torch.arange(N, device="cuda")
+        for variant in args.variants.split(","):
+            k = manifest.get((variant, D))
+            if not k:
+                continue
+            causal = variant in ("causal", "swa1024", "softcap30")
+            extra = [cp.asarray(slopes), np.int64(H)] if variant == "alibi" else []
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            ours = bench(lambda: launch(k, B, H, N, ptrs, extra))
+            extra_bytes = torch.cuda.max_memory_allocated() - base
+            # Correctness on one batch element, fp32 reference.
+            qi = min(N, 2048)
+            s0 = (q[0, :, -qi:].float() @ kk[0].float().transpose(-1, -2)) * k["scale"]
+            rq = idx[-qi:]
+            if variant == "softcap30":
+                s0 = 30 * torch.tanh(s0 / 30)
+            if variant == "alibi":
+                s0 = s0 - slopes[:, None, None] * (rq[:, None] - idx[None, :]).abs().float()
+            allow = torch.ones(qi, N, dtype=torch.bool, device="cuda")
+            if causal:
+                allow = rq[:, None] >= idx[None, :]
+            if variant == "swa1024":
+                allow &= (rq[:, None] - idx[None, :]) < 1024
+            s0 = s0.masked_fill(~allow, float("-inf"))
+            ref = torch.softmax(s0, -1) @ v[0].float()
+            err = (o[0, :, -qi:].float() - ref).abs().max().item()
+            del s0, ref, allow
+            fa2 = cud = fx = float("nan")
+            if variant in ("dense", "causal"):
+                sd = lambda: torch.nn.functional.scaled_dot_product_attention(q, kk, v, is_causal=causal)
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    fa2 = bench(sd)
+                try:
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        cud = bench(sd)
+                except Exception as e:
+                    print("cudnn failed:", str(e)[:120])
+            if args.flex == "1":
+                def mask_mod(b, h, qq, kv):
+                    m = qq >= kv
+                    if variant == "swa1024":
+                        m = m & (qq - kv < 1024)
+                    return m
+                sm = None
+                if variant == "softcap30":
+                    sm = lambda sc, b, h, qq, kv: 30 * torch.tanh(sc / 30)
+                if variant == "alibi":
+                    sm = lambda sc, b, h, qq, kv: sc - slopes[h] * (qq - kv).abs()
+                try:
+                    bm = create_block_mask(mask_mod, None, None, N, N) if causal else None
+                    fx = bench(lambda: flex(q, kk, v, score_mod=sm, block_mask=bm))
+                except Exception as e:
+                    print("flex failed:", variant, D, N, str(e)[:160])
+            flops = 4 * B * H * N * N * D * allowed_fraction(variant, N)
+            tf = lambda ms: flops / ms / 1e9
+            r = dict(variant=variant, D=D, N=N, B=B, H=H, ours=tf(ours), fa2=tf(fa2), cudnn=tf(cud),
+                     flex=tf(fx), ours_ms=ours, max_err=err, extra_bytes=extra_bytes,
+                     registers=k["registers"], smem=k["smem"], block_m=k["block_m"],
+                     block_n=k["block_n"], threads=k["threads"], ceiling_frac=tf(ours) / ceiling)
+            rows.append(r)
+            print(f"| {variant} | {D} | {N} | {r['ours']:.0f} | {r['fa2']:.0f} | {r['cudnn']:.0f} | "
+                  f"{r['flex']:.0f} | {err:.2g} |", flush=True)
+        del q, kk, v, o, lse, ptrs
+        torch.cuda.empty_cache()
+
+tag = f"d{args.d.replace(',', '-')}_n{args.n.replace(',', '-')}"
+json.dump(dict(ceiling_tfs=ceiling, gpu=torch.cuda.get_device_name(), rows=rows),
+          open(os.path.join(args.out, f"bench_{tag}.json"), "w"), indent=1)
+with open(os.path.join(args.out, f"bench_{tag}.md"), "w") as f:
+    f.write("| variant | D | N | flashjit TF/s | FA2 | cuDNN | Flex | vs FA2 | vs Flex | regs | smem | max err |\n")
+    f.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    for r in rows:
+        f.write(f"| {r['variant']} | {r['D']} | {r['N']} | {r['ours']:.0f} | {r['fa2']:.0f} | {r['cudnn']:.0f} | "
+                f"{r['flex']:.0f} | {r['ours'] / r['fa2']:.2f} | {r['ours'] / r['flex']:.2f} | {r['registers']} | "
+                f"{r['smem']} | {r['max_err']:.2g} |\n")
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for D in sorted({r["D"] for r in rows}):
+        fig, axes = plt.subplots(1, 5, figsize=(22, 4), sharey=True)
+        for ax, variant in zip(axes, args.variants.split(",")):
+            rs = [r for r in rows if r["D"] == D and r["variant"] == variant]
+            for key, label in [("ours", "flashjit"), ("fa2", "FA2"), ("cudnn", "cuDNN"), ("flex", "Flex")]:
+                pts = [(r["N"], r[key]) for r in rs if not math.isnan(r[key])]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{variant}, D={D}")
+            ax.set_xlabel("N")
+        axes[0].set_ylabel("TF/s (allowed pairs)")
+        axes[0].legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, f"bench_d{D}.png"), dpi=80)
+except Exception as e:
+    print("plot failed:", e)
