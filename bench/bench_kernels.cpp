@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 using namespace flashjit;
 
@@ -42,14 +43,41 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::string dir = argv[1];
+  // --tiles: also each tile configuration of the experiment list (warps,
+  // CTAs per SM) for dense and causal, labelled w<warps>m<min CTAs>.
+  bool tiles = argc > 2 && std::string(argv[2]) == "--tiles";
+  struct Job {
+    std::string name;
+    int d;
+    GpuCompileOptions options;
+    std::string label;
+  };
+  std::vector<Job> jobs;
+  for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
+    for (int d : {64, 128, 256})
+      jobs.push_back({name, d, {}, "default"});
+  if (tiles)
+    for (std::string name : {"dense", "causal"})
+      for (int d : {64, 128})
+        for (auto [w, m] : {std::pair{8, 2}, std::pair{4, 1}, std::pair{4, 2},
+                            std::pair{4, 3}}) {
+          GpuCompileOptions o;
+          o.numWarps = w;
+          o.minBlocksPerSM = m;
+          jobs.push_back(
+              {name, d, o, "w" + std::to_string(w) + "m" + std::to_string(m)});
+        }
   std::ofstream manifest(dir + "/manifest.json");
   manifest << "[\n";
   bool first = true;
-  for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
-    for (int d : {64, 128, 256}) {
+  for (const Job &job : jobs) {
+    {
+      const std::string &name = job.name;
+      int d = job.d;
       AttentionSpec spec = benchSpec(name, d);
-      GpuKernelImage img = compileGpu(spec);
-      std::string file = name + "_d" + std::to_string(d) + ".ptx";
+      GpuKernelImage img = compileGpu(spec, job.options);
+      std::string file =
+          name + "_d" + std::to_string(d) + "_" + job.label + ".ptx";
       std::ofstream(dir + "/" + file) << img.ptx;
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, img.arch);
       const runtime::PtxasFunctionReport *f = r.find(img.name);
@@ -61,14 +89,20 @@ int main(int argc, char **argv) {
                << ", \"block_n\": " << img.blockN
                << ", \"smem\": " << img.sharedBytes
                << ", \"registers\": " << (f ? f->registers : -1)
+               << ", \"spill_bytes\": "
+               << (f ? f->spillStoreBytes + f->spillLoadBytes : -1)
+               << ", \"label\": \"" << job.label << "\""
                << ", \"compile_s\": " << img.timings.back().seconds
                << ", \"scale\": " << spec.effectiveScale() << ", \"spec\": \""
                << printSpec(spec) << "\"}";
       first = false;
-      std::printf("%-10s d%-4d %3d threads  block %dx%d  smem %6d  regs %d\n",
-                  name.c_str(), d, img.threads, img.blockM, img.blockN,
-                  img.sharedBytes, f ? f->registers : -1);
+      std::printf("%-10s d%-4d %-8s %3d threads  block %dx%d  smem %6d  regs "
+                  "%d  spills %d\n",
+                  name.c_str(), d, job.label.c_str(), img.threads, img.blockM,
+                  img.blockN, img.sharedBytes, f ? f->registers : -1,
+                  f ? f->spillStoreBytes + f->spillLoadBytes : -1);
     }
+  }
   manifest << "\n]\n";
   return 0;
 }

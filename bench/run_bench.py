@@ -29,12 +29,14 @@ ap.add_argument("--d", default="64,128,256")
 ap.add_argument("--variants", default="dense,causal,swa1024,softcap30,alibi")
 ap.add_argument("--flex", default="1", help="0 to skip FlexAttention")
 ap.add_argument("--rep", type=int, default=100, help="timing window, ms")
+ap.add_argument("--labels", default="default", help="tile configurations to time (bench_kernels --tiles), or all")
+ap.add_argument("--peers", default="1", help="0 to time flashjit only")
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 torch._dynamo.config.recompile_limit = 10000
 torch._dynamo.config.cache_size_limit = 10000
 flex = torch.compile(flex_attention)
-manifest = {(k["variant"], k["D"]): k for k in json.load(open(os.path.join(args.kernels, "manifest.json")))}
+manifest = json.load(open(os.path.join(args.kernels, "manifest.json")))
 modules = {}
 
 
@@ -93,10 +95,8 @@ for D in [int(x) for x in args.d.split(",")]:
         slopes = torch.tensor([2 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
         ptrs = [cp.asarray(t.view(torch.int16)) for t in (q, kk, v, o)] + [cp.asarray(lse), cp.asarray(status)]
         idx = torch.arange(N, device="cuda")
-        for variant in args.variants.split(","):
-            k = manifest.get((variant, D))
-            if not k:
-                continue
+        for variant, k in [(e["variant"], e) for v in args.variants.split(",") for e in manifest
+                           if e["variant"] == v and e["D"] == D and (args.labels == "all" or e["label"] in args.labels.split(","))]:
             causal = variant in ("causal", "swa1024", "softcap30")
             extra = [cp.asarray(slopes), np.int64(H)] if variant == "alibi" else []
             torch.cuda.synchronize()
@@ -122,7 +122,7 @@ for D in [int(x) for x in args.d.split(",")]:
             err = (o[0, :, -qi:].float() - ref).abs().max().item()
             del s0, ref, allow
             fa2 = cud = fx = float("nan")
-            if variant in ("dense", "causal"):
+            if variant in ("dense", "causal") and args.peers == "1":
                 sd = lambda: torch.nn.functional.scaled_dot_product_attention(q, kk, v, is_causal=causal)
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     fa2 = bench(sd)
@@ -131,7 +131,7 @@ for D in [int(x) for x in args.d.split(",")]:
                         cud = bench(sd)
                 except Exception as e:
                     print("cudnn failed:", str(e)[:120])
-            if args.flex == "1":
+            if args.flex == "1" and args.peers == "1":
                 def mask_mod(b, h, qq, kv):
                     m = qq >= kv
                     if variant == "swa1024":
@@ -151,10 +151,10 @@ for D in [int(x) for x in args.d.split(",")]:
             tf = lambda ms: flops / ms / 1e9
             r = dict(variant=variant, D=D, N=N, B=B, H=H, ours=tf(ours), fa2=tf(fa2), cudnn=tf(cud),
                      flex=tf(fx), ours_ms=ours, max_err=err, extra_bytes=extra_bytes,
-                     registers=k["registers"], smem=k["smem"], block_m=k["block_m"],
+                     registers=k["registers"], smem=k["smem"], block_m=k["block_m"], label=k["label"],
                      block_n=k["block_n"], threads=k["threads"], ceiling_frac=tf(ours) / ceiling)
             rows.append(r)
-            print(f"| {variant} | {D} | {N} | {r['ours']:.0f} | {r['fa2']:.0f} | {r['cudnn']:.0f} | "
+            print(f"| {variant} {k['label']} | {D} | {N} | {r['ours']:.0f} | {r['fa2']:.0f} | {r['cudnn']:.0f} | "
                   f"{r['flex']:.0f} | {err:.2g} |", flush=True)
         del q, kk, v, o, lse, ptrs
         torch.cuda.empty_cache()

@@ -37,6 +37,7 @@ void buildAttnToNVVMPipeline(OpPassManager &pm,
   ConvertAttnToNVVMOptions o;
   o.blockN = options.blockN;
   o.numWarps = options.numWarps;
+  o.minBlocksPerSM = options.minBlocksPerSM;
   pm.addPass(createConvertAttnToNVVM(o));
   OpPassManager &gm = pm.nest<gpu::GPUModuleOp>();
   gm.addPass(attn::createAttnExpandScalar());
@@ -84,7 +85,10 @@ struct GpuOptions : public PassPipelineOptions<GpuOptions> {
                      llvm::cl::init(64)};
   Option<int> numWarps{*this, "num-warps", llvm::cl::desc("warps per CTA"),
                        llvm::cl::init(4)};
-  GpuPipelineOptions get() const { return {arch, blockN, numWarps}; }
+  Option<int> minBlocks{*this, "min-blocks-per-sm",
+                        llvm::cl::desc("CTAs per SM registers must allow"),
+                        llvm::cl::init(1)};
+  GpuPipelineOptions get() const { return {arch, blockN, numWarps, minBlocks}; }
 };
 } // namespace
 

@@ -76,6 +76,9 @@ TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
   o.blockN = 0;
   o.numWarps = 3;
   CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("num_warps = 3"));
+  o.numWarps = 0;
+  o.minBlocksPerSM = 5;
+  CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("min_blocks_per_sm = 5"));
 }
 
 TEST_CASE("GPU kernel images carry their launch facts and stage texts",
@@ -94,4 +97,9 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   CHECK(img.ptx.find(".entry softcap") != std::string::npos);
   CHECK(img.timings.back().name == "total");
   CHECK(img.timings.back().seconds > 0.0);
+  // The register bound a tile configuration asks for reaches ptxas.
+  CHECK(img.ptx.find(".minnctapersm 1") != std::string::npos);
+  GpuCompileOptions two;
+  two.minBlocksPerSM = 2;
+  CHECK(compileGpu(s, two).ptx.find(".minnctapersm 2") != std::string::npos);
 }

@@ -60,7 +60,9 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
     Option<"blockN", "block-n", "int", /*default=*/"64",
            "keys per tile (a multiple of 16)">,
     Option<"numWarps", "num-warps", "int", /*default=*/"4",
-           "warps per CTA (4 or 8), 16 query rows each">
+           "warps per CTA (4 or 8), 16 query rows each">,
+    Option<"minBlocksPerSM", "min-blocks-per-sm", "int", /*default=*/"1",
+           "CTAs per SM the register allocation must allow">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::NVVM::NVVMDialect",

@@ -27,6 +27,7 @@ struct GpuPipelineOptions {
   /// defaultGpuTileConfig).
   int blockN = 64;
   int numWarps = 4;
+  int minBlocksPerSM = 1;
 };
 
 /// convert-attn-to-nvvm, then attn-expand-scalar, canonicalize and cse on

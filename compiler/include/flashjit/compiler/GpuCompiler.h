@@ -32,6 +32,9 @@ struct GpuCompileOptions {
   /// Warps per CTA, each owning 16 query rows (block_m = 16 * warps); 0 picks
   /// the default (8 up to head_dim 128, else 4).
   int numWarps = 0;
+  /// CTAs per SM the register allocation must allow (1 to 4); 0 picks the
+  /// default. Higher values cap registers and may spill (see ptxas -v).
+  int minBlocksPerSM = 0;
   /// Directory that receives <name>.attn.mlir, .gpu.mlir and .ptx; empty
   /// means $FLASHJIT_DUMP_DIR if set, else no files.
   std::string dumpDir;
@@ -43,13 +46,16 @@ struct GpuTileConfig {
   int blockN = 64;
   /// Warps per CTA, each owning 16 query rows (block_m = 16 * warps).
   int numWarps = 8;
+  /// CTAs per SM the register allocation must allow (1: up to 255
+  /// registers per thread).
+  int minBlocksPerSM = 1;
 };
 
 /// The default tile configuration of \p spec (GpuCompileOptions overrides
 /// it), measured on an H200 (bench/RESULTS.md): head dims up to 128 use
-/// 8 warps and 64-key tiles; larger ones 4 warps and 32-key tiles, or
-/// 16-key tiles when the variant reads buffers (per-element loads need the
-/// registers; with 32 the sm_80 build spills).
+/// 8 warps and 64-key tiles, one CTA per SM; larger ones
+/// 4 warps and 32-key tiles, or 16-key tiles when the variant reads buffers
+/// (per-element loads need the registers; with 32 the sm_80 build spills).
 GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec);
 
 /// A generated GPU kernel: PTX and its launch facts.

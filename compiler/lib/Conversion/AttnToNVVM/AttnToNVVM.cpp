@@ -224,6 +224,7 @@ struct ConvertAttnToNVVM
       c.blockN = blockN;
       c.numWarps = numWarps;
       c.blockM = 16 * numWarps;
+      c.minBlocksPerSM = minBlocksPerSM;
       Type dq = op.getDtypeQ();
       if (dq != op.getDtypeK() || dq != op.getDtypeV() ||
           dq != op.getDtypeO() || !(dq.isBF16() || dq.isF16())) {

@@ -237,9 +237,10 @@ void KernelBuilder::build(Operation *gpuModule) {
   auto fn = gpu::GPUFuncOp::create(b, c.name, fnType);
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
   fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({nthreads, 1, 1}));
-  // One CTA per SM is enough: without this ptxas caps registers to fit more
-  // CTAs and spills (seen at 80 registers for head_dim 32).
-  fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(1));
+  // Without an explicit minimum ptxas caps registers to fit more CTAs and
+  // spills (seen at 80 registers for head_dim 32); 1 leaves it all registers.
+  fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
+              b.getI32IntegerAttr(c.minBlocksPerSM));
   // The launch's dynamic shared memory, checked by compileGpu.
   fn->setAttr("flashjit.shared_bytes", b.getI64IntegerAttr(c.sharedBytes()));
   b.setInsertionPointToStart(&fn.getBody().front());

@@ -69,6 +69,9 @@ struct KernelConfig {
   /// Keys per tile, a multiple of 16.
   int blockN = 64;
   int numWarps = 4;
+  /// CTAs per SM the register allocation must allow (ptxas .minnctapersm):
+  /// registers per thread <= 65536 / (minBlocksPerSM * 32 * numWarps).
+  int minBlocksPerSM = 1;
   bool returnLse = true;
   /// Dynamic shared memory the kernel needs, in bytes (Q, two K/V stages).
   int sharedBytes() const;
