@@ -63,12 +63,13 @@ const char *toString(CacheOutcome outcome) {
 //===----------------------------------------------------------------------===//
 
 CacheKey CacheKey::make(std::string specText, std::string arch, int blockN,
-                        int numWarps) {
+                        int numWarps, int minBlocksPerSM) {
   CacheKey key;
   key.specText = std::move(specText);
   key.arch = std::move(arch);
   key.blockN = blockN;
   key.numWarps = numWarps;
+  key.minBlocksPerSM = minBlocksPerSM;
   for (const std::string &name : cacheRelevantEnvVars())
     if (const char *value = std::getenv(name.c_str()))
       key.env.emplace_back(name, value);
@@ -89,6 +90,7 @@ std::string CacheKey::canonicalText() const {
   field("arch", arch);
   field("block_n", std::to_string(blockN));
   field("warps", std::to_string(numWarps));
+  field("min_blocks_per_sm", std::to_string(minBlocksPerSM));
   std::vector<std::pair<std::string, std::string>> sorted = env;
   std::sort(sorted.begin(), sorted.end());
   for (const auto &[name, value] : sorted)

@@ -132,6 +132,7 @@ TEST_CASE("every key component changes the key", "[cache]") {
   vary("arch", [](CacheKey &k) { k.arch = "sm_80"; });
   vary("block_n", [](CacheKey &k) { k.blockN = 32; });
   vary("warps", [](CacheKey &k) { k.numWarps = 4; });
+  vary("min_blocks_per_sm", [](CacheKey &k) { k.minBlocksPerSM = 2; });
   vary("version", [](CacheKey &k) { k.version = "0.1.1"; });
   vary("commit", [](CacheKey &k) { k.commit = "0123abcd"; });
   vary("llvm", [](CacheKey &k) { k.llvm = "23.0.0"; });

@@ -61,9 +61,11 @@ struct CacheKey {
   std::string specText;
   /// Target: "sm_80", "sm_90a" or "cpu".
   std::string arch;
-  /// Keys per tile and warps per CTA as requested (0: backend default).
+  /// Keys per tile, warps per CTA and CTAs per SM as requested (0: backend
+  /// default).
   int blockN = 0;
   int numWarps = 0;
+  int minBlocksPerSM = 0;
   std::string version = flashjitVersion();
   std::string commit = flashjitCommit();
   std::string llvm = llvmVersion();
@@ -73,7 +75,7 @@ struct CacheKey {
 
   /// A key for the current build and process environment.
   static CacheKey make(std::string specText, std::string arch, int blockN = 0,
-                       int numWarps = 0);
+                       int numWarps = 0, int minBlocksPerSM = 0);
   /// The text that is hashed: one "field=value" line per component.
   std::string canonicalText() const;
   /// Lower-case hex SHA-256 of canonicalText() (64 characters).
