@@ -285,10 +285,9 @@ TileClass classifyTile(const Expr &mask, const TileBox &box,
   return TileClass::Partial;
 }
 
-namespace {
-template <class Classify>
-TileCounts forEachTile(int64_t seqlenQ, int64_t seqlenK, int64_t blockM,
-                       int64_t blockN, Classify &&classify) {
+TileCounts
+countTilesBy(int64_t seqlenQ, int64_t seqlenK, int64_t blockM, int64_t blockN,
+             const std::function<TileClass(const TileBox &)> &classify) {
   if (blockM < 1 || blockN < 1)
     throw UserError("block_m and block_n must be positive");
   TileCounts counts;
@@ -315,11 +314,10 @@ TileCounts forEachTile(int64_t seqlenQ, int64_t seqlenK, int64_t blockM,
   }
   return counts;
 }
-} // namespace
 
 TileCounts countTiles(const Expr &mask, int64_t seqlenQ, int64_t seqlenK,
                       int64_t blockM, int64_t blockN, const Arguments &args) {
-  return forEachTile(seqlenQ, seqlenK, blockM, blockN, [&](const TileBox &b) {
+  return countTilesBy(seqlenQ, seqlenK, blockM, blockN, [&](const TileBox &b) {
     return classifyTile(mask, b, args);
   });
 }
@@ -327,7 +325,7 @@ TileCounts countTiles(const Expr &mask, int64_t seqlenQ, int64_t seqlenK,
 TileCounts bruteForceTileCounts(const Expr &mask, int64_t seqlenQ,
                                 int64_t seqlenK, int64_t blockM, int64_t blockN,
                                 const Arguments &args) {
-  return forEachTile(seqlenQ, seqlenK, blockM, blockN, [&](const TileBox &b) {
+  return countTilesBy(seqlenQ, seqlenK, blockM, blockN, [&](const TileBox &b) {
     bool any = false, all = true;
     EvalPoint p{0, 0, 0, 0, seqlenQ, seqlenK, 0.0};
     for (p.qIdx = b.q.lo; p.qIdx <= b.q.hi; ++p.qIdx)

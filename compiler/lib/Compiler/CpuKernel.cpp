@@ -255,30 +255,8 @@ TileClass TileClassifierKernel::classify(const TileBox &box,
 TileCounts TileClassifierKernel::count(int64_t seqlenQ, int64_t seqlenK,
                                        int64_t blockM, int64_t blockN,
                                        const Arguments &args) const {
-  if (blockM < 1 || blockN < 1)
-    throw UserError("block_m and block_n must be positive");
-  TileCounts counts;
-  for (int64_t q0 = 0; q0 < seqlenQ; q0 += blockM)
-    for (int64_t k0 = 0; k0 < seqlenK; k0 += blockN) {
-      TileBox box{{0, 0},
-                  {0, 0},
-                  {q0, std::min(q0 + blockM, seqlenQ) - 1},
-                  {k0, std::min(k0 + blockN, seqlenK) - 1},
-                  seqlenQ,
-                  seqlenK};
-      switch (classify(box, args)) {
-      case TileClass::Full:
-        ++counts.full;
-        break;
-      case TileClass::Partial:
-        ++counts.partial;
-        break;
-      case TileClass::Empty:
-        ++counts.empty;
-        break;
-      }
-    }
-  return counts;
+  return countTilesBy(seqlenQ, seqlenK, blockM, blockN,
+                      [&](const TileBox &box) { return classify(box, args); });
 }
 
 } // namespace flashjit

@@ -26,6 +26,7 @@
 #include "flashjit/frontend/Expr.h"
 
 #include <cstdint>
+#include <functional>
 
 namespace flashjit {
 
@@ -65,7 +66,13 @@ struct TileCounts {
 };
 
 /// Counts tiles of block_m queries x block_n keys (edge tiles clipped to the
-/// sequence) by classifyTile() at batch 0, head 0.
+/// sequence; batch 0, head 0), classifying each box with \p classify.
+/// Throws UserError unless block_m and block_n are positive.
+TileCounts
+countTilesBy(int64_t seqlenQ, int64_t seqlenK, int64_t blockM, int64_t blockN,
+             const std::function<TileClass(const TileBox &)> &classify);
+
+/// countTilesBy() with classifyTile().
 TileCounts countTiles(const Expr &mask, int64_t seqlenQ, int64_t seqlenK,
                       int64_t blockM, int64_t blockN,
                       const Arguments &args = {});
