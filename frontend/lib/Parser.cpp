@@ -109,16 +109,35 @@ private:
 
   /// Runs a DSL builder, turning its type errors into ParseErrors at \p at.
   template <class F> Expr build(size_t at, F &&f) {
+    Expr e;
     try {
-      return f();
+      e = f();
     } catch (const ParseError &) {
       throw;
-    } catch (const UserError &e) {
-      errorAt(at, e.message());
+    } catch (const UserError &err) {
+      errorAt(at, err.message());
     }
+    if (e->depth() > kMaxExprDepth)
+      errorAt(at, fmt::format("expression nested more than {} levels deep",
+                              kMaxExprDepth));
+    return e;
   }
 
-  Expr parseExpr() { return parseOr(); }
+  /// Counts the parser's recursion: deeper text would overflow the stack.
+  struct DepthGuard {
+    Parser &p;
+    explicit DepthGuard(Parser &p) : p(p) {
+      if (++p.depth_ > kMaxExprDepth)
+        p.error(fmt::format("expression nested more than {} levels deep",
+                            kMaxExprDepth));
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+
+  Expr parseExpr() {
+    DepthGuard guard(*this);
+    return parseOr();
+  }
 
   Expr parseOr() {
     Expr lhs = parseAnd();
@@ -219,6 +238,7 @@ private:
   }
 
   Expr parseUnary() {
+    DepthGuard guard(*this);
     skipSpace();
     size_t at = pos_;
     if (accept("-")) {
@@ -421,6 +441,7 @@ private:
 
   std::string_view text_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 AttentionSpec Parser::parseWholeSpec() {

@@ -65,8 +65,19 @@ Variant::Variant(std::string name, std::source_location loc)
                     loc);
 }
 
+/// Throws if \p e is deeper than kMaxExprDepth.
+static void checkDepth(const Expr &e, const char *what,
+                       std::source_location loc) {
+  if (e->depth() > kMaxExprDepth)
+    throw UserError(fmt::format("the {} is nested {} levels deep; at most {} "
+                                "are supported",
+                                what, e->depth(), kMaxExprDepth),
+                    loc);
+}
+
 Variant &Variant::mask(ExprArg predicate) {
   const Expr &e = predicate.expr();
+  checkDepth(e, "mask", predicate.loc());
   if (e.type() != ScalarType::Bool)
     throw UserError(fmt::format("the mask must be a bool expression, got {}",
                                 toString(e.type())),
@@ -85,6 +96,7 @@ Variant &Variant::mask(ExprArg predicate) {
 
 Variant &Variant::scoreMod(ExprArg modifier) {
   Expr e = modifier.expr();
+  checkDepth(e, "score modifier", modifier.loc());
   if (e.type() == ScalarType::Bool)
     throw UserError("the score modifier must be a number, got bool (masks go "
                     "in mask())",

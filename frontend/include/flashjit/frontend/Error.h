@@ -29,9 +29,10 @@ public:
 /// expressions: the line that built the offending node).
 class UserError : public Error {
 public:
-  /// \p message describes the problem; \p loc is the user's code location.
+  /// \p message describes the problem; \p loc is the user's code location
+  /// (none by default: errors about run-time input have no source line).
   UserError(const std::string &message,
-            std::source_location loc = std::source_location::current());
+            std::source_location loc = std::source_location());
   /// The message without the location prefix.
   const std::string &message() const { return message_; }
   /// Where in the user's code the error was detected.

@@ -34,6 +34,7 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Types.h"
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -140,18 +141,28 @@ public:
   const std::source_location &loc() const { return loc_; }
   /// The operand list (empty for leaves).
   const std::vector<Expr> &operands() const { return operands_; }
+  /// Nodes on the longest path to a leaf (a leaf has depth 1).
+  int depth() const { return depth_; }
 
 protected:
   ExprNode(ExprKind kind, ScalarType type, std::source_location loc,
            std::vector<Expr> operands = {})
-      : kind_(kind), type_(type), loc_(loc), operands_(std::move(operands)) {}
+      : kind_(kind), type_(type), loc_(loc), operands_(std::move(operands)) {
+    for (const Expr &op : operands_)
+      depth_ = std::max(depth_, op->depth() + 1);
+  }
 
 private:
   ExprKind kind_;
   ScalarType type_;
   std::source_location loc_;
   std::vector<Expr> operands_;
+  int depth_ = 1;
 };
+
+/// The deepest expression a Variant, the parser and the compilers accept:
+/// they walk trees recursively, and deeper ones would overflow the stack.
+constexpr int kMaxExprDepth = 1000;
 
 /// A literal: bool, i32 and i64 values are kept in intValue(), f32 values in
 /// floatValue().
