@@ -26,8 +26,6 @@
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Transforms/Passes.h"
 
-#include "llvm/Support/raw_ostream.h"
-
 using namespace mlir;
 
 namespace flashjit {
@@ -78,9 +76,7 @@ void registerGpuDialects(DialectRegistry &registry) {
 }
 
 namespace {
-struct GpuOptions : public PassPipelineOptions<GpuOptions> {
-  Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_80 or sm_90a"),
-                           llvm::cl::init("sm_90a")};
+struct KernelOptions : public PassPipelineOptions<KernelOptions> {
   Option<int> blockN{*this, "block-n", llvm::cl::desc("keys per tile"),
                      llvm::cl::init(64)};
   Option<int> numWarps{*this, "num-warps", llvm::cl::desc("warps per CTA"),
@@ -88,26 +84,42 @@ struct GpuOptions : public PassPipelineOptions<GpuOptions> {
   Option<int> minBlocks{*this, "min-blocks-per-sm",
                         llvm::cl::desc("CTAs per SM registers must allow"),
                         llvm::cl::init(1)};
-  GpuPipelineOptions get() const { return {arch, blockN, numWarps, minBlocks}; }
+};
+struct PtxOptions : public PassPipelineOptions<PtxOptions> {
+  Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_80 or sm_90a"),
+                           llvm::cl::init("sm_90a")};
 };
 } // namespace
 
 void registerGpuPipelines() {
-  PassPipelineRegistration<GpuOptions>(
+  PassPipelineRegistration<KernelOptions>(
       "attn-to-nvvm", "attn.attention to the GPU kernel (nvvm dialect)",
-      [](OpPassManager &pm, const GpuOptions &o) {
-        buildAttnToNVVMPipeline(pm, o.get());
+      [](OpPassManager &pm, const KernelOptions &o) {
+        GpuPipelineOptions g;
+        g.blockN = o.blockN;
+        g.numWarps = o.numWarps;
+        g.minBlocksPerSM = o.minBlocks;
+        buildAttnToNVVMPipeline(pm, g);
       });
-  PassPipelineRegistration<GpuOptions>(
+  // Registered by hand so an unknown arch is an error (LLVM would abort on
+  // it): the templated registration cannot fail after parsing options.
+  registerPassPipeline(
       "attn-nvvm-to-ptx", "the GPU kernel to a gpu.binary holding PTX",
-      [](OpPassManager &pm, const GpuOptions &o) {
-        if (o.arch != "sm_80" && o.arch != "sm_90a") {
-          // An unknown chip would abort inside LLVM: add nothing, say why.
-          llvm::errs() << "attn-nvvm-to-ptx: arch '" << o.arch
-                       << "' is not supported (sm_80 or sm_90a)\n";
-          return;
-        }
-        buildNVVMToPTXPipeline(pm, o.get());
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> errorHandler) {
+        PtxOptions o;
+        if (failed(o.parseFromString(text)))
+          return failure();
+        if (o.arch != "sm_80" && o.arch != "sm_90a")
+          return errorHandler("attn-nvvm-to-ptx: arch '" + o.arch +
+                              "' is not supported (sm_80 or sm_90a)");
+        GpuPipelineOptions g;
+        g.arch = o.arch;
+        buildNVVMToPTXPipeline(pm, g);
+        return success();
+      },
+      [](function_ref<void(const detail::PassOptions &)> handler) {
+        handler(PtxOptions());
       });
 }
 

@@ -1,4 +1,6 @@
-// RUN: flashjit-opt %s -attn-to-nvvm="arch=sm_90a block-n=64 num-warps=8" -attn-nvvm-to-ptx="arch=sm_90a" | FileCheck %s
+// RUN: flashjit-opt %s -attn-to-nvvm="block-n=64 num-warps=8" -attn-nvvm-to-ptx="arch=sm_90a" | FileCheck %s
+// RUN: not flashjit-opt %s -attn-to-nvvm -attn-nvvm-to-ptx="arch=sm_70" 2>&1 | FileCheck %s --check-prefix=ARCH
+// ARCH: arch 'sm_70' is not supported
 // The whole GPU path: attn.attention to a gpu.binary holding PTX for
 // sm_90a with tensor-core, ldmatrix and cp.async instructions.
 

@@ -234,10 +234,12 @@ struct ConvertAttnToNVVM
       }
       if (c.headDimQK % 16 || c.headDimV % 16 || c.headDimQK > 256 ||
           c.headDimV > 256 || c.blockN % 16 || c.blockN <= 0 ||
-          (c.numWarps != 4 && c.numWarps != 8)) {
+          c.blockN > 128 || (c.numWarps != 4 && c.numWarps != 8) ||
+          c.minBlocksPerSM < 1 || c.minBlocksPerSM > 4) {
         op.emitOpError("unsupported GPU kernel shape: head dims must be "
-                       "multiples of 16 up to 256, block-n a positive "
-                       "multiple of 16, num-warps 4 or 8");
+                       "multiples of 16 up to 256, block-n a multiple of 16 "
+                       "up to 128, num-warps 4 or 8, min-blocks-per-sm 1 to "
+                       "4");
         return signalPassFailure();
       }
       c.bf16 = dq.isBF16();
