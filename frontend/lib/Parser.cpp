@@ -460,9 +460,24 @@ AttentionSpec Parser::parseWholeSpec() {
       skipSpace();
       size_t at = pos_;
       std::string key(identifier());
-      for (const std::string &s : seen)
+      for (const std::string &s : seen) {
         if (s == key)
           errorAt(at, fmt::format("field '{}' given twice", key));
+        // head_dim sets both head dims: it cannot be mixed with either.
+        bool dims =
+            (s == "head_dim" &&
+             (key == "head_dim_qk" || key == "head_dim_v")) ||
+            (key == "head_dim" && (s == "head_dim_qk" || s == "head_dim_v"));
+        if (dims)
+          errorAt(at, fmt::format("field '{}' conflicts with '{}' (head_dim "
+                                  "sets head_dim_qk and head_dim_v)",
+                                  key, s));
+        if ((s == "dtype" && key.rfind("dtype_", 0) == 0) ||
+            (key == "dtype" && s.rfind("dtype_", 0) == 0))
+          errorAt(at, fmt::format("field '{}' conflicts with '{}' (dtype sets "
+                                  "all four dtypes)",
+                                  key, s));
+      }
       seen.push_back(key);
       expect("=");
       skipSpace();
@@ -551,7 +566,8 @@ AttentionSpec Parser::parseWholeSpec() {
   } catch (const ParseError &) {
     throw;
   } catch (const UserError &e) {
-    throw ParseError(e.message(), std::string(text_), 1);
+    // A type error of the whole mask or score: no single column to blame.
+    throw UserError(fmt::format("in spec: {}", e.message()));
   }
   spec.validate();
   return spec;

@@ -119,10 +119,12 @@ cl::opt<uint64_t> maxBytes("max-bytes",
 
 /// The spec named by the flags: --spec, or one built from the field flags.
 AttentionSpec specFromFlags() {
-  bool fields = !maskText.empty() || !scoreText.empty() ||
-                headDim.getNumOccurrences() || !dtype.empty() ||
+  // A flag given with an empty value counts as given (and is then rejected
+  // by the check of its value, not by "no spec").
+  bool fields = maskText.getNumOccurrences() || scoreText.getNumOccurrences() ||
+                headDim.getNumOccurrences() || dtype.getNumOccurrences() ||
                 headsQ.getNumOccurrences() || headsKV.getNumOccurrences() ||
-                !causal.empty() || !kernelName.empty();
+                causal.getNumOccurrences() || kernelName.getNumOccurrences();
   if (specText.size() > 1)
     userError("--spec: give one spec (bundle takes several)");
   if (!specText.empty()) {
@@ -134,23 +136,48 @@ AttentionSpec specFromFlags() {
   if (!fields)
     userError("no spec: give --spec TEXT or at least one of --mask, --score, "
               "--head-dim, --dtype, --heads-q, --heads-kv, --causal, --name");
+  // Expressions are parsed on their own first, so a syntax or type error's
+  // column refers to the text the user typed.
+  auto checkExpr = [](const char *flag, const std::string &text, bool isMask) {
+    try {
+      Expr e = parseExpr(text);
+      if (isMask && e.type() != ScalarType::Bool)
+        userError(fmt::format("{}: the mask must be a bool expression, got {}",
+                              flag, toString(e.type())));
+      if (!isMask && e.type() == ScalarType::Bool)
+        userError(fmt::format("{}: the score modifier must be a number, got "
+                              "bool",
+                              flag));
+    } catch (const ParseError &e) {
+      userError(fmt::format("{}: {}", flag, e.what()));
+    }
+  };
   std::vector<std::string> parts;
-  if (!kernelName.empty())
+  if (kernelName.getNumOccurrences()) {
+    if (!isIdentifier(kernelName))
+      userError(fmt::format("--name '{}' is not an identifier "
+                            "([A-Za-z_][A-Za-z0-9_]*)",
+                            kernelName.getValue()));
     parts.push_back("name=" + kernelName);
-  if (!maskText.empty())
+  }
+  if (maskText.getNumOccurrences()) {
+    checkExpr("--mask", maskText, true);
     parts.push_back("mask=" + maskText);
-  if (!scoreText.empty())
+  }
+  if (scoreText.getNumOccurrences()) {
+    checkExpr("--score", scoreText, false);
     parts.push_back("score=" + scoreText);
+  }
   if (headDim.getNumOccurrences())
     parts.push_back(fmt::format("head_dim_qk={0}, head_dim_v={0}", headDim));
-  if (!dtype.empty())
+  if (dtype.getNumOccurrences())
     parts.push_back(fmt::format(
         "dtype_q={0}, dtype_k={0}, dtype_v={0}, dtype_o={0}", dtype));
   if (headsQ.getNumOccurrences())
     parts.push_back(fmt::format("heads_q={}", headsQ));
   if (headsKV.getNumOccurrences())
     parts.push_back(fmt::format("heads_kv={}", headsKV));
-  if (!causal.empty())
+  if (causal.getNumOccurrences())
     parts.push_back("causal=" + causal);
   return parseSpec(fmt::format("attention({})", fmt::join(parts, ", ")));
 }

@@ -89,3 +89,14 @@ TEST_CASE("limits: errors about run-time input carry no internal location",
     CHECK(std::string(e.what()).find("parameter 's'") != std::string::npos);
   }
 }
+
+TEST_CASE("limits: spec fields that set the same value twice are refused",
+          "[frontend][limits]") {
+  CHECK_THROWS_WITH(parseSpec("attention(head_dim_qk=64, head_dim=32)"),
+                    Catch::Contains("conflicts with 'head_dim_qk'"));
+  CHECK_THROWS_WITH(parseSpec("attention(head_dim=32, head_dim_v=64)"),
+                    Catch::Contains("conflicts with 'head_dim'"));
+  CHECK_THROWS_WITH(parseSpec("attention(dtype=bf16, dtype_o=fp16)"),
+                    Catch::Contains("conflicts with 'dtype'"));
+  CHECK(parseSpec("attention(head_dim_qk=64, head_dim_v=32)").headDimV == 32);
+}
