@@ -14,6 +14,7 @@
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Printer.h"
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -99,6 +100,19 @@ int main(int argc, char **argv) {
         std::exit(usage());
       return argv[++i];
     };
+    // Integers are parsed strictly: "abc" or "1e99" is an error, not 0.
+    auto integer = [&](int lo) {
+      std::string text = next();
+      int v = 0;
+      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec != std::errc() || p != text.data() + text.size() || v < lo) {
+        std::fprintf(stderr,
+                     "flashjit-stages: %s '%s' is not an integer >= %d\n",
+                     a.c_str(), text.c_str(), lo);
+        std::exit(1);
+      }
+      return v;
+    };
     if (a == "--variant")
       variant = next();
     else if (a == "--print")
@@ -106,13 +120,13 @@ int main(int argc, char **argv) {
     else if (a == "--times")
       times = true;
     else if (a == "--block-m")
-      options.blockM = std::atoi(next().c_str());
+      options.blockM = integer(1);
     else if (a == "--block-n")
-      options.blockN = std::atoi(next().c_str());
+      options.blockN = integer(1);
     else if (a == "--head-dim")
-      headDim = std::atoi(next().c_str());
+      headDim = integer(1);
     else if (a == "--repeat")
-      repeat = std::atoi(next().c_str());
+      repeat = integer(1);
     else if (a == "--list") {
       for (auto &[name, f] : catalogue())
         std::printf("%s: %s\n", name.c_str(), printSpec(f()).c_str());

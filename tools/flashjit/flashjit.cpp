@@ -483,17 +483,32 @@ int runBundle() {
   for (const std::string &t : archs)
     if (t != "sm_80" && t != "sm_90a")
       userError(fmt::format("bundle: --target '{}' is not sm_80 or sm_90a", t));
+  // Every spec is checked, and every kernel compiled, before the bundle
+  // changes: a failing spec leaves the bundle as it was.
   std::vector<AttentionSpec> specs;
-  for (const std::string &s : specText)
-    specs.push_back(parseSpec(s));
-  DiskCache cache(cacheConfig());
-  for (const AttentionSpec &spec : specs)
-    for (const std::string &arch : archs) {
-      GpuResult r = gpuThroughCache(spec, arch, cache);
-      Bundle::add(outDir, r.key, r.artifacts);
-      llvm::outs() << fmt::format("{} {} {} ({})\n", arch, r.key.hash(),
-                                  r.artifacts.entry, toString(r.outcome));
+  for (size_t i = 0; i < specText.size(); ++i) {
+    try {
+      specs.push_back(parseSpec(specText[i]));
+      for (const std::string &arch : archs) {
+        GpuCompileOptions o;
+        o.arch = arch;
+        validateForGpu(specs.back(), o);
+      }
+    } catch (const UserError &e) {
+      userError(fmt::format("bundle: --spec #{} '{}': {}", i + 1, specText[i],
+                            e.what()));
     }
+  }
+  DiskCache cache(cacheConfig());
+  std::vector<std::pair<std::string, GpuResult>> results;
+  for (const AttentionSpec &spec : specs)
+    for (const std::string &arch : archs)
+      results.emplace_back(arch, gpuThroughCache(spec, arch, cache));
+  for (const auto &[arch, r] : results) {
+    Bundle::add(outDir, r.key, r.artifacts);
+    llvm::outs() << fmt::format("{} {} {} ({})\n", arch, r.key.hash(),
+                                r.artifacts.entry, toString(r.outcome));
+  }
   llvm::outs() << fmt::format("bundle {} holds {} kernels\n",
                               std::string(outDir),
                               Bundle::open(outDir).items().size());
