@@ -46,10 +46,23 @@ double maxError(const std::vector<uint16_t> &o, const ReferenceOutput &ref) {
     err = std::max(err, std::fabs(bf16ToFloat(o[i]) - ref.o[i]));
   return err;
 }
+
+/// Max |LSE - LSE_ref| over [1, H, N] (every row here sees itself, so every
+/// reference LSE is finite).
+double maxLseError(const std::vector<float> &lse, const ReferenceOutput &ref) {
+  double err = 0;
+  for (size_t i = 0; i < lse.size(); ++i)
+    err = std::max(err, std::fabs(lse[i] - ref.lse[i]));
+  return err;
+}
 } // namespace
 
 int main(int argc, char **argv) {
-  bool small = argc > 1 && std::strcmp(argv[1], "--small") == 0;
+  bool small = argc == 2 && std::strcmp(argv[1], "--small") == 0;
+  if (argc > 2 || (argc == 2 && !small)) {
+    std::fprintf(stderr, "usage: %s [--small]\n", argv[0]);
+    return 2;
+  }
   const int64_t n = small ? 300 : 4096, heads = 4, headDim = 64;
   const int window = 256;
 
@@ -65,6 +78,9 @@ int main(int argc, char **argv) {
   spec.headsQ = spec.headsKV = heads;
   spec.dtypeQ = spec.dtypeK = spec.dtypeV = spec.dtypeO = DType::BF16;
   std::printf("spec: %s\n", printSpec(spec).c_str());
+  std::printf("problem: batch 1, %lld heads, N = %lld, head_dim %lld, bf16\n",
+              static_cast<long long>(heads), static_cast<long long>(n),
+              static_cast<long long>(headDim));
 
   // q, k, v: [batch=1, heads, n, head_dim] bf16, random normal entries.
   std::mt19937 rng(std::random_device{}());
@@ -92,7 +108,8 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < n; ++i)
     pairs += std::min<int64_t>(i + 1, window + 1);
   const double flops = 4.0 * heads * pairs * headDim;
-  const double tol = 2e-2; // bf16 output
+  const double tol = 2e-2;    // bf16 output
+  const double lseTol = 1e-3; // fp32 LSE
   bool ok = true;
 
   // CPU: compile (first call) and run.
@@ -103,12 +120,12 @@ int main(int argc, char **argv) {
   t0 = std::chrono::steady_clock::now();
   cpu->run(q, k, vt, o, &l);
   double runS = seconds(t0);
-  double err = maxError(os, ref);
-  ok &= err <= tol;
+  double err = maxError(os, ref), lerr = maxLseError(lse, ref);
+  ok &= err <= tol && lerr <= lseTol;
   std::printf("cpu:  compile %.0f ms, run %.1f ms (%.1f GFLOP/s), max |O - "
-              "O_ref| = %.2e %s\n",
-              compileS * 1e3, runS * 1e3, flops / runS / 1e9, err,
-              err <= tol ? "ok" : "TOO LARGE");
+              "O_ref| = %.2e, max |LSE - LSE_ref| = %.2e %s\n",
+              compileS * 1e3, runS * 1e3, flops / runS / 1e9, err, lerr,
+              err <= tol && lerr <= lseTol ? "ok" : "TOO LARGE");
 
   // GPU: the same spec as PTX (readable), run where a GPU is present.
   GpuKernelImage img = compileGpu(spec);
@@ -153,12 +170,14 @@ int main(int argc, char **argv) {
     dev.synchronize();
     double gpuS = seconds(t0) / reps;
     dout.copyToHost(os.data(), bytes);
-    double gerr = maxError(os, ref);
-    ok &= gerr <= tol;
-    std::printf("gpu:  %s, %.3f ms (%.1f TFLOP/s), max |O - O_ref| = %.2e "
-                "%s\n",
+    dl.copyToHost(lse.data(), lse.size() * 4);
+    double gerr = maxError(os, ref), glerr = maxLseError(lse, ref);
+    bool gok = gerr <= tol && glerr <= lseTol;
+    ok &= gok;
+    std::printf("gpu:  %s, %.3f ms (%.1f TFLOP/s), max |O - O_ref| = %.2e, "
+                "max |LSE - LSE_ref| = %.2e %s\n",
                 dev.properties().name.c_str(), gpuS * 1e3, flops / gpuS / 1e12,
-                gerr, gerr <= tol ? "ok" : "TOO LARGE");
+                gerr, glerr, gok ? "ok" : "TOO LARGE");
   }
   std::printf("%s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
