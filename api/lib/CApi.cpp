@@ -1,0 +1,187 @@
+//===- CApi.cpp - The C API over the compiler and the runtime -------------===//
+//
+// Each entry point catches every exception and turns it into a status code
+// and a thread-local message: no C++ exception crosses the C boundary.
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/flashjit.h"
+
+#include "flashjit/compiler/Compiler.h"
+#include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Parser.h"
+#include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/Device.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+using namespace flashjit;
+
+struct flashjit_kernel {
+  AttentionSpec spec;
+  std::shared_ptr<const CpuKernel> cpu;
+  std::unique_ptr<runtime::GpuAttentionKernel> gpu;
+  std::string ptx;
+};
+
+namespace {
+thread_local std::string lastError;
+
+/// Runs \p f, mapping flashjit's exceptions to status codes.
+template <class F> flashjit_status guarded(F &&f) {
+  try {
+    f();
+    return FLASHJIT_OK;
+  } catch (const UserError &e) {
+    lastError = e.what();
+    return FLASHJIT_USER_ERROR;
+  } catch (const CompileError &e) {
+    lastError = e.what();
+    return FLASHJIT_COMPILE_ERROR;
+  } catch (const DriverError &e) {
+    lastError = e.what();
+    return FLASHJIT_DRIVER_ERROR;
+  } catch (const std::exception &e) {
+    lastError = e.what();
+    return FLASHJIT_INTERNAL_ERROR;
+  } catch (...) {
+    lastError = "unknown exception";
+    return FLASHJIT_INTERNAL_ERROR;
+  }
+}
+
+TensorRef toRef(const flashjit_tensor *t, const char *name) {
+  if (!t)
+    throw UserError(fmt::format("{} is NULL", name));
+  if (t->dtype < FLASHJIT_FP16 || t->dtype > FLASHJIT_FP32)
+    throw UserError(fmt::format("{}.dtype = {} is not a flashjit_dtype", name,
+                                static_cast<int>(t->dtype)));
+  if (t->rank != 3 && t->rank != 4)
+    throw UserError(
+        fmt::format("{}.rank = {}, expected 3 or 4", name, t->rank));
+  TensorRef r;
+  r.data = t->data;
+  r.dtype = t->dtype == FLASHJIT_FP16   ? DType::F16
+            : t->dtype == FLASHJIT_BF16 ? DType::BF16
+                                        : DType::F32;
+  r.rank = t->rank;
+  for (int i = 0; i < 4; ++i) {
+    r.shape[i] = i < t->rank ? t->shape[i] : 1;
+    r.strides[i] = i < t->rank ? t->strides[i] : 1;
+  }
+  return r;
+}
+
+Arguments toArguments(const flashjit_arg *args, int n) {
+  if (n < 0 || (n > 0 && !args))
+    throw UserError(fmt::format("num_args = {} with args = {}", n,
+                                static_cast<const void *>(args)));
+  Arguments out;
+  for (int i = 0; i < n; ++i) {
+    const flashjit_arg &a = args[i];
+    if (!a.name)
+      throw UserError(fmt::format("args[{}].name is NULL", i));
+    switch (a.kind) {
+    case FLASHJIT_ARG_F32:
+      out.set(a.name, Scalar::f32(static_cast<float>(a.scalar)));
+      break;
+    case FLASHJIT_ARG_I32:
+      out.set(a.name, Scalar::i32(static_cast<int32_t>(a.integer)));
+      break;
+    case FLASHJIT_ARG_I64:
+      out.set(a.name, Scalar::i64(a.integer));
+      break;
+    case FLASHJIT_ARG_BUFFER_F32:
+      out.bind(a.name, static_cast<const float *>(a.data), a.size);
+      break;
+    case FLASHJIT_ARG_BUFFER_I32:
+      out.bind(a.name, static_cast<const int32_t *>(a.data), a.size);
+      break;
+    case FLASHJIT_ARG_BUFFER_I64:
+      out.bind(a.name, static_cast<const int64_t *>(a.data), a.size);
+      break;
+    default:
+      throw UserError(fmt::format("args[{}].kind = {} is not a "
+                                  "flashjit_arg_kind",
+                                  i, static_cast<int>(a.kind)));
+    }
+  }
+  return out;
+}
+} // namespace
+
+extern "C" {
+
+const char *flashjit_last_error(void) { return lastError.c_str(); }
+
+flashjit_status flashjit_compile(const char *spec_text, const char *target,
+                                 flashjit_kernel **out) {
+  return guarded([&] {
+    if (!spec_text || !target || !out)
+      throw UserError("flashjit_compile: spec_text, target and out must not "
+                      "be NULL");
+    auto k = std::make_unique<flashjit_kernel>();
+    k->spec = parseSpec(spec_text);
+    std::string t = target;
+    if (t == "cpu") {
+      k->cpu = compileCpu(k->spec);
+    } else if (t == "sm_80" || t == "sm_90a") {
+      GpuCompileOptions o;
+      o.arch = t;
+      GpuKernelImage img = compileGpu(k->spec, o);
+      k->ptx = img.ptx;
+      // Loading needs a GPU; without one the kernel still carries its PTX.
+      if (runtime::Device::available())
+        k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
+            k->spec,
+            runtime::GpuKernelInfo{img.name, img.arch, img.threads, img.blockM,
+                                   img.sharedBytes},
+            img.ptx, runtime::Device::get(0));
+    } else {
+      throw UserError(
+          fmt::format("target '{}' is not cpu, sm_80 or sm_90a", t));
+    }
+    *out = k.release();
+  });
+}
+
+flashjit_status flashjit_run(const flashjit_kernel *kernel,
+                             const flashjit_tensor *q, const flashjit_tensor *k,
+                             const flashjit_tensor *v, const flashjit_tensor *o,
+                             const flashjit_tensor *lse,
+                             const flashjit_arg *args, int num_args,
+                             void *stream) {
+  return guarded([&] {
+    if (!kernel)
+      throw UserError("flashjit_run: kernel is NULL");
+    TensorRef qr = toRef(q, "q"), kr = toRef(k, "k"), vr = toRef(v, "v"),
+              orf = toRef(o, "o");
+    TensorRef lr;
+    if (lse)
+      lr = toRef(lse, "lse");
+    Arguments a = toArguments(args, num_args);
+    if (kernel->cpu) {
+      kernel->cpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a);
+    } else if (kernel->gpu) {
+      kernel->gpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a,
+                       static_cast<CUstream>(stream));
+    } else {
+      std::string why;
+      runtime::Device::available(&why);
+      throw DriverError("this GPU kernel was compiled without a GPU to load "
+                        "it on: " +
+                        why);
+    }
+  });
+}
+
+const char *flashjit_kernel_ptx(const flashjit_kernel *kernel) {
+  return kernel && !kernel->ptx.empty() ? kernel->ptx.c_str() : nullptr;
+}
+
+void flashjit_kernel_destroy(flashjit_kernel *kernel) { delete kernel; }
+
+} // extern "C"
