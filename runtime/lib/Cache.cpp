@@ -230,6 +230,9 @@ std::shared_ptr<std::mutex> processMutex(const std::string &lockPath) {
 }
 
 /// Holds the lock of one key: the process-wide mutex, then the file lock.
+} // namespace
+
+/// (Declared in Cache.h for DiskCache::lockEntry.)
 class KeyLock {
 public:
   /// Blocks up to \p timeout (or only tries once when \p tryOnly).
@@ -267,6 +270,8 @@ private:
   int fd_ = -1;
   bool locked_ = false;
 };
+
+namespace {
 
 /// Moves \p dir aside (atomically) and deletes it.
 void removeEntryDir(const std::string &root, const std::string &dir) {
@@ -549,19 +554,24 @@ bool DiskCache::storeLocked(const CacheKey &key,
   return true;
 }
 
+std::unique_ptr<KeyLock> DiskCache::lockEntry(const CacheKey &key) {
+  auto lock = std::make_unique<KeyLock>(
+      config_.dir + "/" + key.hash() + ".lock",
+      std::chrono::milliseconds(int64_t(config_.lockTimeoutSeconds * 1000)));
+  if (lock->locked())
+    return lock;
+  warnOnce("lock", fmt::format("flashjit: cannot lock an entry in the kernel "
+                               "cache {}; kernels are compiled in memory",
+                               config_.dir));
+  return nullptr;
+}
+
 bool DiskCache::store(const CacheKey &key, const KernelArtifacts &artifacts) {
   if (!usable_)
     return false;
-  KeyLock lock(
-      config_.dir + "/" + key.hash() + ".lock",
-      std::chrono::milliseconds(int64_t(config_.lockTimeoutSeconds * 1000)));
-  if (!lock.locked()) {
-    warnOnce("lock", fmt::format("flashjit: cannot lock an entry in the "
-                                 "kernel cache {}; kernels are compiled in "
-                                 "memory",
-                                 config_.dir));
+  std::unique_ptr<KeyLock> lock = lockEntry(key);
+  if (!lock)
     return false;
-  }
   return storeLocked(key, artifacts);
 }
 
@@ -582,14 +592,8 @@ DiskCache::getOrCompile(const CacheKey &key,
       set(CacheOutcome::Hit);
       return std::move(*a);
     }
-  KeyLock lock(
-      config_.dir + "/" + key.hash() + ".lock",
-      std::chrono::milliseconds(int64_t(config_.lockTimeoutSeconds * 1000)));
-  if (!lock.locked()) {
-    warnOnce("lock", fmt::format("flashjit: cannot lock an entry in the "
-                                 "kernel cache {}; kernels are compiled in "
-                                 "memory",
-                                 config_.dir));
+  std::unique_ptr<KeyLock> lock = lockEntry(key);
+  if (!lock) {
     set(CacheOutcome::Uncached);
     return compile();
   }

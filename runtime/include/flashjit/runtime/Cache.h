@@ -192,6 +192,9 @@ public:
                CacheOutcome *outcome = nullptr) = 0;
 };
 
+/// A held lock on one cache entry (Cache.cpp).
+class KeyLock;
+
 /// The on-disk cache (see the file comment). Thread-safe.
 class DiskCache : public KernelCache {
 public:
@@ -227,6 +230,8 @@ public:
 
 private:
   bool storeLocked(const CacheKey &key, const KernelArtifacts &artifacts);
+  /// Takes the entry's lock, or warns once and returns null.
+  std::unique_ptr<KeyLock> lockEntry(const CacheKey &key);
   void warnOnce(const std::string &what, const std::string &message);
 
   CacheConfig config_;
