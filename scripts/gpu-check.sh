@@ -12,9 +12,12 @@
 #
 # `run` unpacks the libraries into /tmp, runs the runtime unit tests (sanity
 # of the carried build), every [gpu] test, the NVRTC reference at N = 4k and
-# 32k (timing), and compute-sanitizer memcheck/racecheck on small tests; logs
-# go to $OUT, a summary table is printed last. Exit status: 0 iff the [gpu]
-# tests passed.
+# 32k (timing), tests/gpu/torch_compare.py (bundled kernels through the C
+# API runtime library from Python vs torch sdpa/flex and a float64 oracle),
+# and compute-sanitizer memcheck/racecheck on small tests; logs go to $OUT, a
+# summary table is printed last. GPU_CHECK_STEPS (default: all) picks steps
+# by name: unit gpu large torch memcheck racecheck memcheck_generated
+# racecheck_generated. Exit status: 0 iff every selected test step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.device/gpu-check
@@ -26,7 +29,7 @@ pack() {
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
   ninja -C "$BUILD" -j2 flashjit_gpu_tests flashjit_runtime_tests \
-    gen_matrix_kernels
+    gen_matrix_kernels flashjit flashjit_c_runtime
   mkdir -p "$PACK/bin" "$PACK/lib"
   # The generated kernels travel as PTX (xz: 12 MB -> ~1 MB): the GPU machine
   # has no MLIR.
@@ -35,12 +38,24 @@ pack() {
   "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a
   tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
   rm -rf "$kdir" "$PACK/matrix_kernels"
-  rm -f "$PACK"/bin/* "$PACK"/lib/*.so*[0-9]
+  # The kernels tests/gpu/torch_compare.py loads through the C API.
+  local bdir specs=()
+  bdir=$(mktemp -d)
+  while read -r s; do specs+=(--spec "$s"); done \
+    < <(python3 tests/gpu/torch_compare.py --list-specs)
+  "$BUILD/tools/flashjit/flashjit" bundle --out "$bdir/bundle" \
+    --target sm_90a "${specs[@]}" >/dev/null
+  tar -C "$bdir" -cJf "$PACK/torch_bundle.tar.xz" bundle
+  rm -rf "$bdir"
+  rm -f "$PACK"/bin/* "$PACK"/lib/*.so*[0-9] "$PACK"/lib/*.so
   local bins=("$BUILD/tests/gpu/flashjit_gpu_tests"
               "$BUILD/tests/unit/runtime/flashjit_runtime_tests")
   for b in "${bins[@]}"; do
     objcopy --strip-debug "$b" "$PACK/bin/$(basename "$b")"
   done
+  bins+=("$BUILD/api/libflashjit_c_runtime.so")
+  objcopy --strip-debug "$BUILD/api/libflashjit_c_runtime.so" \
+    "$PACK/lib/libflashjit_c_runtime.so"
   # Every shared library the binaries load, except glibc's and CUDA's own
   # (the GPU machine's toolkit and driver provide those).
   local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libnvrtc|libnvJitLink|libcuda\.so)'
@@ -112,38 +127,54 @@ run() {
     status[$name]="rc=$rc $((SECONDS - t0))s"
   }
   local bin=$PACK/bin
+  local steps=" ${GPU_CHECK_STEPS:-unit gpu large torch memcheck racecheck memcheck_generated racecheck_generated} "
+  want() { [[ $steps == *" $1 "* ]]; }
   export FLASHJIT_MATRIX_KERNELS=/tmp/flashjit-matrix-kernels
   mkdir -p "$FLASHJIT_MATRIX_KERNELS"
   tar -C "$FLASHJIT_MATRIX_KERNELS" -xJf "$PACK/matrix_kernels.tar.xz"
-  step unit "$bin/flashjit_runtime_tests"
-  step gpu "$bin/flashjit_gpu_tests" --durations yes
-  local gpu_rc=${status[gpu]%% *}
-  step large "$bin/flashjit_gpu_tests" "[large]"
-  if command -v compute-sanitizer >/dev/null; then
+  want unit && step unit "$bin/flashjit_runtime_tests"
+  want gpu && step gpu "$bin/flashjit_gpu_tests" --durations yes
+  want large && step large "$bin/flashjit_gpu_tests" "[large]"
+  if want torch; then
+    tar -C /tmp -xJf "$PACK/torch_bundle.tar.xz"
+    step torch python3 tests/gpu/torch_compare.py \
+      --lib "$lib/libflashjit_c_runtime.so" --bundle /tmp/bundle \
+      --json "$out/torch_compare.json"
+  fi
+  if command -v compute-sanitizer >/dev/null && want memcheck; then
     step memcheck compute-sanitizer --tool memcheck --error-exitcode 3 \
       "$bin/flashjit_gpu_tests" "NVRTC reference without LSE and with mixed dtypes" \
       "NVRTC reference reports an out-of-range buffer read" "[runtime]"
+  fi
+  if command -v compute-sanitizer >/dev/null && want racecheck; then
     step racecheck compute-sanitizer --tool racecheck --error-exitcode 3 \
       "$bin/flashjit_gpu_tests" "NVRTC reference without LSE and with mixed dtypes"
-    # Generated kernels: a few of the matrix under both tools.
+  fi
+  # Generated kernels: a few of the matrix under both tools.
+  if command -v compute-sanitizer >/dev/null && want memcheck_generated; then
     FLASHJIT_MATRIX_ONLY=d64_bf16 step memcheck_generated compute-sanitizer \
       --tool memcheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "generated kernels match the float64 reference on the matrix"
+  fi
+  if command -v compute-sanitizer >/dev/null && want racecheck_generated; then
     FLASHJIT_MATRIX_ONLY=_d128_bf16 step racecheck_generated compute-sanitizer \
       --tool racecheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "generated kernels match the float64 reference on the matrix"
   fi
   echo
   echo "=== gpu-check summary (logs in $out)"
-  grep -h "^GPU:" "$out/gpu.log" || true
-  grep -h "ms$" "$out/large.log" | sed 's/^ *//' || true
+  grep -h "^GPU:" "$out/gpu.log" 2>/dev/null || true
+  grep -h "ms$" "$out/large.log" 2>/dev/null | sed 's/^ *//' || true
   printf '%-10s %s\n' step status
-  for s in unit gpu large memcheck racecheck memcheck_generated \
+  local failed=0
+  for s in unit gpu large torch memcheck racecheck memcheck_generated \
     racecheck_generated; do
-    [[ -n ${status[$s]:-} ]] && printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
-      "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY)' "$out/$s.log" | tail -1)"
+    [[ -n ${status[$s]:-} ]] || continue
+    printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
+      "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|[0-9]+/[0-9]+ cases passed)' "$out/$s.log" | tail -1)"
+    [[ ${status[$s]} == rc=0* ]] || failed=1
   done
-  [[ $gpu_rc == rc=0 ]]
+  ((failed == 0))
 }
 
 case ${1:-pack} in

@@ -3,14 +3,22 @@
 // Each entry point catches every exception and turns it into a status code
 // and a thread-local message: no C++ exception crosses the C boundary.
 //
+// Built twice: flashjit_c (FLASHJIT_C_WITH_COMPILER defined: compiles and
+// loads bundles) and flashjit_c_runtime (runtime only, links no compiler or
+// MLIR: loads bundles; flashjit_compile reports that it is unavailable).
+//
 //===----------------------------------------------------------------------===//
 #include "flashjit/flashjit.h"
 
+#ifdef FLASHJIT_C_WITH_COMPILER
 #include "flashjit/compiler/Compiler.h"
 #include "flashjit/compiler/GpuCompiler.h"
+#endif
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
+#include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/Device.h"
 
 #include <fmt/format.h>
@@ -22,7 +30,9 @@ using namespace flashjit;
 
 struct flashjit_kernel {
   AttentionSpec spec;
+#ifdef FLASHJIT_C_WITH_COMPILER
   std::shared_ptr<const CpuKernel> cpu;
+#endif
   std::unique_ptr<runtime::GpuAttentionKernel> gpu;
   std::string ptx;
 };
@@ -123,6 +133,11 @@ flashjit_status flashjit_compile(const char *spec_text, const char *target,
     if (!spec_text || !target || !out)
       throw UserError("flashjit_compile: spec_text, target and out must not "
                       "be NULL");
+#ifndef FLASHJIT_C_WITH_COMPILER
+    throw UserError("flashjit_compile: this is flashjit_c_runtime, built "
+                    "without the compiler; load precompiled kernels with "
+                    "flashjit_load, or link flashjit_c");
+#else
     auto k = std::make_unique<flashjit_kernel>();
     k->spec = parseSpec(spec_text);
     std::string t = target;
@@ -145,6 +160,43 @@ flashjit_status flashjit_compile(const char *spec_text, const char *target,
           fmt::format("target '{}' is not cpu, sm_80 or sm_90a", t));
     }
     *out = k.release();
+#endif
+  });
+}
+
+flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
+                              const char *target, flashjit_kernel **out) {
+  return guarded([&] {
+    if (!bundle_dir || !spec_text || !target || !out)
+      throw UserError("flashjit_load: bundle_dir, spec_text, target and out "
+                      "must not be NULL");
+    std::string t = target;
+    if (t != "sm_80" && t != "sm_90a")
+      throw UserError(
+          fmt::format("flashjit_load: target '{}' is not sm_80 or sm_90a", t));
+    auto k = std::make_unique<flashjit_kernel>();
+    k->spec = parseSpec(spec_text);
+    std::string canonical = printSpec(k->spec);
+    runtime::Bundle bundle = runtime::Bundle::open(bundle_dir);
+    std::optional<runtime::KernelArtifacts> a = bundle.find(canonical, t);
+    if (!a)
+      throw UserError(fmt::format("flashjit_load: bundle '{}' has no {} "
+                                  "kernel for spec '{}' ({} kernels in it)",
+                                  bundle_dir, t, canonical,
+                                  bundle.items().size()));
+    const std::string *ptx = a->file(runtime::kPtxFile);
+    if (!ptx)
+      throw UserError(fmt::format("flashjit_load: the bundled {} kernel for "
+                                  "'{}' in '{}' has no {}",
+                                  t, canonical, bundle_dir, runtime::kPtxFile));
+    k->ptx = *ptx;
+    if (runtime::Device::available())
+      k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
+          k->spec,
+          runtime::GpuKernelInfo{a->entry, a->arch, a->threads, a->blockM,
+                                 a->sharedBytes},
+          k->ptx, runtime::Device::get(0));
+    *out = k.release();
   });
 }
 
@@ -163,9 +215,13 @@ flashjit_status flashjit_run(const flashjit_kernel *kernel,
     if (lse)
       lr = toRef(lse, "lse");
     Arguments a = toArguments(args, num_args);
+#ifdef FLASHJIT_C_WITH_COMPILER
     if (kernel->cpu) {
       kernel->cpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a);
-    } else if (kernel->gpu) {
+      return;
+    }
+#endif
+    if (kernel->gpu) {
       kernel->gpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a,
                        static_cast<CUstream>(stream));
     } else {

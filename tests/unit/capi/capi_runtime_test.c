@@ -1,0 +1,97 @@
+/*===- capi_runtime_test.c - flashjit_c_runtime from C --------------------===//
+ *
+ * capi_runtime_test BUNDLE_DIR: the runtime-only C library (no compiler)
+ * loads the kernels a CTest fixture bundled with `flashjit bundle`: any
+ * spelling of a bundled spec is found, its PTX is the generated kernel, and
+ * every failure (compiling, a missing bundle, spec or target, a corrupted
+ * entry) is a status code with a message naming the problem. On a machine
+ * without a GPU, running a loaded kernel is FLASHJIT_DRIVER_ERROR; the
+ * values computed on a GPU are checked by tests/gpu/torch_compare.py.
+ *
+ *===----------------------------------------------------------------------===*/
+#include "flashjit/flashjit.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0, checks = 0;
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    ++checks;                                                                  \
+    if (!(cond)) {                                                             \
+      ++failures;                                                              \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__,   \
+              __LINE__, #cond, flashjit_last_error());                         \
+    }                                                                          \
+  } while (0)
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: capi_runtime_test BUNDLE_DIR\n");
+    return 2;
+  }
+  const char *dir = argv[1];
+  flashjit_kernel *kernel = NULL;
+
+  /* No compiler in this library. */
+  CHECK(flashjit_compile("attention(head_dim=64)", "sm_90a", &kernel) ==
+        FLASHJIT_USER_ERROR);
+  CHECK(strstr(flashjit_last_error(), "flashjit_load") != NULL);
+  CHECK(kernel == NULL);
+
+  /* The bundled spec, spelled differently from the bundle's text (field
+   * order, shorthands): canonicalised before the lookup. */
+  CHECK(flashjit_load(dir, "attention(dtype=bf16, head_dim=64, "
+                           "causal=top_left)",
+                      "sm_90a", &kernel) == FLASHJIT_OK);
+  CHECK(kernel != NULL);
+  if (kernel) {
+    const char *ptx = flashjit_kernel_ptx(kernel);
+    CHECK(ptx && strstr(ptx, ".target sm_90a") && strstr(ptx, "mma.sync"));
+    float dummy[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    flashjit_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = dummy;
+    t.dtype = FLASHJIT_BF16;
+    t.rank = 4;
+    for (int i = 0; i < 4; ++i)
+      t.shape[i] = 1, t.strides[i] = 1;
+    flashjit_status s = flashjit_run(kernel, &t, &t, &t, &t, NULL, NULL, 0,
+                                     NULL);
+    /* Without a GPU: a driver error saying why; with one, host pointers
+     * or shapes are rejected before launch. Never OK. */
+    CHECK(s == FLASHJIT_DRIVER_ERROR || s == FLASHJIT_USER_ERROR);
+    CHECK(strlen(flashjit_last_error()) > 0);
+  }
+  flashjit_kernel_destroy(kernel);
+
+  /* The sm_80 kernel of the second bundled spec. */
+  kernel = NULL;
+  CHECK(flashjit_load(dir,
+                      "attention(mask=(kv_idx <= q_idx), head_dim=128, "
+                      "dtype=fp16)",
+                      "sm_80", &kernel) == FLASHJIT_OK);
+  CHECK(kernel && strstr(flashjit_kernel_ptx(kernel), ".target sm_80"));
+  flashjit_kernel_destroy(kernel);
+
+  /* Failures name what was wrong. */
+  flashjit_kernel *bad = NULL;
+  CHECK(flashjit_load(dir, "attention(head_dim=32)", "sm_90a", &bad) ==
+        FLASHJIT_USER_ERROR);
+  CHECK(strstr(flashjit_last_error(), "head_dim_qk=32") != NULL);
+  CHECK(flashjit_load(dir, "attention(dtype=bf16, head_dim=64, "
+                           "causal=top_left)",
+                      "sm_75", &bad) == FLASHJIT_USER_ERROR);
+  CHECK(strstr(flashjit_last_error(), "sm_75") != NULL);
+  CHECK(flashjit_load("/nonexistent/flashjit-bundle", "attention()", "sm_90a",
+                      &bad) == FLASHJIT_USER_ERROR);
+  CHECK(strstr(flashjit_last_error(), "/nonexistent/flashjit-bundle") != NULL);
+  CHECK(flashjit_load(dir, "attention(head_dim=", "sm_90a", &bad) ==
+        FLASHJIT_USER_ERROR);
+  CHECK(flashjit_load(NULL, "attention()", "sm_90a", &bad) ==
+        FLASHJIT_USER_ERROR);
+  CHECK(bad == NULL);
+
+  printf("%d passed, %d failed\n", checks - failures, failures);
+  return failures ? 1 : 0;
+}
