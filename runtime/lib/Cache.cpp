@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <llvm/ADT/SmallString.h>
 #include <llvm/ADT/StringExtras.h>
+#include <llvm/ADT/StringMap.h>
 #include <llvm/ADT/StringRef.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/Support/Chrono.h>
@@ -17,6 +18,7 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/Path.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/Host.h>
 
 #include <algorithm>
 #include <chrono>
@@ -41,9 +43,39 @@ const std::string &llvmVersion() {
   return v;
 }
 const std::vector<std::string> &cacheRelevantEnvVars() {
-  static const std::vector<std::string> v = {"FLASHJIT_DRIVER_JIT",
-                                             "FLASHJIT_PTXAS"};
+  static const std::vector<std::string> v = {
+      "FLASHJIT_CC", "FLASHJIT_DRIVER_JIT", "FLASHJIT_PTXAS"};
   return v;
+}
+
+const HostCpu &hostCpu() {
+  static const HostCpu cpu = [] {
+    HostCpu c;
+    c.name = llvm::sys::getHostCPUName().str();
+    std::vector<std::string> features;
+    for (const auto &f : llvm::sys::getHostCPUFeatures())
+      features.push_back((f.second ? "+" : "-") + f.first().str());
+    std::sort(features.begin(), features.end(),
+              [](const std::string &a, const std::string &b) {
+                return llvm::StringRef(a).drop_front() <
+                       llvm::StringRef(b).drop_front();
+              });
+    c.features = llvm::join(features, ",");
+    return c;
+  }();
+  return cpu;
+}
+
+std::string missingCpuFeatures(const std::string &required,
+                               const std::string &host) {
+  llvm::SmallVector<llvm::StringRef> have, need;
+  llvm::StringRef(host).split(have, ',', -1, /*KeepEmpty=*/false);
+  llvm::StringRef(required).split(need, ',', -1, /*KeepEmpty=*/false);
+  std::vector<std::string> missing;
+  for (llvm::StringRef f : need)
+    if (f.starts_with("+") && !llvm::is_contained(have, f))
+      missing.push_back(f.drop_front().str());
+  return llvm::join(missing, ",");
 }
 
 const char *toString(CacheOutcome outcome) {
@@ -76,6 +108,17 @@ CacheKey CacheKey::make(std::string specText, std::string arch, int blockN,
   return key;
 }
 
+CacheKey CacheKey::makeCpu(std::string specText, int blockM, int blockN,
+                           int optLevel, bool countTiles) {
+  CacheKey key = make(std::move(specText), "cpu", blockN);
+  key.blockM = blockM;
+  key.optLevel = optLevel;
+  key.countTiles = countTiles;
+  key.cpu = hostCpu().name;
+  key.cpuFeatures = hostCpu().features;
+  return key;
+}
+
 std::string CacheKey::canonicalText() const {
   // Every value is written with its length, so no choice of values can make
   // two different keys print the same text.
@@ -91,6 +134,11 @@ std::string CacheKey::canonicalText() const {
   field("block_n", std::to_string(blockN));
   field("warps", std::to_string(numWarps));
   field("min_blocks_per_sm", std::to_string(minBlocksPerSM));
+  field("block_m", std::to_string(blockM));
+  field("opt_level", std::to_string(optLevel));
+  field("count_tiles", countTiles ? "1" : "0");
+  field("cpu", cpu);
+  field("cpu_features", cpuFeatures);
   std::vector<std::pair<std::string, std::string>> sorted = env;
   std::sort(sorted.begin(), sorted.end());
   for (const auto &[name, value] : sorted)
@@ -137,7 +185,13 @@ std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
                             {"commit", key.commit},
                             {"llvm", key.llvm},
                             {"block_n", key.blockN},
-                            {"warps", key.numWarps}};
+                            {"warps", key.numWarps},
+                            {"min_blocks_per_sm", key.minBlocksPerSM},
+                            {"block_m", key.blockM},
+                            {"opt_level", key.optLevel},
+                            {"count_tiles", key.countTiles},
+                            {"cpu", key.cpu},
+                            {"cpu_features", key.cpuFeatures}};
   llvm::json::Object env;
   for (const auto &[name, value] : key.env)
     env[name] = value;
@@ -154,6 +208,10 @@ std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
                           {"shared_bytes", a.sharedBytes},
                           {"registers", a.registers},
                           {"spill_bytes", a.spillBytes},
+                          {"count_tiles", a.countTiles},
+                          {"opt_level", a.optLevel},
+                          {"cpu", a.cpu},
+                          {"cpu_features", a.cpuFeatures},
                           {"compile_seconds", std::move(stages)},
                           {"files", std::move(files)}};
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(meta))).str() +
@@ -360,8 +418,14 @@ std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
       !integer("block_m", a.blockM) || !integer("block_n", a.blockN) ||
       !integer("shared_bytes", a.sharedBytes) ||
       !integer("registers", a.registers) ||
-      !integer("spill_bytes", a.spillBytes))
+      !integer("spill_bytes", a.spillBytes) ||
+      !integer("opt_level", a.optLevel) || !str("cpu", a.cpu) ||
+      !str("cpu_features", a.cpuFeatures))
     return fail(fmt::format("{} lacks a required field", metaPath));
+  std::optional<bool> countTiles = meta->getBoolean("count_tiles");
+  if (!countTiles)
+    return fail(fmt::format("{} lacks a required field", metaPath));
+  a.countTiles = *countTiles;
   if (const llvm::json::Array *stages = meta->getArray("compile_seconds"))
     for (const llvm::json::Value &v : *stages)
       if (const llvm::json::Object *o = v.getAsObject()) {
@@ -718,9 +782,21 @@ std::vector<Bundle::Item> readBundleIndex(const std::string &dir,
     item.key = o->getString("key")->str();
     item.blockN = int(o->getInteger("block_n").value_or(0));
     item.numWarps = int(o->getInteger("warps").value_or(0));
+    item.blockM = int(o->getInteger("block_m").value_or(0));
+    item.optLevel = int(o->getInteger("opt_level").value_or(0));
+    item.countTiles = o->getBoolean("count_tiles").value_or(false);
     items.push_back(std::move(item));
   }
   return items;
+}
+} // namespace
+
+namespace {
+/// Whether two bundle items answer the same request.
+bool sameRequest(const Bundle::Item &a, const Bundle::Item &b) {
+  return a.specText == b.specText && a.arch == b.arch && a.blockN == b.blockN &&
+         a.numWarps == b.numWarps && a.blockM == b.blockM &&
+         a.optLevel == b.optLevel && a.countTiles == b.countTiles;
 }
 } // namespace
 
@@ -747,17 +823,19 @@ void Bundle::add(const std::string &dir, const CacheKey &key,
     throw UserError(fmt::format("cannot write bundle directory {}", dir));
   std::vector<Item> items = readBundleIndex(dir, /*mustExist=*/false);
   std::string hash = key.hash();
-  std::erase_if(items, [&](const Item &i) {
-    return i.specText == key.specText && i.arch == key.arch &&
-           i.blockN == key.blockN && i.numWarps == key.numWarps;
-  });
-  items.push_back({key.specText, key.arch, key.blockN, key.numWarps, hash});
+  Item added{key.specText, key.arch,     key.blockN,     key.numWarps,
+             key.blockM,   key.optLevel, key.countTiles, hash};
+  std::erase_if(items, [&](const Item &i) { return sameRequest(i, added); });
+  items.push_back(added);
   llvm::json::Array kernels;
   for (const Item &i : items)
     kernels.push_back(llvm::json::Object{{"spec", i.specText},
                                          {"arch", i.arch},
                                          {"block_n", i.blockN},
                                          {"warps", i.numWarps},
+                                         {"block_m", i.blockM},
+                                         {"opt_level", i.optLevel},
+                                         {"count_tiles", i.countTiles},
                                          {"key", i.key}});
   llvm::json::Object root{{"schema", kCacheVersion},
                           {"flashjit", flashjitVersion()},
@@ -773,9 +851,20 @@ void Bundle::add(const std::string &dir, const CacheKey &key,
 std::optional<KernelArtifacts> Bundle::find(const std::string &specText,
                                             const std::string &arch, int blockN,
                                             int numWarps) const {
+  CacheKey request;
+  request.specText = specText;
+  request.arch = arch;
+  request.blockN = blockN;
+  request.numWarps = numWarps;
+  return find(request);
+}
+
+std::optional<KernelArtifacts> Bundle::find(const CacheKey &request) const {
+  Item wanted{
+      request.specText, request.arch,     request.blockN,     request.numWarps,
+      request.blockM,   request.optLevel, request.countTiles, ""};
   for (const Item &i : items_) {
-    if (i.specText != specText || i.arch != arch || i.blockN != blockN ||
-        i.numWarps != numWarps)
+    if (!sameRequest(i, wanted))
       continue;
     std::string why;
     std::optional<KernelArtifacts> a =

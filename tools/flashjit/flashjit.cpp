@@ -5,9 +5,11 @@
 //   flashjit cache ls|info KEY|clear|prune [--max-bytes N]
 //   flashjit bundle --out DIR --spec '...' --spec '...' --target sm_80,sm_90a
 //
-// GPU kernels go through the disk cache (FLASHJIT_CACHE_DIR etc., or
-// --cache-dir). Exit codes: 0 success, 1 a user error (bad flag, spec or
-// key), 2 an internal, compiler or driver failure. Errors go to stderr.
+// GPU and CPU kernels go through the disk cache (FLASHJIT_CACHE_DIR etc., or
+// --cache-dir); CPU kernels are compiled in memory when no C compiler
+// driver is found to link them. Exit codes: 0 success, 1 a user error (bad
+// flag, spec or key), 2 an internal, compiler or driver failure. Errors go to
+// stderr.
 //
 //===----------------------------------------------------------------------===//
 #include "GpuArtifacts.h"
@@ -22,6 +24,7 @@
 #include "flashjit/runtime/Ptxas.h"
 
 #include <fmt/format.h>
+#include <llvm/ADT/STLExtras.h>
 #include <llvm/ADT/SmallString.h>
 #include <llvm/ADT/StringRef.h>
 #include <llvm/Support/CommandLine.h>
@@ -35,6 +38,8 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <tuple>
 
 namespace cl = llvm::cl;
 namespace fs = llvm::sys::fs;
@@ -79,14 +84,16 @@ cl::opt<std::string> kernelName("name", cl::desc("Kernel name"),
 
 cl::list<std::string> targets("target",
                               cl::desc("sm_80 | sm_90a | cpu (bundle: a "
-                                       "comma-separated list)"),
+                                       "comma-separated list, default "
+                                       "sm_80,sm_90a)"),
                               cl::CommaSeparated, cl::sub(compileCmd),
                               cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<int> blockN("block-n", cl::desc("Keys per tile (0: default)"),
                     cl::init(0), cl::sub(compileCmd), cl::sub(inspectCmd),
                     cl::sub(bundleCmd));
-cl::opt<int> warps("warps", cl::desc("Warps per CTA (0: default)"), cl::init(0),
-                   cl::sub(compileCmd), cl::sub(inspectCmd),
+cl::opt<int> warps("warps",
+                   cl::desc("Warps per CTA (0: default; GPU targets only)"),
+                   cl::init(0), cl::sub(compileCmd), cl::sub(inspectCmd),
                    cl::sub(bundleCmd));
 cl::opt<std::string> outDir("out",
                             cl::desc("compile: also copy every stage here; "
@@ -209,6 +216,36 @@ struct GpuResult {
   std::string entryDir;
 };
 
+/// The CPU options from the flags; --warps is a GPU flag.
+CompileOptions cpuOptions() {
+  if (warps.getNumOccurrences())
+    userError("--warps is a GPU option (warps per CTA); CPU kernels have no "
+              "warps (use --block-n)");
+  CompileOptions options;
+  options.blockN = blockN;
+  return options;
+}
+
+/// A CPU kernel's artifacts through the cache, or nullopt (after a warning)
+/// when there is no C compiler driver to link it.
+std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
+                                         const CompileOptions &options,
+                                         DiskCache &cache) {
+  std::string why;
+  if (!cpuLinkerAvailable(&why)) {
+    llvm::errs() << "flashjit: warning: " << why
+                 << "; the CPU kernel is compiled in memory and not cached\n";
+    return std::nullopt;
+  }
+  GpuResult r;
+  r.key = cpuCacheKey(spec, options);
+  r.artifacts = cache.getOrCompile(
+      r.key, [&] { return compileCpuArtifacts(spec, options); }, &r.outcome);
+  if (r.outcome != CacheOutcome::Uncached)
+    r.entryDir = cache.entryDir(r.key.hash());
+  return r;
+}
+
 GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
                           DiskCache &cache) {
   GpuResult r;
@@ -239,35 +276,45 @@ int runCompile() {
   AttentionSpec spec = specFromFlags();
   std::string target = oneTarget();
   llvm::outs() << "spec    " << printSpec(spec) << "\n";
-  if (target == "cpu") {
-    CompileOptions options;
-    options.blockN = blockN;
-    if (!outDir.empty()) {
-      makeDir(outDir, "--out");
-      options.dumpDir = outDir;
-    }
-    auto kernel = compileCpu(spec, options);
-    llvm::outs() << "target  cpu (ORC JIT; CPU kernels are not cached on "
-                    "disk)\n";
-    if (!outDir.empty())
-      llvm::outs() << "stages  written to " << outDir << "\n";
-    for (const StageTiming &t : kernel->timings())
-      llvm::outs() << fmt::format("  {:<24} {:9.3f} ms\n", t.name,
-                                  t.seconds * 1e3);
-    return 0;
-  }
   DiskCache cache(cacheConfig());
-  GpuResult r = gpuThroughCache(spec, target, cache);
+  std::optional<GpuResult> result;
+  if (target == "cpu") {
+    CompileOptions options = cpuOptions();
+    result = cpuThroughCache(spec, options, cache);
+    if (!result) {
+      if (!outDir.empty()) {
+        makeDir(outDir, "--out");
+        options.dumpDir = outDir;
+      }
+      auto kernel = compileCpu(spec, options);
+      llvm::outs() << "target  cpu (ORC JIT in memory, not cached)\n";
+      if (!outDir.empty())
+        llvm::outs() << "stages  written to " << outDir << "\n";
+      for (const StageTiming &t : kernel->timings())
+        llvm::outs() << fmt::format("  {:<24} {:9.3f} ms\n", t.name,
+                                    t.seconds * 1e3);
+      return 0;
+    }
+  } else {
+    result = gpuThroughCache(spec, target, cache);
+  }
+  const GpuResult &r = *result;
   llvm::outs() << "target  " << target << "\n";
   llvm::outs() << "key     " << r.key.hash() << "\n";
   llvm::outs() << "cache   " << toString(r.outcome)
                << (r.entryDir.empty() ? "" : " " + r.entryDir) << "\n";
   const KernelArtifacts &a = r.artifacts;
-  llvm::outs() << fmt::format(
-      "kernel  {} threads={} block_m={} block_n={} shared_bytes={} "
-      "registers={} spill_bytes={}\n",
-      a.entry, a.threads, a.blockM, a.blockN, a.sharedBytes, a.registers,
-      a.spillBytes);
+  if (target == "cpu")
+    llvm::outs() << fmt::format(
+        "kernel  {} block_m={} block_n={} count_tiles={} opt_level={} "
+        "cpu={}\n",
+        a.entry, a.blockM, a.blockN, a.countTiles ? 1 : 0, a.optLevel, a.cpu);
+  else
+    llvm::outs() << fmt::format(
+        "kernel  {} threads={} block_m={} block_n={} shared_bytes={} "
+        "registers={} spill_bytes={}\n",
+        a.entry, a.threads, a.blockM, a.blockN, a.sharedBytes, a.registers,
+        a.spillBytes);
   if (!outDir.empty()) {
     makeDir(outDir, "--out");
     for (const auto &[name, bytes] : a.files)
@@ -308,16 +355,21 @@ int runInspect() {
   if (stage.empty())
     userError("--stage is required (attn | gpu | ptx | resources | sass)");
   if (target == "cpu") {
-    static const std::vector<std::pair<std::string, Stage>> cpuStages = {
-        {"attn", Stage::Attn},
-        {"tiled", Stage::Tiled},
-        {"llvm", Stage::LLVMDialect},
-        {"llvm-ir", Stage::LLVMIR},
-        {"llvm-ir-opt", Stage::LLVMIROpt}};
-    for (const auto &[name, s] : cpuStages)
+    static const std::vector<std::tuple<std::string, Stage, const char *>>
+        cpuStages = {{"attn", Stage::Attn, kAttnFile},
+                     {"tiled", Stage::Tiled, kTiledFile},
+                     {"llvm", Stage::LLVMDialect, kLLVMDialectFile},
+                     {"llvm-ir", Stage::LLVMIR, kLLVMIRFile},
+                     {"llvm-ir-opt", Stage::LLVMIROpt, kLLVMIROptFile}};
+    for (const auto &[name, s, file] : cpuStages)
       if (name == stage) {
-        CompileOptions options;
-        options.blockN = blockN;
+        CompileOptions options = cpuOptions();
+        DiskCache cache(cacheConfig());
+        if (std::optional<GpuResult> r = cpuThroughCache(spec, options, cache))
+          if (const std::string *text = r->artifacts.file(file)) {
+            llvm::outs() << *text;
+            return 0;
+          }
         llvm::outs() << compileCpu(spec, options)->stageText(s);
         return 0;
       }
@@ -481,8 +533,22 @@ int runBundle() {
   if (archs.empty())
     archs = {"sm_80", "sm_90a"};
   for (const std::string &t : archs)
-    if (t != "sm_80" && t != "sm_90a")
-      userError(fmt::format("bundle: --target '{}' is not sm_80 or sm_90a", t));
+    if (t != "sm_80" && t != "sm_90a" && t != "cpu")
+      userError(
+          fmt::format("bundle: --target '{}' is not sm_80, sm_90a or cpu", t));
+  bool wantCpu = llvm::is_contained(archs, "cpu");
+  CompileOptions cpuOpts;
+  if (wantCpu) {
+    std::string why;
+    if (!cpuLinkerAvailable(&why))
+      userError(fmt::format("bundle --target cpu needs a C compiler driver to "
+                            "link kernel.so: {}",
+                            why));
+    // --warps applies to the GPU targets of a mixed bundle.
+    if (archs.size() == 1)
+      cpuOpts = cpuOptions();
+    cpuOpts.blockN = blockN;
+  }
   // Every spec is checked, and every kernel compiled, before the bundle
   // changes: a failing spec leaves the bundle as it was.
   std::vector<AttentionSpec> specs;
@@ -490,6 +556,10 @@ int runBundle() {
     try {
       specs.push_back(parseSpec(specText[i]));
       for (const std::string &arch : archs) {
+        if (arch == "cpu") {
+          validateForCpu(specs.back(), cpuOpts);
+          continue;
+        }
         GpuCompileOptions o;
         o.arch = arch;
         validateForGpu(specs.back(), o);
@@ -503,7 +573,9 @@ int runBundle() {
   std::vector<std::pair<std::string, GpuResult>> results;
   for (const AttentionSpec &spec : specs)
     for (const std::string &arch : archs)
-      results.emplace_back(arch, gpuThroughCache(spec, arch, cache));
+      results.emplace_back(arch, arch == "cpu"
+                                     ? *cpuThroughCache(spec, cpuOpts, cache)
+                                     : gpuThroughCache(spec, arch, cache));
   for (const auto &[arch, r] : results) {
     Bundle::add(outDir, r.key, r.artifacts);
     llvm::outs() << fmt::format("{} {} {} ({})\n", arch, r.key.hash(),

@@ -1,9 +1,9 @@
 //===- CompilerImpl.h - State behind Compiler.h's objects ---------*- C++
 //-*-===//
 //
-// Shared by CpuCompile.cpp (MLIR, builds the objects) and CpuKernel.cpp (no
-// MLIR, runs them). The JIT engine is held type-erased so this header needs
-// no MLIR include.
+// Shared by CpuCompile.cpp (MLIR, builds the objects), CpuKernel.cpp and
+// CpuCache.cpp (no MLIR). The JIT engine is held type-erased so this header
+// needs no MLIR include.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_LIB_COMPILER_COMPILERIMPL_H
@@ -23,17 +23,10 @@ namespace flashjit {
 using PackedFn = void (*)(void **);
 
 struct CpuKernel::Impl {
-  AttentionSpec spec;
-  int blockM = 64;
-  int blockN = 64;
-  bool countTiles = false;
+  /// Runs the kernel (holds the JIT engine or the dlopen handle).
+  std::shared_ptr<const runtime::CpuAttentionKernel> kernel;
   std::vector<StageTiming> timings;
   std::array<std::string, 5> texts;
-  /// Buffers and parameters in kernel-argument order (sorted by name).
-  std::vector<BufferDecl> buffers;
-  std::vector<ParamDecl> params;
-  std::shared_ptr<void> engine; ///< keeps the JIT-compiled code alive
-  PackedFn fn = nullptr;
 };
 
 struct TileClassifierKernel::Impl {

@@ -2,19 +2,23 @@
 //
 // The driver of the CPU backend: validate (UserError, before MLIR), MLIRGen,
 // the attn-to-tiles and tiles-to-LLVM pipelines, translation to LLVM IR,
-// LLVM optimisation and ORC JIT code generation through
-// mlir::ExecutionEngine, timing each step and keeping each stage's text.
-// Pass failures become CompileError carrying the diagnostics.
+// LLVM optimisation, then either ORC JIT code generation through
+// mlir::ExecutionEngine (compileCpu: in memory) or a PIC object for the host
+// CPU linked into kernel.so (compileCpuArtifacts: for the disk cache and
+// bundles), timing each step and keeping each stage's text. Pass failures
+// become CompileError carrying the diagnostics.
 //
 //===----------------------------------------------------------------------===//
 #include "CompileSupport.h"
 #include "CompilerImpl.h"
+#include "CpuObject.h"
 
 #include "flashjit/Dialect/Attn/IR/Attn.h"
 #include "flashjit/Dialect/Attn/Transforms/Passes.h"
 #include "flashjit/FrontendToMLIR/MLIRGen.h"
 #include "flashjit/Pipeline/Pipelines.h"
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Printer.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -28,6 +32,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
 
 #include <fmt/format.h>
 
@@ -142,64 +147,154 @@ jit(ModuleOp module, const std::string &symbol, int optLevel,
   return {std::static_pointer_cast<void>(held), *fn};
 }
 
+/// A spec lowered to the LLVM dialect. Members are destroyed in reverse
+/// order: the module and the diagnostic handler before their context.
+struct Lowered {
+  std::unique_ptr<MLIRContext> ctx;
+  std::unique_ptr<DiagnosticCapture> diag;
+  OwningOpRef<ModuleOp> module;
+  /// The kernel's symbol: the variant's name with a prefix, so a variant
+  /// named like a libm function (exp2, tanhf) cannot collide with what the
+  /// kernel calls.
+  std::string symbol;
+};
+
+/// MLIRGen and the MLIR pipelines; records texts[0..2] and their times.
+Lowered lowerToLLVMDialect(const AttentionSpec &spec, int blockM, int blockN,
+                           bool countTiles, std::array<std::string, 5> &texts,
+                           std::vector<StageTiming> &timings, StopWatch &w) {
+  Lowered l;
+  l.ctx = makeContext();
+  l.diag = std::make_unique<DiagnosticCapture>(l.ctx.get());
+  timings.push_back({"mlir-context", w.lap()});
+  l.module = mlirGen(*l.ctx, spec);
+  if (!l.module)
+    throw CompileError("MLIRGen produced invalid IR:\n" + l.diag->text());
+  texts[0] = printOp(*l.module, /*withLocations=*/true);
+  timings.push_back({"mlirgen", w.lap()});
+
+  l.symbol = "flashjit_" + spec.variant.name();
+  l.module->walk([&](attn::AttentionOp op) { op.setSymName(l.symbol); });
+  runPipeline(*l.ctx, *l.module, "attn-to-tiles", *l.diag,
+              [&](OpPassManager &pm) {
+                buildAttnToTilesPipeline(pm, {blockM, blockN, countTiles});
+              });
+  texts[1] = printOp(*l.module, false);
+  timings.push_back({"attn-to-tiles", w.lap()});
+  runPipeline(*l.ctx, *l.module, "tiles-to-llvm-cpu", *l.diag,
+              [&](OpPassManager &pm) { buildTilesToLLVMCPUPipeline(pm); });
+  texts[2] = printOp(*l.module, false);
+  timings.push_back({"tiles-to-llvm-dialect", w.lap()});
+  return l;
+}
+
+/// Writes the stages to options.dumpDir, else $FLASHJIT_DUMP_DIR, if any.
+void dumpStages(const CompileOptions &options, const std::string &name,
+                const std::array<std::string, 5> &texts) {
+  std::string dir = options.dumpDir;
+  if (dir.empty())
+    if (const char *env = std::getenv("FLASHJIT_DUMP_DIR"))
+      dir = env;
+  if (!dir.empty())
+    dumpFiles(dir, name,
+              {{".attn.mlir", texts[0]},
+               {".tiled.mlir", texts[1]},
+               {".llvm.mlir", texts[2]},
+               {".ll", texts[3]},
+               {".opt.ll", texts[4]}});
+}
+
 } // namespace
+
+int cpuBlockM(const CompileOptions &options) {
+  return options.blockM ? options.blockM : 64;
+}
+int cpuBlockN(const CompileOptions &options) {
+  return options.blockN ? options.blockN : 64;
+}
 
 std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
                                             const CompileOptions &options) {
   validateForCpu(spec, options); // every UserError before MLIR/LLVM
   StopWatch total, w;
   auto impl = std::make_unique<CpuKernel::Impl>();
-  impl->spec = spec;
-  impl->blockM = options.blockM ? options.blockM : 64;
-  impl->blockN = options.blockN ? options.blockN : 64;
-  impl->countTiles = options.countTiles;
-  impl->params = sortedParams(spec.variant);
-  impl->buffers = sortedBuffers(spec.variant);
   auto &texts = impl->texts;
   auto &timings = impl->timings;
-
-  std::unique_ptr<MLIRContext> ctx = makeContext();
-  DiagnosticCapture diag(ctx.get());
-  timings.push_back({"mlir-context", w.lap()});
-  OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec);
-  if (!module)
-    throw CompileError("MLIRGen produced invalid IR:\n" + diag.text());
-  texts[0] = printOp(*module, /*withLocations=*/true);
-  timings.push_back({"mlirgen", w.lap()});
-
-  // The JIT symbol gets a prefix so a variant named like a libm function
-  // (exp2, tanhf) cannot collide with what the kernel calls.
-  std::string symbol = "flashjit_" + spec.variant.name();
-  module->walk([&](attn::AttentionOp op) { op.setSymName(symbol); });
-  runPipeline(*ctx, *module, "attn-to-tiles", diag, [&](OpPassManager &pm) {
-    buildAttnToTilesPipeline(pm,
-                             {impl->blockM, impl->blockN, options.countTiles});
-  });
-  texts[1] = printOp(*module, false);
-  timings.push_back({"attn-to-tiles", w.lap()});
-  runPipeline(*ctx, *module, "tiles-to-llvm-cpu", diag,
-              [&](OpPassManager &pm) { buildTilesToLLVMCPUPipeline(pm); });
-  texts[2] = printOp(*module, false);
-  timings.push_back({"tiles-to-llvm-dialect", w.lap()});
-
-  auto [engine, fn] =
-      jit(*module, symbol, options.optLevel, &texts[3], &texts[4], &timings);
-  impl->engine = std::move(engine);
-  impl->fn = fn;
+  runtime::CpuKernelInfo info{cpuBlockM(options), cpuBlockN(options),
+                              options.countTiles};
+  Lowered l = lowerToLLVMDialect(spec, info.blockM, info.blockN,
+                                 info.countTiles, texts, timings, w);
+  auto [engine, fn] = jit(*l.module, l.symbol, options.optLevel, &texts[3],
+                          &texts[4], &timings);
+  impl->kernel = std::make_shared<const runtime::CpuAttentionKernel>(
+      spec, info, fn, std::move(engine));
   w.lap();
-  std::string dir = options.dumpDir;
-  if (dir.empty())
-    if (const char *env = std::getenv("FLASHJIT_DUMP_DIR"))
-      dir = env;
-  if (!dir.empty())
-    dumpFiles(dir, spec.variant.name(),
-              {{".attn.mlir", texts[0]},
-               {".tiled.mlir", texts[1]},
-               {".llvm.mlir", texts[2]},
-               {".ll", texts[3]},
-               {".opt.ll", texts[4]}});
+  dumpStages(options, spec.variant.name(), texts);
   timings.push_back({"total", total.lap()});
   return std::make_shared<const CpuKernel>(std::move(impl));
+}
+
+runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
+                                             const CompileOptions &options) {
+  validateForCpu(spec, options); // every UserError before MLIR/LLVM
+  std::string why;
+  std::string cc = findCCompiler(&why);
+  if (cc.empty())
+    throw CompileError("cannot link a CPU kernel into a shared object: " + why);
+  StopWatch total, w;
+  std::array<std::string, 5> texts;
+  std::vector<StageTiming> timings;
+  int blockM = cpuBlockM(options), blockN = cpuBlockN(options);
+  Lowered l = lowerToLLVMDialect(spec, blockM, blockN, options.countTiles,
+                                 texts, timings, w);
+
+  initLLVMOnce();
+  std::unique_ptr<llvm::TargetMachine> tm =
+      createHostTargetMachine(options.optLevel);
+  llvm::LLVMContext lc;
+  std::unique_ptr<llvm::Module> m =
+      translateModuleToLLVMIR(*l.module, lc, l.symbol);
+  if (!m)
+    throw CompileError("translation to LLVM IR failed:\n" + l.diag->text());
+  texts[3] = printModule(*m);
+  m->setDataLayout(tm->createDataLayout());
+  m->setTargetTriple(tm->getTargetTriple());
+  addPackedEntry(*m, l.symbol);
+  timings.push_back({"translate-to-llvm-ir", w.lap()});
+  if (llvm::Error e =
+          makeOptimizingTransformer(options.optLevel, 0, tm.get())(m.get()))
+    throw CompileError("LLVM optimisation failed: " +
+                       llvm::toString(std::move(e)));
+  texts[4] = printModule(*m);
+  timings.push_back({"llvm-opt", w.lap()});
+  std::string object = emitObject(*m, *tm);
+  timings.push_back({"codegen-object", w.lap()});
+  std::string so =
+      linkSharedObject(cc, object, referencesUndefinedSymbols(object));
+  timings.push_back({"link-shared-object", w.lap()});
+  dumpStages(options, spec.variant.name(), texts);
+  timings.push_back({"total", total.lap()});
+
+  runtime::KernelArtifacts a;
+  a.entry = l.symbol;
+  a.arch = "cpu";
+  a.specText = printSpec(spec);
+  a.blockM = blockM;
+  a.blockN = blockN;
+  a.countTiles = options.countTiles;
+  a.optLevel = options.optLevel;
+  a.cpu = runtime::hostCpu().name;
+  a.cpuFeatures = runtime::hostCpu().features;
+  for (const StageTiming &t : timings)
+    a.stageSeconds.push_back({t.name, t.seconds});
+  a.files[runtime::kAttnFile] = std::move(texts[0]);
+  a.files[runtime::kTiledFile] = std::move(texts[1]);
+  a.files[runtime::kLLVMDialectFile] = std::move(texts[2]);
+  a.files[runtime::kLLVMIRFile] = std::move(texts[3]);
+  a.files[runtime::kLLVMIROptFile] = std::move(texts[4]);
+  a.files[runtime::kObjectFile] = std::move(object);
+  a.files[runtime::kSharedObjectFile] = std::move(so);
+  return a;
 }
 
 std::shared_ptr<const TileClassifierKernel>

@@ -7,6 +7,14 @@
 // loops -> LLVM -> ORC JIT) and returns an object that runs it on strided
 // tensors, reports the time each stage took and keeps each stage's text.
 //
+// loadOrCompileCpu() is the cached entry point a host application calls:
+// memory tier, then the disk cache (runtime/Cache.h), then a compile into a
+// relocatable object linked into kernel.so by the system C compiler driver
+// (FLASHJIT_CC, else cc), stored in the cache. A disk hit dlopens kernel.so:
+// no MLIR, no LLVM code generation, so the second run of an application
+// compiles nothing. Without a C compiler driver it warns once and compiles
+// in memory with ORC (nothing cached).
+//
 // Supported on the CPU: head dims 1..512, fp16/bf16/fp32 tensors (computed
 // in fp32), block_m and block_n in {16, 32, 64, 128}. Anything else is a
 // UserError raised before MLIR or LLVM is touched, so no LLVM fatal error
@@ -20,6 +28,8 @@
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/TileClass.h"
 #include "flashjit/frontend/Variant.h"
+#include "flashjit/runtime/Cache.h"
+#include "flashjit/runtime/CpuAttentionKernel.h"
 
 #include <cstdint>
 #include <memory>
@@ -66,14 +76,6 @@ struct StageTiming {
   double seconds = 0.0;
 };
 
-/// What a run reports besides its outputs.
-struct RunStats {
-  /// Tile classes seen by the kernel, summed over batches and heads; only
-  /// filled when compiled with CompileOptions::countTiles.
-  TileCounts tiles;
-  bool tilesCounted = false;
-};
-
 /// A compiled CPU kernel. Thread-safe: run() may be called concurrently.
 class CpuKernel {
 public:
@@ -99,10 +101,20 @@ public:
                const TensorRef &o, const TensorRef *lse,
                const Arguments &args = {}, int numThreads = 0) const;
 
-  /// Time per compilation step, in order, with a final "total".
+  /// Time per compilation step, in order, with a final "total" (for a
+  /// kernel loaded from the cache: the times of the compile that made it).
   const std::vector<StageTiming> &timings() const;
-  /// The text of one stage.
+  /// The text of one stage (empty if the cache entry lacks it).
   const std::string &stageText(Stage stage) const;
+  /// The runtime object that runs the kernel.
+  const runtime::CpuAttentionKernel &runtimeKernel() const;
+
+  /// A kernel from compileCpuArtifacts' files (a cache entry or a bundle)
+  /// without MLIR or code generation: runtime::loadCpuKernel plus the stage
+  /// texts and compile times the artifacts hold. Throws UserError like
+  /// runtime::loadCpuKernel.
+  static std::shared_ptr<const CpuKernel>
+  load(const runtime::KernelArtifacts &artifacts);
 
 private:
   std::unique_ptr<Impl> impl_;
@@ -117,6 +129,70 @@ void validateForCpu(const AttentionSpec &spec, const CompileOptions &options);
 /// diagnostics).
 std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
                                             const CompileOptions &options = {});
+
+/// The tile sizes \p options resolve to on the CPU (0 picks 64).
+int cpuBlockM(const CompileOptions &options);
+int cpuBlockN(const CompileOptions &options);
+
+/// The disk-cache key of \p spec compiled with \p options on this host:
+/// spec text, resolved block_m/block_n, opt level, count-tiles, host CPU
+/// name and features, build and FLASHJIT_CC (CacheKey::makeCpu). Throws
+/// UserError like validateForCpu.
+runtime::CacheKey cpuCacheKey(const AttentionSpec &spec,
+                              const CompileOptions &options = {});
+
+/// Whether CPU kernels can be linked into a loadable kernel.so: a C compiler
+/// driver is found ($FLASHJIT_CC, else `cc` on PATH). If not, \p why says
+/// what was looked for.
+bool cpuLinkerAvailable(std::string *why = nullptr);
+
+/// Compiles \p spec for the host CPU into the files a cache entry or a
+/// bundle holds: kernel.o (relocatable PIC object for the host CPU and
+/// features), kernel.so (linked with `$FLASHJIT_CC -shared`, -lm when the
+/// code calls libm), every stage's text (kernel.attn.mlir ... kernel.opt.ll)
+/// and the facts meta.json records (entry symbol, block_m, block_n,
+/// count-tiles, opt level, CPU). Writes the stages to options.dumpDir /
+/// FLASHJIT_DUMP_DIR like compileCpu. Throws UserError (unsupported spec or
+/// option) or CompileError (a pass failed, no C compiler driver, or the link
+/// failed: the message holds its output).
+runtime::KernelArtifacts
+compileCpuArtifacts(const AttentionSpec &spec,
+                    const CompileOptions &options = {});
+
+/// How loadOrCompileCpu() served a request.
+struct CpuLoadReport {
+  /// Hit (disk), Compiled (and stored) or Uncached (compiled, not stored).
+  runtime::CacheOutcome outcome = runtime::CacheOutcome::Uncached;
+  /// True when the memory tier had the kernel (outcome is then Hit).
+  bool memoryHit = false;
+  /// The cache key (hex SHA-256) and the entry's directory (empty when
+  /// nothing is on disk).
+  std::string key;
+  std::string entryDir;
+};
+
+/// The kernel of \p spec compiled with \p options, from the cheapest
+/// source: this process's memory tier (per cache directory and key), the
+/// disk cache
+/// \p cache (nullptr: runtime::defaultCache(), configured by
+/// FLASHJIT_CACHE_DIR, FLASHJIT_DISABLE_CACHE, FLASHJIT_ALWAYS_COMPILE,
+/// FLASHJIT_CACHE_MAX_BYTES), else compileCpuArtifacts() and a store. A
+/// corrupt entry (any checksum, a kernel.so that does not load) is
+/// recompiled and replaced. With FLASHJIT_ALWAYS_COMPILE both tiers are
+/// skipped (the entry is still written). A disabled, read-only or full cache
+/// or a missing C compiler driver gives one warning on stderr and an
+/// in-memory compile; a hit writes nothing to FLASHJIT_DUMP_DIR. Fills
+/// \p report if given. Throws UserError (unsupported spec or option) or
+/// CompileError, like compileCpu.
+std::shared_ptr<const CpuKernel>
+loadOrCompileCpu(const AttentionSpec &spec, const CompileOptions &options = {},
+                 runtime::DiskCache *cache = nullptr,
+                 CpuLoadReport *report = nullptr);
+
+/// Forgets the kernels loadOrCompileCpu() keeps in memory, so the next
+/// request reads the disk cache (tests, benchmarks). Kernels already
+/// returned stay valid.
+void clearCpuMemoryTier();
 
 /// The run-time tile classifier of a spec's mask, JIT-compiled on its own:
 /// the very code kernels run to classify tiles, exposed so tests can compare

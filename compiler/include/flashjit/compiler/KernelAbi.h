@@ -1,33 +1,13 @@
 //===- KernelAbi.h - Argument order of generated CPU kernels -----*- C++
 //-*-===//
 //
-// The attn-tile pass builds, and the CPU backend calls, kernels with plain
-// pointers and scalars (no memref descriptors), in this order:
-//
-//   q, k, v, o, lse, status, counters                   pointers
-//   for each buffer, sorted by name: data, size         pointer, i64
-//   for each parameter, sorted by name: value           i32, i64 or f32
-//   batch, seqlen_q, seqlen_k                           i64
-//   q strides[4], k strides[4], v strides[4], o strides[4], lse strides[3]
-//   item_begin, item_end                                i64
-//
-// Strides are in elements. One work item is one (batch, head, q tile):
-// item = (b * heads_q + h) * ceil(seqlen_q / block_m) + q_tile. `status` is
-// an i32 per buffer, set to 1 when the kernel read it out of range;
-// `counters` is i64[3] (empty, partial, full tile counts) and is written
-// only by kernels compiled with count-tiles. No MLIR here.
+// The ABI moved to the runtime, which calls the kernels:
+// flashjit/runtime/KernelAbi.h.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_COMPILER_KERNELABI_H
 #define FLASHJIT_COMPILER_KERNELABI_H
 
-namespace flashjit::abi {
-
-/// Pointer arguments before the buffers.
-constexpr int kLeadingPointers = 7;
-/// i64 scalars after the parameters: 3 sizes, 19 strides, 2 item bounds.
-constexpr int kTrailingScalars = 3 + 4 * 4 + 3 + 2;
-
-} // namespace flashjit::abi
+#include "flashjit/runtime/KernelAbi.h"
 
 #endif // FLASHJIT_COMPILER_KERNELABI_H

@@ -3,13 +3,16 @@
 // Compiled kernels are cached in two tiers:
 //
 // - On disk: an entry is the directory <cache dir>/<key>/ holding one file
-//   per stage (kernel.attn.mlir, kernel.gpu.mlir, kernel.ptx, kernel.cubin)
-//   and meta.json, written last, with the launch facts, the compile time per
-//   stage and the SHA-256 of every artifact. The key is the SHA-256 of
-//   CacheKey::canonicalText(): spec text, target, tile configuration,
-//   flashjit version and commit, LLVM version, kCacheVersion and the
-//   cache-relevant environment variables. An entry is built in a temporary
-//   directory and renamed into place under a per-key file lock, so
+//   per stage (GPU: kernel.attn.mlir, kernel.gpu.mlir, kernel.ptx,
+//   kernel.cubin; CPU: kernel.attn.mlir, kernel.tiled.mlir,
+//   kernel.llvm.mlir, kernel.ll, kernel.opt.ll, kernel.o and the loadable
+//   kernel.so) and meta.json, written last, with the launch facts, the
+//   compile time per stage and the SHA-256 of every artifact. The key is the
+//   SHA-256 of CacheKey::canonicalText(): spec text, target, tile
+//   configuration, (CPU) host CPU name and features, opt level and
+//   tile counting, flashjit version and commit, LLVM version, kCacheVersion
+//   and the cache-relevant environment variables. An entry is built in a
+//   temporary directory and renamed into place under a per-key file lock, so
 //   concurrent processes produce one entry and never read half of one. A
 //   load checks meta.json, the schema version and every checksum; an entry
 //   failing any check is a miss and is replaced. Directories or entries
@@ -42,7 +45,8 @@ namespace flashjit::runtime {
 
 /// Schema version of cache entries and bundles; bumped whenever the layout
 /// or meta.json changes. Entries of another version are misses.
-inline constexpr int kCacheVersion = 1;
+/// 2: CPU entries (kernel.o, kernel.so) and the CPU key fields.
+inline constexpr int kCacheVersion = 2;
 
 /// flashjit's version ("0.1.0").
 const std::string &flashjitVersion();
@@ -52,8 +56,24 @@ const std::string &flashjitCommit();
 const std::string &llvmVersion();
 /// Names of the environment variables that change generated code or its
 /// artifacts and are therefore part of every key (FLASHJIT_PTXAS,
-/// FLASHJIT_DRIVER_JIT).
+/// FLASHJIT_DRIVER_JIT, FLASHJIT_CC).
 const std::vector<std::string> &cacheRelevantEnvVars();
+
+/// The host CPU as LLVM names it, which CPU kernels are compiled for.
+struct HostCpu {
+  /// LLVM's CPU name, e.g. "znver4" or "sapphirerapids".
+  std::string name;
+  /// Target features as "+avx2,+fma,-avx512f,..." sorted by name.
+  std::string features;
+};
+/// The host CPU (llvm::sys::getHostCPUName/getHostCPUFeatures), computed
+/// once.
+const HostCpu &hostCpu();
+/// The features of \p required ("+a,-b,..." form) that are enabled there
+/// but missing on \p host (same form), comma-separated; empty when code
+/// compiled for \p required runs on \p host.
+std::string missingCpuFeatures(const std::string &required,
+                               const std::string &host);
 
 /// Everything that determines a cache entry's content.
 struct CacheKey {
@@ -66,6 +86,13 @@ struct CacheKey {
   int blockN = 0;
   int numWarps = 0;
   int minBlocksPerSM = 0;
+  /// CPU only: queries per tile, LLVM opt level (0..3), whether the kernel
+  /// counts tiles, and the host CPU name and features (see hostCpu()).
+  int blockM = 0;
+  int optLevel = 0;
+  bool countTiles = false;
+  std::string cpu;
+  std::string cpuFeatures;
   std::string version = flashjitVersion();
   std::string commit = flashjitCommit();
   std::string llvm = llvmVersion();
@@ -76,6 +103,11 @@ struct CacheKey {
   /// A key for the current build and process environment.
   static CacheKey make(std::string specText, std::string arch, int blockN = 0,
                        int numWarps = 0, int minBlocksPerSM = 0);
+  /// A CPU key ("cpu") for this host, build and environment: \p blockM and
+  /// \p blockN are the tile sizes the kernel is compiled with, \p optLevel
+  /// LLVM's level (0..3).
+  static CacheKey makeCpu(std::string specText, int blockM, int blockN,
+                          int optLevel, bool countTiles);
   /// The text that is hashed: one "field=value" line per component.
   std::string canonicalText() const;
   /// Lower-case hex SHA-256 of canonicalText() (64 characters).
@@ -106,6 +138,12 @@ struct KernelArtifacts {
   /// report; -1 when unknown.
   int registers = -1;
   int spillBytes = -1;
+  /// CPU only: whether the kernel counts tiles, its LLVM opt level, and the
+  /// CPU name and features it was compiled for (hostCpu() there).
+  bool countTiles = false;
+  int optLevel = 0;
+  std::string cpu;
+  std::string cpuFeatures;
   /// Compile time per stage, in order.
   std::vector<CacheStageTime> stageSeconds;
   /// File name (e.g. "kernel.ptx") -> bytes. Names are plain file names
@@ -121,6 +159,15 @@ inline constexpr const char *kAttnFile = "kernel.attn.mlir";
 inline constexpr const char *kGpuFile = "kernel.gpu.mlir";
 inline constexpr const char *kPtxFile = "kernel.ptx";
 inline constexpr const char *kCubinFile = "kernel.cubin";
+/// CPU stages: the tile program, the LLVM dialect, LLVM IR before and after
+/// optimisation, the relocatable PIC object and the shared object linked
+/// from it (what the runtime loads).
+inline constexpr const char *kTiledFile = "kernel.tiled.mlir";
+inline constexpr const char *kLLVMDialectFile = "kernel.llvm.mlir";
+inline constexpr const char *kLLVMIRFile = "kernel.ll";
+inline constexpr const char *kLLVMIROptFile = "kernel.opt.ll";
+inline constexpr const char *kObjectFile = "kernel.o";
+inline constexpr const char *kSharedObjectFile = "kernel.so";
 inline constexpr const char *kMetaFile = "meta.json";
 
 /// Serialises \p a (without file contents, with their checksums) as
@@ -263,6 +310,9 @@ public:
   struct Item {
     std::string specText, arch;
     int blockN = 0, numWarps = 0;
+    /// CPU only (see CacheKey).
+    int blockM = 0, optLevel = 0;
+    bool countTiles = false;
     /// The entry's directory name (its key at build time).
     std::string key;
   };
@@ -283,6 +333,12 @@ public:
   std::optional<KernelArtifacts> find(const std::string &specText,
                                       const std::string &arch, int blockN = 0,
                                       int numWarps = 0) const;
+  /// The same for the kernel \p request describes: spec, target, tile
+  /// configuration and (CPU) block_m, opt level and tile counting; the
+  /// build, host CPU and environment fields are not compared (a CPU kernel
+  /// built on another host is checked when it is loaded:
+  /// loadCpuKernel()).
+  std::optional<KernelArtifacts> find(const CacheKey &request) const;
 
 private:
   std::string dir_;

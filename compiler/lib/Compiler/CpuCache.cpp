@@ -1,0 +1,149 @@
+//===- CpuCache.cpp - The cached entry point for CPU kernels --------------===//
+//
+// loadOrCompileCpu: memory tier -> disk cache -> compileCpuArtifacts, and
+// CpuKernel objects made from cached artifacts. No MLIR here: a hit runs
+// only the runtime's loader.
+//
+//===----------------------------------------------------------------------===//
+#include "CompilerImpl.h"
+#include "CpuObject.h"
+
+#include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Printer.h"
+
+#include <fmt/format.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+namespace flashjit {
+
+using runtime::CacheOutcome;
+using runtime::KernelArtifacts;
+
+runtime::CacheKey cpuCacheKey(const AttentionSpec &spec,
+                              const CompileOptions &options) {
+  validateForCpu(spec, options);
+  return runtime::CacheKey::makeCpu(printSpec(spec), cpuBlockM(options),
+                                    cpuBlockN(options), options.optLevel,
+                                    options.countTiles);
+}
+
+bool cpuLinkerAvailable(std::string *why) {
+  return !findCCompiler(why).empty();
+}
+
+std::shared_ptr<const CpuKernel>
+CpuKernel::load(const runtime::KernelArtifacts &artifacts) {
+  auto impl = std::make_unique<CpuKernel::Impl>();
+  impl->kernel = runtime::loadCpuKernel(artifacts);
+  const char *files[] = {runtime::kAttnFile, runtime::kTiledFile,
+                         runtime::kLLVMDialectFile, runtime::kLLVMIRFile,
+                         runtime::kLLVMIROptFile};
+  for (size_t i = 0; i < impl->texts.size(); ++i)
+    if (const std::string *text = artifacts.file(files[i]))
+      impl->texts[i] = *text;
+  for (const runtime::CacheStageTime &t : artifacts.stageSeconds)
+    impl->timings.push_back({t.name, t.seconds});
+  return std::make_shared<const CpuKernel>(std::move(impl));
+}
+
+namespace {
+
+/// Prints \p message to stderr once per process and \p what.
+void warnOnce(const std::string &what, const std::string &message) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (warned.insert(what).second)
+    llvm::errs() << message << "\n";
+}
+
+bool alwaysCompile(const runtime::DiskCache &cache) {
+  return cache.config().alwaysCompile;
+}
+
+/// The memory tier of CPU kernels, per (cache directory, key): two
+/// DiskCache objects on one directory share it, and a DiskCache made at the
+/// address of a destroyed one does not inherit its kernels.
+runtime::MemoryTier<CpuKernel> &memoryTier() {
+  static runtime::MemoryTier<CpuKernel> tier;
+  return tier;
+}
+
+/// Disk cache -> compile, for a kernel not in the memory tier.
+std::shared_ptr<const CpuKernel>
+loadOrCompileUncached(const AttentionSpec &spec, const CompileOptions &options,
+                      runtime::DiskCache &cache, const runtime::CacheKey &key,
+                      CpuLoadReport &report) {
+  std::string why;
+  if (!cpuLinkerAvailable(&why)) {
+    warnOnce("linker", fmt::format("flashjit: warning: {}; CPU kernels are "
+                                   "compiled in memory and not cached",
+                                   why));
+    report.outcome = CacheOutcome::Uncached;
+    return compileCpu(spec, options);
+  }
+  if (!cache.usable()) {
+    // Disabled or refused (the cache warned already): no .so needed.
+    report.outcome = CacheOutcome::Uncached;
+    return compileCpu(spec, options);
+  }
+  KernelArtifacts a = cache.getOrCompile(
+      key, [&] { return compileCpuArtifacts(spec, options); }, &report.outcome);
+  if (report.outcome != CacheOutcome::Uncached)
+    report.entryDir = cache.entryDir(report.key);
+  if (report.outcome != CacheOutcome::Hit)
+    return CpuKernel::load(a);
+  try {
+    return CpuKernel::load(a);
+  } catch (const UserError &e) {
+    // The checksums held but the kernel does not load here (another CPU,
+    // a damaged but consistent entry): compile and replace it.
+    warnOnce("load:" + report.key,
+             fmt::format("flashjit: warning: cached CPU kernel {} does not "
+                         "load ({}); recompiling it",
+                         report.entryDir, e.message()));
+    a = compileCpuArtifacts(spec, options);
+    report.outcome =
+        cache.store(key, a) ? CacheOutcome::Compiled : CacheOutcome::Uncached;
+    return CpuKernel::load(a);
+  }
+}
+
+} // namespace
+
+void clearCpuMemoryTier() { memoryTier().eraseContext(nullptr); }
+
+std::shared_ptr<const CpuKernel> loadOrCompileCpu(const AttentionSpec &spec,
+                                                  const CompileOptions &options,
+                                                  runtime::DiskCache *cache,
+                                                  CpuLoadReport *report) {
+  runtime::CacheKey key = cpuCacheKey(spec, options); // validates first
+  runtime::DiskCache &disk = cache ? *cache : runtime::defaultCache();
+  CpuLoadReport local;
+  CpuLoadReport &r = report ? *report : local;
+  r = CpuLoadReport();
+  r.key = key.hash();
+  if (alwaysCompile(disk))
+    return loadOrCompileUncached(spec, options, disk, key, r);
+  bool loaded = false;
+  std::string slot =
+      (disk.usable() ? disk.dir() : std::string()) + "\n" + r.key;
+  std::shared_ptr<const CpuKernel> kernel =
+      memoryTier().getOrLoad(nullptr, slot, [&] {
+        loaded = true;
+        return loadOrCompileUncached(spec, options, disk, key, r);
+      });
+  if (!loaded) {
+    r.memoryHit = true;
+    r.outcome = CacheOutcome::Hit;
+    if (disk.usable())
+      r.entryDir = disk.entryDir(r.key);
+  }
+  return kernel;
+}
+
+} // namespace flashjit

@@ -1,0 +1,143 @@
+//===- CpuKernelLoader.cpp - dlopen a cached or bundled CPU kernel --------===//
+//
+// A CPU cache entry holds kernel.so, a shared object linked from the
+// compiler's PIC object. It is loaded from the verified bytes in memory
+// (a memfd, else a temporary file), not from the entry's path, so
+// what runs is what the checksums covered even if the entry is replaced
+// meanwhile. Before loading, the CPU features the kernel was compiled for
+// are compared with the host's: a bundle built on a newer CPU gives a
+// UserError naming the missing features instead of SIGILL.
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/runtime/Cache.h"
+#include "flashjit/runtime/CpuAttentionKernel.h"
+#include "flashjit/runtime/KernelAbi.h"
+
+#include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Parser.h"
+
+#include <fmt/format.h>
+#include <llvm/ADT/SmallString.h>
+#include <llvm/Support/FileSystem.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace fs = llvm::sys::fs;
+
+namespace flashjit::runtime {
+
+namespace {
+
+bool writeAll(int fd, const std::string &bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n <= 0)
+      return false;
+    done += size_t(n);
+  }
+  return true;
+}
+
+/// dlopen(\p path) unless a library of that name is loaded already: the
+/// loader matches names before files, so it would hand out that library.
+void *dlopenFresh(const std::string &path, std::string &error) {
+  if (void *stale = ::dlopen(path.c_str(), RTLD_NOLOAD | RTLD_LAZY)) {
+    ::dlclose(stale);
+    error = fmt::format("a library named {} is loaded already", path);
+    return nullptr;
+  }
+  void *handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    error = ::dlerror();
+  return handle;
+}
+
+/// dlopens the shared object \p bytes (RTLD_NOW | RTLD_LOCAL: symbols of
+/// different kernels never collide); the result dlcloses it. Returns null
+/// with the reason in \p error.
+///
+/// The loader knows a library by its path, so /proc/self/fd/N names one
+/// library only while fd N stays open: the memfd is closed after dlclose,
+/// never before (else the next kernel, loaded through the same fd number,
+/// would get this one's handle).
+std::shared_ptr<void> dlopenBytes(const std::string &bytes,
+                                  std::string &error) {
+  int fd = ::memfd_create("flashjit-kernel.so", MFD_CLOEXEC);
+  if (fd >= 0) {
+    if (writeAll(fd, bytes)) {
+      if (void *handle =
+              dlopenFresh(fmt::format("/proc/self/fd/{}", fd), error))
+        return std::shared_ptr<void>(handle, [fd](void *h) {
+          ::dlclose(h);
+          ::close(fd);
+        });
+    } else {
+      error = "cannot write the shared object to a memfd";
+    }
+    ::close(fd);
+    if (error.find("loaded already") == std::string::npos &&
+        error.find("memfd") == std::string::npos)
+      return nullptr; // the bytes do not load: a file would not either
+    error.clear();
+  }
+  // No memfd (old kernel, seccomp): a private temporary file with a unique
+  // name, removed once loaded.
+  llvm::SmallString<256> tmp;
+  if (fs::createTemporaryFile("flashjit-kernel-%%%%%%%%%%%%", "so", fd, tmp)) {
+    error = "cannot create a temporary file for the shared object";
+    return nullptr;
+  }
+  bool written = writeAll(fd, bytes);
+  ::close(fd);
+  void *handle = nullptr;
+  if (written)
+    handle = dlopenFresh(tmp.str().str(), error);
+  else
+    error = "cannot write the shared object";
+  fs::remove(tmp);
+  if (!handle)
+    return nullptr;
+  return std::shared_ptr<void>(handle, [](void *h) { ::dlclose(h); });
+}
+
+} // namespace
+
+std::shared_ptr<const CpuAttentionKernel>
+loadCpuKernel(const KernelArtifacts &a) {
+  if (a.arch != "cpu")
+    throw UserError(fmt::format("kernel '{}' is for target '{}', not a CPU "
+                                "kernel",
+                                a.entry, a.arch));
+  const std::string *so = a.file(kSharedObjectFile);
+  if (!so)
+    throw UserError(fmt::format("CPU kernel '{}' has no {} (made without a "
+                                "linker?)",
+                                a.entry, kSharedObjectFile));
+  if (std::string missing =
+          missingCpuFeatures(a.cpuFeatures, hostCpu().features);
+      !missing.empty())
+    throw UserError(fmt::format("CPU kernel '{}' was compiled for CPU '{}' "
+                                "with features this host ('{}') lacks: {}",
+                                a.entry, a.cpu, hostCpu().name, missing));
+  AttentionSpec spec = parseSpec(a.specText);
+  std::string error;
+  std::shared_ptr<void> owner = dlopenBytes(*so, error);
+  if (!owner)
+    throw UserError(
+        fmt::format("cannot load CPU kernel '{}': {}", a.entry, error));
+  std::string symbol = a.entry + abi::kPackedSuffix;
+  void *fn = ::dlsym(owner.get(), symbol.c_str());
+  if (!fn)
+    throw UserError(fmt::format("CPU kernel shared object lacks the entry "
+                                "'{}'",
+                                symbol));
+  return std::make_shared<const CpuAttentionKernel>(
+      std::move(spec), CpuKernelInfo{a.blockM, a.blockN, a.countTiles},
+      reinterpret_cast<CpuKernelFn>(fn), std::move(owner));
+}
+
+} // namespace flashjit::runtime
