@@ -43,8 +43,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::string dir = argv[1];
-  // --tiles: also each tile configuration of the experiment list (warps,
-  // CTAs per SM) for dense and causal, labelled w<warps>m<min CTAs>.
+  // --tiles: also each tile configuration of the experiment list for every
+  // variant, labelled w<warps>r<rows per warp>n<block_n>m<min CTAs per SM>.
   bool tiles = argc > 2 && std::string(argv[2]) == "--tiles";
   struct Job {
     std::string name;
@@ -56,17 +56,29 @@ int main(int argc, char **argv) {
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
     for (int d : {64, 128, 256})
       jobs.push_back({name, d, {}, "default"});
+  struct Tile {
+    int d, warps, rows, blockN, minBlocks;
+  };
+  const Tile experiment[] = {{64, 4, 32, 64, 1},  {64, 4, 32, 64, 2},
+                             {64, 4, 32, 128, 1}, {64, 8, 16, 64, 2},
+                             {128, 4, 32, 64, 1}, {128, 4, 32, 32, 1},
+                             {128, 8, 32, 64, 1}, {256, 8, 16, 64, 1},
+                             {256, 4, 16, 64, 1}, {256, 8, 16, 32, 1}};
   if (tiles)
-    for (std::string name : {"dense", "causal"})
-      for (int d : {64, 128})
-        for (auto [w, m] : {std::pair{8, 2}, std::pair{4, 1}, std::pair{4, 2},
-                            std::pair{4, 3}}) {
-          GpuCompileOptions o;
-          o.numWarps = w;
-          o.minBlocksPerSM = m;
-          jobs.push_back(
-              {name, d, o, "w" + std::to_string(w) + "m" + std::to_string(m)});
-        }
+    for (std::string name :
+         {"dense", "causal", "swa1024", "softcap30", "alibi"})
+      for (const Tile &t : experiment) {
+        GpuCompileOptions o;
+        o.numWarps = t.warps;
+        o.rowsPerWarp = t.rows;
+        o.blockN = t.blockN;
+        o.minBlocksPerSM = t.minBlocks;
+        jobs.push_back({name, t.d, o,
+                        "w" + std::to_string(t.warps) + "r" +
+                            std::to_string(t.rows) + "n" +
+                            std::to_string(t.blockN) + "m" +
+                            std::to_string(t.minBlocks)});
+      }
   std::ofstream manifest(dir + "/manifest.json");
   manifest << "[\n";
   bool first = true;
@@ -75,7 +87,14 @@ int main(int argc, char **argv) {
       const std::string &name = job.name;
       int d = job.d;
       AttentionSpec spec = benchSpec(name, d);
-      GpuKernelImage img = compileGpu(spec, job.options);
+      GpuKernelImage img;
+      try {
+        img = compileGpu(spec, job.options);
+      } catch (const UserError &e) { // e.g. too much shared memory
+        std::printf("%-10s d%-4d %-14s skipped: %s\n", name.c_str(), d,
+                    job.label.c_str(), e.what());
+        continue;
+      }
       std::string file =
           name + "_d" + std::to_string(d) + "_" + job.label + ".ptx";
       std::ofstream(dir + "/" + file) << img.ptx;
@@ -96,7 +115,7 @@ int main(int argc, char **argv) {
                << ", \"scale\": " << spec.effectiveScale() << ", \"spec\": \""
                << printSpec(spec) << "\"}";
       first = false;
-      std::printf("%-10s d%-4d %-8s %3d threads  block %dx%d  smem %6d  regs "
+      std::printf("%-10s d%-4d %-14s %3d threads  block %dx%d  smem %6d  regs "
                   "%d  spills %d\n",
                   name.c_str(), d, job.label.c_str(), img.threads, img.blockM,
                   img.blockN, img.sharedBytes, f ? f->registers : -1,

@@ -38,29 +38,48 @@ std::unique_ptr<MLIRContext> makeGpuContext() {
 
 } // namespace
 
-GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec) {
+GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
+                                   const std::string &arch) {
+  // Measured on the H200 (bench/RESULTS.md, tile configurations): two m16
+  // tiles per warp halve the shared-memory fragment loads per mma and win
+  // wherever their accumulators fit in 255 registers without spills.
   GpuTileConfig c;
   int d = std::max(spec.headDimQK, spec.headDimV);
-  if (d > 128) {
+  bool buffers = !spec.variant.buffers().empty();
+  if (d <= 64) {
+    if (buffers)
+      return c; // ALiBi: 112 TF/s against 108 with 4 warps of 32 rows
     c.numWarps = 4;
-    c.blockN = spec.variant.buffers().empty() ? 32 : 16;
+    c.rowsPerWarp = 32;
+    c.blockN = 64;
+  } else if (d <= 128) {
+    // 4 warps of 32 rows with 32-key tiles is 6-16% faster here, but several
+    // masked variants then spill 4-28 bytes at 255 registers: 8 warps of 16
+    // rows until the kernel needs fewer registers.
+  } else {
+    // 8 warps of 16 rows with 64-key tiles: 4-27% faster than 4 warps with
+    // 16/32-key tiles. 64-key tiles leave no registers for long masks (a
+    // two-sided bottom-right window spills 8 bytes): those take 32.
+    c.numWarps = 8;
+    Expr mask = spec.effectiveMask();
+    bool shortMask = mask.isNull() || mask->depth() <= 4;
+    c.blockN = arch == "sm_80" || !shortMask ? 32 : 64;
   }
-  // minBlocksPerSM = 2 at head_dim 64 runs dense/causal 19-21% faster on the
-  // H200 (bench/RESULTS.md), but several masked variants then spill a few
-  // bytes; it stays 1 until registers are trimmed.
   return c;
 }
 
 /// The options' tile configuration, defaults filled in.
 static GpuTileConfig tileConfig(const AttentionSpec &spec,
                                 const GpuCompileOptions &options) {
-  GpuTileConfig c = defaultGpuTileConfig(spec);
+  GpuTileConfig c = defaultGpuTileConfig(spec, options.arch);
   if (options.blockN)
     c.blockN = options.blockN;
   if (options.numWarps)
     c.numWarps = options.numWarps;
   if (options.minBlocksPerSM)
     c.minBlocksPerSM = options.minBlocksPerSM;
+  if (options.rowsPerWarp)
+    c.rowsPerWarp = options.rowsPerWarp;
   return c;
 }
 
@@ -98,8 +117,11 @@ void validateForGpu(const AttentionSpec &spec,
   if (tc.minBlocksPerSM < 1 || tc.minBlocksPerSM > 4)
     throw UserError(fmt::format("min_blocks_per_sm = {} must be in [1, 4]",
                                 tc.minBlocksPerSM));
+  if (tc.rowsPerWarp != 16 && tc.rowsPerWarp != 32)
+    throw UserError(
+        fmt::format("rows_per_warp = {} must be 16 or 32", tc.rowsPerWarp));
   // Q tile + two K/V stages, 16-bit, rows padded by 8 elements.
-  int64_t smem = 2 * (16 * warps * (spec.headDimQK + 8) +
+  int64_t smem = 2 * (tc.rowsPerWarp * warps * (spec.headDimQK + 8) +
                       2 * blockN * (spec.headDimQK + 8 + spec.headDimV + 8));
   const int64_t limit = options.arch == "sm_80" ? 166912 : 232448;
   if (smem > limit)
@@ -117,7 +139,7 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   GpuTileConfig tc = tileConfig(spec, options);
   int warps = tc.numWarps;
   image.threads = 32 * warps;
-  image.blockM = 16 * warps;
+  image.blockM = tc.rowsPerWarp * warps;
   image.blockN = tc.blockN;
   image.sharedBytes =
       2 * (image.blockM * (spec.headDimQK + 8) +
@@ -137,6 +159,7 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   po.blockN = image.blockN;
   po.numWarps = warps;
   po.minBlocksPerSM = tc.minBlocksPerSM;
+  po.rowsPerWarp = tc.rowsPerWarp;
   runPipeline(*ctx, *module, "attn-to-nvvm", diag,
               [&](OpPassManager &pm) { buildAttnToNVVMPipeline(pm, po); });
   image.gpuText = printOp(*module, /*withLocations=*/false);

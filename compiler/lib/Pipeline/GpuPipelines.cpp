@@ -36,6 +36,7 @@ void buildAttnToNVVMPipeline(OpPassManager &pm,
   o.blockN = options.blockN;
   o.numWarps = options.numWarps;
   o.minBlocksPerSM = options.minBlocksPerSM;
+  o.rowsPerWarp = options.rowsPerWarp;
   pm.addPass(createConvertAttnToNVVM(o));
   OpPassManager &gm = pm.nest<gpu::GPUModuleOp>();
   gm.addPass(attn::createAttnExpandScalar());
@@ -84,6 +85,9 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
   Option<int> minBlocks{*this, "min-blocks-per-sm",
                         llvm::cl::desc("CTAs per SM registers must allow"),
                         llvm::cl::init(1)};
+  Option<int> rowsPerWarp{*this, "rows-per-warp",
+                          llvm::cl::desc("query rows per warp (16 or 32)"),
+                          llvm::cl::init(16)};
 };
 struct PtxOptions : public PassPipelineOptions<PtxOptions> {
   Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_80 or sm_90a"),
@@ -99,6 +103,7 @@ void registerGpuPipelines() {
         g.blockN = o.blockN;
         g.numWarps = o.numWarps;
         g.minBlocksPerSM = o.minBlocks;
+        g.rowsPerWarp = o.rowsPerWarp;
         buildAttnToNVVMPipeline(pm, g);
       });
   // Registered by hand so an unknown arch is an error (LLVM would abort on

@@ -79,6 +79,9 @@ TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
   o.numWarps = 0;
   o.minBlocksPerSM = 5;
   CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("min_blocks_per_sm = 5"));
+  o.minBlocksPerSM = 0;
+  o.rowsPerWarp = 24;
+  CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("rows_per_warp = 24"));
 }
 
 TEST_CASE("GPU kernel images carry their launch facts and stage texts",
@@ -87,7 +90,7 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   GpuKernelImage img = compileGpu(s);
   CHECK(img.name == "softcap");
   CHECK(img.arch == "sm_90a");
-  CHECK(img.threads == 256);
+  CHECK(img.threads == 128); // head_dim 64: 4 warps of 32 query rows
   CHECK(img.blockM == 128);
   CHECK(img.blockN == 64);
   CHECK(img.sharedBytes == 2 * (128 * 72 + 2 * 64 * (72 + 72)));

@@ -62,7 +62,9 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
     Option<"numWarps", "num-warps", "int", /*default=*/"4",
            "warps per CTA (4 or 8), 16 query rows each">,
     Option<"minBlocksPerSM", "min-blocks-per-sm", "int", /*default=*/"1",
-           "CTAs per SM the register allocation must allow">
+           "CTAs per SM the register allocation must allow">,
+    Option<"rowsPerWarp", "rows-per-warp", "int", /*default=*/"16",
+           "query rows per warp: 16 (one m16 tile) or 32 (two)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::NVVM::NVVMDialect",

@@ -28,6 +28,8 @@ struct GpuPipelineOptions {
   int blockN = 64;
   int numWarps = 4;
   int minBlocksPerSM = 1;
+  /// Query rows per warp, 16 or 32 (block_m = rowsPerWarp * numWarps).
+  int rowsPerWarp = 16;
 };
 
 /// convert-attn-to-nvvm, then attn-expand-scalar, canonicalize and cse on

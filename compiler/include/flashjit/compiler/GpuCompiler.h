@@ -35,6 +35,10 @@ struct GpuCompileOptions {
   /// CTAs per SM the register allocation must allow (1 to 4); 0 picks the
   /// default. Higher values cap registers and may spill (see ptxas -v).
   int minBlocksPerSM = 0;
+  /// Query rows per warp: 16 (one m16 tile) or 32 (two m16 tiles sharing
+  /// every K/V fragment, as FlashAttention-2 does); 0 picks the default.
+  /// block_m = rowsPerWarp * numWarps.
+  int rowsPerWarp = 0;
   /// Directory that receives <name>.attn.mlir, .gpu.mlir and .ptx; empty
   /// means $FLASHJIT_DUMP_DIR if set, else no files.
   std::string dumpDir;
@@ -49,14 +53,23 @@ struct GpuTileConfig {
   /// CTAs per SM the register allocation must allow (1: up to 255
   /// registers per thread).
   int minBlocksPerSM = 1;
+  /// Query rows per warp, 16 or 32 (block_m = rowsPerWarp * numWarps).
+  int rowsPerWarp = 16;
 };
 
-/// The default tile configuration of \p spec (GpuCompileOptions overrides
-/// it), measured on an H200 (bench/RESULTS.md): head dims up to 128 use
-/// 8 warps and 64-key tiles, one CTA per SM; larger ones
-/// 4 warps and 32-key tiles, or 16-key tiles when the variant reads buffers
-/// (per-element loads need the registers; with 32 the sm_80 build spills).
-GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec);
+/// The default tile configuration of \p spec on \p arch ("sm_80" or
+/// "sm_90a"; GpuCompileOptions overrides it), chosen from the tile
+/// experiment on an H200 (bench/RESULTS.md) among configurations that
+/// ptxas assembles without spills. block_m = 128 everywhere:
+/// - head_dim <= 64: 4 warps of 32 query rows, 64-key tiles (variants that
+///   read buffers: 8 warps of 16 rows);
+/// - head_dim <= 128: 8 warps of 16 rows, 64-key tiles (4 warps of 32 rows
+///   is faster but spills in some masked variants);
+/// - head_dim > 128: 8 warps of 16 rows, 64-key tiles on sm_90a for masks
+///   of depth <= 4 (causal, one-sided windows, document ids), else 32 (also
+///   on sm_80, whose shared memory holds less).
+GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
+                                   const std::string &arch = "sm_90a");
 
 /// A generated GPU kernel: PTX and its launch facts.
 struct GpuKernelImage {

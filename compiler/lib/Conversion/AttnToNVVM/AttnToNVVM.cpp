@@ -8,7 +8,8 @@
 //       module is a gpu.container_module. The mask and score regions are
 //       cloned into the kernel once per accumulator element, attn.param
 //       becomes a kernel argument and attn.buffer_load a bounds-checked load
-//       (out of range: 0, and the buffer's status flag is set). attn.div,
+//       (out of range: 0, and the buffer's status flag is set); f32
+//       divisions may use the divisor's reciprocal (fastmath arcp). attn.div,
 //       attn.rem and attn.fptosi_sat remain for attn-expand-scalar. Tile
 //       classification is buildTileClassifier over the mask region, the same
 //       code the CPU kernels run.
@@ -186,6 +187,13 @@ private:
         map.map(
             l.getResult(),
             bufferLoad(b, l.getName(), map.lookup(l.getIndex()), l.getType()));
+      } else if (isa<arith::DivFOp>(o)) {
+        // f32 division may use the divisor's reciprocal (x / 30.0 becomes
+        // one multiply, within 1.5 ulp, where IEEE division costs a dozen
+        // instructions per element): Triton's default too. The CPU backend
+        // divides exactly.
+        cast<arith::DivFOp>(b.clone(o, map))
+            .setFastmath(arith::FastMathFlags::arcp);
       } else {
         b.clone(o, map);
       }
@@ -223,7 +231,8 @@ struct ConvertAttnToNVVM
       c.headDimV = op.getHeadDimV();
       c.blockN = blockN;
       c.numWarps = numWarps;
-      c.blockM = 16 * numWarps;
+      c.rowsPerWarp = rowsPerWarp;
+      c.blockM = rowsPerWarp * numWarps;
       c.minBlocksPerSM = minBlocksPerSM;
       Type dq = op.getDtypeQ();
       if (dq != op.getDtypeK() || dq != op.getDtypeV() ||
@@ -235,11 +244,12 @@ struct ConvertAttnToNVVM
       if (c.headDimQK % 16 || c.headDimV % 16 || c.headDimQK > 256 ||
           c.headDimV > 256 || c.blockN % 16 || c.blockN <= 0 ||
           c.blockN > 128 || (c.numWarps != 4 && c.numWarps != 8) ||
-          c.minBlocksPerSM < 1 || c.minBlocksPerSM > 4) {
+          c.minBlocksPerSM < 1 || c.minBlocksPerSM > 4 ||
+          (c.rowsPerWarp != 16 && c.rowsPerWarp != 32)) {
         op.emitOpError("unsupported GPU kernel shape: head dims must be "
                        "multiples of 16 up to 256, block-n a multiple of 16 "
                        "up to 128, num-warps 4 or 8, min-blocks-per-sm 1 to "
-                       "4");
+                       "4, rows-per-warp 16 or 32");
         return signalPassFailure();
       }
       c.bf16 = dq.isBF16();

@@ -5,13 +5,13 @@
 // stock gpu-lower-to-nvvm pipeline turns it into PTX.
 //
 // The algorithm is FlashAttention-2's forward pass (Dao 2023, Algorithm 1):
-// one CTA per (query tile, head, batch); each warp owns 16 query rows; for
-// each key tile: S = Q K^T on tensor cores (mma.sync m16n8k16, fp32
-// accumulators), score modifier and mask on the accumulator fragments, online
-// softmax (running max m and sum l, exp2 with log2(e) folded into the
-// scale), O = O * alpha + P V with P kept in registers (the C-fragment
-// layout of two n8 tiles is the A-fragment layout of one k16 slice).
-// Fragment layouts: ../shared/notes/MMA-FRAGMENTS.md.
+// one CTA per (query tile, head, batch); each warp owns 16 or 32 query rows
+// (one or two m16 tiles sharing every K/V fragment); for each key tile: S = Q
+// K^T on tensor cores (mma.sync m16n8k16, fp32 accumulators), score modifier
+// and mask on the accumulator fragments, online softmax (running max m and sum
+// l, exp2 with log2(e) folded into the scale), O = O * alpha + P V with P kept
+// in registers (the C-fragment layout of two n8 tiles is the A-fragment layout
+// of one k16 slice). Fragment layouts: ../shared/notes/MMA-FRAGMENTS.md.
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
@@ -81,9 +81,17 @@ private:
   Value sel(Value cnd, Value x, Value y) {
     return arith::SelectOp::create(b, cnd, x, y);
   }
-  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, x, y); }
-  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, x, y); }
-  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, x, y); }
+  // The softmax's own arithmetic may contract into FMAs (x * scale - m is
+  // one FFMA, as in FlashAttention-2); the user's regions never do.
+  Value fadd(Value x, Value y) {
+    return arith::AddFOp::create(b, x, y, arith::FastMathFlags::contract);
+  }
+  Value fmul(Value x, Value y) {
+    return arith::MulFOp::create(b, x, y, arith::FastMathFlags::contract);
+  }
+  Value fsub(Value x, Value y) {
+    return arith::SubFOp::create(b, x, y, arith::FastMathFlags::contract);
+  }
   Value fmax(Value x, Value y) { return arith::MaximumFOp::create(b, x, y); }
   Value exp2(Value x) { return math::Exp2Op::create(b, x); }
   /// \p base advanced by \p bytes (i64).
@@ -260,10 +268,12 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
   em.setArguments(a.drop_front(26));
 
   const int D = c.headDimQK, Dv = c.headDimV, BM = c.blockM, BN = c.blockN;
-  const int nS = BN / 8;  // n8 tiles of S per warp
-  const int nO = Dv / 8;  // n8 tiles of O per warp
-  const int kQ = D / 16;  // k16 steps of Q K^T
-  const int kP = BN / 16; // k16 steps of P V
+  const int RW = c.rowsPerWarp; // query rows per warp
+  const int MT = RW / 16;       // m16 tiles per warp
+  const int nS = BN / 8;        // n8 tiles of S per warp
+  const int nO = Dv / 8;        // n8 tiles of O per warp
+  const int kQ = D / 16;        // k16 steps of Q K^T
+  const int kP = BN / 16;       // k16 steps of P V
   const float log2e = 1.4426950408889634f;
   const float ln2 = 0.6931471805599453f;
   const float negInf = -std::numeric_limits<float>::infinity();
@@ -308,7 +318,7 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
   Value hi16 = arith::DivUIOp::create(b, lane, ci32(16));
   Value mid8 = arith::RemUIOp::create(
       b, arith::DivUIOp::create(b, lane, ci32(8)), ci32(2));
-  Value qLane = add(mul(add(mul(warp, ci32(16)), l16), ci32(D + kPad)),
+  Value qLane = add(mul(add(mul(warp, ci32(RW)), l16), ci32(D + kPad)),
                     mul(hi16, ci32(8)));
   Value aQ = gepBytes(sQ, ext64(mul(qLane, ci32(2))));
   Value kLane =
@@ -318,25 +328,31 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
                     mul(hi16, ci32(8)));
   Value aV = gepBytes(sV, ext64(mul(vLane, ci32(2))));
 
-  const bool qInRegisters = D <= 128;
-  SmallVector<SmallVector<Value, 4>> qFrag;
-  auto loadQFrag = [&](int kk) {
-    return ldmatrix(gepBytes(aQ, 2 * kk * 16), false);
+  // Q fragments stay in registers while they fit beside the accumulators.
+  const bool qInRegisters = D * MT <= 128;
+  SmallVector<SmallVector<Value, 4>> qFrag; // [mt * kQ + kk]
+  auto loadQFrag = [&](int mt, int kk) {
+    return ldmatrix(gepBytes(aQ, 2 * (int64_t(mt) * 16 * (D + kPad) + kk * 16)),
+                    false);
   };
 
-  Value qRow0 = add(q0, add(mul(warp, ci32(16)), g));
-  Value qRow1 = add(qRow0, ci32(8));
+  // Rows g and g + 8 of each of the warp's m16 tiles.
+  SmallVector<Value, 4> qRow0(MT), qRow1(MT);
+  for (int mt = 0; mt < MT; ++mt) {
+    qRow0[mt] = add(q0, add(mul(warp, ci32(RW)), ci32(mt * 16)));
+    qRow0[mt] = add(qRow0[mt], g);
+    qRow1[mt] = add(qRow0[mt], ci32(8));
+  }
   Value qLast = arith::SubIOp::create(
       b, arith::MinSIOp::create(b, add(q0, ci32(BM)), seqlenQ), ci32(1));
 
-  // Loop state: O fragments (nO * 4), m (2 rows), l (2 rows).
+  // Loop state: O fragments (MT * nO * 4), m (MT * 2 rows), l (MT * 2).
+  const int nAcc = MT * nO * 4;
   SmallVector<Value> init;
   Value zero = cf32(0.0f), minusInf = cf32(negInf);
-  init.append(nO * 4, zero);
-  init.push_back(minusInf);
-  init.push_back(minusInf);
-  init.push_back(zero);
-  init.push_back(zero);
+  init.append(nAcc, zero);
+  init.append(2 * MT, minusInf);
+  init.append(2 * MT, zero);
   SmallVector<Type> stateTypes(init.size(), f32);
 
   Value numKv = arith::DivUIOp::create(b, add(seqlenK, ci32(BN - 1)), ci32(BN));
@@ -395,8 +411,9 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
   }
   gpu::BarrierOp::create(b);
   if (qInRegisters)
-    for (int kk = 0; kk < kQ; ++kk)
-      qFrag.push_back(loadQFrag(kk));
+    for (int mt = 0; mt < MT; ++mt)
+      for (int kk = 0; kk < kQ; ++kk)
+        qFrag.push_back(loadQFrag(mt, kk));
 
   Value lb = toIndex(jBegin);
   Value ub = toIndex(add(jEnd, ci32(1)));
@@ -437,15 +454,21 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
     }
     b.setInsertionPointToStart(tileIf.thenBlock());
 
-    // S = Q K^T (per warp 16 x BN).
-    SmallVector<Value> s(nS * 4, zero);
+    // S = Q K^T (per warp RW x BN; s[(mt * nS + jn) * 4 + i]). Each K
+    // fragment feeds the MT m16 tiles.
+    SmallVector<Value> s(MT * nS * 4, zero);
     for (int kk = 0; kk < kQ; ++kk) {
-      SmallVector<Value, 4> af = qInRegisters ? qFrag[kk] : loadQFrag(kk);
+      SmallVector<SmallVector<Value, 4>, 2> af;
+      for (int mt = 0; mt < MT; ++mt)
+        af.push_back(qInRegisters ? qFrag[mt * kQ + kk] : loadQFrag(mt, kk));
       for (int jn = 0; jn < nS; jn += 2) {
         auto bf = ldmatrix(
             gepBytes(aKs, 2 * (int64_t(jn) * 8 * (D + kPad) + kk * 16)), false);
-        mma(af, bf[0], bf[1], MutableArrayRef<Value>(s).slice(jn * 4, 4));
-        mma(af, bf[2], bf[3], MutableArrayRef<Value>(s).slice((jn + 1) * 4, 4));
+        for (int mt = 0; mt < MT; ++mt) {
+          MutableArrayRef<Value> sm(s.data() + mt * nS * 4, nS * 4);
+          mma(af[mt], bf[0], bf[1], sm.slice(jn * 4, 4));
+          mma(af[mt], bf[2], bf[3], sm.slice((jn + 1) * 4, 4));
+        }
       }
     }
 
@@ -453,48 +476,49 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
     Value kvLane = add(kv0, mul(t, ci32(2)));
     auto elementwise = [&](bool masked) {
       SmallVector<Value> out;
-      for (int jn = 0; jn < nS; ++jn)
-        for (int i = 0; i < 4; ++i) {
-          Value acc = s[jn * 4 + i];
-          Value qi = i < 2 ? qRow0 : qRow1;
-          Value kvi = add(kvLane, ci32(jn * 8 + (i & 1)));
-          IndexValues idx{batch, head, qi, kvi, seqlenQ, seqlenK};
-          // Buffer reads happen only where the interpreter does them: the
-          // mask on in-range elements, the score modifier on allowed ones
-          // (elsewhere a read could be out of range and set the flag).
-          Value rowOk = cmp(arith::CmpIPredicate::slt, qi, seqlenQ);
-          Value ok;
-          if (masked) {
-            ok = arith::AndIOp::create(
-                b, rowOk, cmp(arith::CmpIPredicate::slt, kvi, seqlenK));
-            if (em.hasMask())
-              ok =
-                  em.maskReadsBuffers()
-                      ? guarded(ok, i1, cb(false),
-                                [&] { return em.emitMask(b, b.getLoc(), idx); })
-                      : arith::AndIOp::create(b, ok,
-                                              em.emitMask(b, b.getLoc(), idx))
-                            .getResult();
-          } else {
-            ok = rowOk; // a full tile: every in-range element is allowed
+      for (int mt = 0; mt < MT; ++mt)
+        for (int jn = 0; jn < nS; ++jn)
+          for (int i = 0; i < 4; ++i) {
+            Value acc = s[(mt * nS + jn) * 4 + i];
+            Value qi = i < 2 ? qRow0[mt] : qRow1[mt];
+            Value kvi = add(kvLane, ci32(jn * 8 + (i & 1)));
+            IndexValues idx{batch, head, qi, kvi, seqlenQ, seqlenK};
+            // Buffer reads happen only where the interpreter does them: the
+            // mask on in-range elements, the score modifier on allowed ones
+            // (elsewhere a read could be out of range and set the flag).
+            Value rowOk = cmp(arith::CmpIPredicate::slt, qi, seqlenQ);
+            Value ok;
+            if (masked) {
+              ok = arith::AndIOp::create(
+                  b, rowOk, cmp(arith::CmpIPredicate::slt, kvi, seqlenK));
+              if (em.hasMask())
+                ok = em.maskReadsBuffers()
+                         ? guarded(
+                               ok, i1, cb(false),
+                               [&] { return em.emitMask(b, b.getLoc(), idx); })
+                         : arith::AndIOp::create(
+                               b, ok, em.emitMask(b, b.getLoc(), idx))
+                               .getResult();
+            } else {
+              ok = rowOk; // a full tile: every in-range element is allowed
+            }
+            Value v;
+            if (em.hasScoreMod()) {
+              auto mod = [&] {
+                return em.emitScore(b, b.getLoc(), idx, fmul(acc, scale));
+              };
+              v = em.scoreReadsBuffers() ? guarded(ok, f32, zero, mod) : mod();
+              v = fmul(v, cf32(log2e));
+            } else {
+              v = fmul(acc, scaleLog2);
+            }
+            if (masked)
+              v = sel(ok, v, minusInf);
+            out.push_back(v);
           }
-          Value v;
-          if (em.hasScoreMod()) {
-            auto mod = [&] {
-              return em.emitScore(b, b.getLoc(), idx, fmul(acc, scale));
-            };
-            v = em.scoreReadsBuffers() ? guarded(ok, f32, zero, mod) : mod();
-            v = fmul(v, cf32(log2e));
-          } else {
-            v = fmul(acc, scaleLog2);
-          }
-          if (masked)
-            v = sel(ok, v, minusInf);
-          out.push_back(v);
-        }
       return out;
     };
-    SmallVector<Type> sTypes(nS * 4, f32);
+    SmallVector<Type> sTypes(MT * nS * 4, f32);
     auto maskIf = scf::IfOp::create(b, sTypes, needsMask, /*withElse=*/true);
     {
       OpBuilder::InsertionGuard mg(b);
@@ -505,55 +529,68 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
     }
     SmallVector<Value> st(maskIf.getResults());
 
-    // Online softmax (per thread: rows g and g + 8).
-    SmallVector<Value> o(state.begin(), state.begin() + nO * 4);
-    Value mOld[2] = {state[nO * 4], state[nO * 4 + 1]};
-    Value lOld[2] = {state[nO * 4 + 2], state[nO * 4 + 3]};
-    Value mNew[2], alpha[2], lNew[2];
-    for (int r = 0; r < 2; ++r) {
-      Value mx = mOld[r];
+    // Online softmax (per thread: rows g and g + 8 of each m16 tile; row
+    // index rr = 2 * mt + r).
+    SmallVector<Value> o(state.begin(), state.begin() + nAcc);
+    SmallVector<Value, 4> mOld(state.begin() + nAcc,
+                               state.begin() + nAcc + 2 * MT);
+    SmallVector<Value, 4> lOld(state.begin() + nAcc + 2 * MT,
+                               state.begin() + nAcc + 4 * MT);
+    SmallVector<Value, 4> mNew(2 * MT), alpha(2 * MT), lNew(2 * MT);
+    for (int rr = 0; rr < 2 * MT; ++rr) {
+      int mt = rr / 2, r = rr % 2;
+      MutableArrayRef<Value> sm(st.data() + mt * nS * 4, nS * 4);
+      Value mx = mOld[rr];
       for (int jn = 0; jn < nS; ++jn)
-        mx = fmax(mx, fmax(st[jn * 4 + 2 * r], st[jn * 4 + 2 * r + 1]));
+        mx = fmax(mx, fmax(sm[jn * 4 + 2 * r], sm[jn * 4 + 2 * r + 1]));
       mx = fmax(mx, shflXor(mx, 1));
       mx = fmax(mx, shflXor(mx, 2));
-      mNew[r] = mx;
+      mNew[rr] = mx;
       // With every score so far -inf, subtract 0 instead: exp2(-inf) = 0
       // and no (-inf) - (-inf) = NaN.
       Value isInf =
           arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, mx, minusInf);
       Value mUse = sel(isInf, zero, mx);
-      alpha[r] = exp2(fsub(mOld[r], mUse));
+      alpha[rr] = exp2(fsub(mOld[rr], mUse));
       Value sum = zero;
       for (int jn = 0; jn < nS; ++jn)
         for (int i = 2 * r; i < 2 * r + 2; ++i) {
-          st[jn * 4 + i] = exp2(fsub(st[jn * 4 + i], mUse));
-          sum = fadd(sum, st[jn * 4 + i]);
+          sm[jn * 4 + i] = exp2(fsub(sm[jn * 4 + i], mUse));
+          sum = fadd(sum, sm[jn * 4 + i]);
         }
-      lNew[r] = fadd(fmul(lOld[r], alpha[r]), sum);
+      lNew[rr] = fadd(fmul(lOld[rr], alpha[rr]), sum);
     }
-    for (int jd = 0; jd < nO; ++jd)
-      for (int i = 0; i < 4; ++i)
-        o[jd * 4 + i] = fmul(o[jd * 4 + i], alpha[i / 2]);
+    for (int mt = 0; mt < MT; ++mt)
+      for (int jd = 0; jd < nO; ++jd)
+        for (int i = 0; i < 4; ++i) {
+          Value &acc = o[(mt * nO + jd) * 4 + i];
+          acc = fmul(acc, alpha[2 * mt + i / 2]);
+        }
 
-    // O += P V.
+    // O += P V; each V fragment feeds the MT m16 tiles.
     for (int kk = 0; kk < kP; ++kk) {
       int n0 = 2 * kk, n1 = 2 * kk + 1;
-      SmallVector<Value, 4> pa = {pack(st[n0 * 4 + 0], st[n0 * 4 + 1]),
-                                  pack(st[n0 * 4 + 2], st[n0 * 4 + 3]),
-                                  pack(st[n1 * 4 + 0], st[n1 * 4 + 1]),
-                                  pack(st[n1 * 4 + 2], st[n1 * 4 + 3])};
+      SmallVector<SmallVector<Value, 4>, 2> pa;
+      for (int mt = 0; mt < MT; ++mt) {
+        ArrayRef<Value> sm(st.data() + mt * nS * 4, nS * 4);
+        pa.push_back({pack(sm[n0 * 4 + 0], sm[n0 * 4 + 1]),
+                      pack(sm[n0 * 4 + 2], sm[n0 * 4 + 3]),
+                      pack(sm[n1 * 4 + 0], sm[n1 * 4 + 1]),
+                      pack(sm[n1 * 4 + 2], sm[n1 * 4 + 3])});
+      }
       for (int jd = 0; jd < nO; jd += 2) {
         auto bf = ldmatrix(
             gepBytes(aVs, 2 * (int64_t(kk) * 16 * (Dv + kPad) + jd * 8)), true);
-        mma(pa, bf[0], bf[1], MutableArrayRef<Value>(o).slice(jd * 4, 4));
-        mma(pa, bf[2], bf[3], MutableArrayRef<Value>(o).slice((jd + 1) * 4, 4));
+        for (int mt = 0; mt < MT; ++mt) {
+          MutableArrayRef<Value> om(o.data() + mt * nO * 4, nO * 4);
+          mma(pa[mt], bf[0], bf[1], om.slice(jd * 4, 4));
+          mma(pa[mt], bf[2], bf[3], om.slice((jd + 1) * 4, 4));
+        }
       }
     }
     SmallVector<Value> next(o);
-    next.push_back(mNew[0]);
-    next.push_back(mNew[1]);
-    next.push_back(lNew[0]);
-    next.push_back(lNew[1]);
+    next.append(mNew.begin(), mNew.end());
+    next.append(lNew.begin(), lNew.end());
     scf::YieldOp::create(b, next);
     b.setInsertionPointAfter(tileIf);
     gpu::BarrierOp::create(b); // this stage is free for the prefetch after next
@@ -562,22 +599,23 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
 
   // Epilogue: O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
   ValueRange fin = loop.getResults();
-  for (int r = 0; r < 2; ++r) {
-    Value l = fin[nO * 4 + 2 + r];
+  for (int rr = 0; rr < 2 * MT; ++rr) {
+    int mt = rr / 2, r = rr % 2;
+    Value l = fin[nAcc + 2 * MT + rr];
     l = fadd(l, shflXor(l, 1));
     l = fadd(l, shflXor(l, 2));
-    Value m = fin[nO * 4 + r];
+    Value m = fin[nAcc + rr];
     Value empty = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, l, zero);
     Value inv = sel(empty, zero, arith::DivFOp::create(b, cf32(1.0f), l));
-    Value row = r == 0 ? qRow0 : qRow1;
+    Value row = r == 0 ? qRow0[mt] : qRow1[mt];
     Value inRange = cmp(arith::CmpIPredicate::slt, row, seqlenQ);
     auto ifRow = scf::IfOp::create(b, inRange, /*withElse=*/false);
     OpBuilder::InsertionGuard rg(b);
     b.setInsertionPointToStart(ifRow.thenBlock());
     Value rowBase = gepBytes(oBase, mul(mul(ext64(row), oS[2]), ci64(2)));
     for (int jd = 0; jd < nO; ++jd) {
-      Value v = pack(fmul(fin[jd * 4 + 2 * r], inv),
-                     fmul(fin[jd * 4 + 2 * r + 1], inv));
+      int a0 = (mt * nO + jd) * 4 + 2 * r;
+      Value v = pack(fmul(fin[a0], inv), fmul(fin[a0 + 1], inv));
       Value col = add(mul(t, ci32(2)), ci32(jd * 8));
       Value p = gepBytes(rowBase, ext64(mul(col, ci32(2))));
       LLVM::StoreOp::create(b, v, p, /*alignment=*/4);

@@ -64,8 +64,11 @@ struct KernelConfig {
   int headDimV = 128;
   /// bf16 operands, else fp16 (Q, K, V and O share the dtype).
   bool bf16 = true;
-  /// Query rows per CTA: 16 per warp.
+  /// Query rows per CTA: rowsPerWarp * numWarps.
   int blockM = 64;
+  /// Query rows per warp: 16 (one m16 tile) or 32 (two m16 tiles that share
+  /// every K and V fragment loaded from shared memory).
+  int rowsPerWarp = 16;
   /// Keys per tile, a multiple of 16.
   int blockN = 64;
   int numWarps = 4;
