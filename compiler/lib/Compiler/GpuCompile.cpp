@@ -53,9 +53,15 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
     c.rowsPerWarp = 32;
     c.blockN = 64;
   } else if (d <= 128) {
-    // 4 warps of 32 rows with 32-key tiles is 6-16% faster here, but several
-    // masked variants then spill 4-28 bytes at 255 registers: 8 warps of 16
-    // rows until the kernel needs fewer registers.
+    // 4 warps of 32 rows with 32-key tiles is 6-16% faster here, but masks
+    // longer than causal's (and buffer reads) then spill 4-28 bytes at 255
+    // registers: those keep 8 warps of 16 rows.
+    Expr mask = spec.effectiveMask();
+    if (!buffers && (mask.isNull() || mask->depth() <= 2)) {
+      c.numWarps = 4;
+      c.rowsPerWarp = 32;
+      c.blockN = 32;
+    }
   } else {
     // 8 warps of 16 rows with 64-key tiles: 4-27% faster than 4 warps with
     // 16/32-key tiles. 64-key tiles leave no registers for long masks (a

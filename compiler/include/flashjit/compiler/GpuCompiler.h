@@ -63,8 +63,9 @@ struct GpuTileConfig {
 /// ptxas assembles without spills. block_m = 128 everywhere:
 /// - head_dim <= 64: 4 warps of 32 query rows, 64-key tiles (variants that
 ///   read buffers: 8 warps of 16 rows);
-/// - head_dim <= 128: 8 warps of 16 rows, 64-key tiles (4 warps of 32 rows
-///   is faster but spills in some masked variants);
+/// - head_dim <= 128: 4 warps of 32 rows, 32-key tiles for no mask or a
+///   top-left causal one, without buffers; else 8 warps of 16 rows, 64-key
+///   tiles (4 x 32 spills there);
 /// - head_dim > 128: 8 warps of 16 rows, 64-key tiles on sm_90a for masks
 ///   of depth <= 4 (causal, one-sided windows, document ids), else 32 (also
 ///   on sm_80, whose shared memory holds less).
