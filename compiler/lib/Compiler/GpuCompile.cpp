@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <mutex>
 
 using namespace mlir;
 
@@ -72,6 +73,21 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
     c.blockN = arch == "sm_80" || !shortMask ? 32 : 64;
   }
   return c;
+}
+
+/// MLIR links libdevice from $CUDA_ROOT, $CUDA_HOME or $CUDA_PATH; when none
+/// is set, CUDA_HOME becomes the toolkit flashjit was built with (once, before
+/// the first GPU compile), so math functions in kernels resolve.
+static void useCudaToolkitForLibdevice() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const char *var : {"CUDA_ROOT", "CUDA_HOME", "CUDA_PATH"})
+      if (const char *v = std::getenv(var); v && *v)
+        return;
+#ifdef FLASHJIT_CUDA_TOOLKIT_DIR
+    ::setenv("CUDA_HOME", FLASHJIT_CUDA_TOOLKIT_DIR, /*overwrite=*/0);
+#endif
+  });
 }
 
 /// The options' tile configuration, defaults filled in.
@@ -151,6 +167,7 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
       2 * (image.blockM * (spec.headDimQK + 8) +
            2 * image.blockN * (spec.headDimQK + 8 + spec.headDimV + 8));
 
+  useCudaToolkitForLibdevice();
   StopWatch total, w;
   std::unique_ptr<MLIRContext> ctx = makeGpuContext();
   DiagnosticCapture diag(ctx.get());
@@ -186,6 +203,19 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   });
   if (image.ptx.empty())
     throw CompileError("the NVVM pipeline produced no PTX:\n" + diag.text());
+  // Without libdevice the PTX still assembles up to the first call of a
+  // math function (__nv_tanhf, __nv_exp2f, ...) and then fails to load.
+  if (size_t at = image.ptx.find(".extern .func"); at != std::string::npos) {
+    size_t nv = image.ptx.find("__nv_", at);
+    if (nv != std::string::npos) {
+      size_t end = image.ptx.find_first_of("( \n", nv);
+      throw CompileError(fmt::format(
+          "kernel '{}' calls the libdevice function {} but libdevice.10.bc "
+          "was not linked: set CUDA_HOME to the CUDA toolkit (it holds "
+          "nvvm/libdevice/libdevice.10.bc)",
+          image.name, image.ptx.substr(nv, end - nv)));
+    }
+  }
   image.timings.push_back({"nvvm-to-ptx", w.lap()});
   image.timings.push_back({"total", total.lap()});
 
