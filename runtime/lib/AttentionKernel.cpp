@@ -17,7 +17,8 @@
 namespace flashjit::runtime {
 
 GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
-                                       std::string_view ptx, Device &device)
+                                       std::string_view ptx, Device &device,
+                                       std::string_view cubin)
     : spec_(std::move(spec)), info_(std::move(info)), device_(&device) {
   std::string arch = device.properties().arch();
   if (!info_.arch.empty() && info_.arch != arch &&
@@ -25,7 +26,17 @@ GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
     throw UserError(fmt::format("kernel '{}' was generated for {}, but the "
                                 "device is {}",
                                 info_.name, info_.arch, arch));
-  module_ = Module::fromPtx(device, ptx);
+  bool loaded = false;
+  if (!cubin.empty() && info_.arch == arch) {
+    try {
+      module_ = Module::fromCubin(device, cubin.data(), cubin.size());
+      loaded = true;
+    } catch (const DriverError &) {
+      // A cubin the driver refuses (another toolkit, damaged): use the PTX.
+    }
+  }
+  if (!loaded)
+    module_ = Module::fromPtx(device, ptx);
   function_ = module_.function(info_.name);
   function_.setMaxDynamicSharedBytes(info_.sharedBytes);
   size_t buffers = spec_.variant.buffers().size();

@@ -1,15 +1,20 @@
 //===- cache_bench.cpp - Cold compile vs disk hit vs memory hit -----------===//
 //
-// flashjit-cache-bench [--arch sm_90a] [--cold N] [--warm N] [--memory N]
+// flashjit-cache-bench [--arch sm_90a|sm_80|cpu] [--cold N] [--warm N]
+//                      [--memory N]
 //
 // For a few variants, the medians of: a cold compile through the cache
-// (compileGpu + nvJitLink + ptxas -v + store, FLASHJIT_ALWAYS_COMPILE
+// (GPU: compileGpu + nvJitLink + ptxas -v + store; CPU: compileCpuArtifacts,
+// i.e. MLIR + LLVM + object + cc -shared, + store; FLASHJIT_ALWAYS_COMPILE
 // semantics), a warm disk hit (key + load + checksum verification, a fresh
-// DiskCache each time) and a memory hit (MemoryTier lookup, with and without
-// computing the key from the spec). A benchmark, not a test; needs no GPU.
+// DiskCache each time; CPU: loadOrCompileCpu with an empty memory tier, so
+// the kernel.so is also dlopened and ready to run) and a memory hit
+// (MemoryTier lookup, with and without computing the key from the spec). A
+// benchmark, not a test; needs no GPU.
 //
 //===----------------------------------------------------------------------===//
-#include "GpuArtifacts.h"
+#include "flashjit/compiler/Compiler.h"
+#include "flashjit/compiler/GpuCache.h"
 
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
@@ -30,7 +35,7 @@ using namespace flashjit;
 using namespace flashjit::runtime;
 
 namespace {
-cl::opt<std::string> arch("arch", cl::desc("sm_80 | sm_90a"),
+cl::opt<std::string> arch("arch", cl::desc("sm_80 | sm_90a | cpu"),
                           cl::init("sm_90a"));
 cl::opt<int> coldRuns("cold", cl::desc("Cold compiles per variant"),
                       cl::init(5));
@@ -71,14 +76,17 @@ int main(int argc, char **argv) {
                std::string(arch), int(coldRuns), int(warmRuns),
                int(memoryRuns));
     fmt::print("{:<24} {:>14} {:>12} {:>12} {:>14} {:>16}\n", "variant",
-               "cold (ms)", "compileGpu", "disk hit", "memory hit",
-               "mem hit+key");
+               "cold (ms)", "compile", "disk hit", "memory hit", "mem hit+key");
     fmt::print("{:<24} {:>14} {:>12} {:>12} {:>14} {:>16}\n", "", "", "(ms)",
                "(ms)", "(us)", "(us)");
     for (const auto &[label, text] : variants) {
       AttentionSpec spec = parseSpec(text);
       std::string specText = printSpec(spec);
-      CacheKey key = CacheKey::make(specText, arch);
+      const bool cpu = arch == "cpu";
+      auto makeKey = [&] {
+        return cpu ? cpuCacheKey(spec) : CacheKey::make(printSpec(spec), arch);
+      };
+      CacheKey key = makeKey();
 
       CacheConfig always;
       always.dir = dir.str().str();
@@ -89,8 +97,15 @@ int main(int argc, char **argv) {
         cold.push_back(timeOnce([&] {
           coldCache.getOrCompile(key, [&] {
             KernelArtifacts a;
-            gen.push_back(
-                timeOnce([&] { a = compileGpuArtifacts(spec, arch); }));
+            gen.push_back(timeOnce([&] {
+              if (cpu) {
+                a = compileCpuArtifacts(spec);
+                return;
+              }
+              GpuCompileOptions o;
+              o.arch = arch;
+              a = compileGpuArtifacts(spec, o);
+            }));
             return a;
           });
         }));
@@ -101,7 +116,15 @@ int main(int argc, char **argv) {
       for (int i = 0; i < warmRuns; ++i)
         warm.push_back(timeOnce([&] {
           DiskCache cache(normal);
-          CacheKey k = CacheKey::make(printSpec(spec), arch);
+          if (cpu) {
+            clearCpuMemoryTier();
+            CpuLoadReport r;
+            loadOrCompileCpu(spec, {}, &cache, &r);
+            if (r.outcome != CacheOutcome::Hit)
+              throw InternalError("benchmark: expected a disk hit");
+            return;
+          }
+          CacheKey k = makeKey();
           std::optional<KernelArtifacts> a = cache.load(k);
           if (!a)
             throw InternalError("benchmark: expected a disk hit");
@@ -127,10 +150,7 @@ int main(int argc, char **argv) {
                       batch);
         memKey.push_back(timeOnce([&] {
                            for (int j = 0; j < batch; ++j)
-                             tier.getOrLoad(
-                                 &context,
-                                 CacheKey::make(printSpec(spec), arch).hash(),
-                                 none);
+                             tier.getOrLoad(&context, makeKey().hash(), none);
                          }) /
                          batch);
       }

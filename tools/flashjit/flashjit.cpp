@@ -12,9 +12,8 @@
 // stderr.
 //
 //===----------------------------------------------------------------------===//
-#include "GpuArtifacts.h"
-
 #include "flashjit/compiler/Compiler.h"
+#include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
@@ -251,7 +250,14 @@ GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
   GpuResult r;
   r.key = CacheKey::make(printSpec(spec), arch, blockN, warps);
   r.artifacts = cache.getOrCompile(
-      r.key, [&] { return compileGpuArtifacts(spec, arch, blockN, warps); },
+      r.key,
+      [&] {
+        GpuCompileOptions o;
+        o.arch = arch;
+        o.blockN = blockN;
+        o.numWarps = warps;
+        return compileGpuArtifacts(spec, o);
+      },
       &r.outcome);
   if (r.outcome != CacheOutcome::Uncached)
     r.entryDir = cache.entryDir(r.key.hash());

@@ -45,11 +45,15 @@ struct GpuKernelInfo {
 /// A loaded attention kernel for one spec on one device.
 class GpuAttentionKernel {
 public:
-  /// Loads \p ptx for \p device (nvJitLink, else the driver JIT). Throws
-  /// UserError if the kernel was generated for another architecture than the
-  /// device's, DriverError if loading fails.
+  /// Loads \p ptx for \p device (nvJitLink, else the driver JIT). A
+  /// non-empty \p cubin (e.g. from a cache entry) generated for exactly the
+  /// device's architecture is loaded instead, skipping the assembly; if it
+  /// does not load, the PTX is. Throws UserError if the kernel was generated
+  /// for another architecture than the device's, DriverError if loading
+  /// fails.
   GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
-                     std::string_view ptx, Device &device);
+                     std::string_view ptx, Device &device,
+                     std::string_view cubin = {});
 
   /// Computes O (and LSE when the spec returns it) on device tensors:
   /// q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv],

@@ -1,0 +1,87 @@
+//===- GpuCache.h - The cached entry point for GPU kernels -------*- C++
+//-*-===//
+//
+// loadOrCompileGpu() is what a host application calls for a GPU kernel:
+// memory tier (per CUDA context and key), then the disk cache
+// (runtime/Cache.h), else compileGpu + nvJitLink + ptxas -v and a store. A
+// hit loads the cached cubin (or PTX) through the runtime: no MLIR, no code
+// generation. Library flashjit_gpu_cache (the compiler plus the CUDA
+// runtime; built where the CUDA toolkit is). Free of MLIR and LLVM headers.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_COMPILER_GPUCACHE_H
+#define FLASHJIT_COMPILER_GPUCACHE_H
+
+#include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/Cache.h"
+
+#include <memory>
+#include <string>
+
+namespace flashjit {
+
+namespace runtime {
+class Device;
+struct DeviceProperties;
+} // namespace runtime
+
+/// The code-generation target for a device: "sm_90a" for compute capability
+/// 9.0, "sm_80" for other 8.x and newer devices (forward-compatible PTX).
+/// Throws UserError for compute capability below 8.0.
+std::string gpuTargetFor(const runtime::DeviceProperties &device);
+
+/// The disk-cache key of \p spec compiled with \p options (arch, block_n,
+/// warps, CTAs per SM as requested) for this build and environment
+/// (CacheKey::make). Throws UserError like validateForGpu.
+runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
+                              const GpuCompileOptions &options);
+
+/// Generates the GPU kernel of \p spec and everything a cache entry holds:
+/// kernel.attn.mlir, kernel.gpu.mlir, kernel.ptx, the cubin (nvJitLink) and
+/// registers/spills (ptxas -v), with the launch facts. A failing nvJitLink
+/// or ptxas only leaves out the cubin or the report (with a warning on
+/// stderr). Throws UserError or CompileError like compileGpu.
+runtime::KernelArtifacts
+compileGpuArtifacts(const AttentionSpec &spec,
+                    const GpuCompileOptions &options = {});
+
+/// How a GPU request was served.
+struct GpuLoadReport {
+  /// Hit (disk or memory), Compiled (and stored) or Uncached.
+  runtime::CacheOutcome outcome = runtime::CacheOutcome::Uncached;
+  /// True when the memory tier had the kernel.
+  bool memoryHit = false;
+  /// The cache key (hex SHA-256) and the entry's directory (empty when
+  /// nothing is on disk).
+  std::string key;
+  std::string entryDir;
+};
+
+/// The artifacts of \p spec with \p options from the disk cache \p cache
+/// (nullptr: runtime::defaultCache(), see FLASHJIT_CACHE_DIR,
+/// FLASHJIT_DISABLE_CACHE, FLASHJIT_ALWAYS_COMPILE), else
+/// compileGpuArtifacts() and a store. Needs no GPU. A disabled, unwritable
+/// or full cache gives one warning and an in-memory compile. Throws like
+/// compileGpuArtifacts.
+runtime::KernelArtifacts loadOrCompileGpuArtifacts(
+    const AttentionSpec &spec, const GpuCompileOptions &options,
+    runtime::DiskCache *cache = nullptr, GpuLoadReport *report = nullptr);
+
+/// The loaded kernel of \p spec for \p device, from the cheapest source:
+/// this process's memory tier (per context, cache directory and key), the
+/// disk cache, else a compile. options.arch is replaced by
+/// gpuTargetFor(device). A cubin generated for the device's architecture
+/// is loaded as is, else the PTX (nvJitLink or the driver JIT). With
+/// FLASHJIT_ALWAYS_COMPILE both tiers are skipped. Fills \p report if given.
+/// Throws UserError (unsupported spec, option or device), CompileError, or
+/// DriverError when loading fails.
+std::shared_ptr<const runtime::GpuAttentionKernel>
+loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
+                 GpuCompileOptions options = {},
+                 runtime::DiskCache *cache = nullptr,
+                 GpuLoadReport *report = nullptr);
+
+} // namespace flashjit
+
+#endif // FLASHJIT_COMPILER_GPUCACHE_H
