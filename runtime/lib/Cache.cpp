@@ -527,6 +527,14 @@ DiskCache::DiskCache(CacheConfig config) : config_(std::move(config)) {
     }
     fs::setPermissions(config_.dir, fs::owner_all);
   }
+  if (!fs::is_directory(config_.dir)) {
+    whyUnusable_ =
+        fmt::format("cache directory {} is not a directory", config_.dir);
+    warnOnce("dir", fmt::format("flashjit: {}; kernels are compiled in "
+                                "memory",
+                                whyUnusable_));
+    return;
+  }
   if (std::string why = unsafeReason(config_.dir); !why.empty()) {
     whyUnusable_ = fmt::format("refusing cache directory: {}", why);
     warnOnce("dir", fmt::format("flashjit: {} (loading a cached cubin runs "

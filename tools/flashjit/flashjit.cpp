@@ -474,6 +474,25 @@ int runCache() {
                   : fmt::format("cache {}: takes no arguments", action));
   CacheConfig config = cacheConfig();
   config.enabled = true;
+  // Looking at a cache must not create it.
+  if (!config.dir.empty() && !fs::exists(config.dir)) {
+    if (action == "ls")
+      llvm::outs() << fmt::format("0 entries, 0 bytes in {} (no such "
+                                  "directory)\n",
+                                  config.dir);
+    else if (action == "info")
+      userError(fmt::format("cache info: '{}' matches 0 entries in {} (no "
+                            "such directory)",
+                            cacheArgs[1], config.dir));
+    else if (action == "clear" || action == "prune")
+      llvm::outs() << fmt::format("removed 0 entries ({} does not exist)\n",
+                                  config.dir);
+    else
+      userError(fmt::format("cache: unknown action '{}' (ls, info, clear, "
+                            "prune)",
+                            action));
+    return 0;
+  }
   DiskCache cache(config);
   if (!cache.usable())
     userError(fmt::format("cache {}: {}", action, cache.whyUnusable()));
@@ -596,6 +615,14 @@ int runBundle() {
 } // namespace
 
 int main(int argc, char **argv) {
+  // `flashjit --help` lists flashjit's subcommands, not the options LLVM's
+  // libraries register, and --version names flashjit and its LLVM.
+  static cl::OptionCategory noOptions("flashjit");
+  cl::HideUnrelatedOptions(noOptions);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "flashjit " << flashjitVersion() << " (commit " << flashjitCommit()
+       << ", LLVM " << llvmVersion() << ")\n";
+  });
   std::string errors;
   llvm::raw_string_ostream errStream(errors);
   if (!cl::ParseCommandLineOptions(
