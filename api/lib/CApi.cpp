@@ -12,13 +12,14 @@
 
 #ifdef FLASHJIT_C_WITH_COMPILER
 #include "flashjit/compiler/Compiler.h"
-#include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/compiler/GpuCache.h"
 #endif
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Cache.h"
+#include "flashjit/runtime/CpuAttentionKernel.h"
 #include "flashjit/runtime/Device.h"
 
 #include <fmt/format.h>
@@ -30,9 +31,7 @@ using namespace flashjit;
 
 struct flashjit_kernel {
   AttentionSpec spec;
-#ifdef FLASHJIT_C_WITH_COMPILER
-  std::shared_ptr<const CpuKernel> cpu;
-#endif
+  std::shared_ptr<const runtime::CpuAttentionKernel> cpu;
   std::unique_ptr<runtime::GpuAttentionKernel> gpu;
   std::string ptx;
 };
@@ -141,20 +140,25 @@ flashjit_status flashjit_compile(const char *spec_text, const char *target,
     auto k = std::make_unique<flashjit_kernel>();
     k->spec = parseSpec(spec_text);
     std::string t = target;
+    // Both targets go through the kernel cache (FLASHJIT_CACHE_DIR, ...).
     if (t == "cpu") {
-      k->cpu = compileCpu(k->spec);
+      std::shared_ptr<const CpuKernel> cpu = loadOrCompileCpu(k->spec);
+      k->cpu = std::shared_ptr<const runtime::CpuAttentionKernel>(
+          cpu, &cpu->runtimeKernel());
     } else if (t == "sm_80" || t == "sm_90a") {
       GpuCompileOptions o;
       o.arch = t;
-      GpuKernelImage img = compileGpu(k->spec, o);
-      k->ptx = img.ptx;
+      runtime::KernelArtifacts a = loadOrCompileGpuArtifacts(k->spec, o);
+      k->ptx = *a.file(runtime::kPtxFile);
+      const std::string *cubin = a.file(runtime::kCubinFile);
       // Loading needs a GPU; without one the kernel still carries its PTX.
       if (runtime::Device::available())
         k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
             k->spec,
-            runtime::GpuKernelInfo{img.name, img.arch, img.threads, img.blockM,
-                                   img.sharedBytes},
-            img.ptx, runtime::Device::get(0));
+            runtime::GpuKernelInfo{a.entry, a.arch, a.threads, a.blockM,
+                                   a.sharedBytes},
+            k->ptx, runtime::Device::get(0),
+            cubin ? std::string_view(*cubin) : std::string_view());
     } else {
       throw UserError(
           fmt::format("target '{}' is not cpu, sm_80 or sm_90a", t));
@@ -171,19 +175,31 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
       throw UserError("flashjit_load: bundle_dir, spec_text, target and out "
                       "must not be NULL");
     std::string t = target;
-    if (t != "sm_80" && t != "sm_90a")
-      throw UserError(
-          fmt::format("flashjit_load: target '{}' is not sm_80 or sm_90a", t));
+    if (t != "sm_80" && t != "sm_90a" && t != "cpu")
+      throw UserError(fmt::format(
+          "flashjit_load: target '{}' is not sm_80, sm_90a or cpu", t));
     auto k = std::make_unique<flashjit_kernel>();
     k->spec = parseSpec(spec_text);
     std::string canonical = printSpec(k->spec);
     runtime::Bundle bundle = runtime::Bundle::open(bundle_dir);
-    std::optional<runtime::KernelArtifacts> a = bundle.find(canonical, t);
+    runtime::CacheKey request;
+    request.specText = canonical;
+    request.arch = t;
+    if (t == "cpu") { // what `flashjit bundle --target cpu` builds
+      request.blockM = request.blockN = runtime::kDefaultCpuBlock;
+      request.optLevel = runtime::kDefaultCpuOptLevel;
+    }
+    std::optional<runtime::KernelArtifacts> a = bundle.find(request);
     if (!a)
       throw UserError(fmt::format("flashjit_load: bundle '{}' has no {} "
                                   "kernel for spec '{}' ({} kernels in it)",
                                   bundle_dir, t, canonical,
                                   bundle.items().size()));
+    if (t == "cpu") {
+      k->cpu = runtime::loadCpuKernel(*a);
+      *out = k.release();
+      return;
+    }
     const std::string *ptx = a->file(runtime::kPtxFile);
     if (!ptx)
       throw UserError(fmt::format("flashjit_load: the bundled {} kernel for "
@@ -215,12 +231,10 @@ flashjit_status flashjit_run(const flashjit_kernel *kernel,
     if (lse)
       lr = toRef(lse, "lse");
     Arguments a = toArguments(args, num_args);
-#ifdef FLASHJIT_C_WITH_COMPILER
     if (kernel->cpu) {
       kernel->cpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a);
       return;
     }
-#endif
     if (kernel->gpu) {
       kernel->gpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a,
                        static_cast<CUstream>(stream));

@@ -77,18 +77,23 @@ const char *flashjit_last_error(void);
 /** Compiles \p spec_text (canonical spec text, e.g.
  *  "attention(causal=top_left, head_dim=64, dtype=bf16)") for \p target:
  *  "cpu", "sm_80" or "sm_90a". On success stores a new kernel in \p out.
- *  In flashjit_c_runtime (no compiler) it fails with FLASHJIT_USER_ERROR. */
+ *  Goes through the kernel cache (FLASHJIT_CACHE_DIR, FLASHJIT_DISABLE_CACHE,
+ *  FLASHJIT_ALWAYS_COMPILE): a kernel compiled by an earlier run is loaded,
+ *  not compiled. In flashjit_c_runtime (no compiler) it fails with
+ *  FLASHJIT_USER_ERROR. */
 flashjit_status flashjit_compile(const char *spec_text, const char *target,
                                  flashjit_kernel **out);
 
-/** Loads the precompiled kernel for \p spec_text on \p target ("sm_80" or
- *  "sm_90a") from the bundle directory \p bundle_dir (made by
+/** Loads the precompiled kernel for \p spec_text on \p target ("sm_80",
+ *  "sm_90a" or "cpu") from the bundle directory \p bundle_dir (made by
  *  `flashjit bundle`); the spec text is canonicalised first, so any text that
  *  parses to the bundled spec matches. Compiles nothing: available in
- *  flashjit_c_runtime, which links no compiler. Without a GPU the kernel
- *  still carries its PTX, and flashjit_run reports FLASHJIT_DRIVER_ERROR.
- *  Fails with FLASHJIT_USER_ERROR when the bundle is missing, unreadable or
- *  has no such kernel, or an entry fails its checksums. */
+ *  flashjit_c_runtime, which links no compiler. Without a GPU a GPU kernel
+ *  still carries its PTX, and flashjit_run reports FLASHJIT_DRIVER_ERROR; a
+ *  CPU kernel (the bundle's kernel.so, default tile sizes) runs anywhere
+ *  with the CPU features it was built for. Fails with FLASHJIT_USER_ERROR
+ *  when the bundle is missing, unreadable or has no such kernel, an entry
+ *  fails its checksums, or a CPU kernel needs features this CPU lacks. */
 flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                               const char *target, flashjit_kernel **out);
 

@@ -207,10 +207,10 @@ void dumpStages(const CompileOptions &options, const std::string &name,
 } // namespace
 
 int cpuBlockM(const CompileOptions &options) {
-  return options.blockM ? options.blockM : 64;
+  return options.blockM ? options.blockM : runtime::kDefaultCpuBlock;
 }
 int cpuBlockN(const CompileOptions &options) {
-  return options.blockN ? options.blockN : 64;
+  return options.blockN ? options.blockN : runtime::kDefaultCpuBlock;
 }
 
 std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,

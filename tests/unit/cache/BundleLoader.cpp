@@ -40,8 +40,8 @@ int main(int argc, char **argv) {
     request.specText = spec;
     request.arch = arch;
     if (arch == "cpu") { // what `flashjit bundle --target cpu` builds
-      request.blockM = request.blockN = 64;
-      request.optLevel = 2;
+      request.blockM = request.blockN = kDefaultCpuBlock;
+      request.optLevel = kDefaultCpuOptLevel;
     }
     std::optional<KernelArtifacts> a = bundle.find(request);
     if (!a) {

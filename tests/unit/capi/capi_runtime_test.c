@@ -2,17 +2,21 @@
  *
  * capi_runtime_test BUNDLE_DIR: the runtime-only C library (no compiler)
  * loads the kernels a CTest fixture bundled with `flashjit bundle`: any
- * spelling of a bundled spec is found, its PTX is the generated kernel, and
+ * spelling of a bundled spec is found, its PTX is the generated kernel, the
+ * bundled CPU kernel runs and matches naive attention, and
  * every failure (compiling, a missing bundle, spec or target, a corrupted
  * entry) is a status code with a message naming the problem. On a machine
  * without a GPU, running a loaded kernel is FLASHJIT_DRIVER_ERROR; the
  * values computed on a GPU are checked by tests/gpu/torch_compare.py.
  *
  *===----------------------------------------------------------------------===*/
+#include "capi_reference.h"
+
 #include "flashjit/flashjit.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static int failures = 0, checks = 0;
 #define CHECK(cond)                                                            \
@@ -41,8 +45,9 @@ int main(int argc, char **argv) {
 
   /* The bundled spec, spelled differently from the bundle's text (field
    * order, shorthands): canonicalised before the lookup. */
-  CHECK(flashjit_load(dir, "attention(dtype=bf16, head_dim=64, "
-                           "causal=top_left)",
+  CHECK(flashjit_load(dir,
+                      "attention(dtype=bf16, head_dim=64, "
+                      "causal=top_left)",
                       "sm_90a", &kernel) == FLASHJIT_OK);
   CHECK(kernel != NULL);
   if (kernel) {
@@ -56,8 +61,8 @@ int main(int argc, char **argv) {
     t.rank = 4;
     for (int i = 0; i < 4; ++i)
       t.shape[i] = 1, t.strides[i] = 1;
-    flashjit_status s = flashjit_run(kernel, &t, &t, &t, &t, NULL, NULL, 0,
-                                     NULL);
+    flashjit_status s =
+        flashjit_run(kernel, &t, &t, &t, &t, NULL, NULL, 0, NULL);
     /* Without a GPU: a driver error saying why; with one, host pointers
      * or shapes are rejected before launch. Never OK. */
     CHECK(s == FLASHJIT_DRIVER_ERROR || s == FLASHJIT_USER_ERROR);
@@ -74,13 +79,53 @@ int main(int argc, char **argv) {
   CHECK(kernel && strstr(flashjit_kernel_ptx(kernel), ".target sm_80"));
   flashjit_kernel_destroy(kernel);
 
+  /* The bundled CPU kernel (a kernel.so): loaded and run without the
+   * compiler, checked against naive attention on fresh random inputs. */
+  {
+    enum { B = 2, H = 3, SQ = 37, SK = 29, D = 32 };
+    static float q[B * H * SQ * D], k[B * H * SK * D], v[B * H * SK * D],
+        o[B * H * SQ * D], lse[B * H * SQ];
+    srand(777u + (unsigned)time(NULL));
+    for (int i = 0; i < B * H * SQ * D; ++i)
+      q[i] = capi_uniform();
+    for (int i = 0; i < B * H * SK * D; ++i)
+      k[i] = capi_uniform(), v[i] = capi_uniform();
+    kernel = NULL;
+    CHECK(flashjit_load(dir,
+                        "attention(heads_q=3, heads_kv=3, dtype=fp32, "
+                        "head_dim=32, causal=bottom_right, name=causal_c)",
+                        "cpu", &kernel) == FLASHJIT_OK);
+    CHECK(kernel && flashjit_kernel_ptx(kernel) == NULL);
+    flashjit_tensor tq = capi_tensor4(q, B, H, SQ, D),
+                    tk = capi_tensor4(k, B, H, SK, D),
+                    tv = capi_tensor4(v, B, H, SK, D),
+                    to = capi_tensor4(o, B, H, SQ, D),
+                    tl = capi_tensor4(lse, B, H, SQ, 1);
+    tl.rank = 3;
+    CHECK(kernel && flashjit_run(kernel, &tq, &tk, &tv, &to, &tl, NULL, 0,
+                                 NULL) == FLASHJIT_OK);
+    double worstO = 1, worstL = 1;
+    int emptyOk =
+        capi_check_causal(B, H, SQ, SK, D, q, k, v, o, lse, &worstO, &worstL);
+    printf("bundled CPU kernel: max |O - O_ref| = %.3g, max |LSE - LSE_ref| "
+           "= %.3g\n",
+           worstO, worstL);
+    CHECK(worstO < 1e-4);
+    CHECK(worstL < 1e-4);
+    CHECK(emptyOk);
+    flashjit_kernel_destroy(kernel);
+    CHECK(flashjit_load(dir, "attention(head_dim=32)", "cpu", &kernel) ==
+          FLASHJIT_USER_ERROR);
+  }
+
   /* Failures name what was wrong. */
   flashjit_kernel *bad = NULL;
   CHECK(flashjit_load(dir, "attention(head_dim=32)", "sm_90a", &bad) ==
         FLASHJIT_USER_ERROR);
   CHECK(strstr(flashjit_last_error(), "head_dim_qk=32") != NULL);
-  CHECK(flashjit_load(dir, "attention(dtype=bf16, head_dim=64, "
-                           "causal=top_left)",
+  CHECK(flashjit_load(dir,
+                      "attention(dtype=bf16, head_dim=64, "
+                      "causal=top_left)",
                       "sm_75", &bad) == FLASHJIT_USER_ERROR);
   CHECK(strstr(flashjit_last_error(), "sm_75") != NULL);
   CHECK(flashjit_load("/nonexistent/flashjit-bundle", "attention()", "sm_90a",

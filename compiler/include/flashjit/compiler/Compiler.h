@@ -56,7 +56,7 @@ struct CompileOptions {
   /// Instrument the kernel to count full/partial/empty tiles (RunStats).
   bool countTiles = false;
   /// LLVM optimisation level, 0..3.
-  int optLevel = 2;
+  int optLevel = runtime::kDefaultCpuOptLevel;
 };
 
 /// The compilation stages whose output can be inspected.

@@ -36,6 +36,12 @@ namespace runtime {
 
 struct KernelArtifacts;
 
+/// The tile size (block_m and block_n) and LLVM opt level the compiler uses
+/// when CompileOptions leaves them at their defaults; `flashjit bundle
+/// --target cpu` builds kernels with them.
+inline constexpr int kDefaultCpuBlock = 64;
+inline constexpr int kDefaultCpuOptLevel = 2;
+
 /// A packed kernel entry point: args[i] points at argument i of the
 /// KernelAbi.h argument list.
 using CpuKernelFn = void (*)(void **args);
