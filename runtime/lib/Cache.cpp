@@ -134,6 +134,7 @@ std::string CacheKey::canonicalText() const {
   field("block_n", std::to_string(blockN));
   field("warps", std::to_string(numWarps));
   field("min_blocks_per_sm", std::to_string(minBlocksPerSM));
+  field("rows_per_warp", std::to_string(rowsPerWarp));
   field("block_m", std::to_string(blockM));
   field("opt_level", std::to_string(optLevel));
   field("count_tiles", countTiles ? "1" : "0");
@@ -187,6 +188,7 @@ std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
                             {"block_n", key.blockN},
                             {"warps", key.numWarps},
                             {"min_blocks_per_sm", key.minBlocksPerSM},
+                            {"rows_per_warp", key.rowsPerWarp},
                             {"block_m", key.blockM},
                             {"opt_level", key.optLevel},
                             {"count_tiles", key.countTiles},

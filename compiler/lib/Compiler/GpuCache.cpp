@@ -36,8 +36,11 @@ std::string gpuTargetFor(const runtime::DeviceProperties &device) {
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options) {
   validateForGpu(spec, options);
-  return runtime::CacheKey::make(printSpec(spec), options.arch, options.blockN,
-                                 options.numWarps, options.minBlocksPerSM);
+  runtime::CacheKey key =
+      runtime::CacheKey::make(printSpec(spec), options.arch, options.blockN,
+                              options.numWarps, options.minBlocksPerSM);
+  key.rowsPerWarp = options.rowsPerWarp;
+  return key;
 }
 
 KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,

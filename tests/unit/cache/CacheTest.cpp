@@ -133,6 +133,12 @@ TEST_CASE("every key component changes the key", "[cache]") {
   vary("block_n", [](CacheKey &k) { k.blockN = 32; });
   vary("warps", [](CacheKey &k) { k.numWarps = 4; });
   vary("min_blocks_per_sm", [](CacheKey &k) { k.minBlocksPerSM = 2; });
+  vary("rows_per_warp", [](CacheKey &k) { k.rowsPerWarp = 32; });
+  vary("block_m", [](CacheKey &k) { k.blockM = 32; });
+  vary("opt_level", [](CacheKey &k) { k.optLevel = 3; });
+  vary("count_tiles", [](CacheKey &k) { k.countTiles = true; });
+  vary("cpu", [](CacheKey &k) { k.cpu = "znver4"; });
+  vary("cpu_features", [](CacheKey &k) { k.cpuFeatures = "+avx2"; });
   vary("version", [](CacheKey &k) { k.version = "0.1.1"; });
   vary("commit", [](CacheKey &k) { k.commit = "0123abcd"; });
   vary("llvm", [](CacheKey &k) { k.llvm = "23.0.0"; });

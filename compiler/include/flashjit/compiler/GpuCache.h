@@ -32,7 +32,7 @@ struct DeviceProperties;
 std::string gpuTargetFor(const runtime::DeviceProperties &device);
 
 /// The disk-cache key of \p spec compiled with \p options (arch, block_n,
-/// warps, CTAs per SM as requested) for this build and environment
+/// warps, CTAs per SM, rows per warp as requested) for this build and environment
 /// (CacheKey::make). Throws UserError like validateForGpu.
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options);

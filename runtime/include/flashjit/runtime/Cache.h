@@ -86,6 +86,8 @@ struct CacheKey {
   int blockN = 0;
   int numWarps = 0;
   int minBlocksPerSM = 0;
+  /// GPU query rows per warp as requested (0: backend default).
+  int rowsPerWarp = 0;
   /// CPU only: queries per tile, LLVM opt level (0..3), whether the kernel
   /// counts tiles, and the host CPU name and features (see hostCpu()).
   int blockM = 0;
