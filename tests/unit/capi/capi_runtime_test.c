@@ -14,20 +14,11 @@
 
 #include "flashjit/flashjit.h"
 
+#include "capi_check.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-
-static int failures = 0, checks = 0;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    ++checks;                                                                  \
-    if (!(cond)) {                                                             \
-      ++failures;                                                              \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__,   \
-              __LINE__, #cond, flashjit_last_error());                         \
-    }                                                                          \
-  } while (0)
 
 int main(int argc, char **argv) {
   if (argc != 2) {
@@ -137,6 +128,5 @@ int main(int argc, char **argv) {
         FLASHJIT_USER_ERROR);
   CHECK(bad == NULL);
 
-  printf("%d passed, %d failed\n", checks - failures, failures);
-  return failures ? 1 : 0;
+  return CHECK_SUMMARY();
 }

@@ -10,6 +10,8 @@
 
 #include "flashjit/flashjit.h"
 
+#include "capi_check.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,17 +19,6 @@
 #include <time.h>
 
 enum { B = 2, H = 3, SQ = 37, SK = 29, D = 32 };
-
-static int failures = 0, checks = 0;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    ++checks;                                                                  \
-    if (!(cond)) {                                                             \
-      ++failures;                                                              \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__,   \
-              __LINE__, #cond, flashjit_last_error());                         \
-    }                                                                          \
-  } while (0)
 
 int main(void) {
   static float q[B * H * SQ * D], k[B * H * SK * D], v[B * H * SK * D],
@@ -93,6 +84,5 @@ int main(void) {
   flashjit_kernel_destroy(kernel);
   flashjit_kernel_destroy(NULL);
 
-  printf("%d passed, %d failed\n", checks - failures, failures);
-  return failures ? 1 : 0;
+  return CHECK_SUMMARY();
 }
