@@ -13,6 +13,7 @@
 
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace flashjit {
@@ -485,7 +486,8 @@ bool structurallyEqual(const Expr &a, const Expr &b) {
   return true;
 }
 
-static bool anyNode(const Expr &e, bool (*pred)(const ExprNode *)) {
+static bool anyNode(const Expr &e,
+                    const std::function<bool(const ExprNode *)> &pred) {
   if (pred(e.get()))
     return true;
   for (const Expr &op : e->operands())
@@ -501,6 +503,13 @@ bool readsScore(const Expr &e) {
 bool readsData(const Expr &e) {
   return anyNode(e, [](const ExprNode *n) {
     return llvm::isa<ParamExpr>(n) || llvm::isa<BufferLoadExpr>(n);
+  });
+}
+
+bool readsIndex(const Expr &e, IndexVar var) {
+  return anyNode(e, [var](const ExprNode *n) {
+    auto *i = llvm::dyn_cast<IndexExpr>(n);
+    return i && i->var() == var;
   });
 }
 

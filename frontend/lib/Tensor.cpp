@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace flashjit {
 
 TensorRef TensorRef::contiguous(void *data, DType dtype,
@@ -28,6 +30,17 @@ TensorRef TensorRef::contiguous3(void *data, DType dtype,
   t.rank = 3;
   t.shape = {shape[0], shape[1], shape[2], 1};
   t.strides = {shape[1] * shape[2], shape[2], 1, 1};
+  return t;
+}
+
+TensorRef TensorRef::contiguous2(void *data, DType dtype,
+                                 std::array<int64_t, 2> shape) {
+  TensorRef t;
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = 2;
+  t.shape = {shape[0], shape[1], 1, 1};
+  t.strides = {shape[1], 1, 1, 1};
   return t;
 }
 
@@ -130,6 +143,84 @@ AttentionShape checkAttentionTensors(const AttentionSpec &spec,
     expectDim("lse", *lse, 0, s.batch, "batch of q");
     expectDim("lse", *lse, 1, s.headsQ, "heads_q");
     expectDim("lse", *lse, 2, s.seqlenQ, "seqlen_q of q");
+  }
+  return s;
+}
+
+int64_t checkCuSeqlens(const char *name, std::span<const int32_t> cu,
+                       int64_t total) {
+  auto fail = [](const std::string &m) {
+    throw UserError(m, std::source_location());
+  };
+  if (cu.empty())
+    fail(fmt::format("{} is empty: it needs batch + 1 entries (at least {}[0] "
+                     "= 0)",
+                     name, name));
+  if (cu[0] != 0)
+    fail(fmt::format("{}[0] = {}, expected 0", name, cu[0]));
+  int64_t longest = 0;
+  for (size_t i = 1; i < cu.size(); ++i) {
+    if (cu[i] < cu[i - 1])
+      fail(fmt::format("{}[{}] = {} < {}[{}] = {} (cu_seqlens must not "
+                       "decrease)",
+                       name, i, cu[i], name, i - 1, cu[i - 1]));
+    longest = std::max<int64_t>(longest, cu[i] - cu[i - 1]);
+  }
+  if (cu.back() != total)
+    fail(fmt::format("{}[{}] = {}, but the packed tensor holds {} tokens", name,
+                     cu.size() - 1, cu.back(), total));
+  return longest;
+}
+
+VarlenShape checkVarlenTensors(const AttentionSpec &spec, const TensorRef &q,
+                               const TensorRef &k, const TensorRef &v,
+                               std::span<const int32_t> cuSeqlensQ,
+                               std::span<const int32_t> cuSeqlensK,
+                               const TensorRef *o, const TensorRef *lse) {
+  spec.validate();
+  checkTensor("q", q, 3, false);
+  checkTensor("k", k, 3, false);
+  checkTensor("v", v, 3, false);
+  expectDType("q", q, spec.dtypeQ);
+  expectDType("k", k, spec.dtypeK);
+  expectDType("v", v, spec.dtypeV);
+  VarlenShape s;
+  s.totalQ = q.shape[0];
+  s.headsQ = q.shape[1];
+  s.headDimQK = q.shape[2];
+  s.totalK = k.shape[0];
+  s.headsKV = k.shape[1];
+  s.headDimV = v.shape[2];
+  expectDim("q", q, 1, spec.headsQ, "heads_q of the spec");
+  expectDim("q", q, 2, spec.headDimQK, "head_dim_qk of the spec");
+  expectDim("k", k, 1, spec.headsKV, "heads_kv of the spec");
+  expectDim("k", k, 2, spec.headDimQK, "head_dim_qk of the spec");
+  expectDim("v", v, 0, s.totalK, "total_k of k");
+  expectDim("v", v, 1, spec.headsKV, "heads_kv of the spec");
+  expectDim("v", v, 2, spec.headDimV, "head_dim_v of the spec");
+  if (cuSeqlensQ.size() != cuSeqlensK.size())
+    throw UserError(fmt::format("cu_seqlens_q has {} entries but cu_seqlens_k "
+                                "has {} (both batch + 1)",
+                                cuSeqlensQ.size(), cuSeqlensK.size()),
+                    std::source_location());
+  s.maxSeqlenQ = checkCuSeqlens("cu_seqlens_q", cuSeqlensQ, s.totalQ);
+  s.maxSeqlenK = checkCuSeqlens("cu_seqlens_k", cuSeqlensK, s.totalK);
+  s.batch = static_cast<int64_t>(cuSeqlensQ.size()) - 1;
+  if (o) {
+    checkTensor("o", *o, 3, true);
+    expectDType("o", *o, spec.dtypeO);
+    expectDim("o", *o, 0, s.totalQ, "total_q of q");
+    expectDim("o", *o, 1, s.headsQ, "heads_q");
+    expectDim("o", *o, 2, spec.headDimV, "head_dim_v of the spec");
+  }
+  if (lse) {
+    checkTensor("lse", *lse, 2, true);
+    if (lse->dtype != DType::F32)
+      throw UserError(
+          fmt::format("lse.dtype = {}, expected fp32", toString(lse->dtype)),
+          std::source_location());
+    expectDim("lse", *lse, 0, s.headsQ, "heads_q");
+    expectDim("lse", *lse, 1, s.totalQ, "total_q of q");
   }
   return s;
 }

@@ -11,9 +11,11 @@
 #define FLASHJIT_FRONTEND_REFERENCE_H
 
 #include "flashjit/frontend/Arguments.h"
+#include "flashjit/frontend/BlockMask.h"
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/Variant.h"
 
+#include <span>
 #include <vector>
 
 namespace flashjit {
@@ -44,6 +46,57 @@ struct ReferenceOutput {
 ReferenceOutput referenceAttention(const AttentionSpec &spec,
                                    const TensorRef &q, const TensorRef &k,
                                    const TensorRef &v,
+                                   const Arguments &args = {});
+
+/// The same, with the block-sparse semantics of \p blockMask (BlockMask.h):
+/// key j of query i is considered only when its tile is listed partial (the
+/// mask then decides) or full (allowed without evaluating the mask). The
+/// mask must fit the call (checkBlockMaskFor); throws UserError otherwise.
+ReferenceOutput referenceAttention(const AttentionSpec &spec,
+                                   const TensorRef &q, const TensorRef &k,
+                                   const TensorRef &v, const Arguments &args,
+                                   const BlockMask &blockMask);
+
+/// Reference outputs of a packed varlen call, contiguous, in double.
+struct VarlenReferenceOutput {
+  VarlenShape shape;
+  /// O [total_q, heads_q, head_dim_v].
+  std::vector<double> o;
+  /// LSE [heads_q, total_q] (FlashAttention's varlen layout).
+  std::vector<double> lse;
+
+  double &oAt(int64_t t, int64_t h, int64_t d) {
+    return o[(t * shape.headsQ + h) * shape.headDimV + d];
+  }
+  double &lseAt(int64_t h, int64_t t) { return lse[h * shape.totalQ + t]; }
+};
+
+/// Attention of each packed sequence on its own (checkVarlenTensors gives
+/// the layout): for sequence b, the mask and score modifier see batch = b,
+/// q_idx and kv_idx counted from the sequence's first token and seqlen_q /
+/// seqlen_k of that sequence, so causal alignment applies per sequence.
+/// With \p blockMask, its tile coordinates are per sequence as well.
+VarlenReferenceOutput referenceVarlenAttention(
+    const AttentionSpec &spec, const TensorRef &q, const TensorRef &k,
+    const TensorRef &v, std::span<const int32_t> cuSeqlensQ,
+    std::span<const int32_t> cuSeqlensK, const Arguments &args = {},
+    const BlockMask *blockMask = nullptr);
+
+/// The exact block mask of spec.effectiveMask() for tiles of \p blockM x
+/// \p blockN, by evaluating the mask at every element (the oracle of the
+/// generated builder): a tile is full when the mask holds at every element
+/// of the tile clipped to the sequence, empty when at none, partial
+/// otherwise; lists are in increasing tile order; extents follow
+/// blockMaskExtent. Throws UserError for bad sizes or arguments.
+BlockMask referenceBlockMask(const AttentionSpec &spec, int64_t blockM,
+                             int64_t blockN, int64_t batch, int64_t seqlenQ,
+                             int64_t seqlenK, const Arguments &args = {});
+
+/// The same for a packed varlen batch (tiles local to each sequence).
+BlockMask referenceVarlenBlockMask(const AttentionSpec &spec, int64_t blockM,
+                                   int64_t blockN,
+                                   std::span<const int32_t> cuSeqlensQ,
+                                   std::span<const int32_t> cuSeqlensK,
                                    const Arguments &args = {});
 
 } // namespace flashjit

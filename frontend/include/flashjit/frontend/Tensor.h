@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace flashjit {
@@ -34,6 +35,9 @@ struct TensorRef {
   /// A row-major 3-D tensor (LSE: [batch, heads, seqlen]).
   static TensorRef contiguous3(void *data, DType dtype,
                                std::array<int64_t, 3> shape);
+  /// A row-major 2-D tensor (varlen LSE: [heads, total_q]).
+  static TensorRef contiguous2(void *data, DType dtype,
+                               std::array<int64_t, 2> shape);
   /// Number of elements (product of the shape).
   int64_t numel() const;
   /// Offset in elements of the element at \p idx.
@@ -65,6 +69,46 @@ AttentionShape checkAttentionTensors(const AttentionSpec &spec,
                                      const TensorRef &v,
                                      const TensorRef *o = nullptr,
                                      const TensorRef *lse = nullptr);
+
+/// The sizes of one packed variable-length call (FlashAttention's varlen
+/// layout: sequences concatenated along the token dim, no padding).
+struct VarlenShape {
+  /// Number of sequences (cu_seqlens_q.size() - 1).
+  int64_t batch = 0;
+  int64_t headsQ = 0;
+  int64_t headsKV = 0;
+  /// Tokens over all sequences (cu_seqlens_q.back(), cu_seqlens_k.back()).
+  int64_t totalQ = 0;
+  int64_t totalK = 0;
+  /// The longest query and key sequences.
+  int64_t maxSeqlenQ = 0;
+  int64_t maxSeqlenK = 0;
+  int64_t headDimQK = 0;
+  int64_t headDimV = 0;
+};
+
+/// Checks one `name` cu_seqlens array (int32, batch + 1 entries, first 0,
+/// non-decreasing, last equal to \p total tokens) and returns the longest
+/// sequence. Throws UserError naming the entry, e.g.
+/// "cu_seqlens_q[3] = 10 < cu_seqlens_q[2] = 12".
+int64_t checkCuSeqlens(const char *name, std::span<const int32_t> cuSeqlens,
+                       int64_t total);
+
+/// Checks a packed varlen call (FlashAttention's flash_attn_varlen_func
+/// layout): q [total_q, heads_q, head_dim_qk], k [total_k, heads_kv,
+/// head_dim_qk], v [total_k, heads_kv, head_dim_v] and, where given,
+/// o [total_q, heads_q, head_dim_v] and lse [heads_q, total_q] (fp32), any
+/// strides; cu_seqlens_q and cu_seqlens_k with the same number of entries
+/// (checkCuSeqlens). Sequence b holds query tokens
+/// [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and key tokens
+/// [cu_seqlens_k[b], cu_seqlens_k[b + 1]). Throws UserError naming the tensor
+/// or array, the field and the value.
+VarlenShape checkVarlenTensors(const AttentionSpec &spec, const TensorRef &q,
+                               const TensorRef &k, const TensorRef &v,
+                               std::span<const int32_t> cuSeqlensQ,
+                               std::span<const int32_t> cuSeqlensK,
+                               const TensorRef *o = nullptr,
+                               const TensorRef *lse = nullptr);
 
 } // namespace flashjit
 

@@ -1,0 +1,149 @@
+//===- BlockMask.h - Compressed tile masks and block-sparse layouts -*- C++
+//-*-//
+//
+// A BlockMask lists, for each query tile, the key tiles a kernel visits: the
+// partial ones (the mask runs per element) and the full ones (no mask code
+// runs); a key tile in neither list is never loaded. It has the form of
+// FlexAttention's BlockMask (torch.nn.attention.flex_attention.BlockMask:
+// kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, with
+// BLOCK_SIZE = (block_m, block_n)), with plain int32 vectors.
+//
+// Block masks come from two places: a block-sparse kernel builds one for a
+// data-dependent mask (CpuKernel::buildBlockMask, evaluating the mask at
+// every element of every tile once), or the caller gives a block-sparse
+// layout in BSR form (blockMaskFromBsr). Either way the caller owns it and
+// may reuse it for every call with the same sizes (and, for built masks, the
+// same mask parameters and buffers). Nothing here needs MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_FRONTEND_BLOCKMASK_H
+#define FLASHJIT_FRONTEND_BLOCKMASK_H
+
+#include "flashjit/frontend/Expr.h"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace flashjit {
+
+/// The tiles a block-sparse kernel visits, per (batch, head, query tile).
+///
+/// A row is one (b, h, m): b < batch, h < heads, m < numQTiles, at index
+/// row(b, h, m) = (b * heads + h) * numQTiles + m. Row r lists
+/// kvNumBlocks[r] partial key tiles at kvIndices[r * numKvTiles + i] and
+/// fullKvNumBlocks[r] full key tiles at fullKvIndices[r * numKvTiles + i]
+/// (each list strictly increasing; no tile in both; the unused tail of a row
+/// is ignored). A batch or head extent of 1 is shared by every batch (or
+/// sequence) or every query head.
+///
+/// Semantics: key j is allowed for query i of (b, h) when its tile
+/// (i / blockM, j / blockN) is listed partial and the mask holds, or is
+/// listed full (the mask is then not evaluated: the builder proved it true
+/// on the whole tile). Other keys are not allowed.
+///
+/// Varlen kernels: q tiles and key tiles are local to each sequence;
+/// seqlenQ/seqlenK are the largest sequence lengths; listed tiles past a
+/// shorter sequence's end are skipped. A mask built for a varlen batch keeps
+/// its cu_seqlens and is only accepted with the same ones.
+struct BlockMask {
+  /// Queries per q tile and keys per kv tile (must equal the kernel's).
+  int64_t blockM = 0;
+  int64_t blockN = 0;
+  /// The sequence lengths it was built for (varlen: the largest).
+  int64_t seqlenQ = 0;
+  int64_t seqlenK = 0;
+  /// 1 (shared) or the call's batch (number of sequences for varlen).
+  int64_t batch = 1;
+  /// 1 (shared) or heads_q.
+  int64_t heads = 1;
+  /// ceil(seqlenQ / blockM) and ceil(seqlenK / blockN).
+  int64_t numQTiles = 0;
+  int64_t numKvTiles = 0;
+  /// [batch, heads, numQTiles]: partial key tiles per row.
+  std::vector<int32_t> kvNumBlocks;
+  /// [batch, heads, numQTiles, numKvTiles]: their indices.
+  std::vector<int32_t> kvIndices;
+  /// [batch, heads, numQTiles]: full key tiles per row.
+  std::vector<int32_t> fullKvNumBlocks;
+  /// [batch, heads, numQTiles, numKvTiles]: their indices.
+  std::vector<int32_t> fullKvIndices;
+  /// The cu_seqlens of the varlen batch it was built for; empty otherwise.
+  std::vector<int32_t> cuSeqlensQ;
+  std::vector<int32_t> cuSeqlensK;
+
+  /// Row index of (b, h, m) (b and h already reduced to 0 where shared).
+  int64_t row(int64_t b, int64_t h, int64_t m) const {
+    return (b * heads + h) * numQTiles + m;
+  }
+  /// Total listed partial tiles (sum of kvNumBlocks).
+  int64_t numPartial() const;
+  /// Total listed full tiles (sum of fullKvNumBlocks).
+  int64_t numFull() const;
+
+  /// Checks the mask on its own: positive block sizes, non-negative sizes,
+  /// numQTiles/numKvTiles equal to ceil(seqlen / block), vector sizes equal
+  /// to their shapes, counts in [0, numKvTiles], indices strictly increasing
+  /// in [0, numKvTiles), no tile both partial and full. Throws UserError
+  /// naming the field and the entry, e.g.
+  /// "block_mask.kv_indices[b=0][h=2][row=5][3] = 17 >= num_kv_tiles 16".
+  void validate() const;
+};
+
+/// Checks \p mask (validate()) and that it fits one call of a kernel with
+/// tiles \p blockM x \p blockN: batch 1 or \p batch, heads 1 or \p headsQ,
+/// seqlenQ/seqlenK equal to the call's (varlen: the largest), and, for a
+/// varlen call (non-empty \p cuSeqlensQ), cu_seqlens equal to the mask's
+/// unless the mask has none (a layout shared by every sequence). Throws
+/// UserError naming the field and both values.
+void checkBlockMaskFor(const BlockMask &mask, int64_t blockM, int64_t blockN,
+                       int64_t batch, int64_t headsQ, int64_t seqlenQ,
+                       int64_t seqlenK,
+                       std::span<const int32_t> cuSeqlensQ = {},
+                       std::span<const int32_t> cuSeqlensK = {});
+
+/// The batch and head extents of the block mask a kernel builds for \p mask:
+/// batch is 1 unless the mask reads `batch` or the call is varlen (each
+/// sequence has its own tile grid), heads is 1 unless it reads `head`.
+struct BlockMaskExtent {
+  int64_t batch = 1;
+  int64_t heads = 1;
+};
+BlockMaskExtent blockMaskExtent(const Expr &mask, int64_t batch, int64_t headsQ,
+                                bool varlen);
+
+/// A user-given block-sparse layout in BSR (block compressed sparse row)
+/// form, as in scipy.sparse.bsr_matrix / torch.sparse_bsr_tensor, shared by
+/// every head or given per query head.
+///
+/// Rows are the pairs (h, m), h < heads, m < numQTiles, in that order:
+/// row r = h * numQTiles + m has the key tiles
+/// colIndices[rowOffsets[r] .. rowOffsets[r + 1]). The layout only selects
+/// tiles: the spec's mask still applies inside every listed tile.
+struct BsrLayout {
+  /// Queries per q tile and keys per kv tile.
+  int64_t blockM = 0;
+  int64_t blockN = 0;
+  /// 1 (every head) or heads_q.
+  int64_t heads = 1;
+  int64_t numQTiles = 0;
+  int64_t numKvTiles = 0;
+  /// heads * numQTiles + 1 entries: first 0, non-decreasing, last equal to
+  /// colIndices.size().
+  std::vector<int32_t> rowOffsets;
+  /// Key tiles, strictly increasing within each row, in [0, numKvTiles).
+  std::vector<int32_t> colIndices;
+};
+
+/// The BlockMask of \p layout for sequences of \p seqlenQ x \p seqlenK
+/// (varlen: the largest): every listed tile is partial (the kernel still
+/// classifies it, and skips or unmasks it when the mask's index arithmetic
+/// allows). Checks that the layout's tile counts equal ceil(seqlen / block)
+/// and every entry as BsrLayout states; throws UserError naming the entry,
+/// e.g. "col_indices[h=2][row=5][3] = 17 >= num_kv_tiles 16".
+BlockMask blockMaskFromBsr(const BsrLayout &layout, int64_t seqlenQ,
+                           int64_t seqlenK);
+
+} // namespace flashjit
+
+#endif // FLASHJIT_FRONTEND_BLOCKMASK_H
