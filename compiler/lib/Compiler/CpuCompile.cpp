@@ -19,6 +19,7 @@
 #include "flashjit/Pipeline/Pipelines.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/KernelAbi.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -85,7 +86,8 @@ std::unique_ptr<MLIRContext> makeContext() {
 std::pair<std::shared_ptr<void>, PackedFn>
 jit(ModuleOp module, const std::string &symbol, int optLevel,
     std::string *irText, std::string *optText,
-    std::vector<StageTiming> *timings) {
+    std::vector<StageTiming> *timings,
+    const std::vector<std::pair<std::string, PackedFn *>> &extra = {}) {
   initLLVMOnce();
   auto tmb = llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!tmb)
@@ -137,6 +139,13 @@ jit(ModuleOp module, const std::string &symbol, int optLevel,
   if (!fn)
     throw CompileError("JIT lookup of '" + symbol +
                        "' failed: " + llvm::toString(fn.takeError()));
+  for (auto &[name, out] : extra) {
+    auto f = held->lookupPacked(name);
+    if (!f)
+      throw CompileError("JIT lookup of '" + name +
+                         "' failed: " + llvm::toString(f.takeError()));
+    *out = *f;
+  }
   double lookupS = w.lap();
   if (timings) {
     timings->push_back({"translate-to-llvm-ir", translateS});
@@ -160,8 +169,8 @@ struct Lowered {
 };
 
 /// MLIRGen and the MLIR pipelines; records texts[0..2] and their times.
-Lowered lowerToLLVMDialect(const AttentionSpec &spec, int blockM, int blockN,
-                           bool countTiles, std::array<std::string, 5> &texts,
+Lowered lowerToLLVMDialect(const AttentionSpec &spec, const TileOptions &tile,
+                           std::array<std::string, 5> &texts,
                            std::vector<StageTiming> &timings, StopWatch &w) {
   Lowered l;
   l.ctx = makeContext();
@@ -176,9 +185,7 @@ Lowered lowerToLLVMDialect(const AttentionSpec &spec, int blockM, int blockN,
   l.symbol = "flashjit_" + spec.variant.name();
   l.module->walk([&](attn::AttentionOp op) { op.setSymName(l.symbol); });
   runPipeline(*l.ctx, *l.module, "attn-to-tiles", *l.diag,
-              [&](OpPassManager &pm) {
-                buildAttnToTilesPipeline(pm, {blockM, blockN, countTiles});
-              });
+              [&](OpPassManager &pm) { buildAttnToTilesPipeline(pm, tile); });
   texts[1] = printOp(*l.module, false);
   timings.push_back({"attn-to-tiles", w.lap()});
   runPipeline(*l.ctx, *l.module, "tiles-to-llvm-cpu", *l.diag,
@@ -221,13 +228,20 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
   auto &texts = impl->texts;
   auto &timings = impl->timings;
   runtime::CpuKernelInfo info{cpuBlockM(options), cpuBlockN(options),
-                              options.countTiles};
-  Lowered l = lowerToLLVMDialect(spec, info.blockM, info.blockN,
-                                 info.countTiles, texts, timings, w);
+                              options.countTiles, options.varlen,
+                              options.blockSparse};
+  Lowered l = lowerToLLVMDialect(spec,
+                                 {info.blockM, info.blockN, info.countTiles,
+                                  info.varlen, info.blockSparse},
+                                 texts, timings, w);
+  PackedFn builder = nullptr;
+  std::vector<std::pair<std::string, PackedFn *>> extra;
+  if (options.blockSparse)
+    extra.push_back({l.symbol + abi::kBlockMaskSuffix, &builder});
   auto [engine, fn] = jit(*l.module, l.symbol, options.optLevel, &texts[3],
-                          &texts[4], &timings);
+                          &texts[4], &timings, extra);
   impl->kernel = std::make_shared<const runtime::CpuAttentionKernel>(
-      spec, info, fn, std::move(engine));
+      spec, info, fn, std::move(engine), builder);
   w.lap();
   dumpStages(options, spec.variant.name(), texts);
   timings.push_back({"total", total.lap()});
@@ -237,6 +251,7 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
 runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
                                              const CompileOptions &options) {
   validateForCpu(spec, options); // every UserError before MLIR/LLVM
+  refuseUncachable(options, "compileCpuArtifacts");
   std::string why;
   std::string cc = findCCompiler(&why);
   if (cc.empty())
@@ -245,7 +260,7 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   std::array<std::string, 5> texts;
   std::vector<StageTiming> timings;
   int blockM = cpuBlockM(options), blockN = cpuBlockN(options);
-  Lowered l = lowerToLLVMDialect(spec, blockM, blockN, options.countTiles,
+  Lowered l = lowerToLLVMDialect(spec, {blockM, blockN, options.countTiles},
                                  texts, timings, w);
 
   initLLVMOnce();

@@ -88,11 +88,52 @@ const runtime::CpuAttentionKernel &CpuKernel::runtimeKernel() const {
   return *impl_->kernel;
 }
 
+bool CpuKernel::varlen() const { return impl_->kernel->info().varlen; }
+bool CpuKernel::blockSparse() const {
+  return impl_->kernel->info().blockSparse;
+}
+
 RunStats CpuKernel::run(const TensorRef &q, const TensorRef &k,
                         const TensorRef &v, const TensorRef &o,
                         const TensorRef *lse, const Arguments &args,
                         int numThreads) const {
   return impl_->kernel->run(q, k, v, o, lse, args, numThreads);
+}
+
+RunStats CpuKernel::runBlockSparse(const TensorRef &q, const TensorRef &k,
+                                   const TensorRef &v, const TensorRef &o,
+                                   const TensorRef *lse,
+                                   const BlockMask &blockMask,
+                                   const Arguments &args,
+                                   int numThreads) const {
+  return impl_->kernel->runBlockSparse(q, k, v, o, lse, blockMask, args,
+                                       numThreads);
+}
+
+RunStats CpuKernel::runVarlen(const TensorRef &q, const TensorRef &k,
+                              const TensorRef &v, const TensorRef &o,
+                              const TensorRef *lse,
+                              std::span<const int32_t> cuSeqlensQ,
+                              std::span<const int32_t> cuSeqlensK,
+                              const Arguments &args, const BlockMask *blockMask,
+                              int numThreads) const {
+  return impl_->kernel->runVarlen(q, k, v, o, lse, cuSeqlensQ, cuSeqlensK, args,
+                                  blockMask, numThreads);
+}
+
+BlockMask CpuKernel::buildBlockMask(int64_t batch, int64_t seqlenQ,
+                                    int64_t seqlenK, const Arguments &args,
+                                    int numThreads) const {
+  return impl_->kernel->buildBlockMask(batch, seqlenQ, seqlenK, args,
+                                       numThreads);
+}
+
+BlockMask CpuKernel::buildVarlenBlockMask(std::span<const int32_t> cuSeqlensQ,
+                                          std::span<const int32_t> cuSeqlensK,
+                                          const Arguments &args,
+                                          int numThreads) const {
+  return impl_->kernel->buildVarlenBlockMask(cuSeqlensQ, cuSeqlensK, args,
+                                             numThreads);
 }
 
 namespace {

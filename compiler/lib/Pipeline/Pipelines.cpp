@@ -18,10 +18,19 @@ using namespace mlir;
 namespace flashjit {
 
 void buildAttnToTilesPipeline(OpPassManager &pm, const TileOptions &options) {
+  if (options.blockSparse) {
+    attn::AttnBuildBlockMaskOptions builder;
+    builder.blockM = options.blockM;
+    builder.blockN = options.blockN;
+    builder.varlen = options.varlen;
+    pm.addPass(attn::createAttnBuildBlockMask(builder));
+  }
   attn::AttnTileOptions tile;
   tile.blockM = options.blockM;
   tile.blockN = options.blockN;
   tile.countTiles = options.countTiles;
+  tile.varlen = options.varlen;
+  tile.blockSparse = options.blockSparse;
   pm.addPass(attn::createAttnTile(tile));
   pm.addPass(attn::createAttnExpandScalar());
   pm.addPass(createCanonicalizerPass());
@@ -58,7 +67,16 @@ struct TilePipelineOptions : public PassPipelineOptions<TilePipelineOptions> {
   Option<bool> countTiles{*this, "count-tiles",
                           llvm::cl::desc("count tile classes"),
                           llvm::cl::init(false)};
-  TileOptions get() const { return {blockM, blockN, countTiles}; }
+  Option<bool> varlen{*this, "varlen",
+                      llvm::cl::desc("packed variable-length sequences"),
+                      llvm::cl::init(false)};
+  Option<bool> blockSparse{*this, "block-sparse",
+                           llvm::cl::desc("block-sparse kernels and their "
+                                          "block-mask builders"),
+                           llvm::cl::init(false)};
+  TileOptions get() const {
+    return {blockM, blockN, countTiles, varlen, blockSparse};
+  }
 };
 } // namespace
 

@@ -26,10 +26,15 @@ struct TileOptions {
   int64_t blockN = 64;
   /// Instrument kernels to count full/partial/empty tiles.
   bool countTiles = false;
+  /// Packed variable-length sequences (cu_seqlens arguments).
+  bool varlen = false;
+  /// Block-sparse kernels (block-mask arguments) plus their block-mask
+  /// builders (@f_block_mask).
+  bool blockSparse = false;
 };
 
-/// attn.attention -> FlashAttention-2 tile program: attn-tile,
-/// attn-expand-scalar, canonicalize, cse.
+/// attn.attention -> FlashAttention-2 tile program: attn-build-block-mask
+/// (block-sparse only), attn-tile, attn-expand-scalar, canonicalize, cse.
 void buildAttnToTilesPipeline(mlir::OpPassManager &pm,
                               const TileOptions &options);
 

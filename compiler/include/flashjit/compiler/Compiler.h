@@ -25,6 +25,7 @@
 #define FLASHJIT_COMPILER_COMPILER_H
 
 #include "flashjit/frontend/Arguments.h"
+#include "flashjit/frontend/BlockMask.h"
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/TileClass.h"
 #include "flashjit/frontend/Variant.h"
@@ -33,6 +34,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +59,13 @@ struct CompileOptions {
   bool countTiles = false;
   /// LLVM optimisation level, 0..3.
   int optLevel = runtime::kDefaultCpuOptLevel;
+  /// Packed variable-length batches (FlashAttention's varlen layout, see
+  /// checkVarlenTensors): the kernel runs through CpuKernel::runVarlen only.
+  bool varlen = false;
+  /// Block-sparse kernel: every run takes a BlockMask and visits only the
+  /// tiles it lists (runBlockSparse, or runVarlen with a mask); the kernel
+  /// also builds block masks of its own mask (buildBlockMask).
+  bool blockSparse = false;
 };
 
 /// The compilation stages whose output can be inspected.
@@ -89,17 +98,55 @@ public:
   const AttentionSpec &spec() const;
   int blockM() const;
   int blockN() const;
+  /// Whether it was compiled with CompileOptions::varlen / blockSparse.
+  bool varlen() const;
+  bool blockSparse() const;
 
   /// Computes O (and LSE when the spec returns it) for q [B, Hq, Sq, Dqk],
   /// k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv] into o [B, Hq, Sq, Dv] and lse
   /// [B, Hq, Sq] (fp32), any strides. \p lse is required when
   /// spec().returnLse and ignored otherwise. Work is spread over
   /// \p numThreads threads (0: all cores). Throws UserError for bad tensors
-  /// or arguments, and after the run for a buffer read out of range (such
-  /// reads load nothing and give 0; the outputs are then unspecified).
+  /// or arguments, for a varlen or block-sparse kernel (use runVarlen /
+  /// runBlockSparse), and after the run for a buffer read out of range
+  /// (such reads load nothing and give 0; the outputs are then
+  /// unspecified).
   RunStats run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
                const TensorRef &o, const TensorRef *lse,
                const Arguments &args = {}, int numThreads = 0) const;
+
+  /// Block-sparse run (FlexAttention's BlockMask form, BlockMask.h); see
+  /// runtime::CpuAttentionKernel::runBlockSparse for shapes and errors.
+  RunStats runBlockSparse(const TensorRef &q, const TensorRef &k,
+                          const TensorRef &v, const TensorRef &o,
+                          const TensorRef *lse, const BlockMask &blockMask,
+                          const Arguments &args = {}, int numThreads = 0) const;
+
+  /// Packed varlen run (FlashAttention's varlen layout: q [total_q, heads_q,
+  /// head_dim_qk], lse [heads_q, total_q], int32 cu_seqlens of batch + 1
+  /// entries); see runtime::CpuAttentionKernel::runVarlen for the
+  /// semantics and errors.
+  RunStats runVarlen(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+                     const TensorRef &o, const TensorRef *lse,
+                     std::span<const int32_t> cuSeqlensQ,
+                     std::span<const int32_t> cuSeqlensK,
+                     const Arguments &args = {},
+                     const BlockMask *blockMask = nullptr,
+                     int numThreads = 0) const;
+
+  /// The block mask of spec().effectiveMask() for batch x seqlen_q x
+  /// seqlen_k calls, built by the kernel's generated builder (exact:
+  /// interval arithmetic, else every element); the caller owns it. See
+  /// runtime::CpuAttentionKernel::buildBlockMask for extents and errors.
+  BlockMask buildBlockMask(int64_t batch, int64_t seqlenQ, int64_t seqlenK,
+                           const Arguments &args = {},
+                           int numThreads = 0) const;
+
+  /// The same for a packed varlen batch (tiles local to each sequence).
+  BlockMask buildVarlenBlockMask(std::span<const int32_t> cuSeqlensQ,
+                                 std::span<const int32_t> cuSeqlensK,
+                                 const Arguments &args = {},
+                                 int numThreads = 0) const;
 
   /// Time per compilation step, in order, with a final "total" (for a
   /// kernel loaded from the cache: the times of the compile that made it).
@@ -126,7 +173,9 @@ void validateForCpu(const AttentionSpec &spec, const CompileOptions &options);
 
 /// Compiles \p spec for the host CPU. Throws UserError (unsupported spec or
 /// option) or CompileError (a pass failed: the message holds the
-/// diagnostics).
+/// diagnostics). Varlen and block-sparse kernels are compiled in memory
+/// only: compileCpuArtifacts and cpuCacheKey refuse them (UserError) and
+/// loadOrCompileCpu compiles them uncached.
 std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
                                             const CompileOptions &options = {});
 

@@ -309,6 +309,55 @@ void lower(MaskSelectOp op) {
   });
 }
 
+void lower(MaskReduceOp op) {
+  // Rows until the answer is known (some element allowed and some not);
+  // every column of a row, so the inner loop stays simple.
+  Lowering L(op);
+  Type i1 = L.b.getI1Type(), idxTy = L.b.getIndexType();
+  Value rows = L.toIndex(op.getRows()), cols = L.toIndex(op.getCols());
+  Value t = arith::ConstantOp::create(L.b, L.b.getBoolAttr(true));
+  Value f = arith::ConstantOp::create(L.b, L.b.getBoolAttr(false));
+  auto w = scf::WhileOp::create(L.b, TypeRange{idxTy, i1, i1},
+                                ValueRange{L.idx(0), f, t});
+  {
+    OpBuilder::InsertionGuard g(L.b);
+    Block *before = L.b.createBlock(&w.getBefore(), {}, {idxTy, i1, i1},
+                                    {op.getLoc(), op.getLoc(), op.getLoc()});
+    Value i = before->getArgument(0), any = before->getArgument(1),
+          all = before->getArgument(2);
+    Value decided =
+        arith::AndIOp::create(L.b, any, arith::XOrIOp::create(L.b, all, t));
+    Value go = arith::AndIOp::create(
+        L.b, arith::CmpIOp::create(L.b, arith::CmpIPredicate::slt, i, rows),
+        arith::XOrIOp::create(L.b, decided, t));
+    scf::ConditionOp::create(L.b, go, before->getArguments());
+    Block *after = L.b.createBlock(&w.getAfter(), {}, {idxTy, i1, i1},
+                                   {op.getLoc(), op.getLoc(), op.getLoc()});
+    i = after->getArgument(0);
+    auto cols_ = scf::ForOp::create(
+        L.b, L.idx(0), cols, L.idx(1),
+        ValueRange{after->getArgument(1), after->getArgument(2)});
+    {
+      OpBuilder::InsertionGuard g2(L.b);
+      L.b.setInsertionPointToStart(cols_.getBody());
+      Value m = L.inlineRegion(
+          op.getMask(), L.indexArgs(op.getBatch(), op.getHead(), op.getQ0(),
+                                    op.getKv0(), i, cols_.getInductionVar(),
+                                    op.getSeqlenQ(), op.getSeqlenK()));
+      scf::YieldOp::create(
+          L.b,
+          ValueRange{
+              arith::OrIOp::create(L.b, cols_.getRegionIterArgs()[0], m),
+              arith::AndIOp::create(L.b, cols_.getRegionIterArgs()[1], m)});
+    }
+    scf::YieldOp::create(L.b,
+                         ValueRange{arith::AddIOp::create(L.b, i, L.idx(1)),
+                                    cols_.getResult(0), cols_.getResult(1)});
+  }
+  op.getAny().replaceAllUsesWith(w.getResult(1));
+  op.getAll().replaceAllUsesWith(w.getResult(2));
+}
+
 void lower(ScoreModOp op) {
   Lowering L(op);
   Value s = op.getScores();
@@ -441,15 +490,16 @@ struct ConvertAttnToSCFPass
   void runOnOperation() override {
     SmallVector<Operation *> ops;
     getOperation()->walk([&](Operation *op) {
-      if (isa<FillOp, LoadTileOp, DotOp, MaskSelectOp, ScoreModOp, RowMaxOp,
-              Exp2Op, RescaleOp, RowSumOp, StoreTileOp, StoreLseOp>(op))
+      if (isa<FillOp, LoadTileOp, DotOp, MaskSelectOp, MaskReduceOp, ScoreModOp,
+              RowMaxOp, Exp2Op, RescaleOp, RowSumOp, StoreTileOp, StoreLseOp>(
+              op))
         ops.push_back(op);
     });
     for (Operation *op : ops) {
       llvm::TypeSwitch<Operation *>(op)
-          .Case<FillOp, LoadTileOp, DotOp, MaskSelectOp, ScoreModOp, RowMaxOp,
-                Exp2Op, RescaleOp, RowSumOp, StoreTileOp, StoreLseOp>(
-              [](auto o) { lower(o); });
+          .Case<FillOp, LoadTileOp, DotOp, MaskSelectOp, MaskReduceOp,
+                ScoreModOp, RowMaxOp, Exp2Op, RescaleOp, RowSumOp, StoreTileOp,
+                StoreLseOp>([](auto o) { lower(o); });
       op->erase();
     }
     WalkResult r = getOperation()->walk([&](Operation *op) {

@@ -136,3 +136,29 @@ func.func @store(%acc: memref<16x32xf32>, %l: memref<16xf32>, %m: memref<16xf32>
   attn.store_lse %m, %l into %p[%i] rows %i stride %i : memref<16xf32>, memref<16xf32>
   return
 }
+
+// -----
+
+// attn.mask_reduce: rows until the answer is known (an allowed and a
+// disallowed element seen), every column of a row, the mask inlined.
+// CHECK-LABEL: func.func @mask_reduce(
+// CHECK: %[[R:.*]]:3 = scf.while (%[[I:.*]] = %{{.*}}, %[[ANY:.*]] = %false, %[[ALL:.*]] = %true)
+// CHECK: %[[NOTALL:.*]] = arith.xori %[[ALL]], %true
+// CHECK: %[[DECIDED:.*]] = arith.andi %[[ANY]], %[[NOTALL]]
+// CHECK: %[[INROWS:.*]] = arith.cmpi slt, %[[I]], %{{.*}} : index
+// CHECK: scf.condition
+// CHECK: } do {
+// CHECK: scf.for {{.*}} iter_args(%[[A:.*]] = %{{.*}}, %[[L:.*]] = %{{.*}}) -> (i1, i1) {
+// CHECK: %[[M:.*]] = arith.cmpi sle
+// CHECK: arith.ori %[[A]], %[[M]]
+// CHECK: arith.andi %[[L]], %[[M]]
+// CHECK: return %[[R]]#1, %[[R]]#2
+// CHECK-NOT: attn.
+func.func @mask_reduce(%q0: i64, %kv0: i64, %rows: i64, %cols: i64, %b: i64) -> (i1, i1) {
+  %any, %all = attn.mask_reduce at(%q0, %kv0) valid(%rows, %cols) batch %b head %b seqlens(%b, %b) {
+  ^bb0(%bb: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+    %0 = arith.cmpi sle, %kv, %q : i32
+    attn.yield %0 : i1
+  }
+  return %any, %all : i1, i1
+}

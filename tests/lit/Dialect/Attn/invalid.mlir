@@ -103,3 +103,15 @@ func.func @store_type(%acc: memref<16x16xf32>, %l: memref<16xf32>, %p: !llvm.ptr
   attn.store_tile %acc, %l into %p[%i] rows %i strides(%i, %i) : memref<16x16xf32>, memref<16xf32> -> i32
   return
 }
+
+// -----
+
+func.func @mask_reduce_args(%x: i64) -> i1 {
+  // expected-error @+1 {{'mask' region takes 6 arguments, has 5}}
+  %any, %all = attn.mask_reduce at(%x, %x) valid(%x, %x) batch %x head %x seqlens(%x, %x) {
+  ^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32):
+    %t = arith.constant true
+    attn.yield %t : i1
+  }
+  return %any : i1
+}

@@ -79,3 +79,16 @@ func.func @tiles(%p: !llvm.ptr, %i: i64, %q: memref<16x32xf32>,
   attn.store_lse %m, %l into %p[%i] rows %i stride %i : memref<16xf32>, memref<16xf32>
   return
 }
+
+// CHECK-LABEL: func.func @mask_reduce
+// CHECK: %{{.*}}:2 = attn.mask_reduce at(%{{.*}}, %{{.*}}) valid(%{{.*}}, %{{.*}}) batch %{{.*}} head %{{.*}} seqlens(%{{.*}}, %{{.*}}) {
+// CHECK: ^bb0(%batch: i32, %head: i32, %q_idx: i32, %kv_idx: i32, %seqlen_q: i32, %seqlen_k: i32):
+// CHECK: attn.yield %{{.*}} : i1
+func.func @mask_reduce(%x: i64) -> (i1, i1) {
+  %any, %all = attn.mask_reduce at(%x, %x) valid(%x, %x) batch %x head %x seqlens(%x, %x) {
+  ^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+    %0 = arith.cmpi sle, %kv, %q : i32
+    attn.yield %0 : i1
+  }
+  return %any, %all : i1, i1
+}

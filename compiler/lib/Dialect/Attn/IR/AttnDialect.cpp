@@ -74,7 +74,7 @@ static bool mismatch(int64_t a, int64_t b) {
 /// %q_idx, %kv_idx, %seqlen_q, %seqlen_k) so the IR reads like the user's
 /// expression.
 static void nameIndexArgs(Region &region, OpAsmSetValueNameFn setName) {
-  static const char *const names[] = {"batch", "head",     "q_idx",
+  static const char *const names[] = {"batch",  "head",     "q_idx",
                                       "kv_idx", "seqlen_q", "seqlen_k"};
   if (region.empty())
     return;
@@ -91,6 +91,10 @@ void AttentionOp::getAsmBlockArgumentNames(Region &region,
   nameIndexArgs(region, setName);
 }
 void MaskSelectOp::getAsmBlockArgumentNames(Region &region,
+                                            OpAsmSetValueNameFn setName) {
+  nameIndexArgs(region, setName);
+}
+void MaskReduceOp::getAsmBlockArgumentNames(Region &region,
                                             OpAsmSetValueNameFn setName) {
   nameIndexArgs(region, setName);
 }
@@ -139,7 +143,7 @@ LogicalResult YieldOp::verify() {
   if (auto attn = dyn_cast<AttentionOp>(parent))
     want = (*this)->getParentRegion() == &attn.getMask() ? Type(b.getI1Type())
                                                          : Type(b.getF32Type());
-  else if (isa<MaskSelectOp>(parent))
+  else if (isa<MaskSelectOp, MaskReduceOp>(parent))
     want = b.getI1Type();
   else
     want = b.getF32Type();
@@ -218,6 +222,11 @@ LogicalResult DotOp::verify() {
 }
 
 LogicalResult MaskSelectOp::verify() {
+  return verifyIndexRegion(*this, getMask(), "mask", {},
+                           IntegerType::get(getContext(), 1));
+}
+
+LogicalResult MaskReduceOp::verify() {
   return verifyIndexRegion(*this, getMask(), "mask", {},
                            IntegerType::get(getContext(), 1));
 }

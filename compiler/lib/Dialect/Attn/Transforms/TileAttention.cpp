@@ -21,12 +21,20 @@
 // acc = alpha acc + P V, m = m'. Then O = acc / l and LSE = (m + log2 l) ln 2,
 // with O = 0 and LSE = -inf on rows with l = 0.
 //
+// varlen: items cover the longest sequence; item (b, h, q tile) reads
+// cu_seqlens_q/k[b], [b + 1] for its sequence's first tokens and lengths,
+// does nothing past its own sequence's end, and addresses tokens
+// (first token + index) * seq stride (batch strides are unused).
+// block-sparse: the K/V loop becomes two loops over the row's lists of the
+// block mask: partial tiles (classified as above) and full tiles (no
+// classification, no mask code).
+//
 //===----------------------------------------------------------------------===//
+#include "flashjit/Dialect/Attn/Transforms/KernelRegions.h"
 #include "flashjit/Dialect/Attn/Transforms/Passes.h"
 #include "flashjit/Dialect/Attn/Transforms/TileClassifier.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
 #include <cmath>
@@ -46,9 +54,10 @@ constexpr double kLog2e = 1.4426950408889634;
 /// Builds the kernel function for one attn.attention op.
 class KernelEmitter {
 public:
-  KernelEmitter(AttentionOp op, int64_t blockM, int64_t blockN, bool count)
-      : op(op), bm(blockM), bn(blockN), count(count),
-        b(op.getLoc(), op.getContext()) {}
+  KernelEmitter(AttentionOp op, int64_t blockM, int64_t blockN, bool count,
+                bool varlen, bool blockSparse)
+      : op(op), bm(blockM), bn(blockN), count(count), varlen(varlen),
+        blockSparse(blockSparse), b(op.getLoc(), op.getContext()) {}
 
   func::FuncOp emit() {
     MLIRContext *ctx = op.getContext();
@@ -64,7 +73,14 @@ public:
       args.append({ptr, i64});
     for (NamedAttribute p : op.getParams())
       args.push_back(cast<TypeAttr>(p.getValue()).getValue());
-    args.append(3 + 19 + 2, i64);
+    args.append(3 + 19, i64);
+    if (varlen)
+      args.append(2, ptr);
+    if (blockSparse) {
+      args.append(4, ptr);
+      args.append(3, i64);
+    }
+    args.append(2, i64);
 
     b.setInsertionPoint(op);
     auto fn = func::FuncOp::create(b, op.getSymName(),
@@ -73,120 +89,106 @@ public:
     b.setInsertionPointToStart(entry);
     fnArgs = entry->getArguments();
     unsigned s = 7 + 2 * numBuffers + numParams;
-    Value batch = arg(s), sq = arg(s + 1), sk = arg(s + 2);
+    Value maxSq = arg(s + 1), maxSk = arg(s + 2);
     auto strides = [&](unsigned first, unsigned n) {
       return fnArgs.slice(s + 3 + first, n);
     };
-    ValueRange qs = strides(0, 4), ks = strides(4, 4), vs = strides(8, 4),
-               os = strides(12, 4), ls = strides(16, 3);
-    Value begin = arg(s + 22), end = arg(s + 23);
-    (void)batch; // items already encode the batch
+    qs = strides(0, 4), ks = strides(4, 4), vs = strides(8, 4),
+    os = strides(12, 4), ls = strides(16, 3);
+    unsigned next = s + 22;
+    Value cuQ, cuK;
+    if (varlen) {
+      cuQ = arg(next);
+      cuK = arg(next + 1);
+      next += 2;
+    }
+    if (blockSparse) {
+      for (int i = 0; i < 4; ++i)
+        lists[i] = arg(next + i);
+      bmBatchStride = arg(next + 4);
+      bmHeadStride = arg(next + 5);
+      bmCap = arg(next + 6);
+      next += 7;
+    }
+    Value begin = arg(next), end = arg(next + 1);
 
     int64_t dqk = op.getHeadDimQk(), dv = op.getHeadDimV();
     int64_t hq = op.getHeadsQ(), group = hq / op.getHeadsKv();
     // Tiles live on the stack, allocated once (not per loop iteration).
-    Value qT = tileAlloca({bm, dqk}), kT = tileAlloca({bn, dqk}),
-          vT = tileAlloca({bn, dv});
-    Value sT = tileAlloca({bm, bn}), acc = tileAlloca({bm, dv});
-    Value m = tileAlloca({bm}), mNew = tileAlloca({bm}), l = tileAlloca({bm}),
-          alpha = tileAlloca({bm});
+    qT = tileAlloca({bm, dqk}), kT = tileAlloca({bn, dqk}),
+    vT = tileAlloca({bn, dv});
+    sT = tileAlloca({bm, bn}), acc = tileAlloca({bm, dv});
+    m = tileAlloca({bm}), mNew = tileAlloca({bm}), l = tileAlloca({bm}),
+    alpha = tileAlloca({bm});
     Value ninf = arith::ConstantOp::create(
         b, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
     Value zeroF = arith::ConstantOp::create(b, b.getF32FloatAttr(0.0f));
 
-    Value nMT = ceilDiv(sq, bm), nKT = ceilDiv(sk, bn);
+    // Items cover the largest sequence; varlen items past their own
+    // sequence's end do nothing.
+    Value nMT = ceilDiv(maxSq, bm);
     auto items = scf::ForOp::create(b, begin, end, c(1));
     b.setInsertionPoint(items.getBody()->getTerminator());
     Value item = items.getInductionVar();
-    Value mt = arith::RemSIOp::create(b, item, nMT);
+    mt = arith::RemSIOp::create(b, item, nMT);
     Value bh = arith::DivSIOp::create(b, item, nMT);
-    Value h = arith::RemSIOp::create(b, bh, c(hq));
-    Value bb = arith::DivSIOp::create(b, bh, c(hq));
-    Value hk = arith::DivSIOp::create(b, h, c(group));
-    Value q0 = mul(mt, c(bm));
-    Value qRows = arith::MinSIOp::create(b, c(bm), sub(sq, q0));
-    Value qOff = add(add(mul(bb, qs[0]), mul(h, qs[1])), mul(q0, qs[2]));
+    h = arith::RemSIOp::create(b, bh, c(hq));
+    bb = arith::DivSIOp::create(b, bh, c(hq));
+    hk = arith::DivSIOp::create(b, h, c(group));
+    q0 = mul(mt, c(bm));
+    if (varlen) {
+      // Sequence bb: query tokens [cu_q[bb], cu_q[bb + 1]), keys alike.
+      qStart = loadI32(cuQ, bb);
+      kStart = loadI32(cuK, bb);
+      sq = sub(loadI32(cuQ, add(bb, c(1))), qStart);
+      sk = sub(loadI32(cuK, add(bb, c(1))), kStart);
+      auto inSeq = scf::IfOp::create(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::slt, q0, sq),
+          /*withElseRegion=*/false);
+      b.setInsertionPoint(inSeq.thenBlock()->getTerminator());
+    } else {
+      sq = maxSq;
+      sk = maxSk;
+    }
+    nKT = ceilDiv(sk, bn);
+    qRows = arith::MinSIOp::create(b, c(bm), sub(sq, q0));
+    Value qOff = add(add(seqBase(qs, qStart), mul(h, qs[1])), mul(q0, qs[2]));
     LoadTileOp::create(b, arg(0), qOff, qRows, qs[2], qs[3], qT,
                        op.getDtypeQAttr());
     FillOp::create(b, zeroF, acc);
     FillOp::create(b, ninf, m);
     FillOp::create(b, zeroF, l);
 
-    auto tiles = scf::ForOp::create(b, c(0), nKT, c(1));
-    b.setInsertionPoint(tiles.getBody()->getTerminator());
-    Value kt = tiles.getInductionVar();
-    Value kv0 = mul(kt, c(bn));
-    Value kvRows = arith::MinSIOp::create(b, c(bn), sub(sk, kv0));
-
-    // Run-time tile classification (interval arithmetic over the mask).
-    TileBoxValues box{
-        bb, h, q0, sub(add(q0, qRows), c(1)), kv0, sub(add(kv0, kvRows), c(1)),
-        sq, sk};
-    TileClassValues cls = buildTileClassifier(
-        b, b.getLoc(), op.getMask(), box,
-        [&](Operation *p) { return paramArg(cast<ParamOp>(p).getName()); });
-    Value full = notV(cls.canBeFalse);
-    Value empty = arith::AndIOp::create(b, cls.canBeFalse, notV(cls.canBeTrue));
-    if (count)
-      countTile(arg(6), full, empty);
-
-    auto live = scf::IfOp::create(b, notV(empty), /*withElseRegion=*/false);
-    b.setInsertionPoint(live.thenBlock()->getTerminator());
-    Value kOff = add(add(mul(bb, ks[0]), mul(hk, ks[1])), mul(kv0, ks[2]));
-    Value vOff = add(add(mul(bb, vs[0]), mul(hk, vs[1])), mul(kv0, vs[2]));
-    LoadTileOp::create(b, arg(1), kOff, kvRows, ks[2], ks[3], kT,
-                       op.getDtypeKAttr());
-    LoadTileOp::create(b, arg(2), vOff, kvRows, vs[2], vs[3], vT,
-                       op.getDtypeVAttr());
-
-    bool identityScore = isIdentityScore();
-    double scale = op.getScale().convertToDouble();
-    DotOp::create(b, qT, kT, sT, b.getUnitAttr(), UnitAttr(),
-                  b.getF32FloatAttr(identityScore ? scale * kLog2e : scale));
-
-    SmallVector<Value, 8> where{q0, kv0, qRows, kvRows, bb, h, sq, sk};
-    // Full tiles: bounds only. Partial tiles: the user's mask per element.
-    auto isFull = scf::IfOp::create(b, full, /*withElseRegion=*/true);
-    {
+    if (blockSparse) {
+      // Only the listed tiles: partial ones (still classified, so index
+      // masks skip or unmask what they can), then full ones (no mask).
+      Value row = add(add(mul(bb, bmBatchStride), mul(h, bmHeadStride)), mt);
+      for (bool fullList : {false, true}) {
+        Value num = loadI32(lists[fullList ? 2 : 0], row);
+        auto loop = scf::ForOp::create(b, c(0), num, c(1));
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPoint(loop.getBody()->getTerminator());
+        Value kt = loadI32(lists[fullList ? 3 : 1],
+                           add(mul(row, bmCap), loop.getInductionVar()));
+        // A tile past this sequence's keys (varlen with a shared layout).
+        auto inRange = scf::IfOp::create(
+            b, arith::CmpIOp::create(b, arith::CmpIPredicate::slt, kt, nKT),
+            /*withElseRegion=*/false);
+        b.setInsertionPoint(inRange.thenBlock()->getTerminator());
+        emitKvTile(kt, /*knownFull=*/fullList);
+      }
+    } else {
+      auto tiles = scf::ForOp::create(b, c(0), nKT, c(1));
       OpBuilder::InsertionGuard g(b);
-      b.setInsertionPoint(isFull.thenBlock()->getTerminator());
-      auto sel =
-          MaskSelectOp::create(b, sT, where[0], where[1], where[2], where[3],
-                               where[4], where[5], where[6], where[7]);
-      Block *blk = b.createBlock(&sel.getMask(), {},
-                                 SmallVector<Type>(6, b.getI32Type()),
-                                 SmallVector<Location>(6, b.getLoc()));
-      b.setInsertionPointToStart(blk);
-      YieldOp::create(b, arith::ConstantOp::create(b, b.getBoolAttr(true)));
-      b.setInsertionPoint(isFull.elseBlock()->getTerminator());
-      auto part =
-          MaskSelectOp::create(b, sT, where[0], where[1], where[2], where[3],
-                               where[4], where[5], where[6], where[7]);
-      cloneRegion(op.getMask(), part.getMask());
+      b.setInsertionPoint(tiles.getBody()->getTerminator());
+      emitKvTile(tiles.getInductionVar(), /*knownFull=*/false);
     }
-    if (!identityScore) {
-      auto mod = ScoreModOp::create(b, sT, where[0], where[1], where[2],
-                                    where[3], where[4], where[5], where[6],
-                                    where[7], b.getF32FloatAttr(kLog2e));
-      cloneRegion(op.getScore(), mod.getMod());
-    }
-    // Online softmax in the exp2 domain.
-    RowMaxOp::create(b, sT, m, mNew);
-    Exp2Op::create(b, sT, mNew, sT);
-    Exp2Op::create(b, m, mNew, alpha);
-    RescaleOp::create(b, l, alpha);
-    RowSumOp::create(b, sT, l);
-    RescaleOp::create(b, acc, alpha);
-    DotOp::create(b, sT, vT, acc, UnitAttr(), b.getUnitAttr(),
-                  b.getF32FloatAttr(1.0f));
-    memref::CopyOp::create(b, mNew, m);
 
-    b.setInsertionPointAfter(tiles);
-    Value oOff = add(add(mul(bb, os[0]), mul(h, os[1])), mul(q0, os[2]));
+    Value oOff = add(add(seqBase(os, qStart), mul(h, os[1])), mul(q0, os[2]));
     StoreTileOp::create(b, acc, l, arg(3), oOff, qRows, os[2], os[3],
                         op.getDtypeOAttr());
     if (op.getReturnLse()) {
-      Value lOff = add(add(mul(bb, ls[0]), mul(h, ls[1])), mul(q0, ls[2]));
+      Value lOff = add(add(seqBase(ls, qStart), mul(h, ls[1])), mul(q0, ls[2]));
       StoreLseOp::create(b, m, l, arg(4), lOff, qRows, ls[2]);
     }
     b.setInsertionPointToEnd(entry);
@@ -197,11 +199,21 @@ public:
 private:
   AttentionOp op;
   int64_t bm, bn;
-  bool count;
+  bool count, varlen, blockSparse;
   ImplicitLocOpBuilder b;
   Type i64, f32;
   unsigned numBuffers = 0, numParams = 0;
   Block::BlockArgListType fnArgs;
+  ValueRange qs, ks, vs, os, ls;
+  // Block-sparse lists: kv_num_blocks, kv_indices, full_kv_num_blocks,
+  // full_kv_indices; row strides and the indices' row capacity.
+  Value lists[4], bmBatchStride, bmHeadStride, bmCap;
+  // Tiles and row vectors.
+  Value qT, kT, vT, sT, acc, m, mNew, l, alpha;
+  // The current work item: batch, head, K/V head, q tile, its first query
+  // and valid rows, the (per-sequence) seqlens and key tile count, and
+  // (varlen) the first token of the sequence in the packed tensors.
+  Value bb, h, hk, mt, q0, qRows, sq, sk, nKT, qStart, kStart;
 
   Value arg(unsigned i) { return fnArgs[i]; }
   Value c(int64_t v) {
@@ -221,6 +233,101 @@ private:
     return memref::AllocaOp::create(b, MemRefType::get(shape, f32),
                                     ValueRange{}, ValueRange{},
                                     b.getI64IntegerAttr(64));
+  }
+  /// Element \p i of the i32 array at \p base, sign-extended to i64.
+  Value loadI32(Value base, Value i) {
+    Type ptr = LLVM::LLVMPointerType::get(b.getContext());
+    Value p = LLVM::GEPOp::create(b, ptr, b.getI32Type(), base, ValueRange{i});
+    return arith::ExtSIOp::create(b, i64,
+                                  LLVM::LoadOp::create(b, b.getI32Type(), p));
+  }
+  /// The offset of the current sequence in a tensor with \p st strides:
+  /// batch * st[0], or (varlen) its first token * st[2].
+  Value seqBase(ValueRange st, Value start) {
+    return varlen ? mul(start, st[2]) : mul(bb, st[0]);
+  }
+
+  /// One K/V tile of the current work item: classify (unless the block
+  /// mask says it is full), skip if empty, else S = Q K^T, mask, score
+  /// modifier and the online-softmax update.
+  void emitKvTile(Value kt, bool knownFull) {
+    Value kv0 = mul(kt, c(bn));
+    Value kvRows = arith::MinSIOp::create(b, c(bn), sub(sk, kv0));
+    Value full, empty;
+    if (knownFull) {
+      full = arith::ConstantOp::create(b, b.getBoolAttr(true));
+      empty = arith::ConstantOp::create(b, b.getBoolAttr(false));
+    } else {
+      // Run-time tile classification (interval arithmetic over the mask).
+      TileBoxValues box{bb,  h,
+                        q0,  sub(add(q0, qRows), c(1)),
+                        kv0, sub(add(kv0, kvRows), c(1)),
+                        sq,  sk};
+      TileClassValues cls = buildTileClassifier(
+          b, b.getLoc(), op.getMask(), box,
+          [&](Operation *p) { return paramArg(cast<ParamOp>(p).getName()); });
+      full = notV(cls.canBeFalse);
+      empty = arith::AndIOp::create(b, cls.canBeFalse, notV(cls.canBeTrue));
+    }
+    if (count)
+      countTile(arg(6), full, empty);
+
+    OpBuilder::InsertionGuard guard(b);
+    auto live = scf::IfOp::create(b, notV(empty), /*withElseRegion=*/false);
+    b.setInsertionPoint(live.thenBlock()->getTerminator());
+    Value kOff = add(add(seqBase(ks, kStart), mul(hk, ks[1])), mul(kv0, ks[2]));
+    Value vOff = add(add(seqBase(vs, kStart), mul(hk, vs[1])), mul(kv0, vs[2]));
+    LoadTileOp::create(b, arg(1), kOff, kvRows, ks[2], ks[3], kT,
+                       op.getDtypeKAttr());
+    LoadTileOp::create(b, arg(2), vOff, kvRows, vs[2], vs[3], vT,
+                       op.getDtypeVAttr());
+
+    bool identityScore = isIdentityScore();
+    double scale = op.getScale().convertToDouble();
+    DotOp::create(b, qT, kT, sT, b.getUnitAttr(), UnitAttr(),
+                  b.getF32FloatAttr(identityScore ? scale * kLog2e : scale));
+
+    SmallVector<Value, 8> where{q0, kv0, qRows, kvRows, bb, h, sq, sk};
+    auto maskSelect = [&]() {
+      return MaskSelectOp::create(b, sT, where[0], where[1], where[2], where[3],
+                                  where[4], where[5], where[6], where[7]);
+    };
+    auto boundsOnly = [&]() {
+      auto sel = maskSelect();
+      OpBuilder::InsertionGuard g(b);
+      Block *blk = b.createBlock(&sel.getMask(), {},
+                                 SmallVector<Type>(6, b.getI32Type()),
+                                 SmallVector<Location>(6, b.getLoc()));
+      b.setInsertionPointToStart(blk);
+      YieldOp::create(b, arith::ConstantOp::create(b, b.getBoolAttr(true)));
+    };
+    if (knownFull) {
+      boundsOnly();
+    } else {
+      // Full tiles: bounds only. Partial tiles: the user's mask per element.
+      auto isFull = scf::IfOp::create(b, full, /*withElseRegion=*/true);
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPoint(isFull.thenBlock()->getTerminator());
+      boundsOnly();
+      b.setInsertionPoint(isFull.elseBlock()->getTerminator());
+      cloneRegion(op.getMask(), maskSelect().getMask());
+    }
+    if (!identityScore) {
+      auto mod = ScoreModOp::create(b, sT, where[0], where[1], where[2],
+                                    where[3], where[4], where[5], where[6],
+                                    where[7], b.getF32FloatAttr(kLog2e));
+      cloneRegion(op.getScore(), mod.getMod());
+    }
+    // Online softmax in the exp2 domain.
+    RowMaxOp::create(b, sT, m, mNew);
+    Exp2Op::create(b, sT, mNew, sT);
+    Exp2Op::create(b, m, mNew, alpha);
+    RescaleOp::create(b, l, alpha);
+    RowSumOp::create(b, sT, l);
+    RescaleOp::create(b, acc, alpha);
+    DotOp::create(b, sT, vT, acc, UnitAttr(), b.getUnitAttr(),
+                  b.getF32FloatAttr(1.0f));
+    memref::CopyOp::create(b, mNew, m);
   }
 
   /// The kernel argument of parameter \p name.
@@ -251,33 +358,14 @@ private:
                               LLVM::AtomicOrdering::monotonic);
   }
 
-  /// Clones \p from into the empty region \p to, replacing attn.param by the
-  /// kernel argument and attn.buffer_load by a bounds-checked attn.load_elem.
+  /// Clones \p from into the empty region \p to (KernelRegions.h).
   void cloneRegion(Region &from, Region &to) {
-    IRMapping map;
-    from.cloneInto(&to, map);
-    SmallVector<Operation *> dead;
-    to.walk([&](Operation *inner) {
-      if (auto p = dyn_cast<ParamOp>(inner)) {
-        p.getResult().replaceAllUsesWith(paramArg(p.getName()));
-        dead.push_back(p);
-      } else if (auto l = dyn_cast<BufferLoadOp>(inner)) {
-        unsigned slot = 0;
-        for (NamedAttribute d : op.getBuffers()) {
-          if (d.getName() == l.getName())
-            break;
-          ++slot;
-        }
-        OpBuilder ib(l);
-        auto load = LoadElemOp::create(
-            ib, l.getLoc(), l.getType(), arg(7 + 2 * slot), l.getIndex(),
-            arg(8 + 2 * slot), arg(5), ib.getI64IntegerAttr(slot));
-        l.getResult().replaceAllUsesWith(load.getResult());
-        dead.push_back(l);
-      }
-    });
-    for (Operation *d : dead)
-      d->erase();
+    cloneKernelRegion(op, from, to,
+                      {[&](StringRef name) { return paramArg(name); },
+                       [&](unsigned slot) {
+                         return std::pair{arg(7 + 2 * slot), arg(8 + 2 * slot)};
+                       },
+                       arg(5)});
   }
 };
 
@@ -293,7 +381,7 @@ struct AttnTilePass : public flashjit::attn::impl::AttnTileBase<AttnTilePass> {
     SmallVector<AttentionOp> ops;
     getOperation().walk([&](AttentionOp op) { ops.push_back(op); });
     for (AttentionOp op : ops) {
-      KernelEmitter(op, blockM, blockN, countTiles).emit();
+      KernelEmitter(op, blockM, blockN, countTiles, varlen, blockSparse).emit();
       op.erase();
     }
   }

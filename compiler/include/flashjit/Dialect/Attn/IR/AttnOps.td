@@ -7,7 +7,8 @@
 // Tile level (FlashAttention-2 forward, destination-passing style on f32
 // memref tiles): attn.fill, attn.load_tile, attn.dot, attn.mask_select,
 // attn.score_mod, attn.row_max, attn.exp2, attn.rescale, attn.row_sum,
-// attn.store_tile, attn.store_lse, attn.load_elem.
+// attn.store_tile, attn.store_lse, attn.load_elem; attn.mask_reduce (block
+// masks of data-dependent masks).
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_ATTN_OPS
@@ -78,11 +79,13 @@ def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove,
 }
 
 def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator, ReturnLike,
-    ParentOneOf<["AttentionOp", "MaskSelectOp", "ScoreModOp"]>]> {
+    ParentOneOf<["AttentionOp", "MaskSelectOp", "MaskReduceOp",
+                 "ScoreModOp"]>]> {
   let summary = "yields the value of a mask or score region";
   let description = [{
     Ends the `mask` region (an i1) or the `score` region (an f32) of
-    `attn.attention`, `attn.mask_select` and `attn.score_mod`.
+    `attn.attention`, `attn.mask_select`, `attn.mask_reduce` and
+    `attn.score_mod`.
 
     ```mlir
     attn.yield %allowed : i1
@@ -265,6 +268,41 @@ def Attn_MaskSelectOp : Attn_Op<"mask_select", [
     $scores `at` `(` $q0 `,` $kv0 `)` `valid` `(` $rows `,` $cols `)`
     `batch` $batch `head` $head `seqlens` `(` $seqlen_q `,` $seqlen_k `)`
     attr-dict `:` type($scores) $mask
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_MaskReduceOp : Attn_Op<"mask_reduce", [
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmBlockArgumentNames"]>]> {
+  let summary = "whether the mask holds somewhere and everywhere on a tile";
+  let description = [{
+    Evaluates the `mask` region at every element `(q0 + i, kv0 + j)`,
+    `i < rows`, `j < cols`, of one tile (the tile clipped to the sequence)
+    and yields `any` (some element is allowed) and `all` (every element is).
+    With `rows` or `cols` 0 it yields `any = false`, `all = true`. The region
+    takes `(batch, head, q_idx, kv_idx, seqlen_q, seqlen_k)` as i32, like
+    `attn.mask_select`'s. Block-mask builders use it to classify tiles whose
+    mask reads data (interval arithmetic cannot decide them): all: full,
+    !any: empty, else partial. Lowerings may stop early once `any` is true
+    and `all` false.
+
+    ```mlir
+    %any, %all = attn.mask_reduce at(%q0, %kv0) valid(%rows, %cols)
+        batch %b head %h seqlens(%sq, %sk) {
+    ^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+      %0 = arith.cmpi sle, %kv, %q : i32
+      attn.yield %0 : i1
+    }
+    ```
+  }];
+  let arguments = (ins I64:$q0, I64:$kv0, I64:$rows, I64:$cols, I64:$batch,
+                       I64:$head, I64:$seqlen_q, I64:$seqlen_k);
+  let results = (outs I1:$any, I1:$all);
+  let regions = (region SizedRegion<1>:$mask);
+  let assemblyFormat = [{
+    `at` `(` $q0 `,` $kv0 `)` `valid` `(` $rows `,` $cols `)`
+    `batch` $batch `head` $head `seqlens` `(` $seqlen_q `,` $seqlen_k `)`
+    attr-dict-with-keyword $mask
   }];
   let hasVerifier = 1;
 }

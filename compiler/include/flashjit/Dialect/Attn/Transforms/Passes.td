@@ -17,6 +17,13 @@ def AttnTile : Pass<"attn-tile", "::mlir::ModuleOp"> {
     with exp2 (log2(e) folded into the scale) and rescaled O; finally store
     O and LSE.
 
+    With `varlen`, tensors are packed sequences (FlashAttention varlen) and
+    each item reads its sequence's bounds from `cu_seqlens_q/k`; with
+    `block-sparse`, the K/V loop visits only the partial and full tiles
+    listed for the item's row of a block mask (FlexAttention's BlockMask),
+    full ones without classification or mask code. KernelAbi.h states the
+    extra arguments.
+
     Before:
     ```mlir
     attn.attention @causal {...} mask {...} score {...}
@@ -42,11 +49,58 @@ def AttnTile : Pass<"attn-tile", "::mlir::ModuleOp"> {
     Option<"blockN", "block-n", "int64_t", /*default=*/"64",
            "keys per tile">,
     Option<"countTiles", "count-tiles", "bool", /*default=*/"false",
-           "count full/partial/empty tiles into the counters argument">
+           "count full/partial/empty tiles into the counters argument">,
+    Option<"varlen", "varlen", "bool", /*default=*/"false",
+           "packed variable-length sequences (cu_seqlens_q/k arguments)">,
+    Option<"blockSparse", "block-sparse", "bool", /*default=*/"false",
+           "visit only the tiles a block mask lists (block-mask arguments)">
   ];
   let dependentDialects = ["::mlir::func::FuncDialect",
                            "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+}
+
+def AttnBuildBlockMask : Pass<"attn-build-block-mask", "::mlir::ModuleOp"> {
+  let summary = "adds the block-mask builder of each attention kernel";
+  let description = [{
+    For each `attn.attention @f` (left in place, for attn-tile), adds
+    `func.func @f_block_mask` with the builder ABI of KernelAbi.h: for each
+    row (batch, head, q tile) of a block mask in `[item_begin, item_end)`,
+    each key tile is classified by interval arithmetic over the mask and,
+    where that cannot decide, by `attn.mask_reduce` over its elements;
+    partial and full tiles are appended in increasing order to `kv_indices`
+    and `full_kv_indices`, their counts stored in `kv_num_blocks` and
+    `full_kv_num_blocks`.
+
+    Before:
+    ```mlir
+    attn.attention @doc {...} mask {...} score {...}
+    ```
+    After:
+    ```mlir
+    attn.attention @doc {...} mask {...} score {...}
+    func.func @doc_block_mask(%status: !llvm.ptr, ..., %item_begin: i64,
+                              %item_end: i64) {
+      scf.for %row = ... {
+        %n:2 = scf.for %kt = ... iter_args(...) {
+          // interval classification, else attn.mask_reduce
+        }
+      }
+    }
+    ```
+  }];
+  let options = [
+    Option<"blockM", "block-m", "int64_t", /*default=*/"64",
+           "queries per tile">,
+    Option<"blockN", "block-n", "int64_t", /*default=*/"64",
+           "keys per tile">,
+    Option<"varlen", "varlen", "bool", /*default=*/"false",
+           "packed variable-length sequences (cu_seqlens_q/k arguments)">
+  ];
+  let dependentDialects = ["::mlir::func::FuncDialect",
+                           "::mlir::scf::SCFDialect",
                            "::mlir::arith::ArithDialect",
                            "::mlir::LLVM::LLVMDialect"];
 }

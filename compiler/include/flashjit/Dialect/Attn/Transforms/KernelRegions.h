@@ -1,0 +1,40 @@
+//===- KernelRegions.h - The user's regions inside generated kernels -*- C++
+//-*-//
+//
+// attn-tile (the attention kernel) and attn-build-block-mask (the block-mask
+// builder) both clone the mask and score regions of an attn.attention into
+// their functions, with each attn.param replaced by the kernel argument that
+// carries it and each attn.buffer_load by a bounds-checked attn.load_elem
+// on the buffer's (data, size) arguments that reports to `status`.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_DIALECT_ATTN_TRANSFORMS_KERNELREGIONS_H
+#define FLASHJIT_DIALECT_ATTN_TRANSFORMS_KERNELREGIONS_H
+
+#include "flashjit/Dialect/Attn/IR/Attn.h"
+
+#include "mlir/IR/Region.h"
+
+#include <utility>
+
+namespace flashjit::attn {
+
+/// The function arguments the cloned regions read.
+struct KernelRegionArgs {
+  /// The value of parameter \p name (null if \p op declares none).
+  llvm::function_ref<mlir::Value(llvm::StringRef name)> param;
+  /// (data pointer, i64 size) of the buffer with index \p slot in \p op's
+  /// sorted `buffers`.
+  llvm::function_ref<std::pair<mlir::Value, mlir::Value>(unsigned slot)> buffer;
+  /// The i32 status array the out-of-range flags go to.
+  mlir::Value status;
+};
+
+/// Clones \p from (a region of \p op) into the empty region \p to, with
+/// attn.param and attn.buffer_load replaced as stated above.
+void cloneKernelRegion(AttentionOp op, mlir::Region &from, mlir::Region &to,
+                       const KernelRegionArgs &args);
+
+} // namespace flashjit::attn
+
+#endif // FLASHJIT_DIALECT_ATTN_TRANSFORMS_KERNELREGIONS_H
