@@ -268,6 +268,22 @@ TEST_CASE("referenceBlockMask classifies like the brute-force tile counts",
     CHECK(m.numQTiles * m.numKvTiles - m.numFull() - m.numPartial() ==
           want.empty);
   }
+  AttentionSpec plain;
+  expectUserError([&] { referenceBlockMask(plain, 0, 4, 1, 9, 9); },
+                  {"block_m and block_n must be positive"});
+  expectUserError([&] { referenceBlockMask(plain, 4, 4, 1, -1, 9); },
+                  {"seqlen_q and seqlen_k must be >= 0"});
+  std::vector<int32_t> cu2{0, 3}, cu3{0, 3, 5};
+  expectUserError([&] { referenceVarlenBlockMask(plain, 4, 4, cu2, cu3); },
+                  {"cu_seqlens_q and cu_seqlens_k differ in length"});
+  std::vector<int32_t> bad{0, 3, 2};
+  expectUserError([&] { referenceVarlenBlockMask(plain, 4, 4, bad, cu3); },
+                  {"cu_seqlens_q[2] = 2 < cu_seqlens_q[1] = 3"});
+  BlockMask vm = referenceVarlenBlockMask(plain, 4, 4, cu3, cu3);
+  CHECK(vm.batch == 2);
+  CHECK(vm.seqlenQ == 3);
+  CHECK(vm.cuSeqlensQ == cu3);
+  CHECK(vm.numFull() == 2); // one (clipped) full tile per sequence
   AttentionSpec perHead;
   perHead.headsQ = 3;
   perHead.variant.mask(kv_idx <= q_idx + head);
