@@ -69,9 +69,11 @@ def _dtype_code(dtype):
     return codes[name]
 
 
-def _tensor(t, what):
+def _tensor(t, what, optional=False):
     if t is None:
-        return None
+        if optional:
+            return None
+        raise FlashjitError("FLASHJIT_USER_ERROR", f"{what} is None")
     rank = len(t.shape)
     if rank not in (3, 4):
         raise FlashjitError("FLASHJIT_USER_ERROR",
@@ -148,7 +150,7 @@ class Kernel:
         (torch: ``torch.cuda.current_stream().cuda_stream``) or None."""
         tq, tk, tv, to = (_tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v"),
                           _tensor(o, "o"))
-        tl = _tensor(lse, "lse")
+        tl = _tensor(lse, "lse", optional=True)
         array, n, _keep = _args(args)
         self._lib._check(self._lib._c.flashjit_run(
             self._handle, ctypes.byref(tq), ctypes.byref(tk),
@@ -178,8 +180,9 @@ class Library:
 
     def _check(self, status):
         if status != 0:
-            raise FlashjitError(_STATUS.get(status, str(status)),
-                                self._c.flashjit_last_error().decode())
+            raise FlashjitError(
+                _STATUS.get(status, str(status)),
+                self._c.flashjit_last_error().decode(errors="replace"))
 
     def compile(self, spec_text, target):
         """Compiles canonical spec text for "cpu", "sm_80" or "sm_90a"."""

@@ -26,6 +26,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 using namespace flashjit;
 
@@ -190,6 +191,27 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
       request.optLevel = runtime::kDefaultCpuOptLevel;
     }
     std::optional<runtime::KernelArtifacts> a = bundle.find(request);
+    if (!a) {
+      // Bundled with explicit tile options (flashjit bundle --block-n ...):
+      // the one kernel of this spec and target, whatever its tiles.
+      std::vector<const runtime::Bundle::Item *> same;
+      for (const runtime::Bundle::Item &item : bundle.items())
+        if (item.specText == canonical && item.arch == t)
+          same.push_back(&item);
+      if (same.size() > 1)
+        throw UserError(fmt::format(
+            "flashjit_load: bundle '{}' has {} {} kernels for spec '{}' with "
+            "different tile options; keep one per spec and target",
+            bundle_dir, same.size(), t, canonical));
+      if (same.size() == 1) {
+        request.blockN = same[0]->blockN;
+        request.numWarps = same[0]->numWarps;
+        request.blockM = same[0]->blockM;
+        request.optLevel = same[0]->optLevel;
+        request.countTiles = same[0]->countTiles;
+        a = bundle.find(request);
+      }
+    }
     if (!a)
       throw UserError(fmt::format("flashjit_load: bundle '{}' has no {} "
                                   "kernel for spec '{}' ({} kernels in it)",
@@ -241,8 +263,8 @@ flashjit_status flashjit_run(const flashjit_kernel *kernel,
     } else {
       std::string why;
       runtime::Device::available(&why);
-      throw DriverError("this GPU kernel was compiled without a GPU to load "
-                        "it on: " +
+      throw DriverError("no GPU to run this kernel on (its tensors were not "
+                        "checked either): " +
                         why);
     }
   });

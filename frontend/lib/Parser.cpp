@@ -32,11 +32,26 @@ public:
     Expr e = parseExpr();
     skipSpace();
     if (pos_ != text_.size())
-      error(fmt::format("unexpected '{}' after the expression", text_[pos_]));
+      error(fmt::format("unexpected {} after the expression", charAt(pos_)));
     return e;
   }
 
   AttentionSpec parseWholeSpec();
+
+  /// The character at \p pos for a message, always valid UTF-8: 'c', a
+  /// whole non-ASCII character, or the byte in hex when it starts none.
+  std::string charAt(size_t pos) const {
+    auto c = static_cast<unsigned char>(text_[pos]);
+    if (c >= 0x20 && c < 0x7f)
+      return fmt::format("'{}'", static_cast<char>(c));
+    size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    bool valid = len > 1 && pos + len <= text_.size();
+    for (size_t i = 1; valid && i < len; ++i)
+      valid = (static_cast<unsigned char>(text_[pos + i]) & 0xC0) == 0x80;
+    if (valid)
+      return fmt::format("'{}' (not ASCII)", text_.substr(pos, len));
+    return fmt::format("byte 0x{:02X}", c);
+  }
 
 private:
   [[noreturn]] void error(const std::string &message) const {
@@ -124,10 +139,13 @@ private:
   }
 
   /// Counts the parser's recursion: deeper text would overflow the stack.
+  /// One level of a tree costs at most two (a parenthesised group holding a
+  /// unary operator, as the canonical text prints negation), so the limit is
+  /// twice the tree's; build() enforces the tree's own.
   struct DepthGuard {
     Parser &p;
     explicit DepthGuard(Parser &p) : p(p) {
-      if (++p.depth_ > kMaxExprDepth)
+      if (++p.depth_ > 2 * kMaxExprDepth)
         p.error(fmt::format("expression nested more than {} levels deep",
                             kMaxExprDepth));
     }
@@ -238,17 +256,20 @@ private:
   }
 
   Expr parseUnary() {
-    DepthGuard guard(*this);
     skipSpace();
     size_t at = pos_;
+    // One level per unary operator, as parseExpr counts one per parenthesis
+    // or argument: the text of a tree of depth d nests at most d levels.
     if (accept("-")) {
       // A '-' glued to a literal is part of the literal.
       if (startsLiteral(pos_))
         return parseLiteral(/*negative=*/true, at);
+      DepthGuard guard(*this);
       Expr operand = parseUnary();
       return build(at, [&] { return makeUnary(UnaryOp::Neg, operand, {}); });
     }
     if (accept("!")) {
+      DepthGuard guard(*this);
       Expr operand = parseUnary();
       return build(at, [&] { return makeUnary(UnaryOp::Not, operand, {}); });
     }
@@ -348,7 +369,7 @@ private:
     }
     std::string_view id = peekIdentifier();
     if (id.empty())
-      error(fmt::format("unexpected '{}', expected an expression", c));
+      error(fmt::format("unexpected {}, expected an expression", charAt(pos_)));
     pos_ += id.size();
     if (id == "true" || id == "false")
       return constant(ScalarType::Bool, id == "true", 0.0f, {});

@@ -5,6 +5,7 @@
 #include "flashjit/frontend/Variant.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -75,6 +76,28 @@ void checkTensor(const char *name, const TensorRef &t, int rank,
                                   "output elements would overlap",
                                   name, i, t.shape[i]),
                       std::source_location());
+  }
+  // The farthest element, in bytes, must be addressable without wrapping:
+  // strides near 2^63 would otherwise read before the buffer.
+  if (t.numel() > 0) {
+    int64_t far = 0;
+    bool overflow = false;
+    for (int i = 0; i < rank && !overflow; ++i) {
+      int64_t step = 0;
+      overflow = __builtin_mul_overflow(t.shape[i] - 1, t.strides[i], &step) ||
+                 __builtin_add_overflow(far, step, &far);
+    }
+    overflow = overflow ||
+               __builtin_mul_overflow(far, int64_t(byteSize(t.dtype)), &far);
+    if (overflow)
+      throw UserError(
+          fmt::format(
+              "{}.strides = [{}] with shape [{}]: the last element's "
+              "byte offset overflows 64 bits",
+              name,
+              fmt::join(t.strides.begin(), t.strides.begin() + rank, ", "),
+              fmt::join(t.shape.begin(), t.shape.begin() + rank, ", ")),
+          std::source_location());
   }
   if (t.numel() > 0 && !t.data)
     throw UserError(fmt::format("{}.data is null but {} has {} elements", name,

@@ -37,8 +37,8 @@ typedef enum flashjit_dtype {
   FLASHJIT_FP32 = 2
 } flashjit_dtype;
 
-/** A strided tensor of rank 3 or 4 (host memory for the CPU target, device
- *  memory for a GPU target). */
+/** A strided tensor (host memory for the CPU target, device memory for a GPU
+ *  target): rank 4 for Q, K, V and O, rank 3 for LSE. */
 typedef struct flashjit_tensor {
   void *data;
   flashjit_dtype dtype;

@@ -209,11 +209,12 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
     size_t nv = image.ptx.find("__nv_", at);
     if (nv != std::string::npos) {
       size_t end = image.ptx.find_first_of("( \n", nv);
-      throw CompileError(fmt::format(
+      const char *home = std::getenv("CUDA_HOME");
+      throw UserError(fmt::format(
           "kernel '{}' calls the libdevice function {} but libdevice.10.bc "
-          "was not linked: set CUDA_HOME to the CUDA toolkit (it holds "
-          "nvvm/libdevice/libdevice.10.bc)",
-          image.name, image.ptx.substr(nv, end - nv)));
+          "was not linked: CUDA_HOME = '{}' holds no "
+          "nvvm/libdevice/libdevice.10.bc; set CUDA_HOME to the CUDA toolkit",
+          image.name, image.ptx.substr(nv, end - nv), home ? home : ""));
     }
   }
   image.timings.push_back({"nvvm-to-ptx", w.lap()});

@@ -99,6 +99,10 @@ def main():
     expect_error("FLASHJIT_USER_ERROR", "k.shape", kernel.run, q,
                  Tensor([B, HKV, SK, 8], rng), v, o, lse, {"cap": cap})
     expect_error("FLASHJIT_USER_ERROR", "sm_75", lib.compile, spec, "sm_75")
+    expect_error("FLASHJIT_USER_ERROR", "o is None", kernel.run, q, k, v, None,
+                 lse, {"cap": cap})
+    expect_error("FLASHJIT_USER_ERROR", "(not ASCII)", lib.compile,
+                 "attention(mask=(q_idx >= \u00e9))", "cpu")
     runtime = fj.Library(sys.argv[2])
     expect_error("FLASHJIT_USER_ERROR", "flashjit_load", runtime.compile,
                  spec, "cpu")

@@ -9,6 +9,7 @@
 #include "flashjit/frontend/Arguments.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Parser.h"
+#include "flashjit/frontend/Printer.h"
 
 #include <catch2/catch.hpp>
 
@@ -34,6 +35,27 @@ TEST_CASE("limits: deeply nested text is a ParseError, not a crash",
   for (int i = 0; i < kMaxExprDepth / 2; ++i)
     ok += " + 1";
   CHECK(parseExpr(ok + " >= kv_idx")->depth() < kMaxExprDepth);
+}
+
+TEST_CASE("limits: every tree within the limit round-trips through its text",
+          "[frontend][limits]") {
+  // The canonical text puts one parenthesis per binary node, so a flat sum
+  // of d terms prints d nested groups: it must parse back at any depth the
+  // DSL accepts, and one more level must not.
+  Expr e = q_idx;
+  while (e->depth() < kMaxExprDepth - 1)
+    e = e + 1;
+  Expr deep = e >= kv_idx;
+  REQUIRE(deep->depth() == kMaxExprDepth);
+  std::string text = printExpr(deep);
+  CHECK(printExpr(parseExpr(text)) == text);
+  Expr neg = q_idx;
+  while (neg->depth() < kMaxExprDepth - 1)
+    neg = -neg;
+  CHECK(printExpr(parseExpr(printExpr(neg >= kv_idx))) ==
+        printExpr(neg >= kv_idx));
+  CHECK_THROWS_WITH(parseExpr("(" + printExpr(e + 1) + " >= kv_idx)"),
+                    Catch::Contains("levels deep"));
 }
 
 TEST_CASE("limits: a variant refuses a mask deeper than the limit",

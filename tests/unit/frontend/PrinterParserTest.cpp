@@ -327,3 +327,15 @@ TEST_CASE("parser: syntax errors carry the column",
   CHECK_THROWS_AS(parseExpr("param<f32>()"), UserError);
   CHECK_THROWS_AS(parseExpr("param<f99>(x)"), UserError);
 }
+
+TEST_CASE("parser: messages quote non-ASCII text as whole characters",
+          "[frontend][parser][error]") {
+  // A lone byte of a multi-byte character would make the message invalid
+  // UTF-8 (Python's ctypes binding then fails to decode it).
+  CHECK_THROWS_WITH(parseExpr("q_idx >= kv_idx \xE2\x88\xA7 1"),
+                    Catch::Contains("'\xE2\x88\xA7' (not ASCII)"));
+  CHECK_THROWS_WITH(parseExpr("q_idx >= \xC3\xA9"),
+                    Catch::Contains("'\xC3\xA9' (not ASCII)"));
+  CHECK_THROWS_WITH(parseExpr("q_idx >= \xFF"), Catch::Contains("byte 0xFF"));
+  CHECK_THROWS_WITH(parseExpr("q_idx \x01"), Catch::Contains("byte 0x01"));
+}

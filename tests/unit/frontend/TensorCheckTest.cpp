@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <limits>
 #include <vector>
 
 using namespace flashjit;
@@ -107,6 +108,24 @@ TEST_CASE("tensor: consistent tensors give the shape", "[frontend][tensor]") {
   z.lse.shape[2] = 0;
   z.lse.data = nullptr;
   CHECK(z.check().seqlenQ == 0);
+}
+
+TEST_CASE("tensor: strides whose last byte offset overflows are refused",
+          "[frontend][tensor][error]") {
+  expectBad("q.strides[0] = 2^61",
+            [](Problem &p) { p.q.strides[0] = int64_t(1) << 61; },
+            {"q.strides", "2305843009213693952", "overflows"});
+  expectBad(
+      "k.strides[0] = INT64_MAX",
+      [](Problem &p) { p.k.strides[0] = std::numeric_limits<int64_t>::max(); },
+      {"k.strides", "overflows"});
+  expectBad("o.strides[2] = 2^62",
+            [](Problem &p) { p.o.strides[2] = int64_t(1) << 62; },
+            {"o.strides", "overflows"});
+  // Large but addressable strides pass the check.
+  Problem p;
+  p.q.strides[0] = int64_t(1) << 40;
+  CHECK_NOTHROW(p.check());
 }
 
 TEST_CASE("tensor: every inconsistency names the field",
