@@ -109,11 +109,14 @@ CacheKey CacheKey::make(std::string specText, std::string arch, int blockN,
 }
 
 CacheKey CacheKey::makeCpu(std::string specText, int blockM, int blockN,
-                           int optLevel, bool countTiles) {
+                           int optLevel, bool countTiles, bool varlen,
+                           bool blockSparse) {
   CacheKey key = make(std::move(specText), "cpu", blockN);
   key.blockM = blockM;
   key.optLevel = optLevel;
   key.countTiles = countTiles;
+  key.varlen = varlen;
+  key.blockSparse = blockSparse;
   key.cpu = hostCpu().name;
   key.cpuFeatures = hostCpu().features;
   return key;
@@ -138,6 +141,8 @@ std::string CacheKey::canonicalText() const {
   field("block_m", std::to_string(blockM));
   field("opt_level", std::to_string(optLevel));
   field("count_tiles", countTiles ? "1" : "0");
+  field("varlen", varlen ? "1" : "0");
+  field("block_sparse", blockSparse ? "1" : "0");
   field("cpu", cpu);
   field("cpu_features", cpuFeatures);
   std::vector<std::pair<std::string, std::string>> sorted = env;
@@ -192,6 +197,8 @@ std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
                             {"block_m", key.blockM},
                             {"opt_level", key.optLevel},
                             {"count_tiles", key.countTiles},
+                            {"varlen", key.varlen},
+                            {"block_sparse", key.blockSparse},
                             {"cpu", key.cpu},
                             {"cpu_features", key.cpuFeatures}};
   llvm::json::Object env;
@@ -211,6 +218,8 @@ std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
                           {"registers", a.registers},
                           {"spill_bytes", a.spillBytes},
                           {"count_tiles", a.countTiles},
+                          {"varlen", a.varlen},
+                          {"block_sparse", a.blockSparse},
                           {"opt_level", a.optLevel},
                           {"cpu", a.cpu},
                           {"cpu_features", a.cpuFeatures},
@@ -428,6 +437,9 @@ std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
   if (!countTiles)
     return fail(fmt::format("{} lacks a required field", metaPath));
   a.countTiles = *countTiles;
+  // Absent in entries of kernels with neither mode.
+  a.varlen = meta->getBoolean("varlen").value_or(false);
+  a.blockSparse = meta->getBoolean("block_sparse").value_or(false);
   if (const llvm::json::Array *stages = meta->getArray("compile_seconds"))
     for (const llvm::json::Value &v : *stages)
       if (const llvm::json::Object *o = v.getAsObject()) {

@@ -135,9 +135,20 @@ loadCpuKernel(const KernelArtifacts &a) {
     throw UserError(fmt::format("CPU kernel shared object lacks the entry "
                                 "'{}'",
                                 symbol));
+  void *builder = nullptr;
+  if (a.blockSparse) {
+    std::string b = a.entry + abi::kBlockMaskSuffix + abi::kPackedSuffix;
+    builder = ::dlsym(owner.get(), b.c_str());
+    if (!builder)
+      throw UserError(fmt::format("CPU kernel shared object lacks the "
+                                  "block-mask builder '{}'",
+                                  b));
+  }
   return std::make_shared<const CpuAttentionKernel>(
-      std::move(spec), CpuKernelInfo{a.blockM, a.blockN, a.countTiles},
-      reinterpret_cast<CpuKernelFn>(fn), std::move(owner));
+      std::move(spec),
+      CpuKernelInfo{a.blockM, a.blockN, a.countTiles, a.varlen, a.blockSparse},
+      reinterpret_cast<CpuKernelFn>(fn), std::move(owner),
+      reinterpret_cast<CpuKernelFn>(builder));
 }
 
 } // namespace flashjit::runtime

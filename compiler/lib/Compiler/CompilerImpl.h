@@ -35,11 +35,6 @@ struct TileClassifierKernel::Impl {
   PackedFn fn = nullptr;
 };
 
-/// Throws UserError if \p options asks for a varlen or block-sparse kernel:
-/// their kernel.so, cache key and meta.json do not record those modes yet,
-/// so \p what (the refusing function) cannot serve them.
-void refuseUncachable(const CompileOptions &options, const char *what);
-
 /// Parameters and buffers of \p v sorted by name (the kernel's order).
 std::vector<ParamDecl> sortedParams(const Variant &v);
 std::vector<BufferDecl> sortedBuffers(const Variant &v);

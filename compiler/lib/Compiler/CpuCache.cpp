@@ -23,22 +23,12 @@ namespace flashjit {
 using runtime::CacheOutcome;
 using runtime::KernelArtifacts;
 
-void refuseUncachable(const CompileOptions &options, const char *what) {
-  if (options.varlen || options.blockSparse)
-    throw UserError(fmt::format(
-        "{}: varlen and block-sparse CPU kernels (CompileOptions.varlen = {}, "
-        "blockSparse = {}) are compiled in memory only (compileCpu); the "
-        "disk cache does not hold them yet",
-        what, options.varlen, options.blockSparse));
-}
-
 runtime::CacheKey cpuCacheKey(const AttentionSpec &spec,
                               const CompileOptions &options) {
   validateForCpu(spec, options);
-  refuseUncachable(options, "cpuCacheKey");
-  return runtime::CacheKey::makeCpu(printSpec(spec), cpuBlockM(options),
-                                    cpuBlockN(options), options.optLevel,
-                                    options.countTiles);
+  return runtime::CacheKey::makeCpu(
+      printSpec(spec), cpuBlockM(options), cpuBlockN(options), options.optLevel,
+      options.countTiles, options.varlen, options.blockSparse);
 }
 
 bool cpuLinkerAvailable(std::string *why) {
@@ -131,12 +121,6 @@ std::shared_ptr<const CpuKernel> loadOrCompileCpu(const AttentionSpec &spec,
                                                   const CompileOptions &options,
                                                   runtime::DiskCache *cache,
                                                   CpuLoadReport *report) {
-  if (options.varlen || options.blockSparse) {
-    // Not in the disk cache yet (refuseUncachable): compile in memory.
-    if (report)
-      *report = CpuLoadReport();
-    return compileCpu(spec, options);
-  }
   runtime::CacheKey key = cpuCacheKey(spec, options); // validates first
   runtime::DiskCache &disk = cache ? *cache : runtime::defaultCache();
   CpuLoadReport local;

@@ -251,7 +251,6 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
 runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
                                              const CompileOptions &options) {
   validateForCpu(spec, options); // every UserError before MLIR/LLVM
-  refuseUncachable(options, "compileCpuArtifacts");
   std::string why;
   std::string cc = findCCompiler(&why);
   if (cc.empty())
@@ -260,8 +259,10 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   std::array<std::string, 5> texts;
   std::vector<StageTiming> timings;
   int blockM = cpuBlockM(options), blockN = cpuBlockN(options);
-  Lowered l = lowerToLLVMDialect(spec, {blockM, blockN, options.countTiles},
-                                 texts, timings, w);
+  Lowered l = lowerToLLVMDialect(
+      spec,
+      {blockM, blockN, options.countTiles, options.varlen, options.blockSparse},
+      texts, timings, w);
 
   initLLVMOnce();
   std::unique_ptr<llvm::TargetMachine> tm =
@@ -275,6 +276,8 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   m->setDataLayout(tm->createDataLayout());
   m->setTargetTriple(tm->getTargetTriple());
   addPackedEntry(*m, l.symbol);
+  if (options.blockSparse)
+    addPackedEntry(*m, l.symbol + abi::kBlockMaskSuffix);
   timings.push_back({"translate-to-llvm-ir", w.lap()});
   if (llvm::Error e =
           makeOptimizingTransformer(options.optLevel, 0, tm.get())(m.get()))
@@ -297,6 +300,8 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   a.blockM = blockM;
   a.blockN = blockN;
   a.countTiles = options.countTiles;
+  a.varlen = options.varlen;
+  a.blockSparse = options.blockSparse;
   a.optLevel = options.optLevel;
   a.cpu = runtime::hostCpu().name;
   a.cpuFeatures = runtime::hostCpu().features;

@@ -137,6 +137,8 @@ TEST_CASE("every key component changes the key", "[cache]") {
   vary("block_m", [](CacheKey &k) { k.blockM = 32; });
   vary("opt_level", [](CacheKey &k) { k.optLevel = 3; });
   vary("count_tiles", [](CacheKey &k) { k.countTiles = true; });
+  vary("varlen", [](CacheKey &k) { k.varlen = true; });
+  vary("block_sparse", [](CacheKey &k) { k.blockSparse = true; });
   vary("cpu", [](CacheKey &k) { k.cpu = "znver4"; });
   vary("cpu_features", [](CacheKey &k) { k.cpuFeatures = "+avx2"; });
   vary("version", [](CacheKey &k) { k.version = "0.1.1"; });

@@ -238,6 +238,12 @@ TEST_CASE("every CPU key component changes the key", "[cache]") {
   o = {};
   o.countTiles = true;
   distinct("count_tiles", cpuCacheKey(spec, o));
+  o = {};
+  o.varlen = true;
+  distinct("varlen", cpuCacheKey(spec, o));
+  o = {};
+  o.blockSparse = true;
+  distinct("block_sparse", cpuCacheKey(spec, o));
   AttentionSpec other = spec;
   other.headDimV = 32;
   distinct("spec", cpuCacheKey(other));

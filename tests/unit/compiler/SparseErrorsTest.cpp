@@ -13,6 +13,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <set>
+
 using namespace flashjit;
 using namespace flashjit::test;
 
@@ -228,21 +231,44 @@ TEST_CASE("varlen calls check cu_seqlens, tensors and block masks",
       {"cu_seqlens_q[2] = 3 < cu_seqlens_q[1] = 5"});
 }
 
-TEST_CASE("varlen and block-sparse kernels stay out of the disk cache",
-          "[compiler][errors][varlen][blockmask]") {
-  AttentionSpec spec = docSpec();
-  for (auto [varlen, sparse] : {std::pair{true, false}, std::pair{false, true},
-                                std::pair{true, true}}) {
-    CompileOptions o = with(varlen, sparse);
-    expectUserError([&] { cpuCacheKey(spec, o); },
-                    {"cpuCacheKey", "compiled in memory only"});
-    expectUserError([&] { compileCpuArtifacts(spec, o); },
-                    {"compileCpuArtifacts", "compiled in memory only"});
-    CpuLoadReport report;
-    auto k = loadOrCompileCpu(spec, o, nullptr, &report);
-    CHECK(k->varlen() == varlen);
-    CHECK(k->blockSparse() == sparse);
-    CHECK(report.outcome == runtime::CacheOutcome::Uncached);
-    CHECK(report.entryDir.empty());
+TEST_CASE("varlen and block-sparse kernels go through the disk cache",
+          "[compiler][varlen][blockmask][cache]") {
+  if (!cpuLinkerAvailable()) {
+    WARN("no C compiler driver to link CPU kernels; skipped");
+    return;
   }
+  AttentionSpec spec = docSpec();
+  std::set<std::string> keys;
+  for (auto [varlen, sparse] : {std::pair{false, false}, std::pair{true, false},
+                                std::pair{false, true}, std::pair{true, true}})
+    CHECK(keys.insert(cpuCacheKey(spec, with(varlen, sparse)).hash()).second);
+
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("flashjit-sparse-cache-" + std::to_string(freshSeed()));
+  runtime::CacheConfig config;
+  config.dir = dir.string();
+  std::vector<int32_t> cu{0, 40, 40, 100}, doc(100);
+  for (int i = 0; i < 100; ++i)
+    doc[i] = i / 9;
+  Arguments args;
+  args.bind("doc_id", doc.data(), 100);
+  BlockMask want = referenceVarlenBlockMask(spec, 32, 32, cu, cu, args);
+  for (runtime::CacheOutcome expected :
+       {runtime::CacheOutcome::Compiled, runtime::CacheOutcome::Hit}) {
+    clearCpuMemoryTier();
+    runtime::DiskCache cache(config); // a fresh object, as in a new process
+    CpuLoadReport report;
+    auto k = loadOrCompileCpu(spec, with(true, true), &cache, &report);
+    CHECK(report.outcome == expected);
+    CHECK(k->varlen());
+    CHECK(k->blockSparse());
+    BlockMask got = k->buildVarlenBlockMask(cu, cu, args);
+    CHECK(got.kvNumBlocks == want.kvNumBlocks);
+    CHECK(got.fullKvNumBlocks == want.fullKvNumBlocks);
+    std::mt19937 rng(static_cast<uint32_t>(freshSeed()));
+    CHECK(checkVarlenRun(*k, cu, cu, args, &got, nullptr, rng) == "");
+  }
+  clearCpuMemoryTier();
+  std::filesystem::remove_all(dir);
 }

@@ -173,9 +173,7 @@ void validateForCpu(const AttentionSpec &spec, const CompileOptions &options);
 
 /// Compiles \p spec for the host CPU. Throws UserError (unsupported spec or
 /// option) or CompileError (a pass failed: the message holds the
-/// diagnostics). Varlen and block-sparse kernels are compiled in memory
-/// only: compileCpuArtifacts and cpuCacheKey refuse them (UserError) and
-/// loadOrCompileCpu compiles them uncached.
+/// diagnostics).
 std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
                                             const CompileOptions &options = {});
 
@@ -184,9 +182,9 @@ int cpuBlockM(const CompileOptions &options);
 int cpuBlockN(const CompileOptions &options);
 
 /// The disk-cache key of \p spec compiled with \p options on this host:
-/// spec text, resolved block_m/block_n, opt level, count-tiles, host CPU
-/// name and features, build and FLASHJIT_CC (CacheKey::makeCpu). Throws
-/// UserError like validateForCpu.
+/// spec text, resolved block_m/block_n, opt level, count-tiles, varlen,
+/// block-sparse, host CPU name and features, build and FLASHJIT_CC
+/// (CacheKey::makeCpu). Throws UserError like validateForCpu.
 runtime::CacheKey cpuCacheKey(const AttentionSpec &spec,
                               const CompileOptions &options = {});
 

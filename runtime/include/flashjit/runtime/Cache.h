@@ -93,6 +93,9 @@ struct CacheKey {
   int blockM = 0;
   int optLevel = 0;
   bool countTiles = false;
+  /// CPU only: packed varlen and block-sparse kernels (different ABIs).
+  bool varlen = false;
+  bool blockSparse = false;
   std::string cpu;
   std::string cpuFeatures;
   std::string version = flashjitVersion();
@@ -107,9 +110,10 @@ struct CacheKey {
                        int numWarps = 0, int minBlocksPerSM = 0);
   /// A CPU key ("cpu") for this host, build and environment: \p blockM and
   /// \p blockN are the tile sizes the kernel is compiled with, \p optLevel
-  /// LLVM's level (0..3).
+  /// LLVM's level (0..3); \p varlen and \p blockSparse the kernel's modes.
   static CacheKey makeCpu(std::string specText, int blockM, int blockN,
-                          int optLevel, bool countTiles);
+                          int optLevel, bool countTiles, bool varlen = false,
+                          bool blockSparse = false);
   /// The text that is hashed: one "field=value" line per component.
   std::string canonicalText() const;
   /// Lower-case hex SHA-256 of canonicalText() (64 characters).
@@ -144,6 +148,10 @@ struct KernelArtifacts {
   /// CPU name and features it was compiled for (hostCpu() there).
   bool countTiles = false;
   int optLevel = 0;
+  /// CPU only: a packed varlen kernel; a block-sparse kernel (kernel.so
+  /// then also has the builder `<entry>_block_mask_packed`).
+  bool varlen = false;
+  bool blockSparse = false;
   std::string cpu;
   std::string cpuFeatures;
   /// Compile time per stage, in order.
