@@ -35,6 +35,7 @@ GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
       // A cubin the driver refuses (another toolkit, damaged): use the PTX.
     }
   }
+  fromCubin_ = loaded;
   if (!loaded)
     module_ = Module::fromPtx(device, ptx);
   function_ = module_.function(info_.name);

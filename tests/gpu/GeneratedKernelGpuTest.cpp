@@ -14,6 +14,7 @@
 
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/JitLink.h"
 #include "flashjit/runtime/NvrtcReference.h"
 
 #include <catch2/catch.hpp>
@@ -82,6 +83,43 @@ TEST_CASE("generated kernels match the float64 reference on the matrix",
                        i % 2, seed + i);
     }
   }
+}
+
+TEST_CASE("generated kernels loaded from a cubin match the float64 reference",
+          "[gpu][generated]") {
+  // The cache and bundles hand GpuAttentionKernel a cubin (nvJitLink, made
+  // on any machine) for the device's architecture. (A truncated cubin cannot
+  // be tested: the driver reads the image without its size; the cache's
+  // checksums keep damaged ones away.)
+  Device &dev = Device::get(0);
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int i = 0;
+  for (const testing::MatrixKernel &k : testing::kernelMatrix()) {
+    if (k.spec.dtypeQ != DType::BF16 || !selected(k))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    std::string base = kernelDir() + "/" + k.id;
+    std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
+    REQUIRE(infoFile);
+    REQUIRE(ptxFile);
+    GpuKernelInfo info;
+    infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
+        info.sharedBytes;
+    std::stringstream ptx;
+    ptx << ptxFile.rdbuf();
+    if (info.arch != dev.properties().arch())
+      continue;
+    CubinResult cubin = ptxToCubin(ptx.str(), info.arch);
+    std::string bytes(cubin.cubin.begin(), cubin.cubin.end());
+    GpuAttentionKernel fromCubin(k.spec, info, ptx.str(), dev, bytes);
+    CHECK(fromCubin.loadedFromCubin());
+    CHECK(fromCubin.function().localBytes() == 0);
+    test::checkShape(dev, test::runWith(fromCubin), k.spec, 2, 130, 77, i % 2,
+                     seed + i);
+    ++i;
+  }
+  CHECK(i > 0);
 }
 
 TEST_CASE("generated kernels match the NVRTC reference at N = 4096",

@@ -474,6 +474,10 @@ int runCache() {
                   : fmt::format("cache {}: takes no arguments", action));
   CacheConfig config = cacheConfig();
   config.enabled = true;
+  if (action == "prune" && !maxBytes.getNumOccurrences() &&
+      config.maxBytes == 0)
+    userError("cache prune: give --max-bytes N or set "
+              "FLASHJIT_CACHE_MAX_BYTES");
   // Looking at a cache must not create it.
   if (!config.dir.empty() && !fs::exists(config.dir)) {
     if (action == "ls")

@@ -71,6 +71,8 @@ public:
            CUstream stream = nullptr) const;
 
   const AttentionSpec &spec() const { return spec_; }
+  /// True when the module was loaded from the cubin (else from the PTX).
+  bool loadedFromCubin() const { return fromCubin_; }
   const GpuKernelInfo &info() const { return info_; }
   /// The loaded function (registers, local memory: see Function).
   const Function &function() const { return function_; }
@@ -80,6 +82,7 @@ private:
   GpuKernelInfo info_;
   Device *device_;
   Module module_;
+  bool fromCubin_ = false;
   Function function_;
   mutable DeviceBuffer status_; // out-of-range flags, one i32 per buffer
   mutable std::mutex statusMutex_;

@@ -71,7 +71,9 @@ private:
 class Module {
 public:
   /// Loads a cubin (ELF) image of \p size bytes. Throws DriverError (e.g.
-  /// CUDA_ERROR_NO_BINARY_FOR_GPU for a cubin of another arch).
+  /// CUDA_ERROR_NO_BINARY_FOR_GPU for a cubin of another arch). The image
+  /// must be complete: the driver parses it without its size, so a
+  /// truncated cubin can crash the process (the cache verifies checksums).
   static Module fromCubin(Device &device, const void *image, size_t size);
   /// Loads PTX text: nvJitLink to a cubin for the device's arch, else the
   /// driver JIT (see file comment). Throws DriverError with the logs.
