@@ -35,6 +35,7 @@ using namespace flashjit::runtime;
 using flashjit::testing::fakeArtifacts;
 using flashjit::testing::TempDir;
 namespace fs = llvm::sys::fs;
+using flashjit::testing::ScopedEnv;
 
 namespace {
 
@@ -61,29 +62,6 @@ unsigned mode(const std::string &p) {
   REQUIRE(!fs::status(p, st));
   return unsigned(st.permissions()) & 0777;
 }
-
-/// Sets an environment variable for one scope.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = std::getenv(name))
-      old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
-private:
-  const char *name_;
-  std::optional<std::string> old_;
-};
 
 /// Runs \p argv to completion; returns its exit status (-1 on a signal).
 int runProcess(const std::vector<std::string> &argv, pid_t *pidOut = nullptr) {

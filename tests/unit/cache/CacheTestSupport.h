@@ -8,6 +8,8 @@
 #include <llvm/ADT/SmallString.h>
 #include <llvm/Support/FileSystem.h>
 
+#include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -60,6 +62,29 @@ inline runtime::KernelArtifacts fakeArtifacts(const std::string &spec,
       ".version 8.0\n.target sm_90a\n// " + tag + "\n" + std::string(4096, 'x');
   return a;
 }
+
+/// Sets an environment variable for one scope.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    if (const char *old = std::getenv(name))
+      old_ = old;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+private:
+  const char *name_;
+  std::optional<std::string> old_;
+};
 
 } // namespace flashjit::testing
 

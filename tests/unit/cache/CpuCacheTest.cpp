@@ -33,6 +33,7 @@
 
 using namespace flashjit;
 using namespace flashjit::runtime;
+using flashjit::testing::ScopedEnv;
 using flashjit::testing::TempDir;
 namespace fs = llvm::sys::fs;
 
@@ -60,28 +61,6 @@ void checkKernel(const CpuKernel &kernel) {
   INFO(mismatch);
   CHECK(mismatch.empty());
 }
-
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = std::getenv(name))
-      old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
-private:
-  const char *name_;
-  std::optional<std::string> old_;
-};
 
 CacheConfig configIn(const std::string &dir) {
   CacheConfig c;
