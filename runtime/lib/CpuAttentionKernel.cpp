@@ -23,36 +23,10 @@ namespace flashjit::runtime {
 
 namespace {
 
-/// One kernel argument; the kernel reads it with its own type, and every
-/// union member starts at the union's address.
-union Slot {
-  void *ptr;
-  int64_t i64;
-  int32_t i32;
-  float f32;
-};
-
-Slot ptrSlot(const void *p) {
-  Slot s;
-  s.ptr = const_cast<void *>(p);
-  return s;
-}
-Slot i64Slot(int64_t v) {
-  Slot s;
-  s.i64 = v;
-  return s;
-}
-Slot scalarSlot(const Scalar &v) {
-  Slot s;
-  s.i64 = 0;
-  if (v.type == ScalarType::Float32)
-    s.f32 = v.floatValue;
-  else if (v.type == ScalarType::Int32)
-    s.i32 = static_cast<int32_t>(v.intValue);
-  else
-    s.i64 = v.intValue;
-  return s;
-}
+using abi::i64Slot;
+using abi::ptrSlot;
+using abi::scalarSlot;
+using abi::Slot;
 
 void call(CpuKernelFn fn, std::vector<Slot> slots) {
   std::vector<void *> ptrs(slots.size());

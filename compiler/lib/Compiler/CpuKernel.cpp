@@ -7,6 +7,7 @@
 #include "CompilerImpl.h"
 
 #include "flashjit/frontend/Error.h"
+#include "flashjit/runtime/KernelAbi.h"
 
 #include <fmt/format.h>
 
@@ -138,30 +139,9 @@ BlockMask CpuKernel::buildVarlenBlockMask(std::span<const int32_t> cuSeqlensQ,
 
 namespace {
 
-/// One argument of the tile classifier; every union member starts at the
-/// union's address.
-union Slot {
-  int64_t i64;
-  int32_t i32;
-  float f32;
-};
-
-Slot i64Slot(int64_t v) {
-  Slot s;
-  s.i64 = v;
-  return s;
-}
-Slot scalarSlot(const Scalar &v) {
-  Slot s;
-  s.i64 = 0;
-  if (v.type == ScalarType::Float32)
-    s.f32 = v.floatValue;
-  else if (v.type == ScalarType::Int32)
-    s.i32 = static_cast<int32_t>(v.intValue);
-  else
-    s.i64 = v.intValue;
-  return s;
-}
+using abi::i64Slot;
+using abi::scalarSlot;
+using abi::Slot;
 
 } // namespace
 

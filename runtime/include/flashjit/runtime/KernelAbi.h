@@ -60,6 +60,10 @@
 #ifndef FLASHJIT_RUNTIME_KERNELABI_H
 #define FLASHJIT_RUNTIME_KERNELABI_H
 
+#include "flashjit/frontend/Arguments.h"
+
+#include <cstdint>
+
 namespace flashjit::abi {
 
 /// Pointer arguments before the buffers.
@@ -77,6 +81,41 @@ constexpr int kBuilderFixedArgs = 1 + 2 + 4 + 4 + 2;
 constexpr const char *kBlockMaskSuffix = "_block_mask";
 /// The packed entry point of kernel `<symbol>` in a kernel.so.
 constexpr const char *kPackedSuffix = "_packed";
+
+/// One argument of a packed entry point: args[i] points at a Slot, which the
+/// kernel reads with the argument's own type (every member starts at the
+/// union's address).
+union Slot {
+  void *ptr;
+  int64_t i64;
+  int32_t i32;
+  float f32;
+};
+
+/// A pointer argument.
+inline Slot ptrSlot(const void *p) {
+  Slot s;
+  s.ptr = const_cast<void *>(p);
+  return s;
+}
+/// An i64 argument.
+inline Slot i64Slot(int64_t v) {
+  Slot s;
+  s.i64 = v;
+  return s;
+}
+/// A run-time parameter, in its declared type (f32, i32 or i64).
+inline Slot scalarSlot(const Scalar &v) {
+  Slot s;
+  s.i64 = 0;
+  if (v.type == ScalarType::Float32)
+    s.f32 = v.floatValue;
+  else if (v.type == ScalarType::Int32)
+    s.i32 = static_cast<int32_t>(v.intValue);
+  else
+    s.i64 = v.intValue;
+  return s;
+}
 
 } // namespace flashjit::abi
 
