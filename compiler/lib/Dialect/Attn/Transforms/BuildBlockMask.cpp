@@ -35,11 +35,11 @@ using namespace flashjit::attn;
 
 namespace {
 
-class BuilderEmitter {
+class BuilderEmitter : I64Emitter {
 public:
   BuilderEmitter(AttentionOp op, int64_t blockM, int64_t blockN, bool varlen)
-      : op(op), bm(blockM), bn(blockN), varlen(varlen),
-        b(op.getLoc(), op.getContext()) {}
+      : I64Emitter(op.getLoc(), op.getContext()), op(op), bm(blockM),
+        bn(blockN), varlen(varlen) {}
 
   void emit() {
     MLIRContext *ctx = op.getContext();
@@ -153,25 +153,11 @@ private:
   AttentionOp op;
   int64_t bm, bn;
   bool varlen;
-  ImplicitLocOpBuilder b;
   Type ptr, i64;
   Block::BlockArgListType fnArgs;
   unsigned paramBase = 0;
 
   Value arg(unsigned i) { return fnArgs[i]; }
-  Value c(int64_t v) {
-    return arith::ConstantOp::create(b, b.getI64IntegerAttr(v));
-  }
-  Value add(Value x, Value y) { return arith::AddIOp::create(b, x, y); }
-  Value sub(Value x, Value y) { return arith::SubIOp::create(b, x, y); }
-  Value mul(Value x, Value y) { return arith::MulIOp::create(b, x, y); }
-  Value notV(Value x) {
-    return arith::XOrIOp::create(
-        b, x, arith::ConstantOp::create(b, b.getBoolAttr(true)));
-  }
-  Value ceilDiv(Value x, int64_t d) {
-    return arith::DivSIOp::create(b, add(x, c(d - 1)), c(d));
-  }
   Value gepI32(Value base, Value i) {
     return LLVM::GEPOp::create(b, ptr, b.getI32Type(), base, ValueRange{i});
   }

@@ -52,12 +52,12 @@ namespace {
 constexpr double kLog2e = 1.4426950408889634;
 
 /// Builds the kernel function for one attn.attention op.
-class KernelEmitter {
+class KernelEmitter : I64Emitter {
 public:
   KernelEmitter(AttentionOp op, int64_t blockM, int64_t blockN, bool count,
                 bool varlen, bool blockSparse)
-      : op(op), bm(blockM), bn(blockN), count(count), varlen(varlen),
-        blockSparse(blockSparse), b(op.getLoc(), op.getContext()) {}
+      : I64Emitter(op.getLoc(), op.getContext()), op(op), bm(blockM),
+        bn(blockN), count(count), varlen(varlen), blockSparse(blockSparse) {}
 
   func::FuncOp emit() {
     MLIRContext *ctx = op.getContext();
@@ -200,7 +200,6 @@ private:
   AttentionOp op;
   int64_t bm, bn;
   bool count, varlen, blockSparse;
-  ImplicitLocOpBuilder b;
   Type i64, f32;
   unsigned numBuffers = 0, numParams = 0;
   Block::BlockArgListType fnArgs;
@@ -216,19 +215,6 @@ private:
   Value bb, h, hk, mt, q0, qRows, sq, sk, nKT, qStart, kStart;
 
   Value arg(unsigned i) { return fnArgs[i]; }
-  Value c(int64_t v) {
-    return arith::ConstantOp::create(b, b.getI64IntegerAttr(v));
-  }
-  Value add(Value x, Value y) { return arith::AddIOp::create(b, x, y); }
-  Value sub(Value x, Value y) { return arith::SubIOp::create(b, x, y); }
-  Value mul(Value x, Value y) { return arith::MulIOp::create(b, x, y); }
-  Value notV(Value x) {
-    return arith::XOrIOp::create(
-        b, x, arith::ConstantOp::create(b, b.getBoolAttr(true)));
-  }
-  Value ceilDiv(Value x, int64_t d) {
-    return arith::DivSIOp::create(b, add(x, c(d - 1)), c(d));
-  }
   Value tileAlloca(ArrayRef<int64_t> shape) {
     return memref::AllocaOp::create(b, MemRefType::get(shape, f32),
                                     ValueRange{}, ValueRange{},

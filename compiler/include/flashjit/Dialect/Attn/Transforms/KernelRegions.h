@@ -13,6 +13,8 @@
 
 #include "flashjit/Dialect/Attn/IR/Attn.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/Region.h"
 
 #include <utility>
@@ -34,6 +36,37 @@ struct KernelRegionArgs {
 /// attn.param and attn.buffer_load replaced as stated above.
 void cloneKernelRegion(AttentionOp op, mlir::Region &from, mlir::Region &to,
                        const KernelRegionArgs &args);
+
+/// The builder of a generated kernel function and the i64 arithmetic both
+/// emitters (attn-tile, attn-build-block-mask) write their index code with.
+class I64Emitter {
+protected:
+  I64Emitter(mlir::Location loc, mlir::MLIRContext *ctx) : b(loc, ctx) {}
+
+  mlir::Value c(int64_t v) {
+    return mlir::arith::ConstantOp::create(b, b.getI64IntegerAttr(v));
+  }
+  mlir::Value add(mlir::Value x, mlir::Value y) {
+    return mlir::arith::AddIOp::create(b, x, y);
+  }
+  mlir::Value sub(mlir::Value x, mlir::Value y) {
+    return mlir::arith::SubIOp::create(b, x, y);
+  }
+  mlir::Value mul(mlir::Value x, mlir::Value y) {
+    return mlir::arith::MulIOp::create(b, x, y);
+  }
+  /// Logical not of an i1.
+  mlir::Value notV(mlir::Value x) {
+    return mlir::arith::XOrIOp::create(
+        b, x, mlir::arith::ConstantOp::create(b, b.getBoolAttr(true)));
+  }
+  /// ceil(x / d) for x >= 0.
+  mlir::Value ceilDiv(mlir::Value x, int64_t d) {
+    return mlir::arith::DivSIOp::create(b, add(x, c(d - 1)), c(d));
+  }
+
+  mlir::ImplicitLocOpBuilder b;
+};
 
 } // namespace flashjit::attn
 
