@@ -39,6 +39,13 @@ struct GpuCompileOptions {
   /// every K/V fragment, as FlashAttention-2 does); 0 picks the default.
   /// block_m = rowsPerWarp * numWarps.
   int rowsPerWarp = 0;
+  /// Packed variable-length sequences (cu_seqlens arguments,
+  /// GpuAttentionKernel::runVarlen).
+  bool varlen = false;
+  /// Visits only the key tiles of a block mask
+  /// (GpuAttentionKernel::runBlockSparse); the PTX also holds the block-mask
+  /// builder `<name>_block_mask` (GpuAttentionKernel::buildBlockMask).
+  bool blockSparse = false;
   /// Directory that receives <name>.attn.mlir, .gpu.mlir and .ptx; empty
   /// means $FLASHJIT_DUMP_DIR if set, else no files.
   std::string dumpDir;
@@ -86,6 +93,9 @@ struct GpuKernelImage {
   int blockN = 0;
   /// Dynamic shared memory per CTA, bytes.
   int sharedBytes = 0;
+  /// The modes it was compiled with (GpuCompileOptions).
+  bool varlen = false;
+  bool blockSparse = false;
   /// The attn IR (with the user's locations) and the GPU-dialect IR.
   std::string attnText;
   std::string gpuText;

@@ -76,6 +76,12 @@ struct KernelConfig {
   /// registers per thread <= 65536 / (minBlocksPerSM * 32 * numWarps).
   int minBlocksPerSM = 1;
   bool returnLse = true;
+  /// Packed variable-length sequences (cu_seqlens arguments; see
+  /// buildFlashForwardKernel).
+  bool varlen = false;
+  /// Visits only the key tiles a block mask lists (block-mask arguments),
+  /// and the module also gets the block-mask builder kernel.
+  bool blockSparse = false;
   /// Dynamic shared memory the kernel needs, in bytes (Q, two K/V stages).
   int sharedBytes() const;
 };
@@ -86,14 +92,67 @@ struct KernelConfig {
 ///   lse strides (batch, head, seq)         : 3 x i64
 ///   seqlen_q, seqlen_k, heads_q / heads_kv : 3 x i32
 ///   scale, scale * log2(e)                 : 2 x f32
+///   varlen only: cu_seqlens_q, cu_seqlens_k : 2 x !llvm.ptr<1> (i32,
+///       batch + 1 entries each)
+///   block-sparse only: kv_num_blocks, kv_indices, full_kv_num_blocks,
+///       full_kv_indices                    : 4 x !llvm.ptr<1> (i32, the
+///       BlockMask lists, frontend/BlockMask.h)
+///     row_batch_stride, row_head_stride, num_kv_tiles : 3 x i32 (block-mask
+///       row of (b, h, q tile m) = b * row_batch_stride + h *
+///       row_head_stride + m; 0 strides share a row; num_kv_tiles is the
+///       row pitch of the index lists)
 ///   emitter.extraArgumentTypes()
 /// The head_dim stride of every tensor is 1. Grid: (ceil(seqlen_q /
 /// blockM), heads_q, batch), block: 32 * numWarps threads, dynamic shared
 /// memory: config.sharedBytes().
+///
+/// varlen: seqlen_q / seqlen_k are the largest sequence lengths (the grid
+/// covers them) and batch is the number of sequences; CTA (m, h, b) reads
+/// cu_seqlens_q/k[b], [b + 1] and does nothing when query tile m starts past
+/// its sequence. Tokens are addressed (cu_seqlens[b] + index) * seq stride
+/// (batch strides are unused: q [total_q, heads, D], lse [heads, total_q]
+/// have head and seq strides only). Masks see batch = b, per-sequence q_idx,
+/// kv_idx and seqlens.
+///
+/// block-sparse: the key-tile loop visits the row's partial tiles (still
+/// classified and masked per element) and then its full tiles (bounds only,
+/// no mask code); listed tiles at or past ceil(seqlen_k / blockN) of the
+/// sequence are skipped.
 void buildFlashForwardKernel(mlir::OpBuilder &b, mlir::Location loc,
                              mlir::Operation *gpuModule,
                              const KernelConfig &config,
                              FragmentEmitter &emitter);
+
+/// Adds `gpu.func @<config.name>_block_mask`, the block-mask builder of a
+/// block-sparse kernel, to \p gpuModule. It writes the BlockMask lists
+/// (frontend/BlockMask.h) of the emitter's mask for tiles of
+/// config.blockM x config.blockN, exactly as flashjit::referenceBlockMask
+/// defines them: a tile is full when the mask holds at every element of the
+/// tile clipped to the sequence, empty when at none. Each tile is first
+/// classified by interval arithmetic (the tile classifier); where that
+/// cannot decide, the CTA evaluates the mask at every element of the tile.
+/// Kernel arguments, in order:
+///   status                                 : !llvm.ptr<1> (as the forward
+///       kernel's)
+///   kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices
+///                                          : 4 x !llvm.ptr<1> (i32 outputs,
+///       rows of num_kv_tiles indices)
+///   seqlen_q, seqlen_k, num_q_tiles, num_kv_tiles : 4 x i32 (varlen: the
+///       largest sequence lengths)
+///   varlen only: cu_seqlens_q, cu_seqlens_k : 2 x !llvm.ptr<1>
+///   emitter.extraArgumentTypes()
+/// Grid: (num_q_tiles, heads extent, batch extent) (BlockMask rows: row
+/// (b, h, m) = (b * gridDim.y + h) * num_q_tiles + m; the mask sees batch
+/// b and head h), block: kBlockMaskThreads threads, no dynamic shared
+/// memory. varlen: tiles are local to sequence b; rows of q tiles past the
+/// sequence get empty lists.
+void buildBlockMaskKernel(mlir::OpBuilder &b, mlir::Location loc,
+                          mlir::Operation *gpuModule,
+                          const KernelConfig &config,
+                          FragmentEmitter &emitter);
+
+/// Threads per CTA of the block-mask builder.
+inline constexpr int kBlockMaskThreads = 256;
 
 } // namespace flashjit::nvvm
 
