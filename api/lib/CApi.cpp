@@ -155,10 +155,7 @@ flashjit_status flashjit_compile(const char *spec_text, const char *target,
       // Loading needs a GPU; without one the kernel still carries its PTX.
       if (runtime::Device::available())
         k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
-            k->spec,
-            runtime::GpuKernelInfo{a.entry, a.arch, a.threads, a.blockM,
-                                   a.sharedBytes},
-            k->ptx, runtime::Device::get(0),
+            k->spec, runtime::gpuKernelInfo(a), k->ptx, runtime::Device::get(0),
             cubin ? std::string_view(*cubin) : std::string_view());
     } else {
       throw UserError(
@@ -230,10 +227,7 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
     k->ptx = *ptx;
     if (runtime::Device::available())
       k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
-          k->spec,
-          runtime::GpuKernelInfo{a->entry, a->arch, a->threads, a->blockM,
-                                 a->sharedBytes},
-          k->ptx, runtime::Device::get(0));
+          k->spec, runtime::gpuKernelInfo(*a), k->ptx, runtime::Device::get(0));
     *out = k.release();
   });
 }

@@ -132,6 +132,14 @@ void checkBlockMaskFor(const BlockMask &mask, int64_t blockM, int64_t blockN,
                        int64_t seqlenK, std::span<const int32_t> cuSeqlensQ,
                        std::span<const int32_t> cuSeqlensK) {
   mask.validate();
+  checkBlockMaskFits(mask, blockM, blockN, batch, headsQ, seqlenQ, seqlenK,
+                     cuSeqlensQ, cuSeqlensK);
+}
+
+void checkBlockMaskFits(const BlockMask &mask, int64_t blockM, int64_t blockN,
+                        int64_t batch, int64_t headsQ, int64_t seqlenQ,
+                        int64_t seqlenK, std::span<const int32_t> cuSeqlensQ,
+                        std::span<const int32_t> cuSeqlensK) {
   if (mask.blockM != blockM || mask.blockN != blockN)
     fail(fmt::format("block_mask.block_m, block_n = {}, {}, but the kernel's "
                      "tiles are {} x {}",

@@ -2,6 +2,7 @@
 #include "flashjit/runtime/AttentionKernel.h"
 
 #include "flashjit/frontend/Error.h"
+#include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Driver.h"
 #include "flashjit/runtime/Launch.h"
@@ -10,11 +11,25 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 namespace flashjit::runtime {
+
+GpuKernelInfo gpuKernelInfo(const KernelArtifacts &a) {
+  GpuKernelInfo info;
+  info.name = a.entry;
+  info.arch = a.arch;
+  info.threads = a.threads;
+  info.blockM = a.blockM;
+  info.sharedBytes = a.sharedBytes;
+  info.blockN = a.blockN;
+  info.varlen = a.varlen;
+  info.blockSparse = a.blockSparse;
+  return info;
+}
 
 GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
                                        std::string_view ptx, Device &device,
@@ -40,6 +55,8 @@ GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
     module_ = Module::fromPtx(device, ptx);
   function_ = module_.function(info_.name);
   function_.setMaxDynamicSharedBytes(info_.sharedBytes);
+  if (info_.blockSparse)
+    builder_ = module_.function(info_.name + "_block_mask");
   size_t buffers = spec_.variant.buffers().size();
   if (buffers)
     status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
@@ -68,15 +85,20 @@ void requireUnitInner(const char *name, const TensorRef &t) {
 }
 } // namespace
 
-void GpuAttentionKernel::run(const TensorRef &q, const TensorRef &k,
-                             const TensorRef &v, const TensorRef &o,
-                             const TensorRef *lse, const Arguments &args,
-                             CUstream stream) const {
-  if (spec_.returnLse && !lse)
-    throw UserError("lse is required: the spec returns LSE (lse=true)");
-  AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o,
-                                           spec_.returnLse ? lse : nullptr);
-  args.validateFor(spec_.variant);
+/// The launch-level facts of one forward call, whatever its layout.
+struct GpuAttentionKernel::ForwardCall {
+  const TensorRef *q, *k, *v, *o, *lse;
+  /// (batch, head, seq) element strides of q, k, v, o and lse.
+  int64_t strides[5][3] = {};
+  /// Sequence lengths (varlen: the largest), sequences, heads.
+  int64_t seqlenQ = 0, seqlenK = 0, batch = 0, headsQ = 0, headsKV = 0;
+  const DeviceCuSeqlens *cu = nullptr;
+  const DeviceBlockMask *mask = nullptr;
+};
+
+void GpuAttentionKernel::checkGpuTensors(const TensorRef &q, const TensorRef &k,
+                                         const TensorRef &v, const TensorRef &o,
+                                         const TensorRef *lse) const {
   requireUnitInner("q", q);
   requireUnitInner("k", k);
   requireUnitInner("v", v);
@@ -87,43 +109,137 @@ void GpuAttentionKernel::run(const TensorRef &q, const TensorRef &k,
   requireAligned("o", o, 4, 2);
   if (spec_.returnLse)
     requireAligned("lse", *lse, 4, 1);
-  constexpr int64_t kMaxGridYZ = 65535;
-  if (s.batch > kMaxGridYZ)
-    throw UserError(
-        fmt::format("batch = {} exceeds {} (grid z)", s.batch, kMaxGridYZ));
-  if (s.headsQ > kMaxGridYZ)
-    throw UserError(
-        fmt::format("heads_q = {} exceeds {} (grid y)", s.headsQ, kMaxGridYZ));
-  if (s.seqlenQ > std::numeric_limits<int32_t>::max() ||
-      s.seqlenK > std::numeric_limits<int32_t>::max())
-    throw UserError(fmt::format("seqlen_q = {} / seqlen_k = {}: at most "
-                                "2^31 - 1 positions",
-                                s.seqlenQ, s.seqlenK));
-  if (s.batch == 0 || s.seqlenQ == 0 || s.headsQ == 0)
-    return; // nothing to write
+}
 
-  device_->makeCurrent();
-  std::unique_lock<std::mutex> lock(statusMutex_, std::defer_lock);
-  std::vector<BufferDecl> buffers = spec_.variant.buffers();
-  if (!buffers.empty()) {
-    lock.lock(); // the status flags are shared by concurrent runs
-    status_.fill(0);
-  }
+void GpuAttentionKernel::run(const TensorRef &q, const TensorRef &k,
+                             const TensorRef &v, const TensorRef &o,
+                             const TensorRef *lse, const Arguments &args,
+                             CUstream stream) const {
+  requireMode("run", false, false);
+  runDense(q, k, v, o, lse, nullptr, args, stream);
+}
 
-  KernelArgs a;
-  a.add(q.data).add(k.data).add(v.data).add(o.data);
-  a.add(spec_.returnLse ? lse->data : nullptr);
-  a.add(reinterpret_cast<void *>(status_.ptr()));
-  for (const TensorRef *t : {&q, &k, &v, &o})
-    a.add(t->strides[0]).add(t->strides[1]).add(t->strides[2]);
+void GpuAttentionKernel::runBlockSparse(const TensorRef &q, const TensorRef &k,
+                                        const TensorRef &v, const TensorRef &o,
+                                        const TensorRef *lse,
+                                        const DeviceBlockMask &blockMask,
+                                        const Arguments &args,
+                                        CUstream stream) const {
+  requireMode("runBlockSparse", false, true);
+  runDense(q, k, v, o, lse, &blockMask, args, stream);
+}
+
+void GpuAttentionKernel::requireMode(const char *entry, bool varlen,
+                                     bool blockSparse) const {
+  if (info_.varlen == varlen && info_.blockSparse == blockSparse)
+    return;
+  const char *mode = info_.varlen        ? "varlen"
+                     : info_.blockSparse ? "block-sparse"
+                                         : "dense";
+  const char *use = info_.varlen        ? "runVarlen"
+                    : info_.blockSparse ? "runBlockSparse"
+                                        : "run";
+  throw UserError(fmt::format("{}: kernel '{}' was compiled {}; use {}", entry,
+                              info_.name, mode, use));
+}
+
+void GpuAttentionKernel::runDense(const TensorRef &q, const TensorRef &k,
+                                  const TensorRef &v, const TensorRef &o,
+                                  const TensorRef *lse,
+                                  const DeviceBlockMask *mask,
+                                  const Arguments &args,
+                                  CUstream stream) const {
+  if (spec_.returnLse && !lse)
+    throw UserError("lse is required: the spec returns LSE (lse=true)");
+  AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o,
+                                           spec_.returnLse ? lse : nullptr);
+  args.validateFor(spec_.variant);
+  checkGpuTensors(q, k, v, o, lse);
+  if (mask)
+    checkBlockMaskFits(mask->shape(), info_.blockM, info_.blockN, s.batch,
+                       s.headsQ, s.seqlenQ, s.seqlenK);
+  ForwardCall c{&q, &k, &v, &o, spec_.returnLse ? lse : nullptr};
+  const TensorRef *ts[4] = {&q, &k, &v, &o};
+  for (int i = 0; i < 4; ++i)
+    for (int d = 0; d < 3; ++d)
+      c.strides[i][d] = ts[i]->strides[d];
   if (spec_.returnLse)
-    a.add(lse->strides[0]).add(lse->strides[1]).add(lse->strides[2]);
-  else
-    a.add(int64_t(0)).add(int64_t(0)).add(int64_t(0));
-  a.add(static_cast<int32_t>(s.seqlenQ)).add(static_cast<int32_t>(s.seqlenK));
-  a.add(static_cast<int32_t>(s.headsQ / s.headsKV));
-  float scale = spec_.effectiveScale();
-  a.add(scale).add(static_cast<float>(scale * 1.4426950408889634));
+    for (int d = 0; d < 3; ++d)
+      c.strides[4][d] = lse->strides[d];
+  c.seqlenQ = s.seqlenQ;
+  c.seqlenK = s.seqlenK;
+  c.batch = s.batch;
+  c.headsQ = s.headsQ;
+  c.headsKV = s.headsKV;
+  c.mask = mask;
+  launchForward(c, args, stream);
+}
+
+void GpuAttentionKernel::runVarlen(const TensorRef &q, const TensorRef &k,
+                                   const TensorRef &v, const TensorRef &o,
+                                   const TensorRef *lse,
+                                   const DeviceCuSeqlens &cuSeqlens,
+                                   const Arguments &args,
+                                   const DeviceBlockMask *blockMask,
+                                   CUstream stream) const {
+  requireMode("runVarlen", true, info_.blockSparse);
+  if (spec_.returnLse && !lse)
+    throw UserError("lse is required: the spec returns LSE (lse=true)");
+  if (info_.blockSparse && !blockMask)
+    throw UserError(fmt::format("runVarlen: kernel '{}' is block-sparse and "
+                                "needs a block mask",
+                                info_.name));
+  if (!info_.blockSparse && blockMask)
+    throw UserError(fmt::format("runVarlen: kernel '{}' is not block-sparse; "
+                                "pass no block mask",
+                                info_.name));
+  VarlenShape s =
+      checkVarlenTensors(spec_, q, k, v, cuSeqlens.hostQ(), cuSeqlens.hostK(),
+                         &o, spec_.returnLse ? lse : nullptr);
+  args.validateFor(spec_.variant);
+  auto unit = [](const char *name, const TensorRef &t) {
+    if (t.shape[2] > 1 && t.strides[2] != 1)
+      throw UserError(fmt::format("{}.strides[2] = {}: the GPU kernel needs "
+                                  "head_dim contiguous (stride 1)",
+                                  name, t.strides[2]));
+  };
+  unit("q", q);
+  unit("k", k);
+  unit("v", v);
+  unit("o", o);
+  requireAligned("q", q, 16, 8);
+  requireAligned("k", k, 16, 8);
+  requireAligned("v", v, 16, 8);
+  requireAligned("o", o, 4, 2);
+  if (spec_.returnLse)
+    requireAligned("lse", *lse, 4, 1);
+  if (blockMask)
+    checkBlockMaskFits(blockMask->shape(), info_.blockM, info_.blockN, s.batch,
+                       s.headsQ, s.maxSeqlenQ, s.maxSeqlenK, cuSeqlens.hostQ(),
+                       cuSeqlens.hostK());
+  ForwardCall c{&q, &k, &v, &o, spec_.returnLse ? lse : nullptr};
+  // [total, heads, D]: (batch, head, seq) strides = (unused, [1], [0]).
+  const TensorRef *ts[4] = {&q, &k, &v, &o};
+  for (int i = 0; i < 4; ++i) {
+    c.strides[i][1] = ts[i]->strides[1];
+    c.strides[i][2] = ts[i]->strides[0];
+  }
+  if (spec_.returnLse) { // [heads, total]
+    c.strides[4][1] = lse->strides[0];
+    c.strides[4][2] = lse->strides[1];
+  }
+  c.seqlenQ = s.maxSeqlenQ;
+  c.seqlenK = s.maxSeqlenK;
+  c.batch = s.batch;
+  c.headsQ = s.headsQ;
+  c.headsKV = s.headsKV;
+  c.cu = &cuSeqlens;
+  c.mask = blockMask;
+  launchForward(c, args, stream);
+}
+
+void GpuAttentionKernel::addVariantArgs(KernelArgs &a,
+                                        const Arguments &args) const {
   for (const ParamDecl &p : spec_.variant.params()) {
     const Scalar &val = args.params.at(p.name);
     switch (p.type) {
@@ -138,31 +254,240 @@ void GpuAttentionKernel::run(const TensorRef &q, const TensorRef &k,
       break;
     }
   }
-  for (const BufferDecl &b : buffers) {
+  for (const BufferDecl &b : spec_.variant.buffers()) {
     const BufferRef &ref = args.buffers.at(b.name);
     a.add(ref.data).add(static_cast<int64_t>(ref.size));
   }
+}
+
+void GpuAttentionKernel::checkStatus(const Arguments &args,
+                                     CUstream stream) const {
+  std::vector<BufferDecl> buffers = spec_.variant.buffers();
+  if (buffers.empty())
+    return;
+  FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
+  std::vector<int32_t> flags(buffers.size());
+  status_.copyToHost(flags.data(), flags.size() * sizeof(int32_t));
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (flags[i])
+      throw UserError(fmt::format("buffer '{}' was read outside [0, {}); "
+                                  "the outputs of this run are unspecified",
+                                  buffers[i].name,
+                                  args.buffers.at(buffers[i].name).size));
+}
+
+void GpuAttentionKernel::launchForward(const ForwardCall &c,
+                                       const Arguments &args,
+                                       CUstream stream) const {
+  constexpr int64_t kMaxGridYZ = 65535;
+  if (c.batch > kMaxGridYZ)
+    throw UserError(
+        fmt::format("batch = {} exceeds {} (grid z)", c.batch, kMaxGridYZ));
+  if (c.headsQ > kMaxGridYZ)
+    throw UserError(
+        fmt::format("heads_q = {} exceeds {} (grid y)", c.headsQ, kMaxGridYZ));
+  if (c.seqlenQ > std::numeric_limits<int32_t>::max() ||
+      c.seqlenK > std::numeric_limits<int32_t>::max())
+    throw UserError(fmt::format("seqlen_q = {} / seqlen_k = {}: at most "
+                                "2^31 - 1 positions",
+                                c.seqlenQ, c.seqlenK));
+  if (c.batch == 0 || c.seqlenQ == 0 || c.headsQ == 0)
+    return; // nothing to write
+
+  device_->makeCurrent();
+  std::unique_lock<std::mutex> lock(statusMutex_, std::defer_lock);
+  bool hasBuffers = !spec_.variant.buffers().empty();
+  if (hasBuffers) {
+    lock.lock(); // the status flags are shared by concurrent runs
+    status_.fill(0);
+  }
+
+  KernelArgs a;
+  a.add(c.q->data).add(c.k->data).add(c.v->data).add(c.o->data);
+  a.add(c.lse ? c.lse->data : nullptr);
+  a.add(reinterpret_cast<void *>(status_.ptr()));
+  for (int i = 0; i < 5; ++i)
+    a.add(c.strides[i][0]).add(c.strides[i][1]).add(c.strides[i][2]);
+  a.add(static_cast<int32_t>(c.seqlenQ)).add(static_cast<int32_t>(c.seqlenK));
+  a.add(static_cast<int32_t>(c.headsQ / c.headsKV));
+  float scale = spec_.effectiveScale();
+  a.add(scale).add(static_cast<float>(scale * 1.4426950408889634));
+  if (info_.varlen)
+    a.add(reinterpret_cast<void *>(c.cu->deviceQ()))
+        .add(reinterpret_cast<void *>(c.cu->deviceK()));
+  if (info_.blockSparse) {
+    const BlockMask &m = c.mask->shape();
+    a.add(reinterpret_cast<void *>(c.mask->kvNumBlocks()))
+        .add(reinterpret_cast<void *>(c.mask->kvIndices()))
+        .add(reinterpret_cast<void *>(c.mask->fullKvNumBlocks()))
+        .add(reinterpret_cast<void *>(c.mask->fullKvIndices()));
+    a.add(static_cast<int32_t>(m.batch == 1 ? 0 : m.heads * m.numQTiles));
+    a.add(static_cast<int32_t>(m.heads == 1 ? 0 : m.numQTiles));
+    a.add(static_cast<int32_t>(m.numKvTiles));
+  }
+  addVariantArgs(a, args);
 
   LaunchConfig cfg;
   cfg.grid = {
-      static_cast<unsigned>((s.seqlenQ + info_.blockM - 1) / info_.blockM),
-      static_cast<unsigned>(s.headsQ), static_cast<unsigned>(s.batch)};
+      static_cast<unsigned>((c.seqlenQ + info_.blockM - 1) / info_.blockM),
+      static_cast<unsigned>(c.headsQ), static_cast<unsigned>(c.batch)};
   cfg.block = {static_cast<unsigned>(info_.threads), 1, 1};
   cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
   cfg.stream = stream;
   launch(function_, cfg, a);
+  checkStatus(args, stream);
+}
 
-  if (!buffers.empty()) {
-    FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
-    std::vector<int32_t> flags(buffers.size());
-    status_.copyToHost(flags.data(), flags.size() * sizeof(int32_t));
-    for (size_t i = 0; i < buffers.size(); ++i)
-      if (flags[i])
-        throw UserError(fmt::format("buffer '{}' was read outside [0, {}); "
-                                    "the outputs of this run are unspecified",
-                                    buffers[i].name,
-                                    args.buffers.at(buffers[i].name).size));
+DeviceBlockMask GpuAttentionKernel::buildBlockMask(int64_t batch,
+                                                   int64_t seqlenQ,
+                                                   int64_t seqlenK,
+                                                   const Arguments &args,
+                                                   CUstream stream) const {
+  requireMode("buildBlockMask", false, true);
+  return build(batch, seqlenQ, seqlenK, nullptr, args, stream);
+}
+
+DeviceBlockMask
+GpuAttentionKernel::buildVarlenBlockMask(const DeviceCuSeqlens &cuSeqlens,
+                                         const Arguments &args,
+                                         CUstream stream) const {
+  requireMode("buildVarlenBlockMask", true, true);
+  int64_t maxQ = 0, maxK = 0;
+  for (int64_t b = 0; b < cuSeqlens.batch(); ++b) {
+    maxQ = std::max<int64_t>(maxQ,
+                             cuSeqlens.hostQ()[b + 1] - cuSeqlens.hostQ()[b]);
+    maxK = std::max<int64_t>(maxK,
+                             cuSeqlens.hostK()[b + 1] - cuSeqlens.hostK()[b]);
   }
+  return build(cuSeqlens.batch(), maxQ, maxK, &cuSeqlens, args, stream);
+}
+
+DeviceBlockMask GpuAttentionKernel::build(int64_t batch, int64_t seqlenQ,
+                                          int64_t seqlenK,
+                                          const DeviceCuSeqlens *cu,
+                                          const Arguments &args,
+                                          CUstream stream) const {
+  for (auto [name, value] :
+       {std::pair{"batch", batch}, std::pair{"seqlen_q", seqlenQ},
+        std::pair{"seqlen_k", seqlenK}})
+    if (value < 0 || value > std::numeric_limits<int32_t>::max())
+      throw UserError(fmt::format("buildBlockMask: {} = {} must be in [0, "
+                                  "2^31 - 1]",
+                                  name, value));
+  args.validateFor(spec_.variant);
+  BlockMaskExtent ext = blockMaskExtent(spec_.effectiveMask(), batch,
+                                        spec_.headsQ, cu != nullptr);
+  DeviceBlockMask out;
+  BlockMask &m = out.shape_;
+  m.blockM = info_.blockM;
+  m.blockN = info_.blockN;
+  m.seqlenQ = seqlenQ;
+  m.seqlenK = seqlenK;
+  m.batch = std::max<int64_t>(ext.batch, 1);
+  m.heads = std::max<int64_t>(ext.heads, 1);
+  m.numQTiles = (seqlenQ + m.blockM - 1) / m.blockM;
+  m.numKvTiles = (seqlenK + m.blockN - 1) / m.blockN;
+  if (cu) {
+    m.cuSeqlensQ = cu->hostQ();
+    m.cuSeqlensK = cu->hostK();
+  }
+  constexpr int64_t kMaxGridYZ = 65535;
+  if (m.batch > kMaxGridYZ || m.heads > kMaxGridYZ ||
+      m.numQTiles > std::numeric_limits<int32_t>::max())
+    throw UserError(fmt::format("buildBlockMask: batch {} x heads {} x {} "
+                                "q tiles exceeds the grid",
+                                m.batch, m.heads, m.numQTiles));
+  int64_t rows = m.batch * m.heads * m.numQTiles;
+  int64_t smem = (m.numKvTiles + 15) / 16 * 16;
+  int64_t smemLimit = device_->properties().maxSharedPerBlockOptin;
+  if (smem > smemLimit)
+    throw UserError(fmt::format("buildBlockMask: seqlen_k = {} gives {} key "
+                                "tiles; the builder keeps one byte per tile "
+                                "in shared memory, at most {}",
+                                seqlenK, m.numKvTiles, smemLimit));
+  device_->makeCurrent();
+  out.lists_[0] = DeviceBuffer(*device_, rows * sizeof(int32_t));
+  out.lists_[1] = DeviceBuffer(*device_, rows * m.numKvTiles * sizeof(int32_t));
+  out.lists_[2] = DeviceBuffer(*device_, rows * sizeof(int32_t));
+  out.lists_[3] = DeviceBuffer(*device_, rows * m.numKvTiles * sizeof(int32_t));
+  if (rows == 0)
+    return out;
+
+  std::unique_lock<std::mutex> lock(statusMutex_, std::defer_lock);
+  if (!spec_.variant.buffers().empty()) {
+    lock.lock();
+    status_.fill(0);
+  }
+  KernelArgs a;
+  a.add(reinterpret_cast<void *>(status_.ptr()));
+  for (const DeviceBuffer &l : out.lists_)
+    a.add(reinterpret_cast<void *>(l.ptr()));
+  a.add(static_cast<int32_t>(seqlenQ)).add(static_cast<int32_t>(seqlenK));
+  a.add(static_cast<int32_t>(m.numQTiles))
+      .add(static_cast<int32_t>(m.numKvTiles));
+  if (cu)
+    a.add(reinterpret_cast<void *>(cu->deviceQ()))
+        .add(reinterpret_cast<void *>(cu->deviceK()));
+  addVariantArgs(a, args);
+  if (smem > 48 * 1024)
+    builder_.setMaxDynamicSharedBytes(static_cast<int>(smem));
+  LaunchConfig cfg;
+  cfg.grid = {static_cast<unsigned>(m.numQTiles),
+              static_cast<unsigned>(m.heads), static_cast<unsigned>(m.batch)};
+  cfg.block = {static_cast<unsigned>(kBlockMaskThreads), 1, 1};
+  cfg.dynamicSharedBytes = static_cast<unsigned>(smem);
+  cfg.stream = stream;
+  launch(builder_, cfg, a);
+  checkStatus(args, stream);
+  return out;
+}
+
+DeviceBlockMask::DeviceBlockMask(const BlockMask &mask, Device &device) {
+  mask.validate();
+  shape_ = mask;
+  shape_.kvNumBlocks.clear();
+  shape_.kvIndices.clear();
+  shape_.fullKvNumBlocks.clear();
+  shape_.fullKvIndices.clear();
+  const std::vector<int32_t> *src[4] = {&mask.kvNumBlocks, &mask.kvIndices,
+                                        &mask.fullKvNumBlocks,
+                                        &mask.fullKvIndices};
+  for (int i = 0; i < 4; ++i) {
+    lists_[i] = DeviceBuffer(device, src[i]->size() * sizeof(int32_t));
+    if (!src[i]->empty())
+      lists_[i].copyFromHost(src[i]->data(), src[i]->size() * sizeof(int32_t));
+  }
+}
+
+BlockMask DeviceBlockMask::toHost() const {
+  BlockMask m = shape_;
+  std::vector<int32_t> *dst[4] = {&m.kvNumBlocks, &m.kvIndices,
+                                  &m.fullKvNumBlocks, &m.fullKvIndices};
+  for (int i = 0; i < 4; ++i) {
+    dst[i]->resize(lists_[i].size() / sizeof(int32_t));
+    if (!dst[i]->empty())
+      lists_[i].copyToHost(dst[i]->data(), lists_[i].size());
+  }
+  return m;
+}
+
+DeviceCuSeqlens::DeviceCuSeqlens(std::span<const int32_t> cuSeqlensQ,
+                                 std::span<const int32_t> cuSeqlensK,
+                                 Device &device)
+    : hostQ_(cuSeqlensQ.begin(), cuSeqlensQ.end()),
+      hostK_(cuSeqlensK.begin(), cuSeqlensK.end()) {
+  if (hostQ_.empty())
+    throw UserError("cu_seqlens_q is empty: it needs batch + 1 entries");
+  if (hostQ_.size() != hostK_.size())
+    throw UserError(fmt::format("cu_seqlens_q has {} entries, cu_seqlens_k "
+                                "has {}: both need batch + 1",
+                                hostQ_.size(), hostK_.size()));
+  checkCuSeqlens("cu_seqlens_q", hostQ_, hostQ_.back());
+  checkCuSeqlens("cu_seqlens_k", hostK_, hostK_.back());
+  q_ = DeviceBuffer(device, hostQ_.size() * sizeof(int32_t));
+  k_ = DeviceBuffer(device, hostK_.size() * sizeof(int32_t));
+  q_.copyFromHost(hostQ_.data(), hostQ_.size() * sizeof(int32_t));
+  k_.copyFromHost(hostK_.data(), hostK_.size() * sizeof(int32_t));
 }
 
 } // namespace flashjit::runtime

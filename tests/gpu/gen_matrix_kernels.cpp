@@ -3,7 +3,8 @@
 // Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch threads block_m
 // shared_bytes") for every kernel of tests/support/KernelMatrix.h, so the
 // [gpu] tests run them on a GPU machine that has no MLIR (the ahead-of-time
-// flow a host application uses). Usage: gen_matrix_kernels DIR [ARCH]
+// flow a host application uses), and the block-sparse / varlen kernels of
+// sparseKernels(). Usage: gen_matrix_kernels DIR [ARCH]
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -29,6 +30,20 @@ int main(int argc, char **argv) {
     std::ofstream(dir + "/" + k.id + ".info")
         << img.name << ' ' << img.arch << ' ' << img.threads << ' '
         << img.blockM << ' ' << img.sharedBytes << '\n';
+    ++n;
+  }
+  // Block-sparse / varlen kernels: the .info line also has block_n, varlen
+  // and block_sparse.
+  for (const auto &k : flashjit::testing::sparseKernels()) {
+    flashjit::GpuCompileOptions so = o;
+    so.varlen = k.varlen;
+    so.blockSparse = k.blockSparse;
+    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, so);
+    std::ofstream(dir + "/" + k.id + ".ptx") << img.ptx;
+    std::ofstream(dir + "/" + k.id + ".info")
+        << img.name << ' ' << img.arch << ' ' << img.threads << ' '
+        << img.blockM << ' ' << img.sharedBytes << ' ' << img.blockN << ' '
+        << img.varlen << ' ' << img.blockSparse << '\n';
     ++n;
   }
   std::printf("%d kernels written to %s\n", n, dir.c_str());

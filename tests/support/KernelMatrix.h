@@ -92,6 +92,40 @@ inline std::vector<MatrixKernel> kernelMatrix() {
   return out;
 }
 
+/// A block-sparse and/or varlen kernel of the [gpu] sparse tests.
+struct SparseKernel {
+  std::string id;
+  AttentionSpec spec;
+  bool varlen = false;
+  bool blockSparse = false;
+};
+
+/// The issue-7 kernels: document-causal masks (doc_id buffer) built into
+/// block masks, user block-sparse layouts over no mask and over an index
+/// mask, and varlen batches with and without block masks; GQA and both
+/// 16-bit dtypes.
+inline std::vector<SparseKernel> sparseKernels() {
+  auto spec = [](const std::string &v, int d, DType t, int hq, int hkv) {
+    return matrixSpec(v, d, t, hq, hkv);
+  };
+  return {
+      {"bs_doc_d64_bf16_g2", spec("doc_id", 64, DType::BF16, 4, 2), false,
+       true},
+      {"bs_doc_d128_fp16_g1", spec("doc_id", 128, DType::F16, 2, 2), false,
+       true},
+      {"bs_none_d128_bf16_g2", spec("none", 128, DType::BF16, 4, 2), false,
+       true},
+      {"bs_window_d64_fp16_g3", spec("window_lr", 64, DType::F16, 6, 2), false,
+       true},
+      {"vl_causal_br_d64_bf16_g2", spec("causal_br", 64, DType::BF16, 4, 2),
+       true, false},
+      {"vl_softcap_d128_fp16_g1", spec("softcap", 128, DType::F16, 2, 2), true,
+       false},
+      {"vl_bs_doc_d128_bf16_g2", spec("doc_id", 128, DType::BF16, 4, 2), true,
+       true},
+  };
+}
+
 } // namespace flashjit::testing
 
 #endif // FLASHJIT_TESTS_SUPPORT_KERNELMATRIX_H

@@ -40,6 +40,8 @@ runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
       runtime::CacheKey::make(printSpec(spec), options.arch, options.blockN,
                               options.numWarps, options.minBlocksPerSM);
   key.rowsPerWarp = options.rowsPerWarp;
+  key.varlen = options.varlen;
+  key.blockSparse = options.blockSparse;
   return key;
 }
 
@@ -55,6 +57,8 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   a.blockM = image.blockM;
   a.blockN = image.blockN;
   a.sharedBytes = image.sharedBytes;
+  a.varlen = image.varlen;
+  a.blockSparse = image.blockSparse;
   for (const StageTiming &t : image.timings)
     a.stageSeconds.push_back({t.name, t.seconds});
   a.files[kAttnFile] = image.attnText;
@@ -140,10 +144,8 @@ loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
           fmt::format("GPU kernel {} has no {}", r.key, runtime::kPtxFile));
     const std::string *cubin = a.file(runtime::kCubinFile);
     return std::make_shared<const runtime::GpuAttentionKernel>(
-        spec,
-        runtime::GpuKernelInfo{a.entry, a.arch, a.threads, a.blockM,
-                               a.sharedBytes},
-        *ptx, device, cubin ? std::string_view(*cubin) : std::string_view());
+        spec, runtime::gpuKernelInfo(a), *ptx, device,
+        cubin ? std::string_view(*cubin) : std::string_view());
   };
   if (disk.config().alwaysCompile)
     return load();

@@ -183,10 +183,14 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   po.numWarps = warps;
   po.minBlocksPerSM = tc.minBlocksPerSM;
   po.rowsPerWarp = tc.rowsPerWarp;
+  po.varlen = image.varlen = options.varlen;
+  po.blockSparse = image.blockSparse = options.blockSparse;
   runPipeline(*ctx, *module, "attn-to-nvvm", diag,
               [&](OpPassManager &pm) { buildAttnToNVVMPipeline(pm, po); });
   image.gpuText = printOp(*module, /*withLocations=*/false);
   module->walk([&](gpu::GPUFuncOp fn) {
+    if (fn.getName().ends_with("_block_mask"))
+      return; // the builder's shared memory is one byte per key tile
     auto bytes = fn->getAttrOfType<IntegerAttr>("flashjit.shared_bytes");
     if (!bytes || bytes.getInt() != image.sharedBytes)
       throw InternalError(fmt::format(

@@ -37,6 +37,8 @@ void buildAttnToNVVMPipeline(OpPassManager &pm,
   o.numWarps = options.numWarps;
   o.minBlocksPerSM = options.minBlocksPerSM;
   o.rowsPerWarp = options.rowsPerWarp;
+  o.varlen = options.varlen;
+  o.blockSparse = options.blockSparse;
   pm.addPass(createConvertAttnToNVVM(o));
   OpPassManager &gm = pm.nest<gpu::GPUModuleOp>();
   gm.addPass(attn::createAttnExpandScalar());
@@ -88,6 +90,12 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
   Option<int> rowsPerWarp{*this, "rows-per-warp",
                           llvm::cl::desc("query rows per warp (16 or 32)"),
                           llvm::cl::init(16)};
+  Option<bool> varlen{*this, "varlen",
+                      llvm::cl::desc("packed variable-length sequences"),
+                      llvm::cl::init(false)};
+  Option<bool> blockSparse{*this, "block-sparse",
+                           llvm::cl::desc("block-sparse kernel and builder"),
+                           llvm::cl::init(false)};
 };
 struct PtxOptions : public PassPipelineOptions<PtxOptions> {
   Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_80 or sm_90a"),
@@ -104,6 +112,8 @@ void registerGpuPipelines() {
         g.numWarps = o.numWarps;
         g.minBlocksPerSM = o.minBlocks;
         g.rowsPerWarp = o.rowsPerWarp;
+        g.varlen = o.varlen;
+        g.blockSparse = o.blockSparse;
         buildAttnToNVVMPipeline(pm, g);
       });
   // Registered by hand so an unknown arch is an error (LLVM would abort on

@@ -64,7 +64,12 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
     Option<"minBlocksPerSM", "min-blocks-per-sm", "int", /*default=*/"1",
            "CTAs per SM the register allocation must allow">,
     Option<"rowsPerWarp", "rows-per-warp", "int", /*default=*/"16",
-           "query rows per warp: 16 (one m16 tile) or 32 (two)">
+           "query rows per warp: 16 (one m16 tile) or 32 (two)">,
+    Option<"varlen", "varlen", "bool", /*default=*/"false",
+           "packed variable-length sequences (cu_seqlens arguments)">,
+    Option<"blockSparse", "block-sparse", "bool", /*default=*/"false",
+           "visit the key tiles of a block mask; also emit the block-mask "
+           "builder kernel @<name>_block_mask">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::NVVM::NVVMDialect",

@@ -30,6 +30,9 @@ struct GpuPipelineOptions {
   int minBlocksPerSM = 1;
   /// Query rows per warp, 16 or 32 (block_m = rowsPerWarp * numWarps).
   int rowsPerWarp = 16;
+  /// Varlen and block-sparse kernels (GpuCompileOptions).
+  bool varlen = false;
+  bool blockSparse = false;
 };
 
 /// convert-attn-to-nvvm, then attn-expand-scalar, canonicalize and cse on

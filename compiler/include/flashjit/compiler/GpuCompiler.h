@@ -26,11 +26,10 @@ namespace flashjit {
 struct GpuCompileOptions {
   /// "sm_80" or "sm_90a".
   std::string arch = "sm_90a";
-  /// Keys per tile (a multiple of 16); 0 picks the default for the head dim
-  /// (64 up to head_dim 128, else 32).
+  /// Keys per tile (a multiple of 16); 0 picks defaultGpuTileConfig's.
   int blockN = 0;
-  /// Warps per CTA, each owning 16 query rows (block_m = 16 * warps); 0 picks
-  /// the default (8 up to head_dim 128, else 4).
+  /// Warps per CTA (block_m = rowsPerWarp * warps); 0 picks
+  /// defaultGpuTileConfig's.
   int numWarps = 0;
   /// CTAs per SM the register allocation must allow (1 to 4); 0 picks the
   /// default. Higher values cap registers and may spill (see ptxas -v).
@@ -55,7 +54,7 @@ struct GpuCompileOptions {
 struct GpuTileConfig {
   /// Keys per tile (a multiple of 16).
   int blockN = 64;
-  /// Warps per CTA, each owning 16 query rows (block_m = 16 * warps).
+  /// Warps per CTA (block_m = rowsPerWarp * numWarps).
   int numWarps = 8;
   /// CTAs per SM the register allocation must allow (1: up to 255
   /// registers per thread).

@@ -254,8 +254,12 @@ struct ConvertAttnToNVVM
       }
       c.bf16 = dq.isBF16();
       c.returnLse = op.getReturnLse();
+      c.varlen = varlen;
+      c.blockSparse = blockSparse;
       RegionEmitter em(op);
       buildFlashForwardKernel(b, op.getLoc(), gm, c, em);
+      if (c.blockSparse)
+        buildBlockMaskKernel(b, op.getLoc(), gm, c, em);
       op.erase();
     }
   }

@@ -60,6 +60,7 @@ public:
   }
 
   void build(Operation *gpuModule);
+  void buildBlockMask(Operation *gpuModule);
 
 private:
   // --- small helpers -------------------------------------------------------
@@ -190,7 +191,7 @@ private:
         Value col = arith::RemUIOp::create(b, cidx, ci32(chunksPerRow));
         Value grow = add(row0, row);
         Value valid = cmp(arith::CmpIPredicate::slt, grow, seqlen);
-        Value srow = sel(valid, grow, row0);
+        Value srow = sel(valid, grow, ci32(0)); // not read: size 0
         Value goff = add(mul(ext64(srow), stride), ext64(mul(col, ci32(8))));
         Value src = gepBytes(gBase, mul(goff, ci64(2)));
         Value soff = add(mul(row, ci32(dim + kPad)), mul(col, ci32(8)));
@@ -216,6 +217,13 @@ private:
   }
 
   void buildBody(gpu::GPUFuncOp fn);
+  void buildBlockMaskBody(gpu::GPUFuncOp fn);
+
+  /// Element \p i (i32) of the global i32 array at \p base.
+  Value loadI32(Value base, Value i) {
+    Value p = LLVM::GEPOp::create(b, ptrG, i32, base, ValueRange{ext64(i)});
+    return LLVM::LoadOp::create(b, i32, p, /*alignment=*/4);
+  }
 
   ImplicitLocOpBuilder &b;
   const KernelConfig &c;
@@ -239,6 +247,12 @@ void KernelBuilder::build(Operation *gpuModule) {
   args.append(15, i64);
   args.append(3, i32);
   args.append(2, f32);
+  if (c.varlen)
+    args.append(2, ptrG);
+  if (c.blockSparse) {
+    args.append(4, ptrG);
+    args.append(3, i32);
+  }
   for (Type t : em.extraArgumentTypes(b.getContext()))
     args.push_back(t);
   auto fnType = b.getFunctionType(args, {});
@@ -253,7 +267,206 @@ void KernelBuilder::build(Operation *gpuModule) {
   fn->setAttr("flashjit.shared_bytes", b.getI64IntegerAttr(c.sharedBytes()));
   b.setInsertionPointToStart(&fn.getBody().front());
   buildBody(fn);
+  b.setInsertionPointToEnd(&fn.getBody().front());
   gpu::ReturnOp::create(b);
+}
+
+void KernelBuilder::buildBlockMask(Operation *gpuModule) {
+  OpBuilder::InsertionGuard guard(b);
+  Region &region = gpuModule->getRegion(0);
+  b.setInsertionPointToEnd(&region.front());
+  SmallVector<Type> args(5, ptrG);
+  args.append(4, i32);
+  if (c.varlen)
+    args.append(2, ptrG);
+  for (Type t : em.extraArgumentTypes(b.getContext()))
+    args.push_back(t);
+  auto fn = gpu::GPUFuncOp::create(b, c.name + "_block_mask",
+                                   b.getFunctionType(args, {}));
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({kBlockMaskThreads, 1, 1}));
+  b.setInsertionPointToStart(&fn.getBody().front());
+  buildBlockMaskBody(fn);
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  gpu::ReturnOp::create(b);
+}
+
+void KernelBuilder::buildBlockMaskBody(gpu::GPUFuncOp fn) {
+  ValueRange a = fn.getArguments();
+  em.setStatus(a[0]);
+  Value lists[4] = {a[1], a[2], a[3], a[4]};
+  Value seqlenQ = a[5], seqlenK = a[6], numQ = a[7], numKvAll = a[8];
+  unsigned next = 9;
+  Value cuQ, cuK;
+  if (c.varlen) {
+    cuQ = a[next];
+    cuK = a[next + 1];
+    next += 2;
+  }
+  em.setArguments(a.drop_front(next));
+  const int BM = c.blockM, BN = c.blockN, T = kBlockMaskThreads;
+
+  tid = NVVM::ThreadIdXOp::create(b, i32);
+  lane = arith::RemUIOp::create(b, tid, ci32(32));
+  Value m = NVVM::BlockIdXOp::create(b, i32);
+  Value head = NVVM::BlockIdYOp::create(b, i32);
+  Value batch = NVVM::BlockIdZOp::create(b, i32);
+  Value heads = NVVM::GridDimYOp::create(b, i32);
+  Value row = add(mul(add(mul(batch, heads), head), numQ), m);
+  if (c.varlen) {
+    Value q0s = loadI32(cuQ, batch), k0s = loadI32(cuK, batch);
+    seqlenQ = arith::SubIOp::create(b, loadI32(cuQ, add(batch, ci32(1))), q0s);
+    seqlenK = arith::SubIOp::create(b, loadI32(cuK, add(batch, ci32(1))), k0s);
+  }
+  Value q0 = mul(m, ci32(BM));
+  Value qLast = arith::SubIOp::create(
+      b, arith::MinSIOp::create(b, add(q0, ci32(BM)), seqlenQ), ci32(1));
+  // Rows past the sequence's queries (varlen) list nothing.
+  Value nKT = sel(
+      cmp(arith::CmpIPredicate::slt, q0, seqlenQ),
+      arith::DivUIOp::create(b, add(seqlenK, ci32(BN - 1)), ci32(BN)), ci32(0));
+  // Class per key tile in shared memory: 0 empty, 1 partial, 2 full,
+  // 3 undecided by intervals.
+  Value cls = LLVM::AddressOfOp::create(b, ptrS, kSharedSymbol);
+  auto clsAt = [&](Value j) {
+    return LLVM::GEPOp::create(b, ptrS, i8, cls, ValueRange{j});
+  };
+  auto toIndex = [&](Value v) {
+    return arith::IndexCastOp::create(b, b.getIndexType(), v);
+  };
+  Value one = arith::ConstantIndexOp::create(b, 1);
+  auto forEach = [&](Value lo, Value hi, int step,
+                     llvm::function_ref<void(Value)> body) {
+    auto loop = scf::ForOp::create(b, toIndex(lo), toIndex(hi),
+                                   arith::ConstantIndexOp::create(b, step));
+    OpBuilder::InsertionGuard lg(b);
+    b.setInsertionPoint(loop.getBody()->getTerminator());
+    body(arith::IndexCastOp::create(b, i32, loop.getInductionVar()));
+  };
+  (void)one;
+
+  // 1. Interval classification, one key tile per thread.
+  forEach(tid, nKT, T, [&](Value j) {
+    Value kv0 = mul(j, ci32(BN));
+    Value kvLast = arith::SubIOp::create(
+        b, arith::MinSIOp::create(b, add(kv0, ci32(BN)), seqlenK), ci32(1));
+    Value mayFalse = cb(false), mayTrue = cb(true);
+    if (em.hasMask()) {
+      IndexValues lo{batch, head, q0, kv0, seqlenQ, seqlenK};
+      IndexValues hi{batch, head, qLast, kvLast, seqlenQ, seqlenK};
+      std::tie(mayFalse, mayTrue) = em.emitClassify(b, b.getLoc(), lo, hi);
+    }
+    Value code = sel(mayTrue, sel(mayFalse, ci32(3), ci32(2)), ci32(0));
+    LLVM::StoreOp::create(b, arith::TruncIOp::create(b, i8, code), clsAt(j));
+  });
+  gpu::BarrierOp::create(b);
+
+  // 2. Tiles the intervals leave undecided: every element, all threads.
+  if (em.hasMask()) {
+    forEach(ci32(0), nKT, 1, [&](Value j) {
+      Value code = LLVM::LoadOp::create(b, i8, clsAt(j));
+      Value undecided =
+          cmp(arith::CmpIPredicate::eq, code,
+              arith::ConstantOp::create(b, b.getI8IntegerAttr(3)));
+      auto ifU = scf::IfOp::create(b, undecided, /*withElse=*/false);
+      OpBuilder::InsertionGuard ug(b);
+      b.setInsertionPoint(ifU.thenBlock()->getTerminator());
+      Value kv0 = mul(j, ci32(BN));
+      SmallVector<Value> init{cb(false), cb(false)};
+      auto loop =
+          scf::ForOp::create(b, toIndex(tid), toIndex(ci32(BM * BN)),
+                             arith::ConstantIndexOp::create(b, T), init);
+      {
+        OpBuilder::InsertionGuard lg(b);
+        b.setInsertionPointToStart(loop.getBody());
+        Value e = arith::IndexCastOp::create(b, i32, loop.getInductionVar());
+        Value qi = add(q0, arith::DivUIOp::create(b, e, ci32(BN)));
+        Value ki = add(kv0, arith::RemUIOp::create(b, e, ci32(BN)));
+        Value ok = arith::AndIOp::create(
+            b, cmp(arith::CmpIPredicate::slt, qi, seqlenQ),
+            cmp(arith::CmpIPredicate::slt, ki, seqlenK));
+        IndexValues idx{batch, head, qi, ki, seqlenQ, seqlenK};
+        Value v = guarded(ok, i1, cb(false),
+                          [&] { return em.emitMask(b, b.getLoc(), idx); });
+        Value anyT = arith::OrIOp::create(b, loop.getRegionIterArgs()[0], v);
+        Value anyF = arith::OrIOp::create(
+            b, loop.getRegionIterArgs()[1],
+            arith::AndIOp::create(b, ok,
+                                  arith::XOrIOp::create(b, v, cb(true))));
+        scf::YieldOp::create(b, ValueRange{anyT, anyF});
+      }
+      auto reduceOr = [&](Value p) {
+        Value r = NVVM::BarrierOp::create(
+                      b, TypeRange{i32}, Value(), Value(),
+                      NVVM::BarrierReductionAttr::get(
+                          b.getContext(), NVVM::BarrierReduction::OR),
+                      arith::ExtUIOp::create(b, i32, p))
+                      .getResult(0);
+        return cmp(arith::CmpIPredicate::ne, r, ci32(0));
+      };
+      Value anyT = reduceOr(loop.getResult(0));
+      Value anyF = reduceOr(loop.getResult(1));
+      Value code2 = sel(anyT, sel(anyF, ci32(1), ci32(2)), ci32(0));
+      auto ifT0 =
+          scf::IfOp::create(b, cmp(arith::CmpIPredicate::eq, tid, ci32(0)),
+                            /*withElse=*/false);
+      b.setInsertionPoint(ifT0.thenBlock()->getTerminator());
+      LLVM::StoreOp::create(b, arith::TruncIOp::create(b, i8, code2), clsAt(j));
+    });
+    gpu::BarrierOp::create(b);
+  }
+
+  // 3. Lists, compacted by warp 0 (ballots in 32-tile chunks).
+  auto isW0 =
+      scf::IfOp::create(b, cmp(arith::CmpIPredicate::ult, tid, ci32(32)),
+                        /*withElse=*/false);
+  b.setInsertionPoint(isW0.thenBlock()->getTerminator());
+  Value rowBase = mul(ext64(row), ext64(numKvAll));
+  Value ltMask = NVVM::LaneMaskLtOp::create(b, i32);
+  Value nChunks = arith::DivUIOp::create(b, add(nKT, ci32(31)), ci32(32));
+  auto chunks =
+      scf::ForOp::create(b, arith::ConstantIndexOp::create(b, 0),
+                         toIndex(nChunks), one, ValueRange{ci32(0), ci32(0)});
+  {
+    OpBuilder::InsertionGuard cg(b);
+    b.setInsertionPointToStart(chunks.getBody());
+    Value ch = arith::IndexCastOp::create(b, i32, chunks.getInductionVar());
+    Value j = add(mul(ch, ci32(32)), lane);
+    Value inR = cmp(arith::CmpIPredicate::slt, j, nKT);
+    Value code = guarded(
+        inR, i8, arith::ConstantOp::create(b, b.getI8IntegerAttr(0)),
+        [&] { return LLVM::LoadOp::create(b, i8, clsAt(j)).getResult(); });
+    SmallVector<Value, 2> counts;
+    for (int kind = 0; kind < 2; ++kind) { // partial, full
+      Value want =
+          cmp(arith::CmpIPredicate::eq, code,
+              arith::ConstantOp::create(b, b.getI8IntegerAttr(1 + kind)));
+      Value ballot = NVVM::VoteSyncOp::create(b, i32, ci32(-1), want,
+                                              NVVM::VoteSyncKind::ballot);
+      Value base = chunks.getRegionIterArgs()[kind];
+      Value pos =
+          add(base, LLVM::CtPopOp::create(
+                        b, i32, arith::AndIOp::create(b, ballot, ltMask)));
+      auto ifW = scf::IfOp::create(b, want, /*withElse=*/false);
+      {
+        OpBuilder::InsertionGuard wg(b);
+        b.setInsertionPoint(ifW.thenBlock()->getTerminator());
+        Value p = LLVM::GEPOp::create(b, ptrG, i32, lists[1 + 2 * kind],
+                                      ValueRange{add(rowBase, ext64(pos))});
+        LLVM::StoreOp::create(b, j, p, 4);
+      }
+      counts.push_back(add(base, LLVM::CtPopOp::create(b, i32, ballot)));
+    }
+    scf::YieldOp::create(b, counts);
+  }
+  auto ifL0 = scf::IfOp::create(b, cmp(arith::CmpIPredicate::eq, tid, ci32(0)),
+                                /*withElse=*/false);
+  b.setInsertionPoint(ifL0.thenBlock()->getTerminator());
+  for (int kind = 0; kind < 2; ++kind) {
+    Value p = LLVM::GEPOp::create(b, ptrG, i32, lists[2 * kind],
+                                  ValueRange{ext64(row)});
+    LLVM::StoreOp::create(b, chunks.getResult(kind), p, 4);
+  }
 }
 
 void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
@@ -265,7 +478,23 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
         lS[3] = {a[18], a[19], a[20]};
   Value seqlenQ = a[21], seqlenK = a[22], group = a[23];
   Value scale = a[24], scaleLog2 = a[25];
-  em.setArguments(a.drop_front(26));
+  unsigned next = 26;
+  Value cuQ, cuK;
+  if (c.varlen) {
+    cuQ = a[next];
+    cuK = a[next + 1];
+    next += 2;
+  }
+  Value lists[4], rowBatchStride, rowHeadStride, listPitch;
+  if (c.blockSparse) {
+    for (int i = 0; i < 4; ++i)
+      lists[i] = a[next + i];
+    rowBatchStride = a[next + 4];
+    rowHeadStride = a[next + 5];
+    listPitch = a[next + 6];
+    next += 7;
+  }
+  em.setArguments(a.drop_front(next));
 
   const int D = c.headDimQK, Dv = c.headDimV, BM = c.blockM, BN = c.blockN;
   const int RW = c.rowsPerWarp; // query rows per warp
@@ -292,14 +521,34 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
   Value headKV = arith::DivUIOp::create(b, head, group);
   Value q0 = mul(qTile, ci32(BM));
 
-  auto base = [&](Value ptr, Value *s, Value h, int elemBytes) {
-    Value off = add(mul(ext64(batch), s[0]), mul(ext64(h), s[1]));
-    return gepBytes(ptr, mul(off, ci64(elemBytes)));
+  // varlen: this CTA's sequence is query tokens [qStart, qStart + seqlenQ)
+  // and key tokens [kStart, kStart + seqlenK); nothing to do past its end.
+  Value qStart, kStart;
+  if (c.varlen) {
+    qStart = loadI32(cuQ, batch);
+    kStart = loadI32(cuK, batch);
+    seqlenQ =
+        arith::SubIOp::create(b, loadI32(cuQ, add(batch, ci32(1))), qStart);
+    seqlenK =
+        arith::SubIOp::create(b, loadI32(cuK, add(batch, ci32(1))), kStart);
+    auto inSeq =
+        scf::IfOp::create(b, cmp(arith::CmpIPredicate::slt, q0, seqlenQ),
+                          /*withElse=*/false);
+    b.setInsertionPoint(inSeq.thenBlock()->getTerminator());
+  }
+  // Element offset of this sequence in a tensor with strides \p s: batch *
+  // s[0], or (varlen) its first token * s[2].
+  auto seqOff = [&](Value *s, Value start) {
+    return c.varlen ? mul(ext64(start), s[2]) : mul(ext64(batch), s[0]);
   };
-  Value qBase = base(qPtr, qS, head, 2);
-  Value kBase = base(kPtr, kS, headKV, 2);
-  Value vBase = base(vPtr, vS, headKV, 2);
-  Value oBase = base(oPtr, oS, head, 2);
+  auto base = [&](Value ptr, Value *s, Value h, Value start) {
+    Value off = add(seqOff(s, start), mul(ext64(h), s[1]));
+    return gepBytes(ptr, mul(off, ci64(2)));
+  };
+  Value qBase = base(qPtr, qS, head, qStart);
+  Value kBase = base(kPtr, kS, headKV, kStart);
+  Value vBase = base(vPtr, vS, headKV, kStart);
+  Value oBase = base(oPtr, oS, head, qStart);
 
   Value smem = LLVM::AddressOfOp::create(b, ptrS, kSharedSymbol);
   Value sQ = smem;
@@ -372,9 +621,35 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
   };
   Value one = arith::ConstantIndexOp::create(b, 1);
 
-  // The first and last key tiles that are not empty: only they are loaded.
+  // The loop runs over positions it in [jBegin, jEnd] of a list of key
+  // tiles: all tiles (dense), or the row's partial tiles followed by its
+  // full ones (block-sparse).
   Value jBegin = ci32(0), jEnd = arith::SubIOp::create(b, numKv, ci32(1));
-  if (em.hasMask()) {
+  Value numPartial, listRow;
+  if (c.blockSparse) {
+    Value row =
+        add(add(mul(batch, rowBatchStride), mul(head, rowHeadStride)), qTile);
+    numPartial = loadI32(lists[0], row);
+    listRow = mul(ext64(row), ext64(listPitch));
+    jEnd = arith::SubIOp::create(b, add(numPartial, loadI32(lists[2], row)),
+                                 ci32(1));
+  }
+  auto tileAt = [&](Value it) -> Value {
+    if (!c.blockSparse)
+      return it;
+    // Both reads stay inside the row: partial + full <= num_kv_tiles.
+    auto at = [&](Value list, Value i) {
+      Value p = LLVM::GEPOp::create(b, ptrG, i32, list,
+                                    ValueRange{add(listRow, ext64(i))});
+      return LLVM::LoadOp::create(b, i32, p, /*alignment=*/4).getResult();
+    };
+    Value isFull = cmp(arith::CmpIPredicate::sge, it, numPartial);
+    Value fi = arith::MaxSIOp::create(
+        b, arith::SubIOp::create(b, it, numPartial), ci32(0));
+    return sel(isFull, at(lists[3], fi), at(lists[1], it));
+  };
+  // The first and last key tiles that are not empty: only they are loaded.
+  if (em.hasMask() && !c.blockSparse) {
     auto scan =
         scf::ForOp::create(b, arith::ConstantIndexOp::create(b, 0),
                            toIndex(numKv), one, ValueRange{numKv, ci32(-1)});
@@ -404,7 +679,7 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
     auto pre = scf::IfOp::create(b, any, /*withElse=*/true);
     OpBuilder::InsertionGuard pg(b);
     b.setInsertionPointToStart(pre.thenBlock());
-    loadKV(jBegin, ci32(0));
+    loadKV(tileAt(jBegin), ci32(0));
     NVVM::CpAsyncWaitGroupOp::create(b, 1); // Q has landed
     b.setInsertionPointToStart(pre.elseBlock());
     NVVM::CpAsyncWaitGroupOp::create(b, 0);
@@ -421,18 +696,19 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
   {
     OpBuilder::InsertionGuard lg(b);
     b.setInsertionPointToStart(loop.getBody());
-    Value j = arith::IndexCastOp::create(b, i32, loop.getInductionVar());
+    Value it = arith::IndexCastOp::create(b, i32, loop.getInductionVar());
+    Value j = tileAt(it);
     ValueRange state = loop.getRegionIterArgs();
     Value stage =
-        arith::AndIOp::create(b, arith::SubIOp::create(b, j, jBegin), ci32(1));
+        arith::AndIOp::create(b, arith::SubIOp::create(b, it, jBegin), ci32(1));
     Value nextStage = arith::XOrIOp::create(b, stage, ci32(1));
     // Prefetch the next tile into the other stage, then wait for this one.
-    Value hasNext = cmp(arith::CmpIPredicate::slt, j, jEnd);
+    Value hasNext = cmp(arith::CmpIPredicate::slt, it, jEnd);
     {
       auto pf = scf::IfOp::create(b, hasNext, /*withElse=*/true);
       OpBuilder::InsertionGuard pg(b);
       b.setInsertionPointToStart(pf.thenBlock());
-      loadKV(add(j, ci32(1)), nextStage);
+      loadKV(tileAt(add(it, ci32(1))), nextStage);
       NVVM::CpAsyncWaitGroupOp::create(b, 1);
       b.setInsertionPointToStart(pf.elseBlock());
       NVVM::CpAsyncWaitGroupOp::create(b, 0);
@@ -442,6 +718,16 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
     Value aKs = gepBytes(aK, stageOff), aVs = gepBytes(aV, stageOff);
     Value kv0 = mul(j, ci32(BN));
     auto [mayBeFalse, mayBeTrue] = classify(j);
+    if (c.blockSparse) {
+      // Listed full: no mask code. Tiles past this sequence's keys (a
+      // layout shared by sequences of different lengths): skipped.
+      Value listedFull = cmp(arith::CmpIPredicate::sge, it, numPartial);
+      mayBeFalse = arith::AndIOp::create(
+          b, mayBeFalse, arith::XOrIOp::create(b, listedFull, cb(true)));
+      mayBeTrue = arith::AndIOp::create(
+          b, arith::OrIOp::create(b, mayBeTrue, listedFull),
+          cmp(arith::CmpIPredicate::slt, j, numKv));
+    }
     Value pastEnd = cmp(arith::CmpIPredicate::sgt, add(kv0, ci32(BN)), seqlenK);
     Value needsMask = arith::OrIOp::create(b, mayBeFalse, pastEnd);
 
@@ -627,7 +913,7 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
       b.setInsertionPointToStart(ifT.thenBlock());
       Value log2l = math::Log2Op::create(b, l);
       Value lse = sel(empty, minusInf, fmul(fadd(m, log2l), cf32(ln2)));
-      Value off = add(add(mul(ext64(batch), lS[0]), mul(ext64(head), lS[1])),
+      Value off = add(add(seqOff(lS, qStart), mul(ext64(head), lS[1])),
                       mul(ext64(row), lS[2]));
       Value p = gepBytes(lsePtr, mul(off, ci64(4)));
       LLVM::StoreOp::create(b, lse, p, /*alignment=*/4);
@@ -642,6 +928,13 @@ void buildFlashForwardKernel(OpBuilder &builder, Location loc,
                              FragmentEmitter &emitter) {
   ImplicitLocOpBuilder b(loc, builder);
   KernelBuilder(b, config, emitter).build(gpuModule);
+}
+
+void buildBlockMaskKernel(OpBuilder &builder, Location loc,
+                          Operation *gpuModule, const KernelConfig &config,
+                          FragmentEmitter &emitter) {
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelBuilder(b, config, emitter).buildBlockMask(gpuModule);
 }
 
 } // namespace flashjit::nvvm

@@ -102,6 +102,15 @@ void checkBlockMaskFor(const BlockMask &mask, int64_t blockM, int64_t blockN,
                        std::span<const int32_t> cuSeqlensQ = {},
                        std::span<const int32_t> cuSeqlensK = {});
 
+/// checkBlockMaskFor without validate(): only the sizes, extents and
+/// cu_seqlens against the call (for a mask whose lists live elsewhere, e.g.
+/// in device memory, and were validated when they got there).
+void checkBlockMaskFits(const BlockMask &mask, int64_t blockM, int64_t blockN,
+                        int64_t batch, int64_t headsQ, int64_t seqlenQ,
+                        int64_t seqlenK,
+                        std::span<const int32_t> cuSeqlensQ = {},
+                        std::span<const int32_t> cuSeqlensK = {});
+
 /// The batch and head extents of the block mask a kernel builds for \p mask:
 /// batch is 1 unless the mask reads `batch` or the call is varlen (each
 /// sequence has its own tile grid), heads is 1 unless it reads `head`.

@@ -11,6 +11,7 @@
 #define FLASHJIT_RUNTIME_ATTENTIONKERNEL_H
 
 #include "flashjit/frontend/Arguments.h"
+#include "flashjit/frontend/BlockMask.h"
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/Variant.h"
 #include "flashjit/runtime/Memory.h"
@@ -20,12 +21,16 @@
 
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace flashjit::runtime {
 
 class Device;
+class KernelArgs;
+struct KernelArtifacts;
 
 /// Launch facts of a generated kernel (see the compiler's
 /// FlashForwardKernel.h for its argument list).
@@ -40,6 +45,74 @@ struct GpuKernelInfo {
   int blockM = 64;
   /// Dynamic shared memory per CTA, in bytes.
   int sharedBytes = 0;
+  /// Keys per tile (block-sparse kernels: the block mask's block_n).
+  int blockN = 0;
+  /// The kernel's modes (GpuCompileOptions): packed variable-length
+  /// sequences (runVarlen); block-sparse (runBlockSparse, and the module has
+  /// the builder `<name>_block_mask`).
+  bool varlen = false;
+  bool blockSparse = false;
+};
+
+/// The launch facts of a GPU kernel read from a cache entry or bundle.
+GpuKernelInfo gpuKernelInfo(const KernelArtifacts &artifacts);
+
+/// Threads per CTA of a block-sparse kernel's builder `<name>_block_mask`
+/// (the compiler's FlashForwardKernel.h states its arguments).
+inline constexpr int kBlockMaskThreads = 256;
+
+/// A BlockMask (frontend/BlockMask.h) whose four lists live in device
+/// memory, as int32 arrays of the same shapes: kv_num_blocks and
+/// full_kv_num_blocks [batch, heads, num_q_tiles], kv_indices and
+/// full_kv_indices [batch, heads, num_q_tiles, num_kv_tiles]. Built on the
+/// GPU (GpuAttentionKernel::buildBlockMask) or uploaded from a host mask;
+/// the caller owns it and may reuse it for every call it fits. Move-only.
+class DeviceBlockMask {
+public:
+  DeviceBlockMask() = default;
+  /// Uploads \p mask to \p device after mask.validate() (UserError naming
+  /// the bad entry). Synchronous.
+  DeviceBlockMask(const BlockMask &mask, Device &device);
+  /// The mask's sizes, extents and (varlen) cu_seqlens; its four lists are
+  /// empty (they are on the device).
+  const BlockMask &shape() const { return shape_; }
+  /// The device lists (int32).
+  CUdeviceptr kvNumBlocks() const { return lists_[0].ptr(); }
+  CUdeviceptr kvIndices() const { return lists_[1].ptr(); }
+  CUdeviceptr fullKvNumBlocks() const { return lists_[2].ptr(); }
+  CUdeviceptr fullKvIndices() const { return lists_[3].ptr(); }
+  /// A host copy (synchronous; unused index entries are whatever the
+  /// device holds).
+  BlockMask toHost() const;
+
+private:
+  friend class GpuAttentionKernel;
+  BlockMask shape_;
+  DeviceBuffer lists_[4];
+};
+
+/// The cu_seqlens of a packed varlen batch in device memory (int32,
+/// batch + 1 entries each; FlashAttention's cu_seqlens_q / cu_seqlens_k),
+/// with host copies for the checks and the grid. Checked once when made,
+/// owned by the caller, reused across calls. Move-only.
+class DeviceCuSeqlens {
+public:
+  DeviceCuSeqlens() = default;
+  /// Checks (checkCuSeqlens: first 0, non-decreasing; the same number of
+  /// entries) and uploads both arrays to \p device. Synchronous. Throws
+  /// UserError naming the entry.
+  DeviceCuSeqlens(std::span<const int32_t> cuSeqlensQ,
+                  std::span<const int32_t> cuSeqlensK, Device &device);
+  const std::vector<int32_t> &hostQ() const { return hostQ_; }
+  const std::vector<int32_t> &hostK() const { return hostK_; }
+  CUdeviceptr deviceQ() const { return q_.ptr(); }
+  CUdeviceptr deviceK() const { return k_.ptr(); }
+  /// Number of sequences.
+  int64_t batch() const { return static_cast<int64_t>(hostQ_.size()) - 1; }
+
+private:
+  std::vector<int32_t> hostQ_, hostK_;
+  DeviceBuffer q_, k_;
 };
 
 /// A loaded attention kernel for one spec on one device.
@@ -70,6 +143,54 @@ public:
            const TensorRef &o, const TensorRef *lse, const Arguments &args,
            CUstream stream = nullptr) const;
 
+  /// run() for a block-sparse kernel: only the key tiles \p blockMask lists
+  /// are visited (BlockMask.h gives the semantics; partial tiles run the
+  /// mask per element, full tiles none). Throws UserError unless the kernel
+  /// is block-sparse and not varlen and the mask fits the call
+  /// (checkBlockMaskFits: tiles blockM x blockN, batch 1 or B, heads 1 or
+  /// heads_q, the call's seqlens), plus everything run() throws.
+  void runBlockSparse(const TensorRef &q, const TensorRef &k,
+                      const TensorRef &v, const TensorRef &o,
+                      const TensorRef *lse, const DeviceBlockMask &blockMask,
+                      const Arguments &args = {},
+                      CUstream stream = nullptr) const;
+  /// Runs a varlen kernel on packed sequences (FlashAttention's
+  /// flash_attn_varlen_func layout): q [total_q, heads_q, head_dim_qk],
+  /// k [total_k, heads_kv, head_dim_qk], v [total_k, heads_kv, head_dim_v],
+  /// o [total_q, heads_q, head_dim_v], lse [heads_q, total_q] (fp32);
+  /// sequence b is query tokens [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and
+  /// key tokens [cu_seqlens_k[b], cu_seqlens_k[b + 1]). Masks and score
+  /// modifiers see batch = b, per-sequence q_idx / kv_idx and seqlens
+  /// (causal alignment per sequence). Sequences of length 0 are allowed:
+  /// nothing of theirs is written. \p blockMask is required by block-sparse
+  /// kernels (tiles local to each sequence) and must be null otherwise.
+  /// Alignment and stride rules as run(). Throws UserError for a kernel
+  /// compiled without varlen, bad tensors (checkVarlenTensors), sequences
+  /// above 2^31 - 1 tokens, arguments or block masks.
+  void runVarlen(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+                 const TensorRef &o, const TensorRef *lse,
+                 const DeviceCuSeqlens &cuSeqlens, const Arguments &args = {},
+                 const DeviceBlockMask *blockMask = nullptr,
+                 CUstream stream = nullptr) const;
+  /// Builds on the GPU the block mask of spec().effectiveMask() for
+  /// \p batch x seqlen_q x seqlen_k calls with \p args (the mask's
+  /// parameters and buffers, device memory; reuse the result only while they
+  /// are unchanged): each (q tile, kv tile) is classified by interval
+  /// arithmetic and, where that cannot decide, by evaluating the mask at
+  /// each element; the result equals flashjit::referenceBlockMask. Extents
+  /// follow blockMaskExtent. Asynchronous on \p stream, except that a mask
+  /// reading buffers synchronises to check for out-of-range reads. Throws
+  /// UserError unless the kernel is block-sparse and not varlen, for
+  /// negative or too large sizes, bad arguments and out-of-range reads.
+  DeviceBlockMask buildBlockMask(int64_t batch, int64_t seqlenQ,
+                                 int64_t seqlenK, const Arguments &args = {},
+                                 CUstream stream = nullptr) const;
+  /// The same for a packed varlen batch (block-sparse varlen kernels): one
+  /// row block per sequence, tiles local to each sequence; the mask keeps
+  /// the cu_seqlens and only fits calls with the same ones.
+  DeviceBlockMask buildVarlenBlockMask(const DeviceCuSeqlens &cuSeqlens,
+                                       const Arguments &args = {},
+                                       CUstream stream = nullptr) const;
   const AttentionSpec &spec() const { return spec_; }
   /// True when the module was loaded from the cubin (else from the PTX).
   bool loadedFromCubin() const { return fromCubin_; }
@@ -78,12 +199,30 @@ public:
   const Function &function() const { return function_; }
 
 private:
+  struct ForwardCall;
+  void requireMode(const char *entry, bool varlen, bool blockSparse) const;
+  void checkGpuTensors(const TensorRef &q, const TensorRef &k,
+                       const TensorRef &v, const TensorRef &o,
+                       const TensorRef *lse) const;
+  void runDense(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+                const TensorRef &o, const TensorRef *lse,
+                const DeviceBlockMask *mask, const Arguments &args,
+                CUstream stream) const;
+  void launchForward(const ForwardCall &call, const Arguments &args,
+                     CUstream stream) const;
+  void addVariantArgs(KernelArgs &a, const Arguments &args) const;
+  void checkStatus(const Arguments &args, CUstream stream) const;
+  DeviceBlockMask build(int64_t batch, int64_t seqlenQ, int64_t seqlenK,
+                        const DeviceCuSeqlens *cu, const Arguments &args,
+                        CUstream stream) const;
+
   AttentionSpec spec_;
   GpuKernelInfo info_;
   Device *device_;
   Module module_;
   bool fromCubin_ = false;
   Function function_;
+  Function builder_;            // block-sparse kernels: <name>_block_mask
   mutable DeviceBuffer status_; // out-of-range flags, one i32 per buffer
   mutable std::mutex statusMutex_;
 };

@@ -93,7 +93,7 @@ struct CacheKey {
   int blockM = 0;
   int optLevel = 0;
   bool countTiles = false;
-  /// CPU only: packed varlen and block-sparse kernels (different ABIs).
+  /// Packed varlen and block-sparse kernels (different ABIs), CPU and GPU.
   bool varlen = false;
   bool blockSparse = false;
   std::string cpu;
@@ -148,8 +148,9 @@ struct KernelArtifacts {
   /// CPU name and features it was compiled for (hostCpu() there).
   bool countTiles = false;
   int optLevel = 0;
-  /// CPU only: a packed varlen kernel; a block-sparse kernel (kernel.so
-  /// then also has the builder `<entry>_block_mask_packed`).
+  /// A packed varlen kernel; a block-sparse kernel (CPU: kernel.so then
+  /// also has the builder `<entry>_block_mask_packed`; GPU: the PTX has
+  /// `<entry>_block_mask`).
   bool varlen = false;
   bool blockSparse = false;
   std::string cpu;

@@ -148,8 +148,7 @@ void buildFlashForwardKernel(mlir::OpBuilder &b, mlir::Location loc,
 /// sequence get empty lists.
 void buildBlockMaskKernel(mlir::OpBuilder &b, mlir::Location loc,
                           mlir::Operation *gpuModule,
-                          const KernelConfig &config,
-                          FragmentEmitter &emitter);
+                          const KernelConfig &config, FragmentEmitter &emitter);
 
 /// Threads per CTA of the block-mask builder.
 inline constexpr int kBlockMaskThreads = 256;
