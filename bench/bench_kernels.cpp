@@ -3,8 +3,14 @@
 // Writes <dir>/<variant>_d<D>.ptx and <dir>/manifest.json for the benchmark
 // variants (dense, causal, causal sliding window 1024, causal + softcap 30,
 // ALiBi) at head dims 64, 128 and 256, bf16, for sm_90a. The GPU machine
-// has no MLIR, so kernels are generated here and carried (bench/README.md).
-// Usage: bench_kernels DIR
+// has no MLIR, so kernels are generated here and carried (bench/RESULTS.md).
+// Usage: bench_kernels DIR [--tiles] [--sparse]
+//
+// --sparse also writes the issue-7 kernels and <dir>/block_sparse.json for
+// bench/run_block_sparse.py: the document-causal mask with and without a
+// block mask (the block-sparse PTX also holds the builder
+// `<name>_block_mask`) and the unmasked kernel with and without a block mask,
+// each pair with the same tile configuration.
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/compiler/GpuCompiler.h"
@@ -12,8 +18,12 @@
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/Ptxas.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -37,15 +47,197 @@ static AttentionSpec benchSpec(const std::string &name, int d) {
   return s;
 }
 
+// The issue-7 kernels (--sparse): bench/run_block_sparse.py launches them
+// with the argument lists of FlashForwardKernel.h (buildFlashForwardKernel,
+// buildBlockMaskKernel) and reads everything it needs from block_sparse.json.
+namespace {
+
+/// Threads per CTA of the block-mask builder: nvvm::kBlockMaskThreads
+/// (FlashForwardKernel.h, an MLIR header this target does not include). The
+/// PTX's .reqntid/.maxntid of the builder, when present, is checked against
+/// it.
+constexpr int kBuilderThreads = 256;
+
+/// The first number of the .reqntid or .maxntid directive of `.entry
+/// <name>` in \p ptx, 0 if there is none; -1 if the entry does not exist.
+int entryThreads(const std::string &ptx, const std::string &name) {
+  size_t at = ptx.find(".entry " + name + "(");
+  if (at == std::string::npos)
+    return -1;
+  size_t body = ptx.find('{', at);
+  for (const char *d : {".reqntid", ".maxntid"}) {
+    size_t p = ptx.find(d, at);
+    if (p != std::string::npos && p < body)
+      return std::atoi(ptx.c_str() + p + std::string(d).size());
+  }
+  return 0;
+}
+
+/// \p scale with every digit of its f32 value (the launch passes it back).
+std::string scaleText(float scale) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(scale));
+  return buf;
+}
+
+std::string jsonList(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  std::string out = "[";
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i ? ", \"" : "\"") + names[i] + "\"";
+  return out + "]";
+}
+
+/// doc_id[q_idx] == doc_id[kv_idx] with top-left causal (FlexAttention's
+/// document mask with q_idx >= kv_idx), or no mask at all.
+AttentionSpec sparseSpec(bool document, int d) {
+  AttentionSpec s;
+  Variant v(document ? "doc_causal" : "dense");
+  if (document) {
+    Buffer doc = buffer<int32_t>("doc_id");
+    v.mask(doc[q_idx] == doc[kv_idx]);
+    s.causal = Causal::TopLeft;
+  }
+  s.variant = v;
+  s.headDimQK = s.headDimV = d;
+  s.headsQ = s.headsKV = 2048 / d; // hidden 2048
+  return s;
+}
+
+} // namespace
+
+/// Writes the issue-7 kernels and <dir>/block_sparse.json. Returns 0, or 3
+/// if some kernel could not be generated (the others are still written).
+static int writeSparseKernels(const std::string &dir) {
+  struct Case {
+    std::string variant; // the manifest's name (also the PTX file's)
+    bool document, blockSparse;
+  };
+  const Case cases[] = {{"doc_causal_sparse", true, true},
+                        {"doc_causal", true, false},
+                        {"dense_sparse", false, true},
+                        {"dense", false, false}};
+  const std::string arch = "sm_90a";
+  std::ofstream manifest(dir + "/block_sparse.json");
+  manifest << "[\n";
+  bool first = true;
+  int failed = 0;
+  for (int d : {128})
+    for (const Case &c : cases) {
+      AttentionSpec spec = sparseSpec(c.document, d);
+      // The same tiles with and without the block mask, spelled out so that
+      // a block-sparse default could not differ.
+      GpuTileConfig tile = defaultGpuTileConfig(spec, arch);
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.blockN = tile.blockN;
+      o.numWarps = tile.numWarps;
+      o.rowsPerWarp = tile.rowsPerWarp;
+      o.minBlocksPerSM = tile.minBlocksPerSM;
+      o.blockSparse = c.blockSparse;
+      std::string label = "w" + std::to_string(tile.numWarps) + "r" +
+                          std::to_string(tile.rowsPerWarp) + "n" +
+                          std::to_string(tile.blockN) + "m" +
+                          std::to_string(tile.minBlocksPerSM);
+      GpuKernelImage img;
+      std::string builder;
+      int builderThreads = 0;
+      try {
+        img = compileGpu(spec, o);
+        if (c.blockSparse && !img.blockSparse)
+          throw std::runtime_error("compileGpu ignored blockSparse");
+        if (c.blockSparse) {
+          builder = img.name + "_block_mask";
+          builderThreads = entryThreads(img.ptx, builder);
+          if (builderThreads < 0)
+            throw std::runtime_error("the PTX has no .entry " + builder);
+          if (builderThreads == 0)
+            builderThreads = kBuilderThreads;
+          if (builderThreads != kBuilderThreads)
+            throw std::runtime_error(
+                builder + " is built for " + std::to_string(builderThreads) +
+                " threads, not " + std::to_string(kBuilderThreads));
+        }
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "%-18s d%-4d %-10s FAILED: %s\n",
+                     c.variant.c_str(), d, label.c_str(), e.what());
+        ++failed;
+        continue;
+      }
+      std::string file = c.variant + "_d" + std::to_string(d) + ".ptx";
+      std::ofstream(dir + "/" + file) << img.ptx;
+      runtime::PtxasReport r;
+      try { // the report is informative here; a ptxas failure is printed
+        r = runtime::runPtxas(img.ptx, img.arch);
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "%s: ptxas failed: %s\n", file.c_str(), e.what());
+        ++failed;
+      }
+      const runtime::PtxasFunctionReport *f = r.find(img.name);
+      const runtime::PtxasFunctionReport *fb =
+          builder.empty() ? nullptr : r.find(builder);
+      std::vector<std::string> params, buffers;
+      for (const ParamDecl &p : spec.variant.params())
+        params.push_back(p.name);
+      for (const BufferDecl &b : spec.variant.buffers())
+        buffers.push_back(b.name);
+      manifest << (first ? "" : ",\n") << "  {\"variant\": \"" << c.variant
+               << "\", \"D\": " << d << ", \"H\": " << spec.headsQ
+               << ", \"ptx\": \"" << file << "\", \"kernel\": \"" << img.name
+               << "\", \"block_sparse\": "
+               << (img.blockSparse ? "true" : "false") << ", \"builder\": \""
+               << builder << "\", \"builder_threads\": " << builderThreads
+               << ", \"builder_registers\": " << (fb ? fb->registers : -1)
+               << ", \"builder_spill_bytes\": "
+               << (fb ? fb->spillStoreBytes + fb->spillLoadBytes : -1)
+               << ", \"threads\": " << img.threads
+               << ", \"block_m\": " << img.blockM
+               << ", \"block_n\": " << img.blockN
+               << ", \"warps\": " << tile.numWarps
+               << ", \"rows_per_warp\": " << tile.rowsPerWarp
+               << ", \"min_blocks_per_sm\": " << tile.minBlocksPerSM
+               << ", \"smem\": " << img.sharedBytes
+               << ", \"registers\": " << (f ? f->registers : -1)
+               << ", \"spill_bytes\": "
+               << (f ? f->spillStoreBytes + f->spillLoadBytes : -1)
+               << ", \"label\": \"" << label << "\""
+               << ", \"params\": " << jsonList(params)
+               << ", \"buffers\": " << jsonList(buffers)
+               << ", \"compile_s\": " << img.timings.back().seconds
+               << ", \"scale\": " << scaleText(spec.effectiveScale())
+               << ", \"spec\": \"" << printSpec(spec) << "\"}";
+      first = false;
+      std::printf("%-18s d%-4d %-10s %3d threads  block %dx%d  smem %6d  regs "
+                  "%d  spills %d%s%s\n",
+                  c.variant.c_str(), d, label.c_str(), img.threads, img.blockM,
+                  img.blockN, img.sharedBytes, f ? f->registers : -1,
+                  f ? f->spillStoreBytes + f->spillLoadBytes : -1,
+                  builder.empty() ? "" : "  builder ", builder.c_str());
+    }
+  manifest << "\n]\n";
+  return failed ? 3 : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DIR [--tiles] [--sparse]\n", argv[0]);
     return 1;
   }
   std::string dir = argv[1];
   // --tiles: also each tile configuration of the experiment list for every
   // variant, labelled w<warps>r<rows per warp>n<block_n>m<min CTAs per SM>.
-  bool tiles = argc > 2 && std::string(argv[2]) == "--tiles";
+  bool tiles = false, sparse = false;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--tiles")
+      tiles = true;
+    else if (a == "--sparse")
+      sparse = true;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 1;
+    }
+  }
   struct Job {
     std::string name;
     int d;
@@ -123,5 +315,6 @@ int main(int argc, char **argv) {
     }
   }
   manifest << "\n]\n";
-  return 0;
+  manifest.close();
+  return sparse ? writeSparseKernels(dir) : 0;
 }
