@@ -17,7 +17,9 @@
 # and compute-sanitizer memcheck/racecheck on small tests; logs go to $OUT, a
 # summary table is printed last. GPU_CHECK_STEPS (default: all) picks steps
 # by name: unit gpu large torch memcheck racecheck memcheck_generated
-# racecheck_generated. Exit status: 0 iff every selected test step passed.
+# racecheck_generated memcheck_sparse racecheck_sparse, and sparse (only the
+# [sparse] tests, which gpu includes). Exit status: 0 iff every selected test
+# step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.device/gpu-check
@@ -127,13 +129,14 @@ run() {
     status[$name]="rc=$rc $((SECONDS - t0))s"
   }
   local bin=$PACK/bin
-  local steps=" ${GPU_CHECK_STEPS:-unit gpu large torch memcheck racecheck memcheck_generated racecheck_generated} "
+  local steps=" ${GPU_CHECK_STEPS:-unit gpu large torch memcheck racecheck memcheck_generated racecheck_generated memcheck_sparse racecheck_sparse} "
   want() { [[ $steps == *" $1 "* ]]; }
   export FLASHJIT_MATRIX_KERNELS=/tmp/flashjit-matrix-kernels
   mkdir -p "$FLASHJIT_MATRIX_KERNELS"
   tar -C "$FLASHJIT_MATRIX_KERNELS" -xJf "$PACK/matrix_kernels.tar.xz"
   want unit && step unit "$bin/flashjit_runtime_tests"
   want gpu && step gpu "$bin/flashjit_gpu_tests" --durations yes
+  want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
   want large && step large "$bin/flashjit_gpu_tests" "[large]"
   if want torch; then
     tar -C /tmp -xJf "$PACK/torch_bundle.tar.xz"
@@ -145,6 +148,14 @@ run() {
     step memcheck compute-sanitizer --tool memcheck --error-exitcode 3 \
       "$bin/flashjit_gpu_tests" "NVRTC reference without LSE and with mixed dtypes" \
       "NVRTC reference reports an out-of-range buffer read" "[runtime]"
+  fi
+  if command -v compute-sanitizer >/dev/null && want memcheck_sparse; then
+    step memcheck_sparse compute-sanitizer --tool memcheck --error-exitcode 3 \
+      "$bin/flashjit_gpu_tests" "[sparse]"
+  fi
+  if command -v compute-sanitizer >/dev/null && want racecheck_sparse; then
+    step racecheck_sparse compute-sanitizer --tool racecheck --error-exitcode 3 \
+      "$bin/flashjit_gpu_tests" "GPU block-mask builder equals the reference and runs match"
   fi
   if command -v compute-sanitizer >/dev/null && want racecheck; then
     step racecheck compute-sanitizer --tool racecheck --error-exitcode 3 \
@@ -168,7 +179,7 @@ run() {
   printf '%-10s %s\n' step status
   local failed=0
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
-    racecheck_generated; do
+    racecheck_generated sparse memcheck_sparse racecheck_sparse; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
       "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|[0-9]+/[0-9]+ cases passed)' "$out/$s.log" | tail -1)"
