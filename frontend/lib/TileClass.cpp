@@ -2,8 +2,9 @@
 //
 // Abstract interpretation of the mask over a box of indices: integers become
 // closed intervals (or "unbounded" when an operation could wrap), bools
-// become the set of values they can take, floats and data reads are unknown.
-// Every rule is sound: the abstract result contains every concrete result.
+// become the set of values they can take, floats are unknown and so are data
+// reads, except under the buffer-range rule (TileClassOptions). Every rule is
+// sound: the abstract result contains every concrete result.
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/frontend/TileClass.h"
@@ -76,8 +77,9 @@ __int128 truncDiv(__int128 a, __int128 b) { return a / b; } // C truncation
 
 class IntervalEvaluator {
 public:
-  IntervalEvaluator(const TileBox &box, const Arguments &args)
-      : box_(box), args_(args) {}
+  IntervalEvaluator(const TileBox &box, const Arguments &args,
+                    const TileClassOptions &options)
+      : box_(box), args_(args), options_(options) {}
 
   AValue eval(const Expr &e) {
     const ExprNode *n = e.get();
@@ -105,7 +107,7 @@ public:
       return AValue::unknown();
     }
     case ExprKind::BufferLoad:
-      return AValue::unknown();
+      return bufferRange(llvm::cast<BufferLoadExpr>(n));
     case ExprKind::Unary:
       return unary(llvm::cast<UnaryExpr>(n));
     case ExprKind::Binary:
@@ -152,6 +154,29 @@ private:
       return AValue::range(box_.seqlenK, box_.seqlenK);
     }
     throw InternalError("unknown IndexVar");
+  }
+
+  /// The buffer-range rule (TileClassOptions::bufferRanges).
+  AValue bufferRange(const BufferLoadExpr *n) {
+    if (!options_.bufferRanges || !isInteger(n->type()))
+      return AValue::unknown();
+    auto it = args_.buffers.find(n->name());
+    if (it == args_.buffers.end() || it->second.elementType != n->type())
+      return AValue::unknown();
+    const BufferRef &buf = it->second;
+    AValue i = eval(n->index());
+    if (!i.bounded || i.lo < 0 || i.hi >= buf.size ||
+        i.hi - i.lo >= kBufferRangeScanLimit)
+      return AValue::unknown();
+    __int128 lo = typeMax(n->type()), hi = typeMin(n->type());
+    for (auto k = static_cast<int64_t>(i.lo); k <= i.hi; ++k) {
+      int64_t x = n->type() == ScalarType::Int32
+                      ? static_cast<const int32_t *>(buf.data)[k]
+                      : static_cast<const int64_t *>(buf.data)[k];
+      lo = std::min<__int128>(lo, x);
+      hi = std::max<__int128>(hi, x);
+    }
+    return AValue::range(lo, hi);
   }
 
   static AValue join(ScalarType t, const AValue &a, const AValue &b) {
@@ -267,17 +292,18 @@ private:
 
   const TileBox &box_;
   const Arguments &args_;
+  const TileClassOptions &options_;
 };
 
 } // namespace
 
 TileClass classifyTile(const Expr &mask, const TileBox &box,
-                       const Arguments &args) {
+                       const Arguments &args, const TileClassOptions &options) {
   if (mask.type() != ScalarType::Bool)
     throw UserError("classifyTile needs a bool mask");
   if (box.q.lo > box.q.hi || box.kv.lo > box.kv.hi)
     return TileClass::Empty;
-  AValue v = IntervalEvaluator(box, args).eval(mask);
+  AValue v = IntervalEvaluator(box, args, options).eval(mask);
   if (!v.canFalse)
     return TileClass::Full;
   if (!v.canTrue)
@@ -316,9 +342,10 @@ countTilesBy(int64_t seqlenQ, int64_t seqlenK, int64_t blockM, int64_t blockN,
 }
 
 TileCounts countTiles(const Expr &mask, int64_t seqlenQ, int64_t seqlenK,
-                      int64_t blockM, int64_t blockN, const Arguments &args) {
+                      int64_t blockM, int64_t blockN, const Arguments &args,
+                      const TileClassOptions &options) {
   return countTilesBy(seqlenQ, seqlenK, blockM, blockN, [&](const TileBox &b) {
-    return classifyTile(mask, b, args);
+    return classifyTile(mask, b, args, options);
   });
 }
 

@@ -31,6 +31,8 @@ struct CpuKernel::Impl {
 
 struct TileClassifierKernel::Impl {
   std::vector<ParamDecl> params; ///< sorted by name
+  /// Sorted by name; empty unless compiled with the buffer-range rule.
+  std::vector<BufferDecl> buffers;
   std::shared_ptr<void> engine;
   PackedFn fn = nullptr;
 };

@@ -318,10 +318,13 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
 }
 
 std::shared_ptr<const TileClassifierKernel>
-compileTileClassifier(const AttentionSpec &spec) {
+compileTileClassifier(const AttentionSpec &spec,
+                      const TileClassOptions &options) {
   spec.validate();
   auto impl = std::make_unique<TileClassifierKernel::Impl>();
   impl->params = sortedParams(spec.variant);
+  if (options.bufferRanges)
+    impl->buffers = sortedBuffers(spec.variant);
   std::unique_ptr<MLIRContext> ctx = makeContext();
   DiagnosticCapture diag(ctx.get());
   OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec);
@@ -329,9 +332,12 @@ compileTileClassifier(const AttentionSpec &spec) {
     throw CompileError("MLIRGen produced invalid IR:\n" + diag.text());
   std::string symbol = "flashjit_" + spec.variant.name();
   module->walk([&](attn::AttentionOp op) { op.setSymName(symbol); });
-  runPipeline(*ctx, *module, "attn-test-classify", diag, [](OpPassManager &pm) {
-    pm.addPass(attn::createAttnTestClassify());
-  });
+  runPipeline(*ctx, *module, "attn-test-classify", diag,
+              [&](OpPassManager &pm) {
+                attn::AttnTestClassifyOptions o;
+                o.bufferRanges = options.bufferRanges;
+                pm.addPass(attn::createAttnTestClassify(o));
+              });
   module->walk([](attn::AttentionOp op) { op.erase(); });
   runPipeline(*ctx, *module, "tiles-to-llvm-cpu", diag,
               [&](OpPassManager &pm) { buildTilesToLLVMCPUPipeline(pm); });

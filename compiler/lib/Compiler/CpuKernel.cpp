@@ -140,6 +140,7 @@ BlockMask CpuKernel::buildVarlenBlockMask(std::span<const int32_t> cuSeqlensQ,
 namespace {
 
 using abi::i64Slot;
+using abi::ptrSlot;
 using abi::scalarSlot;
 using abi::Slot;
 
@@ -162,6 +163,15 @@ TileClass TileClassifierKernel::classify(const TileBox &box,
                                   "the wrong type",
                                   p.name, toString(p.type)));
     slots.push_back(scalarSlot(it->second));
+  }
+  for (const BufferDecl &d : impl_->buffers) {
+    auto it = args.buffers.find(d.name);
+    if (it == args.buffers.end() || it->second.elementType != d.elementType)
+      throw UserError(fmt::format("buffer '{}' ({}) is missing or has the "
+                                  "wrong type",
+                                  d.name, toString(d.elementType)));
+    slots.push_back(ptrSlot(it->second.data));
+    slots.push_back(i64Slot(it->second.size));
   }
   if (box.batch.lo != box.batch.hi || box.head.lo != box.head.hi)
     throw UserError("TileClassifierKernel: batch and head ranges must be "

@@ -3,7 +3,8 @@
 // Block-sparse kernels (CompileOptions::blockSparse):
 //  - the generated block-mask builder equals referenceBlockMask (the mask
 //    evaluated at every element) exactly, for document masks over random
-//    documents (1-token documents, one document covering everything), with
+//    documents (1-token documents, documents longer than tiles, one
+//    document covering everything; the builder reads their ranges), with
 //    causal, head- and batch-dependent masks, dense and varlen;
 //  - runs with a built mask equal the plain float64 reference (a block mask
 //    changes which tiles are visited, never the result), and the visited
@@ -29,12 +30,14 @@ using namespace flashjit::test;
 namespace {
 
 /// Random documents over \p n tokens: mostly short ones (1-token documents
-/// included), or (\p whole) one document covering everything.
-std::vector<int32_t> randomDocs(std::mt19937 &rng, int64_t n, bool whole) {
+/// included, others up to \p maxLen tokens), or (\p whole) one document
+/// covering everything.
+std::vector<int32_t> randomDocs(std::mt19937 &rng, int64_t n, bool whole,
+                                int64_t maxLen = 90) {
   std::vector<int32_t> doc(std::max<int64_t>(n, 1), 0);
   int32_t id = 0;
   for (int64_t t = 0; t < n && !whole;) {
-    int64_t len = rng() % 3 == 0 ? 1 : 1 + rng() % (rng() % 2 ? 8 : 90);
+    int64_t len = rng() % 3 == 0 ? 1 : 1 + rng() % (rng() % 2 ? 8 : maxLen);
     for (int64_t e = t + len; t < e && t < n; ++t)
       doc[t] = id;
     ++id;
@@ -160,12 +163,16 @@ TEST_CASE("built block masks are exact, skip tiles and keep results",
         if (dv.perBatch)
           sk = sq; // the batch's ids start at batch * seqlen_q
         int64_t n = dv.perBatch ? batch * sq : std::max(sq, sk);
-        std::vector<int32_t> doc = randomDocs(rng, n, r == 2);
+        // Documents longer than tiles (r == 1) let the builder decide
+        // whole tiles from the buffer's ranges.
+        std::vector<int32_t> doc =
+            randomDocs(rng, n, r == 2, r == 1 ? 300 : 90);
         Arguments args;
         args.bind("doc_id", doc.data(), n);
         INFO(dv.name << " B=" << batch << " Sq=" << sq << " Sk=" << sk
                      << " tiles " << opts.blockM << "x" << opts.blockN
-                     << (r == 2 ? " one document" : ""));
+                     << (r == 2 ? " one document" : "")
+                     << (r == 1 ? " long documents" : ""));
 
         BlockMask mask = kernel->buildBlockMask(batch, sq, sk, args);
         BlockMask want = referenceBlockMask(spec, opts.blockM, opts.blockN,

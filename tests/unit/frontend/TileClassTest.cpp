@@ -6,7 +6,9 @@
 // countTiles equals bruteForceTileCounts, over many small shapes (seqlens
 // 0..70, block sizes including non-powers of two). For masks that read
 // buffers, floats or unknown parameters it is sound: Full or Empty only when
-// every element agrees.
+// every element agrees. With the buffer-range rule, document masks over
+// consecutive ids are exact, other buffer masks sound, and reads that may
+// leave the buffer or span more than kBufferRangeScanLimit indices unknown.
 //
 //===----------------------------------------------------------------------===//
 #include "TestSupport.h"
@@ -67,13 +69,14 @@ TileBox tileBox(int64_t qi, int64_t kj, int64_t bm, int64_t bn, int64_t sq,
 /// least never claim Full/Empty wrongly (sound). Returns the counts.
 TileCounts checkTiles(const Expr &mask, int64_t sq, int64_t sk, int64_t bm,
                       int64_t bn, bool exact, const Arguments &classifyArgs,
-                      const std::vector<Arguments> &evalArgs) {
+                      const std::vector<Arguments> &evalArgs,
+                      const TileClassOptions &options = {}) {
   TileCounts counts;
   int64_t wrong = 0;
   for (int64_t qi = 0; qi * bm < sq; ++qi)
     for (int64_t kj = 0; kj * bn < sk; ++kj) {
       TileBox box = tileBox(qi, kj, bm, bn, sq, sk);
-      TileClass got = classifyTile(mask, box, classifyArgs);
+      TileClass got = classifyTile(mask, box, classifyArgs, options);
       Brute all;
       for (const Arguments &a : evalArgs) {
         Brute b = bruteTile(mask, box, a);
@@ -398,5 +401,143 @@ TEST_CASE("tiles: unknown parameters are classified for every value",
     TileCounts c = checkTiles(m, 40, 40, bm, bn, false, {}, values);
     // Tiles strictly above the diagonal are Empty whatever w is.
     CHECK(c.empty > 0);
+  }
+}
+
+namespace {
+
+/// Document ids 0, 1, 2, ... over \p n tokens: random lengths in
+/// [1, maxLen], 1-token documents frequent, the first id random.
+std::vector<int32_t> consecutiveDocs(std::mt19937_64 &rng, int64_t n,
+                                     int64_t maxLen) {
+  std::vector<int32_t> doc(static_cast<size_t>(n));
+  int32_t id = static_cast<int32_t>(uniformInt(rng, -5, 5));
+  for (int64_t t = 0; t < n; ++id) {
+    int64_t len = uniformInt(rng, 0, 2) == 0 ? 1 : uniformInt(rng, 1, maxLen);
+    for (int64_t e = std::min(n, t + len); t < e; ++t)
+      doc[static_cast<size_t>(t)] = id;
+  }
+  return doc;
+}
+
+} // namespace
+
+TEST_CASE("tiles: the buffer-range rule is exact for document masks",
+          "[frontend][tiles][property]") {
+  const uint64_t seed = freshSeed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const TileClassOptions ranges{.bufferRanges = true};
+  Buffer d = buffer<int32_t>("doc");
+  const Expr mask = d[q_idx] == d[kv_idx];
+  int64_t decided = 0;
+  for (int t = 0; t < 24; ++t) {
+    int64_t n = uniformInt(rng, 1, 90);
+    int64_t maxLen = uniformInt(rng, 1, 40);
+    std::vector<int32_t> doc = consecutiveDocs(rng, n, maxLen);
+    if (t % 6 == 5) // one document covering everything
+      doc.assign(doc.size(), static_cast<int32_t>(uniformInt(rng, -9, 9)));
+    Arguments args;
+    args.bind("doc", doc.data(), n);
+    int64_t sq = uniformInt(rng, 1, n), sk = uniformInt(rng, 1, n);
+    const auto &blk = kBlocks[rng() % std::size(kBlocks)];
+    INFO("n=" << n << " docs<=" << maxLen << " sq=" << sq << " sk=" << sk
+              << " block " << blk[0] << "x" << blk[1]);
+    TileCounts c =
+        checkTiles(mask, sq, sk, blk[0], blk[1], true, args, {args}, ranges);
+    CHECK(countTiles(mask, sq, sk, blk[0], blk[1], args, ranges) == c);
+    CHECK(bruteForceTileCounts(mask, sq, sk, blk[0], blk[1], args) == c);
+    // Off by default: the same Arguments classify every tile Partial.
+    CHECK(countTiles(mask, sq, sk, blk[0], blk[1], args).partial ==
+          c.full + c.partial + c.empty);
+    decided += c.full + c.empty;
+  }
+  CHECK(decided > 0);
+}
+
+TEST_CASE("tiles: the buffer-range rule is sound for other buffer masks",
+          "[frontend][tiles][property]") {
+  const uint64_t seed = freshSeed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const TileClassOptions ranges{.bufferRanges = true};
+  const int64_t n = 70;
+  std::vector<int32_t> doc = consecutiveDocs(rng, n, 20);
+  std::vector<int64_t> wide(n);
+  for (int64_t &x : wide) // random, unsorted, some near the i64 limits
+    x = uniformInt(rng, 0, 3) == 0 ? INT64_MAX - uniformInt(rng, 0, 3)
+                                   : uniformInt(rng, -1000, 1000);
+  Arguments args;
+  args.bind("doc", doc.data(), n).bind("w", wide.data(), n);
+  Buffer d = buffer<int32_t>("doc");
+  Buffer w = buffer<int64_t>("w");
+  const std::vector<NamedMask> masks = {
+      {"doc && causal", d[q_idx] == d[kv_idx] && causal(Alignment::TopLeft)},
+      {"doc || prefix", d[q_idx] == d[kv_idx] || kv_idx < 4},
+      {"doc != ", d[q_idx] != d[kv_idx]},
+      {"nested", d[abs(d[q_idx]) % 7] <= d[kv_idx]},
+      {"wide", w[q_idx] < w[kv_idx]},
+      {"wide sum", w[kv_idx] + w[q_idx] > 0},
+      {"2-D", d[(q_idx * seqlen_k + kv_idx) % 70] >= 3},
+  };
+  for (const NamedMask &m : masks) {
+    INFO(m.name);
+    for (int t = 0; t < 6; ++t) {
+      int64_t sq = uniformInt(rng, 1, n), sk = uniformInt(rng, 1, n);
+      const auto &blk = kBlocks[rng() % std::size(kBlocks)];
+      INFO("sq=" << sq << " sk=" << sk << " block " << blk[0] << "x" << blk[1]);
+      TileCounts c = checkTiles(m.mask, sq, sk, blk[0], blk[1], false, args,
+                                {args}, ranges);
+      CHECK(countTiles(m.mask, sq, sk, blk[0], blk[1], args, ranges) == c);
+    }
+  }
+}
+
+TEST_CASE("tiles: buffer reads that may leave the buffer or span too many "
+          "indices stay unknown",
+          "[frontend][tiles]") {
+  const TileClassOptions ranges{.bufferRanges = true};
+  std::vector<int32_t> ones(2 * kBufferRangeScanLimit + 8, 1);
+  const auto size = static_cast<int64_t>(ones.size());
+  Arguments args;
+  args.bind("b", ones.data(), size);
+  Buffer buf = buffer<int32_t>("b");
+  Expr isOne = buf[q_idx] == 1;
+  auto cls = [&](const Expr &m, int64_t qLo, int64_t qHi, const Arguments &a) {
+    TileBox box{{0, 0}, {0, 0}, {qLo, qHi}, {0, 0}, size, size};
+    return classifyTile(m, box, a, ranges);
+  };
+  // Exactly the limit is read; one index more is not.
+  CHECK(cls(isOne, 0, kBufferRangeScanLimit - 1, args) == TileClass::Full);
+  CHECK(cls(isOne, 5, kBufferRangeScanLimit + 5, args) == TileClass::Partial);
+  // The last element is read; one past it (or before the first) is not.
+  CHECK(cls(isOne, size - 64, size - 1, args) == TileClass::Full);
+  CHECK(cls(buf[q_idx + 1] == 1, size - 64, size - 1, args) ==
+        TileClass::Partial);
+  CHECK(cls(buf[q_idx - 1] == 1, 0, 63, args) == TileClass::Partial);
+  CHECK(cls(buf[q_idx - 1] == 1, 1, 64, args) == TileClass::Full);
+  // A wide index, an unbounded one (it could wrap), a float buffer, a
+  // missing buffer or one of another element type stays unknown.
+  Expr far = buf[q_idx * 1000000000] == 1;
+  CHECK(cls(far, 0, 0, args) == TileClass::Full);
+  CHECK(cls(far, 0, 1, args) == TileClass::Partial);
+  CHECK(cls(far, 0, 3, args) == TileClass::Partial);
+  std::vector<float> f(16, 1.0f);
+  Arguments withFloat = args;
+  withFloat.bind("f", f.data(), 16);
+  CHECK(cls(buffer<float>("f")[q_idx] == 1.0f, 0, 3, withFloat) ==
+        TileClass::Partial);
+  CHECK(cls(isOne, 0, 3, Arguments{}) == TileClass::Partial);
+  std::vector<int64_t> ones64(16, 1);
+  Arguments wrongType;
+  wrongType.bind("b", ones64.data(), 16);
+  CHECK(cls(isOne, 0, 3, wrongType) == TileClass::Partial);
+  // A 2-D index over 64 query rows and all seqlen_k keys spans
+  // 64 * seqlen_k indices: read for seqlen_k = 16 (1024), not for 17.
+  Expr twoD = buf[q_idx * seqlen_k + kv_idx] == 1;
+  for (int64_t sk : {16, 17}) {
+    TileBox box{{0, 0}, {0, 0}, {0, 63}, {0, sk - 1}, 64, sk};
+    CHECK(classifyTile(twoD, box, args, ranges) ==
+          (sk == 16 ? TileClass::Full : TileClass::Partial));
   }
 }

@@ -249,7 +249,8 @@ public:
   struct Impl;
   explicit TileClassifierKernel(std::unique_ptr<Impl> impl);
   ~TileClassifierKernel();
-  /// The class of \p box; parameters come from \p args (all required).
+  /// The class of \p box; parameters come from \p args (all required), and
+  /// so do the buffers when compiled with the buffer-range rule.
   TileClass classify(const TileBox &box, const Arguments &args = {}) const;
   /// Counts over a seqlen_q x seqlen_k problem, like flashjit::countTiles.
   TileCounts count(int64_t seqlenQ, int64_t seqlenK, int64_t blockM,
@@ -259,9 +260,12 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
-/// JIT-compiles the tile classifier of spec.effectiveMask().
+/// JIT-compiles the tile classifier of spec.effectiveMask(); with
+/// options.bufferRanges, the one the block-mask builder runs (it reads the
+/// buffers: the buffer-range rule), otherwise the one attention kernels run.
 std::shared_ptr<const TileClassifierKernel>
-compileTileClassifier(const AttentionSpec &spec);
+compileTileClassifier(const AttentionSpec &spec,
+                      const TileClassOptions &options = {});
 
 } // namespace flashjit
 

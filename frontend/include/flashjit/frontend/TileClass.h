@@ -12,7 +12,13 @@
 // a multiple of both tile sizes (every tile then lies in one chunk);
 // otherwise each conjunct is judged on its own and a tile that neither
 // conjunct empties alone may come out Partial though it is empty (sound,
-// only slower). Masks that read buffers or floats come out Partial.
+// only slower). Masks that read floats come out Partial, and so do masks
+// that read buffers unless the optional buffer-range rule is on
+// (TileClassOptions::bufferRanges): a read of an integer buffer at an index
+// interval of at most kBufferRangeScanLimit indices, all inside the buffer,
+// then ranges over the minimum and maximum of those elements. Document
+// masks (`doc[q_idx] == doc[kv_idx]` over consecutive document ids) are
+// exact under it.
 //
 // The compiler emits the same interval arithmetic as code, so the kernel
 // classifies tiles at run time from the real sequence lengths; this host
@@ -51,11 +57,34 @@ struct TileBox {
   int64_t seqlenK = 0;
 };
 
+/// The most indices the buffer-range rule reads for one buffer read of one
+/// tile. 1024 covers a q or kv tile side (at most 128 in every kernel) with
+/// room to spare, and bounds the scan at a quarter of the elements of a
+/// 64 x 64 tile (the element evaluation it replaces): a 2-D index such as
+/// `q_idx * seqlen_k + kv_idx` spans about block_m * seqlen_k indices, so
+/// it is scanned only for seqlen_k <= 1024 / block_m (16 keys for 64-row
+/// tiles) and stays unknown otherwise.
+inline constexpr int64_t kBufferRangeScanLimit = 1024;
+
+/// Options of classifyTile().
+struct TileClassOptions {
+  /// The buffer-range rule: a read of an integer buffer bound in the
+  /// Arguments (with the element type the mask reads) whose index is a
+  /// bounded interval [lo, hi] with 0 <= lo, hi < size and
+  /// hi - lo + 1 <= kBufferRangeScanLimit is the interval [min, max] of
+  /// elements lo..hi. Any other buffer read stays unknown; so does one that
+  /// may leave the buffer, so that a tile depending on it is evaluated per
+  /// element and its out-of-range reads are reported.
+  bool bufferRanges = false;
+};
+
 /// Classifies \p mask (bool) over \p box. Parameters found in \p args are
-/// treated as their exact values, others (and buffers, floats) as unknown.
+/// treated as their exact values, others (and floats) as unknown; buffers
+/// are unknown unless \p options enables the buffer-range rule.
 /// Never returns Full or Empty unless every point of the box agrees.
 TileClass classifyTile(const Expr &mask, const TileBox &box,
-                       const Arguments &args = {});
+                       const Arguments &args = {},
+                       const TileClassOptions &options = {});
 
 /// Tile counts over a whole seqlen_q x seqlen_k problem.
 struct TileCounts {
@@ -75,7 +104,8 @@ countTilesBy(int64_t seqlenQ, int64_t seqlenK, int64_t blockM, int64_t blockN,
 /// countTilesBy() with classifyTile().
 TileCounts countTiles(const Expr &mask, int64_t seqlenQ, int64_t seqlenK,
                       int64_t blockM, int64_t blockN,
-                      const Arguments &args = {});
+                      const Arguments &args = {},
+                      const TileClassOptions &options = {});
 
 /// The same counts by evaluating the mask at every element (the oracle).
 TileCounts bruteForceTileCounts(const Expr &mask, int64_t seqlenQ,

@@ -3,10 +3,14 @@
 
 // A document mask: the builder ABI (status, the buffer, seqlens, the four
 // list pointers, extents, row bounds), one loop over rows and one over the
-// row's key tiles; tiles that interval arithmetic cannot decide (here:
-// every one, the mask reads a buffer) are evaluated by attn.mask_reduce
-// with the buffer read bounds-checked; partial and full tiles are appended
-// to their lists and the counts stored. attn.attention stays for attn-tile.
+// row's key tiles. Each key tile is classified by interval arithmetic with
+// the buffer-range rule: doc_id over the q rows and over the key tile is
+// scanned for its minimum and maximum (plain loads, only when the index
+// interval lies inside [0, size) and spans at most 1024 indices: the loop
+// is empty otherwise). Tiles that this cannot decide are evaluated by
+// attn.mask_reduce with the buffer read bounds-checked; partial and full
+// tiles are appended to their lists and the counts stored. attn.attention
+// stays for attn-tile.
 
 // CHECK: attn.attention @doc
 // CHECK-LABEL: func.func @doc_block_mask(
@@ -17,6 +21,17 @@
 // CHECK-SAME: %[[BEGIN:[^:]*]]: i64, %[[END:[^:]*]]: i64)
 // CHECK: scf.for %[[ROW:.*]] = %[[BEGIN]] to %[[END]]
 // CHECK: %[[NT:.*]]:2 = scf.for {{.*}} iter_args
+// CHECK: %[[INSIDE:.*]] = arith.cmpi slt, %[[QHI:.*]], %[[SIZE]] : i64
+// CHECK: %[[NARROW:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i128
+// CHECK: %[[SCAN:.*]] = arith.select %{{.*}}, %{{.*}}, %[[QLO:.*]] : i64
+// CHECK: %[[QR:.*]]:2 = scf.for %[[I:.*]] = %[[QLO]] to %[[SCAN]] step %{{.*}} iter_args(%[[MIN:.*]] = %{{.*}}, %[[MAX:.*]] = %{{.*}}) -> (i32, i32)
+// CHECK-NEXT: %[[P:.*]] = llvm.getelementptr %[[DOC]][%[[I]]]
+// CHECK-NEXT: %[[E:.*]] = llvm.load %[[P]] : !llvm.ptr -> i32
+// CHECK-NEXT: arith.minsi %[[MIN]], %[[E]] : i32
+// CHECK-NEXT: arith.maxsi %[[MAX]], %[[E]] : i32
+// CHECK: scf.for {{.*}} -> (i32, i32)
+// CHECK: llvm.load
+// CHECK-NOT: status
 // CHECK: %[[ANYALL:.*]]:2 = scf.if
 // CHECK: attn.mask_reduce
 // CHECK: attn.load_elem %[[DOC]][%{{.*}}] size %[[SIZE]] status %[[STATUS]][0]

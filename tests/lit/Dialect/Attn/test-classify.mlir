@@ -1,4 +1,5 @@
 // RUN: flashjit-opt %s -split-input-file -attn-test-classify -canonicalize | FileCheck %s
+// RUN: flashjit-opt %s -split-input-file -attn-test-classify=buffer-ranges=true -canonicalize | FileCheck %s --check-prefix=RANGES
 // The classifier the kernels embed, as a function: 0 empty, 1 partial,
 // 2 full.
 
@@ -57,6 +58,18 @@ attn.attention @window attributes {
 // CHECK-LABEL: func.func @doc_classify(
 // CHECK-NOT: arith.constant 2 : i8
 // CHECK: return
+// With buffer-ranges the classifier takes the buffer's (data, size), scans
+// doc over the q and the kv interval without status, and can say full.
+// RANGES-LABEL: func.func @doc_classify(
+// RANGES-SAME: %[[DATA:[^:]*]]: !llvm.ptr, %[[SIZE:[^:]*]]: i64) -> i8
+// RANGES-DAG: arith.constant 2 : i8
+// RANGES-DAG: arith.cmpi slt, %{{.*}}, %[[SIZE]] : i64
+// RANGES: scf.for {{.*}} -> (i32, i32)
+// RANGES: llvm.getelementptr %[[DATA]]
+// RANGES: scf.for {{.*}} -> (i32, i32)
+// RANGES: llvm.getelementptr %[[DATA]]
+// RANGES-NOT: attn.buffer_load
+// RANGES: return
 attn.attention @doc attributes {
     dtype_q = bf16, dtype_k = bf16, dtype_v = bf16, dtype_o = bf16,
     head_dim_qk = 64 : i64, head_dim_v = 64 : i64, heads_q = 1 : i64,

@@ -8,8 +8,9 @@
 //       flashjit/compiler/KernelAbi.h. Its body is one scf.for over block-
 //       mask rows (batch, head, q tile) and, per row, one scf.for over the
 //       row's key tiles that classifies each tile (interval arithmetic by
-//       buildTileClassifier; attn.mask_reduce over the tile's elements where
-//       that says partial, i.e. for masks that read data) and appends
+//       buildTileClassifier, with the buffer-range rule reading the
+//       buffers; attn.mask_reduce over the tile's elements where that
+//       cannot decide, e.g. a tile that straddles documents) and appends
 //       partial and full tiles to their lists. The mask region is cloned
 //       with attn.param and attn.buffer_load replaced as in attn-tile.
 //
@@ -111,9 +112,20 @@ public:
                         q0,  sub(add(q0, qRows), c(1)),
                         kv0, sub(add(kv0, kvRows), c(1)),
                         sq,  sk};
+      // Buffer reads whose index covers a short in-range interval (a
+      // document id over the tile) become the range of the elements read.
+      BufferReader reader{
+          [&](OpBuilder &, Location, BufferLoadOp l) {
+            return arg(2 + 2 * bufferSlot(op, l.getName()));
+          },
+          [&](OpBuilder &ib, Location loc, BufferLoadOp l, Value i) {
+            return loadHostElement(ib, loc, l.getType(),
+                                   arg(1 + 2 * bufferSlot(op, l.getName())), i);
+          }};
       TileClassValues cls = buildTileClassifier(
           b, b.getLoc(), op.getMask(), box,
-          [&](Operation *p) { return paramArg(cast<ParamOp>(p).getName()); });
+          [&](Operation *p) { return paramArg(cast<ParamOp>(p).getName()); },
+          &reader);
       // Undecided by intervals: evaluate every element.
       Value undecided = arith::AndIOp::create(b, cls.canBeFalse, cls.canBeTrue);
       Type i1 = b.getI1Type();

@@ -1,6 +1,7 @@
 //===- KernelRegions.cpp - The user's regions inside generated kernels ----===//
 #include "flashjit/Dialect/Attn/Transforms/KernelRegions.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 
@@ -18,12 +19,7 @@ void cloneKernelRegion(AttentionOp op, Region &from, Region &to,
       p.getResult().replaceAllUsesWith(args.param(p.getName()));
       dead.push_back(p);
     } else if (auto l = dyn_cast<BufferLoadOp>(inner)) {
-      unsigned slot = 0;
-      for (NamedAttribute d : op.getBuffers()) {
-        if (d.getName() == l.getName())
-          break;
-        ++slot;
-      }
+      unsigned slot = bufferSlot(op, l.getName());
       auto [data, size] = args.buffer(slot);
       OpBuilder ib(l);
       auto load =
@@ -35,6 +31,23 @@ void cloneKernelRegion(AttentionOp op, Region &from, Region &to,
   });
   for (Operation *d : dead)
     d->erase();
+}
+
+unsigned bufferSlot(AttentionOp op, StringRef name) {
+  unsigned slot = 0;
+  for (NamedAttribute d : op.getBuffers()) {
+    if (d.getName() == name)
+      break;
+    ++slot;
+  }
+  return slot;
+}
+
+Value loadHostElement(OpBuilder &b, Location loc, Type type, Value data,
+                      Value index) {
+  Type ptr = LLVM::LLVMPointerType::get(b.getContext());
+  Value p = LLVM::GEPOp::create(b, loc, ptr, type, data, ValueRange{index});
+  return LLVM::LoadOp::create(b, loc, type, p);
 }
 
 } // namespace flashjit::attn

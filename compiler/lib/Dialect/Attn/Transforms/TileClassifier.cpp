@@ -5,10 +5,16 @@
 // (IntervalEvaluator); keep them in step. Values that are unbounded carry
 // garbage lo/hi that no rule reads without first checking `bounded`.
 //
+// The buffer-range rule (when the caller passes a BufferReader) is the one
+// rule that emits a loop: the scan over the elements a read may touch. Its
+// bounds come from the index interval only when the rule applies, and make
+// an empty loop otherwise, so no garbage index is ever read.
+//
 //===----------------------------------------------------------------------===//
 #include "flashjit/Dialect/Attn/Transforms/TileClassifier.h"
 
 #include "flashjit/Dialect/Attn/IR/Attn.h"
+#include "flashjit/frontend/TileClass.h"
 
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
@@ -32,8 +38,9 @@ struct AVal {
 class Classifier {
 public:
   Classifier(OpBuilder &builder, Location loc, const TileBoxValues &box,
-             function_ref<Value(Operation *)> paramValue)
-      : b(loc, builder), box(box), paramValue(paramValue) {
+             function_ref<Value(Operation *)> paramValue,
+             const BufferReader *buffers)
+      : b(loc, builder), box(box), paramValue(paramValue), buffers(buffers) {
     i1 = b.getI1Type();
     i64 = b.getI64Type();
     i128 = b.getIntegerType(128);
@@ -58,6 +65,7 @@ private:
   ImplicitLocOpBuilder b;
   const TileBoxValues &box;
   function_ref<Value(Operation *)> paramValue;
+  const BufferReader *buffers;
   Type i1, i64, i128;
   llvm::DenseMap<Value, AVal> vals;
 
@@ -225,6 +233,46 @@ private:
     return boolean(orV(notV(both), f), orV(notV(both), t));
   }
 
+  /// bufferRange(): host rule `bounded && 0 <= lo && hi < size &&
+  /// hi - lo < kBufferRangeScanLimit ? [min, max] of elements lo..hi :
+  /// unknown`. The scan runs min/max in the element type (so LLVM can
+  /// vectorise it) from the type's extremes.
+  AVal bufferRange(BufferLoadOp l, const AVal &x) {
+    Type t = l.getType();
+    if (!buffers || x.kind != AVal::Int)
+      return unknown(t);
+    using P = arith::CmpIPredicate;
+    Value size = buffers->size(b, b.getLoc(), l);
+    Value width = b.createOrFold<arith::SubIOp>(wide(x.hi), wide(x.lo));
+    Value scan =
+        andV(andV(x.bounded, cmp(P::slt, width, c128(kBufferRangeScanLimit))),
+             andV(cmp(P::sge, x.lo, c64(0)), cmp(P::slt, x.hi, size)));
+    Value end = sel(scan, b.createOrFold<arith::AddIOp>(x.hi, c64(1)), x.lo);
+    auto it = cast<IntegerType>(t);
+    Value init[] = {
+        arith::ConstantOp::create(
+            b, IntegerAttr::get(it, APInt::getSignedMaxValue(it.getWidth()))),
+        arith::ConstantOp::create(
+            b, IntegerAttr::get(it, APInt::getSignedMinValue(it.getWidth())))};
+    auto loop = scf::ForOp::create(b, x.lo, end, c64(1), init);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value e = buffers->loadElement(b, b.getLoc(), l, loop.getInductionVar());
+      Value lo = smin(loop.getRegionIterArgs()[0], e);
+      Value hi = smax(loop.getRegionIterArgs()[1], e);
+      scf::YieldOp::create(b, ValueRange{lo, hi});
+    }
+    Value lo = loop.getResult(0), hi = loop.getResult(1);
+    if (t != i64) {
+      lo = b.createOrFold<arith::ExtSIOp>(i64, lo);
+      hi = b.createOrFold<arith::ExtSIOp>(i64, hi);
+    }
+    AVal v = intRange(t, lo, hi);
+    v.bounded = scan;
+    return v;
+  }
+
   AVal eval(Operation &op) {
     Type t = op.getResult(0).getType();
     auto operand = [&](unsigned i) { return get(op.getOperand(i)); };
@@ -277,6 +325,8 @@ private:
     }
     if (!t.isInteger(32) && !t.isInteger(64))
       return unknown(t); // floats, and bools from float comparisons
+    if (auto l = dyn_cast<BufferLoadOp>(op))
+      return bufferRange(l, operand(0));
 
     if (isa<arith::ExtUIOp>(op)) { // bool -> int
       AVal x = operand(0);
@@ -370,11 +420,11 @@ private:
 
 } // namespace
 
-TileClassValues
-buildTileClassifier(OpBuilder &b, Location loc, Region &mask,
-                    const TileBoxValues &box,
-                    function_ref<Value(Operation *)> paramValue) {
-  return Classifier(b, loc, box, paramValue).run(mask);
+TileClassValues buildTileClassifier(OpBuilder &b, Location loc, Region &mask,
+                                    const TileBoxValues &box,
+                                    function_ref<Value(Operation *)> paramValue,
+                                    const BufferReader *buffers) {
+  return Classifier(b, loc, box, paramValue, buffers).run(mask);
 }
 
 } // namespace flashjit::attn

@@ -37,6 +37,17 @@ struct KernelRegionArgs {
 void cloneKernelRegion(AttentionOp op, mlir::Region &from, mlir::Region &to,
                        const KernelRegionArgs &args);
 
+/// The index of buffer \p name in \p op's sorted `buffers` (the slot that
+/// KernelRegionArgs::buffer takes).
+unsigned bufferSlot(AttentionOp op, llvm::StringRef name);
+
+/// Element \p index (i64, known to be in range) of type \p type of the host
+/// buffer at \p data (!llvm.ptr): a plain load, no bounds check, no status.
+/// The CPU builders' BufferReader::loadElement (TileClassifier.h).
+mlir::Value loadHostElement(mlir::OpBuilder &b, mlir::Location loc,
+                            mlir::Type type, mlir::Value data,
+                            mlir::Value index);
+
 /// The builder of a generated kernel function and the i64 arithmetic both
 /// emitters (attn-tile, attn-build-block-mask) write their index code with.
 class I64Emitter {

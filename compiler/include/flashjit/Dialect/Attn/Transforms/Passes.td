@@ -135,12 +135,20 @@ def AttnTestClassify : Pass<"attn-test-classify", "::mlir::ModuleOp"> {
     `func.func @f_classify(batch, head, q_lo, q_hi, kv_lo, kv_hi, seqlen_q,
     seqlen_k: i64, params...) -> i8` returning the tile class (0 empty,
     1 partial, 2 full) computed by the same code `attn-tile` puts in the
-    kernel. Used by lit tests and by the JIT-compiled classifier that unit
-    tests compare with flashjit::classifyTile.
+    kernel. With `buffer-ranges`, the function also takes (data, size) per
+    buffer, sorted by name, after the parameters, and classifies with the
+    buffer-range rule as `attn-build-block-mask` does. Used by lit tests and
+    by the JIT-compiled classifier that unit tests compare with
+    flashjit::classifyTile.
   }];
+  let options = [
+    Option<"bufferRanges", "buffer-ranges", "bool", /*default=*/"false",
+           "read the buffers (buffer-range rule, as the block-mask builder)">
+  ];
   let dependentDialects = ["::mlir::func::FuncDialect",
                            "::mlir::arith::ArithDialect",
-                           "::mlir::scf::SCFDialect"];
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::LLVM::LLVMDialect"];
 }
 
 #endif // FLASHJIT_ATTN_PASSES
