@@ -319,7 +319,9 @@ def child(group):
             """The document mask reads neither batch nor head: one row per
             q tile (grid y = z = 1)."""
             a = builder_args(N, ptr(status), [ptr(t) for t in lists], nq, nk, extra)
-            return launcher(k, k["builder"], a, (nq, 1, 1), (k["builder_threads"], 1, 1), 0)
+            # Dynamic shared memory: one byte per key tile, rounded to 16.
+            smem = (nk + 15) // 16 * 16
+            return launcher(k, k["builder"], a, (nq, 1, 1), (k["builder_threads"], 1, 1), smem)
 
     def inputs(N):
         B = max(1, args.tokens // N)
@@ -487,13 +489,9 @@ def child(group):
                 eager = lambda: create_block_mask(mask_mod, None, None, N, N, device="cuda")
                 bm = eager()
                 build_eager = bench(eager)
+                # (create_block_mask(_compile=True) did not finish compiling in
+                # 139 s on the H200 at N = 16k: only the eager build is timed.)
                 build_compiled = None
-                try:
-                    comp = lambda: create_block_mask(mask_mod, None, None, N, N, device="cuda", _compile=True)
-                    comp()
-                    build_compiled = bench(comp)
-                except Exception as e:
-                    log("   create_block_mask(_compile=True) failed:", str(e)[:200])
                 run, o, lse = flex_call(q, kk, v, bm)
                 err, lerr = errors(o, lse, ref)
                 ms = bench(run)

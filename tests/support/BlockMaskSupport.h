@@ -20,13 +20,15 @@
 namespace flashjit::testing {
 
 /// Random documents over \p n tokens: mostly short ones (1-token documents
-/// included), or (\p whole) one document covering everything.
+/// included, others up to \p maxLen tokens), or (\p whole) one document
+/// covering everything.
 template <class Rng>
-std::vector<int32_t> randomDocs(Rng &rng, int64_t n, bool whole) {
+std::vector<int32_t> randomDocs(Rng &rng, int64_t n, bool whole,
+                                int64_t maxLen = 90) {
   std::vector<int32_t> doc(std::max<int64_t>(n, 1), 0);
   int32_t id = 0;
   for (int64_t t = 0; t < n && !whole;) {
-    int64_t len = rng() % 3 == 0 ? 1 : 1 + rng() % (rng() % 2 ? 8 : 90);
+    int64_t len = rng() % 3 == 0 ? 1 : 1 + rng() % (rng() % 2 ? 8 : maxLen);
     for (int64_t e = t + len; t < e && t < n; ++t)
       doc[t] = id;
     ++id;
@@ -75,30 +77,23 @@ inline std::string blockMaskDifference(const BlockMask &a, const BlockMask &b) {
   return "";
 }
 
-/// A random BSR layout: per row (h, m) each key tile with probability
-/// \p density; every fourth row empty and every fifth full when \p extremes.
+/// A random BSR layout over \p heads x ceil(sq / bm) rows: each row empty,
+/// full or a random 40% of the key tiles.
 template <class Rng>
-BsrLayout randomBsr(Rng &rng, int64_t blockM, int64_t blockN, int64_t heads,
-                    int64_t seqlenQ, int64_t seqlenK, double density,
-                    bool extremes = true) {
+BsrLayout randomBsr(Rng &rng, int64_t heads, int64_t bm, int64_t bn,
+                    int64_t sq, int64_t sk) {
   BsrLayout l;
-  l.blockM = blockM;
-  l.blockN = blockN;
+  l.blockM = bm;
+  l.blockN = bn;
   l.heads = heads;
-  l.numQTiles = (seqlenQ + blockM - 1) / blockM;
-  l.numKvTiles = (seqlenK + blockN - 1) / blockN;
-  std::uniform_real_distribution<double> u(0, 1);
-  l.rowOffsets.push_back(0);
+  l.numQTiles = (sq + bm - 1) / bm;
+  l.numKvTiles = (sk + bn - 1) / bn;
+  l.rowOffsets = {0};
   for (int64_t r = 0; r < heads * l.numQTiles; ++r) {
-    for (int64_t j = 0; j < l.numKvTiles; ++j) {
-      bool take = u(rng) < density;
-      if (extremes && r % 4 == 1)
-        take = false;
-      if (extremes && r % 5 == 2)
-        take = true;
-      if (take)
-        l.colIndices.push_back(static_cast<int32_t>(j));
-    }
+    int kind = rng() % 4; // 0 empty, 1 full, else random
+    for (int32_t t = 0; t < l.numKvTiles; ++t)
+      if (kind == 1 || (kind >= 2 && rng() % 5 < 2))
+        l.colIndices.push_back(t);
     l.rowOffsets.push_back(static_cast<int32_t>(l.colIndices.size()));
   }
   return l;

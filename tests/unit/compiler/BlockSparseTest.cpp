@@ -15,6 +15,7 @@
 // poisoned with NaN before each run.
 //
 //===----------------------------------------------------------------------===//
+#include "BlockMaskSupport.h"
 #include "CompilerTestSupport.h"
 #include "TestSupport.h"
 
@@ -26,45 +27,16 @@
 
 using namespace flashjit;
 using namespace flashjit::test;
+using flashjit::testing::randomBsr;
+using flashjit::testing::randomDocs;
 
 namespace {
-
-/// Random documents over \p n tokens: mostly short ones (1-token documents
-/// included, others up to \p maxLen tokens), or (\p whole) one document
-/// covering everything.
-std::vector<int32_t> randomDocs(std::mt19937 &rng, int64_t n, bool whole,
-                                int64_t maxLen = 90) {
-  std::vector<int32_t> doc(std::max<int64_t>(n, 1), 0);
-  int32_t id = 0;
-  for (int64_t t = 0; t < n && !whole;) {
-    int64_t len = rng() % 3 == 0 ? 1 : 1 + rng() % (rng() % 2 ? 8 : maxLen);
-    for (int64_t e = t + len; t < e && t < n; ++t)
-      doc[t] = id;
-    ++id;
-  }
-  return doc;
-}
-
 bool sameMask(const BlockMask &a, const BlockMask &b) {
-  return a.blockM == b.blockM && a.blockN == b.blockN &&
-         a.seqlenQ == b.seqlenQ && a.seqlenK == b.seqlenK &&
-         a.batch == b.batch && a.heads == b.heads &&
-         a.numQTiles == b.numQTiles && a.numKvTiles == b.numKvTiles &&
-         a.kvNumBlocks == b.kvNumBlocks &&
-         a.fullKvNumBlocks == b.fullKvNumBlocks &&
-         a.cuSeqlensQ == b.cuSeqlensQ && a.cuSeqlensK == b.cuSeqlensK &&
-         [&] { // only the used part of each row of indices is meaningful
-           for (size_t r = 0; r < a.kvNumBlocks.size(); ++r)
-             for (int64_t i = 0; i < a.numKvTiles; ++i) {
-               size_t e = r * a.numKvTiles + i;
-               if ((i < a.kvNumBlocks[r] && a.kvIndices[e] != b.kvIndices[e]) ||
-                   (i < a.fullKvNumBlocks[r] &&
-                    a.fullKvIndices[e] != b.fullKvIndices[e]))
-                 return false;
-             }
-           return true;
-         }();
+  return testing::blockMaskDifference(a, b).empty();
 }
+} // namespace
+
+namespace {
 
 /// Runs \p kernel block-sparse on fresh inputs (outputs poisoned) and
 /// compares with \p ref computed by \p reference on the same inputs.
@@ -206,29 +178,6 @@ TEST_CASE("built block masks are exact, skip tiles and keep results",
   CHECK(skipped > 0); // documents leave tiles out
 }
 
-namespace {
-
-/// A random BSR layout: rows empty, full or a random subset of tiles.
-BsrLayout randomBsr(std::mt19937 &rng, int64_t heads, int64_t bm, int64_t bn,
-                    int64_t sq, int64_t sk) {
-  BsrLayout l;
-  l.blockM = bm;
-  l.blockN = bn;
-  l.heads = heads;
-  l.numQTiles = (sq + bm - 1) / bm;
-  l.numKvTiles = (sk + bn - 1) / bn;
-  l.rowOffsets = {0};
-  for (int64_t r = 0; r < heads * l.numQTiles; ++r) {
-    int kind = rng() % 4; // 0 empty, 1 full, else random
-    for (int32_t t = 0; t < l.numKvTiles; ++t)
-      if (kind == 1 || (kind >= 2 && rng() % 5 < 2))
-        l.colIndices.push_back(t);
-    l.rowOffsets.push_back(static_cast<int32_t>(l.colIndices.size()));
-  }
-  return l;
-}
-
-} // namespace
 
 TEST_CASE("BSR layouts match the block-sparse reference",
           "[compiler][cpu][bsr]") {

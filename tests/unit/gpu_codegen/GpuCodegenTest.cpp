@@ -17,6 +17,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 using namespace flashjit;
 
@@ -52,6 +54,31 @@ TEST_CASE("every matrix kernel assembles with no spills for sm_80 and sm_90a",
   }
   WARN("assembled " << checked << " kernels; most registers: " << maxRegs);
   CHECK(checked == 2 * static_cast<int>(testing::kernelMatrix().size()));
+}
+
+TEST_CASE("every block-sparse and varlen kernel assembles with no spills",
+          "[gpu-codegen]") {
+  for (const testing::SparseKernel &k : testing::sparseKernels())
+    for (std::string arch : {"sm_80", "sm_90a"}) {
+      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.varlen = k.varlen;
+      o.blockSparse = k.blockSparse;
+      GpuKernelImage img = compileGpu(k.spec, o);
+      CHECK(img.varlen == k.varlen);
+      CHECK(img.blockSparse == k.blockSparse);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      INFO(r.log);
+      std::vector<std::string> names{img.name};
+      if (k.blockSparse)
+        names.push_back(img.name + "_block_mask");
+      for (const std::string &name : names) {
+        const runtime::PtxasFunctionReport *f = r.find(name);
+        REQUIRE(f);
+        CHECK(f->clean());
+      }
+    }
 }
 
 TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",

@@ -39,11 +39,13 @@ struct GpuCompileOptions {
   /// block_m = rowsPerWarp * numWarps.
   int rowsPerWarp = 0;
   /// Packed variable-length sequences (cu_seqlens arguments,
-  /// GpuAttentionKernel::runVarlen).
+  /// GpuAttentionKernel::runVarlen). Above head_dim 64 the default tiles are
+  /// then 8 warps of 16 rows and 64 keys (4 x 32 would spill).
   bool varlen = false;
   /// Visits only the key tiles of a block mask
   /// (GpuAttentionKernel::runBlockSparse); the PTX also holds the block-mask
-  /// builder `<name>_block_mask` (GpuAttentionKernel::buildBlockMask).
+  /// builder `<name>_block_mask` (GpuAttentionKernel::buildBlockMask). With
+  /// a mask on sm_80 the default tiles are then 8 warps of 16 rows.
   bool blockSparse = false;
   /// Directory that receives <name>.attn.mlir, .gpu.mlir and .ptx; empty
   /// means $FLASHJIT_DUMP_DIR if set, else no files.

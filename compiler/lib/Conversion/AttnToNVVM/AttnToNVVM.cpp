@@ -106,17 +106,33 @@ public:
 
   std::pair<Value, Value> emitClassify(OpBuilder &b, Location loc,
                                        const IndexValues &lo,
-                                       const IndexValues &hi) override {
+                                       const IndexValues &hi,
+                                       bool bufferRanges) override {
     auto x64 = [&](Value v) {
       return arith::ExtSIOp::create(b, loc, b.getI64Type(), v).getResult();
     };
     attn::TileBoxValues box{x64(lo.batch),   x64(hi.batch),  x64(lo.qIdx),
                             x64(hi.qIdx),    x64(lo.kvIdx),  x64(hi.kvIdx),
                             x64(lo.seqlenQ), x64(lo.seqlenK)};
+    // Buffer ranges: plain loads from the kernel's global pointers (the
+    // classifier only reads indices inside [0, size)).
+    attn::BufferReader reader{
+        [this](OpBuilder &, Location, attn::BufferLoadOp load) {
+          return args_[params_.size() + 2 * bufferIndex(load.getName()) + 1];
+        },
+        [this](OpBuilder &ob, Location l, attn::BufferLoadOp load,
+               Value index) -> Value {
+          Value ptr = args_[params_.size() + 2 * bufferIndex(load.getName())];
+          Value p = LLVM::GEPOp::create(ob, l, ptr.getType(), load.getType(),
+                                        ptr, ValueRange{index});
+          return LLVM::LoadOp::create(ob, l, load.getType(), p, 4);
+        }};
     attn::TileClassValues v = attn::buildTileClassifier(
-        b, loc, op_.getMask(), box, [&](Operation *p) {
+        b, loc, op_.getMask(), box,
+        [&](Operation *p) {
           return paramValue(cast<attn::ParamOp>(p).getName());
-        });
+        },
+        bufferRanges ? &reader : nullptr);
     return {v.canBeFalse, v.canBeTrue};
   }
 
@@ -139,6 +155,14 @@ private:
       if (params_[i].first == name)
         return args_[i];
     llvm_unreachable("attn.param not declared in the attention's params");
+  }
+
+  size_t bufferIndex(StringRef name) const {
+    size_t i = 0;
+    while (i < buffers_.size() && buffers_[i].first != name)
+      ++i;
+    assert(i < buffers_.size() && "buffer not declared");
+    return i;
   }
 
   /// A bounds-checked read of element \p index of buffer \p name.

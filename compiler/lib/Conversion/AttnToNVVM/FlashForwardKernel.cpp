@@ -354,7 +354,8 @@ void KernelBuilder::buildBlockMaskBody(gpu::GPUFuncOp fn) {
     if (em.hasMask()) {
       IndexValues lo{batch, head, q0, kv0, seqlenQ, seqlenK};
       IndexValues hi{batch, head, qLast, kvLast, seqlenQ, seqlenK};
-      std::tie(mayFalse, mayTrue) = em.emitClassify(b, b.getLoc(), lo, hi);
+      std::tie(mayFalse, mayTrue) =
+          em.emitClassify(b, b.getLoc(), lo, hi, /*bufferRanges=*/true);
     }
     Value code = sel(mayTrue, sel(mayFalse, ci32(3), ci32(2)), ci32(0));
     LLVM::StoreOp::create(b, arith::TruncIOp::create(b, i8, code), clsAt(j));

@@ -43,10 +43,13 @@ public:
   virtual mlir::Value emitMask(mlir::OpBuilder &b, mlir::Location loc,
                                const IndexValues &idx) = 0;
   /// Interval classification of a tile whose inclusive index ranges are
-  /// [lo, hi] (seqlens exact): (mayBeFalse, mayBeTrue), both i1.
+  /// [lo, hi] (seqlens exact): (mayBeFalse, mayBeTrue), both i1. With
+  /// \p bufferRanges, integer buffer reads over short in-range index
+  /// intervals scan the buffer for their range (the tile classifier's
+  /// BufferReader) instead of being unknown.
   virtual std::pair<mlir::Value, mlir::Value>
   emitClassify(mlir::OpBuilder &b, mlir::Location loc, const IndexValues &lo,
-               const IndexValues &hi) = 0;
+               const IndexValues &hi, bool bufferRanges = false) = 0;
   /// Types of the kernel arguments that follow the fixed ones (parameters
   /// and buffers).
   virtual llvm::SmallVector<mlir::Type>
@@ -129,8 +132,10 @@ void buildFlashForwardKernel(mlir::OpBuilder &b, mlir::Location loc,
 /// config.blockM x config.blockN, exactly as flashjit::referenceBlockMask
 /// defines them: a tile is full when the mask holds at every element of the
 /// tile clipped to the sequence, empty when at none. Each tile is first
-/// classified by interval arithmetic (the tile classifier); where that
-/// cannot decide, the CTA evaluates the mask at every element of the tile.
+/// classified by interval arithmetic (the tile classifier, with buffer
+/// ranges: a document mask is decided there except on document
+/// boundaries); where that cannot decide, the CTA evaluates the mask at
+/// every element of the tile.
 /// Kernel arguments, in order:
 ///   status                                 : !llvm.ptr<1> (as the forward
 ///       kernel's)
@@ -143,9 +148,11 @@ void buildFlashForwardKernel(mlir::OpBuilder &b, mlir::Location loc,
 ///   emitter.extraArgumentTypes()
 /// Grid: (num_q_tiles, heads extent, batch extent) (BlockMask rows: row
 /// (b, h, m) = (b * gridDim.y + h) * num_q_tiles + m; the mask sees batch
-/// b and head h), block: kBlockMaskThreads threads, no dynamic shared
-/// memory. varlen: tiles are local to sequence b; rows of q tiles past the
-/// sequence get empty lists.
+/// b and head h), block: kBlockMaskThreads threads, dynamic shared memory:
+/// num_kv_tiles bytes rounded up to a multiple of 16 (one class per key
+/// tile). The status flags must be zero before the launch. varlen: tiles
+/// are local to sequence b; rows of q tiles past the sequence get empty
+/// lists.
 void buildBlockMaskKernel(mlir::OpBuilder &b, mlir::Location loc,
                           mlir::Operation *gpuModule,
                           const KernelConfig &config, FragmentEmitter &emitter);
