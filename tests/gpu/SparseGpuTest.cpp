@@ -222,8 +222,7 @@ TEST_CASE("GPU block-sparse runs follow user BSR layouts", "[gpu][sparse]") {
                      Shape{1, 1024, 2048, 1}, Shape{2, 130, 40, 0}}) {
       int64_t heads = sh.heads ? sh.heads : spec.headsQ;
       INFO(id << ", seed " << seed << ", batch " << sh.batch << ", seqlen_q "
-              << sh.sq << ", seqlen_k " << sh.sk << ", layout heads "
-              << heads);
+              << sh.sq << ", seqlen_k " << sh.sk << ", layout heads " << heads);
       BsrLayout bsr = testing::randomBsr(rng, heads, bm, bn, sh.sq, sh.sk);
       BlockMask mask = blockMaskFromBsr(bsr, sh.sq, sh.sk);
       DeviceBlockMask dmask(mask, dev);

@@ -80,8 +80,8 @@ inline std::string blockMaskDifference(const BlockMask &a, const BlockMask &b) {
 /// A random BSR layout over \p heads x ceil(sq / bm) rows: each row empty,
 /// full or a random 40% of the key tiles.
 template <class Rng>
-BsrLayout randomBsr(Rng &rng, int64_t heads, int64_t bm, int64_t bn,
-                    int64_t sq, int64_t sk) {
+BsrLayout randomBsr(Rng &rng, int64_t heads, int64_t bm, int64_t bn, int64_t sq,
+                    int64_t sk) {
   BsrLayout l;
   l.blockM = bm;
   l.blockN = bn;

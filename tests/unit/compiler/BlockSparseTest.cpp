@@ -178,7 +178,6 @@ TEST_CASE("built block masks are exact, skip tiles and keep results",
   CHECK(skipped > 0); // documents leave tiles out
 }
 
-
 TEST_CASE("BSR layouts match the block-sparse reference",
           "[compiler][cpu][bsr]") {
   uint64_t seed = freshSeed();

@@ -373,29 +373,6 @@ void KernelBuilder::buildBlockMaskBody(gpu::GPUFuncOp fn) {
       OpBuilder::InsertionGuard ug(b);
       b.setInsertionPoint(ifU.thenBlock()->getTerminator());
       Value kv0 = mul(j, ci32(BN));
-      SmallVector<Value> init{cb(false), cb(false)};
-      auto loop =
-          scf::ForOp::create(b, toIndex(tid), toIndex(ci32(BM * BN)),
-                             arith::ConstantIndexOp::create(b, T), init);
-      {
-        OpBuilder::InsertionGuard lg(b);
-        b.setInsertionPointToStart(loop.getBody());
-        Value e = arith::IndexCastOp::create(b, i32, loop.getInductionVar());
-        Value qi = add(q0, arith::DivUIOp::create(b, e, ci32(BN)));
-        Value ki = add(kv0, arith::RemUIOp::create(b, e, ci32(BN)));
-        Value ok = arith::AndIOp::create(
-            b, cmp(arith::CmpIPredicate::slt, qi, seqlenQ),
-            cmp(arith::CmpIPredicate::slt, ki, seqlenK));
-        IndexValues idx{batch, head, qi, ki, seqlenQ, seqlenK};
-        Value v = guarded(ok, i1, cb(false),
-                          [&] { return em.emitMask(b, b.getLoc(), idx); });
-        Value anyT = arith::OrIOp::create(b, loop.getRegionIterArgs()[0], v);
-        Value anyF = arith::OrIOp::create(
-            b, loop.getRegionIterArgs()[1],
-            arith::AndIOp::create(b, ok,
-                                  arith::XOrIOp::create(b, v, cb(true))));
-        scf::YieldOp::create(b, ValueRange{anyT, anyF});
-      }
       auto reduceOr = [&](Value p) {
         Value r = NVVM::BarrierOp::create(
                       b, TypeRange{i32}, Value(), Value(),
@@ -405,8 +382,52 @@ void KernelBuilder::buildBlockMaskBody(gpu::GPUFuncOp fn) {
                       .getResult(0);
         return cmp(arith::CmpIPredicate::ne, r, ci32(0));
       };
-      Value anyT = reduceOr(loop.getResult(0));
-      Value anyF = reduceOr(loop.getResult(1));
+      // Steps of K elements per thread, column-interleaved (element e is row
+      // e % BM, column e / BM), so every step samples every row of the tile;
+      // the CTA stops as soon as it has seen both an allowed and a masked
+      // element (a tile across a document boundary: after one step).
+      const int K = 4, perStep = K * T, E = BM * BN;
+      const int nSteps = (E + perStep - 1) / perStep;
+      auto w = scf::WhileOp::create(
+          b, TypeRange{i32, i1, i1}, ValueRange{ci32(0), cb(false), cb(false)},
+          [&](OpBuilder &nb, Location, ValueRange a) {
+            OpBuilder::InsertionGuard wg(b);
+            b.setInsertionPointToEnd(nb.getInsertionBlock());
+            Value both = arith::AndIOp::create(b, a[1], a[2]);
+            Value more = arith::AndIOp::create(
+                b, cmp(arith::CmpIPredicate::slt, a[0], ci32(nSteps)),
+                arith::XOrIOp::create(b, both, cb(true)));
+            scf::ConditionOp::create(b, more, a);
+          },
+          [&](OpBuilder &nb, Location, ValueRange a) {
+            OpBuilder::InsertionGuard wg(b);
+            b.setInsertionPointToEnd(nb.getInsertionBlock());
+            Value seenT = cb(false), seenF = cb(false);
+            for (int k = 0; k < K; ++k) {
+              Value e = add(mul(a[0], ci32(perStep)), add(ci32(k * T), tid));
+              Value qi = add(q0, arith::RemUIOp::create(b, e, ci32(BM)));
+              Value ki = add(kv0, arith::DivUIOp::create(b, e, ci32(BM)));
+              Value ok = arith::AndIOp::create(
+                  b, cmp(arith::CmpIPredicate::slt, qi, seqlenQ),
+                  cmp(arith::CmpIPredicate::slt, ki, seqlenK));
+              if (E % perStep)
+                ok = arith::AndIOp::create(
+                    b, ok, cmp(arith::CmpIPredicate::slt, e, ci32(E)));
+              IndexValues idx{batch, head, qi, ki, seqlenQ, seqlenK};
+              Value v = guarded(ok, i1, cb(false), [&] {
+                return em.emitMask(b, b.getLoc(), idx);
+              });
+              seenT = arith::OrIOp::create(b, seenT, v);
+              seenF = arith::OrIOp::create(
+                  b, seenF,
+                  arith::AndIOp::create(b, ok,
+                                        arith::XOrIOp::create(b, v, cb(true))));
+            }
+            Value anyT = reduceOr(arith::OrIOp::create(b, a[1], seenT));
+            Value anyF = reduceOr(arith::OrIOp::create(b, a[2], seenF));
+            scf::YieldOp::create(b, ValueRange{add(a[0], ci32(1)), anyT, anyF});
+          });
+      Value anyT = w.getResult(1), anyF = w.getResult(2);
       Value code2 = sel(anyT, sel(anyF, ci32(1), ci32(2)), ci32(0));
       auto ifT0 =
           scf::IfOp::create(b, cmp(arith::CmpIPredicate::eq, tid, ci32(0)),
@@ -691,15 +712,29 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
       for (int kk = 0; kk < kQ; ++kk)
         qFrag.push_back(loadQFrag(mt, kk));
 
+  // Block-sparse: the loop carries the current and the next listed tile,
+  // and reads the one after while this one computes (no list read stalls a
+  // prefetch). Positions past jEnd read nothing.
+  auto tileAtIfAny = [&](Value it) {
+    return guarded(cmp(arith::CmpIPredicate::sle, it, jEnd), i32, ci32(0),
+                   [&] { return tileAt(it); });
+  };
+  SmallVector<Value> loopInit(init);
+  if (c.blockSparse) {
+    loopInit.push_back(tileAtIfAny(jBegin));
+    loopInit.push_back(tileAtIfAny(add(jBegin, ci32(1))));
+  }
   Value lb = toIndex(jBegin);
   Value ub = toIndex(add(jEnd, ci32(1)));
-  auto loop = scf::ForOp::create(b, lb, ub, one, init);
+  auto loop = scf::ForOp::create(b, lb, ub, one, loopInit);
   {
     OpBuilder::InsertionGuard lg(b);
     b.setInsertionPointToStart(loop.getBody());
     Value it = arith::IndexCastOp::create(b, i32, loop.getInductionVar());
-    Value j = tileAt(it);
-    ValueRange state = loop.getRegionIterArgs();
+    ValueRange state = loop.getRegionIterArgs().take_front(init.size());
+    Value j = c.blockSparse ? loop.getRegionIterArgs()[init.size()] : it;
+    Value jNext = c.blockSparse ? loop.getRegionIterArgs()[init.size() + 1]
+                                : add(it, ci32(1));
     Value stage =
         arith::AndIOp::create(b, arith::SubIOp::create(b, it, jBegin), ci32(1));
     Value nextStage = arith::XOrIOp::create(b, stage, ci32(1));
@@ -709,11 +744,12 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
       auto pf = scf::IfOp::create(b, hasNext, /*withElse=*/true);
       OpBuilder::InsertionGuard pg(b);
       b.setInsertionPointToStart(pf.thenBlock());
-      loadKV(tileAt(add(it, ci32(1))), nextStage);
+      loadKV(jNext, nextStage);
       NVVM::CpAsyncWaitGroupOp::create(b, 1);
       b.setInsertionPointToStart(pf.elseBlock());
       NVVM::CpAsyncWaitGroupOp::create(b, 0);
     }
+    Value jAfter = c.blockSparse ? tileAtIfAny(add(it, ci32(2))) : Value();
     gpu::BarrierOp::create(b);
     Value stageOff = mul(ext64(stage), ci64(stageBytes));
     Value aKs = gepBytes(aK, stageOff), aVs = gepBytes(aV, stageOff);
@@ -881,7 +917,10 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
     scf::YieldOp::create(b, next);
     b.setInsertionPointAfter(tileIf);
     gpu::BarrierOp::create(b); // this stage is free for the prefetch after next
-    scf::YieldOp::create(b, tileIf.getResults());
+    SmallVector<Value> carried(tileIf.getResults());
+    if (c.blockSparse)
+      carried.append({jNext, jAfter});
+    scf::YieldOp::create(b, carried);
   }
 
   // Epilogue: O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
