@@ -94,6 +94,19 @@ cl::opt<int> warps("warps",
                    cl::desc("Warps per CTA (0: default; GPU targets only)"),
                    cl::init(0), cl::sub(compileCmd), cl::sub(inspectCmd),
                    cl::sub(bundleCmd));
+cl::opt<int> rowsPerWarp(
+    "rows-per-warp",
+    cl::desc("Query rows per warp, 16 or 32 (0: default; GPU targets only)"),
+    cl::init(0), cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<bool> varlenFlag(
+    "varlen",
+    cl::desc("A kernel for packed variable-length sequences (cu_seqlens)"),
+    cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<bool> blockSparseFlag(
+    "block-sparse",
+    cl::desc("A block-sparse kernel (visits the tiles of a block mask) and "
+             "its block-mask builder"),
+    cl::sub(compileCmd), cl::sub(inspectCmd));
 cl::opt<std::string> outDir("out",
                             cl::desc("compile: also copy every stage here; "
                                      "bundle: the bundle directory"),
@@ -220,8 +233,13 @@ CompileOptions cpuOptions() {
   if (warps.getNumOccurrences())
     userError("--warps is a GPU option (warps per CTA); CPU kernels have no "
               "warps (use --block-n)");
+  if (rowsPerWarp.getNumOccurrences())
+    userError("--rows-per-warp is a GPU option; CPU kernels have no warps "
+              "(use --block-n)");
   CompileOptions options;
   options.blockN = blockN;
+  options.varlen = varlenFlag;
+  options.blockSparse = blockSparseFlag;
   return options;
 }
 
@@ -248,17 +266,16 @@ std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
 GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
                           DiskCache &cache) {
   GpuResult r;
-  r.key = CacheKey::make(printSpec(spec), arch, blockN, warps);
+  GpuCompileOptions o;
+  o.arch = arch;
+  o.blockN = blockN;
+  o.numWarps = warps;
+  o.rowsPerWarp = rowsPerWarp;
+  o.varlen = varlenFlag;
+  o.blockSparse = blockSparseFlag;
+  r.key = gpuCacheKey(spec, o); // validates first
   r.artifacts = cache.getOrCompile(
-      r.key,
-      [&] {
-        GpuCompileOptions o;
-        o.arch = arch;
-        o.blockN = blockN;
-        o.numWarps = warps;
-        return compileGpuArtifacts(spec, o);
-      },
-      &r.outcome);
+      r.key, [&] { return compileGpuArtifacts(spec, o); }, &r.outcome);
   if (r.outcome != CacheOutcome::Uncached)
     r.entryDir = cache.entryDir(r.key.hash());
   return r;

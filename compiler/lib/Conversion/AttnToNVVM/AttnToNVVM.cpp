@@ -101,7 +101,109 @@ public:
     Block &body = op_.getMask().front();
     IRMapping map;
     mapIndices(map, body, 0, idx);
-    return cloneBody(b, loc, body, map);
+    auto row = rowFactors_.find(idx.qIdx);
+    auto col = colFactors_.find(idx.kvIdx);
+    if (row == rowFactors_.end() || col == colFactors_.end())
+      return cloneBody(b, loc, body, map);
+    // Only the ops that depend on both indices (and index-free ones they
+    // use); the others come from the row's and the column's values.
+    for (auto [v, f] : llvm::zip(factorOut_[0], row->second))
+      map.map(v, f);
+    for (auto [v, f] : llvm::zip(factorOut_[1], col->second))
+      map.map(v, f);
+    return cloneBody(b, loc, body, map, [&](Operation &o) {
+      unsigned d = dep_.lookup(&o);
+      return d == kBoth || d == 0;
+    });
+  }
+
+  void beginMaskFactors(OpBuilder &ob, Location loc, const IndexValues &base,
+                        ArrayRef<Value> qIdx, ArrayRef<Value> kvIdx) override {
+    Block &body = op_.getMask().front();
+    analyzeDependences(body);
+    ImplicitLocOpBuilder b(loc, ob);
+    // side 0: rows (ops depending on q_idx only), side 1: columns.
+    for (int side = 0; side < 2; ++side) {
+      unsigned mine = side == 0 ? kQ : kKV;
+      auto inSide = [&](Operation &o) {
+        unsigned d = dep_.lookup(&o);
+        return d == mine || d == 0;
+      };
+      // The side's values that the rest of the mask uses.
+      SmallVector<Value> &outs = factorOut_[side];
+      outs.clear();
+      bool reads = false;
+      for (Operation &o : body.without_terminator()) {
+        if (dep_.lookup(&o) != mine)
+          continue;
+        reads |= isa<attn::BufferLoadOp>(o);
+        for (Value r : o.getResults())
+          if (llvm::any_of(r.getUsers(), [&](Operation *u) {
+                return isa<attn::YieldOp>(u) || dep_.lookup(u) == kBoth;
+              }))
+            outs.push_back(r);
+      }
+      for (Operation &o : body.without_terminator())
+        reads |= dep_.lookup(&o) == 0 && isa<attn::BufferLoadOp>(o);
+      auto &cache = side == 0 ? rowFactors_ : colFactors_;
+      for (Value x : side == 0 ? qIdx : kvIdx) {
+        IndexValues idx = base;
+        (side == 0 ? idx.qIdx : idx.kvIdx) = x;
+        Value limit = side == 0 ? base.seqlenQ : base.seqlenK;
+        auto compute = [&]() {
+          IRMapping map;
+          mapIndices(map, body, 0, idx, side == 0 ? 3u : 2u);
+          cloneBody(b, loc, body, map, inSide);
+          SmallVector<Value> vals;
+          for (Value v : outs)
+            vals.push_back(map.lookup(v));
+          return vals;
+        };
+        SmallVector<Value> vals;
+        if (!reads || outs.empty()) {
+          vals = compute();
+        } else {
+          // Reads happen only for in-range rows (columns): every in-range
+          // element of the row reads them, no out-of-range one does.
+          SmallVector<Type> types;
+          for (Value v : outs)
+            types.push_back(v.getType());
+          Value inRange =
+              arith::CmpIOp::create(b, arith::CmpIPredicate::slt, x, limit);
+          auto ifOp = scf::IfOp::create(b, types, inRange, /*withElse=*/true);
+          {
+            OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(ifOp.thenBlock());
+            scf::YieldOp::create(b, compute());
+            b.setInsertionPointToStart(ifOp.elseBlock());
+            SmallVector<Value> zeros;
+            for (Type t : types)
+              zeros.push_back(zeroOf(b, t));
+            scf::YieldOp::create(b, zeros);
+          }
+          vals.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+        }
+        cache[x] = vals;
+      }
+    }
+    ob.setInsertionPoint(b.getInsertionBlock(), b.getInsertionPoint());
+  }
+
+  void endMaskFactors() override {
+    rowFactors_.clear();
+    colFactors_.clear();
+  }
+
+  bool maskElementReadsBuffers() const override {
+    if (rowFactors_.empty())
+      return maskReadsBuffers();
+    for (Operation &o : op_.getMask().front().without_terminator())
+      if (isa<attn::BufferLoadOp>(o)) {
+        unsigned d = dep_.lookup(&o);
+        if (d == kBoth || d == 0)
+          return true;
+      }
+    return false;
   }
 
   std::pair<Value, Value> emitClassify(OpBuilder &b, Location loc,
@@ -142,12 +244,40 @@ private:
         .wasInterrupted();
   }
 
+  /// Maps the six index arguments of \p body (from \p first) to \p idx,
+  /// except argument \p skip (relative; 6: none), whose value is absent.
   static void mapIndices(IRMapping &map, Block &body, unsigned first,
-                         const IndexValues &idx) {
+                         const IndexValues &idx, unsigned skip = 6) {
     Value v[] = {idx.batch, idx.head,    idx.qIdx,
                  idx.kvIdx, idx.seqlenQ, idx.seqlenK};
     for (unsigned i = 0; i < 6; ++i)
-      map.map(body.getArgument(first + i), v[i]);
+      if (i != skip)
+        map.map(body.getArgument(first + i), v[i]);
+  }
+
+  /// Which of q_idx (kQ) and kv_idx (kKV) each op of the mask depends on.
+  static constexpr unsigned kQ = 1, kKV = 2, kBoth = 3;
+  void analyzeDependences(Block &body) {
+    if (!dep_.empty())
+      return;
+    DenseMap<Value, unsigned> valueDep;
+    valueDep[body.getArgument(2)] = kQ;
+    valueDep[body.getArgument(3)] = kKV;
+    for (Operation &o : body.without_terminator()) {
+      unsigned d = 0;
+      for (Value x : o.getOperands())
+        d |= valueDep.lookup(x);
+      dep_[&o] = d;
+      for (Value r : o.getResults())
+        valueDep[r] = d;
+    }
+  }
+
+  static Value zeroOf(OpBuilder &b, Type t) {
+    Location loc = b.getUnknownLoc();
+    if (isa<FloatType>(t))
+      return arith::ConstantOp::create(b, loc, b.getFloatAttr(t, 0.0));
+    return arith::ConstantOp::create(b, loc, b.getIntegerAttr(t, 0));
   }
 
   Value paramValue(StringRef name) const {
@@ -201,9 +331,12 @@ private:
     return ifOp.getResult(0);
   }
 
-  Value cloneBody(OpBuilder &ob, Location loc, Block &body, IRMapping &map) {
+  Value cloneBody(OpBuilder &ob, Location loc, Block &body, IRMapping &map,
+                  llvm::function_ref<bool(Operation &)> only = nullptr) {
     ImplicitLocOpBuilder b(loc, ob);
     for (Operation &o : body.without_terminator()) {
+      if (only && !only(o))
+        continue;
       if (auto p = dyn_cast<attn::ParamOp>(o)) {
         map.map(p.getResult(), paramValue(p.getName()));
       } else if (auto l = dyn_cast<attn::BufferLoadOp>(o)) {
@@ -223,13 +356,19 @@ private:
       }
     }
     ob.setInsertionPoint(b.getInsertionBlock(), b.getInsertionPoint());
-    return map.lookup(cast<attn::YieldOp>(body.getTerminator()).getValue());
+    return map.lookupOrNull(
+        cast<attn::YieldOp>(body.getTerminator()).getValue());
   }
 
   mutable attn::AttentionOp op_; // accessors are non-const
   SmallVector<std::pair<std::string, Type>> params_, buffers_;
   SmallVector<Value> args_;
   Value status_;
+  // Mask factoring (beginMaskFactors): per-op dependences, the row and
+  // column values the rest uses, and their emitted values per q_idx / kv_idx.
+  DenseMap<Operation *, unsigned> dep_;
+  SmallVector<Value> factorOut_[2];
+  DenseMap<Value, SmallVector<Value>> rowFactors_, colFactors_;
 };
 
 struct ConvertAttnToNVVM

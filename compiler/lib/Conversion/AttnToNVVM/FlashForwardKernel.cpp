@@ -799,12 +799,27 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
     Value kvLane = add(kv0, mul(t, ci32(2)));
     auto elementwise = [&](bool masked) {
       SmallVector<Value> out;
+      // Key index of column (jn, c) of this thread's fragments; with a mask,
+      // its row- and column-only parts are emitted once per row / column.
+      SmallVector<Value> kvCols;
+      for (int jn = 0; jn < nS; ++jn)
+        for (int cc = 0; cc < 2; ++cc)
+          kvCols.push_back(add(kvLane, ci32(jn * 8 + cc)));
+      bool factored = masked && em.hasMask();
+      if (factored) {
+        SmallVector<Value> rows;
+        for (int mt = 0; mt < MT; ++mt)
+          rows.append({qRow0[mt], qRow1[mt]});
+        em.beginMaskFactors(b, b.getLoc(),
+                            {batch, head, Value(), Value(), seqlenQ, seqlenK},
+                            rows, kvCols);
+      }
       for (int mt = 0; mt < MT; ++mt)
         for (int jn = 0; jn < nS; ++jn)
           for (int i = 0; i < 4; ++i) {
             Value acc = s[(mt * nS + jn) * 4 + i];
             Value qi = i < 2 ? qRow0[mt] : qRow1[mt];
-            Value kvi = add(kvLane, ci32(jn * 8 + (i & 1)));
+            Value kvi = kvCols[jn * 2 + (i & 1)];
             IndexValues idx{batch, head, qi, kvi, seqlenQ, seqlenK};
             // Buffer reads happen only where the interpreter does them: the
             // mask on in-range elements, the score modifier on allowed ones
@@ -815,7 +830,7 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
               ok = arith::AndIOp::create(
                   b, rowOk, cmp(arith::CmpIPredicate::slt, kvi, seqlenK));
               if (em.hasMask())
-                ok = em.maskReadsBuffers()
+                ok = em.maskElementReadsBuffers()
                          ? guarded(
                                ok, i1, cb(false),
                                [&] { return em.emitMask(b, b.getLoc(), idx); })
@@ -839,6 +854,8 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
               v = sel(ok, v, minusInf);
             out.push_back(v);
           }
+      if (factored)
+        em.endMaskFactors();
       return out;
     };
     SmallVector<Type> sTypes(MT * nS * 4, f32);

@@ -42,6 +42,23 @@ public:
   /// The mask (i1) of one element.
   virtual mlir::Value emitMask(mlir::OpBuilder &b, mlir::Location loc,
                                const IndexValues &idx) = 0;
+  /// Emits, at \p b's insertion point, the parts of the mask that depend on
+  /// q_idx and not kv_idx once per value in \p qIdx (buffer reads there
+  /// guarded by q_idx < seqlen_q) and the parts that depend on kv_idx and not
+  /// q_idx once per value in \p kvIdx (guarded by kv_idx < seqlen_k); the
+  /// other indices come from \p base. Until endMaskFactors(), emitMask of
+  /// an element whose q_idx and kv_idx are among these Values emits only the
+  /// rest (a document mask's doc_id[q_idx] and doc_id[kv_idx] are read once
+  /// per row and column instead of once per element). The same buffer
+  /// elements are read as by per-element evaluation on in-range elements.
+  virtual void beginMaskFactors(mlir::OpBuilder &b, mlir::Location loc,
+                                const IndexValues &base,
+                                llvm::ArrayRef<mlir::Value> qIdx,
+                                llvm::ArrayRef<mlir::Value> kvIdx) {}
+  virtual void endMaskFactors() {}
+  /// True if emitMask of one element reads buffers (after beginMaskFactors:
+  /// only the parts depending on both indices count).
+  virtual bool maskElementReadsBuffers() const { return maskReadsBuffers(); }
   /// Interval classification of a tile whose inclusive index ranges are
   /// [lo, hi] (seqlens exact): (mayBeFalse, mayBeTrue), both i1. With
   /// \p bufferRanges, integer buffer reads over short in-range index
