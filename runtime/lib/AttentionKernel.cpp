@@ -77,11 +77,13 @@ void requireAligned(const char *name, const TensorRef &t, int bytes,
                                   name, i, t.strides[i], strideElems, bytes));
 }
 
+/// The head_dim axis (the last: 3 dense, 2 varlen) must be contiguous.
 void requireUnitInner(const char *name, const TensorRef &t) {
-  if (t.shape[3] > 1 && t.strides[3] != 1)
-    throw UserError(fmt::format("{}.strides[3] = {}: the GPU kernel needs "
+  int d = t.rank - 1;
+  if (t.shape[d] > 1 && t.strides[d] != 1)
+    throw UserError(fmt::format("{}.strides[{}] = {}: the GPU kernel needs "
                                 "head_dim contiguous (stride 1)",
-                                name, t.strides[3]));
+                                name, d, t.strides[d]));
 }
 } // namespace
 
@@ -99,10 +101,9 @@ struct GpuAttentionKernel::ForwardCall {
 void GpuAttentionKernel::checkGpuTensors(const TensorRef &q, const TensorRef &k,
                                          const TensorRef &v, const TensorRef &o,
                                          const TensorRef *lse) const {
-  requireUnitInner("q", q);
-  requireUnitInner("k", k);
-  requireUnitInner("v", v);
-  requireUnitInner("o", o);
+  for (auto [name, t] : {std::pair{"q", &q}, std::pair{"k", &k},
+                         std::pair{"v", &v}, std::pair{"o", &o}})
+    requireUnitInner(name, *t);
   requireAligned("q", q, 16, 8);
   requireAligned("k", k, 16, 8);
   requireAligned("v", v, 16, 8);
@@ -197,22 +198,7 @@ void GpuAttentionKernel::runVarlen(const TensorRef &q, const TensorRef &k,
       checkVarlenTensors(spec_, q, k, v, cuSeqlens.hostQ(), cuSeqlens.hostK(),
                          &o, spec_.returnLse ? lse : nullptr);
   args.validateFor(spec_.variant);
-  auto unit = [](const char *name, const TensorRef &t) {
-    if (t.shape[2] > 1 && t.strides[2] != 1)
-      throw UserError(fmt::format("{}.strides[2] = {}: the GPU kernel needs "
-                                  "head_dim contiguous (stride 1)",
-                                  name, t.strides[2]));
-  };
-  unit("q", q);
-  unit("k", k);
-  unit("v", v);
-  unit("o", o);
-  requireAligned("q", q, 16, 8);
-  requireAligned("k", k, 16, 8);
-  requireAligned("v", v, 16, 8);
-  requireAligned("o", o, 4, 2);
-  if (spec_.returnLse)
-    requireAligned("lse", *lse, 4, 1);
+  checkGpuTensors(q, k, v, o, lse);
   if (blockMask)
     checkBlockMaskFits(blockMask->shape(), info_.blockM, info_.blockN, s.batch,
                        s.headsQ, s.maxSeqlenQ, s.maxSeqlenK, cuSeqlens.hostQ(),

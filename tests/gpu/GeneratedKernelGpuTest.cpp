@@ -29,28 +29,10 @@ using flashjit::test::GpuTensor;
 
 namespace {
 
-std::string kernelDir() {
-  if (const char *env = std::getenv("FLASHJIT_MATRIX_KERNELS"))
-    return env;
-  return FLASHJIT_MATRIX_KERNELS_DEFAULT;
-}
-
 /// Loads the ahead-of-time kernel \p id.
 std::unique_ptr<GpuAttentionKernel> load(const testing::MatrixKernel &k,
                                          Device &dev) {
-  std::string base = kernelDir() + "/" + k.id;
-  std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
-  INFO("kernel files " << base << ".{info,ptx} (make them with "
-                       << "gen_matrix_kernels DIR, or set "
-                       << "FLASHJIT_MATRIX_KERNELS)");
-  REQUIRE(infoFile);
-  REQUIRE(ptxFile);
-  GpuKernelInfo info;
-  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
-      info.sharedBytes;
-  std::stringstream ptx;
-  ptx << ptxFile.rdbuf();
-  return std::make_unique<GpuAttentionKernel>(k.spec, info, ptx.str(), dev);
+  return test::loadAheadOfTime(k.id, k.spec, dev);
 }
 
 /// FLASHJIT_MATRIX_ONLY=<substring> restricts the matrix (e.g. for the
@@ -99,7 +81,7 @@ TEST_CASE("generated kernels loaded from a cubin match the float64 reference",
     if (k.spec.dtypeQ != DType::BF16 || !selected(k))
       continue;
     INFO(k.id << ": " << printSpec(k.spec));
-    std::string base = kernelDir() + "/" + k.id;
+    std::string base = test::matrixKernelDir() + "/" + k.id;
     std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
     REQUIRE(infoFile);
     REQUIRE(ptxFile);

@@ -8,6 +8,7 @@
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/Types.h"
 #include "flashjit/frontend/Variant.h"
+#include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Memory.h"
 
@@ -16,8 +17,11 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,6 +77,39 @@ struct GpuTensor {
 
 using runtime::Device;
 using runtime::DeviceBuffer;
+
+/// The directory of the kernels gen_matrix_kernels writes ahead of time
+/// ($FLASHJIT_MATRIX_KERNELS, else the build's).
+inline std::string matrixKernelDir() {
+  if (const char *env = std::getenv("FLASHJIT_MATRIX_KERNELS"))
+    return env;
+  return FLASHJIT_MATRIX_KERNELS_DEFAULT;
+}
+
+/// Loads ahead-of-time kernel \p id of \p spec: <dir>/<id>.ptx and
+/// <dir>/<id>.info ("name arch threads block_m shared_bytes", then
+/// "block_n varlen block_sparse" when \p sparse).
+inline std::unique_ptr<runtime::GpuAttentionKernel>
+loadAheadOfTime(const std::string &id, const AttentionSpec &spec, Device &dev,
+                bool sparse = false) {
+  std::string base = matrixKernelDir() + "/" + id;
+  std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
+  INFO("kernel files " << base << ".{info,ptx} (make them with "
+                       << "gen_matrix_kernels DIR, or set "
+                       << "FLASHJIT_MATRIX_KERNELS)");
+  REQUIRE(infoFile);
+  REQUIRE(ptxFile);
+  runtime::GpuKernelInfo info;
+  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
+      info.sharedBytes;
+  if (sparse)
+    infoFile >> info.blockN >> info.varlen >> info.blockSparse;
+  REQUIRE(infoFile);
+  std::stringstream ptx;
+  ptx << ptxFile.rdbuf();
+  return std::make_unique<runtime::GpuAttentionKernel>(spec, info, ptx.str(),
+                                                       dev);
+}
 
 /// Host and device copies of the parameters and buffers a variant reads.
 struct VariantArgs {
@@ -131,38 +168,13 @@ inline double tolerance(DType t) {
   return 0;
 }
 
-/// Runs one spec at one shape on the GPU and the CPU and compares.
-template <class Run>
-void checkShape(Device &dev, Run &&run, const AttentionSpec &spec,
-                int64_t batch, int64_t sq, int64_t sk, int layout,
-                uint64_t seed) {
-  INFO("batch " << batch << ", seqlen_q " << sq << ", seqlen_k " << sk
-                << ", layout " << layout);
-  std::mt19937_64 rng(seed);
-  const int64_t hq = spec.headsQ, hkv = spec.headsKV;
-  GpuTensor q(dev, spec.dtypeQ, {batch, hq, sq, spec.headDimQK}, 4,
-              layout == 1);
-  GpuTensor k(dev, spec.dtypeK, {batch, hkv, sk, spec.headDimQK}, 4, false,
-              layout == 2 ? 8 : 0);
-  GpuTensor v(dev, spec.dtypeV, {batch, hkv, sk, spec.headDimV}, 4,
-              layout == 2);
-  GpuTensor o(dev, spec.dtypeO, {batch, hq, sq, spec.headDimV}, 4, layout == 1,
-              layout == 2 ? 3 : 0);
-  GpuTensor lse(dev, DType::F32, {batch, hq, sq, 1}, 3);
-  q.randomize(rng, 2.0f);
-  k.randomize(rng, 2.0f);
-  v.randomize(rng);
-  o.poison();
-  lse.poison();
-  VariantArgs args(dev, spec, sq, sk);
-
-  run(q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef,
-      spec.returnLse ? &lse.deviceRef : nullptr, args.device);
-  o.download();
-  lse.download();
-  ReferenceOutput want =
-      referenceAttention(spec, q.hostRef, k.hostRef, v.hostRef, args.host);
-
+/// Checks downloaded GPU outputs \p o [batch, heads_q, sq, head_dim_v] and
+/// \p lse against \p want: O within tolerance(dtype), LSE within 1e-4
+/// relative, rows with no allowed key exactly O = 0 and LSE = -inf, no NaN.
+inline void compareOutputs(const AttentionSpec &spec, const GpuTensor &o,
+                           const GpuTensor &lse, ReferenceOutput &want,
+                           int64_t batch, int64_t sq) {
+  const int64_t hq = spec.headsQ;
   const double tol = tolerance(spec.dtypeO);
   double worstO = 0, worstLse = 0;
   int64_t emptyRows = 0;
@@ -199,6 +211,41 @@ void checkShape(Device &dev, Run &&run, const AttentionSpec &spec,
                             << ", empty rows = " << emptyRows);
   CHECK(worstO <= tol);
   CHECK(worstLse <= 1e-4);
+}
+
+/// Runs one spec at one shape on the GPU and the CPU and compares.
+template <class Run>
+void checkShape(Device &dev, Run &&run, const AttentionSpec &spec,
+                int64_t batch, int64_t sq, int64_t sk, int layout,
+                uint64_t seed) {
+  INFO("batch " << batch << ", seqlen_q " << sq << ", seqlen_k " << sk
+                << ", layout " << layout);
+  std::mt19937_64 rng(seed);
+  const int64_t hq = spec.headsQ, hkv = spec.headsKV;
+  GpuTensor q(dev, spec.dtypeQ, {batch, hq, sq, spec.headDimQK}, 4,
+              layout == 1);
+  GpuTensor k(dev, spec.dtypeK, {batch, hkv, sk, spec.headDimQK}, 4, false,
+              layout == 2 ? 8 : 0);
+  GpuTensor v(dev, spec.dtypeV, {batch, hkv, sk, spec.headDimV}, 4,
+              layout == 2);
+  GpuTensor o(dev, spec.dtypeO, {batch, hq, sq, spec.headDimV}, 4, layout == 1,
+              layout == 2 ? 3 : 0);
+  GpuTensor lse(dev, DType::F32, {batch, hq, sq, 1}, 3);
+  q.randomize(rng, 2.0f);
+  k.randomize(rng, 2.0f);
+  v.randomize(rng);
+  o.poison();
+  lse.poison();
+  VariantArgs args(dev, spec, sq, sk);
+
+  run(q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef,
+      spec.returnLse ? &lse.deviceRef : nullptr, args.device);
+  o.download();
+  lse.download();
+  ReferenceOutput want =
+      referenceAttention(spec, q.hostRef, k.hostRef, v.hostRef, args.host);
+
+  compareOutputs(spec, o, lse, want, batch, sq);
 }
 
 /// A run callable for checkShape() from anything with run(q, k, v, o, lse*,

@@ -25,7 +25,6 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 using namespace flashjit;
@@ -34,28 +33,12 @@ using flashjit::test::GpuTensor;
 
 namespace {
 
-std::string kernelDir() {
-  if (const char *env = std::getenv("FLASHJIT_MATRIX_KERNELS"))
-    return env;
-  return FLASHJIT_MATRIX_KERNELS_DEFAULT;
-}
-
 std::unique_ptr<GpuAttentionKernel> load(const testing::SparseKernel &k,
                                          Device &dev) {
-  std::string base = kernelDir() + "/" + k.id;
-  std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
-  INFO("kernel files " << base << ".{info,ptx} (gen_matrix_kernels DIR)");
-  REQUIRE(infoFile);
-  REQUIRE(ptxFile);
-  GpuKernelInfo info;
-  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
-      info.sharedBytes >> info.blockN >> info.varlen >> info.blockSparse;
-  REQUIRE(infoFile);
-  REQUIRE(info.varlen == k.varlen);
-  REQUIRE(info.blockSparse == k.blockSparse);
-  std::stringstream ptx;
-  ptx << ptxFile.rdbuf();
-  return std::make_unique<GpuAttentionKernel>(k.spec, info, ptx.str(), dev);
+  auto kernel = test::loadAheadOfTime(k.id, k.spec, dev, /*sparse=*/true);
+  REQUIRE(kernel->info().varlen == k.varlen);
+  REQUIRE(kernel->info().blockSparse == k.blockSparse);
+  return kernel;
 }
 
 uint64_t freshSeed() {
@@ -86,42 +69,12 @@ struct DocArgs {
   }
 };
 
-/// Compares a dense-layout GPU output with \p want.
+/// Downloads and compares a dense-layout GPU output with \p want.
 void compareDense(const AttentionSpec &spec, GpuTensor &o, GpuTensor &lse,
                   ReferenceOutput &want, int64_t batch, int64_t sq) {
   o.download();
   lse.download();
-  double worstO = 0, worstLse = 0;
-  int64_t emptyRows = 0;
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < spec.headsQ; ++h)
-      for (int64_t i = 0; i < sq; ++i) {
-        double wl = want.lseAt(b, h, i);
-        bool empty = std::isinf(wl) && wl < 0;
-        emptyRows += empty;
-        for (int64_t d = 0; d < spec.headDimV; ++d) {
-          float got = o.at(b, h, i, d);
-          if (std::isnan(got) || (empty && got != 0.0f)) {
-            FAIL_CHECK("o[" << b << "," << h << "," << i << "," << d << "] = "
-                            << got << ", want " << want.oAt(b, h, i, d));
-            return;
-          }
-          worstO = std::max(worstO, std::fabs(got - want.oAt(b, h, i, d)));
-        }
-        float gl = lse.at(b, h, i);
-        if (empty ? !(std::isinf(gl) && gl < 0) : !std::isfinite(gl)) {
-          FAIL_CHECK("lse[" << b << "," << h << "," << i << "] = " << gl
-                            << ", want " << wl);
-          return;
-        }
-        if (!empty)
-          worstLse = std::max(worstLse, std::fabs(gl - wl) /
-                                            std::max(1.0, std::fabs(wl)));
-      }
-  INFO("max |O - O_ref| = " << worstO << ", max rel LSE error = " << worstLse
-                            << ", empty rows = " << emptyRows);
-  CHECK(worstO <= test::tolerance(spec.dtypeO));
-  CHECK(worstLse <= 1e-4);
+  test::compareOutputs(spec, o, lse, want, batch, sq);
 }
 
 struct DenseInputs {

@@ -219,6 +219,17 @@ private:
   void buildBody(gpu::GPUFuncOp fn);
   void buildBlockMaskBody(gpu::GPUFuncOp fn);
 
+  /// Sequence \p batch of a varlen batch: its first query and key tokens
+  /// and its lengths, from cu_seqlens_q/k[batch] and [batch + 1].
+  void loadSequence(Value cuQ, Value cuK, Value batch, Value &qStart,
+                    Value &kStart, Value &seqlenQ, Value &seqlenK) {
+    Value next = add(batch, ci32(1));
+    qStart = loadI32(cuQ, batch);
+    kStart = loadI32(cuK, batch);
+    seqlenQ = arith::SubIOp::create(b, loadI32(cuQ, next), qStart);
+    seqlenK = arith::SubIOp::create(b, loadI32(cuK, next), kStart);
+  }
+
   /// Element \p i (i32) of the global i32 array at \p base.
   Value loadI32(Value base, Value i) {
     Value p = LLVM::GEPOp::create(b, ptrG, i32, base, ValueRange{ext64(i)});
@@ -296,14 +307,8 @@ void KernelBuilder::buildBlockMaskBody(gpu::GPUFuncOp fn) {
   em.setStatus(a[0]);
   Value lists[4] = {a[1], a[2], a[3], a[4]};
   Value seqlenQ = a[5], seqlenK = a[6], numQ = a[7], numKvAll = a[8];
-  unsigned next = 9;
-  Value cuQ, cuK;
-  if (c.varlen) {
-    cuQ = a[next];
-    cuK = a[next + 1];
-    next += 2;
-  }
-  em.setArguments(a.drop_front(next));
+  Value cuQ = c.varlen ? a[9] : Value(), cuK = c.varlen ? a[10] : Value();
+  em.setArguments(a.drop_front(c.varlen ? 11 : 9));
   const int BM = c.blockM, BN = c.blockN, T = kBlockMaskThreads;
 
   tid = NVVM::ThreadIdXOp::create(b, i32);
@@ -314,9 +319,8 @@ void KernelBuilder::buildBlockMaskBody(gpu::GPUFuncOp fn) {
   Value heads = NVVM::GridDimYOp::create(b, i32);
   Value row = add(mul(add(mul(batch, heads), head), numQ), m);
   if (c.varlen) {
-    Value q0s = loadI32(cuQ, batch), k0s = loadI32(cuK, batch);
-    seqlenQ = arith::SubIOp::create(b, loadI32(cuQ, add(batch, ci32(1))), q0s);
-    seqlenK = arith::SubIOp::create(b, loadI32(cuK, add(batch, ci32(1))), k0s);
+    Value q0s, k0s;
+    loadSequence(cuQ, cuK, batch, q0s, k0s, seqlenQ, seqlenK);
   }
   Value q0 = mul(m, ci32(BM));
   Value qLast = arith::SubIOp::create(
@@ -500,13 +504,8 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
         lS[3] = {a[18], a[19], a[20]};
   Value seqlenQ = a[21], seqlenK = a[22], group = a[23];
   Value scale = a[24], scaleLog2 = a[25];
-  unsigned next = 26;
-  Value cuQ, cuK;
-  if (c.varlen) {
-    cuQ = a[next];
-    cuK = a[next + 1];
-    next += 2;
-  }
+  Value cuQ = c.varlen ? a[26] : Value(), cuK = c.varlen ? a[27] : Value();
+  unsigned next = c.varlen ? 28 : 26;
   Value lists[4], rowBatchStride, rowHeadStride, listPitch;
   if (c.blockSparse) {
     for (int i = 0; i < 4; ++i)
@@ -547,12 +546,7 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
   // and key tokens [kStart, kStart + seqlenK); nothing to do past its end.
   Value qStart, kStart;
   if (c.varlen) {
-    qStart = loadI32(cuQ, batch);
-    kStart = loadI32(cuK, batch);
-    seqlenQ =
-        arith::SubIOp::create(b, loadI32(cuQ, add(batch, ci32(1))), qStart);
-    seqlenK =
-        arith::SubIOp::create(b, loadI32(cuK, add(batch, ci32(1))), kStart);
+    loadSequence(cuQ, cuK, batch, qStart, kStart, seqlenQ, seqlenK);
     auto inSeq =
         scf::IfOp::create(b, cmp(arith::CmpIPredicate::slt, q0, seqlenQ),
                           /*withElse=*/false);
