@@ -55,8 +55,30 @@ GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
     module_ = Module::fromPtx(device, ptx);
   function_ = module_.function(info_.name);
   function_.setMaxDynamicSharedBytes(info_.sharedBytes);
-  if (info_.blockSparse)
+  if (info_.blockSparse) {
+    if (info_.blockN <= 0)
+      throw UserError(fmt::format("kernel '{}': a block-sparse kernel needs "
+                                  "GpuKernelInfo::blockN (its block masks' "
+                                  "block_n), got {}",
+                                  info_.name, info_.blockN));
     builder_ = module_.function(info_.name + "_block_mask");
+  } else {
+    // A block-sparse module described as dense would launch with the wrong
+    // argument list.
+    bool hasBuilder = false;
+    try {
+      module_.function(info_.name + "_block_mask");
+      hasBuilder = true;
+    } catch (const DriverError &) {
+    }
+    if (hasBuilder)
+      throw UserError(fmt::format(
+          "kernel '{}' has a block-mask builder: it was compiled "
+          "block-sparse, but GpuKernelInfo::blockSparse is false (take "
+          "blockN, varlen and blockSparse from the GpuKernelImage or the "
+          "cache entry: gpuKernelInfo())",
+          info_.name));
+  }
   size_t buffers = spec_.variant.buffers().size();
   if (buffers)
     status_ = DeviceBuffer(device, buffers * sizeof(int32_t));

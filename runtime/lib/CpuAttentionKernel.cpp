@@ -320,6 +320,10 @@ RunStats CpuAttentionKernel::runVarlen(
   if (info_.blockSparse && !blockMask)
     throw UserError("runVarlen: this kernel was compiled with "
                     "CompileOptions::blockSparse; pass a BlockMask");
+  if (!info_.blockSparse && blockMask)
+    throw UserError("runVarlen: this kernel was compiled without "
+                    "CompileOptions::blockSparse; pass no BlockMask (it would "
+                    "be ignored)");
   KernelView K{spec_, info_, fn_, blockMaskFn_, buffers_, params_};
   const TensorRef *lseUsed = checkLse(spec_, lse, "[heads_q, total_q]");
   VarlenShape sh =

@@ -117,6 +117,8 @@ inline std::vector<SparseKernel> sparseKernels() {
        true},
       {"bs_window_d64_fp16_g3", spec("window_lr", 64, DType::F16, 6, 2), false,
        true},
+      {"bs_causal_tl_d128_bf16_g1", spec("causal_tl", 128, DType::BF16, 2, 2),
+       false, true},
       {"vl_causal_br_d64_bf16_g2", spec("causal_br", 64, DType::BF16, 4, 2),
        true, false},
       {"vl_softcap_d128_fp16_g1", spec("softcap", 128, DType::F16, 2, 2), true,

@@ -330,14 +330,22 @@ int runCompile() {
   if (target == "cpu")
     llvm::outs() << fmt::format(
         "kernel  {} block_m={} block_n={} count_tiles={} opt_level={} "
-        "cpu={}\n",
-        a.entry, a.blockM, a.blockN, a.countTiles ? 1 : 0, a.optLevel, a.cpu);
+        "cpu={}{}{}\n",
+        a.entry, a.blockM, a.blockN, a.countTiles ? 1 : 0, a.optLevel, a.cpu,
+        a.varlen ? " varlen" : "", a.blockSparse ? " block_sparse" : "");
   else
     llvm::outs() << fmt::format(
         "kernel  {} threads={} block_m={} block_n={} shared_bytes={} "
-        "registers={} spill_bytes={}\n",
+        "registers={} spill_bytes={}{}{}\n",
         a.entry, a.threads, a.blockM, a.blockN, a.sharedBytes, a.registers,
-        a.spillBytes);
+        a.spillBytes, a.varlen ? " varlen" : "",
+        a.blockSparse ? " block_sparse" : "");
+  if (a.spillBytes > 0)
+    llvm::errs() << fmt::format("flashjit: warning: the kernel spills {} "
+                                "bytes of registers to local memory (see "
+                                "`inspect --stage resources`); smaller tiles "
+                                "(--rows-per-warp 16, --block-n) avoid it\n",
+                                a.spillBytes);
   if (!outDir.empty()) {
     makeDir(outDir, "--out");
     for (const auto &[name, bytes] : a.files)

@@ -97,12 +97,13 @@ static GpuTileConfig tileConfig(const AttentionSpec &spec,
   // Varlen's per-sequence offsets push 4 warps of 32 rows over 255
   // registers above head_dim 64 (softcap at 128 spilled 108 bytes): those
   // keep 8 warps of 16 rows and 64-key tiles.
-  // Block-sparse list walking does the same to masked kernels on sm_80
-  // (a two-sided window at head_dim 64 spilled 12 bytes there).
+  // Block-sparse list walking does the same to masked kernels (a two-sided
+  // window at head_dim 64 spilled 12 bytes on sm_80, top-left causal at 128
+  // 16 bytes on sm_90a).
   bool masked = !spec.effectiveMask().isNull();
   if (c.rowsPerWarp == 32 &&
       ((options.varlen && std::max(spec.headDimQK, spec.headDimV) > 64) ||
-       (options.blockSparse && masked && options.arch == "sm_80")))
+       (options.blockSparse && masked)))
     c = GpuTileConfig();
   if (options.blockN)
     c.blockN = options.blockN;

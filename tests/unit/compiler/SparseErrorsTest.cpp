@@ -212,6 +212,13 @@ TEST_CASE("varlen calls check cu_seqlens, tensors and block masks",
   // A varlen block mask only fits the sequences it was built for.
   BlockMask mask = both->buildVarlenBlockMask(cuQ, cuK, args);
   both->runVarlen(q.ref, k.ref, k.ref, o.ref, &l, cuQ, cuK, args, &mask);
+  // A kernel that is not block-sparse refuses a mask instead of ignoring it.
+  expectUserError(
+      [&] {
+        varlen->runVarlen(q.ref, k.ref, k.ref, o.ref, &l, cuQ, cuK, args,
+                          &mask);
+      },
+      {"without CompileOptions::blockSparse", "pass no BlockMask"});
   std::vector<int32_t> otherQ{0, 30, 50}, otherK{0, 10, 40};
   expectUserError(
       [&] {

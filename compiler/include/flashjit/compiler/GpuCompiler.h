@@ -45,7 +45,9 @@ struct GpuCompileOptions {
   /// Visits only the key tiles of a block mask
   /// (GpuAttentionKernel::runBlockSparse); the PTX also holds the block-mask
   /// builder `<name>_block_mask` (GpuAttentionKernel::buildBlockMask). With
-  /// a mask on sm_80 the default tiles are then 8 warps of 16 rows.
+  /// a mask the default tiles are then 8 warps of 16 rows (4 x 32 spills).
+  /// (defaultGpuTileConfig gives the tiles of dense kernels; varlen and
+  /// block-sparse ones may differ as stated here.)
   bool blockSparse = false;
   /// Directory that receives <name>.attn.mlir, .gpu.mlir and .ptx; empty
   /// means $FLASHJIT_DUMP_DIR if set, else no files.

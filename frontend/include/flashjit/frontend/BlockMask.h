@@ -9,8 +9,10 @@
 // BLOCK_SIZE = (block_m, block_n)), with plain int32 vectors.
 //
 // Block masks come from two places: a block-sparse kernel builds one for a
-// data-dependent mask (CpuKernel::buildBlockMask, evaluating the mask at
-// every element of every tile once), or the caller gives a block-sparse
+// data-dependent mask (CpuKernel::buildBlockMask and
+// GpuAttentionKernel::buildBlockMask: interval arithmetic per tile, buffer
+// ranges included, and the mask at every element only of the tiles that
+// leaves undecided), or the caller gives a block-sparse
 // layout in BSR form (blockMaskFromBsr). Either way the caller owns it and
 // may reuse it for every call with the same sizes (and, for built masks, the
 // same mask parameters and buffers). Nothing here needs MLIR.

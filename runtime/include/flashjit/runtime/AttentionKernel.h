@@ -122,8 +122,9 @@ public:
   /// non-empty \p cubin (e.g. from a cache entry) generated for exactly the
   /// device's architecture is loaded instead, skipping the assembly; if it
   /// does not load, the PTX is. Throws UserError if the kernel was generated
-  /// for another architecture than the device's, DriverError if loading
-  /// fails.
+  /// for another architecture than the device's, if \p info says dense but
+  /// the module has a block-mask builder (or block-sparse without blockN),
+  /// DriverError if loading fails.
   GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
                      std::string_view ptx, Device &device,
                      std::string_view cubin = {});

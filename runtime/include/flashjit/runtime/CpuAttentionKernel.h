@@ -113,8 +113,9 @@ public:
   /// sequence's seqlen_q/seqlen_k, so causal alignment is per sequence.
   /// Sequences of length 0 are allowed: nothing of theirs is written.
   /// \p blockMask is required by block-sparse kernels (tiles local to each
-  /// sequence; see BlockMask.h) and ignored otherwise. Throws UserError for
-  /// a kernel compiled without varlen and for bad tensors, cu_seqlens
+  /// sequence; see BlockMask.h) and must be null otherwise. Throws UserError
+  /// for a kernel compiled without varlen, a block mask given to (or missing
+  /// from) the wrong kind of kernel, and for bad tensors, cu_seqlens
   /// (naming the entry), arguments or block masks.
   RunStats runVarlen(const TensorRef &q, const TensorRef &k, const TensorRef &v,
                      const TensorRef &o, const TensorRef *lse,

@@ -121,7 +121,9 @@ struct KernelConfig {
 ///       row of (b, h, q tile m) = b * row_batch_stride + h *
 ///       row_head_stride + m; 0 strides share a row; num_kv_tiles is the
 ///       row pitch of the index lists)
-///   emitter.extraArgumentTypes()
+///   emitter.extraArgumentTypes(): the variant's parameters sorted by name
+///       (their scalar types), then each buffer sorted by name as
+///       (!llvm.ptr<1>, i64 element count)
 /// The head_dim stride of every tensor is 1. Grid: (ceil(seqlen_q /
 /// blockM), heads_q, batch), block: 32 * numWarps threads, dynamic shared
 /// memory: config.sharedBytes().
