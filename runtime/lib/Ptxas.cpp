@@ -4,6 +4,8 @@
 #include "flashjit/frontend/Error.h"
 
 #include <fmt/format.h>
+#include <llvm/ADT/STLExtras.h>
+#include <llvm/ADT/SmallVector.h>
 #include <llvm/ADT/StringRef.h>
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -49,6 +51,25 @@ std::string quotedOrTail(llvm::StringRef line, llvm::StringRef marker) {
   return rest.str();
 }
 } // namespace
+
+bool ptxDefinesEntry(std::string_view ptx, std::string_view name) {
+  std::string want = ".entry " + std::string(name) + "(";
+  for (size_t at = ptx.find(want); at != std::string_view::npos;
+       at = ptx.find(want, at + 1)) {
+    // Only linkage directives may precede it on its line.
+    size_t start = ptx.rfind('\n', at);
+    start = start == std::string_view::npos ? 0 : start + 1;
+    llvm::SmallVector<llvm::StringRef, 4> words;
+    llvm::StringRef(ptx.data() + start, at - start)
+        .split(words, ' ', -1, /*KeepEmpty=*/false);
+    if (llvm::all_of(words, [](llvm::StringRef w) {
+          w = w.trim();
+          return w.empty() || w == ".visible" || w == ".extern" || w == ".weak";
+        }))
+      return true;
+  }
+  return false;
+}
 
 PtxasReport parsePtxasReport(std::string_view log) {
   PtxasReport report;

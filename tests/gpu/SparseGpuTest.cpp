@@ -25,6 +25,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 using namespace flashjit;
@@ -200,6 +201,16 @@ TEST_CASE("GPU block-sparse runs follow user BSR layouts", "[gpu][sparse]") {
     CHECK_THROWS_AS(kernel->run(in.q.deviceRef, in.k.deviceRef, in.v.deviceRef,
                                 in.o.deviceRef, &in.lse.deviceRef, args.device),
                     UserError);
+    // A block-sparse module described as dense would launch with the wrong
+    // arguments: refused when it is loaded.
+    GpuKernelInfo dense = kernel->info();
+    dense.blockSparse = false;
+    std::string base = test::matrixKernelDir() + "/" + sk.id;
+    std::ifstream ptxFile(base + ".ptx");
+    std::stringstream ptx;
+    ptx << ptxFile.rdbuf();
+    CHECK_THROWS_WITH(GpuAttentionKernel(spec, dense, ptx.str(), dev),
+                      Catch::Contains("has a block-mask builder"));
   }
 }
 

@@ -78,6 +78,11 @@ TEST_CASE("every block-sparse and varlen kernel assembles with no spills",
         REQUIRE(f);
         CHECK(f->clean());
       }
+      // How GpuAttentionKernel tells a block-sparse module from a dense one.
+      CHECK(runtime::ptxDefinesEntry(img.ptx, img.name));
+      CHECK(runtime::ptxDefinesEntry(img.ptx, img.name + "_block_mask") ==
+            k.blockSparse);
+      CHECK_FALSE(runtime::ptxDefinesEntry(img.ptx, img.name + "_block"));
     }
 }
 

@@ -70,6 +70,21 @@ TEST_CASE("nvJitLink assembles PTX into a cubin and reports bad PTX",
   REQUIRE_THROWS_AS(ptxToCubin(ptx, "compute_90"), UserError);
 }
 
+TEST_CASE("PTX entries are found by name, whole words only", "[runtime]") {
+  const char *ptx = ".version 8.0\n"
+                    ".visible .entry doc_id(\n"
+                    "  .param .u64 a)\n{ ret; }\n"
+                    "// .entry doc_id_block_mask( in a comment\n"
+                    "\t.entry doc_id_block_mask(\n  .param .u64 b)\n"
+                    "{ ret; }\n";
+  CHECK(ptxDefinesEntry(ptx, "doc_id"));
+  CHECK(ptxDefinesEntry(ptx, "doc_id_block_mask"));
+  CHECK_FALSE(ptxDefinesEntry(ptx, "doc"));
+  CHECK_FALSE(ptxDefinesEntry(ptx, "id_block_mask"));
+  CHECK_FALSE(ptxDefinesEntry(".version 8.0\n// .entry x(\n", "x"));
+  CHECK_FALSE(ptxDefinesEntry("", "x"));
+}
+
 TEST_CASE("ptxas -v reports are parsed", "[runtime][ptxas]") {
   const char *log = R"(ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'g' for 'sm_90a'

@@ -46,6 +46,9 @@ struct PtxasReport {
 /// registers, ..."). Functions appear in the order ptxas reports them.
 PtxasReport parsePtxasReport(std::string_view log);
 
+/// True if \p ptx defines the kernel entry \p name (`.entry name(`).
+bool ptxDefinesEntry(std::string_view ptx, std::string_view name);
+
 /// The ptxas executable: $FLASHJIT_PTXAS if set, else the toolkit's ptxas
 /// found at build time.
 std::string ptxasPath();
