@@ -641,6 +641,37 @@ int runBundle() {
   return 0;
 }
 
+/// LLVM's parser takes an unknown flag that starts with "-h" (e.g. a
+/// compile flag such as --head-dim given to bundle) for --help and exits 0
+/// having done nothing: such flags are refused here first, by the
+/// subcommand's own option names.
+std::optional<std::string> unknownHelpPrefixedFlag(int argc, char **argv) {
+  cl::SubCommand *sub = &cl::SubCommand::getTopLevel();
+  for (cl::SubCommand *c : {&compileCmd, &inspectCmd, &cacheCmd, &bundleCmd})
+    if (argc > 1 && c->getName() == llvm::StringRef(argv[1]))
+      sub = c;
+  auto &known = cl::getRegisteredOptions(*sub);
+  for (int i = sub == &cl::SubCommand::getTopLevel() ? 1 : 2; i < argc; ++i) {
+    llvm::StringRef arg(argv[i]);
+    if (arg == "--")
+      break;
+    if (!arg.starts_with("-"))
+      continue;
+    llvm::StringRef name = arg.ltrim('-').split('=').first;
+    auto it = known.find(name);
+    if (it != known.end()) {
+      // A value in the next argument is not a flag.
+      if (!arg.contains('=') &&
+          it->second->getValueExpectedFlag() == cl::ValueRequired)
+        ++i;
+      continue;
+    }
+    if (name.starts_with("h") && name != "h") // -h is LLVM's --help
+      return arg.str();
+  }
+  return std::nullopt;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -652,6 +683,11 @@ int main(int argc, char **argv) {
     os << "flashjit " << flashjitVersion() << " (commit " << flashjitCommit()
        << ", LLVM " << llvmVersion() << ")\n";
   });
+  if (std::optional<std::string> bad = unknownHelpPrefixedFlag(argc, argv)) {
+    llvm::errs() << "flashjit: Unknown command line argument '" << *bad
+                 << "'.  Try: 'flashjit --help'\n";
+    return 1;
+  }
   std::string errors;
   llvm::raw_string_ostream errStream(errors);
   if (!cl::ParseCommandLineOptions(
