@@ -713,6 +713,8 @@ std::vector<CacheEntryInfo> DiskCache::list() const {
       info.entry = a->entry;
       info.arch = a->arch;
       info.specText = a->specText;
+      info.varlen = a->varlen;
+      info.blockSparse = a->blockSparse;
     }
     out.push_back(std::move(info));
   }

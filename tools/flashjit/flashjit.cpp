@@ -233,7 +233,7 @@ CompileOptions cpuOptions() {
   if (warps.getNumOccurrences())
     userError("--warps is a GPU option (warps per CTA); CPU kernels have no "
               "warps (use --block-n)");
-  if (rowsPerWarp.getNumOccurrences())
+  if (rowsPerWarp != 0)
     userError("--rows-per-warp is a GPU option; CPU kernels have no warps "
               "(use --block-n)");
   CompileOptions options;
@@ -531,8 +531,9 @@ int runCache() {
     for (const CacheEntryInfo &e : entries) {
       total += e.bytes;
       llvm::outs() << fmt::format(
-          "{}  {:>9}  {:>8}  {:<7} {}  {}\n", e.key.substr(0, 16), e.bytes,
+          "{}  {:>9}  {:>8}  {:<7} {}{}{}  {}\n", e.key.substr(0, 16), e.bytes,
           ageText(e.lastUsed), e.valid ? e.arch : "INVALID", e.entry,
+          e.varlen ? " [varlen]" : "", e.blockSparse ? " [block-sparse]" : "",
           e.specText);
     }
     llvm::outs() << fmt::format("{} entries, {} bytes in {}\n", entries.size(),

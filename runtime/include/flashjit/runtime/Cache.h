@@ -226,6 +226,9 @@ struct CacheEntryInfo {
   int64_t lastUsed = 0;
   /// Entry symbol, target and spec from meta.json (empty if unreadable).
   std::string entry, arch, specText;
+  /// The kernel's modes (KernelArtifacts::varlen / blockSparse).
+  bool varlen = false;
+  bool blockSparse = false;
   /// False when the entry fails verification (it would be a miss).
   bool valid = false;
 };
