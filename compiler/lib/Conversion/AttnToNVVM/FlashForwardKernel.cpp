@@ -347,7 +347,6 @@ void KernelBuilder::buildBlockMaskBody(gpu::GPUFuncOp fn) {
     b.setInsertionPoint(loop.getBody()->getTerminator());
     body(arith::IndexCastOp::create(b, i32, loop.getInductionVar()));
   };
-  (void)one;
 
   // 1. Interval classification, one key tile per thread.
   forEach(tid, nKT, T, [&](Value j) {
