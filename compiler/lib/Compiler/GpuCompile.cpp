@@ -39,8 +39,9 @@ std::unique_ptr<MLIRContext> makeGpuContext() {
 
 } // namespace
 
-GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
-                                   const std::string &arch) {
+/// The tiles of a dense kernel (defaultGpuTileConfig's first rules).
+static GpuTileConfig denseTileConfig(const AttentionSpec &spec,
+                                     const std::string &arch) {
   // Measured on the H200 (bench/RESULTS.md, tile configurations): two m16
   // tiles per warp halve the shared-memory fragment loads per mma and win
   // wherever their accumulators fit in 255 registers without spills.
@@ -75,6 +76,25 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
   return c;
 }
 
+GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
+                                   const std::string &arch, bool varlen,
+                                   bool blockSparse) {
+  GpuTileConfig c = denseTileConfig(spec, arch);
+  // Varlen's per-sequence offsets push 4 warps of 32 rows over 255
+  // registers above head_dim 64 (softcap at 128 spilled 108 bytes): those
+  // keep 8 warps of 16 rows and 64-key tiles. Block-sparse list walking does
+  // the same to masked kernels (a two-sided window at head_dim 64 spilled 12
+  // bytes on sm_80, top-left causal at 128 16 bytes on sm_90a).
+  Expr mask = spec.effectiveMask();
+  auto *k = mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
+  bool masked = !mask.isNull() && !(k && k->boolValue());
+  if (c.rowsPerWarp == 32 &&
+      ((varlen && std::max(spec.headDimQK, spec.headDimV) > 64) ||
+       (blockSparse && masked)))
+    c = GpuTileConfig();
+  return c;
+}
+
 /// MLIR links libdevice from $CUDA_ROOT, $CUDA_HOME or $CUDA_PATH; when none
 /// is set, CUDA_HOME becomes the toolkit flashjit was built with (once, before
 /// the first GPU compile), so math functions in kernels resolve.
@@ -93,18 +113,8 @@ static void useCudaToolkitForLibdevice() {
 /// The options' tile configuration, defaults filled in.
 static GpuTileConfig tileConfig(const AttentionSpec &spec,
                                 const GpuCompileOptions &options) {
-  GpuTileConfig c = defaultGpuTileConfig(spec, options.arch);
-  // Varlen's per-sequence offsets push 4 warps of 32 rows over 255
-  // registers above head_dim 64 (softcap at 128 spilled 108 bytes): those
-  // keep 8 warps of 16 rows and 64-key tiles.
-  // Block-sparse list walking does the same to masked kernels (a two-sided
-  // window at head_dim 64 spilled 12 bytes on sm_80, top-left causal at 128
-  // 16 bytes on sm_90a).
-  bool masked = !spec.effectiveMask().isNull();
-  if (c.rowsPerWarp == 32 &&
-      ((options.varlen && std::max(spec.headDimQK, spec.headDimV) > 64) ||
-       (options.blockSparse && masked)))
-    c = GpuTileConfig();
+  GpuTileConfig c = defaultGpuTileConfig(spec, options.arch, options.varlen,
+                                         options.blockSparse);
   if (options.blockN)
     c.blockN = options.blockN;
   if (options.numWarps)

@@ -66,6 +66,10 @@ TEST_CASE("every block-sparse and varlen kernel assembles with no spills",
       o.varlen = k.varlen;
       o.blockSparse = k.blockSparse;
       GpuKernelImage img = compileGpu(k.spec, o);
+      GpuTileConfig want =
+          defaultGpuTileConfig(k.spec, arch, k.varlen, k.blockSparse);
+      CHECK(img.blockM == want.rowsPerWarp * want.numWarps);
+      CHECK(img.blockN == want.blockN);
       CHECK(img.varlen == k.varlen);
       CHECK(img.blockSparse == k.blockSparse);
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
@@ -84,6 +88,26 @@ TEST_CASE("every block-sparse and varlen kernel assembles with no spills",
             k.blockSparse);
       CHECK_FALSE(runtime::ptxDefinesEntry(img.ptx, img.name + "_block"));
     }
+}
+
+TEST_CASE("varlen and masked block-sparse defaults keep 8 warps of 16 rows",
+          "[gpu-codegen]") {
+  AttentionSpec softcap =
+      testing::matrixSpec("softcap", 128, DType::BF16, 2, 2);
+  AttentionSpec none = testing::matrixSpec("none", 128, DType::BF16, 2, 2);
+  AttentionSpec causal =
+      testing::matrixSpec("causal_tl", 128, DType::BF16, 2, 2);
+  GpuTileConfig dense = defaultGpuTileConfig(softcap, "sm_90a");
+  CHECK(dense.rowsPerWarp == 32); // the dense default this rule replaces
+  GpuTileConfig vl = defaultGpuTileConfig(softcap, "sm_90a", true, false);
+  CHECK(vl.numWarps == 8);
+  CHECK(vl.rowsPerWarp == 16);
+  CHECK(vl.blockN == 64);
+  GpuTileConfig bs = defaultGpuTileConfig(causal, "sm_90a", false, true);
+  CHECK(bs.rowsPerWarp == 16);
+  // No mask: nothing to evaluate in listed tiles, the dense tiles stay.
+  GpuTileConfig bsNone = defaultGpuTileConfig(none, "sm_90a", false, true);
+  CHECK(bsNone.rowsPerWarp == defaultGpuTileConfig(none, "sm_90a").rowsPerWarp);
 }
 
 TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",

@@ -45,9 +45,8 @@ struct GpuCompileOptions {
   /// Visits only the key tiles of a block mask
   /// (GpuAttentionKernel::runBlockSparse); the PTX also holds the block-mask
   /// builder `<name>_block_mask` (GpuAttentionKernel::buildBlockMask). With
-  /// a mask the default tiles are then 8 warps of 16 rows (4 x 32 spills).
-  /// (defaultGpuTileConfig gives the tiles of dense kernels; varlen and
-  /// block-sparse ones may differ as stated here.)
+  /// a mask the default tiles are then 8 warps of 16 rows (4 x 32 spills;
+  /// defaultGpuTileConfig(spec, arch, varlen, blockSparse) gives them).
   bool blockSparse = false;
   /// Directory that receives <name>.attn.mlir, .gpu.mlir and .ptx; empty
   /// means $FLASHJIT_DUMP_DIR if set, else no files.
@@ -78,9 +77,14 @@ struct GpuTileConfig {
 ///   tiles (4 x 32 spills there);
 /// - head_dim > 128: 8 warps of 16 rows, 64-key tiles on sm_90a for masks
 ///   of depth <= 4 (causal, one-sided windows, document ids), else 32 (also
-///   on sm_80, whose shared memory holds less).
+///   on sm_80, whose shared memory holds less);
+/// - \p varlen kernels above head_dim 64 and \p blockSparse kernels with a
+///   mask: 8 warps of 16 rows, 64-key tiles wherever the rules above give
+///   4 x 32 (their extra per-sequence or list state spills it).
 GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
-                                   const std::string &arch = "sm_90a");
+                                   const std::string &arch = "sm_90a",
+                                   bool varlen = false,
+                                   bool blockSparse = false);
 
 /// A generated GPU kernel: PTX and its launch facts.
 struct GpuKernelImage {
