@@ -225,7 +225,8 @@ int main(int argc, char **argv) {
   }
   std::string dir = argv[1];
   // --tiles: also each tile configuration of the experiment list for every
-  // variant, labelled w<warps>r<rows per warp>n<block_n>m<min CTAs per SM>.
+  // variant, labelled w<warps>r<rows per warp>n<block_n>m<min CTAs per SM>
+  // (mma.sync) or wgw..n..m.. (wgmma).
   bool tiles = false, sparse = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -250,12 +251,22 @@ int main(int argc, char **argv) {
       jobs.push_back({name, d, {}, "default"});
   struct Tile {
     int d, warps, rows, blockN, minBlocks;
+    GpuMma mma;
   };
-  const Tile experiment[] = {{64, 4, 32, 64, 1},  {64, 4, 32, 64, 2},
-                             {64, 4, 32, 128, 1}, {64, 8, 16, 64, 2},
-                             {128, 4, 32, 64, 1}, {128, 4, 32, 32, 1},
-                             {128, 8, 32, 64, 1}, {256, 8, 16, 64, 1},
-                             {256, 4, 16, 64, 1}, {256, 8, 16, 32, 1}};
+  // mma.sync: the previous defaults and FlashAttention-2's tiles; wgmma:
+  // two warpgroups per CTA, or one per CTA with 2-3 CTAs per SM (their
+  // barriers do not hold the other CTA's warpgroup in step), and two
+  // key-tile sizes per head dim.
+  const GpuMma sync = GpuMma::MmaSync, wg = GpuMma::Wgmma;
+  const Tile experiment[] = {
+      {64, 4, 32, 64, 1, sync},  {64, 8, 16, 128, 1, wg},
+      {64, 4, 16, 128, 1, wg},   {64, 8, 16, 64, 1, wg},
+      {128, 4, 32, 32, 1, sync}, {128, 4, 32, 64, 1, sync},
+      {128, 8, 16, 128, 1, wg},  {128, 8, 16, 64, 1, wg},
+      {128, 4, 16, 128, 1, wg},  {128, 4, 16, 64, 2, wg},
+      {256, 8, 16, 64, 1, sync}, {256, 8, 16, 64, 1, wg},
+      {256, 4, 16, 32, 2, wg},   {256, 8, 16, 32, 1, wg},
+      {64, 4, 16, 128, 2, wg},   {64, 4, 16, 64, 3, wg}};
   if (tiles)
     for (std::string name :
          {"dense", "causal", "swa1024", "softcap30", "alibi"})
@@ -265,11 +276,12 @@ int main(int argc, char **argv) {
         o.rowsPerWarp = t.rows;
         o.blockN = t.blockN;
         o.minBlocksPerSM = t.minBlocks;
-        jobs.push_back({name, t.d, o,
-                        "w" + std::to_string(t.warps) + "r" +
-                            std::to_string(t.rows) + "n" +
-                            std::to_string(t.blockN) + "m" +
-                            std::to_string(t.minBlocks)});
+        o.mma = t.mma;
+        std::string label = t.mma == wg ? "wg" : "";
+        label += "w" + std::to_string(t.warps) + "r" + std::to_string(t.rows) +
+                 "n" + std::to_string(t.blockN) + "m" +
+                 std::to_string(t.minBlocks);
+        jobs.push_back({name, t.d, o, label});
       }
   std::ofstream manifest(dir + "/manifest.json");
   manifest << "[\n";

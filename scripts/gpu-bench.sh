@@ -21,7 +21,9 @@
 #   GPU_BENCH_LIMIT  seconds for the whole run (default 560, under the 600 s
 #                    of one device call); sparse gets up to 420 of them and
 #                    main what is left.
-# Environment of `pack`: FLASHJIT_BENCH_BUILD (default build/ci, preset ci).
+# Environment of `pack`: FLASHJIT_BENCH_BUILD (default build/ci, preset ci);
+# BENCH_PACK_ARGS, more bench_kernels options (--tiles: the tile experiment,
+# timed with BENCH_ARGS="... --labels all").
 # Exit status of `run`: 0 iff every step exited 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +47,8 @@ pack() {
   # Exit 3: some block-sparse kernel could not be generated (printed above);
   # the others and every main kernel are still written.
   local rc=0
-  "$build/bench/bench_kernels" "$PACK" --sparse || rc=$?
+  # shellcheck disable=SC2086
+  "$build/bench/bench_kernels" "$PACK" --sparse ${BENCH_PACK_ARGS:-} || rc=$?
   if ((rc != 0 && rc != 3)); then
     echo "pack: bench_kernels failed ($rc)" >&2
     exit "$rc"

@@ -76,9 +76,38 @@ static GpuTileConfig denseTileConfig(const AttentionSpec &spec,
   return c;
 }
 
+const char *toString(GpuMma mma) {
+  switch (mma) {
+  case GpuMma::Default:
+    return "default";
+  case GpuMma::MmaSync:
+    return "mma.sync";
+  case GpuMma::Wgmma:
+    return "wgmma";
+  }
+  return "?";
+}
+
+/// Whether wgmma kernels can be built for \p spec on \p arch.
+static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
+  return arch == "sm_90a" && spec.headDimQK % 64 == 0 &&
+         spec.headDimV % 64 == 0;
+}
+
 GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
                                    const std::string &arch, bool varlen,
-                                   bool blockSparse) {
+                                   bool blockSparse, GpuMma mma) {
+  if (mma == GpuMma::Wgmma ||
+      (mma == GpuMma::Default && wgmmaApplies(spec, arch))) {
+    // Two warpgroups of 64 query rows (FlashAttention-3's block_m); key
+    // tiles as large as the accumulators of S and O allow in registers.
+    GpuTileConfig c;
+    c.wgmma = true;
+    c.numWarps = 8;
+    c.rowsPerWarp = 16;
+    c.blockN = std::max(spec.headDimQK, spec.headDimV) <= 128 ? 128 : 64;
+    return c;
+  }
   GpuTileConfig c = denseTileConfig(spec, arch);
   // Varlen's per-sequence offsets push 4 warps of 32 rows over 255
   // registers above head_dim 64 (softcap at 128 spilled 108 bytes): those
@@ -93,6 +122,18 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
        (blockSparse && masked)))
     c = GpuTileConfig();
   return c;
+}
+
+/// Dynamic shared memory of a kernel with tiles \p tc: the Q tile and two
+/// K/V stages of 16-bit elements, rows padded by 8 elements for mma.sync
+/// (ldmatrix without bank conflicts), unpadded and swizzled for wgmma.
+static int64_t gpuSharedBytes(const AttentionSpec &spec,
+                              const GpuTileConfig &tc) {
+  int64_t pad = tc.wgmma ? 0 : 8;
+  int64_t blockM = int64_t(tc.rowsPerWarp) * tc.numWarps;
+  return 2 * (blockM * (spec.headDimQK + pad) +
+              2 * int64_t(tc.blockN) *
+                  (spec.headDimQK + pad + spec.headDimV + pad));
 }
 
 /// MLIR links libdevice from $CUDA_ROOT, $CUDA_HOME or $CUDA_PATH; when none
@@ -113,8 +154,13 @@ static void useCudaToolkitForLibdevice() {
 /// The options' tile configuration, defaults filled in.
 static GpuTileConfig tileConfig(const AttentionSpec &spec,
                                 const GpuCompileOptions &options) {
+  // Two m16 tiles per warp exist only for mma.sync: asking for them picks
+  // it unless wgmma was asked for too (then validateForGpu refuses).
+  GpuMma mma = options.mma;
+  if (mma == GpuMma::Default && options.rowsPerWarp == 32)
+    mma = GpuMma::MmaSync;
   GpuTileConfig c = defaultGpuTileConfig(spec, options.arch, options.varlen,
-                                         options.blockSparse);
+                                         options.blockSparse, mma);
   if (options.blockN)
     c.blockN = options.blockN;
   if (options.numWarps)
@@ -163,9 +209,23 @@ void validateForGpu(const AttentionSpec &spec,
   if (tc.rowsPerWarp != 16 && tc.rowsPerWarp != 32)
     throw UserError(
         fmt::format("rows_per_warp = {} must be 16 or 32", tc.rowsPerWarp));
-  // Q tile + two K/V stages, 16-bit, rows padded by 8 elements.
-  int64_t smem = 2 * (tc.rowsPerWarp * warps * (spec.headDimQK + 8) +
-                      2 * blockN * (spec.headDimQK + 8 + spec.headDimV + 8));
+  if (tc.wgmma) {
+    if (options.arch != "sm_90a")
+      throw UserError(
+          fmt::format("mma = wgmma needs arch sm_90a, not '{}'", options.arch));
+    for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
+                            std::pair{"head_dim_v", spec.headDimV}})
+      if (d % 64 != 0)
+        throw UserError(fmt::format("{} = {} is not supported by mma = "
+                                    "wgmma (multiples of 64; mma.sync takes "
+                                    "multiples of 16)",
+                                    field, d));
+    if (tc.rowsPerWarp != 16)
+      throw UserError(fmt::format("rows_per_warp = {} is not supported by "
+                                  "mma = wgmma (16: a warpgroup's 64 rows)",
+                                  tc.rowsPerWarp));
+  }
+  int64_t smem = gpuSharedBytes(spec, tc);
   const int64_t limit = options.arch == "sm_80" ? 166912 : 232448;
   if (smem > limit)
     throw UserError(fmt::format("block_n = {} with {} warps needs {} bytes "
@@ -184,9 +244,8 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   image.threads = 32 * warps;
   image.blockM = tc.rowsPerWarp * warps;
   image.blockN = tc.blockN;
-  image.sharedBytes =
-      2 * (image.blockM * (spec.headDimQK + 8) +
-           2 * image.blockN * (spec.headDimQK + 8 + spec.headDimV + 8));
+  image.wgmma = tc.wgmma;
+  image.sharedBytes = int(gpuSharedBytes(spec, tc));
 
   useCudaToolkitForLibdevice();
   StopWatch total, w;
@@ -206,6 +265,7 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   po.rowsPerWarp = tc.rowsPerWarp;
   po.varlen = image.varlen = options.varlen;
   po.blockSparse = image.blockSparse = options.blockSparse;
+  po.wgmma = tc.wgmma;
   runPipeline(*ctx, *module, "attn-to-nvvm", diag,
               [&](OpPassManager &pm) { buildAttnToNVVMPipeline(pm, po); });
   image.gpuText = printOp(*module, /*withLocations=*/false);

@@ -39,6 +39,7 @@ void buildAttnToNVVMPipeline(OpPassManager &pm,
   o.rowsPerWarp = options.rowsPerWarp;
   o.varlen = options.varlen;
   o.blockSparse = options.blockSparse;
+  o.wgmma = options.wgmma;
   pm.addPass(createConvertAttnToNVVM(o));
   OpPassManager &gm = pm.nest<gpu::GPUModuleOp>();
   gm.addPass(attn::createAttnExpandScalar());
@@ -96,6 +97,9 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
   Option<bool> blockSparse{*this, "block-sparse",
                            llvm::cl::desc("block-sparse kernel and builder"),
                            llvm::cl::init(false)};
+  Option<bool> wgmma{*this, "wgmma",
+                     llvm::cl::desc("sm_90a wgmma.mma_async kernel"),
+                     llvm::cl::init(false)};
 };
 struct PtxOptions : public PassPipelineOptions<PtxOptions> {
   Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_80 or sm_90a"),
@@ -114,6 +118,7 @@ void registerGpuPipelines() {
         g.rowsPerWarp = o.rowsPerWarp;
         g.varlen = o.varlen;
         g.blockSparse = o.blockSparse;
+        g.wgmma = o.wgmma;
         buildAttnToNVVMPipeline(pm, g);
       });
   // Registered by hand so an unknown arch is an error (LLVM would abort on

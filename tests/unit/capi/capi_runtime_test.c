@@ -43,7 +43,8 @@ int main(int argc, char **argv) {
   CHECK(kernel != NULL);
   if (kernel) {
     const char *ptx = flashjit_kernel_ptx(kernel);
-    CHECK(ptx && strstr(ptx, ".target sm_90a") && strstr(ptx, "mma.sync"));
+    CHECK(ptx && strstr(ptx, ".target sm_90a") &&
+          strstr(ptx, "wgmma.mma_async"));
     float dummy[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     flashjit_tensor t;
     memset(&t, 0, sizeof t);

@@ -32,14 +32,34 @@ TEST_CASE("every matrix kernel assembles with no spills for sm_80 and sm_90a",
           "[gpu-codegen]") {
   int checked = 0;
   int maxRegs = 0;
+  int expected = 0;
   for (const testing::MatrixKernel &k : testing::kernelMatrix()) {
-    for (std::string arch : {"sm_80", "sm_90a"}) {
-      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+    // sm_90a's default (wgmma where head dims are multiples of 64) and its
+    // mma.sync kernels, which users can still ask for.
+    bool wgmma = k.spec.headDimQK % 64 == 0 && k.spec.headDimV % 64 == 0;
+    expected += wgmma ? 3 : 2;
+    for (auto [arch, mma] : {std::pair{"sm_80", GpuMma::Default},
+                             std::pair{"sm_90a", GpuMma::Default},
+                             std::pair{"sm_90a", GpuMma::MmaSync}}) {
+      if (mma == GpuMma::MmaSync && !wgmma)
+        continue; // the default already was mma.sync
+      INFO(k.id << " " << arch << " " << toString(mma) << ": "
+                << printSpec(k.spec));
       GpuCompileOptions o;
       o.arch = arch;
+      o.mma = mma;
       GpuKernelImage img = compileGpu(k.spec, o);
-      CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
-      CHECK(img.ptx.find("ldmatrix.sync.aligned") != std::string::npos);
+      CHECK(img.wgmma ==
+            (wgmma && o.arch == "sm_90a" && mma == GpuMma::Default));
+      if (img.wgmma) {
+        CHECK(img.ptx.find("wgmma.mma_async.sync.aligned.m64n") !=
+              std::string::npos);
+        CHECK(img.ptx.find("fence.proxy.async.shared::cta") !=
+              std::string::npos);
+      } else {
+        CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+        CHECK(img.ptx.find("ldmatrix.sync.aligned") != std::string::npos);
+      }
       CHECK(img.ptx.find("cp.async") != std::string::npos);
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
       const runtime::PtxasFunctionReport *f = r.find(img.name);
@@ -53,7 +73,7 @@ TEST_CASE("every matrix kernel assembles with no spills for sm_80 and sm_90a",
     }
   }
   WARN("assembled " << checked << " kernels; most registers: " << maxRegs);
-  CHECK(checked == 2 * static_cast<int>(testing::kernelMatrix().size()));
+  CHECK(checked == expected);
 }
 
 TEST_CASE("every block-sparse and varlen kernel assembles with no spills",
@@ -97,17 +117,49 @@ TEST_CASE("varlen and masked block-sparse defaults keep 8 warps of 16 rows",
   AttentionSpec none = testing::matrixSpec("none", 128, DType::BF16, 2, 2);
   AttentionSpec causal =
       testing::matrixSpec("causal_tl", 128, DType::BF16, 2, 2);
-  GpuTileConfig dense = defaultGpuTileConfig(softcap, "sm_90a");
+  const GpuMma sync = GpuMma::MmaSync;
+  GpuTileConfig dense =
+      defaultGpuTileConfig(softcap, "sm_90a", false, false, sync);
   CHECK(dense.rowsPerWarp == 32); // the dense default this rule replaces
-  GpuTileConfig vl = defaultGpuTileConfig(softcap, "sm_90a", true, false);
+  CHECK_FALSE(dense.wgmma);
+  GpuTileConfig vl = defaultGpuTileConfig(softcap, "sm_90a", true, false, sync);
   CHECK(vl.numWarps == 8);
   CHECK(vl.rowsPerWarp == 16);
   CHECK(vl.blockN == 64);
-  GpuTileConfig bs = defaultGpuTileConfig(causal, "sm_90a", false, true);
+  GpuTileConfig bs = defaultGpuTileConfig(causal, "sm_90a", false, true, sync);
   CHECK(bs.rowsPerWarp == 16);
   // No mask: nothing to evaluate in listed tiles, the dense tiles stay.
-  GpuTileConfig bsNone = defaultGpuTileConfig(none, "sm_90a", false, true);
-  CHECK(bsNone.rowsPerWarp == defaultGpuTileConfig(none, "sm_90a").rowsPerWarp);
+  GpuTileConfig bsNone =
+      defaultGpuTileConfig(none, "sm_90a", false, true, sync);
+  CHECK(bsNone.rowsPerWarp ==
+        defaultGpuTileConfig(none, "sm_90a", false, false, sync).rowsPerWarp);
+}
+
+TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
+          "[gpu-codegen]") {
+  AttentionSpec d128 = testing::matrixSpec("causal_tl", 128, DType::BF16, 2, 2);
+  for (auto [varlen, blockSparse] :
+       {std::pair{false, false}, {true, false}, {false, true}}) {
+    GpuTileConfig c = defaultGpuTileConfig(d128, "sm_90a", varlen, blockSparse);
+    CHECK(c.wgmma);
+    CHECK(c.numWarps == 8);
+    CHECK(c.rowsPerWarp == 16);
+    CHECK(c.blockN == 128);
+  }
+  AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 1, 1);
+  CHECK(defaultGpuTileConfig(d256, "sm_90a").blockN == 64);
+  CHECK_FALSE(defaultGpuTileConfig(d128, "sm_80").wgmma);
+  AttentionSpec d96 = testing::matrixSpec("none", 96, DType::BF16, 1, 1);
+  CHECK_FALSE(defaultGpuTileConfig(d96, "sm_90a").wgmma);
+  // Asking for two m16 tiles per warp picks mma.sync.
+  GpuCompileOptions o;
+  o.rowsPerWarp = 32;
+  GpuKernelImage img = compileGpu(d128, o);
+  CHECK_FALSE(img.wgmma);
+  CHECK(img.blockM ==
+        32 * defaultGpuTileConfig(d128, "sm_90a", false, false, GpuMma::MmaSync)
+                 .numWarps);
+  CHECK(std::string(toString(GpuMma::Wgmma)) == "wgmma");
 }
 
 TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
@@ -138,6 +190,17 @@ TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
   o.minBlocksPerSM = 0;
   o.rowsPerWarp = 24;
   CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("rows_per_warp = 24"));
+  o.rowsPerWarp = 32;
+  o.mma = GpuMma::Wgmma;
+  CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("rows_per_warp = 32") &&
+                                          Catch::Contains("wgmma"));
+  o.rowsPerWarp = 0;
+  o.arch = "sm_80";
+  CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("needs arch sm_90a"));
+  o.arch = "sm_90a";
+  AttentionSpec d96 = testing::matrixSpec("none", 96, DType::BF16, 1, 1);
+  CHECK_THROWS_WITH(compileGpu(d96, o), Catch::Contains("head_dim_qk = 96") &&
+                                            Catch::Contains("wgmma"));
 }
 
 TEST_CASE("GPU kernel images carry their launch facts and stage texts",
@@ -146,10 +209,18 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   GpuKernelImage img = compileGpu(s);
   CHECK(img.name == "softcap");
   CHECK(img.arch == "sm_90a");
-  CHECK(img.threads == 128); // head_dim 64: 4 warps of 32 query rows
+  CHECK(img.threads == 256); // head_dim 64: two warpgroups (wgmma)
   CHECK(img.blockM == 128);
-  CHECK(img.blockN == 64);
-  CHECK(img.sharedBytes == 2 * (128 * 72 + 2 * 64 * (72 + 72)));
+  CHECK(img.blockN == 128);
+  CHECK(img.wgmma);
+  // Q and two K/V stages, unpadded.
+  CHECK(img.sharedBytes == 2 * (128 * 64 + 2 * 128 * (64 + 64)));
+  GpuCompileOptions sync;
+  sync.mma = GpuMma::MmaSync;
+  GpuKernelImage mmaSync = compileGpu(s, sync);
+  CHECK(mmaSync.threads == 128); // 4 warps of 32 query rows
+  CHECK(mmaSync.blockN == 64);
+  CHECK(mmaSync.sharedBytes == 2 * (128 * 72 + 2 * 64 * (72 + 72)));
   CHECK(img.attnText.find("attn.attention @softcap") != std::string::npos);
   CHECK(img.attnText.find("math.tanh") != std::string::npos);
   CHECK(img.gpuText.find("gpu.func @softcap") != std::string::npos);

@@ -69,7 +69,10 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
            "packed variable-length sequences (cu_seqlens arguments)">,
     Option<"blockSparse", "block-sparse", "bool", /*default=*/"false",
            "visit the key tiles of a block mask; also emit the block-mask "
-           "builder kernel @<name>_block_mask">
+           "builder kernel @<name>_block_mask">,
+    Option<"wgmma", "wgmma", "bool", /*default=*/"false",
+           "sm_90a warpgroup MMA (wgmma.mma_async) instead of mma.sync: "
+           "rows-per-warp 16, num-warps 4 or 8, head dims multiples of 64">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::NVVM::NVVMDialect",

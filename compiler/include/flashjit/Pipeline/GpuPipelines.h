@@ -33,6 +33,8 @@ struct GpuPipelineOptions {
   /// Varlen and block-sparse kernels (GpuCompileOptions).
   bool varlen = false;
   bool blockSparse = false;
+  /// wgmma.mma_async instead of mma.sync (sm_90a; GpuTileConfig::wgmma).
+  bool wgmma = false;
 };
 
 /// convert-attn-to-nvvm, then attn-expand-scalar, canonicalize and cse on

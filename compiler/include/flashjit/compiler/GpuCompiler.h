@@ -22,6 +22,23 @@
 
 namespace flashjit {
 
+/// The tensor-core instructions of a GPU kernel.
+enum class GpuMma {
+  /// defaultGpuTileConfig's choice: Wgmma on sm_90a where it applies.
+  Default,
+  /// mma.sync m16n8k16 with ldmatrix fragments (sm_80 and sm_90a;
+  /// FlashAttention-2's instructions).
+  MmaSync,
+  /// wgmma.mma_async (sm_90a only): warpgroups of 4 warps, 64 query rows
+  /// each, Q and K read from shared memory by descriptor, P from registers
+  /// (FlashAttention-3's instructions, Shah et al. 2024, section 3). Needs
+  /// head dims that are multiples of 64 and rowsPerWarp 16.
+  Wgmma,
+};
+
+/// "default", "mma.sync" or "wgmma".
+const char *toString(GpuMma mma);
+
 /// How to compile one spec for a GPU.
 struct GpuCompileOptions {
   /// "sm_80" or "sm_90a".
@@ -38,6 +55,10 @@ struct GpuCompileOptions {
   /// every K/V fragment, as FlashAttention-2 does); 0 picks the default.
   /// block_m = rowsPerWarp * numWarps.
   int rowsPerWarp = 0;
+  /// Tensor-core instructions; Default picks defaultGpuTileConfig's.
+  /// Choosing one sets the default tiles of that kind; numWarps, blockN,
+  /// minBlocksPerSM and rowsPerWarp still override them.
+  GpuMma mma = GpuMma::Default;
   /// Packed variable-length sequences (cu_seqlens arguments,
   /// GpuAttentionKernel::runVarlen). Above head_dim 64 the default tiles are
   /// then 8 warps of 16 rows and 64 keys (4 x 32 would spill).
@@ -64,6 +85,8 @@ struct GpuTileConfig {
   int minBlocksPerSM = 1;
   /// Query rows per warp, 16 or 32 (block_m = rowsPerWarp * numWarps).
   int rowsPerWarp = 16;
+  /// wgmma.mma_async instead of mma.sync (GpuMma::Wgmma).
+  bool wgmma = false;
 };
 
 /// The default tile configuration of \p spec on \p arch ("sm_80" or
@@ -81,10 +104,17 @@ struct GpuTileConfig {
 /// - \p varlen kernels above head_dim 64 and \p blockSparse kernels with a
 ///   mask: 8 warps of 16 rows, 64-key tiles wherever the rules above give
 ///   4 x 32 (their extra per-sequence or list state spills it).
+///
+/// On sm_90a, when head_dim_qk and head_dim_v are multiples of 64, \p mma
+/// Default or Wgmma gives wgmma tiles instead: 8 warps (two warpgroups, 128
+/// query rows), 128-key tiles up to head_dim 128 and 64-key tiles above.
+/// \p mma MmaSync gives the mma.sync tiles above; Wgmma where it cannot
+/// apply (sm_80, other head dims) is a UserError in validateForGpu.
 GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
                                    const std::string &arch = "sm_90a",
                                    bool varlen = false,
-                                   bool blockSparse = false);
+                                   bool blockSparse = false,
+                                   GpuMma mma = GpuMma::Default);
 
 /// A generated GPU kernel: PTX and its launch facts.
 struct GpuKernelImage {
@@ -103,6 +133,8 @@ struct GpuKernelImage {
   /// The modes it was compiled with (GpuCompileOptions).
   bool varlen = false;
   bool blockSparse = false;
+  /// wgmma.mma_async (true) or mma.sync.
+  bool wgmma = false;
   /// The attn IR (with the user's locations) and the GPU-dialect IR.
   std::string attnText;
   std::string gpuText;

@@ -419,6 +419,13 @@ struct ConvertAttnToNVVM
       c.returnLse = op.getReturnLse();
       c.varlen = varlen;
       c.blockSparse = blockSparse;
+      c.wgmma = wgmma;
+      if (c.wgmma &&
+          (c.rowsPerWarp != 16 || c.headDimQK % 64 || c.headDimV % 64)) {
+        op.emitOpError("wgmma kernels need rows-per-warp 16 and head dims "
+                       "that are multiples of 64");
+        return signalPassFailure();
+      }
       RegionEmitter em(op);
       buildFlashForwardKernel(b, op.getLoc(), gm, c, em);
       if (c.blockSparse)

@@ -13,6 +13,16 @@
 // in registers (the C-fragment layout of two n8 tiles is the A-fragment layout
 // of one k16 slice). Fragment layouts: ../shared/notes/MMA-FRAGMENTS.md.
 //
+// With config.wgmma (sm_90a) each warpgroup (4 warps, 64 query rows) issues
+// wgmma.mma_async instead: S = Q K^T with both operands read from shared
+// memory through matrix descriptors, O += P V with P in registers. The
+// accumulator of wgmma m64nN is, per warp, the C-fragment layout of N / 8
+// mma.sync n8 tiles, so the mask, score modifier and softmax code is the
+// same. Tiles are stored in 64-element column blocks of 128-byte rows with
+// the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)), the
+// canonical layout of wgmma's descriptors (PTX ISA, "Matrix Descriptor
+// Format" and "Shared Memory Matrix Layout").
+//
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 
@@ -35,6 +45,8 @@ static constexpr const char *kSharedSymbol = "flashjit_smem";
 static constexpr int kPad = 8; // elements of padding per shared-memory row
 
 int KernelConfig::sharedBytes() const {
+  if (wgmma) // unpadded, swizzled tiles
+    return 2 * (blockM * headDimQK + 2 * blockN * (headDimQK + headDimV));
   int q = blockM * (headDimQK + kPad);
   int k = blockN * (headDimQK + kPad);
   int v = blockN * (headDimV + kPad);
@@ -177,9 +189,116 @@ private:
     return LLVM::BitcastOp::create(b, i32, v);
   }
 
+  /// Byte offset in shared memory of the 16-byte chunk \p col (8 elements)
+  /// of row \p row in a tile of \p rows x \p dim 16-bit elements: rows of
+  /// dim + kPad elements (mma.sync), or (wgmma) 64-element column blocks of
+  /// rows x 128 bytes with chunk c of row r stored at chunk c ^ (r % 8).
+  Value tileOffset(Value row, Value col, int rows, int dim) {
+    if (!c.wgmma)
+      return mul(add(mul(row, ci32(dim + kPad)), mul(col, ci32(8))), ci32(2));
+    Value block = arith::DivUIOp::create(b, col, ci32(8));
+    Value chunk =
+        arith::XOrIOp::create(b, arith::RemUIOp::create(b, col, ci32(8)),
+                              arith::RemUIOp::create(b, row, ci32(8)));
+    return add(add(mul(block, ci32(rows * 128)), mul(row, ci32(128))),
+               mul(chunk, ci32(16)));
+  }
+
+  /// The wgmma matrix descriptor of a 128-byte-swizzled operand at \p addr
+  /// (shared-memory byte address, i64; 1024-byte aligned up to the k-step
+  /// offset) with leading / stride byte offsets \p lbo / \p sbo: start
+  /// address >> 4 in bits 0-13, LBO >> 4 in 16-29, SBO >> 4 in 32-45,
+  /// swizzle mode 1 (128 bytes) in bits 62-63 (PTX ISA, wgmma "Matrix
+  /// Descriptor Format"). Adding k-step offsets of less than 1024 bytes to
+  /// the start address stays inside one swizzle atom.
+  Value descriptor(Value addr, int64_t lbo, int64_t sbo) {
+    Value start = arith::ShRUIOp::create(
+        b, arith::AndIOp::create(b, addr, ci64(0x3FFFF)), ci64(4));
+    int64_t bits = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (int64_t(1) << 62);
+    return arith::OrIOp::create(b, start, ci64(bits));
+  }
+
+  /// One warpgroup's wgmma.mma_async chain, issued, committed and waited for
+  /// in one inline-asm block (so nothing reads the accumulators early): the
+  /// m64nN accumulator (N / 2 f32 per thread) becomes \p acc + sum over
+  /// steps of A_s B_s (k16 each), or the sum alone when \p acc is empty and
+  /// \p n is given (the first step then ignores the registers' contents:
+  /// scale-d = 0). A_s is a shared-memory descriptor (\p aDesc[s]) or, when
+  /// \p aRegs is not empty, 4 packed registers (\p aRegs[4 s..]); B_s is
+  /// the descriptor \p bDesc[s], MN-major when \p transB.
+  SmallVector<Value> wgmmaChain(ArrayRef<Value> acc, int n,
+                                ArrayRef<Value> aDesc, ArrayRef<Value> aRegs,
+                                ArrayRef<Value> bDesc, bool transB) {
+    const int nAccum = n / 2;
+    const bool accumulate = !acc.empty();
+    SmallVector<Value> operands(acc.begin(), acc.end());
+    std::string cons;
+    for (int i = 0; i < nAccum; ++i)
+      cons += "=f,";
+    for (int i = 0; accumulate && i < nAccum; ++i)
+      cons += std::to_string(i) + ",";
+    // Operand numbers: the outputs, their tied inputs, then the rest.
+    int next = accumulate ? 2 * nAccum : nAccum;
+    auto ref = [&](Value v, const char *constraint) {
+      operands.push_back(v);
+      cons += std::string(constraint) + ",";
+      return "$" + std::to_string(next++);
+    };
+    std::string dlist = "{";
+    for (int i = 0; i < nAccum; ++i)
+      dlist += (i ? ", $" : "$") + std::to_string(i);
+    dlist += "}";
+    const char *ty = c.bf16 ? "bf16" : "f16";
+    std::string one = ref(ci32(1), "r");
+    std::string asmStr = "{\n.reg .pred p, z;\nsetp.ne.b32 p, " + one +
+                         ", 0;\nsetp.eq.b32 z, " + one +
+                         ", 0;\nwgmma.fence.sync.aligned;\n";
+    for (size_t st = 0; st < bDesc.size(); ++st) {
+      std::string a;
+      if (aRegs.empty()) {
+        a = ref(aDesc[st], "l");
+      } else {
+        a = "{";
+        for (int r = 0; r < 4; ++r)
+          a += (r ? ", " : "") + ref(aRegs[4 * st + r], "r");
+        a += "}";
+      }
+      std::string bd = ref(bDesc[st], "l");
+      asmStr += "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
+                "k16.f32." + ty + "." + ty + " " + dlist + ", " + a + ", " +
+                bd + (st == 0 && !accumulate ? ", z" : ", p") + ", 1, 1" +
+                (aRegs.empty() ? ", 0" : "") + (transB ? ", 1" : ", 0") + ";\n";
+    }
+    asmStr += "wgmma.commit_group.sync.aligned;\n"
+              "wgmma.wait_group.sync.aligned 0;\n}";
+    cons.pop_back();
+    SmallVector<Type> fields(nAccum, f32);
+    auto st = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
+    auto op = LLVM::InlineAsmOp::create(
+        b, st, operands, asmStr, cons, /*has_side_effects=*/true,
+        /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+        LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+        ArrayAttr());
+    SmallVector<Value> out;
+    for (int i = 0; i < nAccum; ++i)
+      out.push_back(LLVM::ExtractValueOp::create(b, op.getResult(0), i));
+    return out;
+  }
+
+  /// fence.proxy.async.shared::cta: this thread's shared-memory writes
+  /// (cp.async) become visible to the async proxy (wgmma's operand reads).
+  void fenceProxyAsync() {
+    LLVM::InlineAsmOp::create(
+        b, TypeRange{}, ValueRange{}, "fence.proxy.async.shared::cta;", "",
+        /*has_side_effects=*/true, /*is_align_stack=*/false,
+        LLVM::tailcallkind::TailCallKind::None,
+        LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+        ArrayAttr());
+  }
+
   /// cp.async a tile of \p rows x \p dim 16-bit elements from global rows
   /// row0.. (row stride \p stride elements) into shared memory at \p smem
-  /// (row pitch dim + kPad); rows at or past \p seqlen are zero-filled.
+  /// (layout: tileOffset); rows at or past \p seqlen are zero-filled.
   void loadTile(Value smem, Value gBase, Value stride, Value row0, Value seqlen,
                 int rows, int dim) {
     int chunksPerRow = dim / 8;
@@ -194,8 +313,7 @@ private:
         Value srow = sel(valid, grow, ci32(0)); // not read: size 0
         Value goff = add(mul(ext64(srow), stride), ext64(mul(col, ci32(8))));
         Value src = gepBytes(gBase, mul(goff, ci64(2)));
-        Value soff = add(mul(row, ci32(dim + kPad)), mul(col, ci32(8)));
-        Value dst = gepBytes(smem, ext64(mul(soff, ci32(2))));
+        Value dst = gepBytes(smem, ext64(tileOffset(row, col, rows, dim)));
         Value size = sel(valid, ci32(16), ci32(0));
         NVVM::CpAsyncOp::create(
             b, dst, src, b.getI32IntegerAttr(16),
@@ -251,7 +369,7 @@ void KernelBuilder::build(Operation *gpuModule) {
   if (!SymbolTable::lookupSymbolIn(gpuModule, kSharedSymbol))
     LLVM::GlobalOp::create(b, LLVM::LLVMArrayType::get(i8, 0),
                            /*isConstant=*/false, LLVM::Linkage::External,
-                           kSharedSymbol, Attribute(), /*alignment=*/16,
+                           kSharedSymbol, Attribute(), /*alignment=*/1024,
                            /*addrSpace=*/3);
 
   SmallVector<Type> args(6, ptrG);
@@ -568,9 +686,10 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
   Value smem = LLVM::AddressOfOp::create(b, ptrS, kSharedSymbol);
   Value sQ = smem;
   // [Q | K0 V0 | K1 V1]: stage s of K/V starts at sK + s * stageBytes.
-  Value sK = gepBytes(smem, int64_t(2) * BM * (D + kPad));
-  Value sV = gepBytes(sK, int64_t(2) * BN * (D + kPad));
-  const int64_t stageBytes = int64_t(2) * BN * (D + kPad + Dv + kPad);
+  const int pad = c.wgmma ? 0 : kPad;
+  Value sK = gepBytes(smem, int64_t(2) * BM * (D + pad));
+  Value sV = gepBytes(sK, int64_t(2) * BN * (D + pad));
+  const int64_t stageBytes = int64_t(2) * BN * (D + pad + Dv + pad);
 
   // Q tile: loaded once.
   loadTile(sQ, qBase, qS[2], q0, seqlenQ, BM, D);
@@ -593,11 +712,30 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
   Value aV = gepBytes(sV, ext64(mul(vLane, ci32(2))));
 
   // Q fragments stay in registers while they fit beside the accumulators.
-  const bool qInRegisters = D * MT <= 128;
+  const bool qInRegisters = !c.wgmma && D * MT <= 128;
   SmallVector<SmallVector<Value, 4>> qFrag; // [mt * kQ + kk]
   auto loadQFrag = [&](int mt, int kk) {
     return ldmatrix(gepBytes(aQ, 2 * (int64_t(mt) * 16 * (D + kPad) + kk * 16)),
                     false);
+  };
+
+  // wgmma descriptors (KernelBuilder::descriptor): Q and K are K-major (no
+  // leading offset; 8-row groups 1024 bytes apart), V is MN-major (its
+  // 64-element column blocks BN * 128 bytes apart, 8-key groups 1024 bytes
+  // apart). Step kk of Q K^T reads bytes (kk / 4) * rows * 128 + (kk % 4) *
+  // 32 of a tile; step kk of P V reads keys 16 kk.. at kk * 2048.
+  Value descQ, descK0, descV0;
+  if (c.wgmma) {
+    Value sAddr = LLVM::PtrToIntOp::create(b, i64, smem);
+    Value wgRows = mul(arith::DivUIOp::create(b, warp, ci32(4)), ci32(64));
+    descQ = descriptor(add(sAddr, ext64(mul(wgRows, ci32(128)))), 16, 1024);
+    descK0 =
+        descriptor(LLVM::PtrToIntOp::create(b, i64, sK).getResult(), 16, 1024);
+    descV0 = descriptor(LLVM::PtrToIntOp::create(b, i64, sV).getResult(),
+                        int64_t(BN) * 128, 1024);
+  }
+  auto kStep = [](int kk, int rows) {
+    return (int64_t(kk / 4) * rows * 128 + (kk % 4) * 32) >> 4;
   };
 
   // Rows g and g + 8 of each of the warp's m16 tiles.
@@ -743,6 +881,8 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
       NVVM::CpAsyncWaitGroupOp::create(b, 0);
     }
     Value jAfter = c.blockSparse ? tileAtIfAny(add(it, ci32(2))) : Value();
+    if (c.wgmma)
+      fenceProxyAsync(); // Q and this stage are read by wgmma
     gpu::BarrierOp::create(b);
     Value stageOff = mul(ext64(stage), ci64(stageBytes));
     Value aKs = gepBytes(aK, stageOff), aVs = gepBytes(aV, stageOff);
@@ -772,8 +912,19 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
 
     // S = Q K^T (per warp RW x BN; s[(mt * nS + jn) * 4 + i]). Each K
     // fragment feeds the MT m16 tiles.
-    SmallVector<Value> s(MT * nS * 4, zero);
-    for (int kk = 0; kk < kQ; ++kk) {
+    SmallVector<Value> s(c.wgmma ? 0 : MT * nS * 4, zero);
+    Value stageDesc = c.wgmma ? ci64(0) : Value();
+    if (c.wgmma) {
+      stageDesc = arith::ShRUIOp::create(b, stageOff, ci64(4));
+      SmallVector<Value> aD, bD;
+      Value dK = add(descK0, stageDesc);
+      for (int kk = 0; kk < kQ; ++kk) {
+        aD.push_back(add(descQ, ci64(kStep(kk, BM))));
+        bD.push_back(add(dK, ci64(kStep(kk, BN))));
+      }
+      s = wgmmaChain({}, BN, aD, {}, bD, /*transB=*/false);
+    }
+    for (int kk = 0; kk < kQ && !c.wgmma; ++kk) {
       SmallVector<SmallVector<Value, 4>, 2> af;
       for (int mt = 0; mt < MT; ++mt)
         af.push_back(qInRegisters ? qFrag[mt * kQ + kk] : loadQFrag(mt, kk));
@@ -901,7 +1052,20 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
         }
 
     // O += P V; each V fragment feeds the MT m16 tiles.
-    for (int kk = 0; kk < kP; ++kk) {
+    if (c.wgmma) {
+      SmallVector<Value> pRegs, vD;
+      Value dV = add(descV0, stageDesc);
+      for (int kk = 0; kk < kP; ++kk) {
+        int n0 = 2 * kk, n1 = 2 * kk + 1;
+        pRegs.append({pack(st[n0 * 4 + 0], st[n0 * 4 + 1]),
+                      pack(st[n0 * 4 + 2], st[n0 * 4 + 3]),
+                      pack(st[n1 * 4 + 0], st[n1 * 4 + 1]),
+                      pack(st[n1 * 4 + 2], st[n1 * 4 + 3])});
+        vD.push_back(add(dV, ci64((int64_t(kk) * 2048) >> 4)));
+      }
+      o = wgmmaChain(o, Dv, {}, pRegs, vD, /*transB=*/true);
+    }
+    for (int kk = 0; kk < kP && !c.wgmma; ++kk) {
       int n0 = 2 * kk, n1 = 2 * kk + 1;
       SmallVector<SmallVector<Value, 4>, 2> pa;
       for (int mt = 0; mt < MT; ++mt) {

@@ -6,7 +6,7 @@
 // CHECK: module attributes {gpu.container_module}
 // CHECK-NOT: attn.attention
 // CHECK: gpu.module @flashjit_kernels
-// CHECK: llvm.mlir.global external @flashjit_smem() {addr_space = 3 : i32, alignment = 16 : i64}
+// CHECK: llvm.mlir.global external @flashjit_smem() {addr_space = 3 : i32, alignment = 1024 : i64}
 // CHECK-LABEL: gpu.func @causal(
 // CHECK-SAME: kernel
 // CHECK-SAME: flashjit.shared_bytes = 46080 : i64

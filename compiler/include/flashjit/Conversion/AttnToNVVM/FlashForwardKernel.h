@@ -1,10 +1,11 @@
 //===- FlashForwardKernel.h - FlashAttention-2 GPU forward kernel -*- C++ -*-//
 //
-// Builds the GPU forward kernel (mma.sync m16n8k16, ldmatrix, cp.async
-// double buffering) as a gpu.func inside a gpu.module. The variant's mask and
-// score modifier come in through a FragmentEmitter, emitted once per
-// accumulator element, and its tile classification once per (q tile, kv
-// tile). Internal to the compiler (includes MLIR).
+// Builds the GPU forward kernel (mma.sync m16n8k16 and ldmatrix, or sm_90a
+// wgmma.mma_async; cp.async double buffering) as a gpu.func inside a
+// gpu.module. The variant's mask and score modifier come in through a
+// FragmentEmitter, emitted once per accumulator element, and its tile
+// classification once per (q tile, kv tile). Internal to the compiler (includes
+// MLIR).
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_CONVERSION_ATTNTONVVM_FLASHFORWARDKERNEL_H
@@ -102,6 +103,13 @@ struct KernelConfig {
   /// Visits only the key tiles a block mask lists (block-mask arguments),
   /// and the module also gets the block-mask builder kernel.
   bool blockSparse = false;
+  /// Hopper warpgroup MMA (sm_90a only): each group of 4 warps computes its
+  /// 64 query rows with wgmma.mma_async (S = Q K^T with Q and K read from
+  /// shared memory, O += P V with P in registers and V read from shared
+  /// memory) instead of mma.sync. Needs rowsPerWarp = 16, numWarps a
+  /// multiple of 4 and head dims that are multiples of 64 (tiles are stored
+  /// in 64-element column blocks with the 128-byte swizzle).
+  bool wgmma = false;
   /// Dynamic shared memory the kernel needs, in bytes (Q, two K/V stages).
   int sharedBytes() const;
 };
