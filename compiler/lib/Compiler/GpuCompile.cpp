@@ -99,13 +99,33 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
                                    bool blockSparse, GpuMma mma) {
   if (mma == GpuMma::Wgmma ||
       (mma == GpuMma::Default && wgmmaApplies(spec, arch))) {
-    // Two warpgroups of 64 query rows (FlashAttention-3's block_m); key
-    // tiles as large as the accumulators of S and O allow in registers.
+    // Measured on the H200 (bench/RESULTS.md, session 4 tile experiment):
+    // above head_dim 64 two warpgroups of 64 query rows (FlashAttention-3's
+    // block_m), 128-key tiles up to 128 and 64 above; at 64 one warpgroup
+    // per CTA (several CTAs per SM do not wait at each other's barriers):
+    // 128-key tiles without a mask or score modifier (317-359 TF/s against
+    // 233-301 with two warpgroups), else 64-key tiles and 3 CTAs per SM
+    // (softcap 131-172 against 81-169, sliding window 216-260 against
+    // 166-230).
     GpuTileConfig c;
     c.wgmma = true;
-    c.numWarps = 8;
     c.rowsPerWarp = 16;
-    c.blockN = std::max(spec.headDimQK, spec.headDimV) <= 128 ? 128 : 64;
+    int d = std::max(spec.headDimQK, spec.headDimV);
+    if (d <= 64) {
+      c.numWarps = 4;
+      Expr mask = spec.effectiveMask();
+      auto *k =
+          mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
+      bool masked = !mask.isNull() && !(k && k->boolValue());
+      const Expr &score = spec.variant.scoreExpr();
+      bool plain =
+          !masked && (score.isNull() || llvm::isa<ScoreExpr>(score.get()));
+      c.blockN = plain ? 128 : 64;
+      c.minBlocksPerSM = plain ? 1 : 3;
+    } else {
+      c.numWarps = 8;
+      c.blockN = d <= 128 ? 128 : 64;
+    }
     return c;
   }
   GpuTileConfig c = denseTileConfig(spec, arch);

@@ -148,6 +148,21 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
   }
   AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 1, 1);
   CHECK(defaultGpuTileConfig(d256, "sm_90a").blockN == 64);
+  // head_dim 64: one warpgroup per CTA; 64-key tiles and 3 CTAs per SM once
+  // a mask or a score modifier has code to run.
+  GpuTileConfig plain = defaultGpuTileConfig(
+      testing::matrixSpec("none", 64, DType::BF16, 1, 1), "sm_90a");
+  CHECK(plain.wgmma);
+  CHECK(plain.numWarps == 4);
+  CHECK(plain.blockN == 128);
+  CHECK(plain.minBlocksPerSM == 1);
+  for (const char *variant : {"causal_tl", "softcap"}) {
+    GpuTileConfig c = defaultGpuTileConfig(
+        testing::matrixSpec(variant, 64, DType::BF16, 1, 1), "sm_90a");
+    CHECK(c.numWarps == 4);
+    CHECK(c.blockN == 64);
+    CHECK(c.minBlocksPerSM == 3);
+  }
   CHECK_FALSE(defaultGpuTileConfig(d128, "sm_80").wgmma);
   AttentionSpec d96 = testing::matrixSpec("none", 96, DType::BF16, 1, 1);
   CHECK_FALSE(defaultGpuTileConfig(d96, "sm_90a").wgmma);
@@ -209,12 +224,13 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   GpuKernelImage img = compileGpu(s);
   CHECK(img.name == "softcap");
   CHECK(img.arch == "sm_90a");
-  CHECK(img.threads == 256); // head_dim 64: two warpgroups (wgmma)
-  CHECK(img.blockM == 128);
-  CHECK(img.blockN == 128);
+  CHECK(img.threads == 128); // head_dim 64: one warpgroup (wgmma)
+  CHECK(img.blockM == 64);
+  CHECK(img.blockN == 64);
   CHECK(img.wgmma);
   // Q and two K/V stages, unpadded.
-  CHECK(img.sharedBytes == 2 * (128 * 64 + 2 * 128 * (64 + 64)));
+  CHECK(img.sharedBytes == 2 * (64 * 64 + 2 * 64 * (64 + 64)));
+  CHECK(img.ptx.find(".minnctapersm 3") != std::string::npos); // softcap
   GpuCompileOptions sync;
   sync.mma = GpuMma::MmaSync;
   GpuKernelImage mmaSync = compileGpu(s, sync);
@@ -228,7 +244,7 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   CHECK(img.timings.back().name == "total");
   CHECK(img.timings.back().seconds > 0.0);
   // The register bound a tile configuration asks for reaches ptxas.
-  CHECK(img.ptx.find(".minnctapersm 1") != std::string::npos);
+  CHECK(mmaSync.ptx.find(".minnctapersm 1") != std::string::npos);
   GpuCompileOptions two;
   two.minBlocksPerSM = 2;
   CHECK(compileGpu(s, two).ptx.find(".minnctapersm 2") != std::string::npos);
