@@ -138,6 +138,7 @@ std::string CacheKey::canonicalText() const {
   field("warps", std::to_string(numWarps));
   field("min_blocks_per_sm", std::to_string(minBlocksPerSM));
   field("rows_per_warp", std::to_string(rowsPerWarp));
+  field("mma", mma);
   field("block_m", std::to_string(blockM));
   field("opt_level", std::to_string(optLevel));
   field("count_tiles", countTiles ? "1" : "0");
@@ -194,6 +195,7 @@ std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
                             {"warps", key.numWarps},
                             {"min_blocks_per_sm", key.minBlocksPerSM},
                             {"rows_per_warp", key.rowsPerWarp},
+                            {"mma", key.mma},
                             {"block_m", key.blockM},
                             {"opt_level", key.optLevel},
                             {"count_tiles", key.countTiles},
@@ -220,6 +222,7 @@ std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
                           {"count_tiles", a.countTiles},
                           {"varlen", a.varlen},
                           {"block_sparse", a.blockSparse},
+                          {"mma", a.mma},
                           {"opt_level", a.optLevel},
                           {"cpu", a.cpu},
                           {"cpu_features", a.cpuFeatures},
@@ -440,6 +443,8 @@ std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
   // Absent in entries of kernels with neither mode.
   a.varlen = meta->getBoolean("varlen").value_or(false);
   a.blockSparse = meta->getBoolean("block_sparse").value_or(false);
+  if (std::optional<llvm::StringRef> mma = meta->getString("mma"))
+    a.mma = mma->str();
   if (const llvm::json::Array *stages = meta->getArray("compile_seconds"))
     for (const llvm::json::Value &v : *stages)
       if (const llvm::json::Object *o = v.getAsObject()) {

@@ -98,6 +98,13 @@ cl::opt<int> rowsPerWarp(
     "rows-per-warp",
     cl::desc("Query rows per warp, 16 or 32 (0: default; GPU targets only)"),
     cl::init(0), cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<std::string> mmaFlag(
+    "mma",
+    cl::desc("default | mma.sync | wgmma: the tensor-core instructions "
+             "(default: wgmma on sm_90a where head dims are multiples of "
+             "64; GPU targets only)"),
+    cl::init("default"), cl::sub(compileCmd), cl::sub(inspectCmd),
+    cl::sub(bundleCmd));
 cl::opt<bool> varlenFlag(
     "varlen",
     cl::desc("A kernel for packed variable-length sequences (cu_seqlens)"),
@@ -236,6 +243,9 @@ CompileOptions cpuOptions() {
   if (rowsPerWarp != 0)
     userError("--rows-per-warp is a GPU option; CPU kernels have no warps "
               "(use --block-n)");
+  if (mmaFlag.getNumOccurrences())
+    userError("--mma is a GPU option; CPU kernels have no tensor-core "
+              "instructions");
   CompileOptions options;
   options.blockN = blockN;
   options.varlen = varlenFlag;
@@ -263,6 +273,16 @@ std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
   return r;
 }
 
+/// --mma as a GpuMma.
+GpuMma gpuMma() {
+  for (GpuMma m : {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma})
+    if (mmaFlag == toString(m))
+      return m;
+  userError(fmt::format("--mma = '{}' is not one of default, mma.sync, "
+                        "wgmma",
+                        std::string(mmaFlag)));
+}
+
 GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
                           DiskCache &cache) {
   GpuResult r;
@@ -271,6 +291,7 @@ GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
   o.blockN = blockN;
   o.numWarps = warps;
   o.rowsPerWarp = rowsPerWarp;
+  o.mma = gpuMma();
   o.varlen = varlenFlag;
   o.blockSparse = blockSparseFlag;
   r.key = gpuCacheKey(spec, o); // validates first
@@ -335,10 +356,10 @@ int runCompile() {
         a.varlen ? " varlen" : "", a.blockSparse ? " block_sparse" : "");
   else
     llvm::outs() << fmt::format(
-        "kernel  {} threads={} block_m={} block_n={} shared_bytes={} "
+        "kernel  {} mma={} threads={} block_m={} block_n={} shared_bytes={} "
         "registers={} spill_bytes={}{}{}\n",
-        a.entry, a.threads, a.blockM, a.blockN, a.sharedBytes, a.registers,
-        a.spillBytes, a.varlen ? " varlen" : "",
+        a.entry, a.mma, a.threads, a.blockM, a.blockN, a.sharedBytes,
+        a.registers, a.spillBytes, a.varlen ? " varlen" : "",
         a.blockSparse ? " block_sparse" : "");
   if (a.spillBytes > 0)
     llvm::errs() << fmt::format("flashjit: warning: the kernel spills {} "
@@ -617,6 +638,9 @@ int runBundle() {
         }
         GpuCompileOptions o;
         o.arch = arch;
+        o.blockN = blockN;
+        o.numWarps = warps;
+        o.mma = gpuMma();
         validateForGpu(specs.back(), o);
       }
     } catch (const UserError &e) {

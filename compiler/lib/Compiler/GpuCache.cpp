@@ -42,6 +42,7 @@ runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
   key.rowsPerWarp = options.rowsPerWarp;
   key.varlen = options.varlen;
   key.blockSparse = options.blockSparse;
+  key.mma = toString(options.mma);
   return key;
 }
 
@@ -59,6 +60,7 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   a.sharedBytes = image.sharedBytes;
   a.varlen = image.varlen;
   a.blockSparse = image.blockSparse;
+  a.mma = image.wgmma ? "wgmma" : "mma.sync";
   for (const StageTiming &t : image.timings)
     a.stageSeconds.push_back({t.name, t.seconds});
   a.files[kAttnFile] = image.attnText;

@@ -112,6 +112,7 @@ TEST_CASE("every key component changes the key", "[cache]") {
   vary("warps", [](CacheKey &k) { k.numWarps = 4; });
   vary("min_blocks_per_sm", [](CacheKey &k) { k.minBlocksPerSM = 2; });
   vary("rows_per_warp", [](CacheKey &k) { k.rowsPerWarp = 32; });
+  vary("mma", [](CacheKey &k) { k.mma = "wgmma"; });
   vary("block_m", [](CacheKey &k) { k.blockM = 32; });
   vary("opt_level", [](CacheKey &k) { k.optLevel = 3; });
   vary("count_tiles", [](CacheKey &k) { k.countTiles = true; });

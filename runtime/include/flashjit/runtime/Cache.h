@@ -88,6 +88,9 @@ struct CacheKey {
   int minBlocksPerSM = 0;
   /// GPU query rows per warp as requested (0: backend default).
   int rowsPerWarp = 0;
+  /// GPU tensor-core instructions as requested: "default", "mma.sync" or
+  /// "wgmma" (flashjit::toString(GpuMma)); empty for CPU keys.
+  std::string mma;
   /// CPU only: queries per tile, LLVM opt level (0..3), whether the kernel
   /// counts tiles, and the host CPU name and features (see hostCpu()).
   int blockM = 0;
@@ -153,6 +156,9 @@ struct KernelArtifacts {
   /// `<entry>_block_mask`).
   bool varlen = false;
   bool blockSparse = false;
+  /// GPU only: the tensor-core instructions the kernel uses, "mma.sync" or
+  /// "wgmma" (empty for CPU kernels).
+  std::string mma;
   std::string cpu;
   std::string cpuFeatures;
   /// Compile time per stage, in order.
