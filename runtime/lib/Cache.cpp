@@ -814,6 +814,8 @@ std::vector<Bundle::Item> readBundleIndex(const std::string &dir,
     item.blockM = int(o->getInteger("block_m").value_or(0));
     item.optLevel = int(o->getInteger("opt_level").value_or(0));
     item.countTiles = o->getBoolean("count_tiles").value_or(false);
+    if (std::optional<llvm::StringRef> mma = o->getString("mma"))
+      item.mma = mma->str();
     items.push_back(std::move(item));
   }
   return items;
@@ -823,9 +825,13 @@ std::vector<Bundle::Item> readBundleIndex(const std::string &dir,
 namespace {
 /// Whether two bundle items answer the same request.
 bool sameRequest(const Bundle::Item &a, const Bundle::Item &b) {
+  auto mma = [](const std::string &m) {
+    return m.empty() ? std::string("default") : m;
+  };
   return a.specText == b.specText && a.arch == b.arch && a.blockN == b.blockN &&
          a.numWarps == b.numWarps && a.blockM == b.blockM &&
-         a.optLevel == b.optLevel && a.countTiles == b.countTiles;
+         a.optLevel == b.optLevel && a.countTiles == b.countTiles &&
+         mma(a.mma) == mma(b.mma);
 }
 } // namespace
 
@@ -852,8 +858,8 @@ void Bundle::add(const std::string &dir, const CacheKey &key,
     throw UserError(fmt::format("cannot write bundle directory {}", dir));
   std::vector<Item> items = readBundleIndex(dir, /*mustExist=*/false);
   std::string hash = key.hash();
-  Item added{key.specText, key.arch,     key.blockN,     key.numWarps,
-             key.blockM,   key.optLevel, key.countTiles, hash};
+  Item added{key.specText, key.arch,       key.blockN, key.numWarps, key.blockM,
+             key.optLevel, key.countTiles, hash,       key.mma};
   std::erase_if(items, [&](const Item &i) { return sameRequest(i, added); });
   items.push_back(added);
   llvm::json::Array kernels;
@@ -865,6 +871,7 @@ void Bundle::add(const std::string &dir, const CacheKey &key,
                                          {"block_m", i.blockM},
                                          {"opt_level", i.optLevel},
                                          {"count_tiles", i.countTiles},
+                                         {"mma", i.mma},
                                          {"key", i.key}});
   llvm::json::Object root{{"schema", kCacheVersion},
                           {"flashjit", flashjitVersion()},
@@ -891,7 +898,8 @@ std::optional<KernelArtifacts> Bundle::find(const std::string &specText,
 std::optional<KernelArtifacts> Bundle::find(const CacheKey &request) const {
   Item wanted{
       request.specText, request.arch,     request.blockN,     request.numWarps,
-      request.blockM,   request.optLevel, request.countTiles, ""};
+      request.blockM,   request.optLevel, request.countTiles, "",
+      request.mma};
   for (const Item &i : items_) {
     if (!sameRequest(i, wanted))
       continue;

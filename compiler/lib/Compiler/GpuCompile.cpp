@@ -181,6 +181,13 @@ static GpuTileConfig tileConfig(const AttentionSpec &spec,
     mma = GpuMma::MmaSync;
   GpuTileConfig c = defaultGpuTileConfig(spec, options.arch, options.varlen,
                                          options.blockSparse, mma);
+  // A default CTAs-per-SM bound belongs to the default tiles: other warps,
+  // rows or key tiles get the full register file unless it is asked for.
+  bool reshaped = (options.blockN && options.blockN != c.blockN) ||
+                  (options.numWarps && options.numWarps != c.numWarps) ||
+                  (options.rowsPerWarp && options.rowsPerWarp != c.rowsPerWarp);
+  if (reshaped)
+    c.minBlocksPerSM = 1;
   if (options.blockN)
     c.blockN = options.blockN;
   if (options.numWarps)

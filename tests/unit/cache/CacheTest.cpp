@@ -649,6 +649,23 @@ TEST_CASE("bundles index precompiled entries by spec and target", "[cache]") {
   CHECK(!bundle.find(plain, "sm_80"));
   CHECK(!bundle.find(causal, "sm_90a", 32));
 
+  SECTION("kernels asked for with other tensor-core instructions coexist") {
+    CacheKey sync = CacheKey::make(plain, "sm_90a");
+    sync.mma = "mma.sync";
+    Bundle::add(dir, sync, fakeArtifacts(plain, "plain 90 mma.sync"));
+    CacheKey dflt = CacheKey::make(plain, "sm_90a");
+    dflt.mma = "default";
+    Bundle::add(dir, dflt, fakeArtifacts(plain, "plain 90 default"));
+    Bundle b2 = Bundle::open(dir);
+    CHECK(b2.items().size() == 4); // "default" replaced the unnamed request
+    std::optional<KernelArtifacts> d = b2.find(plain, "sm_90a");
+    REQUIRE(d);
+    CHECK(d->file(kPtxFile)->find("plain 90 default") != std::string::npos);
+    std::optional<KernelArtifacts> s = b2.find(sync);
+    REQUIRE(s);
+    CHECK(s->file(kPtxFile)->find("plain 90 mma.sync") != std::string::npos);
+  }
+
   SECTION("a binary linking only the runtime loads it") {
     CHECK(runProcess({FLASHJIT_BUNDLE_LOADER, dir, "attention(causal=top_left)",
                       "sm_80"}) == 0);

@@ -56,6 +56,9 @@ TEST_CASE("every matrix kernel assembles with no spills for sm_80 and sm_90a",
               std::string::npos);
         CHECK(img.ptx.find("fence.proxy.async.shared::cta") !=
               std::string::npos);
+        // The descriptors' swizzle assumes 1024-byte aligned tiles.
+        CHECK(img.ptx.find(".extern .shared .align 1024 .b8 flashjit_smem[]") !=
+              std::string::npos);
       } else {
         CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
         CHECK(img.ptx.find("ldmatrix.sync.aligned") != std::string::npos);
@@ -231,6 +234,10 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   // Q and two K/V stages, unpadded.
   CHECK(img.sharedBytes == 2 * (64 * 64 + 2 * 64 * (64 + 64)));
   CHECK(img.ptx.find(".minnctapersm 3") != std::string::npos); // softcap
+  // Other tiles than the default drop its CTAs-per-SM bound.
+  GpuCompileOptions eight;
+  eight.numWarps = 8;
+  CHECK(compileGpu(s, eight).ptx.find(".minnctapersm 1") != std::string::npos);
   GpuCompileOptions sync;
   sync.mma = GpuMma::MmaSync;
   GpuKernelImage mmaSync = compileGpu(s, sync);

@@ -49,7 +49,8 @@ struct GpuCompileOptions {
   /// defaultGpuTileConfig's.
   int numWarps = 0;
   /// CTAs per SM the register allocation must allow (1 to 4); 0 picks the
-  /// default. Higher values cap registers and may spill (see ptxas -v).
+  /// default (1 when blockN, numWarps or rowsPerWarp changes the default
+  /// tiles). Higher values cap registers and may spill (see ptxas -v).
   int minBlocksPerSM = 0;
   /// Query rows per warp: 16 (one m16 tile) or 32 (two m16 tiles sharing
   /// every K/V fragment, as FlashAttention-2 does); 0 picks the default.

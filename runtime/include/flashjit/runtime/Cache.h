@@ -322,7 +322,7 @@ std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
 
 /// A directory of precompiled kernels a host application ships: entries as
 /// in the disk cache plus bundle.json mapping (spec text, target, block_n,
-/// warps) to entries. Built by `flashjit bundle`; loading needs only this
+/// warps, mma) to entries. Built by `flashjit bundle`; loading needs only this
 /// library.
 class Bundle {
 public:
@@ -335,6 +335,9 @@ public:
     bool countTiles = false;
     /// The entry's directory name (its key at build time).
     std::string key;
+    /// GPU only: the tensor-core instructions asked for (CacheKey::mma;
+    /// empty and "default" are the same request).
+    std::string mma;
   };
 
   /// Opens the bundle in \p dir. Throws UserError naming the file if
