@@ -33,13 +33,15 @@ def ConvertAttnToSCF : Pass<"convert-attn-to-scf"> {
 }
 
 def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
-  let summary = "turns attn.attention into a FlashAttention-2 GPU kernel";
+  let summary = "turns attn.attention into a FlashAttention-style GPU kernel";
   let description = [{
     Replaces each `attn.attention @f` by the kernel `gpu.func @f` in
-    `gpu.module @flashjit_kernels`: Q tile per CTA, 16 query rows per warp,
-    K/V tiles double-buffered in shared memory through `cp.async`,
-    `ldmatrix` fragments, `mma.sync m16n8k16` (bf16/fp16, fp32 accumulators),
-    the score modifier and mask inlined on the accumulator fragments, online
+    `gpu.module @flashjit_kernels`: Q tile per CTA, 16 or 32 query rows per
+    warp, K/V tiles double-buffered in shared memory through `cp.async`,
+    `ldmatrix` fragments and `mma.sync m16n8k16` (bf16/fp16, fp32
+    accumulators) or, with `wgmma=true` (sm_90a), `wgmma.mma_async` per
+    warpgroup on 128-byte-swizzled tiles (inline PTX), the score modifier
+    and mask inlined on the accumulator fragments, online
     softmax with exp2, and run-time tile classification (full tiles run no
     mask code, empty tiles are never loaded). attn.div/rem/fptosi_sat stay
     for attn-expand-scalar; the rest are nvvm/llvm/arith/scf ops that

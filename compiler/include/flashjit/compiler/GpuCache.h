@@ -32,7 +32,8 @@ struct DeviceProperties;
 std::string gpuTargetFor(const runtime::DeviceProperties &device);
 
 /// The disk-cache key of \p spec compiled with \p options (arch, block_n,
-/// warps, CTAs per SM, rows per warp as requested) for this build and environment
+/// warps, CTAs per SM, rows per warp, mma, varlen and block-sparse as
+/// requested) for this build and environment
 /// (CacheKey::make). Throws UserError like validateForGpu.
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options);

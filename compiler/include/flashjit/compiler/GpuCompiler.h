@@ -61,13 +61,14 @@ struct GpuCompileOptions {
   /// minBlocksPerSM and rowsPerWarp still override them.
   GpuMma mma = GpuMma::Default;
   /// Packed variable-length sequences (cu_seqlens arguments,
-  /// GpuAttentionKernel::runVarlen). Above head_dim 64 the default tiles are
-  /// then 8 warps of 16 rows and 64 keys (4 x 32 would spill).
+  /// GpuAttentionKernel::runVarlen). Above head_dim 64 the default mma.sync
+  /// tiles are then 8 warps of 16 rows and 64 keys (4 x 32 would spill).
   bool varlen = false;
   /// Visits only the key tiles of a block mask
   /// (GpuAttentionKernel::runBlockSparse); the PTX also holds the block-mask
   /// builder `<name>_block_mask` (GpuAttentionKernel::buildBlockMask). With
-  /// a mask the default tiles are then 8 warps of 16 rows (4 x 32 spills;
+  /// a mask the default mma.sync tiles are then 8 warps of 16 rows (4 x 32
+  /// spills;
   /// defaultGpuTileConfig(spec, arch, varlen, blockSparse) gives them).
   bool blockSparse = false;
   /// Directory that receives <name>.attn.mlir, .gpu.mlir and .ptx; empty
@@ -93,7 +94,8 @@ struct GpuTileConfig {
 /// The default tile configuration of \p spec on \p arch ("sm_80" or
 /// "sm_90a"; GpuCompileOptions overrides it), chosen from the tile
 /// experiment on an H200 (bench/RESULTS.md) among configurations that
-/// ptxas assembles without spills. block_m = 128 everywhere:
+/// ptxas assembles without spills. mma.sync tiles (sm_80, \p mma MmaSync,
+/// head dims that are not multiples of 64), block_m = 128 everywhere:
 /// - head_dim <= 64: 4 warps of 32 query rows, 64-key tiles (variants that
 ///   read buffers: 8 warps of 16 rows);
 /// - head_dim <= 128: 4 warps of 32 rows, 32-key tiles for no mask or a
