@@ -88,6 +88,13 @@ const char *toString(GpuMma mma) {
   return "?";
 }
 
+/// Whether the kernel evaluates a mask (one that is not the constant true).
+static bool hasMaskCode(const AttentionSpec &spec) {
+  Expr mask = spec.effectiveMask();
+  auto *k = mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
+  return !mask.isNull() && !(k && k->boolValue());
+}
+
 /// Whether wgmma kernels can be built for \p spec on \p arch.
 static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
   return arch == "sm_90a" && spec.headDimQK % 64 == 0 &&
@@ -113,13 +120,9 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
     int d = std::max(spec.headDimQK, spec.headDimV);
     if (d <= 64) {
       c.numWarps = 4;
-      Expr mask = spec.effectiveMask();
-      auto *k =
-          mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
-      bool masked = !mask.isNull() && !(k && k->boolValue());
       const Expr &score = spec.variant.scoreExpr();
-      bool plain =
-          !masked && (score.isNull() || llvm::isa<ScoreExpr>(score.get()));
+      bool plain = !hasMaskCode(spec) &&
+                   (score.isNull() || llvm::isa<ScoreExpr>(score.get()));
       c.blockN = plain ? 128 : 64;
       c.minBlocksPerSM = plain ? 1 : 3;
     } else {
@@ -134,9 +137,7 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
   // keep 8 warps of 16 rows and 64-key tiles. Block-sparse list walking does
   // the same to masked kernels (a two-sided window at head_dim 64 spilled 12
   // bytes on sm_80, top-left causal at 128 16 bytes on sm_90a).
-  Expr mask = spec.effectiveMask();
-  auto *k = mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
-  bool masked = !mask.isNull() && !(k && k->boolValue());
+  bool masked = hasMaskCode(spec);
   if (c.rowsPerWarp == 32 &&
       ((varlen && std::max(spec.headDimQK, spec.headDimV) > 64) ||
        (blockSparse && masked)))
