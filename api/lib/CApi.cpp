@@ -189,7 +189,8 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
     }
     std::optional<runtime::KernelArtifacts> a = bundle.find(request);
     if (!a) {
-      // Bundled with explicit tile options (flashjit bundle --block-n ...):
+      // Bundled with explicit tile options (flashjit bundle --block-n ...,
+      // --mma ...):
       // the one kernel of this spec and target, whatever its tiles.
       std::vector<const runtime::Bundle::Item *> same;
       for (const runtime::Bundle::Item &item : bundle.items())
@@ -198,7 +199,7 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
       if (same.size() > 1)
         throw UserError(fmt::format(
             "flashjit_load: bundle '{}' has {} {} kernels for spec '{}' with "
-            "different tile options; keep one per spec and target",
+            "different tile options or --mma; keep one per spec and target",
             bundle_dir, same.size(), t, canonical));
       if (same.size() == 1) {
         request.blockN = same[0]->blockN;
@@ -206,6 +207,7 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
         request.blockM = same[0]->blockM;
         request.optLevel = same[0]->optLevel;
         request.countTiles = same[0]->countTiles;
+        request.mma = same[0]->mma;
         a = bundle.find(request);
       }
     }

@@ -67,6 +67,29 @@ TEST_CASE("generated kernels match the float64 reference on the matrix",
   }
 }
 
+TEST_CASE("kernels compiled with non-default options match the float64 "
+          "reference",
+          "[gpu][generated]") {
+  // mma.sync where sm_90a defaults to wgmma, unequal head dims, and wgmma
+  // tiles other than the defaults (KernelMatrix.h, optionKernels()).
+  Device &dev = Device::get(0);
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {1, 1}, {17, 65}, {65, 17}, {130, 77}, {0, 9}, {257, 300}};
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int i = 0;
+  for (const testing::OptionKernel &k : testing::optionKernels()) {
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = test::loadAheadOfTime(k.id, k.spec, dev);
+    CHECK(kernel->function().localBytes() == 0);
+    for (auto [sq, sk] : shapes) {
+      test::checkShape(dev, test::runWith(*kernel), k.spec, 1 + i % 2, sq, sk,
+                       i % 2, seed + i);
+      ++i;
+    }
+  }
+}
+
 TEST_CASE("generated kernels loaded from a cubin match the float64 reference",
           "[gpu][generated]") {
   // The cache and bundles hand GpuAttentionKernel a cubin (nvJitLink, made

@@ -4,10 +4,12 @@
 // shared_bytes") for every kernel of tests/support/KernelMatrix.h, so the
 // [gpu] tests run them on a GPU machine that has no MLIR (the ahead-of-time
 // flow a host application uses), and the block-sparse / varlen kernels of
-// sparseKernels(). Usage: gen_matrix_kernels DIR [ARCH]
+// sparseKernels(), and (sm_90a) those of optionKernels(). Usage:
+// gen_matrix_kernels DIR [ARCH]
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
+#include "OptionKernelOptions.h"
 
 #include "flashjit/compiler/GpuCompiler.h"
 
@@ -44,6 +46,18 @@ int main(int argc, char **argv) {
         << img.name << ' ' << img.arch << ' ' << img.threads << ' '
         << img.blockM << ' ' << img.sharedBytes << ' ' << img.blockN << ' '
         << img.varlen << ' ' << img.blockSparse << '\n';
+    ++n;
+  }
+  // Option kernels (sm_90a only: wgmma and the mma choice exist there).
+  for (const auto &k : flashjit::testing::optionKernels()) {
+    if (o.arch != "sm_90a")
+      break;
+    flashjit::GpuKernelImage img =
+        flashjit::compileGpu(k.spec, flashjit::testing::options(k));
+    std::ofstream(dir + "/" + k.id + ".ptx") << img.ptx;
+    std::ofstream(dir + "/" + k.id + ".info")
+        << img.name << ' ' << img.arch << ' ' << img.threads << ' '
+        << img.blockM << ' ' << img.sharedBytes << '\n';
     ++n;
   }
   std::printf("%d kernels written to %s\n", n, dir.c_str());

@@ -128,6 +128,45 @@ inline std::vector<SparseKernel> sparseKernels() {
   };
 }
 
+/// A kernel compiled with non-default GPU options (sm_90a): mma.sync where
+/// the default is wgmma, unequal head dims, and wgmma tiles other than the
+/// default ones (GpuCompileOptions fields; 0 and "default" keep defaults).
+struct OptionKernel {
+  std::string id;
+  AttentionSpec spec;
+  std::string mma = "default";
+  int blockN = 0;
+  int numWarps = 0;
+};
+
+/// The option kernels: generated ahead of time with the matrix and run by
+/// the [gpu] tests on the same odd shapes.
+inline std::vector<OptionKernel> optionKernels() {
+  auto unequal = [](const std::string &v, int dqk, int dv, DType t) {
+    AttentionSpec s = matrixSpec(v, dqk, t, 4, 2);
+    s.headDimV = dv;
+    return s;
+  };
+  return {
+      {"opt_sync_causal_tl_d128_bf16_g2",
+       matrixSpec("causal_tl", 128, DType::BF16, 4, 2), "mma.sync"},
+      {"opt_sync_softcap_d64_fp16_g1",
+       matrixSpec("softcap", 64, DType::F16, 2, 2), "mma.sync"},
+      {"opt_sync_doc_id_d256_bf16_g1",
+       matrixSpec("doc_id", 256, DType::BF16, 2, 2), "mma.sync"},
+      {"opt_wg_causal_tl_d128v64_bf16_g2",
+       unequal("causal_tl", 128, 64, DType::BF16)},
+      {"opt_wg_softcap_d64v128_fp16_g2",
+       unequal("softcap", 64, 128, DType::F16)},
+      {"opt_wg_window_lr_d128_bf16_n48_w4",
+       matrixSpec("window_lr", 128, DType::BF16, 2, 1), "wgmma", 48, 4},
+      {"opt_wg_none_d256_fp16_n16", matrixSpec("none", 256, DType::F16, 2, 2),
+       "wgmma", 16},
+      {"opt_wg_alibi_d192_bf16_n112",
+       matrixSpec("alibi", 192, DType::BF16, 2, 2), "wgmma", 112, 8},
+  };
+}
+
 } // namespace flashjit::testing
 
 #endif // FLASHJIT_TESTS_SUPPORT_KERNELMATRIX_H

@@ -365,7 +365,8 @@ int runCompile() {
     llvm::errs() << fmt::format("flashjit: warning: the kernel spills {} "
                                 "bytes of registers to local memory (see "
                                 "`inspect --stage resources`); smaller tiles "
-                                "(--rows-per-warp 16, --block-n) avoid it\n",
+                                "(--block-n, --rows-per-warp 16) or --mma "
+                                "mma.sync may avoid it\n",
                                 a.spillBytes);
   if (!outDir.empty()) {
     makeDir(outDir, "--out");

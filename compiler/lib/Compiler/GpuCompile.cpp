@@ -128,6 +128,15 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
     } else {
       c.numWarps = 8;
       c.blockN = d <= 128 ? 128 : 64;
+      // Buffer reads with a score modifier, varlen offsets or block lists
+      // leave too few registers beside S and O (a varlen document mask
+      // with soft-capping spilled 188 bytes at head_dim 128, a document
+      // mask with causal 24 bytes block-sparse at 256): half the keys.
+      const Expr &score = spec.variant.scoreExpr();
+      bool scoreMod = !score.isNull() && !llvm::isa<ScoreExpr>(score.get());
+      if (!spec.variant.buffers().empty() &&
+          (scoreMod || varlen || blockSparse))
+        c.blockN /= 2;
     }
     return c;
   }
@@ -240,7 +249,9 @@ void validateForGpu(const AttentionSpec &spec,
   if (tc.wgmma) {
     if (options.arch != "sm_90a")
       throw UserError(
-          fmt::format("mma = wgmma needs arch sm_90a, not '{}'", options.arch));
+          fmt::format("mma = wgmma needs arch sm_90a, not '{}' (flashjit: "
+                      "--target sm_90a)",
+                      options.arch));
     for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
                             std::pair{"head_dim_v", spec.headDimV}})
       if (d % 64 != 0)

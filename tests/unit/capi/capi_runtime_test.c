@@ -71,6 +71,14 @@ int main(int argc, char **argv) {
   CHECK(kernel && strstr(flashjit_kernel_ptx(kernel), ".target sm_80"));
   flashjit_kernel_destroy(kernel);
 
+  /* A spec bundled only with --mma mma.sync loads as that kernel. */
+  kernel = NULL;
+  CHECK(flashjit_load(dir, "attention(name=sync64, head_dim=64, dtype=fp16)",
+                      "sm_90a", &kernel) == FLASHJIT_OK);
+  CHECK(kernel && strstr(flashjit_kernel_ptx(kernel), "mma.sync") &&
+        !strstr(flashjit_kernel_ptx(kernel), "wgmma"));
+  flashjit_kernel_destroy(kernel);
+
   /* The bundled CPU kernel (a kernel.so): loaded and run without the
    * compiler, checked against naive attention on fresh random inputs. */
   {

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
+#include "OptionKernelOptions.h"
 
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Printer.h"
@@ -111,6 +112,25 @@ TEST_CASE("every block-sparse and varlen kernel assembles with no spills",
             k.blockSparse);
       CHECK_FALSE(runtime::ptxDefinesEntry(img.ptx, img.name + "_block"));
     }
+}
+
+TEST_CASE("every option kernel assembles with no spills", "[gpu-codegen]") {
+  for (const testing::OptionKernel &k : testing::optionKernels()) {
+    INFO(k.id << ": " << printSpec(k.spec));
+    GpuCompileOptions o = testing::options(k);
+    GpuKernelImage img = compileGpu(k.spec, o);
+    CHECK(img.wgmma == (k.mma != "mma.sync"));
+    if (k.blockN)
+      CHECK(img.blockN == k.blockN);
+    if (k.numWarps)
+      CHECK(img.threads == 32 * k.numWarps);
+    runtime::PtxasReport r = runtime::runPtxas(img.ptx, o.arch);
+    const runtime::PtxasFunctionReport *f = r.find(img.name);
+    REQUIRE(f);
+    INFO(r.log);
+    CHECK(f->clean());
+    CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit(o.arch));
+  }
 }
 
 TEST_CASE("varlen and masked block-sparse defaults keep 8 warps of 16 rows",

@@ -111,9 +111,10 @@ struct GpuTileConfig {
 /// On sm_90a, when head_dim_qk and head_dim_v are multiples of 64, \p mma
 /// Default or Wgmma gives wgmma tiles instead: above head_dim 64, 8 warps
 /// (two warpgroups, 128 query rows) with 128-key tiles up to head_dim 128
-/// and 64-key tiles above; at head_dim 64, 4 warps (one warpgroup, 64 query
-/// rows) with 128-key tiles when there is neither a mask nor a score
-/// modifier, else 64-key tiles and 3 CTAs per SM.
+/// and 64-key tiles above (half that for variants that read buffers and
+/// have a score modifier, or are varlen or block-sparse); at head_dim 64, 4
+/// warps (one warpgroup, 64 query rows) with 128-key tiles when there is
+/// neither a mask nor a score modifier, else 64-key tiles and 3 CTAs per SM.
 /// \p mma MmaSync gives the mma.sync tiles above; Wgmma where it cannot
 /// apply (sm_80, other head dims) is a UserError in validateForGpu.
 GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,

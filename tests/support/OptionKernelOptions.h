@@ -1,0 +1,31 @@
+//===- OptionKernelOptions.h - GpuCompileOptions of an OptionKernel -------===//
+//
+// The compile options of KernelMatrix.h's option kernels, for the code that
+// compiles them (gen_matrix_kernels, the code-generation test); the [gpu]
+// tests need only KernelMatrix.h.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_TESTS_SUPPORT_OPTIONKERNELOPTIONS_H
+#define FLASHJIT_TESTS_SUPPORT_OPTIONKERNELOPTIONS_H
+
+#include "KernelMatrix.h"
+
+#include "flashjit/compiler/GpuCompiler.h"
+
+namespace flashjit::testing {
+
+/// sm_90a options of \p k.
+inline GpuCompileOptions options(const OptionKernel &k) {
+  GpuCompileOptions o;
+  o.arch = "sm_90a";
+  o.mma = k.mma == "mma.sync" ? GpuMma::MmaSync
+          : k.mma == "wgmma"  ? GpuMma::Wgmma
+                              : GpuMma::Default;
+  o.blockN = k.blockN;
+  o.numWarps = k.numWarps;
+  return o;
+}
+
+} // namespace flashjit::testing
+
+#endif // FLASHJIT_TESTS_SUPPORT_OPTIONKERNELOPTIONS_H
