@@ -142,6 +142,13 @@ struct OptionKernel {
 /// The option kernels: generated ahead of time with the matrix and run by
 /// the [gpu] tests on the same odd shapes.
 inline std::vector<OptionKernel> optionKernels() {
+  auto custom = [](const std::string &name, int d, DType t, auto build) {
+    AttentionSpec s = matrixSpec("none", d, t, 4, 2);
+    Variant v(name);
+    build(v);
+    s.variant = v;
+    return s;
+  };
   auto unequal = [](const std::string &v, int dqk, int dv, DType t) {
     AttentionSpec s = matrixSpec(v, dqk, t, 4, 2);
     s.headDimV = dv;
@@ -164,6 +171,28 @@ inline std::vector<OptionKernel> optionKernels() {
        "wgmma", 16},
       {"opt_wg_alibi_d192_bf16_n112",
        matrixSpec("alibi", 192, DType::BF16, 2, 2), "wgmma", 112, 8},
+      // Buffer reads on the right of && / || and in select (scf.if regions
+      // in the attn IR).
+      {"opt_wg_causal_and_doc_d64_bf16_g2",
+       custom("causal_and_doc", 64, DType::BF16,
+              [](Variant &v) {
+                auto doc = buffer<int32_t>("doc_id");
+                v.mask(kv_idx <= q_idx && doc[q_idx] == doc[kv_idx]);
+              })},
+      {"opt_sync_causal_or_doc_d96_fp16_g2",
+       custom("causal_or_doc", 96, DType::F16,
+              [](Variant &v) {
+                auto doc = buffer<int32_t>("doc_id");
+                v.mask(kv_idx <= q_idx || doc[q_idx] == doc[kv_idx]);
+              }),
+       "mma.sync"},
+      {"opt_wg_select_bias_d128_bf16_g2",
+       custom("select_bias", 128, DType::BF16,
+              [](Variant &v) {
+                auto table = buffer<float>("table");
+                v.scoreMod(
+                    select(q_idx > kv_idx, score + table[q_idx % 16], score));
+              })},
   };
 }
 

@@ -136,7 +136,7 @@ public:
       for (Operation &o : body.without_terminator()) {
         if (dep_.lookup(&o) != mine)
           continue;
-        reads |= isa<attn::BufferLoadOp>(o);
+        reads |= readsBuffers(o);
         for (Value r : o.getResults())
           if (llvm::any_of(r.getUsers(), [&](Operation *u) {
                 return isa<attn::YieldOp>(u) || dep_.lookup(u) == kBoth;
@@ -144,7 +144,7 @@ public:
             outs.push_back(r);
       }
       for (Operation &o : body.without_terminator())
-        reads |= dep_.lookup(&o) == 0 && isa<attn::BufferLoadOp>(o);
+        reads |= dep_.lookup(&o) == 0 && readsBuffers(o);
       auto &cache = side == 0 ? rowFactors_ : colFactors_;
       for (Value x : side == 0 ? qIdx : kvIdx) {
         IndexValues idx = base;
@@ -198,7 +198,7 @@ public:
     if (rowFactors_.empty())
       return maskReadsBuffers();
     for (Operation &o : op_.getMask().front().without_terminator())
-      if (isa<attn::BufferLoadOp>(o)) {
+      if (readsBuffers(o)) {
         unsigned d = dep_.lookup(&o);
         if (d == kBoth || d == 0)
           return true;
@@ -243,6 +243,11 @@ private:
     return r.walk([](attn::BufferLoadOp) { return WalkResult::interrupt(); })
         .wasInterrupted();
   }
+  /// Whether \p o is or contains an attn.buffer_load.
+  static bool readsBuffers(Operation &o) {
+    return o.walk([](attn::BufferLoadOp) { return WalkResult::interrupt(); })
+        .wasInterrupted();
+  }
 
   /// Maps the six index arguments of \p body (from \p first) to \p idx,
   /// except argument \p skip (relative; 6: none), whose value is absent.
@@ -265,8 +270,12 @@ private:
     valueDep[body.getArgument(3)] = kKV;
     for (Operation &o : body.without_terminator()) {
       unsigned d = 0;
-      for (Value x : o.getOperands())
-        d |= valueDep.lookup(x);
+      // Operands of nested ops too: a short-circuit && / || / select keeps
+      // its right side in scf.if regions that read q_idx / kv_idx directly.
+      o.walk([&](Operation *n) {
+        for (Value x : n->getOperands())
+          d |= valueDep.lookup(x);
+      });
       dep_[&o] = d;
       for (Value r : o.getResults())
         valueDep[r] = d;
@@ -331,6 +340,32 @@ private:
     return ifOp.getResult(0);
   }
 
+  /// The attn ops inside the regions of \p cloned (an scf.if of a
+  /// short-circuit && / || / select) rewritten as cloneBody rewrites
+  /// top-level ones; the clone already maps their operands.
+  void lowerNested(Operation *cloned) {
+    SmallVector<Operation *> inner;
+    cloned->walk([&](Operation *n) {
+      if (n != cloned &&
+          isa<attn::ParamOp, attn::BufferLoadOp, arith::DivFOp>(n))
+        inner.push_back(n);
+    });
+    for (Operation *n : inner) {
+      if (auto p = dyn_cast<attn::ParamOp>(n)) {
+        p.getResult().replaceAllUsesWith(paramValue(p.getName()));
+        p.erase();
+      } else if (auto l = dyn_cast<attn::BufferLoadOp>(n)) {
+        OpBuilder at(l);
+        ImplicitLocOpBuilder nb(l.getLoc(), at);
+        Value v = bufferLoad(nb, l.getName(), l.getIndex(), l.getType());
+        l.getResult().replaceAllUsesWith(v);
+        l.erase();
+      } else {
+        cast<arith::DivFOp>(n).setFastmath(arith::FastMathFlags::arcp);
+      }
+    }
+  }
+
   Value cloneBody(OpBuilder &ob, Location loc, Block &body, IRMapping &map,
                   llvm::function_ref<bool(Operation &)> only = nullptr) {
     ImplicitLocOpBuilder b(loc, ob);
@@ -352,7 +387,9 @@ private:
         cast<arith::DivFOp>(b.clone(o, map))
             .setFastmath(arith::FastMathFlags::arcp);
       } else {
-        b.clone(o, map);
+        Operation *c = b.clone(o, map);
+        if (c->getNumRegions())
+          lowerNested(c);
       }
     }
     ob.setInsertionPoint(b.getInsertionBlock(), b.getInsertionPoint());
