@@ -189,6 +189,18 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
   CHECK_FALSE(defaultGpuTileConfig(d128, "sm_80").wgmma);
   AttentionSpec d96 = testing::matrixSpec("none", 96, DType::BF16, 1, 1);
   CHECK_FALSE(defaultGpuTileConfig(d96, "sm_90a").wgmma);
+  // Buffer reads with a mask and a score modifier, or varlen / block lists:
+  // half the keys (they spilled); ALiBi (no mask) and a plain document mask
+  // keep 128.
+  AttentionSpec doc = testing::matrixSpec("doc_id", 128, DType::BF16, 2, 2);
+  CHECK(defaultGpuTileConfig(doc, "sm_90a").blockN == 128);
+  CHECK(defaultGpuTileConfig(doc, "sm_90a", true, false).blockN == 64);
+  CHECK(defaultGpuTileConfig(doc, "sm_90a", false, true).blockN == 64);
+  AttentionSpec docSoftcap = doc;
+  docSoftcap.variant.scoreMod(softcap(20.0f));
+  CHECK(defaultGpuTileConfig(docSoftcap, "sm_90a").blockN == 64);
+  AttentionSpec alibi = testing::matrixSpec("alibi", 128, DType::BF16, 2, 2);
+  CHECK(defaultGpuTileConfig(alibi, "sm_90a").blockN == 128);
   // Asking for two m16 tiles per warp picks mma.sync.
   GpuCompileOptions o;
   o.rowsPerWarp = 32;

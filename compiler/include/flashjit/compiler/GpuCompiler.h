@@ -112,7 +112,8 @@ struct GpuTileConfig {
 /// Default or Wgmma gives wgmma tiles instead: above head_dim 64, 8 warps
 /// (two warpgroups, 128 query rows) with 128-key tiles up to head_dim 128
 /// and 64-key tiles above (half that for variants that read buffers and
-/// have a score modifier, or are varlen or block-sparse); at head_dim 64, 4
+/// have a mask and a score modifier, or are varlen or block-sparse); at
+/// head_dim 64, 4
 /// warps (one warpgroup, 64 query rows) with 128-key tiles when there is
 /// neither a mask nor a score modifier, else 64-key tiles and 3 CTAs per SM.
 /// \p mma MmaSync gives the mma.sync tiles above; Wgmma where it cannot
