@@ -913,7 +913,7 @@ void KernelBuilder::buildBody(gpu::GPUFuncOp fn) {
     // S = Q K^T (per warp RW x BN; s[(mt * nS + jn) * 4 + i]). Each K
     // fragment feeds the MT m16 tiles.
     SmallVector<Value> s(c.wgmma ? 0 : MT * nS * 4, zero);
-    Value stageDesc = c.wgmma ? ci64(0) : Value();
+    Value stageDesc; // the stage's offset in descriptor units (wgmma)
     if (c.wgmma) {
       stageDesc = arith::ShRUIOp::create(b, stageOff, ci64(4));
       SmallVector<Value> aD, bD;
