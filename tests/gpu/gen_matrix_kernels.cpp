@@ -17,6 +17,21 @@
 #include <fstream>
 #include <string>
 
+namespace {
+/// Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch threads block_m
+/// shared_bytes", then "block_n varlen block_sparse" when \p sparse).
+void write(const std::string &dir, const std::string &id,
+           const flashjit::GpuKernelImage &img, bool sparse = false) {
+  std::ofstream(dir + "/" + id + ".ptx") << img.ptx;
+  std::ofstream info(dir + "/" + id + ".info");
+  info << img.name << ' ' << img.arch << ' ' << img.threads << ' ' << img.blockM
+       << ' ' << img.sharedBytes;
+  if (sparse)
+    info << ' ' << img.blockN << ' ' << img.varlen << ' ' << img.blockSparse;
+  info << '\n';
+}
+} // namespace
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s DIR [sm_80|sm_90a]\n", argv[0]);
@@ -27,11 +42,7 @@ int main(int argc, char **argv) {
   o.arch = argc > 2 ? argv[2] : "sm_90a";
   int n = 0;
   for (const auto &k : flashjit::testing::kernelMatrix()) {
-    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, o);
-    std::ofstream(dir + "/" + k.id + ".ptx") << img.ptx;
-    std::ofstream(dir + "/" + k.id + ".info")
-        << img.name << ' ' << img.arch << ' ' << img.threads << ' '
-        << img.blockM << ' ' << img.sharedBytes << '\n';
+    write(dir, k.id, flashjit::compileGpu(k.spec, o));
     ++n;
   }
   // Block-sparse / varlen kernels: the .info line also has block_n, varlen
@@ -40,24 +51,15 @@ int main(int argc, char **argv) {
     flashjit::GpuCompileOptions so = o;
     so.varlen = k.varlen;
     so.blockSparse = k.blockSparse;
-    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, so);
-    std::ofstream(dir + "/" + k.id + ".ptx") << img.ptx;
-    std::ofstream(dir + "/" + k.id + ".info")
-        << img.name << ' ' << img.arch << ' ' << img.threads << ' '
-        << img.blockM << ' ' << img.sharedBytes << ' ' << img.blockN << ' '
-        << img.varlen << ' ' << img.blockSparse << '\n';
+    write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
     ++n;
   }
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).
   for (const auto &k : flashjit::testing::optionKernels()) {
     if (o.arch != "sm_90a")
       break;
-    flashjit::GpuKernelImage img =
-        flashjit::compileGpu(k.spec, flashjit::testing::options(k));
-    std::ofstream(dir + "/" + k.id + ".ptx") << img.ptx;
-    std::ofstream(dir + "/" + k.id + ".info")
-        << img.name << ' ' << img.arch << ' ' << img.threads << ' '
-        << img.blockM << ' ' << img.sharedBytes << '\n';
+    write(dir, k.id,
+          flashjit::compileGpu(k.spec, flashjit::testing::options(k)));
     ++n;
   }
   std::printf("%d kernels written to %s\n", n, dir.c_str());

@@ -95,6 +95,12 @@ static bool hasMaskCode(const AttentionSpec &spec) {
   return !mask.isNull() && !(k && k->boolValue());
 }
 
+/// Whether the score modifier is not the identity.
+static bool hasScoreModCode(const AttentionSpec &spec) {
+  const Expr &score = spec.variant.scoreExpr();
+  return !score.isNull() && !llvm::isa<ScoreExpr>(score.get());
+}
+
 /// Whether wgmma kernels can be built for \p spec on \p arch.
 static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
   return arch == "sm_90a" && spec.headDimQK % 64 == 0 &&
@@ -120,9 +126,7 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
     int d = std::max(spec.headDimQK, spec.headDimV);
     if (d <= 64) {
       c.numWarps = 4;
-      const Expr &score = spec.variant.scoreExpr();
-      bool plain = !hasMaskCode(spec) &&
-                   (score.isNull() || llvm::isa<ScoreExpr>(score.get()));
+      bool plain = !hasMaskCode(spec) && !hasScoreModCode(spec);
       c.blockN = plain ? 128 : 64;
       c.minBlocksPerSM = plain ? 1 : 3;
     } else {
@@ -134,10 +138,9 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
       // head_dim 128, a document mask with causal 24 bytes block-sparse at
       // 256): half the keys. ALiBi (buffer, no mask) keeps its tiles: half
       // of them cost it 4% at 128 and 17% at 256 on the H200.
-      const Expr &score = spec.variant.scoreExpr();
-      bool scoreMod = !score.isNull() && !llvm::isa<ScoreExpr>(score.get());
       if (!spec.variant.buffers().empty() &&
-          ((scoreMod && hasMaskCode(spec)) || varlen || blockSparse))
+          ((hasScoreModCode(spec) && hasMaskCode(spec)) || varlen ||
+           blockSparse))
         c.blockN /= 2;
     }
     return c;

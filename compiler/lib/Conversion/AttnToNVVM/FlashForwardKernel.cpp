@@ -273,12 +273,9 @@ private:
               "wgmma.wait_group.sync.aligned 0;\n}";
     cons.pop_back();
     SmallVector<Type> fields(nAccum, f32);
-    auto st = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
-    auto op = LLVM::InlineAsmOp::create(
-        b, st, operands, asmStr, cons, /*has_side_effects=*/true,
-        /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
-        LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
-        ArrayAttr());
+    auto op =
+        inlineAsm(LLVM::LLVMStructType::getLiteral(b.getContext(), fields),
+                  operands, asmStr, cons);
     SmallVector<Value> out;
     for (int i = 0; i < nAccum; ++i)
       out.push_back(LLVM::ExtractValueOp::create(b, op.getResult(0), i));
@@ -288,9 +285,15 @@ private:
   /// fence.proxy.async.shared::cta: this thread's shared-memory writes
   /// (cp.async) become visible to the async proxy (wgmma's operand reads).
   void fenceProxyAsync() {
-    LLVM::InlineAsmOp::create(
-        b, TypeRange{}, ValueRange{}, "fence.proxy.async.shared::cta;", "",
-        /*has_side_effects=*/true, /*is_align_stack=*/false,
+    inlineAsm(Type(), {}, "fence.proxy.async.shared::cta;", "");
+  }
+
+  /// A side-effecting inline-PTX op (AT&T dialect; \p result null: none).
+  LLVM::InlineAsmOp inlineAsm(Type result, ValueRange operands, StringRef text,
+                              StringRef constraints) {
+    return LLVM::InlineAsmOp::create(
+        b, result ? TypeRange{result} : TypeRange{}, operands, text,
+        constraints, /*has_side_effects=*/true, /*is_align_stack=*/false,
         LLVM::tailcallkind::TailCallKind::None,
         LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
         ArrayAttr());
