@@ -16,6 +16,7 @@
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Ptxas.h"
 
 #include <algorithm>
@@ -48,15 +49,13 @@ static AttentionSpec benchSpec(const std::string &name, int d) {
 }
 
 // The issue-7 kernels (--sparse): bench/run_block_sparse.py launches them
-// with the argument lists of FlashForwardKernel.h (buildFlashForwardKernel,
-// buildBlockMaskKernel) and reads everything it needs from block_sparse.json.
+// with the argument lists of runtime/KernelAbi.h (abi::gpu: forward and
+// block-mask builder) and reads everything it needs from block_sparse.json.
 namespace {
 
-/// Threads per CTA of the block-mask builder: nvvm::kBlockMaskThreads
-/// (FlashForwardKernel.h, an MLIR header this target does not include). The
-/// PTX's .reqntid/.maxntid of the builder, when present, is checked against
-/// it.
-constexpr int kBuilderThreads = 256;
+/// Threads per CTA of the block-mask builder (KernelAbi.h). The PTX's
+/// .reqntid/.maxntid of the builder, when present, is checked against it.
+constexpr int kBuilderThreads = flashjit::abi::gpu::kBlockMaskThreads;
 
 /// The first number of the .reqntid or .maxntid directive of `.entry
 /// <name>` in \p ptx, 0 if there is none; -1 if the entry does not exist.

@@ -5,6 +5,7 @@
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Driver.h"
+#include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Launch.h"
 #include "flashjit/runtime/Ptxas.h"
 
@@ -438,7 +439,7 @@ DeviceBlockMask GpuAttentionKernel::build(int64_t batch, int64_t seqlenQ,
   LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(m.numQTiles),
               static_cast<unsigned>(m.heads), static_cast<unsigned>(m.batch)};
-  cfg.block = {static_cast<unsigned>(kBlockMaskThreads), 1, 1};
+  cfg.block = {static_cast<unsigned>(abi::gpu::kBlockMaskThreads), 1, 1};
   cfg.dynamicSharedBytes = static_cast<unsigned>(smem);
   cfg.stream = stream;
   launch(builder_, cfg, a);

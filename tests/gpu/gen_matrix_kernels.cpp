@@ -5,7 +5,9 @@
 // [gpu] tests run them on a GPU machine that has no MLIR (the ahead-of-time
 // flow a host application uses), and the block-sparse / varlen kernels of
 // sparseKernels(), and (sm_90a) those of optionKernels(). Usage:
-// gen_matrix_kernels DIR [ARCH]
+// gen_matrix_kernels DIR [ARCH [MMA]]; MMA (default, mma.sync or wgmma)
+// applies to the matrix and sparse kernels (scripts/ptx-matrix.sh uses it
+// to compare the PTX of every instruction kind before and after a change).
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -33,13 +35,26 @@ void write(const std::string &dir, const std::string &id,
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR [sm_80|sm_90a]\n", argv[0]);
+  if (argc < 2 || argc > 4) {
+    std::fprintf(stderr,
+                 "usage: %s DIR [sm_80|sm_90a [default|mma.sync|wgmma]]\n",
+                 argv[0]);
     return 1;
   }
   std::string dir = argv[1];
   flashjit::GpuCompileOptions o;
   o.arch = argc > 2 ? argv[2] : "sm_90a";
+  if (argc > 3) {
+    std::string mma = argv[3];
+    if (mma == "mma.sync")
+      o.mma = flashjit::GpuMma::MmaSync;
+    else if (mma == "wgmma")
+      o.mma = flashjit::GpuMma::Wgmma;
+    else if (mma != "default") {
+      std::fprintf(stderr, "unknown MMA '%s'\n", mma.c_str());
+      return 1;
+    }
+  }
   int n = 0;
   for (const auto &k : flashjit::testing::kernelMatrix()) {
     write(dir, k.id, flashjit::compileGpu(k.spec, o));
@@ -56,7 +71,7 @@ int main(int argc, char **argv) {
   }
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).
   for (const auto &k : flashjit::testing::optionKernels()) {
-    if (o.arch != "sm_90a")
+    if (o.arch != "sm_90a" || o.mma != flashjit::GpuMma::Default)
       break;
     write(dir, k.id,
           flashjit::compileGpu(k.spec, flashjit::testing::options(k)));

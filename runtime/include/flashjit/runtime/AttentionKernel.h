@@ -32,8 +32,8 @@ class Device;
 class KernelArgs;
 struct KernelArtifacts;
 
-/// Launch facts of a generated kernel (see the compiler's
-/// FlashForwardKernel.h for its argument list).
+/// Launch facts of a generated kernel (its arguments: abi::gpu in
+/// KernelAbi.h).
 struct GpuKernelInfo {
   /// The kernel's symbol.
   std::string name;
@@ -56,10 +56,6 @@ struct GpuKernelInfo {
 
 /// The launch facts of a GPU kernel read from a cache entry or bundle.
 GpuKernelInfo gpuKernelInfo(const KernelArtifacts &artifacts);
-
-/// Threads per CTA of a block-sparse kernel's builder `<name>_block_mask`
-/// (the compiler's FlashForwardKernel.h states its arguments).
-inline constexpr int kBlockMaskThreads = 256;
 
 /// A BlockMask (frontend/BlockMask.h) whose four lists live in device
 /// memory, as int32 arrays of the same shapes: kv_num_blocks and

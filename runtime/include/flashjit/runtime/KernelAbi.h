@@ -1,9 +1,11 @@
-//===- KernelAbi.h - Argument order of generated CPU kernels -----*- C++
-//-*-===//
+//===- KernelAbi.h - Argument order of generated kernels --------*- C++ -*-===//
 //
-// The compiler's attn-tile pass builds, and the runtime's CpuAttentionKernel
-// calls, kernels with plain pointers and scalars (no memref descriptors), in
-// this order:
+// The argument lists of every generated kernel, defined once for the
+// compiler that builds them and the runtime that calls them. No MLIR here.
+//
+// CPU. The compiler's attn-tile pass builds, and the runtime's
+// CpuAttentionKernel calls, kernels with plain pointers and scalars (no
+// memref descriptors), in this order:
 //
 //   q, k, v, o, lse, status, counters                   pointers
 //   for each buffer, sorted by name: data, size         pointer, i64
@@ -50,7 +52,7 @@
 //   row_begin, row_end                                  i64
 //
 // and fills rows [row_begin, row_end) of a BlockMask of extents
-// [mask_batch, mask_heads, num_q_tiles(, num_kv_tiles)]. No MLIR here.
+// [mask_batch, mask_heads, num_q_tiles(, num_kv_tiles)].
 //
 // The host calls a kernel through a packed entry point `void entry(void
 // **args)`, args[i] pointing at argument i: ORC's `_mlir_<symbol>` wrapper
@@ -63,6 +65,7 @@
 #include "flashjit/frontend/Arguments.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace flashjit::abi {
 
@@ -116,6 +119,94 @@ inline Slot scalarSlot(const Scalar &v) {
     s.i64 = v.intValue;
   return s;
 }
+
+/// GPU kernels (PTX entries built by the convert-attn-to-nvvm pass and
+/// launched by runtime::GpuAttentionKernel). The argument list of a kernel
+/// is its fixed arguments (forwardArgTypes / blockMaskArgTypes), then the
+/// variant's: each parameter sorted by name (its scalar type), then each
+/// buffer sorted by name as (pointer, i64 element count).
+namespace gpu {
+
+/// The type of one GPU kernel argument: a global pointer, i64, i32 or f32.
+enum class ArgType { Ptr, I64, I32, F32 };
+
+/// Positions of the forward kernel's fixed arguments. Strides are in
+/// elements, three per tensor: (batch, head, seq); the head_dim stride is 1.
+/// Grid: (ceil(seqlen_q / block_m), heads_q, batch), block: 32 * num_warps
+/// threads.
+enum ForwardArg : int {
+  kQ = 0,           ///< Q [batch, heads_q, seqlen_q, head_dim_qk]
+  kK = 1,           ///< K [batch, heads_kv, seqlen_k, head_dim_qk]
+  kV = 2,           ///< V [batch, heads_kv, seqlen_k, head_dim_v]
+  kO = 3,           ///< O [batch, heads_q, seqlen_q, head_dim_v]
+  kLse = 4,         ///< LSE [batch, heads_q, seqlen_q] f32 (may be null)
+  kStatus = 5,      ///< i32 per buffer, set to 1 by an out-of-range read
+  kQStrides = 6,    ///< 3 x i64
+  kKStrides = 9,    ///< 3 x i64
+  kVStrides = 12,   ///< 3 x i64
+  kOStrides = 15,   ///< 3 x i64
+  kLseStrides = 18, ///< 3 x i64
+  kSeqlenQ = 21,    ///< i32 (varlen: the largest sequence)
+  kSeqlenK = 22,    ///< i32 (varlen: the largest sequence)
+  kHeadGroup = 23,  ///< i32: heads_q / heads_kv (GQA)
+  kScale = 24,      ///< f32: the softmax scale
+  kScaleLog2 = 25,  ///< f32: scale * log2(e)
+  /// varlen only, from here: cu_seqlens_q, cu_seqlens_k (pointers to i32,
+  /// batch + 1 entries each).
+  kForwardFixedArgs = 26,
+};
+
+/// Block-sparse forward kernels, after the varlen arguments (if any):
+/// kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices (pointers
+/// to the BlockMask's i32 lists, frontend/BlockMask.h), then
+/// row_batch_stride, row_head_stride, num_kv_tiles (i32): the row of (b, h,
+/// q tile m) is b * row_batch_stride + h * row_head_stride + m.
+inline constexpr int kBlockSparseListArgs = 4;
+inline constexpr int kBlockSparseScalarArgs = 3;
+
+/// The forward kernel's fixed argument types, in order.
+inline std::vector<ArgType> forwardArgTypes(bool varlen, bool blockSparse) {
+  std::vector<ArgType> t(kQStrides, ArgType::Ptr);
+  t.insert(t.end(), kSeqlenQ - kQStrides, ArgType::I64);
+  t.insert(t.end(), kScale - kSeqlenQ, ArgType::I32);
+  t.insert(t.end(), kForwardFixedArgs - kScale, ArgType::F32);
+  if (varlen)
+    t.insert(t.end(), kVarlenArgs, ArgType::Ptr);
+  if (blockSparse) {
+    t.insert(t.end(), kBlockSparseListArgs, ArgType::Ptr);
+    t.insert(t.end(), kBlockSparseScalarArgs, ArgType::I32);
+  }
+  return t;
+}
+
+/// Positions of the block-mask builder's fixed arguments (kernel
+/// `<forward kernel>_block_mask`). Grid: (num_q_tiles, mask heads, mask
+/// batch), block: kBlockMaskThreads threads, dynamic shared memory:
+/// num_kv_tiles bytes rounded up to a multiple of 16.
+enum BlockMaskArg : int {
+  kMaskStatus = 0,     ///< as the forward kernel's status
+  kMaskLists = 1,      ///< 4 output lists (pointers to i32), as above
+  kMaskSeqlenQ = 5,    ///< i32 (varlen: the largest sequence)
+  kMaskSeqlenK = 6,    ///< i32
+  kMaskNumQTiles = 7,  ///< i32
+  kMaskNumKvTiles = 8, ///< i32: the row pitch of the index lists
+  /// varlen only, from here: cu_seqlens_q, cu_seqlens_k.
+  kBlockMaskFixedArgs = 9,
+};
+
+/// The block-mask builder's fixed argument types, in order.
+inline std::vector<ArgType> blockMaskArgTypes(bool varlen) {
+  std::vector<ArgType> t(kMaskSeqlenQ, ArgType::Ptr);
+  t.insert(t.end(), kBlockMaskFixedArgs - kMaskSeqlenQ, ArgType::I32);
+  if (varlen)
+    t.insert(t.end(), kVarlenArgs, ArgType::Ptr);
+  return t;
+}
+
+/// Threads per CTA of the block-mask builder.
+inline constexpr int kBlockMaskThreads = 256;
+
+} // namespace gpu
 
 } // namespace flashjit::abi
 

@@ -1,0 +1,82 @@
+//===- FragmentEmitter.h - The variant's code inside a kernel ---*- C++ -*-===//
+//
+// The interface through which every GPU kernel (forward, block-mask
+// builder; backward and decode next) evaluates an attention variant: the
+// mask and the score modifier at one element, the mask factored over a
+// fragment's rows and columns, and the interval classification of a tile.
+// The AttnToNVVM pass implements it once over the attn.attention regions
+// (RegionEmitter), so no two kernels evaluate a variant differently.
+// Internal to the compiler (includes MLIR).
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_CONVERSION_ATTNTONVVM_FRAGMENTEMITTER_H
+#define FLASHJIT_CONVERSION_ATTNTONVVM_FRAGMENTEMITTER_H
+
+#include "mlir/IR/Builders.h"
+
+#include <utility>
+
+namespace flashjit::nvvm {
+
+/// Index values of one element or one tile bound, all i32.
+struct IndexValues {
+  mlir::Value batch, head, qIdx, kvIdx, seqlenQ, seqlenK;
+};
+
+/// Emits the variant's code inside the kernel.
+class FragmentEmitter {
+public:
+  virtual ~FragmentEmitter() = default;
+  /// True if the score modifier is not the identity.
+  virtual bool hasScoreMod() const = 0;
+  /// True if the mask is not the constant true.
+  virtual bool hasMask() const = 0;
+  /// True if the mask / the score modifier reads buffers: the kernel then
+  /// evaluates it only where the interpreter does (mask: in-range elements;
+  /// score modifier: allowed elements), so no read goes out of range.
+  virtual bool maskReadsBuffers() const = 0;
+  virtual bool scoreReadsBuffers() const = 0;
+  /// The modified score (f32) of one element; \p score is scale * q.k.
+  virtual mlir::Value emitScore(mlir::OpBuilder &b, mlir::Location loc,
+                                const IndexValues &idx, mlir::Value score) = 0;
+  /// The mask (i1) of one element.
+  virtual mlir::Value emitMask(mlir::OpBuilder &b, mlir::Location loc,
+                               const IndexValues &idx) = 0;
+  /// Emits, at \p b's insertion point, the parts of the mask that depend on
+  /// q_idx and not kv_idx once per value in \p qIdx (buffer reads there
+  /// guarded by q_idx < seqlen_q) and the parts that depend on kv_idx and not
+  /// q_idx once per value in \p kvIdx (guarded by kv_idx < seqlen_k); the
+  /// other indices come from \p base. Until endMaskFactors(), emitMask of
+  /// an element whose q_idx and kv_idx are among these Values emits only the
+  /// rest (a document mask's doc_id[q_idx] and doc_id[kv_idx] are read once
+  /// per row and column instead of once per element). The same buffer
+  /// elements are read as by per-element evaluation on in-range elements.
+  virtual void beginMaskFactors(mlir::OpBuilder &b, mlir::Location loc,
+                                const IndexValues &base,
+                                llvm::ArrayRef<mlir::Value> qIdx,
+                                llvm::ArrayRef<mlir::Value> kvIdx) {}
+  virtual void endMaskFactors() {}
+  /// True if emitMask of one element reads buffers (after beginMaskFactors:
+  /// only the parts depending on both indices count).
+  virtual bool maskElementReadsBuffers() const { return maskReadsBuffers(); }
+  /// Interval classification of a tile whose inclusive index ranges are
+  /// [lo, hi] (seqlens exact): (mayBeFalse, mayBeTrue), both i1. With
+  /// \p bufferRanges, integer buffer reads over short in-range index
+  /// intervals scan the buffer for their range (the tile classifier's
+  /// BufferReader) instead of being unknown.
+  virtual std::pair<mlir::Value, mlir::Value>
+  emitClassify(mlir::OpBuilder &b, mlir::Location loc, const IndexValues &lo,
+               const IndexValues &hi, bool bufferRanges = false) = 0;
+  /// Types of the kernel arguments that follow the fixed ones (parameters
+  /// and buffers).
+  virtual llvm::SmallVector<mlir::Type>
+  extraArgumentTypes(mlir::MLIRContext *ctx) const = 0;
+  /// The kernel's values for extraArgumentTypes(), before any emit call.
+  virtual void setArguments(mlir::ValueRange args) = 0;
+  /// The `status` argument: i32 per buffer, set to 1 by an out-of-range read.
+  virtual void setStatus(mlir::Value status) = 0;
+};
+
+} // namespace flashjit::nvvm
+
+#endif // FLASHJIT_CONVERSION_ATTNTONVVM_FRAGMENTEMITTER_H

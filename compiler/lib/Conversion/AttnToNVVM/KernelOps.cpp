@@ -1,0 +1,120 @@
+//===- KernelOps.cpp - Builder primitives of the GPU kernels --------------===//
+#include "KernelOps.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+using namespace mlir;
+
+namespace flashjit::nvvm {
+
+KernelOps::KernelOps(ImplicitLocOpBuilder &b, bool bf16) : b(b), bf16(bf16) {
+  MLIRContext *ctx = b.getContext();
+  i1 = b.getI1Type();
+  i8 = b.getI8Type();
+  i32 = b.getI32Type();
+  i64 = b.getI64Type();
+  f32 = b.getF32Type();
+  ptrG = LLVM::LLVMPointerType::get(ctx, 1);
+  ptrS = LLVM::LLVMPointerType::get(ctx, 3);
+}
+
+Value KernelOps::exp2(Value x) { return math::Exp2Op::create(b, x); }
+
+Value KernelOps::loadI32(Value base, Value i) {
+  Value p = LLVM::GEPOp::create(b, ptrG, i32, base, ValueRange{ext64(i)});
+  return LLVM::LoadOp::create(b, i32, p, /*alignment=*/4);
+}
+
+Value KernelOps::sharedBase() {
+  return LLVM::AddressOfOp::create(b, ptrS, kSharedSymbol);
+}
+
+Value KernelOps::guarded(Value cond, Type type, Value otherwise,
+                         llvm::function_ref<Value()> make) {
+  auto ifOp = scf::IfOp::create(b, TypeRange{type}, cond, /*withElse=*/true);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  scf::YieldOp::create(b, make());
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  scf::YieldOp::create(b, otherwise);
+  return ifOp.getResult(0);
+}
+
+void KernelOps::ifThen(Value cond, llvm::function_ref<void()> body) {
+  auto ifOp = scf::IfOp::create(b, cond, /*withElse=*/false);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  body();
+}
+
+void KernelOps::enterIf(Value cond) {
+  auto ifOp = scf::IfOp::create(b, cond, /*withElse=*/false);
+  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+}
+
+Value KernelOps::toIndex(Value v) {
+  return arith::IndexCastOp::create(b, b.getIndexType(), v);
+}
+
+Value KernelOps::shflXor(Value v, int offset) {
+  return NVVM::ShflOp::create(b, f32, ci32(-1), v, ci32(offset), ci32(0x1f),
+                              NVVM::ShflKind::bfly, UnitAttr());
+}
+
+Value KernelOps::pack(Value lo, Value hi) {
+  Type h = bf16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
+  Value l = arith::TruncFOp::create(b, h, lo);
+  Value u = arith::TruncFOp::create(b, h, hi);
+  auto vt = VectorType::get({2}, h);
+  Value v = LLVM::UndefOp::create(b, vt);
+  v = LLVM::InsertElementOp::create(b, v, l, ci32(0));
+  v = LLVM::InsertElementOp::create(b, v, u, ci32(1));
+  return LLVM::BitcastOp::create(b, i32, v);
+}
+
+LLVM::InlineAsmOp KernelOps::inlineAsm(Type result, ValueRange operands,
+                                       StringRef text, StringRef constraints) {
+  return LLVM::InlineAsmOp::create(
+      b, result ? TypeRange{result} : TypeRange{}, operands, text, constraints,
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+      ArrayAttr());
+}
+
+VarlenSequence loadVarlenSequence(KernelOps &ops, Value cuQ, Value cuK,
+                                  Value batch) {
+  VarlenSequence s;
+  Value next = ops.add(batch, ops.ci32(1));
+  s.qStart = ops.loadI32(cuQ, batch);
+  s.kStart = ops.loadI32(cuK, batch);
+  s.seqlenQ = ops.sub(ops.loadI32(cuQ, next), s.qStart);
+  s.seqlenK = ops.sub(ops.loadI32(cuK, next), s.kStart);
+  return s;
+}
+
+SmallVector<Type> abiTypes(KernelOps &ops,
+                           const std::vector<abi::gpu::ArgType> &types) {
+  SmallVector<Type> out;
+  for (abi::gpu::ArgType t : types) {
+    switch (t) {
+    case abi::gpu::ArgType::Ptr:
+      out.push_back(ops.ptrG);
+      break;
+    case abi::gpu::ArgType::I64:
+      out.push_back(ops.i64);
+      break;
+    case abi::gpu::ArgType::I32:
+      out.push_back(ops.i32);
+      break;
+    case abi::gpu::ArgType::F32:
+      out.push_back(ops.f32);
+      break;
+    }
+  }
+  return out;
+}
+
+} // namespace flashjit::nvvm

@@ -1,0 +1,73 @@
+//===- MmaStrategy.h - The forward kernel's two matrix products -*- C++ -*-===//
+//
+// One interface over the instruction families that compute a key tile's
+// S = Q K^T and O += P V: mma.sync m16n8k16 on ldmatrix fragments
+// (MmaSync.cpp, sm_80 and up) and wgmma.mma_async on shared-memory
+// descriptors (Wgmma.cpp, sm_90a). Both give every warp its rows of S in
+// the mma.sync C-fragment layout (../shared/notes/MMA-FRAGMENTS.md: thread
+// (g, t) of a warp holds rows g and g + 8, columns 2t and 2t + 1 of each n8
+// tile), so the variant, the online softmax and the epilogue are written
+// once. Private to the AttnToNVVM conversion.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_CONVERSION_ATTNTONVVM_MMASTRATEGY_H
+#define FLASHJIT_CONVERSION_ATTNTONVVM_MMASTRATEGY_H
+
+#include "KernelOps.h"
+
+#include <memory>
+
+namespace flashjit::nvvm {
+
+/// The per-warp shape of the forward kernel's products.
+struct TileShape {
+  int headDimQK = 0, headDimV = 0; ///< D, Dv
+  int blockM = 0, blockN = 0;      ///< query rows per CTA, keys per tile
+  int rowsPerWarp = 16;            ///< 16 or 32 (MT m16 tiles)
+  int mTiles() const { return rowsPerWarp / 16; } ///< MT
+  int sTiles() const { return blockN / 8; }       ///< n8 tiles of S
+  int oTiles() const { return headDimV / 8; }     ///< n8 tiles of O
+  int qkSteps() const { return headDimQK / 16; }  ///< k16 steps of Q K^T
+  int pvSteps() const { return blockN / 16; }     ///< k16 steps of P V
+};
+
+/// Computes a warp's S = Q K^T and O += P V of one key tile. S has
+/// MT * nS * 4 f32 per thread (s[(mt * nS + jn) * 4 + i]), O MT * nO * 4.
+/// The forward kernel calls the hooks in the order they are declared.
+class ForwardMma {
+public:
+  virtual ~ForwardMma() = default;
+  /// True if shared tiles use the 128-byte swizzle (else padded rows).
+  virtual bool swizzled() const = 0;
+  /// After Q's loads are issued: per-lane addresses or descriptors of the
+  /// Q tile at \p sQ and the first K / V stage at \p sK / \p sV.
+  virtual void prepare(mlir::Value sQ, mlir::Value sK, mlir::Value sV) = 0;
+  /// After the first barrier (Q is in shared memory).
+  virtual void loadQ() {}
+  /// Before the barrier that publishes a K/V stage to every warp.
+  virtual void publishStage() {}
+  /// The K/V stage of this tile starts \p stageOff bytes (i64) after the
+  /// first.
+  virtual void selectStage(mlir::Value stageOff) = 0;
+  /// S = Q K^T of the selected stage.
+  virtual llvm::SmallVector<mlir::Value> computeS() = 0;
+  /// \p o + P V of the selected stage, \p p in the layout of S.
+  virtual llvm::SmallVector<mlir::Value>
+  accumulatePV(llvm::ArrayRef<mlir::Value> o,
+               llvm::ArrayRef<mlir::Value> p) = 0;
+};
+
+/// mma.sync m16n8k16 with ldmatrix fragments from padded tiles; Q stays in
+/// registers while D * MT <= 128.
+std::unique_ptr<ForwardMma> createMmaSyncForward(KernelOps &ops,
+                                                 const TileShape &shape,
+                                                 mlir::Value warp,
+                                                 mlir::Value lane);
+/// wgmma.mma_async per warpgroup (4 warps, 64 query rows): S from Q and K
+/// descriptors, O += P V with P in registers and V MN-major.
+std::unique_ptr<ForwardMma>
+createWgmmaForward(KernelOps &ops, const TileShape &shape, mlir::Value warp);
+
+} // namespace flashjit::nvvm
+
+#endif // FLASHJIT_CONVERSION_ATTNTONVVM_MMASTRATEGY_H

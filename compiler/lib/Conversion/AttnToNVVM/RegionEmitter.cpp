@@ -1,0 +1,405 @@
+//===- RegionEmitter.cpp - The attn regions inside a GPU kernel -----------===//
+//
+// A FragmentEmitter that clones the mask and score regions of one
+// attn.attention into a kernel: attn.param becomes the kernel argument,
+// attn.buffer_load a bounds-checked load (out of range: 0, and the buffer's
+// status flag is set); f32 divisions may use the divisor's reciprocal
+// (fastmath arcp). attn.div, attn.rem and attn.fptosi_sat remain for
+// attn-expand-scalar. Tile classification is buildTileClassifier over the
+// mask region, the same code the CPU kernels run.
+//
+//===----------------------------------------------------------------------===//
+#include "RegionEmitter.h"
+
+#include "flashjit/Dialect/Attn/IR/Attn.h"
+#include "flashjit/Dialect/Attn/Transforms/TileClassifier.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+using namespace mlir;
+
+namespace flashjit::nvvm {
+namespace {
+
+/// A FragmentEmitter that clones the regions of one attn.attention.
+class RegionEmitter : public FragmentEmitter {
+public:
+  explicit RegionEmitter(attn::AttentionOp op) : op_(op) {
+    for (NamedAttribute p : op.getParams())
+      params_.push_back(
+          {p.getName().str(), cast<TypeAttr>(p.getValue()).getValue()});
+    for (NamedAttribute b : op.getBuffers())
+      buffers_.push_back(
+          {b.getName().str(), cast<TypeAttr>(b.getValue()).getValue()});
+    // DictionaryAttr keeps its entries sorted by name: the ABI order.
+  }
+
+  bool hasScoreMod() const override {
+    Block &body = op_.getScore().front();
+    auto y = cast<attn::YieldOp>(body.getTerminator());
+    return !(body.getOperations().size() == 1 &&
+             y.getValue() == body.getArgument(0));
+  }
+
+  bool hasMask() const override {
+    Block &body = op_.getMask().front();
+    auto y = cast<attn::YieldOp>(body.getTerminator());
+    auto c = y.getValue().getDefiningOp<arith::ConstantOp>();
+    auto i = c ? dyn_cast<IntegerAttr>(c.getValue()) : IntegerAttr();
+    return !(i && i.getValue().isAllOnes()); // constant true: no mask
+  }
+
+  bool maskReadsBuffers() const override { return readsBuffers(op_.getMask()); }
+  bool scoreReadsBuffers() const override {
+    return readsBuffers(op_.getScore());
+  }
+
+  SmallVector<Type> extraArgumentTypes(MLIRContext *ctx) const override {
+    SmallVector<Type> out;
+    for (auto &p : params_)
+      out.push_back(p.second);
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      out.push_back(LLVM::LLVMPointerType::get(ctx, 1));
+      out.push_back(IntegerType::get(ctx, 64));
+    }
+    return out;
+  }
+
+  void setArguments(ValueRange args) override {
+    args_.assign(args.begin(), args.end());
+  }
+  void setStatus(Value status) override { status_ = status; }
+
+  Value emitScore(OpBuilder &b, Location loc, const IndexValues &idx,
+                  Value score) override {
+    Block &body = op_.getScore().front();
+    IRMapping map;
+    map.map(body.getArgument(0), score);
+    mapIndices(map, body, 1, idx);
+    return cloneBody(b, loc, body, map);
+  }
+
+  Value emitMask(OpBuilder &b, Location loc, const IndexValues &idx) override {
+    Block &body = op_.getMask().front();
+    IRMapping map;
+    mapIndices(map, body, 0, idx);
+    auto row = rowFactors_.find(idx.qIdx);
+    auto col = colFactors_.find(idx.kvIdx);
+    if (row == rowFactors_.end() || col == colFactors_.end())
+      return cloneBody(b, loc, body, map);
+    // Only the ops that depend on both indices (and index-free ones they
+    // use); the others come from the row's and the column's values.
+    for (auto [v, f] : llvm::zip(factorOut_[0], row->second))
+      map.map(v, f);
+    for (auto [v, f] : llvm::zip(factorOut_[1], col->second))
+      map.map(v, f);
+    return cloneBody(b, loc, body, map, [&](Operation &o) {
+      unsigned d = dep_.lookup(&o);
+      return d == kBoth || d == 0;
+    });
+  }
+
+  void beginMaskFactors(OpBuilder &ob, Location loc, const IndexValues &base,
+                        ArrayRef<Value> qIdx, ArrayRef<Value> kvIdx) override {
+    Block &body = op_.getMask().front();
+    analyzeDependences(body);
+    ImplicitLocOpBuilder b(loc, ob);
+    // side 0: rows (ops depending on q_idx only), side 1: columns.
+    for (int side = 0; side < 2; ++side) {
+      unsigned mine = side == 0 ? kQ : kKV;
+      auto inSide = [&](Operation &o) {
+        unsigned d = dep_.lookup(&o);
+        return d == mine || d == 0;
+      };
+      // The side's values that the rest of the mask uses.
+      SmallVector<Value> &outs = factorOut_[side];
+      outs.clear();
+      bool reads = false;
+      for (Operation &o : body.without_terminator()) {
+        if (dep_.lookup(&o) != mine)
+          continue;
+        reads |= readsBuffers(o);
+        for (Value r : o.getResults())
+          if (llvm::any_of(r.getUsers(), [&](Operation *u) {
+                return isa<attn::YieldOp>(u) || dep_.lookup(u) == kBoth;
+              }))
+            outs.push_back(r);
+      }
+      for (Operation &o : body.without_terminator())
+        reads |= dep_.lookup(&o) == 0 && readsBuffers(o);
+      auto &cache = side == 0 ? rowFactors_ : colFactors_;
+      for (Value x : side == 0 ? qIdx : kvIdx) {
+        IndexValues idx = base;
+        (side == 0 ? idx.qIdx : idx.kvIdx) = x;
+        Value limit = side == 0 ? base.seqlenQ : base.seqlenK;
+        auto compute = [&]() {
+          IRMapping map;
+          mapIndices(map, body, 0, idx, side == 0 ? 3u : 2u);
+          cloneBody(b, loc, body, map, inSide);
+          SmallVector<Value> vals;
+          for (Value v : outs)
+            vals.push_back(map.lookup(v));
+          return vals;
+        };
+        SmallVector<Value> vals;
+        if (!reads || outs.empty()) {
+          vals = compute();
+        } else {
+          // Reads happen only for in-range rows (columns): every in-range
+          // element of the row reads them, no out-of-range one does.
+          SmallVector<Type> types;
+          for (Value v : outs)
+            types.push_back(v.getType());
+          Value inRange =
+              arith::CmpIOp::create(b, arith::CmpIPredicate::slt, x, limit);
+          auto ifOp = scf::IfOp::create(b, types, inRange, /*withElse=*/true);
+          {
+            OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(ifOp.thenBlock());
+            scf::YieldOp::create(b, compute());
+            b.setInsertionPointToStart(ifOp.elseBlock());
+            SmallVector<Value> zeros;
+            for (Type t : types)
+              zeros.push_back(zeroOf(b, t));
+            scf::YieldOp::create(b, zeros);
+          }
+          vals.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+        }
+        cache[x] = vals;
+      }
+    }
+    ob.setInsertionPoint(b.getInsertionBlock(), b.getInsertionPoint());
+  }
+
+  void endMaskFactors() override {
+    rowFactors_.clear();
+    colFactors_.clear();
+  }
+
+  bool maskElementReadsBuffers() const override {
+    if (rowFactors_.empty())
+      return maskReadsBuffers();
+    for (Operation &o : op_.getMask().front().without_terminator())
+      if (readsBuffers(o)) {
+        unsigned d = dep_.lookup(&o);
+        if (d == kBoth || d == 0)
+          return true;
+      }
+    return false;
+  }
+
+  std::pair<Value, Value> emitClassify(OpBuilder &b, Location loc,
+                                       const IndexValues &lo,
+                                       const IndexValues &hi,
+                                       bool bufferRanges) override {
+    auto x64 = [&](Value v) {
+      return arith::ExtSIOp::create(b, loc, b.getI64Type(), v).getResult();
+    };
+    attn::TileBoxValues box{x64(lo.batch),   x64(hi.batch),  x64(lo.qIdx),
+                            x64(hi.qIdx),    x64(lo.kvIdx),  x64(hi.kvIdx),
+                            x64(lo.seqlenQ), x64(lo.seqlenK)};
+    // Buffer ranges: plain loads from the kernel's global pointers (the
+    // classifier only reads indices inside [0, size)).
+    attn::BufferReader reader{
+        [this](OpBuilder &, Location, attn::BufferLoadOp load) {
+          return args_[params_.size() + 2 * bufferIndex(load.getName()) + 1];
+        },
+        [this](OpBuilder &ob, Location l, attn::BufferLoadOp load,
+               Value index) -> Value {
+          Value ptr = args_[params_.size() + 2 * bufferIndex(load.getName())];
+          Value p = LLVM::GEPOp::create(ob, l, ptr.getType(), load.getType(),
+                                        ptr, ValueRange{index});
+          return LLVM::LoadOp::create(ob, l, load.getType(), p, 4);
+        }};
+    attn::TileClassValues v = attn::buildTileClassifier(
+        b, loc, op_.getMask(), box,
+        [&](Operation *p) {
+          return paramValue(cast<attn::ParamOp>(p).getName());
+        },
+        bufferRanges ? &reader : nullptr);
+    return {v.canBeFalse, v.canBeTrue};
+  }
+
+private:
+  static bool readsBuffers(Region &r) {
+    return r.walk([](attn::BufferLoadOp) { return WalkResult::interrupt(); })
+        .wasInterrupted();
+  }
+  /// Whether \p o is or contains an attn.buffer_load.
+  static bool readsBuffers(Operation &o) {
+    return o.walk([](attn::BufferLoadOp) { return WalkResult::interrupt(); })
+        .wasInterrupted();
+  }
+
+  /// Maps the six index arguments of \p body (from \p first) to \p idx,
+  /// except argument \p skip (relative; 6: none), whose value is absent.
+  static void mapIndices(IRMapping &map, Block &body, unsigned first,
+                         const IndexValues &idx, unsigned skip = 6) {
+    Value v[] = {idx.batch, idx.head,    idx.qIdx,
+                 idx.kvIdx, idx.seqlenQ, idx.seqlenK};
+    for (unsigned i = 0; i < 6; ++i)
+      if (i != skip)
+        map.map(body.getArgument(first + i), v[i]);
+  }
+
+  /// Which of q_idx (kQ) and kv_idx (kKV) each op of the mask depends on.
+  static constexpr unsigned kQ = 1, kKV = 2, kBoth = 3;
+  void analyzeDependences(Block &body) {
+    if (!dep_.empty())
+      return;
+    DenseMap<Value, unsigned> valueDep;
+    valueDep[body.getArgument(2)] = kQ;
+    valueDep[body.getArgument(3)] = kKV;
+    for (Operation &o : body.without_terminator()) {
+      unsigned d = 0;
+      // Operands of nested ops too: a short-circuit && / || / select keeps
+      // its right side in scf.if regions that read q_idx / kv_idx directly.
+      o.walk([&](Operation *n) {
+        for (Value x : n->getOperands())
+          d |= valueDep.lookup(x);
+      });
+      dep_[&o] = d;
+      for (Value r : o.getResults())
+        valueDep[r] = d;
+    }
+  }
+
+  static Value zeroOf(OpBuilder &b, Type t) {
+    Location loc = b.getUnknownLoc();
+    if (isa<FloatType>(t))
+      return arith::ConstantOp::create(b, loc, b.getFloatAttr(t, 0.0));
+    return arith::ConstantOp::create(b, loc, b.getIntegerAttr(t, 0));
+  }
+
+  Value paramValue(StringRef name) const {
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].first == name)
+        return args_[i];
+    llvm_unreachable("attn.param not declared in the attention's params");
+  }
+
+  size_t bufferIndex(StringRef name) const {
+    size_t i = 0;
+    while (i < buffers_.size() && buffers_[i].first != name)
+      ++i;
+    assert(i < buffers_.size() && "buffer not declared");
+    return i;
+  }
+
+  /// A bounds-checked read of element \p index of buffer \p name.
+  Value bufferLoad(ImplicitLocOpBuilder &b, StringRef name, Value index,
+                   Type type) {
+    size_t i = 0;
+    while (i < buffers_.size() && buffers_[i].first != name)
+      ++i;
+    assert(i < buffers_.size() && "buffer not declared");
+    Value ptr = args_[params_.size() + 2 * i];
+    Value size = args_[params_.size() + 2 * i + 1];
+    Type i64 = b.getI64Type();
+    if (index.getType() != i64)
+      index = arith::ExtSIOp::create(b, i64, index);
+    Value zero64 = arith::ConstantOp::create(b, b.getI64IntegerAttr(0));
+    Value ok = arith::AndIOp::create(
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, index, zero64),
+        arith::CmpIOp::create(b, arith::CmpIPredicate::slt, index, size));
+    auto ifOp = scf::IfOp::create(b, TypeRange{type}, ok, /*withElse=*/true);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    Value p =
+        LLVM::GEPOp::create(b, ptr.getType(), type, ptr, ValueRange{index});
+    scf::YieldOp::create(
+        b, LLVM::LoadOp::create(b, type, p, /*alignment=*/4).getResult());
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    Value flag =
+        LLVM::GEPOp::create(b, status_.getType(), b.getI32Type(), status_,
+                            ArrayRef<LLVM::GEPArg>{int32_t(i)});
+    LLVM::StoreOp::create(
+        b, arith::ConstantOp::create(b, b.getI32IntegerAttr(1)), flag, 4);
+    Value zero = isa<FloatType>(type)
+                     ? arith::ConstantOp::create(b, b.getFloatAttr(type, 0.0))
+                     : arith::ConstantOp::create(b, b.getIntegerAttr(type, 0));
+    scf::YieldOp::create(b, zero);
+    return ifOp.getResult(0);
+  }
+
+  /// The attn ops inside the regions of \p cloned (an scf.if of a
+  /// short-circuit && / || / select) rewritten as cloneBody rewrites
+  /// top-level ones; the clone already maps their operands.
+  void lowerNested(Operation *cloned) {
+    SmallVector<Operation *> inner;
+    cloned->walk([&](Operation *n) {
+      if (n != cloned &&
+          isa<attn::ParamOp, attn::BufferLoadOp, arith::DivFOp>(n))
+        inner.push_back(n);
+    });
+    for (Operation *n : inner) {
+      if (auto p = dyn_cast<attn::ParamOp>(n)) {
+        p.getResult().replaceAllUsesWith(paramValue(p.getName()));
+        p.erase();
+      } else if (auto l = dyn_cast<attn::BufferLoadOp>(n)) {
+        OpBuilder at(l);
+        ImplicitLocOpBuilder nb(l.getLoc(), at);
+        Value v = bufferLoad(nb, l.getName(), l.getIndex(), l.getType());
+        l.getResult().replaceAllUsesWith(v);
+        l.erase();
+      } else {
+        cast<arith::DivFOp>(n).setFastmath(arith::FastMathFlags::arcp);
+      }
+    }
+  }
+
+  Value cloneBody(OpBuilder &ob, Location loc, Block &body, IRMapping &map,
+                  llvm::function_ref<bool(Operation &)> only = nullptr) {
+    ImplicitLocOpBuilder b(loc, ob);
+    for (Operation &o : body.without_terminator()) {
+      if (only && !only(o))
+        continue;
+      if (auto p = dyn_cast<attn::ParamOp>(o)) {
+        map.map(p.getResult(), paramValue(p.getName()));
+      } else if (auto l = dyn_cast<attn::BufferLoadOp>(o)) {
+        b.setLoc(l.getLoc());
+        map.map(
+            l.getResult(),
+            bufferLoad(b, l.getName(), map.lookup(l.getIndex()), l.getType()));
+      } else if (isa<arith::DivFOp>(o)) {
+        // f32 division may use the divisor's reciprocal (x / 30.0 becomes
+        // one multiply, within 1.5 ulp, where IEEE division costs a dozen
+        // instructions per element): Triton's default too. The CPU backend
+        // divides exactly.
+        cast<arith::DivFOp>(b.clone(o, map))
+            .setFastmath(arith::FastMathFlags::arcp);
+      } else {
+        Operation *c = b.clone(o, map);
+        if (c->getNumRegions())
+          lowerNested(c);
+      }
+    }
+    ob.setInsertionPoint(b.getInsertionBlock(), b.getInsertionPoint());
+    return map.lookupOrNull(
+        cast<attn::YieldOp>(body.getTerminator()).getValue());
+  }
+
+  mutable attn::AttentionOp op_; // accessors are non-const
+  SmallVector<std::pair<std::string, Type>> params_, buffers_;
+  SmallVector<Value> args_;
+  Value status_;
+  // Mask factoring (beginMaskFactors): per-op dependences, the row and
+  // column values the rest uses, and their emitted values per q_idx / kv_idx.
+  DenseMap<Operation *, unsigned> dep_;
+  SmallVector<Value> factorOut_[2];
+  DenseMap<Value, SmallVector<Value>> rowFactors_, colFactors_;
+};
+
+} // namespace
+
+std::unique_ptr<FragmentEmitter> createRegionEmitter(attn::AttentionOp op) {
+  return std::make_unique<RegionEmitter>(op);
+}
+
+} // namespace flashjit::nvvm

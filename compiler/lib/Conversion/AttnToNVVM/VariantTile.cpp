@@ -1,0 +1,80 @@
+//===- VariantTile.cpp - The variant on a tile of scores ------------------===//
+#include "VariantTile.h"
+
+#include <limits>
+
+using namespace mlir;
+
+namespace flashjit::nvvm {
+
+/// Whether element (qi, kvi) is allowed: in range and (with a mask) the
+/// mask holds; the mask is evaluated under a guard where it reads buffers.
+static Value allowed(KernelOps &ops, FragmentEmitter &em,
+                     const IndexValues &idx, Value rowOk) {
+  Value ok = ops.land(
+      rowOk, ops.cmp(arith::CmpIPredicate::slt, idx.kvIdx, idx.seqlenK));
+  if (!em.hasMask())
+    return ok;
+  if (em.maskElementReadsBuffers())
+    return ops.guarded(ok, ops.i1, ops.cb(false),
+                       [&] { return em.emitMask(ops.b, ops.b.getLoc(), idx); });
+  return ops.land(ok, em.emitMask(ops.b, ops.b.getLoc(), idx));
+}
+
+SmallVector<Value> variantScores(KernelOps &ops, FragmentEmitter &em,
+                                 ArrayRef<Value> s, const FragmentCoords &at,
+                                 int mTiles, int sTiles, Value scale,
+                                 Value scaleLog2, bool masked) {
+  const float log2e = 1.4426950408889634f;
+  const int MT = mTiles, nS = sTiles;
+  Value zero = ops.cf32(0.0f);
+  Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
+  SmallVector<Value> out;
+  // Key index of column (jn, c) of this thread's fragments; with a mask, its
+  // row- and column-only parts are emitted once per row / column.
+  SmallVector<Value> kvCols;
+  for (int jn = 0; jn < nS; ++jn)
+    for (int cc = 0; cc < 2; ++cc)
+      kvCols.push_back(ops.add(at.kvLane, ops.ci32(jn * 8 + cc)));
+  bool factored = masked && em.hasMask();
+  if (factored) {
+    SmallVector<Value> rows;
+    for (int mt = 0; mt < MT; ++mt)
+      rows.append({at.qRow0[mt], at.qRow1[mt]});
+    em.beginMaskFactors(
+        ops.b, ops.b.getLoc(),
+        {at.batch, at.head, Value(), Value(), at.seqlenQ, at.seqlenK}, rows,
+        kvCols);
+  }
+  for (int mt = 0; mt < MT; ++mt)
+    for (int jn = 0; jn < nS; ++jn)
+      for (int i = 0; i < 4; ++i) {
+        Value acc = s[(mt * nS + jn) * 4 + i];
+        Value qi = i < 2 ? at.qRow0[mt] : at.qRow1[mt];
+        Value kvi = kvCols[jn * 2 + (i & 1)];
+        IndexValues idx{at.batch, at.head, qi, kvi, at.seqlenQ, at.seqlenK};
+        Value rowOk = ops.cmp(arith::CmpIPredicate::slt, qi, at.seqlenQ);
+        // A full tile: every in-range element is allowed.
+        Value ok = masked ? allowed(ops, em, idx, rowOk) : rowOk;
+        Value v;
+        if (em.hasScoreMod()) {
+          auto mod = [&] {
+            return em.emitScore(ops.b, ops.b.getLoc(), idx,
+                                ops.fmul(acc, scale));
+          };
+          v = em.scoreReadsBuffers() ? ops.guarded(ok, ops.f32, zero, mod)
+                                     : mod();
+          v = ops.fmul(v, ops.cf32(log2e));
+        } else {
+          v = ops.fmul(acc, scaleLog2);
+        }
+        if (masked)
+          v = ops.sel(ok, v, minusInf);
+        out.push_back(v);
+      }
+  if (factored)
+    em.endMaskFactors();
+  return out;
+}
+
+} // namespace flashjit::nvvm

@@ -1,0 +1,45 @@
+//===- VariantTile.h - The variant on a tile of scores -----------*- C++
+//-*-===//
+//
+// Applies the user's score modifier and mask to a thread's accumulator
+// fragments of S = Q K^T (the mma.sync C-fragment layout) through a
+// FragmentEmitter. Every kernel that needs a tile's probabilities (forward;
+// backward recomputing P from the LSE) calls this one function, so no two
+// kernels evaluate a variant differently. Private to the AttnToNVVM
+// conversion.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_CONVERSION_ATTNTONVVM_VARIANTTILE_H
+#define FLASHJIT_CONVERSION_ATTNTONVVM_VARIANTTILE_H
+
+#include "KernelOps.h"
+
+#include "flashjit/Conversion/AttnToNVVM/FragmentEmitter.h"
+
+namespace flashjit::nvvm {
+
+/// Where a thread's fragments sit in the attention matrix.
+struct FragmentCoords {
+  mlir::Value batch, head, seqlenQ, seqlenK;
+  /// Per m16 tile of the warp: the thread's query rows g and g + 8.
+  llvm::SmallVector<mlir::Value, 4> qRow0, qRow1;
+  /// Key index of the thread's first column: kv0 + 2 t.
+  mlir::Value kvLane;
+};
+
+/// The scores of \p s (MT * nS * 4 f32 per thread, s = q.k) in log2 units:
+/// score_mod(scale * s) * log2(e), or s * \p scaleLog2 without a score
+/// modifier. With \p masked, elements outside the sequences or not allowed
+/// by the mask become -inf, and buffer reads happen only where the
+/// interpreter does them (the mask on in-range elements, the score modifier
+/// on allowed ones); without, the tile is full (every in-range element is
+/// allowed) and no mask code is emitted.
+llvm::SmallVector<mlir::Value>
+variantScores(KernelOps &ops, FragmentEmitter &em,
+              llvm::ArrayRef<mlir::Value> s, const FragmentCoords &at,
+              int mTiles, int sTiles, mlir::Value scale, mlir::Value scaleLog2,
+              bool masked);
+
+} // namespace flashjit::nvvm
+
+#endif // FLASHJIT_CONVERSION_ATTNTONVVM_VARIANTTILE_H

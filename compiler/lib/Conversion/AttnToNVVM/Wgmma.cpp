@@ -1,0 +1,169 @@
+//===- Wgmma.cpp - wgmma.mma_async, descriptors and fences ----------------===//
+//
+// The primitives of Wgmma.h and the forward kernel's wgmma products
+// (MmaStrategy.h): each warpgroup (4 warps, 64 query rows) computes S = Q
+// K^T with Q and K read from shared memory through descriptors and O += P V
+// with P in registers and V read MN-major. The accumulator of wgmma m64nN
+// is, per warp, the C-fragment layout of N / 8 mma.sync n8 tiles.
+//
+//===----------------------------------------------------------------------===//
+#include "Wgmma.h"
+#include "MmaStrategy.h"
+
+#include <string>
+
+using namespace mlir;
+
+namespace flashjit::nvvm {
+
+Value wgmmaDescriptor(KernelOps &ops, Value addr, int64_t lbo, int64_t sbo) {
+  ImplicitLocOpBuilder &b = ops.b;
+  Value start = arith::ShRUIOp::create(
+      b, arith::AndIOp::create(b, addr, ops.ci64(0x3FFFF)), ops.ci64(4));
+  int64_t bits = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (int64_t(1) << 62);
+  return arith::OrIOp::create(b, start, ops.ci64(bits));
+}
+
+SmallVector<Value> wgmmaChain(KernelOps &ops, ArrayRef<Value> acc, int n,
+                              ArrayRef<Value> aDesc, ArrayRef<Value> aRegs,
+                              ArrayRef<Value> bDesc, bool transB) {
+  const int nAccum = n / 2;
+  const bool accumulate = !acc.empty();
+  SmallVector<Value> operands(acc.begin(), acc.end());
+  std::string cons;
+  for (int i = 0; i < nAccum; ++i)
+    cons += "=f,";
+  for (int i = 0; accumulate && i < nAccum; ++i)
+    cons += std::to_string(i) + ",";
+  // Operand numbers: the outputs, their tied inputs, then the rest.
+  int next = accumulate ? 2 * nAccum : nAccum;
+  auto ref = [&](Value v, const char *constraint) {
+    operands.push_back(v);
+    cons += std::string(constraint) + ",";
+    return "$" + std::to_string(next++);
+  };
+  std::string dlist = "{";
+  for (int i = 0; i < nAccum; ++i)
+    dlist += (i ? ", $" : "$") + std::to_string(i);
+  dlist += "}";
+  const char *ty = ops.bf16 ? "bf16" : "f16";
+  std::string one = ref(ops.ci32(1), "r");
+  std::string asmStr = "{\n.reg .pred p, z;\nsetp.ne.b32 p, " + one +
+                       ", 0;\nsetp.eq.b32 z, " + one +
+                       ", 0;\nwgmma.fence.sync.aligned;\n";
+  for (size_t st = 0; st < bDesc.size(); ++st) {
+    std::string a;
+    if (aRegs.empty()) {
+      a = ref(aDesc[st], "l");
+    } else {
+      a = "{";
+      for (int r = 0; r < 4; ++r)
+        a += (r ? ", " : "") + ref(aRegs[4 * st + r], "r");
+      a += "}";
+    }
+    std::string bd = ref(bDesc[st], "l");
+    asmStr += "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
+              "k16.f32." + ty + "." + ty + " " + dlist + ", " + a + ", " + bd +
+              (st == 0 && !accumulate ? ", z" : ", p") + ", 1, 1" +
+              (aRegs.empty() ? ", 0" : "") + (transB ? ", 1" : ", 0") + ";\n";
+  }
+  asmStr += "wgmma.commit_group.sync.aligned;\n"
+            "wgmma.wait_group.sync.aligned 0;\n}";
+  cons.pop_back();
+  SmallVector<Type> fields(nAccum, ops.f32);
+  auto op = ops.inlineAsm(
+      LLVM::LLVMStructType::getLiteral(ops.b.getContext(), fields), operands,
+      asmStr, cons);
+  SmallVector<Value> out;
+  for (int i = 0; i < nAccum; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(ops.b, op.getResult(0), i));
+  return out;
+}
+
+void fenceProxyAsync(KernelOps &ops) {
+  ops.inlineAsm(Type(), {}, "fence.proxy.async.shared::cta;", "");
+}
+
+namespace {
+
+class WgmmaForward : public ForwardMma {
+public:
+  WgmmaForward(KernelOps &ops, const TileShape &shape, Value warp)
+      : ops(ops), sh(shape), warp(warp) {}
+
+  bool swizzled() const override { return true; }
+
+  // Q and K are K-major (no leading offset; 8-row groups 1024 bytes apart),
+  // V is MN-major (its 64-element column blocks BN * 128 bytes apart, 8-key
+  // groups 1024 bytes apart). Step kk of Q K^T reads bytes (kk / 4) * rows *
+  // 128 + (kk % 4) * 32 of a tile; step kk of P V reads keys 16 kk.. at kk *
+  // 2048.
+  void prepare(Value sQ, Value sK, Value sV) override {
+    ImplicitLocOpBuilder &b = ops.b;
+    Value sAddr = LLVM::PtrToIntOp::create(b, ops.i64, sQ);
+    Value wgRows =
+        ops.mul(arith::DivUIOp::create(b, warp, ops.ci32(4)), ops.ci32(64));
+    descQ = wgmmaDescriptor(
+        ops, ops.add(sAddr, ops.ext64(ops.mul(wgRows, ops.ci32(128)))), 16,
+        1024);
+    descK0 = wgmmaDescriptor(
+        ops, LLVM::PtrToIntOp::create(b, ops.i64, sK).getResult(), 16, 1024);
+    descV0 = wgmmaDescriptor(
+        ops, LLVM::PtrToIntOp::create(b, ops.i64, sV).getResult(),
+        int64_t(sh.blockN) * 128, 1024);
+  }
+
+  void publishStage() override {
+    fenceProxyAsync(ops); // Q and this stage are read by wgmma
+  }
+
+  void selectStage(Value off) override { stageOff = off; }
+
+  SmallVector<Value> computeS() override {
+    // The stage's offset in descriptor units.
+    stageDesc = arith::ShRUIOp::create(ops.b, stageOff, ops.ci64(4));
+    SmallVector<Value> aD, bD;
+    Value dK = ops.add(descK0, stageDesc);
+    for (int kk = 0; kk < sh.qkSteps(); ++kk) {
+      aD.push_back(ops.add(descQ, ops.ci64(kStep(kk, sh.blockM))));
+      bD.push_back(ops.add(dK, ops.ci64(kStep(kk, sh.blockN))));
+    }
+    return wgmmaChain(ops, {}, sh.blockN, aD, {}, bD, /*transB=*/false);
+  }
+
+  SmallVector<Value> accumulatePV(ArrayRef<Value> o,
+                                  ArrayRef<Value> st) override {
+    SmallVector<Value> pRegs, vD;
+    Value dV = ops.add(descV0, stageDesc);
+    for (int kk = 0; kk < sh.pvSteps(); ++kk) {
+      int n0 = 2 * kk, n1 = 2 * kk + 1;
+      pRegs.append({ops.pack(st[n0 * 4 + 0], st[n0 * 4 + 1]),
+                    ops.pack(st[n0 * 4 + 2], st[n0 * 4 + 3]),
+                    ops.pack(st[n1 * 4 + 0], st[n1 * 4 + 1]),
+                    ops.pack(st[n1 * 4 + 2], st[n1 * 4 + 3])});
+      vD.push_back(ops.add(dV, ops.ci64((int64_t(kk) * 2048) >> 4)));
+    }
+    return wgmmaChain(ops, o, sh.headDimV, {}, pRegs, vD, /*transB=*/true);
+  }
+
+private:
+  /// Descriptor offset (16-byte units) of k16 step \p kk of a K-major tile
+  /// of \p rows rows.
+  static int64_t kStep(int kk, int rows) {
+    return (int64_t(kk / 4) * rows * 128 + (kk % 4) * 32) >> 4;
+  }
+
+  KernelOps &ops;
+  TileShape sh;
+  Value warp;
+  Value descQ, descK0, descV0, stageOff, stageDesc;
+};
+
+} // namespace
+
+std::unique_ptr<ForwardMma>
+createWgmmaForward(KernelOps &ops, const TileShape &shape, Value warp) {
+  return std::make_unique<WgmmaForward>(ops, shape, warp);
+}
+
+} // namespace flashjit::nvvm

@@ -1,0 +1,49 @@
+//===- Wgmma.h - wgmma.mma_async, descriptors and fences ---------*- C++
+//-*-===//
+//
+// The sm_90a warpgroup instruction family: shared-memory matrix
+// descriptors of 128-byte-swizzled operands, chains of wgmma.mma_async
+// (fence, k16 steps, commit, wait in one inline-PTX block) and the proxy
+// fence that hands generic-proxy shared-memory writes to wgmma (PTX ISA,
+// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"). Private to
+// the AttnToNVVM conversion.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_CONVERSION_ATTNTONVVM_WGMMA_H
+#define FLASHJIT_CONVERSION_ATTNTONVVM_WGMMA_H
+
+#include "KernelOps.h"
+
+namespace flashjit::nvvm {
+
+/// The wgmma matrix descriptor of a 128-byte-swizzled operand at \p addr
+/// (shared-memory byte address, i64; 1024-byte aligned up to the k-step
+/// offset) with leading / stride byte offsets \p lbo / \p sbo: start
+/// address >> 4 in bits 0-13, LBO >> 4 in 16-29, SBO >> 4 in 32-45,
+/// swizzle mode 1 (128 bytes) in bits 62-63 (PTX ISA, wgmma "Matrix
+/// Descriptor Format"). Adding k-step offsets of less than 1024 bytes to
+/// the start address stays inside one swizzle atom.
+mlir::Value wgmmaDescriptor(KernelOps &ops, mlir::Value addr, int64_t lbo,
+                            int64_t sbo);
+
+/// One warpgroup's wgmma.mma_async chain, issued, committed and waited for
+/// in one inline-asm block (so nothing reads the accumulators early): the
+/// m64nN accumulator (N / 2 f32 per thread) becomes \p acc + sum over
+/// steps of A_s B_s (k16 each), or the sum alone when \p acc is empty and
+/// \p n is given (the first step then ignores the registers' contents:
+/// scale-d = 0). A_s is a shared-memory descriptor (\p aDesc[s]) or, when
+/// \p aRegs is not empty, 4 packed registers (\p aRegs[4 s..]); B_s is
+/// the descriptor \p bDesc[s], MN-major when \p transB. Operands are bf16
+/// or fp16 (ops.bf16).
+llvm::SmallVector<mlir::Value>
+wgmmaChain(KernelOps &ops, llvm::ArrayRef<mlir::Value> acc, int n,
+           llvm::ArrayRef<mlir::Value> aDesc, llvm::ArrayRef<mlir::Value> aRegs,
+           llvm::ArrayRef<mlir::Value> bDesc, bool transB);
+
+/// fence.proxy.async.shared::cta: this thread's shared-memory writes
+/// (cp.async) become visible to the async proxy (wgmma's operand reads).
+void fenceProxyAsync(KernelOps &ops);
+
+} // namespace flashjit::nvvm
+
+#endif // FLASHJIT_CONVERSION_ATTNTONVVM_WGMMA_H
