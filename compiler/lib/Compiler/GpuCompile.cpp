@@ -39,138 +39,6 @@ std::unique_ptr<MLIRContext> makeGpuContext() {
 
 } // namespace
 
-/// The tiles of a dense kernel (defaultGpuTileConfig's first rules).
-static GpuTileConfig denseTileConfig(const AttentionSpec &spec,
-                                     const std::string &arch) {
-  // Measured on the H200 (bench/RESULTS.md, tile configurations): two m16
-  // tiles per warp halve the shared-memory fragment loads per mma and win
-  // wherever their accumulators fit in 255 registers without spills.
-  GpuTileConfig c;
-  int d = std::max(spec.headDimQK, spec.headDimV);
-  bool buffers = !spec.variant.buffers().empty();
-  if (d <= 64) {
-    if (buffers)
-      return c; // ALiBi: 112 TF/s against 108 with 4 warps of 32 rows
-    c.numWarps = 4;
-    c.rowsPerWarp = 32;
-    c.blockN = 64;
-  } else if (d <= 128) {
-    // 4 warps of 32 rows with 32-key tiles is 6-16% faster here, but masks
-    // longer than causal's (and buffer reads) then spill 4-28 bytes at 255
-    // registers: those keep 8 warps of 16 rows.
-    Expr mask = spec.effectiveMask();
-    if (!buffers && (mask.isNull() || mask->depth() <= 2)) {
-      c.numWarps = 4;
-      c.rowsPerWarp = 32;
-      c.blockN = 32;
-    }
-  } else {
-    // 8 warps of 16 rows with 64-key tiles: 4-27% faster than 4 warps with
-    // 16/32-key tiles. 64-key tiles leave no registers for long masks (a
-    // two-sided bottom-right window spills 8 bytes): those take 32.
-    c.numWarps = 8;
-    Expr mask = spec.effectiveMask();
-    bool shortMask = mask.isNull() || mask->depth() <= 4;
-    c.blockN = arch == "sm_80" || !shortMask ? 32 : 64;
-  }
-  return c;
-}
-
-const char *toString(GpuMma mma) {
-  switch (mma) {
-  case GpuMma::Default:
-    return "default";
-  case GpuMma::MmaSync:
-    return "mma.sync";
-  case GpuMma::Wgmma:
-    return "wgmma";
-  }
-  return "?";
-}
-
-/// Whether the kernel evaluates a mask (one that is not the constant true).
-static bool hasMaskCode(const AttentionSpec &spec) {
-  Expr mask = spec.effectiveMask();
-  auto *k = mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
-  return !mask.isNull() && !(k && k->boolValue());
-}
-
-/// Whether the score modifier is not the identity.
-static bool hasScoreModCode(const AttentionSpec &spec) {
-  const Expr &score = spec.variant.scoreExpr();
-  return !score.isNull() && !llvm::isa<ScoreExpr>(score.get());
-}
-
-/// Whether wgmma kernels can be built for \p spec on \p arch.
-static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
-  return arch == "sm_90a" && spec.headDimQK % 64 == 0 &&
-         spec.headDimV % 64 == 0;
-}
-
-GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
-                                   const std::string &arch, bool varlen,
-                                   bool blockSparse, GpuMma mma) {
-  if (mma == GpuMma::Wgmma ||
-      (mma == GpuMma::Default && wgmmaApplies(spec, arch))) {
-    // Measured on the H200 (bench/RESULTS.md, session 4 tile experiment):
-    // above head_dim 64 two warpgroups of 64 query rows (FlashAttention-3's
-    // block_m), 128-key tiles up to 128 and 64 above; at 64 one warpgroup
-    // per CTA (several CTAs per SM do not wait at each other's barriers):
-    // 128-key tiles without a mask or score modifier (317-359 TF/s against
-    // 233-301 with two warpgroups), else 64-key tiles and 3 CTAs per SM
-    // (softcap 131-172 against 81-169, sliding window 216-260 against
-    // 166-230).
-    GpuTileConfig c;
-    c.wgmma = true;
-    c.rowsPerWarp = 16;
-    int d = std::max(spec.headDimQK, spec.headDimV);
-    if (d <= 64) {
-      c.numWarps = 4;
-      bool plain = !hasMaskCode(spec) && !hasScoreModCode(spec);
-      c.blockN = plain ? 128 : 64;
-      c.minBlocksPerSM = plain ? 1 : 3;
-    } else {
-      c.numWarps = 8;
-      c.blockN = d <= 128 ? 128 : 64;
-      // Buffer reads in a mask with a score modifier, or with varlen
-      // offsets or block lists, leave too few registers beside S and O (a
-      // varlen document mask with soft-capping spilled 188 bytes at
-      // head_dim 128, a document mask with causal 24 bytes block-sparse at
-      // 256): half the keys. ALiBi (buffer, no mask) keeps its tiles: half
-      // of them cost it 4% at 128 and 17% at 256 on the H200.
-      if (!spec.variant.buffers().empty() &&
-          ((hasScoreModCode(spec) && hasMaskCode(spec)) || varlen ||
-           blockSparse))
-        c.blockN /= 2;
-    }
-    return c;
-  }
-  GpuTileConfig c = denseTileConfig(spec, arch);
-  // Varlen's per-sequence offsets push 4 warps of 32 rows over 255
-  // registers above head_dim 64 (softcap at 128 spilled 108 bytes): those
-  // keep 8 warps of 16 rows and 64-key tiles. Block-sparse list walking does
-  // the same to masked kernels (a two-sided window at head_dim 64 spilled 12
-  // bytes on sm_80, top-left causal at 128 16 bytes on sm_90a).
-  bool masked = hasMaskCode(spec);
-  if (c.rowsPerWarp == 32 &&
-      ((varlen && std::max(spec.headDimQK, spec.headDimV) > 64) ||
-       (blockSparse && masked)))
-    c = GpuTileConfig();
-  return c;
-}
-
-/// Dynamic shared memory of a kernel with tiles \p tc: the Q tile and two
-/// K/V stages of 16-bit elements, rows padded by 8 elements for mma.sync
-/// (ldmatrix without bank conflicts), unpadded and swizzled for wgmma.
-static int64_t gpuSharedBytes(const AttentionSpec &spec,
-                              const GpuTileConfig &tc) {
-  int64_t pad = tc.wgmma ? 0 : 8;
-  int64_t blockM = int64_t(tc.rowsPerWarp) * tc.numWarps;
-  return 2 * (blockM * (spec.headDimQK + pad) +
-              2 * int64_t(tc.blockN) *
-                  (spec.headDimQK + pad + spec.headDimV + pad));
-}
-
 /// MLIR links libdevice from $CUDA_ROOT, $CUDA_HOME or $CUDA_PATH; when none
 /// is set, CUDA_HOME becomes the toolkit flashjit was built with (once, before
 /// the first GPU compile), so math functions in kernels resolve.
@@ -184,34 +52,6 @@ static void useCudaToolkitForLibdevice() {
     ::setenv("CUDA_HOME", FLASHJIT_CUDA_TOOLKIT_DIR, /*overwrite=*/0);
 #endif
   });
-}
-
-/// The options' tile configuration, defaults filled in.
-static GpuTileConfig tileConfig(const AttentionSpec &spec,
-                                const GpuCompileOptions &options) {
-  // Two m16 tiles per warp exist only for mma.sync: asking for them picks
-  // it unless wgmma was asked for too (then validateForGpu refuses).
-  GpuMma mma = options.mma;
-  if (mma == GpuMma::Default && options.rowsPerWarp == 32)
-    mma = GpuMma::MmaSync;
-  GpuTileConfig c = defaultGpuTileConfig(spec, options.arch, options.varlen,
-                                         options.blockSparse, mma);
-  // A default CTAs-per-SM bound belongs to the default tiles: other warps,
-  // rows or key tiles get the full register file unless it is asked for.
-  bool reshaped = (options.blockN && options.blockN != c.blockN) ||
-                  (options.numWarps && options.numWarps != c.numWarps) ||
-                  (options.rowsPerWarp && options.rowsPerWarp != c.rowsPerWarp);
-  if (reshaped)
-    c.minBlocksPerSM = 1;
-  if (options.blockN)
-    c.blockN = options.blockN;
-  if (options.numWarps)
-    c.numWarps = options.numWarps;
-  if (options.minBlocksPerSM)
-    c.minBlocksPerSM = options.minBlocksPerSM;
-  if (options.rowsPerWarp)
-    c.rowsPerWarp = options.rowsPerWarp;
-  return c;
 }
 
 void validateForGpu(const AttentionSpec &spec,
@@ -236,7 +76,7 @@ void validateForGpu(const AttentionSpec &spec,
       throw UserError(fmt::format("{} = {} is not supported on the GPU "
                                   "(multiples of 16 up to 256)",
                                   field, d));
-  GpuTileConfig tc = tileConfig(spec, options);
+  GpuTileConfig tc = resolveGpuTileConfig(spec, options);
   int blockN = tc.blockN;
   if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
     throw UserError(fmt::format("block_n = {} must be a multiple of 16 in "
@@ -269,7 +109,7 @@ void validateForGpu(const AttentionSpec &spec,
                                   "mma = wgmma (16: a warpgroup's 64 rows)",
                                   tc.rowsPerWarp));
   }
-  int64_t smem = gpuSharedBytes(spec, tc);
+  int64_t smem = tc.sharedBytes(spec.headDimQK, spec.headDimV);
   const int64_t limit = options.arch == "sm_80" ? 166912 : 232448;
   if (smem > limit)
     throw UserError(fmt::format("block_n = {} with {} warps needs {} bytes "
@@ -283,13 +123,12 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   GpuKernelImage image;
   image.name = spec.variant.name();
   image.arch = options.arch;
-  GpuTileConfig tc = tileConfig(spec, options);
-  int warps = tc.numWarps;
-  image.threads = 32 * warps;
-  image.blockM = tc.rowsPerWarp * warps;
+  GpuTileConfig tc = resolveGpuTileConfig(spec, options);
+  image.threads = tc.threads();
+  image.blockM = tc.blockM();
   image.blockN = tc.blockN;
   image.wgmma = tc.wgmma;
-  image.sharedBytes = int(gpuSharedBytes(spec, tc));
+  image.sharedBytes = int(tc.sharedBytes(spec.headDimQK, spec.headDimV));
 
   useCudaToolkitForLibdevice();
   StopWatch total, w;
@@ -301,17 +140,10 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   image.attnText = printOp(*module, /*withLocations=*/true);
   image.timings.push_back({"mlirgen", w.lap()});
 
-  GpuPipelineOptions po;
-  po.arch = options.arch;
-  po.blockN = image.blockN;
-  po.numWarps = warps;
-  po.minBlocksPerSM = tc.minBlocksPerSM;
-  po.rowsPerWarp = tc.rowsPerWarp;
-  po.varlen = image.varlen = options.varlen;
-  po.blockSparse = image.blockSparse = options.blockSparse;
-  po.wgmma = tc.wgmma;
+  image.varlen = tc.varlen;
+  image.blockSparse = tc.blockSparse;
   runPipeline(*ctx, *module, "attn-to-nvvm", diag,
-              [&](OpPassManager &pm) { buildAttnToNVVMPipeline(pm, po); });
+              [&](OpPassManager &pm) { buildAttnToNVVMPipeline(pm, tc); });
   image.gpuText = printOp(*module, /*withLocations=*/false);
   module->walk([&](gpu::GPUFuncOp fn) {
     if (fn.getName().ends_with("_block_mask"))
@@ -325,7 +157,7 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   image.timings.push_back({"attn-to-nvvm", w.lap()});
 
   runPipeline(*ctx, *module, "nvvm-to-ptx", diag,
-              [&](OpPassManager &pm) { buildNVVMToPTXPipeline(pm, po); });
+              [&](OpPassManager &pm) { buildNVVMToPTXPipeline(pm, tc); });
   module->walk([&](gpu::BinaryOp bin) {
     for (Attribute a : bin.getObjects())
       image.ptx += cast<gpu::ObjectAttr>(a).getObject().getValue().str();

@@ -30,27 +30,17 @@ using namespace mlir;
 
 namespace flashjit {
 
-void buildAttnToNVVMPipeline(OpPassManager &pm,
-                             const GpuPipelineOptions &options) {
-  ConvertAttnToNVVMOptions o;
-  o.blockN = options.blockN;
-  o.numWarps = options.numWarps;
-  o.minBlocksPerSM = options.minBlocksPerSM;
-  o.rowsPerWarp = options.rowsPerWarp;
-  o.varlen = options.varlen;
-  o.blockSparse = options.blockSparse;
-  o.wgmma = options.wgmma;
-  pm.addPass(createConvertAttnToNVVM(o));
+void buildAttnToNVVMPipeline(OpPassManager &pm, const KernelConfig &config) {
+  pm.addPass(createConvertAttnToNVVM(toPassOptions(config)));
   OpPassManager &gm = pm.nest<gpu::GPUModuleOp>();
   gm.addPass(attn::createAttnExpandScalar());
   gm.addPass(createCanonicalizerPass());
   gm.addPass(createCSEPass());
 }
 
-void buildNVVMToPTXPipeline(OpPassManager &pm,
-                            const GpuPipelineOptions &options) {
+void buildNVVMToPTXPipeline(OpPassManager &pm, const KernelConfig &config) {
   gpu::GPUToNVVMPipelineOptions o;
-  o.cubinChip = options.arch;
+  o.cubinChip = config.arch;
   o.cubinFeatures = "+ptx80"; // the default (+ptx60) aborts for sm_90a
   o.cubinFormat = "isa";
   o.optLevel = 3;
@@ -85,9 +75,9 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
                      llvm::cl::init(64)};
   Option<int> numWarps{*this, "num-warps", llvm::cl::desc("warps per CTA"),
                        llvm::cl::init(4)};
-  Option<int> minBlocks{*this, "min-blocks-per-sm",
-                        llvm::cl::desc("CTAs per SM registers must allow"),
-                        llvm::cl::init(1)};
+  Option<int> minBlocksPerSM{*this, "min-blocks-per-sm",
+                             llvm::cl::desc("CTAs per SM registers must allow"),
+                             llvm::cl::init(1)};
   Option<int> rowsPerWarp{*this, "rows-per-warp",
                           llvm::cl::desc("query rows per warp (16 or 32)"),
                           llvm::cl::init(16)};
@@ -111,15 +101,7 @@ void registerGpuPipelines() {
   PassPipelineRegistration<KernelOptions>(
       "attn-to-nvvm", "attn.attention to the GPU kernel (nvvm dialect)",
       [](OpPassManager &pm, const KernelOptions &o) {
-        GpuPipelineOptions g;
-        g.blockN = o.blockN;
-        g.numWarps = o.numWarps;
-        g.minBlocksPerSM = o.minBlocks;
-        g.rowsPerWarp = o.rowsPerWarp;
-        g.varlen = o.varlen;
-        g.blockSparse = o.blockSparse;
-        g.wgmma = o.wgmma;
-        buildAttnToNVVMPipeline(pm, g);
+        buildAttnToNVVMPipeline(pm, fromPassOptions(o));
       });
   // Registered by hand so an unknown arch is an error (LLVM would abort on
   // it): the templated registration cannot fail after parsing options.
@@ -133,9 +115,9 @@ void registerGpuPipelines() {
         if (o.arch != "sm_80" && o.arch != "sm_90a")
           return errorHandler("attn-nvvm-to-ptx: arch '" + o.arch +
                               "' is not supported (sm_80 or sm_90a)");
-        GpuPipelineOptions g;
-        g.arch = o.arch;
-        buildNVVMToPTXPipeline(pm, g);
+        KernelConfig c;
+        c.arch = o.arch;
+        buildNVVMToPTXPipeline(pm, c);
         return success();
       },
       [](function_ref<void(const detail::PassOptions &)> handler) {

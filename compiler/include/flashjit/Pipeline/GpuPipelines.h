@@ -11,41 +11,26 @@
 #ifndef FLASHJIT_PIPELINE_GPUPIPELINES_H
 #define FLASHJIT_PIPELINE_GPUPIPELINES_H
 
+#include "flashjit/runtime/KernelAbi.h"
 #include "mlir/IR/DialectRegistry.h"
+
 #include "mlir/Pass/PassManager.h"
 
 #include <string>
 
 namespace flashjit {
 
-/// Options of the GPU stages.
-struct GpuPipelineOptions {
-  /// "sm_80" or "sm_90a" (validated before the pipeline runs: LLVM aborts on
-  /// an unknown chip).
-  std::string arch = "sm_90a";
-  /// Keys per tile and warps per CTA (compileGpu fills them from
-  /// defaultGpuTileConfig).
-  int blockN = 64;
-  int numWarps = 4;
-  int minBlocksPerSM = 1;
-  /// Query rows per warp, 16 or 32 (block_m = rowsPerWarp * numWarps).
-  int rowsPerWarp = 16;
-  /// Varlen and block-sparse kernels (GpuCompileOptions).
-  bool varlen = false;
-  bool blockSparse = false;
-  /// wgmma.mma_async instead of mma.sync (sm_90a; GpuTileConfig::wgmma).
-  bool wgmma = false;
-};
-
-/// convert-attn-to-nvvm, then attn-expand-scalar, canonicalize and cse on
-/// the gpu.module.
+/// convert-attn-to-nvvm with the tiles and modes of \p config (every
+/// field chosen: compileGpu takes them from resolveGpuTileConfig), then
+/// attn-expand-scalar, canonicalize and cse on the gpu.module.
 void buildAttnToNVVMPipeline(mlir::OpPassManager &pm,
-                             const GpuPipelineOptions &options);
+                             const KernelConfig &config);
 
 /// gpu.module(convert-vector-to-llvm), then MLIR's gpu-lower-to-nvvm
-/// pipeline for options.arch with PTX ISA 8.0, opt level 3, format isa.
+/// pipeline for config.arch ("sm_80" or "sm_90a", validated before: LLVM
+/// aborts on an unknown chip) with PTX ISA 8.0, opt level 3, format isa.
 void buildNVVMToPTXPipeline(mlir::OpPassManager &pm,
-                            const GpuPipelineOptions &options);
+                            const KernelConfig &config);
 
 /// Registers the GPU, NVVM and vector dialects, their conversion interfaces
 /// and LLVM IR translations, and the NVVM target.

@@ -40,6 +40,8 @@ namespace {
 struct ConvertAttnToNVVM
     : flashjit::impl::ConvertAttnToNVVMBase<ConvertAttnToNVVM> {
   using ConvertAttnToNVVMBase::ConvertAttnToNVVMBase;
+  // Reads the (protected) option members.
+  friend KernelConfig flashjit::fromPassOptions<>(const ConvertAttnToNVVM &);
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -53,16 +55,12 @@ struct ConvertAttnToNVVM
     auto gm = gpu::GPUModuleOp::create(b, module.getLoc(), "flashjit_kernels");
     for (attn::AttentionOp op : ops) {
       // The tile configuration is explicit: compileGpu picks it from
-      // defaultGpuTileConfig (GpuCompiler.h), flashjit-opt users pass it.
-      KernelConfig c;
+      // defaultGpuTileConfig (TilePolicy.h), flashjit-opt users pass it.
+      KernelShape c;
+      static_cast<KernelConfig &>(c) = fromPassOptions(*this);
       c.name = op.getSymName().str();
       c.headDimQK = op.getHeadDimQk();
       c.headDimV = op.getHeadDimV();
-      c.blockN = blockN;
-      c.numWarps = numWarps;
-      c.rowsPerWarp = rowsPerWarp;
-      c.blockM = rowsPerWarp * numWarps;
-      c.minBlocksPerSM = minBlocksPerSM;
       Type dq = op.getDtypeQ();
       if (dq != op.getDtypeK() || dq != op.getDtypeV() ||
           dq != op.getDtypeO() || !(dq.isBF16() || dq.isF16())) {
@@ -83,9 +81,6 @@ struct ConvertAttnToNVVM
       }
       c.bf16 = dq.isBF16();
       c.returnLse = op.getReturnLse();
-      c.varlen = varlen;
-      c.blockSparse = blockSparse;
-      c.wgmma = wgmma;
       if (c.wgmma &&
           (c.rowsPerWarp != 16 || c.headDimQK % 64 || c.headDimV % 64)) {
         op.emitOpError("wgmma kernels need rows-per-warp 16 and head dims "
@@ -103,3 +98,19 @@ struct ConvertAttnToNVVM
 
 } // namespace
 } // namespace flashjit::nvvm
+
+namespace flashjit {
+
+ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
+  ConvertAttnToNVVMOptions o;
+  o.blockN = config.blockN;
+  o.numWarps = config.numWarps;
+  o.minBlocksPerSM = config.minBlocksPerSM;
+  o.rowsPerWarp = config.rowsPerWarp;
+  o.varlen = config.varlen;
+  o.blockSparse = config.blockSparse;
+  o.wgmma = config.wgmma;
+  return o;
+}
+
+} // namespace flashjit

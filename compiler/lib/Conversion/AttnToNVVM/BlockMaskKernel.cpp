@@ -37,7 +37,7 @@ enum TileCode : int { kEmpty = 0, kPartial = 1, kFull = 2, kUndecided = 3 };
 
 class BlockMaskBuilder {
 public:
-  BlockMaskBuilder(ImplicitLocOpBuilder &b, const KernelConfig &c,
+  BlockMaskBuilder(ImplicitLocOpBuilder &b, const KernelShape &c,
                    FragmentEmitter &em)
       : ops(b, c.bf16), b(b), c(c), em(em) {}
 
@@ -73,7 +73,7 @@ private:
 
   KernelOps ops;
   ImplicitLocOpBuilder &b;
-  const KernelConfig &c;
+  const KernelShape &c;
   FragmentEmitter &em;
   Value lists[4], seqlenQ, seqlenK, numQ, numKvAll, cuQ, cuK;
   Value tid, lane, m, head, batch, row, q0, qLast, nKT, cls, one;
@@ -130,7 +130,7 @@ void BlockMaskBuilder::bindArguments(gpu::GPUFuncOp fn) {
     seqlenQ = s.seqlenQ;
     seqlenK = s.seqlenK;
   }
-  const int BM = c.blockM, BN = c.blockN;
+  const int BM = c.blockM(), BN = c.blockN;
   q0 = ops.mul(m, ops.ci32(BM));
   qLast = ops.sub(arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BM)), seqlenQ),
                   ops.ci32(1));
@@ -184,7 +184,7 @@ void BlockMaskBuilder::evaluateUndecided() {
 }
 
 std::pair<Value, Value> BlockMaskBuilder::sampleTile(Value j) {
-  const int BM = c.blockM, BN = c.blockN, T = abi::kBlockMaskThreads;
+  const int BM = c.blockM(), BN = c.blockN, T = abi::kBlockMaskThreads;
   Value kv0 = ops.mul(j, ops.ci32(BN));
   auto reduceOr = [&](Value p) {
     Value r =
@@ -292,7 +292,7 @@ void BlockMaskBuilder::writeLists() {
 } // namespace
 
 void buildBlockMaskKernel(OpBuilder &builder, Location loc,
-                          Operation *gpuModule, const KernelConfig &config,
+                          Operation *gpuModule, const KernelShape &config,
                           FragmentEmitter &emitter) {
   ImplicitLocOpBuilder b(loc, builder);
   BlockMaskBuilder(b, config, emitter).build(gpuModule);

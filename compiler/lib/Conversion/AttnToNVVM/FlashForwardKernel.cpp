@@ -40,25 +40,16 @@ namespace flashjit::nvvm {
 
 namespace abi = flashjit::abi::gpu;
 
-int KernelConfig::sharedBytes() const {
-  if (wgmma) // unpadded, swizzled tiles
-    return 2 * (blockM * headDimQK + 2 * blockN * (headDimQK + headDimV));
-  int q = blockM * (headDimQK + kPad);
-  int k = blockN * (headDimQK + kPad);
-  int v = blockN * (headDimV + kPad);
-  return 2 * (q + 2 * (k + v)); // K and V are double-buffered
-}
-
 namespace {
 
 class ForwardKernelBuilder {
 public:
-  ForwardKernelBuilder(ImplicitLocOpBuilder &b, const KernelConfig &c,
+  ForwardKernelBuilder(ImplicitLocOpBuilder &b, const KernelShape &c,
                        FragmentEmitter &em)
       : ops(b, c.bf16), b(b), c(c), em(em), nthreads(32 * c.numWarps) {
     sh.headDimQK = c.headDimQK;
     sh.headDimV = c.headDimV;
-    sh.blockM = c.blockM;
+    sh.blockM = c.blockM();
     sh.blockN = c.blockN;
     sh.rowsPerWarp = c.rowsPerWarp;
   }
@@ -103,7 +94,7 @@ private:
 
   KernelOps ops;
   ImplicitLocOpBuilder &b;
-  const KernelConfig &c;
+  const KernelShape &c;
   FragmentEmitter &em;
   const int nthreads;
   TileShape sh;
@@ -214,7 +205,7 @@ void ForwardKernelBuilder::locate() {
   head = NVVM::BlockIdYOp::create(b, ops.i32);
   batch = NVVM::BlockIdZOp::create(b, ops.i32);
   Value headKV = arith::DivUIOp::create(b, head, group);
-  q0 = ops.mul(qTile, ops.ci32(c.blockM));
+  q0 = ops.mul(qTile, ops.ci32(c.blockM()));
 
   // varlen: this CTA's sequence is query tokens [qStart, qStart + seqlenQ)
   // and key tokens [kStart, kStart + seqlenK); nothing to do past its end.
@@ -242,13 +233,13 @@ void ForwardKernelBuilder::locate() {
                 : createMmaSyncForward(ops, sh, warp, lane);
   const int D = c.headDimQK, Dv = c.headDimV;
   const int pad = mma->swizzled() ? 0 : kPad;
-  sK = ops.gepBytes(smem, int64_t(2) * c.blockM * (D + pad));
+  sK = ops.gepBytes(smem, int64_t(2) * c.blockM() * (D + pad));
   sV = ops.gepBytes(sK, int64_t(2) * c.blockN * (D + pad));
   stageBytes = int64_t(2) * c.blockN * (D + pad + Dv + pad);
 
   // Q tile: loaded once.
-  loadTileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ, c.blockM, D,
-                mma->swizzled());
+  loadTileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ, c.blockM(),
+                D, mma->swizzled());
   NVVM::CpAsyncCommitGroupOp::create(b);
   mma->prepare(sQ, sK, sV);
 }
@@ -269,7 +260,7 @@ void ForwardKernelBuilder::prologue() {
     at.qRow1[mt] = ops.add(at.qRow0[mt], ops.ci32(8));
   }
   qLast = ops.sub(
-      arith::MinSIOp::create(b, ops.add(q0, ops.ci32(c.blockM)), seqlenQ),
+      arith::MinSIOp::create(b, ops.add(q0, ops.ci32(c.blockM())), seqlenQ),
       ops.ci32(1));
 
   nAcc = MT * sh.oTiles() * 4;
@@ -514,7 +505,7 @@ void ForwardKernelBuilder::epilogue(ValueRange fin) {
 } // namespace
 
 void buildFlashForwardKernel(OpBuilder &builder, Location loc,
-                             Operation *gpuModule, const KernelConfig &config,
+                             Operation *gpuModule, const KernelShape &config,
                              FragmentEmitter &emitter) {
   ImplicitLocOpBuilder b(loc, builder);
   ForwardKernelBuilder(b, config, emitter).build(gpuModule);

@@ -65,6 +65,7 @@
 #include "flashjit/frontend/Arguments.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace flashjit::abi {
@@ -119,6 +120,64 @@ inline Slot scalarSlot(const Scalar &v) {
     s.i64 = v.intValue;
   return s;
 }
+
+} // namespace flashjit::abi
+
+namespace flashjit {
+
+/// Which kernel of a variant a configuration builds. The forward kernel
+/// today; the backward and decode kernels join it.
+enum class KernelKind { Forward };
+
+/// The tile and launch facts of one GPU kernel, in one MLIR-free record:
+/// the tile policy fills it (compiler/TilePolicy.h: defaultGpuTileConfig),
+/// the pipeline and the convert-attn-to-nvvm pass build from it, and the
+/// launcher's grid, block and shared memory follow from it. Zero fields
+/// mean "not chosen yet" where a request carries it.
+struct KernelConfig {
+  /// Target architecture: "sm_80" or "sm_90a".
+  std::string arch = "sm_90a";
+  KernelKind kind = KernelKind::Forward;
+  /// Keys per tile (a multiple of 16, at most 128).
+  int blockN = 0;
+  /// Warps per CTA (4 or 8).
+  int numWarps = 0;
+  /// Query rows per warp: 16 (one m16 tile) or 32 (two, mma.sync only).
+  int rowsPerWarp = 0;
+  /// CTAs per SM the register allocation must allow (ptxas
+  /// .minnctapersm): registers per thread <= 65536 / (minBlocksPerSM * 32 *
+  /// numWarps).
+  int minBlocksPerSM = 0;
+  /// wgmma.mma_async per warpgroup (sm_90a) instead of mma.sync.
+  bool wgmma = false;
+  /// Packed variable-length sequences (cu_seqlens arguments).
+  bool varlen = false;
+  /// Visits only the key tiles of a block mask (block-mask arguments; the
+  /// module also holds the block-mask builder).
+  bool blockSparse = false;
+
+  /// Query rows per CTA.
+  int blockM() const { return rowsPerWarp * numWarps; }
+  /// Threads per CTA.
+  int threads() const { return 32 * numWarps; }
+  /// Dynamic shared memory of the forward kernel, in bytes: the Q tile and
+  /// two K/V stages of 16-bit elements, rows padded by kSharedRowPad
+  /// elements for mma.sync (ldmatrix without bank conflicts), unpadded and
+  /// 128-byte swizzled for wgmma.
+  int64_t sharedBytes(int headDimQK, int headDimV) const {
+    int64_t pad = wgmma ? 0 : kSharedRowPad;
+    return 2 * (int64_t(blockM()) * (headDimQK + pad) +
+                2 * int64_t(blockN) * (headDimQK + pad + headDimV + pad));
+  }
+  bool operator==(const KernelConfig &) const = default;
+
+  /// Elements of padding per shared-memory row of mma.sync tiles.
+  static constexpr int kSharedRowPad = 8;
+};
+
+} // namespace flashjit
+
+namespace flashjit::abi {
 
 /// GPU kernels (PTX entries built by the convert-attn-to-nvvm pass and
 /// launched by runtime::GpuAttentionKernel). The argument list of a kernel

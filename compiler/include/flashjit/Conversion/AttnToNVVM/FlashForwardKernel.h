@@ -16,6 +16,7 @@
 #define FLASHJIT_CONVERSION_ATTNTONVVM_FLASHFORWARDKERNEL_H
 
 #include "flashjit/Conversion/AttnToNVVM/FragmentEmitter.h"
+#include "flashjit/runtime/KernelAbi.h"
 
 #include "mlir/IR/BuiltinOps.h"
 
@@ -23,40 +24,21 @@
 
 namespace flashjit::nvvm {
 
-/// Compile-time shape of the kernel.
-struct KernelConfig {
+/// Compile-time shape of a kernel: the configuration record's tiles and
+/// modes (runtime/KernelAbi.h; every field chosen) plus what the attn op
+/// fixes.
+struct KernelShape : flashjit::KernelConfig {
   std::string name = "flash_fwd";
   int headDimQK = 128;
   int headDimV = 128;
   /// bf16 operands, else fp16 (Q, K, V and O share the dtype).
   bool bf16 = true;
-  /// Query rows per CTA: rowsPerWarp * numWarps.
-  int blockM = 64;
-  /// Query rows per warp: 16 (one m16 tile) or 32 (two m16 tiles that share
-  /// every K and V fragment loaded from shared memory).
-  int rowsPerWarp = 16;
-  /// Keys per tile, a multiple of 16.
-  int blockN = 64;
-  int numWarps = 4;
-  /// CTAs per SM the register allocation must allow (ptxas .minnctapersm):
-  /// registers per thread <= 65536 / (minBlocksPerSM * 32 * numWarps).
-  int minBlocksPerSM = 1;
   bool returnLse = true;
-  /// Packed variable-length sequences (cu_seqlens arguments; see
-  /// buildFlashForwardKernel).
-  bool varlen = false;
-  /// Visits only the key tiles a block mask lists (block-mask arguments),
-  /// and the module also gets the block-mask builder kernel.
-  bool blockSparse = false;
-  /// Hopper warpgroup MMA (sm_90a only): each group of 4 warps computes its
-  /// 64 query rows with wgmma.mma_async (S = Q K^T with Q and K read from
-  /// shared memory, O += P V with P in registers and V read from shared
-  /// memory) instead of mma.sync. Needs rowsPerWarp = 16, numWarps a
-  /// multiple of 4 and head dims that are multiples of 64 (tiles are stored
-  /// in 64-element column blocks with the 128-byte swizzle).
-  bool wgmma = false;
-  /// Dynamic shared memory the kernel needs, in bytes (Q, two K/V stages).
-  int sharedBytes() const;
+  /// Dynamic shared memory the forward kernel needs, in bytes (Q, two K/V
+  /// stages).
+  int sharedBytes() const {
+    return int(KernelConfig::sharedBytes(headDimQK, headDimV));
+  }
 };
 
 /// Adds `gpu.func @<config.name>` to \p gpuModule. Arguments:
@@ -83,13 +65,13 @@ struct KernelConfig {
 /// sequence are skipped.
 void buildFlashForwardKernel(mlir::OpBuilder &b, mlir::Location loc,
                              mlir::Operation *gpuModule,
-                             const KernelConfig &config,
+                             const KernelShape &config,
                              FragmentEmitter &emitter);
 
 /// Adds `gpu.func @<config.name>_block_mask`, the block-mask builder of a
 /// block-sparse kernel, to \p gpuModule. It writes the BlockMask lists
 /// (frontend/BlockMask.h) of the emitter's mask for tiles of
-/// config.blockM x config.blockN, exactly as flashjit::referenceBlockMask
+/// config.blockM() x config.blockN, exactly as flashjit::referenceBlockMask
 /// defines them: a tile is full when the mask holds at every element of the
 /// tile clipped to the sequence, empty when at none. Each tile is first
 /// classified by interval arithmetic (the tile classifier, with buffer
@@ -106,8 +88,8 @@ void buildFlashForwardKernel(mlir::OpBuilder &b, mlir::Location loc,
 /// are local to sequence b; rows of q tiles past the sequence get empty
 /// lists.
 void buildBlockMaskKernel(mlir::OpBuilder &b, mlir::Location loc,
-                          mlir::Operation *gpuModule,
-                          const KernelConfig &config, FragmentEmitter &emitter);
+                          mlir::Operation *gpuModule, const KernelShape &config,
+                          FragmentEmitter &emitter);
 
 } // namespace flashjit::nvvm
 

@@ -1,0 +1,189 @@
+//===- TilePolicy.cpp - The measured tile rules of GPU kernels ------------===//
+//
+// defaultGpuTileConfig (TilePolicy.h) and resolveGpuTileConfig
+// (GpuCompiler.h). Every number here comes from a tile experiment on the
+// H200 (bench/RESULTS.md) among configurations that assemble without
+// spills.
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/compiler/TilePolicy.h"
+#include "flashjit/compiler/GpuCompiler.h"
+
+#include "flashjit/frontend/Expr.h"
+
+#include "llvm/Support/Casting.h"
+
+#include <algorithm>
+
+namespace flashjit {
+
+/// The mma.sync tiles every rule starts from: 8 warps of 16 rows, 64-key
+/// tiles, all registers.
+static GpuTileConfig mmaSyncBase(const std::string &arch) {
+  GpuTileConfig c;
+  c.arch = arch;
+  c.blockN = 64;
+  c.numWarps = 8;
+  c.minBlocksPerSM = 1;
+  c.rowsPerWarp = 16;
+  return c;
+}
+
+/// The tiles of a dense kernel (defaultGpuTileConfig's first rules).
+static GpuTileConfig denseTileConfig(const AttentionSpec &spec,
+                                     const std::string &arch) {
+  // Measured on the H200 (bench/RESULTS.md, tile configurations): two m16
+  // tiles per warp halve the shared-memory fragment loads per mma and win
+  // wherever their accumulators fit in 255 registers without spills.
+  GpuTileConfig c = mmaSyncBase(arch);
+  int d = std::max(spec.headDimQK, spec.headDimV);
+  bool buffers = !spec.variant.buffers().empty();
+  if (d <= 64) {
+    if (buffers)
+      return c; // ALiBi: 112 TF/s against 108 with 4 warps of 32 rows
+    c.numWarps = 4;
+    c.rowsPerWarp = 32;
+    c.blockN = 64;
+  } else if (d <= 128) {
+    // 4 warps of 32 rows with 32-key tiles is 6-16% faster here, but masks
+    // longer than causal's (and buffer reads) then spill 4-28 bytes at 255
+    // registers: those keep 8 warps of 16 rows.
+    Expr mask = spec.effectiveMask();
+    if (!buffers && (mask.isNull() || mask->depth() <= 2)) {
+      c.numWarps = 4;
+      c.rowsPerWarp = 32;
+      c.blockN = 32;
+    }
+  } else {
+    // 8 warps of 16 rows with 64-key tiles: 4-27% faster than 4 warps with
+    // 16/32-key tiles. 64-key tiles leave no registers for long masks (a
+    // two-sided bottom-right window spills 8 bytes): those take 32.
+    c.numWarps = 8;
+    Expr mask = spec.effectiveMask();
+    bool shortMask = mask.isNull() || mask->depth() <= 4;
+    c.blockN = arch == "sm_80" || !shortMask ? 32 : 64;
+  }
+  return c;
+}
+
+const char *toString(GpuMma mma) {
+  switch (mma) {
+  case GpuMma::Default:
+    return "default";
+  case GpuMma::MmaSync:
+    return "mma.sync";
+  case GpuMma::Wgmma:
+    return "wgmma";
+  }
+  return "?";
+}
+
+/// Whether the kernel evaluates a mask (one that is not the constant true).
+static bool hasMaskCode(const AttentionSpec &spec) {
+  Expr mask = spec.effectiveMask();
+  auto *k = mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
+  return !mask.isNull() && !(k && k->boolValue());
+}
+
+/// Whether the score modifier is not the identity.
+static bool hasScoreModCode(const AttentionSpec &spec) {
+  const Expr &score = spec.variant.scoreExpr();
+  return !score.isNull() && !llvm::isa<ScoreExpr>(score.get());
+}
+
+/// Whether wgmma kernels can be built for \p spec on \p arch.
+static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
+  return arch == "sm_90a" && spec.headDimQK % 64 == 0 &&
+         spec.headDimV % 64 == 0;
+}
+
+/// defaultGpuTileConfig's tiles and instruction kind.
+static GpuTileConfig chooseTiles(const AttentionSpec &spec,
+                                 const std::string &arch, bool varlen,
+                                 bool blockSparse, GpuMma mma) {
+  if (mma == GpuMma::Wgmma ||
+      (mma == GpuMma::Default && wgmmaApplies(spec, arch))) {
+    // Measured on the H200 (bench/RESULTS.md, session 4 tile experiment):
+    // above head_dim 64 two warpgroups of 64 query rows (FlashAttention-3's
+    // block_m), 128-key tiles up to 128 and 64 above; at 64 one warpgroup
+    // per CTA (several CTAs per SM do not wait at each other's barriers):
+    // 128-key tiles without a mask or score modifier (317-359 TF/s against
+    // 233-301 with two warpgroups), else 64-key tiles and 3 CTAs per SM
+    // (softcap 131-172 against 81-169, sliding window 216-260 against
+    // 166-230).
+    GpuTileConfig c = mmaSyncBase(arch);
+    c.wgmma = true;
+    c.rowsPerWarp = 16;
+    int d = std::max(spec.headDimQK, spec.headDimV);
+    if (d <= 64) {
+      c.numWarps = 4;
+      bool plain = !hasMaskCode(spec) && !hasScoreModCode(spec);
+      c.blockN = plain ? 128 : 64;
+      c.minBlocksPerSM = plain ? 1 : 3;
+    } else {
+      c.numWarps = 8;
+      c.blockN = d <= 128 ? 128 : 64;
+      // Buffer reads in a mask with a score modifier, or with varlen
+      // offsets or block lists, leave too few registers beside S and O (a
+      // varlen document mask with soft-capping spilled 188 bytes at
+      // head_dim 128, a document mask with causal 24 bytes block-sparse at
+      // 256): half the keys. ALiBi (buffer, no mask) keeps its tiles: half
+      // of them cost it 4% at 128 and 17% at 256 on the H200.
+      if (!spec.variant.buffers().empty() &&
+          ((hasScoreModCode(spec) && hasMaskCode(spec)) || varlen ||
+           blockSparse))
+        c.blockN /= 2;
+    }
+    return c;
+  }
+  GpuTileConfig c = denseTileConfig(spec, arch);
+  // Varlen's per-sequence offsets push 4 warps of 32 rows over 255
+  // registers above head_dim 64 (softcap at 128 spilled 108 bytes): those
+  // keep 8 warps of 16 rows and 64-key tiles. Block-sparse list walking does
+  // the same to masked kernels (a two-sided window at head_dim 64 spilled 12
+  // bytes on sm_80, top-left causal at 128 16 bytes on sm_90a).
+  bool masked = hasMaskCode(spec);
+  if (c.rowsPerWarp == 32 &&
+      ((varlen && std::max(spec.headDimQK, spec.headDimV) > 64) ||
+       (blockSparse && masked)))
+    c = mmaSyncBase(arch);
+  return c;
+}
+
+GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
+                                   const std::string &arch, bool varlen,
+                                   bool blockSparse, GpuMma mma) {
+  GpuTileConfig c = chooseTiles(spec, arch, varlen, blockSparse, mma);
+  c.varlen = varlen;
+  c.blockSparse = blockSparse;
+  return c;
+}
+
+GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
+                                   const GpuCompileOptions &options) {
+  // Two m16 tiles per warp exist only for mma.sync: asking for them picks
+  // it unless wgmma was asked for too (then validateForGpu refuses).
+  GpuMma mma = options.mma;
+  if (mma == GpuMma::Default && options.rowsPerWarp == 32)
+    mma = GpuMma::MmaSync;
+  GpuTileConfig c = defaultGpuTileConfig(spec, options.arch, options.varlen,
+                                         options.blockSparse, mma);
+  // A default CTAs-per-SM bound belongs to the default tiles: other warps,
+  // rows or key tiles get the full register file unless it is asked for.
+  bool reshaped = (options.blockN && options.blockN != c.blockN) ||
+                  (options.numWarps && options.numWarps != c.numWarps) ||
+                  (options.rowsPerWarp && options.rowsPerWarp != c.rowsPerWarp);
+  if (reshaped)
+    c.minBlocksPerSM = 1;
+  if (options.blockN)
+    c.blockN = options.blockN;
+  if (options.numWarps)
+    c.numWarps = options.numWarps;
+  if (options.minBlocksPerSM)
+    c.minBlocksPerSM = options.minBlocksPerSM;
+  if (options.rowsPerWarp)
+    c.rowsPerWarp = options.rowsPerWarp;
+  return c;
+}
+
+} // namespace flashjit
