@@ -28,8 +28,12 @@ BUILD=${FLASHJIT_GPU_CHECK_BUILD:-build/runtime}
 pack() {
   set -e
   [[ -f scripts/env.sh ]] && source scripts/env.sh
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+  # An existing build (FLASHJIT_GPU_CHECK_BUILD=build/ci, say) is used as
+  # it is configured: reconfiguring it with another build type would
+  # rebuild everything.
+  [[ -f $BUILD/build.ninja ]] ||
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
   ninja -C "$BUILD" -j2 flashjit_gpu_tests flashjit_runtime_tests \
     gen_matrix_kernels flashjit flashjit_c_runtime
   mkdir -p "$PACK/bin" "$PACK/lib"
