@@ -482,6 +482,14 @@ differentiateScoreMod(const Expr &scoreMod,
   return out;
 }
 
+std::vector<std::string> differentiableParams(const Expr &scoreMod) {
+  std::vector<Expr> reads;
+  std::vector<std::string> params;
+  collectLeaves(scoreMod, reads, params);
+  std::sort(params.begin(), params.end());
+  return params;
+}
+
 std::string printDerivative(const ScoreModDerivative &d) {
   std::string out = fmt::format("d score'/d score = {}\n", printExpr(d.score));
   for (const BufferDerivative &b : d.buffers)

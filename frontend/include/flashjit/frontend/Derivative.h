@@ -156,6 +156,10 @@ ScoreModDerivative
 differentiateScoreMod(const Expr &scoreMod,
                       const std::vector<std::string> &params = {});
 
+/// The f32 parameters \p scoreMod reads (those differentiateScoreMod accepts
+/// in its \p params), sorted by name.
+std::vector<std::string> differentiableParams(const Expr &scoreMod);
+
 /// Canonical text of every derivative, one per line:
 ///   d score'/d score = <expr>
 ///   d score'/d buffer<f32>(slope)[head] = <expr>
