@@ -54,7 +54,8 @@
 // modifier a step function of that variable (floor, integer arithmetic on
 // the score). Compare and select instead where a step is wanted.
 //
-// Simplification (applied as nodes are built, every rule exact in IEEE f32):
+// Simplification (applied as nodes are built; exact in IEEE f32 unless
+// noted):
 //  - constant folding of f32 operators on literals where the f32 result
 //    is exact (2 * 3 -> 6, but 1 / 30 stays), so a kernel computing in f32
 //    and the interpreter computing in double agree on every literal;
