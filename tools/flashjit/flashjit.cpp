@@ -2,6 +2,7 @@
 //
 //   flashjit compile --mask 'q_idx >= kv_idx' --head-dim 128 --target sm_90a
 //   flashjit inspect --stage ptx|attn|gpu|resources|sass --spec '...'
+//   flashjit inspect --stage derivative --score '...'   (no compile)
 //   flashjit cache ls|info KEY|clear|prune [--max-bytes N]
 //   flashjit bundle --out DIR --spec '...' --spec '...' --target sm_80,sm_90a
 //
@@ -15,6 +16,7 @@
 #include "flashjit/compiler/Compiler.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
@@ -128,7 +130,8 @@ cl::opt<bool> noCache("no-cache", cl::desc("Compile without the disk cache"),
 cl::opt<std::string> stage("stage",
                            cl::desc("attn | gpu | ptx | resources | sass "
                                     "(cpu: attn | tiled | llvm | llvm-ir | "
-                                    "llvm-ir-opt)"),
+                                    "llvm-ir-opt); derivative (the score "
+                                    "modifier's, any target)"),
                            cl::sub(inspectCmd));
 cl::list<std::string> cacheArgs(cl::Positional,
                                 cl::desc("ls | info KEY | clear | prune"),
@@ -404,9 +407,16 @@ int runInspect() {
   static const std::vector<std::string> gpuStages = {"attn", "gpu", "ptx",
                                                      "resources", "sass"};
   AttentionSpec spec = specFromFlags();
+  if (stage == "derivative") { // frontend only: nothing is compiled
+    const Expr &mod = spec.variant.scoreExpr();
+    llvm::outs() << printDerivative(
+        differentiateScoreMod(mod, differentiableParams(mod)));
+    return 0;
+  }
   std::string target = oneTarget();
   if (stage.empty())
-    userError("--stage is required (attn | gpu | ptx | resources | sass)");
+    userError("--stage is required (attn | gpu | ptx | resources | sass | "
+              "derivative)");
   if (target == "cpu") {
     static const std::vector<std::tuple<std::string, Stage, const char *>>
         cpuStages = {{"attn", Stage::Attn, kAttnFile},

@@ -30,6 +30,13 @@ public:
   /// When false, `score` is never generated (for masks).
   bool allowScore = true;
 
+  /// Tame trees, for derivative tests: f32 literals on a 2^-6 grid in
+  /// [-4, 4], integer literals in [-10, 10], no f32 -> integer casts (so the
+  /// tree is differentiable) and every buffer index reduced into
+  /// [0, kTameBufferSize) (so every read is in bounds).
+  bool tame = false;
+  static constexpr int kTameBufferSize = 7;
+
   /// A random tree of type \p type with at most \p depth levels of operators.
   Expr gen(ScalarType type, int depth) {
     if (depth <= 0 || pick(4) == 0)
@@ -53,6 +60,8 @@ public:
 
   /// A random f32 bit pattern (finite or special), never a NaN with payload.
   float randomFloat() {
+    if (tame)
+      return static_cast<float>(static_cast<int>(pick(513)) - 256) / 64.0f;
     switch (pick(12)) {
     case 0:
       return -0.0f;
@@ -83,6 +92,8 @@ public:
   }
 
   int64_t randomInt64() {
+    if (tame)
+      return static_cast<int64_t>(pick(21)) - 10;
     switch (pick(6)) {
     case 0:
       return std::numeric_limits<int64_t>::min();
@@ -96,6 +107,8 @@ public:
   }
 
   int32_t randomInt32() {
+    if (tame)
+      return static_cast<int32_t>(pick(21)) - 10;
     switch (pick(6)) {
     case 0:
       return std::numeric_limits<int32_t>::min();
@@ -157,6 +170,8 @@ private:
 
   Expr bufferLoad(ScalarType type, int depth) {
     Expr index = gen(integerType(), depth - 1);
+    if (tame) // (i % n + n) % n is in [0, n) and never overflows
+      index = (index % kTameBufferSize + kTameBufferSize) % kTameBufferSize;
     switch (type) {
     case ScalarType::Int32:
       return Buffer("buf_i32", type)[index];
@@ -226,7 +241,7 @@ private:
       // A cast from another type (bool included).
       static const ScalarType from[] = {ScalarType::Bool, ScalarType::Int32,
                                         ScalarType::Int64, ScalarType::Float32};
-      return cast(type, gen(from[pick(4)], depth - 1));
+      return cast(type, gen(from[pick(tame ? 3 : 4)], depth - 1));
     }
     case 6:
       return bufferLoad(type, depth);
