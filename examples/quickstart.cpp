@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
   // CPU: load the kernel (compiled and stored in the kernel cache on the
   // first run of this program, a ~1 ms disk hit after that) and run it.
   t0 = std::chrono::steady_clock::now();
-  CpuLoadReport report;
+  LoadReport report;
   auto cpu = loadOrCompileCpu(spec, {}, nullptr, &report);
   double compileS = seconds(t0);
   cpu->run(q, k, vt, o, &l); // warm-up

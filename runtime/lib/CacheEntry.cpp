@@ -208,7 +208,7 @@ std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
     files[name] = llvm::json::Object{{"sha256", sha256Hex(bytes)},
                                      {"bytes", int64_t(bytes.size())}};
   llvm::json::Array stages;
-  for (const CacheStageTime &t : a.stageSeconds)
+  for (const StageTiming &t : a.stageSeconds)
     stages.push_back(
         llvm::json::Object{{"stage", t.name}, {"seconds", t.seconds}});
   llvm::json::Object keyObj{{"flashjit", key.version},
@@ -320,7 +320,7 @@ std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
   if (const llvm::json::Array *stages = meta->getArray("compile_seconds"))
     for (const llvm::json::Value &v : *stages)
       if (const llvm::json::Object *o = v.getAsObject()) {
-        CacheStageTime t;
+        StageTiming t;
         if (auto name = o->getString("stage"))
           t.name = name->str();
         t.seconds = o->getNumber("seconds").value_or(0.0);

@@ -79,11 +79,13 @@ enum class Stage : uint8_t {
 /// "attn", "tiled", "llvm-dialect", "llvm-ir", "llvm-ir-opt".
 std::string_view toString(Stage stage);
 
-/// Wall time of one compilation step.
-struct StageTiming {
-  std::string name;
-  double seconds = 0.0;
-};
+/// Wall time of one compilation step (the runtime's type: meta.json records
+/// the same timings).
+using runtime::StageTiming;
+
+/// How loadOrCompileCpu() and loadOrCompileGpu() served a request (the
+/// runtime's type).
+using runtime::LoadReport;
 
 /// A compiled CPU kernel. Thread-safe: run() may be called concurrently.
 class CpuKernel {
@@ -206,18 +208,6 @@ runtime::KernelArtifacts
 compileCpuArtifacts(const AttentionSpec &spec,
                     const CompileOptions &options = {});
 
-/// How loadOrCompileCpu() served a request.
-struct CpuLoadReport {
-  /// Hit (disk), Compiled (and stored) or Uncached (compiled, not stored).
-  runtime::CacheOutcome outcome = runtime::CacheOutcome::Uncached;
-  /// True when the memory tier had the kernel (outcome is then Hit).
-  bool memoryHit = false;
-  /// The cache key (hex SHA-256) and the entry's directory (empty when
-  /// nothing is on disk).
-  std::string key;
-  std::string entryDir;
-};
-
 /// The kernel of \p spec compiled with \p options, from the cheapest
 /// source: this process's memory tier (per cache directory and key), the
 /// disk cache
@@ -234,7 +224,7 @@ struct CpuLoadReport {
 std::shared_ptr<const CpuKernel>
 loadOrCompileCpu(const AttentionSpec &spec, const CompileOptions &options = {},
                  runtime::DiskCache *cache = nullptr,
-                 CpuLoadReport *report = nullptr);
+                 LoadReport *report = nullptr);
 
 /// Forgets the kernels loadOrCompileCpu() keeps in memory, so the next
 /// request reads the disk cache (tests, benchmarks). Kernels already

@@ -82,6 +82,20 @@ enum class CacheOutcome : uint8_t {
 /// "hit" / "compiled" / "uncached".
 const char *toString(CacheOutcome outcome);
 
+/// How a compile-or-load request (loadOrCompileCpu, loadOrCompileGpu,
+/// loadOrCompileGpuArtifacts) was served.
+struct LoadReport {
+  /// Hit (disk or memory), Compiled (and stored) or Uncached (compiled, not
+  /// stored).
+  CacheOutcome outcome = CacheOutcome::Uncached;
+  /// True when the memory tier had the kernel (outcome is then Hit).
+  bool memoryHit = false;
+  /// The cache key (hex SHA-256).
+  std::string key;
+  /// The entry's directory (empty when nothing is on disk).
+  std::string entryDir;
+};
+
 /// One entry as listed by DiskCache::list().
 struct CacheEntryInfo {
   /// The key (directory name).

@@ -73,9 +73,12 @@ struct CacheKey {
   std::string hash() const;
 };
 
-/// Wall time of one compile stage, in seconds.
-struct CacheStageTime {
+/// Wall time of one compile stage: what compilers report (CpuKernel::timings,
+/// GpuKernelImage::timings) and meta.json records (KernelArtifacts).
+struct StageTiming {
+  /// The stage, e.g. "mlirgen" or "cubin (nvJitLink)"; "total" for the sum.
   std::string name;
+  /// Wall time in seconds.
   double seconds = 0.0;
 };
 
