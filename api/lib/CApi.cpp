@@ -8,7 +8,7 @@
 // MLIR: loads bundles; flashjit_compile reports that it is unavailable).
 //
 //===----------------------------------------------------------------------===//
-#include "flashjit/flashjit.h"
+#include "flashjit-c/flashjit.h"
 
 #ifdef FLASHJIT_C_WITH_COMPILER
 #include "flashjit/compiler/Compiler.h"

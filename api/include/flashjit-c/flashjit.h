@@ -1,4 +1,4 @@
-/*===- flashjit.h - The C API ----------------------------------*- C -*-===//
+/*===- flashjit-c/flashjit.h - The C API --------------------------*- C -*-===//
  *
  * A small C interface for other languages (ctypes, FFI): compile an attention
  * spec given as canonical text for the CPU or a GPU architecture, run it on
@@ -12,8 +12,8 @@
  * elements. Semantics: README.md ("Semantics").
  *
  *===----------------------------------------------------------------------===*/
-#ifndef FLASHJIT_FLASHJIT_H
-#define FLASHJIT_FLASHJIT_H
+#ifndef FLASHJIT_C_FLASHJIT_H
+#define FLASHJIT_C_FLASHJIT_H
 
 #include <stdint.h>
 
@@ -118,4 +118,4 @@ void flashjit_kernel_destroy(flashjit_kernel *kernel);
 }
 #endif
 
-#endif /* FLASHJIT_FLASHJIT_H */
+#endif /* FLASHJIT_C_FLASHJIT_H */
