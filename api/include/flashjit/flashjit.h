@@ -1,0 +1,44 @@
+//===- flashjit.h - flashjit's C++ API in one include -----------*- C++ -*-===//
+//
+// The header a C++ application includes; link the CMake target
+// flashjit::flashjit. It brings:
+// - the attention DSL: Variant, the expression builtins, the library of
+//   standard masks and score modifiers (Library.h), AttentionSpec, its
+//   canonical text and parser, and the float64 reference;
+// - tensors (TensorRef), run-time arguments and block masks;
+// - the entry points that read the kernel cache before compiling:
+//   loadOrCompileCpu (a CpuKernel) and loadOrCompileGpu (a
+//   runtime::GpuAttentionKernel), both reporting through one LoadReport;
+//   compileCpu and compileGpu compile without the cache;
+// - the runtime: devices, device memory, launches and the disk cache.
+//
+// Other languages use the C API, flashjit-c/flashjit.h.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_FLASHJIT_H
+#define FLASHJIT_FLASHJIT_H
+
+#include "flashjit/frontend/Arguments.h"
+#include "flashjit/frontend/BlockMask.h"
+#include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Expr.h"
+#include "flashjit/frontend/Library.h"
+#include "flashjit/frontend/Parser.h"
+#include "flashjit/frontend/Printer.h"
+#include "flashjit/frontend/Reference.h"
+#include "flashjit/frontend/Tensor.h"
+#include "flashjit/frontend/Types.h"
+#include "flashjit/frontend/Variant.h"
+
+#include "flashjit/compiler/Compiler.h"
+#include "flashjit/compiler/GpuCache.h"
+#include "flashjit/compiler/GpuCompiler.h"
+
+#include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/Cache.h"
+#include "flashjit/runtime/CpuAttentionKernel.h"
+#include "flashjit/runtime/Device.h"
+#include "flashjit/runtime/Launch.h"
+#include "flashjit/runtime/Memory.h"
+
+#endif // FLASHJIT_FLASHJIT_H
