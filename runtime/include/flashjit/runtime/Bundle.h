@@ -25,10 +25,19 @@ class Bundle {
 public:
   /// One kernel of the bundle.
   struct Item {
-    std::string specText, arch;
-    int blockN = 0, numWarps = 0;
-    /// CPU only (see CacheKey).
-    int blockM = 0, optLevel = 0;
+    /// Canonical spec text.
+    std::string specText;
+    /// Target: "sm_80", "sm_90a" or "cpu".
+    std::string arch;
+    /// Keys per tile as requested (0: backend default).
+    int blockN = 0;
+    /// GPU warps per CTA as requested (0: backend default).
+    int numWarps = 0;
+    /// CPU only: queries per tile (see CacheKey).
+    int blockM = 0;
+    /// CPU only: LLVM opt level (see CacheKey).
+    int optLevel = 0;
+    /// CPU only: whether the kernel counts tiles (see CacheKey).
     bool countTiles = false;
     /// The entry's directory name (its key at build time).
     std::string key;

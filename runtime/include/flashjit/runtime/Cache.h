@@ -104,10 +104,15 @@ struct CacheEntryInfo {
   uint64_t bytes = 0;
   /// Last use (meta.json's modification time), seconds since the epoch.
   int64_t lastUsed = 0;
-  /// Entry symbol, target and spec from meta.json (empty if unreadable).
-  std::string entry, arch, specText;
-  /// The kernel's modes (KernelArtifacts::varlen / blockSparse).
+  /// Entry symbol from meta.json (empty if unreadable).
+  std::string entry;
+  /// Target from meta.json (empty if unreadable).
+  std::string arch;
+  /// Spec text from meta.json (empty if unreadable).
+  std::string specText;
+  /// A varlen kernel (KernelArtifacts::varlen).
   bool varlen = false;
+  /// A block-sparse kernel (KernelArtifacts::blockSparse).
   bool blockSparse = false;
   /// False when the entry fails verification (it would be a miss).
   bool valid = false;
@@ -143,14 +148,19 @@ public:
   /// created or is refused turns the cache off with one warning on stderr.
   explicit DiskCache(CacheConfig config);
 
+  /// See KernelCache::load; a hit marks the entry as recently used.
   std::optional<KernelArtifacts> load(const CacheKey &key) override;
+  /// See KernelCache::store; prunes to config().maxBytes afterwards.
   bool store(const CacheKey &key, const KernelArtifacts &artifacts) override;
+  /// See KernelCache::getOrCompile: load, else take the key's lock, load
+  /// again (another process may have stored it), else compile and store.
   KernelArtifacts getOrCompile(const CacheKey &key,
                                const std::function<KernelArtifacts()> &compile,
                                CacheOutcome *outcome = nullptr) override;
 
-  /// The cache directory.
+  /// The cache directory (absolute).
   const std::string &dir() const { return config_.dir; }
+  /// The configuration it was made with (dir made absolute).
   const CacheConfig &config() const { return config_; }
   /// False when the directory is missing/refused or the cache is disabled.
   bool usable() const { return usable_; }

@@ -31,29 +31,38 @@ struct CacheKey {
   std::string specText;
   /// Target: "sm_80", "sm_90a" or "cpu".
   std::string arch;
-  /// Keys per tile, warps per CTA and CTAs per SM as requested (0: backend
-  /// default).
+  /// Keys per tile as requested (0: backend default).
   int blockN = 0;
+  /// GPU warps per CTA as requested (0: backend default).
   int numWarps = 0;
+  /// GPU CTAs per SM as requested (0: backend default).
   int minBlocksPerSM = 0;
   /// GPU query rows per warp as requested (0: backend default).
   int rowsPerWarp = 0;
   /// GPU tensor-core instructions as requested: "default", "mma.sync" or
   /// "wgmma" (flashjit::toString(GpuMma)); empty for CPU keys.
   std::string mma;
-  /// CPU only: queries per tile, LLVM opt level (0..3), whether the kernel
-  /// counts tiles, and the host CPU name and features (see hostCpu()).
+  /// CPU only: queries per tile.
   int blockM = 0;
+  /// CPU only: LLVM opt level (0..3).
   int optLevel = 0;
+  /// CPU only: whether the kernel counts tiles.
   bool countTiles = false;
-  /// Packed varlen and block-sparse kernels (different ABIs), CPU and GPU.
+  /// A packed varlen kernel (another ABI), CPU and GPU.
   bool varlen = false;
+  /// A block-sparse kernel (another ABI), CPU and GPU.
   bool blockSparse = false;
+  /// CPU only: the host CPU's name (hostCpu()).
   std::string cpu;
+  /// CPU only: the host CPU's features (hostCpu()).
   std::string cpuFeatures;
+  /// flashjitVersion() of the build.
   std::string version = flashjitVersion();
+  /// flashjitCommit() of the build.
   std::string commit = flashjitCommit();
+  /// llvmVersion() of the build.
   std::string llvm = llvmVersion();
+  /// The entry schema (kCacheVersion).
   int schema = kCacheVersion;
   /// Cache-relevant environment variables (name, value; unset ones absent).
   std::vector<std::pair<std::string, std::string>> env;
@@ -90,32 +99,36 @@ struct KernelArtifacts {
   std::string arch;
   /// Canonical spec text.
   std::string specText;
-  /// Threads per CTA, query rows per CTA, keys per tile.
+  /// Threads per CTA (GPU).
   int threads = 0;
+  /// Query rows per CTA (GPU) or per tile (CPU).
   int blockM = 0;
+  /// Keys per tile.
   int blockN = 0;
   /// Dynamic shared memory per CTA in bytes.
   int sharedBytes = 0;
-  /// Registers per thread and spill bytes (stores + loads) from the ptxas
-  /// report; -1 when unknown.
+  /// Registers per thread from the ptxas report; -1 when unknown.
   int registers = -1;
+  /// Spill bytes (stores + loads) from the ptxas report; -1 when unknown.
   int spillBytes = -1;
-  /// CPU only: whether the kernel counts tiles, its LLVM opt level, and the
-  /// CPU name and features it was compiled for (hostCpu() there).
+  /// CPU only: whether the kernel counts tiles.
   bool countTiles = false;
+  /// CPU only: the LLVM opt level it was compiled with.
   int optLevel = 0;
-  /// A packed varlen kernel; a block-sparse kernel (CPU: kernel.so then
-  /// also has the builder `<entry>_block_mask_packed`; GPU: the PTX has
-  /// `<entry>_block_mask`).
+  /// A packed varlen kernel.
   bool varlen = false;
+  /// A block-sparse kernel (CPU: kernel.so then also has the builder
+  /// `<entry>_block_mask_packed`; GPU: the PTX has `<entry>_block_mask`).
   bool blockSparse = false;
   /// GPU only: the tensor-core instructions the kernel uses, "mma.sync" or
   /// "wgmma" (empty for CPU kernels).
   std::string mma;
+  /// CPU only: the CPU name it was compiled for (hostCpu() there).
   std::string cpu;
+  /// CPU only: the CPU features it was compiled for (hostCpu() there).
   std::string cpuFeatures;
   /// Compile time per stage, in order.
-  std::vector<CacheStageTime> stageSeconds;
+  std::vector<StageTiming> stageSeconds;
   /// File name (e.g. "kernel.ptx") -> bytes. Names are plain file names
   /// ([A-Za-z0-9._-], not starting with '.'), never "meta.json".
   std::map<std::string, std::string> files;
@@ -124,20 +137,28 @@ struct KernelArtifacts {
   const std::string *file(const std::string &name) const;
 };
 
-/// Standard artifact file names.
+// Standard artifact file names.
+/// The attn dialect with the user's regions (CPU and GPU).
 inline constexpr const char *kAttnFile = "kernel.attn.mlir";
+/// GPU: the GPU-dialect IR (before PTX generation).
 inline constexpr const char *kGpuFile = "kernel.gpu.mlir";
+/// GPU: the PTX.
 inline constexpr const char *kPtxFile = "kernel.ptx";
+/// GPU: the cubin (nvJitLink).
 inline constexpr const char *kCubinFile = "kernel.cubin";
-/// CPU stages: the tile program, the LLVM dialect, LLVM IR before and after
-/// optimisation, the relocatable PIC object and the shared object linked
-/// from it (what the runtime loads).
+/// CPU: the tile program.
 inline constexpr const char *kTiledFile = "kernel.tiled.mlir";
+/// CPU: the LLVM dialect.
 inline constexpr const char *kLLVMDialectFile = "kernel.llvm.mlir";
+/// CPU: LLVM IR before optimisation.
 inline constexpr const char *kLLVMIRFile = "kernel.ll";
+/// CPU: LLVM IR after optimisation.
 inline constexpr const char *kLLVMIROptFile = "kernel.opt.ll";
+/// CPU: the relocatable PIC object.
 inline constexpr const char *kObjectFile = "kernel.o";
+/// CPU: the shared object linked from kernel.o (what the runtime loads).
 inline constexpr const char *kSharedObjectFile = "kernel.so";
+/// The manifest, written last (never an artifact name).
 inline constexpr const char *kMetaFile = "meta.json";
 
 /// Serialises \p a (without file contents, with their checksums) as
