@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <array>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -38,16 +39,17 @@ bool cpuLinkerAvailable(std::string *why) {
 
 std::shared_ptr<const CpuKernel>
 CpuKernel::load(const runtime::KernelArtifacts &artifacts) {
-  auto impl = std::make_unique<CpuKernel::Impl>();
-  impl->kernel = runtime::loadCpuKernel(artifacts);
+  std::shared_ptr<const runtime::CpuAttentionKernel> kernel =
+      runtime::loadCpuKernel(artifacts);
   const char *files[] = {runtime::kAttnFile, runtime::kTiledFile,
                          runtime::kLLVMDialectFile, runtime::kLLVMIRFile,
                          runtime::kLLVMIROptFile};
-  for (size_t i = 0; i < impl->texts.size(); ++i)
+  std::array<std::string, 5> texts;
+  for (size_t i = 0; i < texts.size(); ++i)
     if (const std::string *text = artifacts.file(files[i]))
-      impl->texts[i] = *text;
-  impl->timings = artifacts.stageSeconds;
-  return std::make_shared<const CpuKernel>(std::move(impl));
+      texts[i] = *text;
+  return std::make_shared<const CpuKernel>(*kernel, artifacts.stageSeconds,
+                                           std::move(texts));
 }
 
 namespace {
