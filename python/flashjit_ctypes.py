@@ -1,4 +1,4 @@
-"""flashjit from Python through the C API (api/include/flashjit/flashjit.h).
+"""flashjit from Python through the C API (api/include/flashjit-c/flashjit.h).
 
 A thin ctypes binding: no build step, no compiled extension. Load either
 library:

@@ -8,7 +8,7 @@
 // MLIR: loads bundles; flashjit_compile reports that it is unavailable).
 //
 //===----------------------------------------------------------------------===//
-#include "flashjit/flashjit.h"
+#include "flashjit-c/flashjit.h"
 
 #ifdef FLASHJIT_C_WITH_COMPILER
 #include "flashjit/compiler/Compiler.h"
@@ -143,9 +143,7 @@ flashjit_status flashjit_compile(const char *spec_text, const char *target,
     std::string t = target;
     // Both targets go through the kernel cache (FLASHJIT_CACHE_DIR, ...).
     if (t == "cpu") {
-      std::shared_ptr<const CpuKernel> cpu = loadOrCompileCpu(k->spec);
-      k->cpu = std::shared_ptr<const runtime::CpuAttentionKernel>(
-          cpu, &cpu->runtimeKernel());
+      k->cpu = loadOrCompileCpu(k->spec); // a runtime::CpuAttentionKernel
     } else if (t == "sm_80" || t == "sm_90a") {
       GpuCompileOptions o;
       o.arch = t;

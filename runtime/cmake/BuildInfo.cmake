@@ -1,6 +1,6 @@
 # Writes <binary dir>/generated/flashjit/runtime/BuildInfo.h with flashjit's
 # version and the git commit it was configured from ("unknown" outside git),
-# which are part of every kernel cache key (lib/Cache.cpp). CMake re-runs
+# which are part of every kernel cache key (lib/BuildId.cpp). CMake re-runs
 # when HEAD moves, so a commit changes the keys of the next build.
 find_package(Git QUIET)
 set(FLASHJIT_GIT_COMMIT unknown)

@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
           DiskCache cache(normal);
           if (cpu) {
             clearCpuMemoryTier();
-            CpuLoadReport r;
+            LoadReport r;
             loadOrCompileCpu(spec, {}, &cache, &r);
             if (r.outcome != CacheOutcome::Hit)
               throw InternalError("benchmark: expected a disk hit");

@@ -386,7 +386,7 @@ int runCompile() {
   llvm::outs() << (r.outcome == CacheOutcome::Hit
                        ? "compile time per stage (of the cached compile):\n"
                        : "compile time per stage:\n");
-  for (const CacheStageTime &t : a.stageSeconds)
+  for (const StageTiming &t : a.stageSeconds)
     llvm::outs() << fmt::format("  {:<24} {:9.3f} ms\n", t.name,
                                 t.seconds * 1e3);
   return 0;

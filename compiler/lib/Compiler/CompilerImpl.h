@@ -1,7 +1,8 @@
 //===- CompilerImpl.h - State behind Compiler.h's objects ---------*- C++
 //-*-===//
 //
-// Shared by CpuCompile.cpp (MLIR, builds the objects), CpuKernel.cpp and
+// The tile classifier's state and the sorted parameter and buffer lists,
+// shared by CpuCompile.cpp (MLIR, builds the objects), CpuKernel.cpp and
 // CpuCache.cpp (no MLIR). The JIT engine is held type-erased so this header
 // needs no MLIR include.
 //
@@ -21,13 +22,6 @@ namespace flashjit {
 /// A packed kernel entry point: each element of the array points at one
 /// argument (and, for functions with a result, the last one at the result).
 using PackedFn = void (*)(void **);
-
-struct CpuKernel::Impl {
-  /// Runs the kernel (holds the JIT engine or the dlopen handle).
-  std::shared_ptr<const runtime::CpuAttentionKernel> kernel;
-  std::vector<StageTiming> timings;
-  std::array<std::string, 5> texts;
-};
 
 struct TileClassifierKernel::Impl {
   std::vector<ParamDecl> params; ///< sorted by name

@@ -5,6 +5,7 @@
 // only the runtime's loader.
 //
 //===----------------------------------------------------------------------===//
+#include "CachedLoad.h"
 #include "CompilerImpl.h"
 #include "CpuObject.h"
 
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <array>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -37,17 +39,17 @@ bool cpuLinkerAvailable(std::string *why) {
 
 std::shared_ptr<const CpuKernel>
 CpuKernel::load(const runtime::KernelArtifacts &artifacts) {
-  auto impl = std::make_unique<CpuKernel::Impl>();
-  impl->kernel = runtime::loadCpuKernel(artifacts);
+  std::shared_ptr<const runtime::CpuAttentionKernel> kernel =
+      runtime::loadCpuKernel(artifacts);
   const char *files[] = {runtime::kAttnFile, runtime::kTiledFile,
                          runtime::kLLVMDialectFile, runtime::kLLVMIRFile,
                          runtime::kLLVMIROptFile};
-  for (size_t i = 0; i < impl->texts.size(); ++i)
+  std::array<std::string, 5> texts;
+  for (size_t i = 0; i < texts.size(); ++i)
     if (const std::string *text = artifacts.file(files[i]))
-      impl->texts[i] = *text;
-  for (const runtime::CacheStageTime &t : artifacts.stageSeconds)
-    impl->timings.push_back({t.name, t.seconds});
-  return std::make_shared<const CpuKernel>(std::move(impl));
+      texts[i] = *text;
+  return std::make_shared<const CpuKernel>(*kernel, artifacts.stageSeconds,
+                                           std::move(texts));
 }
 
 namespace {
@@ -61,13 +63,8 @@ void warnOnce(const std::string &what, const std::string &message) {
     llvm::errs() << message << "\n";
 }
 
-bool alwaysCompile(const runtime::DiskCache &cache) {
-  return cache.config().alwaysCompile;
-}
-
-/// The memory tier of CPU kernels, per (cache directory, key): two
-/// DiskCache objects on one directory share it, and a DiskCache made at the
-/// address of a destroyed one does not inherit its kernels.
+/// The memory tier of CPU kernels, per (cache directory, key): see
+/// loadThroughMemoryTier.
 runtime::MemoryTier<CpuKernel> &memoryTier() {
   static runtime::MemoryTier<CpuKernel> tier;
   return tier;
@@ -77,7 +74,7 @@ runtime::MemoryTier<CpuKernel> &memoryTier() {
 std::shared_ptr<const CpuKernel>
 loadOrCompileUncached(const AttentionSpec &spec, const CompileOptions &options,
                       runtime::DiskCache &cache, const runtime::CacheKey &key,
-                      CpuLoadReport &report) {
+                      LoadReport &report) {
   std::string why;
   if (!cpuLinkerAvailable(&why)) {
     warnOnce("linker", fmt::format("flashjit: warning: {}; CPU kernels are "
@@ -120,30 +117,14 @@ void clearCpuMemoryTier() { memoryTier().eraseContext(nullptr); }
 std::shared_ptr<const CpuKernel> loadOrCompileCpu(const AttentionSpec &spec,
                                                   const CompileOptions &options,
                                                   runtime::DiskCache *cache,
-                                                  CpuLoadReport *report) {
+                                                  LoadReport *report) {
   runtime::CacheKey key = cpuCacheKey(spec, options); // validates first
   runtime::DiskCache &disk = cache ? *cache : runtime::defaultCache();
-  CpuLoadReport local;
-  CpuLoadReport &r = report ? *report : local;
-  r = CpuLoadReport();
-  r.key = key.hash();
-  if (alwaysCompile(disk))
-    return loadOrCompileUncached(spec, options, disk, key, r);
-  bool loaded = false;
-  std::string slot =
-      (disk.usable() ? disk.dir() : std::string()) + "\n" + r.key;
-  std::shared_ptr<const CpuKernel> kernel =
-      memoryTier().getOrLoad(nullptr, slot, [&] {
-        loaded = true;
-        return loadOrCompileUncached(spec, options, disk, key, r);
-      });
-  if (!loaded) {
-    r.memoryHit = true;
-    r.outcome = CacheOutcome::Hit;
-    if (disk.usable())
-      r.entryDir = disk.entryDir(r.key);
-  }
-  return kernel;
+  return loadThroughMemoryTier(memoryTier(), /*context=*/nullptr, disk,
+                               key.hash(), report, [&](LoadReport &r) {
+                                 return loadOrCompileUncached(spec, options,
+                                                              disk, key, r);
+                               });
 }
 
 } // namespace flashjit

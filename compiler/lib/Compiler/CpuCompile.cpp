@@ -224,9 +224,8 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
                                             const CompileOptions &options) {
   validateForCpu(spec, options); // every UserError before MLIR/LLVM
   StopWatch total, w;
-  auto impl = std::make_unique<CpuKernel::Impl>();
-  auto &texts = impl->texts;
-  auto &timings = impl->timings;
+  std::array<std::string, 5> texts;
+  std::vector<StageTiming> timings;
   runtime::CpuKernelInfo info{cpuBlockM(options), cpuBlockN(options),
                               options.countTiles, options.varlen,
                               options.blockSparse};
@@ -240,12 +239,13 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
     extra.push_back({l.symbol + abi::kBlockMaskSuffix, &builder});
   auto [engine, fn] = jit(*l.module, l.symbol, options.optLevel, &texts[3],
                           &texts[4], &timings, extra);
-  impl->kernel = std::make_shared<const runtime::CpuAttentionKernel>(
-      spec, info, fn, std::move(engine), builder);
+  runtime::CpuAttentionKernel kernel(spec, info, fn, std::move(engine),
+                                     builder);
   w.lap();
   dumpStages(options, spec.variant.name(), texts);
   timings.push_back({"total", total.lap()});
-  return std::make_shared<const CpuKernel>(std::move(impl));
+  return std::make_shared<const CpuKernel>(
+      std::move(kernel), std::move(timings), std::move(texts));
 }
 
 runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,

@@ -1,7 +1,8 @@
 //===- CpuKernel.cpp - Running compiled CPU kernels -----------------------===//
 //
-// CpuKernel's accessors (running is runtime::CpuAttentionKernel's job), the
-// CPU option checks and the tile classifier's call. No MLIR here.
+// CpuKernel's construction and stage texts (running is the job of
+// runtime::CpuAttentionKernel, which it derives from), the CPU option checks
+// and the tile classifier's call. No MLIR here.
 //
 //===----------------------------------------------------------------------===//
 #include "CompilerImpl.h"
@@ -74,67 +75,14 @@ void validateForCpu(const AttentionSpec &spec, const CompileOptions &options) {
                                 options.optLevel));
 }
 
-CpuKernel::CpuKernel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CpuKernel::~CpuKernel() = default;
-const AttentionSpec &CpuKernel::spec() const { return impl_->kernel->spec(); }
-int CpuKernel::blockM() const { return impl_->kernel->info().blockM; }
-int CpuKernel::blockN() const { return impl_->kernel->info().blockN; }
-const std::vector<StageTiming> &CpuKernel::timings() const {
-  return impl_->timings;
-}
+CpuKernel::CpuKernel(runtime::CpuAttentionKernel kernel,
+                     std::vector<StageTiming> timings,
+                     std::array<std::string, 5> stageTexts)
+    : runtime::CpuAttentionKernel(std::move(kernel)),
+      timings_(std::move(timings)), stageTexts_(std::move(stageTexts)) {}
+
 const std::string &CpuKernel::stageText(Stage stage) const {
-  return impl_->texts.at(static_cast<size_t>(stage));
-}
-const runtime::CpuAttentionKernel &CpuKernel::runtimeKernel() const {
-  return *impl_->kernel;
-}
-
-bool CpuKernel::varlen() const { return impl_->kernel->info().varlen; }
-bool CpuKernel::blockSparse() const {
-  return impl_->kernel->info().blockSparse;
-}
-
-RunStats CpuKernel::run(const TensorRef &q, const TensorRef &k,
-                        const TensorRef &v, const TensorRef &o,
-                        const TensorRef *lse, const Arguments &args,
-                        int numThreads) const {
-  return impl_->kernel->run(q, k, v, o, lse, args, numThreads);
-}
-
-RunStats CpuKernel::runBlockSparse(const TensorRef &q, const TensorRef &k,
-                                   const TensorRef &v, const TensorRef &o,
-                                   const TensorRef *lse,
-                                   const BlockMask &blockMask,
-                                   const Arguments &args,
-                                   int numThreads) const {
-  return impl_->kernel->runBlockSparse(q, k, v, o, lse, blockMask, args,
-                                       numThreads);
-}
-
-RunStats CpuKernel::runVarlen(const TensorRef &q, const TensorRef &k,
-                              const TensorRef &v, const TensorRef &o,
-                              const TensorRef *lse,
-                              std::span<const int32_t> cuSeqlensQ,
-                              std::span<const int32_t> cuSeqlensK,
-                              const Arguments &args, const BlockMask *blockMask,
-                              int numThreads) const {
-  return impl_->kernel->runVarlen(q, k, v, o, lse, cuSeqlensQ, cuSeqlensK, args,
-                                  blockMask, numThreads);
-}
-
-BlockMask CpuKernel::buildBlockMask(int64_t batch, int64_t seqlenQ,
-                                    int64_t seqlenK, const Arguments &args,
-                                    int numThreads) const {
-  return impl_->kernel->buildBlockMask(batch, seqlenQ, seqlenK, args,
-                                       numThreads);
-}
-
-BlockMask CpuKernel::buildVarlenBlockMask(std::span<const int32_t> cuSeqlensQ,
-                                          std::span<const int32_t> cuSeqlensK,
-                                          const Arguments &args,
-                                          int numThreads) const {
-  return impl_->kernel->buildVarlenBlockMask(cuSeqlensQ, cuSeqlensK, args,
-                                             numThreads);
+  return stageTexts_.at(static_cast<size_t>(stage));
 }
 
 namespace {

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/compiler/GpuCache.h"
 
+#include "CachedLoad.h"
+
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/Device.h"
@@ -61,8 +63,7 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   a.varlen = image.varlen;
   a.blockSparse = image.blockSparse;
   a.mma = image.wgmma ? "wgmma" : "mma.sync";
-  for (const StageTiming &t : image.timings)
-    a.stageSeconds.push_back({t.name, t.seconds});
+  a.stageSeconds = image.timings;
   a.files[kAttnFile] = image.attnText;
   a.files[kGpuFile] = image.gpuText;
   a.files[kPtxFile] = image.ptx;
@@ -108,12 +109,12 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
 KernelArtifacts loadOrCompileGpuArtifacts(const AttentionSpec &spec,
                                           const GpuCompileOptions &options,
                                           runtime::DiskCache *cache,
-                                          GpuLoadReport *report) {
+                                          LoadReport *report) {
   runtime::CacheKey key = gpuCacheKey(spec, options); // validates first
   runtime::DiskCache &disk = cache ? *cache : runtime::defaultCache();
-  GpuLoadReport local;
-  GpuLoadReport &r = report ? *report : local;
-  r = GpuLoadReport();
+  LoadReport local;
+  LoadReport &r = report ? *report : local;
+  r = LoadReport();
   r.key = key.hash();
   KernelArtifacts a = disk.getOrCompile(
       key, [&] { return compileGpuArtifacts(spec, options); }, &r.outcome);
@@ -132,13 +133,11 @@ runtime::MemoryTier<runtime::GpuAttentionKernel> &memoryTier() {
 std::shared_ptr<const runtime::GpuAttentionKernel>
 loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
                  GpuCompileOptions options, runtime::DiskCache *cache,
-                 GpuLoadReport *report) {
+                 LoadReport *report) {
   options.arch = gpuTargetFor(device.properties());
   runtime::CacheKey key = gpuCacheKey(spec, options); // validates first
   runtime::DiskCache &disk = cache ? *cache : runtime::defaultCache();
-  GpuLoadReport local;
-  GpuLoadReport &r = report ? *report : local;
-  auto load = [&] {
+  auto load = [&](LoadReport &r) {
     KernelArtifacts a = loadOrCompileGpuArtifacts(spec, options, &disk, &r);
     const std::string *ptx = a.file(runtime::kPtxFile);
     if (!ptx)
@@ -149,25 +148,8 @@ loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
         spec, runtime::gpuKernelInfo(a), *ptx, device,
         cubin ? std::string_view(*cubin) : std::string_view());
   };
-  if (disk.config().alwaysCompile)
-    return load();
-  std::string slot =
-      (disk.usable() ? disk.dir() : std::string()) + "\n" + key.hash();
-  bool loaded = false;
-  std::shared_ptr<const runtime::GpuAttentionKernel> kernel =
-      memoryTier().getOrLoad(device.context(), slot, [&] {
-        loaded = true;
-        return load();
-      });
-  if (!loaded) {
-    r = GpuLoadReport();
-    r.key = key.hash();
-    r.memoryHit = true;
-    r.outcome = CacheOutcome::Hit;
-    if (disk.usable())
-      r.entryDir = disk.entryDir(r.key);
-  }
-  return kernel;
+  return loadThroughMemoryTier(memoryTier(), device.context(), disk, key.hash(),
+                               report, load);
 }
 
 } // namespace flashjit

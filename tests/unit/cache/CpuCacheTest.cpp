@@ -106,7 +106,7 @@ TEST_CASE("a CPU disk hit compiles nothing and runs correctly", "[cache]") {
   AttentionSpec spec = parseSpec(kSpecText);
   clearCpuMemoryTier();
 
-  CpuLoadReport cold;
+  LoadReport cold;
   std::shared_ptr<const CpuKernel> compiled;
   double coldS = secondsOf([&] {
     DiskCache cache(configIn(dir.path()));
@@ -127,7 +127,7 @@ TEST_CASE("a CPU disk hit compiles nothing and runs correctly", "[cache]") {
 
   // A fresh cache object and an empty memory tier: as a second process.
   clearCpuMemoryTier();
-  CpuLoadReport warm;
+  LoadReport warm;
   std::shared_ptr<const CpuKernel> loaded;
   double warmS = secondsOf([&] {
     DiskCache cache(configIn(dir.path()));
@@ -148,7 +148,7 @@ TEST_CASE("a CPU disk hit compiles nothing and runs correctly", "[cache]") {
 
   // The same cache again: the memory tier answers with the same object.
   DiskCache cache(configIn(dir.path()));
-  CpuLoadReport memory;
+  LoadReport memory;
   CHECK(loadOrCompileCpu(spec, {}, &cache, &memory) == loaded);
   CHECK(memory.memoryHit);
   CHECK(memory.outcome == CacheOutcome::Hit);
@@ -165,7 +165,7 @@ TEST_CASE("a corrupt kernel.so or kernel.o in a CPU entry is recompiled",
   for (const char *file : {kSharedObjectFile, kObjectFile}) {
     INFO("corrupted: " << file);
     clearCpuMemoryTier();
-    CpuLoadReport first;
+    LoadReport first;
     {
       DiskCache cache(configIn(dir.path()));
       loadOrCompileCpu(spec, {}, &cache, &first);
@@ -174,7 +174,7 @@ TEST_CASE("a corrupt kernel.so or kernel.o in a CPU entry is recompiled",
     corrupt(first.entryDir + "/" + file);
     clearCpuMemoryTier();
     DiskCache cache(configIn(dir.path()));
-    CpuLoadReport again;
+    LoadReport again;
     std::shared_ptr<const CpuKernel> k =
         loadOrCompileCpu(spec, {}, &cache, &again);
     CHECK(again.outcome == CacheOutcome::Compiled);
@@ -245,7 +245,7 @@ TEST_CASE("every CPU key component changes the key", "[cache]") {
     TempDir dir;
     clearCpuMemoryTier();
     DiskCache cache(configIn(dir.path()));
-    CpuLoadReport r;
+    LoadReport r;
     loadOrCompileCpu(spec, {}, &cache, &r);
     CHECK(r.outcome == CacheOutcome::Compiled);
     o = {};
@@ -305,7 +305,7 @@ TEST_CASE("a read-only cache or no C compiler compiles CPU kernels in memory",
     // this fails for root too, unlike a read-only mode.
     std::string lock = cache.entryDir(cpuCacheKey(spec).hash()) + ".lock";
     REQUIRE(!fs::create_directory(lock));
-    CpuLoadReport r;
+    LoadReport r;
     std::shared_ptr<const CpuKernel> k = loadOrCompileCpu(spec, {}, &cache, &r);
     CHECK(r.outcome == CacheOutcome::Uncached);
     CHECK(cache.warnings().size() == 1);
@@ -316,7 +316,7 @@ TEST_CASE("a read-only cache or no C compiler compiles CPU kernels in memory",
     CacheConfig c = configIn(dir.path());
     c.enabled = false;
     DiskCache cache(c);
-    CpuLoadReport r;
+    LoadReport r;
     std::shared_ptr<const CpuKernel> k = loadOrCompileCpu(spec, {}, &cache, &r);
     CHECK(r.outcome == CacheOutcome::Uncached);
     CHECK(filesIn(dir.path()) == 0);
@@ -328,7 +328,7 @@ TEST_CASE("a read-only cache or no C compiler compiles CPU kernels in memory",
     CHECK(!cpuLinkerAvailable(&why));
     CHECK(why.find("FLASHJIT_CC") != std::string::npos);
     DiskCache cache(configIn(dir.path()));
-    CpuLoadReport r;
+    LoadReport r;
     std::shared_ptr<const CpuKernel> k = loadOrCompileCpu(spec, {}, &cache, &r);
     CHECK(r.outcome == CacheOutcome::Uncached);
     CHECK(filesIn(dir.path()) == 0);

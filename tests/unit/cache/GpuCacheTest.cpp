@@ -56,7 +56,7 @@ TEST_CASE("a GPU disk hit compiles nothing", "[cache]") {
                                  "head_dim_v=64)");
   GpuCompileOptions o;
   o.arch = "sm_80";
-  GpuLoadReport cold, warm;
+  LoadReport cold, warm;
   KernelArtifacts a, b;
   {
     DiskCache cache(configIn(dir.path()));
@@ -88,7 +88,7 @@ TEST_CASE("a GPU disk hit compiles nothing", "[cache]") {
     std::string cubin = cold.entryDir + "/" + kCubinFile;
     std::ofstream(cubin, std::ios::binary | std::ios::trunc) << "garbage";
     DiskCache cache(configIn(dir.path()));
-    GpuLoadReport again;
+    LoadReport again;
     KernelArtifacts c = loadOrCompileGpuArtifacts(spec, o, &cache, &again);
     CHECK(again.outcome == CacheOutcome::Compiled);
     CHECK(c.file(kCubinFile)->size() > 1000);

@@ -8,7 +8,7 @@
 #ifndef FLASHJIT_TESTS_CAPI_CHECK_H
 #define FLASHJIT_TESTS_CAPI_CHECK_H
 
-#include "flashjit/flashjit.h"
+#include "flashjit-c/flashjit.h"
 
 #include <stdio.h>
 

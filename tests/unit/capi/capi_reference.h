@@ -8,7 +8,7 @@
 #ifndef FLASHJIT_TESTS_CAPI_REFERENCE_H
 #define FLASHJIT_TESTS_CAPI_REFERENCE_H
 
-#include "flashjit/flashjit.h"
+#include "flashjit-c/flashjit.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
  *===----------------------------------------------------------------------===*/
 #include "capi_reference.h"
 
-#include "flashjit/flashjit.h"
+#include "flashjit-c/flashjit.h"
 
 #include "capi_check.h"
 

@@ -265,7 +265,7 @@ TEST_CASE("varlen and block-sparse kernels go through the disk cache",
        {runtime::CacheOutcome::Compiled, runtime::CacheOutcome::Hit}) {
     clearCpuMemoryTier();
     runtime::DiskCache cache(config); // a fresh object, as in a new process
-    CpuLoadReport report;
+    LoadReport report;
     auto k = loadOrCompileCpu(spec, with(true, true), &cache, &report);
     CHECK(report.outcome == expected);
     CHECK(k->varlen());

@@ -32,20 +32,24 @@
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/CpuAttentionKernel.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace flashjit {
 
-/// Where the generated kernel runs.
-enum class Target : uint8_t { CPU };
+/// Where the generated kernel runs (GPU kernels have their own options,
+/// GpuCompileOptions in GpuCompiler.h).
+enum class Target : uint8_t {
+  CPU ///< the host CPU
+};
 
 /// How to compile one spec.
 struct CompileOptions {
+  /// The target; only Target::CPU exists.
   Target target = Target::CPU;
   /// Queries per tile; 0 picks the target's default (CPU: 64).
   int blockM = 0;
@@ -79,82 +83,45 @@ enum class Stage : uint8_t {
 /// "attn", "tiled", "llvm-dialect", "llvm-ir", "llvm-ir-opt".
 std::string_view toString(Stage stage);
 
-/// Wall time of one compilation step.
-struct StageTiming {
-  std::string name;
-  double seconds = 0.0;
-};
+/// Wall time of one compilation step (the runtime's type: meta.json records
+/// the same timings).
+using runtime::StageTiming;
 
-/// A compiled CPU kernel. Thread-safe: run() may be called concurrently.
-class CpuKernel {
+/// How loadOrCompileCpu() and loadOrCompileGpu() served a request (the
+/// runtime's type).
+using runtime::LoadReport;
+
+/// A compiled CPU kernel: the runtime's kernel, whose run(), runBlockSparse(),
+/// runVarlen(), buildBlockMask() and buildVarlenBlockMask() it inherits (see
+/// runtime::CpuAttentionKernel for shapes and errors), plus what the compile
+/// that made it recorded: the time and the text of each stage. Thread-safe:
+/// runs may be concurrent.
+class CpuKernel : public runtime::CpuAttentionKernel {
 public:
-  struct Impl;
-  explicit CpuKernel(std::unique_ptr<Impl> impl);
-  ~CpuKernel();
+  /// \p kernel with the stage times and texts of the compile that made it
+  /// (\p stageTexts in Stage order).
+  CpuKernel(runtime::CpuAttentionKernel kernel,
+            std::vector<StageTiming> timings,
+            std::array<std::string, 5> stageTexts);
   CpuKernel(const CpuKernel &) = delete;
   CpuKernel &operator=(const CpuKernel &) = delete;
 
-  /// The spec this kernel computes.
-  const AttentionSpec &spec() const;
-  int blockM() const;
-  int blockN() const;
-  /// Whether it was compiled with CompileOptions::varlen / blockSparse.
-  bool varlen() const;
-  bool blockSparse() const;
-
-  /// Computes O (and LSE when the spec returns it) for q [B, Hq, Sq, Dqk],
-  /// k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv] into o [B, Hq, Sq, Dv] and lse
-  /// [B, Hq, Sq] (fp32), any strides. \p lse is required when
-  /// spec().returnLse and ignored otherwise. Work is spread over
-  /// \p numThreads threads (0: all cores). Throws UserError for bad tensors
-  /// or arguments, for a varlen or block-sparse kernel (use runVarlen /
-  /// runBlockSparse), and after the run for a buffer read out of range
-  /// (such reads load nothing and give 0; the outputs are then
-  /// unspecified).
-  RunStats run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
-               const TensorRef &o, const TensorRef *lse,
-               const Arguments &args = {}, int numThreads = 0) const;
-
-  /// Block-sparse run (FlexAttention's BlockMask form, BlockMask.h); see
-  /// runtime::CpuAttentionKernel::runBlockSparse for shapes and errors.
-  RunStats runBlockSparse(const TensorRef &q, const TensorRef &k,
-                          const TensorRef &v, const TensorRef &o,
-                          const TensorRef *lse, const BlockMask &blockMask,
-                          const Arguments &args = {}, int numThreads = 0) const;
-
-  /// Packed varlen run (FlashAttention's varlen layout: q [total_q, heads_q,
-  /// head_dim_qk], lse [heads_q, total_q], int32 cu_seqlens of batch + 1
-  /// entries); see runtime::CpuAttentionKernel::runVarlen for the
-  /// semantics and errors.
-  RunStats runVarlen(const TensorRef &q, const TensorRef &k, const TensorRef &v,
-                     const TensorRef &o, const TensorRef *lse,
-                     std::span<const int32_t> cuSeqlensQ,
-                     std::span<const int32_t> cuSeqlensK,
-                     const Arguments &args = {},
-                     const BlockMask *blockMask = nullptr,
-                     int numThreads = 0) const;
-
-  /// The block mask of spec().effectiveMask() for batch x seqlen_q x
-  /// seqlen_k calls, built by the kernel's generated builder (exact:
-  /// interval arithmetic, else every element); the caller owns it. See
-  /// runtime::CpuAttentionKernel::buildBlockMask for extents and errors.
-  BlockMask buildBlockMask(int64_t batch, int64_t seqlenQ, int64_t seqlenK,
-                           const Arguments &args = {},
-                           int numThreads = 0) const;
-
-  /// The same for a packed varlen batch (tiles local to each sequence).
-  BlockMask buildVarlenBlockMask(std::span<const int32_t> cuSeqlensQ,
-                                 std::span<const int32_t> cuSeqlensK,
-                                 const Arguments &args = {},
-                                 int numThreads = 0) const;
+  /// Queries per tile it was compiled with.
+  int blockM() const { return info().blockM; }
+  /// Keys per tile it was compiled with.
+  int blockN() const { return info().blockN; }
+  /// Whether it was compiled with CompileOptions::varlen.
+  bool varlen() const { return info().varlen; }
+  /// Whether it was compiled with CompileOptions::blockSparse.
+  bool blockSparse() const { return info().blockSparse; }
 
   /// Time per compilation step, in order, with a final "total" (for a
   /// kernel loaded from the cache: the times of the compile that made it).
-  const std::vector<StageTiming> &timings() const;
+  const std::vector<StageTiming> &timings() const { return timings_; }
   /// The text of one stage (empty if the cache entry lacks it).
   const std::string &stageText(Stage stage) const;
-  /// The runtime object that runs the kernel.
-  const runtime::CpuAttentionKernel &runtimeKernel() const;
+  /// The runtime object that runs the kernel: this object.
+  const runtime::CpuAttentionKernel &runtimeKernel() const { return *this; }
 
   /// A kernel from compileCpuArtifacts' files (a cache entry or a bundle)
   /// without MLIR or code generation: runtime::loadCpuKernel plus the stage
@@ -164,7 +131,8 @@ public:
   load(const runtime::KernelArtifacts &artifacts);
 
 private:
-  std::unique_ptr<Impl> impl_;
+  std::vector<StageTiming> timings_;
+  std::array<std::string, 5> stageTexts_;
 };
 
 /// Checks that the CPU backend supports \p spec and \p options (after
@@ -206,18 +174,6 @@ runtime::KernelArtifacts
 compileCpuArtifacts(const AttentionSpec &spec,
                     const CompileOptions &options = {});
 
-/// How loadOrCompileCpu() served a request.
-struct CpuLoadReport {
-  /// Hit (disk), Compiled (and stored) or Uncached (compiled, not stored).
-  runtime::CacheOutcome outcome = runtime::CacheOutcome::Uncached;
-  /// True when the memory tier had the kernel (outcome is then Hit).
-  bool memoryHit = false;
-  /// The cache key (hex SHA-256) and the entry's directory (empty when
-  /// nothing is on disk).
-  std::string key;
-  std::string entryDir;
-};
-
 /// The kernel of \p spec compiled with \p options, from the cheapest
 /// source: this process's memory tier (per cache directory and key), the
 /// disk cache
@@ -234,7 +190,7 @@ struct CpuLoadReport {
 std::shared_ptr<const CpuKernel>
 loadOrCompileCpu(const AttentionSpec &spec, const CompileOptions &options = {},
                  runtime::DiskCache *cache = nullptr,
-                 CpuLoadReport *report = nullptr);
+                 LoadReport *report = nullptr);
 
 /// Forgets the kernels loadOrCompileCpu() keeps in memory, so the next
 /// request reads the disk cache (tests, benchmarks). Kernels already
@@ -246,8 +202,11 @@ void clearCpuMemoryTier();
 /// it with flashjit::classifyTile on many boxes without running attention.
 class TileClassifierKernel {
 public:
+  /// The JIT-compiled classifier and its parameter order (CompilerImpl.h).
   struct Impl;
+  /// Made by compileTileClassifier().
   explicit TileClassifierKernel(std::unique_ptr<Impl> impl);
+  /// Releases the JIT engine.
   ~TileClassifierKernel();
   /// The class of \p box; parameters come from \p args (all required), and
   /// so do the buffers when compiled with the buffer-range rule.

@@ -47,18 +47,6 @@ runtime::KernelArtifacts
 compileGpuArtifacts(const AttentionSpec &spec,
                     const GpuCompileOptions &options = {});
 
-/// How a GPU request was served.
-struct GpuLoadReport {
-  /// Hit (disk or memory), Compiled (and stored) or Uncached.
-  runtime::CacheOutcome outcome = runtime::CacheOutcome::Uncached;
-  /// True when the memory tier had the kernel.
-  bool memoryHit = false;
-  /// The cache key (hex SHA-256) and the entry's directory (empty when
-  /// nothing is on disk).
-  std::string key;
-  std::string entryDir;
-};
-
 /// The artifacts of \p spec with \p options from the disk cache \p cache
 /// (nullptr: runtime::defaultCache(), see FLASHJIT_CACHE_DIR,
 /// FLASHJIT_DISABLE_CACHE, FLASHJIT_ALWAYS_COMPILE), else
@@ -67,7 +55,7 @@ struct GpuLoadReport {
 /// compileGpuArtifacts.
 runtime::KernelArtifacts loadOrCompileGpuArtifacts(
     const AttentionSpec &spec, const GpuCompileOptions &options,
-    runtime::DiskCache *cache = nullptr, GpuLoadReport *report = nullptr);
+    runtime::DiskCache *cache = nullptr, LoadReport *report = nullptr);
 
 /// The loaded kernel of \p spec for \p device, from the cheapest source:
 /// this process's memory tier (per context, cache directory and key), the
@@ -81,7 +69,7 @@ std::shared_ptr<const runtime::GpuAttentionKernel>
 loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
                  GpuCompileOptions options = {},
                  runtime::DiskCache *cache = nullptr,
-                 GpuLoadReport *report = nullptr);
+                 LoadReport *report = nullptr);
 
 } // namespace flashjit
 
