@@ -22,7 +22,7 @@ Cases (bf16, head_dim 128, 16 heads = hidden 2048, batch x seqlen = 32768):
 
 Kernels come as PTX from `bench_kernels DIR --sparse` (block_sparse.json);
 they are launched with CuPy with the argument lists of
-compiler/include/flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h.
+runtime/include/flashjit/runtime/KernelAbi.h (abi::gpu).
 Each (implementation, case) group runs in its own child process (a crashed
 kernel poisons its CUDA context: the other groups survive) under a share of
 --budget seconds; children append JSON lines, the parent writes
@@ -58,8 +58,8 @@ def log(*a):
 
 
 # ------------------------------------------------------ kernel arguments --
-# The argument lists of compiler/include/flashjit/Conversion/AttnToNVVM/
-# FlashForwardKernel.h (varlen off). Pointers are whatever the launcher
+# The argument lists of runtime/include/flashjit/runtime/KernelAbi.h
+# (abi::gpu: forwardArgTypes, blockMaskArgTypes; varlen off). Pointers are whatever the launcher
 # passes (CuPy arrays); scalars are numpy scalars, so each argument's width
 # is explicit and checked against the PTX entry before the first launch.
 

@@ -243,6 +243,18 @@ void GpuAttentionKernel::runVarlen(const TensorRef &q, const TensorRef &k,
   launchForward(c, args, stream);
 }
 
+/// The launcher's fixed arguments match the kernel ABI (KernelAbi.h) in
+/// number: a change on one side that the other missed is an internal error
+/// before any launch, not a kernel reading the wrong argument.
+static void checkFixedArgs(const KernelArgs &a,
+                           const std::vector<abi::gpu::ArgType> &abiTypes,
+                           const std::string &kernel) {
+  if (a.size() != abiTypes.size())
+    throw InternalError(fmt::format("kernel '{}': the launcher passes {} "
+                                    "fixed arguments, the ABI has {}",
+                                    kernel, a.size(), abiTypes.size()));
+}
+
 void GpuAttentionKernel::addVariantArgs(KernelArgs &a,
                                         const Arguments &args) const {
   for (const ParamDecl &p : spec_.variant.params()) {
@@ -330,6 +342,8 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
     a.add(static_cast<int32_t>(m.heads == 1 ? 0 : m.numQTiles));
     a.add(static_cast<int32_t>(m.numKvTiles));
   }
+  checkFixedArgs(a, abi::gpu::forwardArgTypes(info_.varlen, info_.blockSparse),
+                 info_.name);
   addVariantArgs(a, args);
 
   LaunchConfig cfg;
@@ -433,6 +447,8 @@ DeviceBlockMask GpuAttentionKernel::build(int64_t batch, int64_t seqlenQ,
   if (cu)
     a.add(reinterpret_cast<void *>(cu->deviceQ()))
         .add(reinterpret_cast<void *>(cu->deviceK()));
+  checkFixedArgs(a, abi::gpu::blockMaskArgTypes(cu != nullptr),
+                 info_.name + abi::kBlockMaskSuffix);
   addVariantArgs(a, args);
   if (smem > 48 * 1024)
     builder_.setMaxDynamicSharedBytes(static_cast<int>(smem));
