@@ -16,16 +16,14 @@
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 #include "flashjit/Conversion/Passes.h"
 #include "flashjit/Dialect/Attn/IR/Attn.h"
-#include "flashjit/Dialect/Attn/Transforms/TileClassifier.h"
 
+// The pass's dependent dialects (Passes.td).
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/IR/IRMapping.h"
-#include "mlir/IR/ImplicitLocOpBuilder.h"
 
 namespace flashjit {
 #define GEN_PASS_DEF_CONVERTATTNTONVVM
