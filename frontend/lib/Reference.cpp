@@ -13,11 +13,18 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Interpreter.h"
 
+#include "BlockMaskTiles.h"
+
 #include <cmath>
 #include <limits>
 
 namespace flashjit {
 namespace {
+
+using detail::kAllowed;
+using detail::kMasked;
+using detail::kSkip;
+using detail::tileStates;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -40,10 +47,6 @@ struct RowOperands {
   int64_t kBase, kStep, kD;
   int64_t vBase, vStep, vD;
 };
-
-/// Key tile states of one row of a block mask: 0 not listed, 1 partial,
-/// 2 full.
-constexpr char kSkip = 0, kMasked = 1, kAllowed = 2;
 
 /// Attends one query row: keys j < p.seqlenK allowed by the mask (or by
 /// \p tiles, when given, with tile j / blockN), softmax over the finite
@@ -101,18 +104,6 @@ Problem problemOf(const AttentionSpec &spec, const Arguments &args,
           spec.effectiveScale(), args,
           headsQ / headsKV,      spec.headDimQK,
           spec.headDimV};
-}
-
-/// The tile states of row (b, h, m) of \p bm (shared extents reduced to 0).
-std::vector<char> tileStates(const BlockMask &bm, int64_t b, int64_t h,
-                             int64_t m) {
-  std::vector<char> st(bm.numKvTiles, kSkip);
-  int64_t r = bm.row(bm.batch == 1 ? 0 : b, bm.heads == 1 ? 0 : h, m);
-  for (int32_t i = 0; i < bm.kvNumBlocks[r]; ++i)
-    st[bm.kvIndices[r * bm.numKvTiles + i]] = kMasked;
-  for (int32_t i = 0; i < bm.fullKvNumBlocks[r]; ++i)
-    st[bm.fullKvIndices[r * bm.numKvTiles + i]] = kAllowed;
-  return st;
 }
 
 ReferenceOutput denseReference(const AttentionSpec &spec, const TensorRef &q,

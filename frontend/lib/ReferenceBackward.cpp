@@ -14,6 +14,8 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Interpreter.h"
 
+#include "BlockMaskTiles.h"
+
 #include <fmt/format.h>
 #include <llvm/Support/Casting.h>
 
@@ -23,6 +25,11 @@
 
 namespace flashjit {
 namespace {
+
+using detail::kAllowed;
+using detail::kMasked;
+using detail::kSkip;
+using detail::tileStates;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -56,19 +63,6 @@ struct RowIO {
 
 double load(const TensorRef &t, int64_t offset) {
   return static_cast<double>(loadAsFloat(t.data, t.dtype, offset));
-}
-
-/// Key tile states of one row of a block mask, as the forward reference.
-constexpr char kSkip = 0, kMasked = 1, kAllowed = 2;
-std::vector<char> tileStates(const BlockMask &bm, int64_t b, int64_t h,
-                             int64_t m) {
-  std::vector<char> st(bm.numKvTiles, kSkip);
-  int64_t r = bm.row(bm.batch == 1 ? 0 : b, bm.heads == 1 ? 0 : h, m);
-  for (int32_t i = 0; i < bm.kvNumBlocks[r]; ++i)
-    st[bm.kvIndices[r * bm.numKvTiles + i]] = kMasked;
-  for (int32_t i = 0; i < bm.fullKvNumBlocks[r]; ++i)
-    st[bm.fullKvIndices[r * bm.numKvTiles + i]] = kAllowed;
-  return st;
 }
 
 /// Adds one query row's contributions (see ReferenceBackward.h).
