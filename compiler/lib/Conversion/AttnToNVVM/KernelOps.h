@@ -56,12 +56,6 @@ public:
   mlir::Value mul(mlir::Value x, mlir::Value y) {
     return mlir::arith::MulIOp::create(b, x, y);
   }
-  mlir::Value divu(mlir::Value x, mlir::Value y) {
-    return mlir::arith::DivUIOp::create(b, x, y);
-  }
-  mlir::Value remu(mlir::Value x, mlir::Value y) {
-    return mlir::arith::RemUIOp::create(b, x, y);
-  }
   mlir::Value ext64(mlir::Value x) {
     return mlir::arith::ExtSIOp::create(b, i64, x);
   }
@@ -79,10 +73,6 @@ public:
   }
   mlir::Value lnot(mlir::Value x) {
     return mlir::arith::XOrIOp::create(b, x, cb(true));
-  }
-  /// min(x, y) - 1 (i32): the last index of a range clipped to a length.
-  mlir::Value lastOf(mlir::Value end, mlir::Value len) {
-    return sub(mlir::arith::MinSIOp::create(b, end, len), ci32(1));
   }
   // The softmax's own arithmetic may contract into FMAs (x * scale - m is
   // one FFMA, as in FlashAttention-2); the user's regions never do.
