@@ -13,7 +13,7 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Interpreter.h"
 
-#include "BlockMaskTiles.h"
+#include "ReferenceCommon.h"
 
 #include <cmath>
 #include <limits>
@@ -24,6 +24,7 @@ namespace {
 using detail::kAllowed;
 using detail::kMasked;
 using detail::kSkip;
+using detail::nanMax;
 using detail::tileStates;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -76,7 +77,7 @@ double attendRow(const Problem &pr, EvalPoint p, const RowOperands &r,
     if (s[j] == kNegInf)
       use[j] = 0;
     else
-      m = std::max(m, s[j]);
+      m = nanMax(m, s[j]);
   }
   for (int64_t d = 0; d < pr.headDimV; ++d)
     oRow[d] = 0.0;

@@ -14,7 +14,7 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Interpreter.h"
 
-#include "BlockMaskTiles.h"
+#include "ReferenceCommon.h"
 
 #include <fmt/format.h>
 #include <llvm/Support/Casting.h>
@@ -29,6 +29,7 @@ namespace {
 using detail::kAllowed;
 using detail::kMasked;
 using detail::kSkip;
+using detail::nanMax;
 using detail::tileStates;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -89,7 +90,7 @@ void backwardRow(const Problem &pr, EvalPoint p, const RowIO &r,
     if (sm[j] == kNegInf) // no weight, as in the forward
       use[j] = 0;
     else
-      m = std::max(m, sm[j]);
+      m = nanMax(m, sm[j]);
   }
   if (m == kNegInf)
     return; // no allowed key: O = 0, LSE = -inf, zero gradient

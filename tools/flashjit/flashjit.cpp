@@ -437,12 +437,13 @@ int runInspect() {
         return 0;
       }
     userError(fmt::format("--stage '{}' is not a CPU stage (attn, tiled, "
-                          "llvm, llvm-ir, llvm-ir-opt)",
+                          "llvm, llvm-ir, llvm-ir-opt; derivative for any "
+                          "target)",
                           std::string(stage)));
   }
   if (std::find(gpuStages.begin(), gpuStages.end(), stage) == gpuStages.end())
     userError(fmt::format("--stage '{}' is not one of attn, gpu, ptx, "
-                          "resources, sass",
+                          "resources, sass, derivative",
                           std::string(stage)));
   DiskCache cache(cacheConfig());
   GpuResult r = gpuThroughCache(spec, target, cache);

@@ -4,7 +4,8 @@
 // flashjit::flashjit. It brings:
 // - the attention DSL: Variant, the expression builtins, the library of
 //   standard masks and score modifiers (Library.h), AttentionSpec, its
-//   canonical text and parser, and the float64 reference;
+//   canonical text and parser, the float64 reference (forward and
+//   backward) and the symbolic derivative of score modifiers;
 // - tensors (TensorRef), run-time arguments and block masks;
 // - the entry points that read the kernel cache before compiling:
 //   loadOrCompileCpu (a CpuKernel) and loadOrCompileGpu (a
@@ -18,14 +19,20 @@
 #ifndef FLASHJIT_FLASHJIT_H
 #define FLASHJIT_FLASHJIT_H
 
+#ifndef __cplusplus
+#error "flashjit/flashjit.h is the C++ API (C++20); C programs include flashjit-c/flashjit.h"
+#endif
+
 #include "flashjit/frontend/Arguments.h"
 #include "flashjit/frontend/BlockMask.h"
+#include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Expr.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/frontend/Reference.h"
+#include "flashjit/frontend/ReferenceBackward.h"
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/Types.h"
 #include "flashjit/frontend/Variant.h"

@@ -11,6 +11,7 @@
 
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Reference.h"
+#include "flashjit/frontend/ReferenceBackward.h"
 
 #include <catch2/catch.hpp>
 
@@ -407,4 +408,34 @@ TEST_CASE("reference: an invalid GQA grouping is a UserError, not a crash",
   HostTensor q(DType::F32, {1, 4, 2, 8}), k(DType::F32, {1, 3, 3, 8}),
       v(DType::F32, {1, 3, 3, 8});
   CHECK_THROWS_AS(referenceAttention(spec, q.ref, k.ref, v.ref), UserError);
+}
+
+TEST_CASE("reference: a NaN score at an allowed key makes the row NaN, in "
+          "any key order",
+          "[frontend][reference]") {
+  // The kernels' row maximum propagates NaN (IEEE maximum); the oracle must
+  // too, wherever the NaN key stands, and its backward must not hide it.
+  AttentionSpec s = f32Spec(4, 4);
+  for (int nanKey = 0; nanKey < 3; ++nanKey) {
+    float q[2 * 4] = {1, 0, 0, 0, 0, 1, 0, 0};
+    float k[3 * 4] = {1, 0, 0, 0, -1, 0, 0, 0, 0, 1, 0, 0};
+    float v[3 * 4] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+    float dO[2 * 4] = {1, -1, 0.5f, 2, 0.25f, 1, -1, 1};
+    k[nanKey * 4 + 1] = std::nanf(""); // row 1 (q = e1) sees a NaN score
+    auto T = [](float *p, int64_t n) {
+      return TensorRef::contiguous(p, DType::F32, {1, 1, n, 4});
+    };
+    ReferenceOutput r = referenceAttention(s, T(q, 2), T(k, 3), T(v, 3));
+    INFO("NaN at key " << nanKey);
+    // q = e0 reads k[.][0] only, but 0 * NaN = NaN too: both rows NaN.
+    for (int i = 0; i < 2; ++i) {
+      CHECK(std::isnan(r.lse[i]));
+      for (int d = 0; d < 4; ++d)
+        CHECK(std::isnan(r.o[i * 4 + d]));
+    }
+    ReferenceGradients g =
+        referenceAttentionBackward(s, T(q, 2), T(k, 3), T(v, 3), T(dO, 2));
+    for (int d = 0; d < 4; ++d)
+      CHECK(std::isnan(g.dq[4 + d]));
+  }
 }

@@ -1,14 +1,17 @@
-//===- BlockMaskTiles.h - Key-tile states of a block-mask row ---*- C++ -*-===//
+//===- ReferenceCommon.h - Shared parts of the references -------*- C++ -*-===//
 //
-// What the float64 references (forward and backward) read of a BlockMask:
-// the state of every key tile of one row. Private to frontend/lib.
+// What the float64 references (forward and backward) share: the state of
+// every key tile of one row of a BlockMask, and the row maximum. Private to
+// frontend/lib.
 //
 //===----------------------------------------------------------------------===//
-#ifndef FLASHJIT_FRONTEND_LIB_BLOCKMASKTILES_H
-#define FLASHJIT_FRONTEND_LIB_BLOCKMASKTILES_H
+#ifndef FLASHJIT_FRONTEND_LIB_REFERENCECOMMON_H
+#define FLASHJIT_FRONTEND_LIB_REFERENCECOMMON_H
 
 #include "flashjit/frontend/BlockMask.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -30,6 +33,13 @@ inline std::vector<char> tileStates(const BlockMask &bm, int64_t b, int64_t h,
   return st;
 }
 
+/// max(a, b) that propagates NaN, as the kernels' row maximum does
+/// (IEEE maximum): a NaN score at an allowed key makes the row's O and LSE
+/// NaN (std::max would drop it when it comes second).
+inline double nanMax(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b);
+}
+
 } // namespace flashjit::detail
 
-#endif // FLASHJIT_FRONTEND_LIB_BLOCKMASKTILES_H
+#endif // FLASHJIT_FRONTEND_LIB_REFERENCECOMMON_H
