@@ -112,3 +112,4 @@ install(FILES
   ${PROJECT_BINARY_DIR}/package/flashjitConfigVersion.cmake
   DESTINATION ${FLASHJIT_CMAKE_INSTALL_DIR})
 
+include(FlashjitPkgConfig)
