@@ -65,28 +65,33 @@ cl::list<std::string> specText("spec",
                                         "'attention(causal=top_left)'"),
                                cl::sub(compileCmd), cl::sub(inspectCmd),
                                cl::sub(bundleCmd));
-cl::opt<std::string> maskText("mask", cl::desc("Mask expression"),
-                              cl::sub(compileCmd), cl::sub(inspectCmd));
-cl::opt<std::string> scoreText("score", cl::desc("Score modifier expression"),
-                               cl::sub(compileCmd), cl::sub(inspectCmd));
-cl::opt<int> headDim("head-dim", cl::desc("Head dim of Q, K and V"),
+cl::opt<std::string>
+    maskText("mask", cl::desc("Mask expression (default: true, every key)"),
+             cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<std::string>
+    scoreText("score", cl::desc("Score modifier expression (default: score)"),
+              cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<int> headDim("head-dim",
+                     cl::desc("Head dim of Q, K and V (default: 128)"),
                      cl::sub(compileCmd), cl::sub(inspectCmd));
-cl::opt<std::string> dtype("dtype", cl::desc("bf16 | fp16 | fp32"),
+cl::opt<std::string> dtype("dtype",
+                           cl::desc("bf16 | fp16 | fp32 (default: bf16)"),
                            cl::sub(compileCmd), cl::sub(inspectCmd));
-cl::opt<int> headsQ("heads-q", cl::desc("Query heads"), cl::sub(compileCmd),
-                    cl::sub(inspectCmd));
-cl::opt<int> headsKV("heads-kv", cl::desc("Key/value heads (GQA)"),
+cl::opt<int> headsQ("heads-q", cl::desc("Query heads (default: 1)"),
+                    cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<int> headsKV("heads-kv", cl::desc("Key/value heads, GQA (default: 1)"),
                      cl::sub(compileCmd), cl::sub(inspectCmd));
-cl::opt<std::string> causal("causal",
-                            cl::desc("none | top_left | bottom_right"),
-                            cl::sub(compileCmd), cl::sub(inspectCmd));
-cl::opt<std::string> kernelName("name", cl::desc("Kernel name"),
+cl::opt<std::string>
+    causal("causal", cl::desc("none | top_left | bottom_right (default: none)"),
+           cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<std::string> kernelName("name",
+                                cl::desc("Kernel name (default: attention)"),
                                 cl::sub(compileCmd), cl::sub(inspectCmd));
 
 cl::list<std::string> targets("target",
-                              cl::desc("sm_80 | sm_90a | cpu (bundle: a "
-                                       "comma-separated list, default "
-                                       "sm_80,sm_90a)"),
+                              cl::desc("sm_80 | sm_90a | cpu (default: sm_90a; "
+                                       "bundle: a comma-separated list, "
+                                       "default sm_80,sm_90a)"),
                               cl::CommaSeparated, cl::sub(compileCmd),
                               cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<int> blockN("block-n", cl::desc("Keys per tile (0: default)"),
