@@ -14,6 +14,7 @@
 #include "flashjit/compiler/Compiler.h"
 #include "flashjit/compiler/GpuCache.h"
 #endif
+#include "flashjit/frontend/Arguments.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
@@ -24,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,10 +98,22 @@ Arguments toArguments(const flashjit_arg *args, int n) {
       throw UserError(fmt::format("args[{}].name is NULL", i));
     switch (a.kind) {
     case FLASHJIT_ARG_F32:
-      out.set(a.name, Scalar::f32(static_cast<float>(a.scalar)));
+      if (overflowsF32(a.scalar))
+        throw UserError(fmt::format("args[{}] '{}': f32 value {} overflows "
+                                    "f32 (largest finite magnitude {})",
+                                    i, a.name, a.scalar,
+                                    std::numeric_limits<float>::max()));
+      out.set(a.name, Scalar::f32(a.scalar));
       break;
     case FLASHJIT_ARG_I32:
-      out.set(a.name, Scalar::i32(static_cast<int32_t>(a.integer)));
+      if (a.integer < std::numeric_limits<int32_t>::min() ||
+          a.integer > std::numeric_limits<int32_t>::max())
+        throw UserError(fmt::format(
+            "args[{}] '{}': i32 value {} is outside [{}, {}] (pass "
+            "FLASHJIT_ARG_I64 for an i64 parameter)",
+            i, a.name, a.integer, std::numeric_limits<int32_t>::min(),
+            std::numeric_limits<int32_t>::max()));
+      out.set(a.name, Scalar::i32(a.integer));
       break;
     case FLASHJIT_ARG_I64:
       out.set(a.name, Scalar::i64(a.integer));

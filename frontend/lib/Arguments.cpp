@@ -6,7 +6,25 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
+
 namespace flashjit {
+
+bool overflowsF32(double v) {
+  // The midpoint between FLT_MAX and 2^128 and everything above it rounds to
+  // inf (FLT_MAX's significand is odd, so the tie goes up too).
+  constexpr double kOverflow = 0x1.ffffffp+127;
+  return std::isfinite(v) && std::fabs(v) >= kOverflow;
+}
+
+Scalar Scalar::f32(double v) {
+  if (overflowsF32(v))
+    throw UserError(fmt::format("f32 value {} overflows f32 (largest finite "
+                                "magnitude {})",
+                                v, std::numeric_limits<float>::max()));
+  return {ScalarType::Float32, 0, static_cast<float>(v)};
+}
 
 void Arguments::validateFor(const Variant &variant) const {
   std::vector<ParamDecl> wantParams = variant.params();
@@ -22,6 +40,14 @@ void Arguments::validateFor(const Variant &variant) const {
                                   "value",
                                   p.name, toString(p.type),
                                   toString(it->second.type)));
+    constexpr int64_t kMin = std::numeric_limits<int32_t>::min();
+    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+    int64_t value = it->second.intValue;
+    if (p.type == ScalarType::Int32 && (value < kMin || value > kMax))
+      throw UserError(fmt::format("parameter '{}' is i32 but was given {}, "
+                                  "outside [{}, {}] (declare it int64_t for "
+                                  "wider values)",
+                                  p.name, value, kMin, kMax));
   }
   for (const auto &[name, value] : params) {
     bool known = false;

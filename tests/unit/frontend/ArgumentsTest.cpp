@@ -13,6 +13,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
 using namespace flashjit;
 using flashjit::test::expectUserError;
 
@@ -79,6 +84,35 @@ TEST_CASE("arguments: every mistake is named", "[frontend][arguments][error]") {
     Arguments b = good();
     b.set("w", Scalar::i64(4));
     expectUserError([&] { b.validateFor(v); }, {"w"});
+  }
+  SECTION("i32 value outside the i32 range") {
+    // Scalar::i32 keeps the value unwrapped; 2^40 once ran as 0.
+    for (int64_t bad : {int64_t{1} << 40, int64_t{1} << 31,
+                        -(int64_t{1} << 31) - 1, INT64_MAX, INT64_MIN}) {
+      Arguments a = good();
+      a.set("w", Scalar::i32(bad));
+      expectUserError([&] { a.validateFor(v); }, {"'w'", "i32"});
+      expectUserError([&] { a.validateFor(v); }, {std::to_string(bad).c_str()});
+    }
+    for (int64_t edge : {int64_t{INT32_MAX}, int64_t{INT32_MIN}}) {
+      Arguments a = good();
+      a.set("w", Scalar::i32(edge));
+      CHECK_NOTHROW(a.validateFor(v));
+    }
+  }
+  SECTION("f32 value overflowing f32") {
+    expectUserError([] { Scalar::f32(1e300); }, {"1e+300", "f32"});
+    expectUserError([] { Scalar::f32(-1e39); }, {"-1e+39"});
+    // The largest finite floats, infinities and NaN are kept as given.
+    CHECK(Scalar::f32(3.4028235e38).floatValue ==
+          std::numeric_limits<float>::max());
+    CHECK(std::isinf(Scalar::f32(INFINITY).floatValue));
+    CHECK(std::isnan(Scalar::f32(NAN).floatValue));
+    // Halfway between FLT_MAX and 2^128 rounds up to inf; just below, down.
+    CHECK(overflowsF32(0x1.ffffffp+127));
+    CHECK_FALSE(overflowsF32(std::nextafter(0x1.ffffffp+127, 0.0)));
+    CHECK(static_cast<float>(std::nextafter(0x1.ffffffp+127, 0.0)) ==
+          std::numeric_limits<float>::max());
   }
   SECTION("missing buffer") {
     Arguments a = good();
