@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,10 +93,16 @@ Arguments toArguments(const flashjit_arg *args, int n) {
     throw UserError(fmt::format("num_args = {} with args = {}", n,
                                 static_cast<const void *>(args)));
   Arguments out;
+  std::map<std::string, int> seen; // name -> first index
   for (int i = 0; i < n; ++i) {
     const flashjit_arg &a = args[i];
     if (!a.name)
       throw UserError(fmt::format("args[{}].name is NULL", i));
+    // A repeated name would silently replace the earlier value.
+    if (auto [it, inserted] = seen.emplace(a.name, i); !inserted)
+      throw UserError(fmt::format("args[{}] '{}' repeats args[{}]: give each "
+                                  "argument once",
+                                  i, a.name, it->second));
     switch (a.kind) {
     case FLASHJIT_ARG_F32:
       if (overflowsF32(a.scalar))

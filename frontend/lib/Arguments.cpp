@@ -29,6 +29,37 @@ Scalar Scalar::f32(double v) {
 void Arguments::validateFor(const Variant &variant) const {
   std::vector<ParamDecl> wantParams = variant.params();
   std::vector<BufferDecl> wantBuffers = variant.buffers();
+  auto declaredParam = [&](const std::string &name) -> const ParamDecl * {
+    for (const ParamDecl &p : wantParams)
+      if (p.name == name)
+        return &p;
+    return nullptr;
+  };
+  auto declaredBuffer = [&](const std::string &name) -> const BufferDecl * {
+    for (const BufferDecl &b : wantBuffers)
+      if (b.name == name)
+        return &b;
+    return nullptr;
+  };
+  // A name given twice, or given as the wrong kind, before "missing" and
+  // "unknown": those would name the symptom, not the mistake.
+  for (const auto &[name, value] : params)
+    if (buffers.count(name))
+      throw UserError(fmt::format("'{}' is given twice, as a parameter and as "
+                                  "a buffer; give it once",
+                                  name));
+  for (const auto &[name, value] : params)
+    if (const BufferDecl *b = declaredBuffer(name); b && !declaredParam(name))
+      throw UserError(fmt::format("'{}' is a buffer ({} elements) of variant "
+                                  "'{}' but was given a scalar {} value; bind "
+                                  "a buffer to it",
+                                  name, toString(b->elementType),
+                                  variant.name(), toString(value.type)));
+  for (const auto &[name, ref] : buffers)
+    if (const ParamDecl *p = declaredParam(name); p && !declaredBuffer(name))
+      throw UserError(fmt::format("'{}' is a parameter ({}) of variant '{}' "
+                                  "but was given a buffer; set a scalar value",
+                                  name, toString(p->type), variant.name()));
   for (const ParamDecl &p : wantParams) {
     auto it = params.find(p.name);
     if (it == params.end())

@@ -92,6 +92,17 @@ int main(void) {
     CHECK(strstr(flashjit_last_error(), "unknown") == NULL);
   }
 
+  /* The same name twice, and an output aliasing an input (issue 21). */
+  flashjit_arg twice[] = {{"cap", FLASHJIT_ARG_F32, 30.0, 0, NULL, 0},
+                          {"cap", FLASHJIT_ARG_F32, 20.0, 0, NULL, 0}};
+  CHECK(flashjit_run(kernel, &tq, &tk, &tv, &to, &tl, twice, 2, NULL) ==
+        FLASHJIT_USER_ERROR);
+  CHECK(strstr(flashjit_last_error(), "args[1] 'cap' repeats args[0]") != NULL);
+  flashjit_tensor aliased = capi_tensor4(q, B, H, SQ, D);
+  CHECK(flashjit_run(kernel, &tq, &tk, &tv, &aliased, &tl, NULL, 0, NULL) ==
+        FLASHJIT_USER_ERROR);
+  CHECK(strstr(flashjit_last_error(), "o overlaps q") != NULL);
+
   /* A GPU target compiles to PTX without a GPU. */
   flashjit_kernel *gpu = NULL;
   CHECK(flashjit_compile("attention(causal=top_left, head_dim=64, dtype=bf16)",

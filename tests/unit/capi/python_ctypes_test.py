@@ -99,6 +99,8 @@ def main():
     expect_error("FLASHJIT_USER_ERROR", "k.shape", kernel.run, q,
                  Tensor([B, HKV, SK, 8], rng), v, o, lse, {"cap": cap})
     expect_error("FLASHJIT_USER_ERROR", "sm_75", lib.compile, spec, "sm_75")
+    expect_error("FLASHJIT_USER_ERROR", "o overlaps q", kernel.run, q, k, v, q,
+                 lse, {"cap": cap})
     expect_error("FLASHJIT_USER_ERROR", "o is None", kernel.run, q, k, v, None,
                  lse, {"cap": cap})
     expect_error("FLASHJIT_USER_ERROR", "(not ASCII)", lib.compile,

@@ -144,6 +144,24 @@ TEST_CASE("arguments: every mistake is named", "[frontend][arguments][error]") {
     a.params.erase("w");
     std::vector<int32_t> w = {4};
     a.bind("w", w.data(), 1);
-    CHECK_THROWS_AS(a.validateFor(v), UserError);
+    expectUserError([&] { a.validateFor(v); },
+                    {"'w' is a parameter (i32)", "given a buffer"});
+  }
+  SECTION("a buffer passed as a scalar") {
+    // Once reported as "unknown parameter 'doc'".
+    Arguments a = good();
+    a.buffers.erase("doc");
+    a.set("doc", Scalar::i32(1));
+    expectUserError([&] { a.validateFor(v); },
+                    {"'doc' is a buffer (i32 elements)", "given a scalar"});
+  }
+  SECTION("the same name as a parameter and as a buffer") {
+    Arguments a = good();
+    a.set("doc", Scalar::i32(1));
+    expectUserError([&] { a.validateFor(v); }, {"'doc' is given twice"});
+    Arguments b = good();
+    std::vector<float> cap = {30.0f};
+    b.bind("cap", cap.data(), 1);
+    expectUserError([&] { b.validateFor(v); }, {"'cap' is given twice"});
   }
 }

@@ -70,9 +70,10 @@ struct Arguments {
   }
 
   /// Checks these arguments against what \p variant reads: throws UserError
-  /// for a missing, unknown or wrongly typed parameter or buffer, an i32
-  /// value outside the i32 range, a negative size, or a null buffer of
-  /// non-zero size.
+  /// for a missing, unknown or wrongly typed parameter or buffer, a name
+  /// given both as a parameter and as a buffer, a buffer given a scalar (or
+  /// a parameter a buffer), an i32 value outside the i32 range, a negative
+  /// size, or a null buffer of non-zero size.
   void validateFor(const Variant &variant) const;
 };
 
