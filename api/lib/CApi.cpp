@@ -102,13 +102,13 @@ Arguments toArguments(const flashjit_arg *args, int n) {
     if (auto [it, inserted] = seen.emplace(a.name, i); !inserted)
       throw UserError(fmt::format("args[{}] '{}' repeats args[{}]: give each "
                                   "argument once",
-                                  i, a.name, it->second));
+                                  i, excerpt(a.name), it->second));
     switch (a.kind) {
     case FLASHJIT_ARG_F32:
       if (overflowsF32(a.scalar))
         throw UserError(fmt::format("args[{}] '{}': f32 value {} overflows "
                                     "f32 (largest finite magnitude {})",
-                                    i, a.name, a.scalar,
+                                    i, excerpt(a.name), a.scalar,
                                     std::numeric_limits<float>::max()));
       out.set(a.name, Scalar::f32(a.scalar));
       break;
@@ -118,7 +118,7 @@ Arguments toArguments(const flashjit_arg *args, int n) {
         throw UserError(fmt::format(
             "args[{}] '{}': i32 value {} is outside [{}, {}] (pass "
             "FLASHJIT_ARG_I64 for an i64 parameter)",
-            i, a.name, a.integer, std::numeric_limits<int32_t>::min(),
+            i, excerpt(a.name), a.integer, std::numeric_limits<int32_t>::min(),
             std::numeric_limits<int32_t>::max()));
       out.set(a.name, Scalar::i32(a.integer));
       break;
@@ -178,7 +178,7 @@ flashjit_status flashjit_compile(const char *spec_text, const char *target,
             cubin ? std::string_view(*cubin) : std::string_view());
     } else {
       throw UserError(
-          fmt::format("target '{}' is not cpu, sm_80 or sm_90a", t));
+          fmt::format("target '{}' is not cpu, sm_80 or sm_90a", excerpt(t)));
     }
     *out = k.release();
 #endif
@@ -193,8 +193,9 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                       "must not be NULL");
     std::string t = target;
     if (t != "sm_80" && t != "sm_90a" && t != "cpu")
-      throw UserError(fmt::format(
-          "flashjit_load: target '{}' is not sm_80, sm_90a or cpu", t));
+      throw UserError(
+          fmt::format("flashjit_load: target '{}' is not sm_80, sm_90a or cpu",
+                      excerpt(t)));
     auto k = std::make_unique<flashjit_kernel>();
     k->spec = parseSpec(spec_text);
     std::string canonical = printSpec(k->spec);

@@ -87,7 +87,7 @@ void Arguments::validateFor(const Variant &variant) const {
     if (!known)
       throw UserError(fmt::format("unknown parameter '{}': variant '{}' reads "
                                   "no such parameter",
-                                  name, variant.name()));
+                                  excerpt(name), variant.name()));
   }
   for (const BufferDecl &b : wantBuffers) {
     auto it = buffers.find(b.name);
@@ -115,7 +115,7 @@ void Arguments::validateFor(const Variant &variant) const {
     if (!known)
       throw UserError(fmt::format("unknown buffer '{}': variant '{}' reads no "
                                   "such buffer",
-                                  name, variant.name()));
+                                  excerpt(name), variant.name()));
   }
 }
 

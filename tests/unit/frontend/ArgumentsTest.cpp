@@ -114,6 +114,21 @@ TEST_CASE("arguments: every mistake is named", "[frontend][arguments][error]") {
     CHECK(static_cast<float>(std::nextafter(0x1.ffffffp+127, 0.0)) ==
           std::numeric_limits<float>::max());
   }
+  SECTION("a huge unknown name is quoted in part") {
+    Arguments a = good();
+    const std::string name(size_t(2) << 20, 'p');
+    a.set(name, Scalar::f32(1.0f));
+    expectUserError(
+        [&] {
+          try {
+            a.validateFor(v);
+          } catch (const UserError &e) {
+            CHECK(std::string(e.what()).size() < 1000);
+            throw;
+          }
+        },
+        {"unknown parameter", "2097152 bytes in all"});
+  }
   SECTION("missing buffer") {
     Arguments a = good();
     a.buffers.erase("slope");
