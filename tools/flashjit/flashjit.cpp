@@ -557,8 +557,18 @@ int runCache() {
   DiskCache cache(config);
   if (!cache.usable())
     userError(fmt::format("cache {}: {}", action, cache.whyUnusable()));
+  // Directories named like entries that are not flashjit's: never touched,
+  // always reported.
+  std::vector<runtime::ForeignDir> foreign;
+  auto reportForeign = [&] {
+    for (const runtime::ForeignDir &f : foreign)
+      llvm::errs() << fmt::format("flashjit: left alone {}: not a flashjit "
+                                  "cache entry ({})\n",
+                                  f.path, f.why);
+  };
   if (action == "ls") {
-    std::vector<CacheEntryInfo> entries = cache.list();
+    std::vector<CacheEntryInfo> entries = cache.list(&foreign);
+    reportForeign();
     uint64_t total = 0;
     for (const CacheEntryInfo &e : entries) {
       total += e.bytes;
@@ -592,7 +602,8 @@ int runCache() {
     return valid ? 0 : 2;
   }
   if (action == "clear") {
-    size_t n = cache.clear();
+    size_t n = cache.clear(&foreign);
+    reportForeign();
     llvm::outs() << fmt::format("removed {} entries from {}\n", n, cache.dir());
     return 0;
   }
@@ -602,7 +613,8 @@ int runCache() {
     if (!maxBytes.getNumOccurrences() && limit == 0)
       userError("cache prune: give --max-bytes N or set "
                 "FLASHJIT_CACHE_MAX_BYTES");
-    size_t n = cache.prune(limit);
+    size_t n = cache.prune(limit, &foreign);
+    reportForeign();
     llvm::outs() << fmt::format("removed {} entries; {} bytes limit\n", n,
                                 limit);
     return 0;

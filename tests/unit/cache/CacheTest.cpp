@@ -480,6 +480,66 @@ TEST_CASE("pruning removes the least recently used entries", "[cache]") {
   }
 }
 
+TEST_CASE("pruning and clearing remove flashjit entries only", "[cache]") {
+  // `cache prune` once deleted any 64-hex-named directory, whatever it held.
+  TempDir tmp;
+  DiskCache cache(configIn(tmp.path()));
+  CacheKey key = CacheKey::make(kSpec, "sm_90a", 64, 8);
+  REQUIRE(cache.store(key, fakeArtifacts(kSpec, "mine")));
+  std::string entry = cache.entryDir(key.hash());
+  // Named like entries, but someone else's.
+  auto dirNamed = [&](char c) {
+    std::string d = tmp / std::string(64, c);
+    REQUIRE(!fs::create_directory(d, true, fs::owner_all));
+    return d;
+  };
+  std::string data = dirNamed('a');
+  writeAll(data + "/results.csv", "precious");
+  std::string otherJson = dirNamed('b');
+  writeAll(otherJson + "/" + kMetaFile, "{\"name\": \"not flashjit\"}");
+  std::string otherKey = dirNamed('c'); // a manifest copied from elsewhere
+  writeAll(otherKey + "/" + kMetaFile, readAll(entry + "/" + kMetaFile));
+  std::string nested = dirNamed('d'); // a manifest, and a subdirectory
+  std::string manifest = readAll(entry + "/" + kMetaFile);
+  size_t at = manifest.find(key.hash());
+  REQUIRE(at != std::string::npos);
+  manifest.replace(at, 64, std::string(64, 'd'));
+  writeAll(nested + "/" + kMetaFile, manifest);
+  REQUIRE(!fs::create_directory(nested + "/keep"));
+  const std::vector<std::string> foreignDirs = {data, otherJson, otherKey,
+                                                nested};
+
+  std::vector<ForeignDir> foreign;
+  CHECK(cache.list(&foreign).size() == 1);
+  REQUIRE(foreign.size() == 4);
+  CHECK(foreign[0].path == data);
+  CHECK(foreign[0].why == "no meta.json");
+  CHECK(foreign[1].why == "meta.json is not a flashjit manifest for this key");
+  CHECK(foreign[2].why == "meta.json is not a flashjit manifest for this key");
+  CHECK(foreign[3].why == "it holds keep, which is not a regular file");
+
+  SECTION("prune") {
+    foreign.clear();
+    CHECK(cache.prune(0, &foreign) == 1);
+    CHECK(foreign.size() == 4);
+  }
+  SECTION("clear") {
+    foreign.clear();
+    CHECK(cache.clear(&foreign) == 1);
+    CHECK(foreign.size() == 4);
+  }
+  CHECK(!fs::exists(entry));
+  for (const std::string &d : foreignDirs)
+    CHECK(fs::exists(d));
+  CHECK(readAll(data + "/results.csv") == "precious");
+  // A corrupt entry still has its manifest: it is flashjit's to remove.
+  REQUIRE(cache.store(key, fakeArtifacts(kSpec, "again")));
+  writeAll(entry + "/" + kPtxFile, "tampered");
+  CHECK(cache.list().size() == 1);
+  CHECK(!cache.list().front().valid);
+  CHECK(cache.prune(0) == 1);
+}
+
 TEST_CASE("configuration comes from the environment", "[cache]") {
   TempDir tmp;
   ScopedEnv noMax("FLASHJIT_CACHE_MAX_BYTES", nullptr);

@@ -118,6 +118,17 @@ struct CacheEntryInfo {
   bool valid = false;
 };
 
+/// A directory in the cache directory named like an entry (64 hex digits)
+/// that is not a flashjit entry: no flashjit manifest (meta.json with an
+/// integer "schema" and its own name as "key"), or something other than
+/// regular files in it. list(), clear() and prune() leave it alone.
+struct ForeignDir {
+  /// The directory.
+  std::string path;
+  /// Why it is not an entry.
+  std::string why;
+};
+
 /// The kernel cache interface; tests and tools use DiskCache on temporary
 /// directories.
 class KernelCache {
@@ -166,16 +177,21 @@ public:
   bool usable() const { return usable_; }
   /// Why the cache is not usable (empty when it is).
   const std::string &whyUnusable() const { return whyUnusable_; }
-  /// Every entry directory, most recently used first.
-  std::vector<CacheEntryInfo> list() const;
+  /// Every entry directory (valid or not), most recently used first. An
+  /// entry is recognised by its manifest (ForeignDir); directories named
+  /// like entries that are not are skipped, and listed in \p foreign.
+  std::vector<CacheEntryInfo>
+  list(std::vector<ForeignDir> *foreign = nullptr) const;
   /// The directory of \p key's entry (whether or not it exists).
   std::string entryDir(const std::string &keyHash) const;
-  /// Removes every entry; returns how many were removed.
-  size_t clear();
-  /// Removes least recently used entries until the total size is at most
-  /// \p maxBytes; returns how many were removed. Entries locked by another
-  /// process are skipped.
-  size_t prune(uint64_t maxBytes);
+  /// Removes every entry; returns how many were removed. Directories that
+  /// are not entries stay (listed in \p foreign).
+  size_t clear(std::vector<ForeignDir> *foreign = nullptr);
+  /// Removes least recently used entries until the total size of the
+  /// entries is at most \p maxBytes; returns how many were removed. Entries
+  /// locked by another process are skipped; directories that are not
+  /// entries stay (listed in \p foreign).
+  size_t prune(uint64_t maxBytes, std::vector<ForeignDir> *foreign = nullptr);
   /// Warnings printed so far (each also went to stderr once).
   std::vector<std::string> warnings() const;
 
