@@ -190,6 +190,15 @@ DiskCache::DiskCache(CacheConfig config) : config_(std::move(config)) {
   fs::make_absolute(abs);
   path::remove_dots(abs, /*remove_dot_dot=*/true);
   config_.dir = abs.str().str();
+  // A cache directory that is a symbolic link (~/.cache pointing to scratch
+  // space) is resolved once: the owner and mode checks below, and every
+  // later use, apply to the directory it points to, so the link cannot be
+  // swapped under a running process. (Entries must still not be links.)
+  if (fs::is_symlink_file(config_.dir)) {
+    llvm::SmallString<256> real;
+    if (!fs::real_path(config_.dir, real))
+      config_.dir = real.str().str();
+  }
   if (!fs::exists(config_.dir)) {
     if (std::error_code ec = fs::create_directories(
             config_.dir, /*IgnoreExisting=*/true, fs::owner_all)) {

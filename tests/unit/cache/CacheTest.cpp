@@ -396,6 +396,34 @@ TEST_CASE("unsafe directories and entries are refused with one warning",
     CHECK(!cache.load(key));
     CHECK(cache.warnings().size() == 1);
   }
+  SECTION("a cache directory that is a symbolic link is resolved") {
+    // Once turned caching off (~/.cache pointing to scratch space is common).
+    std::string real = tmp / "scratch";
+    REQUIRE(!fs::create_directory(real, true, fs::owner_all));
+    REQUIRE(!fs::create_link(real, tmp / "link"));
+    DiskCache cache(configIn(tmp / "link"));
+    CHECK(cache.usable());
+    CHECK(cache.warnings().empty());
+    llvm::SmallString<256> resolved;
+    REQUIRE(!fs::real_path(real, resolved));
+    CHECK(cache.dir() == resolved.str());
+    KernelArtifacts a = cache.getOrCompile(
+        key, [&] { return compileCounted(compiles); }, &outcome);
+    CHECK(outcome == CacheOutcome::Compiled);
+    CHECK(fs::exists(real + "/" + key.hash() + "/" + kMetaFile));
+    DiskCache again(configIn(tmp / "link"));
+    CHECK(again.load(key)->files == a.files);
+    // The directory it points to passes the same checks as any other.
+    std::string shared = tmp / "shared";
+    REQUIRE(!fs::create_directory(shared));
+    REQUIRE(!fs::setPermissions(shared, fs::perms(0777)));
+    REQUIRE(!fs::create_link(shared, tmp / "link2"));
+    DiskCache refused(configIn(tmp / "link2"));
+    CHECK(!refused.usable());
+    CHECK(refused.whyUnusable().find("writable by group or others") !=
+          std::string::npos);
+    CHECK(refused.whyUnusable().find("shared") != std::string::npos);
+  }
   SECTION("a symbolic link as the entry") {
     DiskCache cache(configIn(tmp / "c"));
     CacheKey other = CacheKey::make(kSpec, "sm_80", 64, 8);

@@ -17,7 +17,8 @@
 //   load checks meta.json, the schema version and every checksum; an entry
 //   failing any check is a miss and is replaced. Directories or entries
 //   owned by another user or writable by group or others are refused (loading
-//   a cubin runs code).
+//   a cubin runs code); a cache directory that is a symbolic link is
+//   resolved first and its target checked, an entry that is one is refused.
 // - In memory: MemoryTier maps (device context, key) to a loaded kernel.
 //
 // The runtime links no compiler: the caller passes the compile step as a
@@ -169,7 +170,8 @@ public:
                                const std::function<KernelArtifacts()> &compile,
                                CacheOutcome *outcome = nullptr) override;
 
-  /// The cache directory (absolute).
+  /// The cache directory (absolute; a symbolic link given as the cache
+  /// directory is resolved to the directory it points to).
   const std::string &dir() const { return config_.dir; }
   /// The configuration it was made with (dir made absolute).
   const CacheConfig &config() const { return config_; }
