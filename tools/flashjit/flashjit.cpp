@@ -137,7 +137,7 @@ cl::list<std::string> cacheArgs(cl::Positional,
                                 cl::desc("ls | info KEY | clear | prune"),
                                 cl::sub(cacheCmd));
 cl::opt<uint64_t> maxBytes("max-bytes",
-                           cl::desc("prune: size limit in bytes (default: "
+                           cl::desc("prune: size limit in bytes, > 0 (default: "
                                     "FLASHJIT_CACHE_MAX_BYTES)"),
                            cl::sub(cacheCmd));
 
@@ -531,10 +531,18 @@ int runCache() {
                   : fmt::format("cache {}: takes no arguments", action));
   CacheConfig config = cacheConfig();
   config.enabled = true;
+  // 0 means "no limit" in FLASHJIT_CACHE_MAX_BYTES; --max-bytes reads it the
+  // same way rather than as "remove everything" (that is `cache clear`).
+  if (action == "prune" && maxBytes.getNumOccurrences() && maxBytes == 0)
+    userError("cache prune: --max-bytes 0 means no limit (as "
+              "FLASHJIT_CACHE_MAX_BYTES=0 does), so nothing would be pruned; "
+              "give a positive size, or remove every entry with `flashjit "
+              "cache clear`");
   if (action == "prune" && !maxBytes.getNumOccurrences() &&
       config.maxBytes == 0)
     userError("cache prune: give --max-bytes N or set "
-              "FLASHJIT_CACHE_MAX_BYTES");
+              "FLASHJIT_CACHE_MAX_BYTES to a positive size (unset or 0 means "
+              "no limit)");
   // Looking at a cache must not create it.
   if (!config.dir.empty() && !fs::exists(config.dir)) {
     if (action == "ls")
@@ -610,9 +618,6 @@ int runCache() {
   if (action == "prune") {
     uint64_t limit =
         maxBytes.getNumOccurrences() ? uint64_t(maxBytes) : config.maxBytes;
-    if (!maxBytes.getNumOccurrences() && limit == 0)
-      userError("cache prune: give --max-bytes N or set "
-                "FLASHJIT_CACHE_MAX_BYTES");
     size_t n = cache.prune(limit, &foreign);
     reportForeign();
     llvm::outs() << fmt::format("removed {} entries; {} bytes limit\n", n,

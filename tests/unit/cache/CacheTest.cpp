@@ -612,6 +612,18 @@ TEST_CASE("configuration comes from the environment", "[cache]") {
     ScopedEnv off("FLASHJIT_DISABLE_CACHE", "0");
     CHECK(CacheConfig::fromEnvironment().enabled);
   }
+  SECTION("a size limit of 0 means no limit") {
+    // As `flashjit cache prune` reads it (it refuses --max-bytes 0).
+    ScopedEnv max("FLASHJIT_CACHE_MAX_BYTES", "0");
+    CacheConfig c = CacheConfig::fromEnvironment();
+    CHECK(c.maxBytes == 0);
+    c.dir = tmp / "unlimited";
+    DiskCache cache(c);
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(cache.store(CacheKey::make(kSpec, "sm_90a", 16 * (i + 1), 8),
+                          fakeArtifacts(kSpec, std::to_string(i))));
+    CHECK(cache.list().size() == 3);
+  }
   SECTION("a bad size limit is a UserError naming the variable") {
     ScopedEnv max("FLASHJIT_CACHE_MAX_BYTES", "10GB");
     CHECK_THROWS_WITH(CacheConfig::fromEnvironment(),

@@ -61,8 +61,9 @@ struct CacheConfig {
   /// True: compile on every request and overwrite the entry
   /// (FLASHJIT_ALWAYS_COMPILE=1).
   bool alwaysCompile = false;
-  /// Size limit in bytes, 0 for none; least recently used entries are pruned
-  /// after a store (FLASHJIT_CACHE_MAX_BYTES).
+  /// Size limit in bytes, 0 for none (FLASHJIT_CACHE_MAX_BYTES unset, empty
+  /// or 0; `flashjit cache prune` reads 0 the same way and refuses
+  /// --max-bytes 0); least recently used entries are pruned after a store.
   uint64_t maxBytes = 0;
   /// How long to wait for another process's lock on a key, in seconds,
   /// before compiling in memory.
@@ -192,7 +193,8 @@ public:
   /// Removes least recently used entries until the total size of the
   /// entries is at most \p maxBytes; returns how many were removed. Entries
   /// locked by another process are skipped; directories that are not
-  /// entries stay (listed in \p foreign).
+  /// entries stay (listed in \p foreign). Here 0 is a limit of 0 bytes
+  /// (every unlocked entry goes), not "no limit" as in CacheConfig.
   size_t prune(uint64_t maxBytes, std::vector<ForeignDir> *foreign = nullptr);
   /// Warnings printed so far (each also went to stderr once).
   std::vector<std::string> warnings() const;
