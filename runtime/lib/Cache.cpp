@@ -261,9 +261,18 @@ std::optional<KernelArtifacts> DiskCache::load(const CacheKey &key) {
              fmt::format("flashjit: refusing cache entry: {}", why));
     return std::nullopt;
   }
-  std::optional<KernelArtifacts> a = readEntry(dir, hash);
-  if (!a)
+  std::string why;
+  std::optional<KernelArtifacts> a = readEntry(dir, hash, &why);
+  if (!a) {
+    // It is recompiled and replaced; say so once, on one line, so a disk
+    // that corrupts files (or a tampered entry) does not go unnoticed.
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    warnOnce("corrupt:" + hash,
+             fmt::format("flashjit: warning: cache entry {} is invalid ({}); "
+                         "recompiling it",
+                         hash, why));
     return std::nullopt;
+  }
   // Mark the entry as recently used for LRU pruning (best effort).
   int fd = -1;
   if (!fs::openFileForRead(dir + "/" + kMetaFile, fd)) {

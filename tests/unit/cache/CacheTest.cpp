@@ -19,6 +19,7 @@
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/MemoryBuffer.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -329,6 +330,14 @@ TEST_CASE("a corrupt entry is a miss that is recompiled and replaced",
   CHECK(!readEntry(dir, key.hash(), &why));
   CHECK(!why.empty());
   CHECK(!cache.load(key));
+  // Not silently: one warning, one line, naming the entry and the problem.
+  CHECK(!cache.load(key));
+  std::replace(why.begin(), why.end(), '\n', ' ');
+  REQUIRE(cache.warnings().size() == 1);
+  const std::string warning = cache.warnings().front();
+  CHECK(warning.find(key.hash()) != std::string::npos);
+  CHECK(warning.find(why) != std::string::npos);
+  CHECK(warning.find('\n') == std::string::npos);
   CacheOutcome outcome;
   KernelArtifacts fresh = cache.getOrCompile(
       key, [] { return fakeArtifacts(kSpec, "fresh"); }, &outcome);

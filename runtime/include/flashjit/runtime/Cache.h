@@ -161,7 +161,9 @@ public:
   /// created or is refused turns the cache off with one warning on stderr.
   explicit DiskCache(CacheConfig config);
 
-  /// See KernelCache::load; a hit marks the entry as recently used.
+  /// See KernelCache::load; a hit marks the entry as recently used. An entry
+  /// that fails verification is a miss with one warning per key (stderr, one
+  /// line naming the key and what was wrong).
   std::optional<KernelArtifacts> load(const CacheKey &key) override;
   /// See KernelCache::store; prunes to config().maxBytes afterwards.
   bool store(const CacheKey &key, const KernelArtifacts &artifacts) override;
