@@ -88,8 +88,22 @@ def _tensor(t, what, optional=False):
     return out
 
 
+def _check_int_range(name, value, bits):
+    """Refuses an integer that would wrap: a plain int is an i32 parameter,
+    (int, "i64") an i64 one."""
+    low, high = -2**(bits - 1), 2**(bits - 1) - 1
+    if not low <= value <= high:
+        hint = (" (pass (value, \"i64\") for an i64 parameter)"
+                if bits == 32 and -2**63 <= value < 2**63 else "")
+        raise FlashjitError("FLASHJIT_USER_ERROR",
+                            f"parameter '{name}': i{bits} value {value} is "
+                            f"outside [{low}, {high}]{hint}")
+
+
 def _args(args):
-    """dict name -> float | int | (int, "i64") | tensor (a buffer)."""
+    """dict name -> float | int | (int, "i64") | tensor (a buffer). A plain
+    int is an i32 parameter and must fit in i32; a float that overflows f32
+    is refused by the C API."""
     items = []
     keep = []
     for name, value in (args or {}).items():
@@ -110,11 +124,19 @@ def _args(args):
                                     f"buffer '{name}' must be contiguous")
             a.kind, a.data, a.size = kinds[dt], value.data_ptr(), value.numel()
         elif isinstance(value, tuple) and len(value) == 2 and value[1] == "i64":
-            a.kind, a.integer = ARG_I64, int(value[0])
+            if isinstance(value[0], bool) or not isinstance(value[0], int):
+                raise FlashjitError("FLASHJIT_USER_ERROR",
+                                    f"parameter '{name}': an i64 value must "
+                                    f"be an int, got "
+                                    f"{type(value[0]).__name__}")
+            _check_int_range(name, value[0], 64)
+            a.kind, a.integer = ARG_I64, value[0]
         elif isinstance(value, bool):
             raise FlashjitError("FLASHJIT_USER_ERROR",
                                 f"parameter '{name}' is a bool")
         elif isinstance(value, int):
+            # ctypes would silently wrap what does not fit in 64 bits.
+            _check_int_range(name, value, 32)
             a.kind, a.integer = ARG_I32, value
         elif isinstance(value, float):
             a.kind, a.scalar = ARG_F32, value

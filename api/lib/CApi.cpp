@@ -14,6 +14,7 @@
 #include "flashjit/compiler/Compiler.h"
 #include "flashjit/compiler/GpuCache.h"
 #endif
+#include "flashjit/frontend/Arguments.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
@@ -24,6 +25,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,16 +93,34 @@ Arguments toArguments(const flashjit_arg *args, int n) {
     throw UserError(fmt::format("num_args = {} with args = {}", n,
                                 static_cast<const void *>(args)));
   Arguments out;
+  std::map<std::string, int> seen; // name -> first index
   for (int i = 0; i < n; ++i) {
     const flashjit_arg &a = args[i];
     if (!a.name)
       throw UserError(fmt::format("args[{}].name is NULL", i));
+    // A repeated name would silently replace the earlier value.
+    if (auto [it, inserted] = seen.emplace(a.name, i); !inserted)
+      throw UserError(fmt::format("args[{}] '{}' repeats args[{}]: give each "
+                                  "argument once",
+                                  i, excerpt(a.name), it->second));
     switch (a.kind) {
     case FLASHJIT_ARG_F32:
-      out.set(a.name, Scalar::f32(static_cast<float>(a.scalar)));
+      if (overflowsF32(a.scalar))
+        throw UserError(fmt::format("args[{}] '{}': f32 value {} overflows "
+                                    "f32 (largest finite magnitude {})",
+                                    i, excerpt(a.name), a.scalar,
+                                    std::numeric_limits<float>::max()));
+      out.set(a.name, Scalar::f32(a.scalar));
       break;
     case FLASHJIT_ARG_I32:
-      out.set(a.name, Scalar::i32(static_cast<int32_t>(a.integer)));
+      if (a.integer < std::numeric_limits<int32_t>::min() ||
+          a.integer > std::numeric_limits<int32_t>::max())
+        throw UserError(fmt::format(
+            "args[{}] '{}': i32 value {} is outside [{}, {}] (pass "
+            "FLASHJIT_ARG_I64 for an i64 parameter)",
+            i, excerpt(a.name), a.integer, std::numeric_limits<int32_t>::min(),
+            std::numeric_limits<int32_t>::max()));
+      out.set(a.name, Scalar::i32(a.integer));
       break;
     case FLASHJIT_ARG_I64:
       out.set(a.name, Scalar::i64(a.integer));
@@ -157,7 +178,7 @@ flashjit_status flashjit_compile(const char *spec_text, const char *target,
             cubin ? std::string_view(*cubin) : std::string_view());
     } else {
       throw UserError(
-          fmt::format("target '{}' is not cpu, sm_80 or sm_90a", t));
+          fmt::format("target '{}' is not cpu, sm_80 or sm_90a", excerpt(t)));
     }
     *out = k.release();
 #endif
@@ -172,8 +193,9 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                       "must not be NULL");
     std::string t = target;
     if (t != "sm_80" && t != "sm_90a" && t != "cpu")
-      throw UserError(fmt::format(
-          "flashjit_load: target '{}' is not sm_80, sm_90a or cpu", t));
+      throw UserError(
+          fmt::format("flashjit_load: target '{}' is not sm_80, sm_90a or cpu",
+                      excerpt(t)));
     auto k = std::make_unique<flashjit_kernel>();
     k->spec = parseSpec(spec_text);
     std::string canonical = printSpec(k->spec);

@@ -117,7 +117,7 @@ private:
     auto t = parseScalarType(name);
     if (!t || *t == ScalarType::Bool)
       errorAt(at, fmt::format("unknown type '{}' (expected i32, i64 or f32)",
-                              name));
+                              excerpt(name)));
     expect(">");
     return *t;
   }
@@ -324,9 +324,9 @@ private:
       float v = 0;
       auto [p, ec] = std::from_chars(body.data(), body.data() + body.size(), v);
       if (ec == std::errc::result_out_of_range)
-        errorAt(at, fmt::format("'{}' is out of range for f32", body));
+        errorAt(at, fmt::format("'{}' is out of range for f32", excerpt(body)));
       if (ec != std::errc() || p != body.data() + body.size())
-        errorAt(at, fmt::format("malformed number '{}'", body));
+        errorAt(at, fmt::format("malformed number '{}'", excerpt(body)));
       return constant(ScalarType::Float32, 0, negative ? -v : v, {});
     }
     uint64_t magnitude = 0;
@@ -334,13 +334,13 @@ private:
         std::from_chars(body.data(), body.data() + body.size(), magnitude);
     if (ec != std::errc() || p != body.data() + body.size())
       errorAt(at, fmt::format("integer literal '{}' is malformed or too large",
-                              body));
+                              excerpt(body)));
     bool isI64 = pos_ < text_.size() && text_[pos_] == 'L';
     if (isI64)
       ++pos_;
     if (pos_ < text_.size() && isIdentChar(text_[pos_]))
       errorAt(at, fmt::format("malformed number '{}'",
-                              text_.substr(start, pos_ + 1 - start)));
+                              excerpt(text_.substr(start, pos_ + 1 - start))));
     uint64_t limit =
         isI64 ? (negative ? 9223372036854775808ull : 9223372036854775807ull)
               : (negative ? 2147483648ull : 2147483647ull);
@@ -440,7 +440,7 @@ private:
       expect(")");
       return build(at, [&] { return makeUnary(op, a, {}); });
     }
-    errorAt(at, fmt::format("unknown identifier '{}'", id));
+    errorAt(at, fmt::format("unknown identifier '{}'", excerpt(id)));
   }
 
   int parseIntValue() {
@@ -483,7 +483,7 @@ AttentionSpec Parser::parseWholeSpec() {
       std::string key(identifier());
       for (const std::string &s : seen) {
         if (s == key)
-          errorAt(at, fmt::format("field '{}' given twice", key));
+          errorAt(at, fmt::format("field '{}' given twice", excerpt(key)));
         // head_dim sets both head dims: it cannot be mixed with either.
         bool dims =
             (s == "head_dim" &&
@@ -509,7 +509,7 @@ AttentionSpec Parser::parseWholeSpec() {
         if (!d)
           errorAt(valueAt, fmt::format("unknown dtype '{}' for {} (expected "
                                        "fp16, bf16 or fp32)",
-                                       v, key));
+                                       excerpt(v), key));
         return *d;
       };
       if (key == "name") {
@@ -549,7 +549,7 @@ AttentionSpec Parser::parseWholeSpec() {
         else
           errorAt(valueAt, fmt::format("unknown causal mode '{}' (expected "
                                        "none, top_left or bottom_right)",
-                                       v));
+                                       excerpt(v)));
       } else if (key == "scale") {
         if (peekIdentifier() == "default") {
           identifier();
@@ -569,7 +569,7 @@ AttentionSpec Parser::parseWholeSpec() {
           errorAt(valueAt, "lse must be true or false");
         spec.returnLse = v == "true";
       } else {
-        errorAt(at, fmt::format("unknown field '{}'", key));
+        errorAt(at, fmt::format("unknown field '{}'", excerpt(key)));
       }
     } while (accept(","));
     expect(")");

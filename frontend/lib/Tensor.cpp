@@ -8,6 +8,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 
 namespace flashjit {
 
@@ -105,6 +107,49 @@ void checkTensor(const char *name, const TensorRef &t, int rank,
                     std::source_location());
 }
 
+/// The bytes [first, last) that \p t's elements span; empty for an empty
+/// tensor. checkTensor has ruled out overflow.
+std::pair<uintptr_t, uintptr_t> byteSpan(const TensorRef &t) {
+  if (t.numel() == 0)
+    return {0, 0};
+  int64_t far = 0;
+  for (int i = 0; i < t.rank; ++i)
+    far += (t.shape[i] - 1) * t.strides[i];
+  auto first = reinterpret_cast<uintptr_t>(t.data);
+  return {first, first + uintptr_t(far + 1) * byteSize(t.dtype)};
+}
+
+/// Throws when output \p outName and tensor \p inName share memory: their
+/// byte spans overlap (a strided interleaving counts as overlapping too: a
+/// kernel writing one while reading the other would race with itself).
+void expectDisjoint(const char *outName, const TensorRef &out,
+                    const char *inName, const TensorRef &in) {
+  auto [o0, o1] = byteSpan(out);
+  auto [i0, i1] = byteSpan(in);
+  if (o0 == o1 || i0 == i1 || o1 <= i0 || i1 <= o0)
+    return;
+  throw UserError(fmt::format("{} overlaps {} in memory ({} spans bytes "
+                              "[{:#x}, {:#x}), {} [{:#x}, {:#x})): outputs "
+                              "must not alias inputs or each other",
+                              outName, inName, outName, o0, o1, inName, i0, i1),
+                  std::source_location());
+}
+
+/// O and LSE must not share memory with Q, K, V or each other.
+void expectNoAliasing(const TensorRef &q, const TensorRef &k,
+                      const TensorRef &v, const TensorRef *o,
+                      const TensorRef *lse) {
+  for (auto [name, out] : {std::pair{"o", o}, std::pair{"lse", lse}}) {
+    if (!out)
+      continue;
+    expectDisjoint(name, *out, "q", q);
+    expectDisjoint(name, *out, "k", k);
+    expectDisjoint(name, *out, "v", v);
+  }
+  if (o && lse)
+    expectDisjoint("lse", *lse, "o", *o);
+}
+
 void expectDim(const char *name, const TensorRef &t, int dim, int64_t want,
                const char *what) {
   if (t.shape[dim] != want)
@@ -167,6 +212,7 @@ AttentionShape checkAttentionTensors(const AttentionSpec &spec,
     expectDim("lse", *lse, 1, s.headsQ, "heads_q");
     expectDim("lse", *lse, 2, s.seqlenQ, "seqlen_q of q");
   }
+  expectNoAliasing(q, k, v, o, lse);
   return s;
 }
 
@@ -245,6 +291,7 @@ VarlenShape checkVarlenTensors(const AttentionSpec &spec, const TensorRef &q,
     expectDim("lse", *lse, 0, s.headsQ, "heads_q");
     expectDim("lse", *lse, 1, s.totalQ, "total_q of q");
   }
+  expectNoAliasing(q, k, v, o, lse);
   return s;
 }
 

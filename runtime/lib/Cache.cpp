@@ -16,6 +16,7 @@
 #include <llvm/ADT/StringRef.h>
 #include <llvm/Support/Chrono.h>
 #include <llvm/Support/FileSystem.h>
+#include <llvm/Support/JSON.h>
 #include <llvm/Support/Path.h>
 #include <llvm/Support/raw_ostream.h>
 
@@ -75,6 +76,39 @@ void removeEntryDir(const std::string &root, const std::string &dir) {
   if (fs::rename(dir, target))
     fs::remove_directories(dir);
   fs::remove_directories(trash);
+}
+
+/// Empty if \p dir (named \p key) is a flashjit cache entry, else why not.
+/// An entry is recognised by its manifest alone: meta.json, a JSON object
+/// with an integer "schema" and the entry's own name as "key", and nothing
+/// but regular files beside it. The manifest may fail every other check (a
+/// corrupt or older entry is still flashjit's to replace or prune); a
+/// directory without one is someone else's and is never deleted.
+std::string notAnEntry(const std::string &dir, llvm::StringRef key) {
+  std::optional<std::string> text =
+      detail::readFile(dir + "/" + std::string(kMetaFile));
+  if (!text)
+    return "no meta.json";
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(*text);
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return "meta.json is not JSON";
+  }
+  const llvm::json::Object *meta = parsed->getAsObject();
+  if (!meta || !meta->getInteger("schema") || meta->getString("key") != key)
+    return "meta.json is not a flashjit manifest for this key";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    fs::file_status st;
+    if (fs::status(it->path(), st, /*follow=*/false) ||
+        st.type() != fs::file_type::regular_file)
+      return fmt::format("it holds {}, which is not a regular file",
+                         path::filename(it->path()).str());
+  }
+  if (ec)
+    return fmt::format("cannot list it: {}", ec.message());
+  return {};
 }
 
 uint64_t directoryBytes(const std::string &dir) {
@@ -156,6 +190,15 @@ DiskCache::DiskCache(CacheConfig config) : config_(std::move(config)) {
   fs::make_absolute(abs);
   path::remove_dots(abs, /*remove_dot_dot=*/true);
   config_.dir = abs.str().str();
+  // A cache directory that is a symbolic link (~/.cache pointing to scratch
+  // space) is resolved once: the owner and mode checks below, and every
+  // later use, apply to the directory it points to, so the link cannot be
+  // swapped under a running process. (Entries must still not be links.)
+  if (fs::is_symlink_file(config_.dir)) {
+    llvm::SmallString<256> real;
+    if (!fs::real_path(config_.dir, real))
+      config_.dir = real.str().str();
+  }
   if (!fs::exists(config_.dir)) {
     if (std::error_code ec = fs::create_directories(
             config_.dir, /*IgnoreExisting=*/true, fs::owner_all)) {
@@ -218,9 +261,18 @@ std::optional<KernelArtifacts> DiskCache::load(const CacheKey &key) {
              fmt::format("flashjit: refusing cache entry: {}", why));
     return std::nullopt;
   }
-  std::optional<KernelArtifacts> a = readEntry(dir, hash);
-  if (!a)
+  std::string why;
+  std::optional<KernelArtifacts> a = readEntry(dir, hash, &why);
+  if (!a) {
+    // It is recompiled and replaced; say so once, on one line, so a disk
+    // that corrupts files (or a tampered entry) does not go unnoticed.
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    warnOnce("corrupt:" + hash,
+             fmt::format("flashjit: warning: cache entry {} is invalid ({}); "
+                         "recompiling it",
+                         hash, why));
     return std::nullopt;
+  }
   // Mark the entry as recently used for LRU pruning (best effort).
   int fd = -1;
   if (!fs::openFileForRead(dir + "/" + kMetaFile, fd)) {
@@ -321,7 +373,8 @@ DiskCache::getOrCompile(const CacheKey &key,
   return a;
 }
 
-std::vector<CacheEntryInfo> DiskCache::list() const {
+std::vector<CacheEntryInfo>
+DiskCache::list(std::vector<ForeignDir> *foreign) const {
   std::vector<CacheEntryInfo> out;
   if (!usable_)
     return out;
@@ -331,6 +384,11 @@ std::vector<CacheEntryInfo> DiskCache::list() const {
     llvm::StringRef name = path::filename(it->path());
     if (!validKey(name) || !fs::is_directory(it->path()))
       continue;
+    if (std::string why = notAnEntry(it->path(), name); !why.empty()) {
+      if (foreign)
+        foreign->push_back({it->path(), why});
+      continue;
+    }
     CacheEntryInfo info;
     info.key = name.str();
     info.bytes = directoryBytes(it->path());
@@ -350,12 +408,17 @@ std::vector<CacheEntryInfo> DiskCache::list() const {
               return a.lastUsed != b.lastUsed ? a.lastUsed > b.lastUsed
                                               : a.key < b.key;
             });
+  if (foreign)
+    std::sort(foreign->begin(), foreign->end(),
+              [](const ForeignDir &a, const ForeignDir &b) {
+                return a.path < b.path;
+              });
   return out;
 }
 
-size_t DiskCache::clear() {
+size_t DiskCache::clear(std::vector<ForeignDir> *foreign) {
   size_t removed = 0;
-  for (const CacheEntryInfo &e : list()) {
+  for (const CacheEntryInfo &e : list(foreign)) {
     removeEntryDir(config_.dir, entryDir(e.key));
     fs::remove(entryDir(e.key) + ".lock");
     ++removed;
@@ -363,8 +426,8 @@ size_t DiskCache::clear() {
   return removed;
 }
 
-size_t DiskCache::prune(uint64_t maxBytes) {
-  std::vector<CacheEntryInfo> entries = list(); // most recent first
+size_t DiskCache::prune(uint64_t maxBytes, std::vector<ForeignDir> *foreign) {
+  std::vector<CacheEntryInfo> entries = list(foreign); // most recent first
   uint64_t total = 0;
   for (const CacheEntryInfo &e : entries)
     total += e.bytes;

@@ -142,7 +142,7 @@ cl::list<std::string> cacheArgs(cl::Positional,
                                 cl::desc("ls | info KEY | clear | prune"),
                                 cl::sub(cacheCmd));
 cl::opt<uint64_t> maxBytes("max-bytes",
-                           cl::desc("prune: size limit in bytes (default: "
+                           cl::desc("prune: size limit in bytes, > 0 (default: "
                                     "FLASHJIT_CACHE_MAX_BYTES)"),
                            cl::sub(cacheCmd));
 
@@ -537,10 +537,18 @@ int runCache() {
                   : fmt::format("cache {}: takes no arguments", action));
   CacheConfig config = cacheConfig();
   config.enabled = true;
+  // 0 means "no limit" in FLASHJIT_CACHE_MAX_BYTES; --max-bytes reads it the
+  // same way rather than as "remove everything" (that is `cache clear`).
+  if (action == "prune" && maxBytes.getNumOccurrences() && maxBytes == 0)
+    userError("cache prune: --max-bytes 0 means no limit (as "
+              "FLASHJIT_CACHE_MAX_BYTES=0 does), so nothing would be pruned; "
+              "give a positive size, or remove every entry with `flashjit "
+              "cache clear`");
   if (action == "prune" && !maxBytes.getNumOccurrences() &&
       config.maxBytes == 0)
     userError("cache prune: give --max-bytes N or set "
-              "FLASHJIT_CACHE_MAX_BYTES");
+              "FLASHJIT_CACHE_MAX_BYTES to a positive size (unset or 0 means "
+              "no limit)");
   // Looking at a cache must not create it.
   if (!config.dir.empty() && !fs::exists(config.dir)) {
     if (action == "ls")
@@ -563,8 +571,18 @@ int runCache() {
   DiskCache cache(config);
   if (!cache.usable())
     userError(fmt::format("cache {}: {}", action, cache.whyUnusable()));
+  // Directories named like entries that are not flashjit's: never touched,
+  // always reported.
+  std::vector<runtime::ForeignDir> foreign;
+  auto reportForeign = [&] {
+    for (const runtime::ForeignDir &f : foreign)
+      llvm::errs() << fmt::format("flashjit: left alone {}: not a flashjit "
+                                  "cache entry ({})\n",
+                                  f.path, f.why);
+  };
   if (action == "ls") {
-    std::vector<CacheEntryInfo> entries = cache.list();
+    std::vector<CacheEntryInfo> entries = cache.list(&foreign);
+    reportForeign();
     uint64_t total = 0;
     for (const CacheEntryInfo &e : entries) {
       total += e.bytes;
@@ -598,17 +616,16 @@ int runCache() {
     return valid ? 0 : 2;
   }
   if (action == "clear") {
-    size_t n = cache.clear();
+    size_t n = cache.clear(&foreign);
+    reportForeign();
     llvm::outs() << fmt::format("removed {} entries from {}\n", n, cache.dir());
     return 0;
   }
   if (action == "prune") {
     uint64_t limit =
         maxBytes.getNumOccurrences() ? uint64_t(maxBytes) : config.maxBytes;
-    if (!maxBytes.getNumOccurrences() && limit == 0)
-      userError("cache prune: give --max-bytes N or set "
-                "FLASHJIT_CACHE_MAX_BYTES");
-    size_t n = cache.prune(limit);
+    size_t n = cache.prune(limit, &foreign);
+    reportForeign();
     llvm::outs() << fmt::format("removed {} entries; {} bytes limit\n", n,
                                 limit);
     return 0;

@@ -24,10 +24,10 @@ extern "C" {
 /** Result of every call. */
 typedef enum flashjit_status {
   FLASHJIT_OK = 0,
-  FLASHJIT_USER_ERROR = 1,     /**< bad input: spec, option, tensor, argument */
-  FLASHJIT_COMPILE_ERROR = 2,  /**< a compiler pass failed */
-  FLASHJIT_DRIVER_ERROR = 3,   /**< CUDA driver, NVRTC or nvJitLink failed */
-  FLASHJIT_INTERNAL_ERROR = 4  /**< a bug in flashjit */
+  FLASHJIT_USER_ERROR = 1,    /**< bad input: spec, option, tensor, argument */
+  FLASHJIT_COMPILE_ERROR = 2, /**< a compiler pass failed */
+  FLASHJIT_DRIVER_ERROR = 3,  /**< CUDA driver, NVRTC or nvJitLink failed */
+  FLASHJIT_INTERNAL_ERROR = 4 /**< a bug in flashjit */
 } flashjit_status;
 
 /** Element type of a tensor. */
@@ -57,7 +57,10 @@ typedef enum flashjit_arg_kind {
   FLASHJIT_ARG_BUFFER_I64 = 5
 } flashjit_arg_kind;
 
-/** One runtime parameter or captured buffer, by name. */
+/** One runtime parameter or captured buffer, by name. An FLASHJIT_ARG_I32
+ *  value outside [-2^31, 2^31 - 1] and an FLASHJIT_ARG_F32 value that
+ *  overflows f32 (1e300; inf and NaN pass as given) are FLASHJIT_USER_ERROR,
+ *  never wrapped or rounded to inf. */
 typedef struct flashjit_arg {
   const char *name;
   flashjit_arg_kind kind;

@@ -19,6 +19,7 @@
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/MemoryBuffer.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -329,6 +330,14 @@ TEST_CASE("a corrupt entry is a miss that is recompiled and replaced",
   CHECK(!readEntry(dir, key.hash(), &why));
   CHECK(!why.empty());
   CHECK(!cache.load(key));
+  // Not silently: one warning, one line, naming the entry and the problem.
+  CHECK(!cache.load(key));
+  std::replace(why.begin(), why.end(), '\n', ' ');
+  REQUIRE(cache.warnings().size() == 1);
+  const std::string warning = cache.warnings().front();
+  CHECK(warning.find(key.hash()) != std::string::npos);
+  CHECK(warning.find(why) != std::string::npos);
+  CHECK(warning.find('\n') == std::string::npos);
   CacheOutcome outcome;
   KernelArtifacts fresh = cache.getOrCompile(
       key, [] { return fakeArtifacts(kSpec, "fresh"); }, &outcome);
@@ -395,6 +404,34 @@ TEST_CASE("unsafe directories and entries are refused with one warning",
     REQUIRE(::chown(entry.c_str(), 65534, 65534) == 0);
     CHECK(!cache.load(key));
     CHECK(cache.warnings().size() == 1);
+  }
+  SECTION("a cache directory that is a symbolic link is resolved") {
+    // Once turned caching off (~/.cache pointing to scratch space is common).
+    std::string real = tmp / "scratch";
+    REQUIRE(!fs::create_directory(real, true, fs::owner_all));
+    REQUIRE(!fs::create_link(real, tmp / "link"));
+    DiskCache cache(configIn(tmp / "link"));
+    CHECK(cache.usable());
+    CHECK(cache.warnings().empty());
+    llvm::SmallString<256> resolved;
+    REQUIRE(!fs::real_path(real, resolved));
+    CHECK(cache.dir() == resolved.str());
+    KernelArtifacts a = cache.getOrCompile(
+        key, [&] { return compileCounted(compiles); }, &outcome);
+    CHECK(outcome == CacheOutcome::Compiled);
+    CHECK(fs::exists(real + "/" + key.hash() + "/" + kMetaFile));
+    DiskCache again(configIn(tmp / "link"));
+    CHECK(again.load(key)->files == a.files);
+    // The directory it points to passes the same checks as any other.
+    std::string shared = tmp / "shared";
+    REQUIRE(!fs::create_directory(shared));
+    REQUIRE(!fs::setPermissions(shared, fs::perms(0777)));
+    REQUIRE(!fs::create_link(shared, tmp / "link2"));
+    DiskCache refused(configIn(tmp / "link2"));
+    CHECK(!refused.usable());
+    CHECK(refused.whyUnusable().find("writable by group or others") !=
+          std::string::npos);
+    CHECK(refused.whyUnusable().find("shared") != std::string::npos);
   }
   SECTION("a symbolic link as the entry") {
     DiskCache cache(configIn(tmp / "c"));
@@ -480,6 +517,66 @@ TEST_CASE("pruning removes the least recently used entries", "[cache]") {
   }
 }
 
+TEST_CASE("pruning and clearing remove flashjit entries only", "[cache]") {
+  // `cache prune` once deleted any 64-hex-named directory, whatever it held.
+  TempDir tmp;
+  DiskCache cache(configIn(tmp.path()));
+  CacheKey key = CacheKey::make(kSpec, "sm_90a", 64, 8);
+  REQUIRE(cache.store(key, fakeArtifacts(kSpec, "mine")));
+  std::string entry = cache.entryDir(key.hash());
+  // Named like entries, but someone else's.
+  auto dirNamed = [&](char c) {
+    std::string d = tmp / std::string(64, c);
+    REQUIRE(!fs::create_directory(d, true, fs::owner_all));
+    return d;
+  };
+  std::string data = dirNamed('a');
+  writeAll(data + "/results.csv", "precious");
+  std::string otherJson = dirNamed('b');
+  writeAll(otherJson + "/" + kMetaFile, "{\"name\": \"not flashjit\"}");
+  std::string otherKey = dirNamed('c'); // a manifest copied from elsewhere
+  writeAll(otherKey + "/" + kMetaFile, readAll(entry + "/" + kMetaFile));
+  std::string nested = dirNamed('d'); // a manifest, and a subdirectory
+  std::string manifest = readAll(entry + "/" + kMetaFile);
+  size_t at = manifest.find(key.hash());
+  REQUIRE(at != std::string::npos);
+  manifest.replace(at, 64, std::string(64, 'd'));
+  writeAll(nested + "/" + kMetaFile, manifest);
+  REQUIRE(!fs::create_directory(nested + "/keep"));
+  const std::vector<std::string> foreignDirs = {data, otherJson, otherKey,
+                                                nested};
+
+  std::vector<ForeignDir> foreign;
+  CHECK(cache.list(&foreign).size() == 1);
+  REQUIRE(foreign.size() == 4);
+  CHECK(foreign[0].path == data);
+  CHECK(foreign[0].why == "no meta.json");
+  CHECK(foreign[1].why == "meta.json is not a flashjit manifest for this key");
+  CHECK(foreign[2].why == "meta.json is not a flashjit manifest for this key");
+  CHECK(foreign[3].why == "it holds keep, which is not a regular file");
+
+  SECTION("prune") {
+    foreign.clear();
+    CHECK(cache.prune(0, &foreign) == 1);
+    CHECK(foreign.size() == 4);
+  }
+  SECTION("clear") {
+    foreign.clear();
+    CHECK(cache.clear(&foreign) == 1);
+    CHECK(foreign.size() == 4);
+  }
+  CHECK(!fs::exists(entry));
+  for (const std::string &d : foreignDirs)
+    CHECK(fs::exists(d));
+  CHECK(readAll(data + "/results.csv") == "precious");
+  // A corrupt entry still has its manifest: it is flashjit's to remove.
+  REQUIRE(cache.store(key, fakeArtifacts(kSpec, "again")));
+  writeAll(entry + "/" + kPtxFile, "tampered");
+  CHECK(cache.list().size() == 1);
+  CHECK(!cache.list().front().valid);
+  CHECK(cache.prune(0) == 1);
+}
+
 TEST_CASE("configuration comes from the environment", "[cache]") {
   TempDir tmp;
   ScopedEnv noMax("FLASHJIT_CACHE_MAX_BYTES", nullptr);
@@ -523,6 +620,18 @@ TEST_CASE("configuration comes from the environment", "[cache]") {
     ScopedEnv d("FLASHJIT_CACHE_DIR", tmp.path().c_str());
     ScopedEnv off("FLASHJIT_DISABLE_CACHE", "0");
     CHECK(CacheConfig::fromEnvironment().enabled);
+  }
+  SECTION("a size limit of 0 means no limit") {
+    // As `flashjit cache prune` reads it (it refuses --max-bytes 0).
+    ScopedEnv max("FLASHJIT_CACHE_MAX_BYTES", "0");
+    CacheConfig c = CacheConfig::fromEnvironment();
+    CHECK(c.maxBytes == 0);
+    c.dir = tmp / "unlimited";
+    DiskCache cache(c);
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(cache.store(CacheKey::make(kSpec, "sm_90a", 16 * (i + 1), 8),
+                          fakeArtifacts(kSpec, std::to_string(i))));
+    CHECK(cache.list().size() == 3);
   }
   SECTION("a bad size limit is a UserError naming the variable") {
     ScopedEnv max("FLASHJIT_CACHE_MAX_BYTES", "10GB");

@@ -74,6 +74,35 @@ int main(void) {
         FLASHJIT_USER_ERROR);
   CHECK(strstr(flashjit_last_error(), "cap") != NULL);
 
+  /* Values that do not fit their type are refused, never wrapped (issue 21):
+   * i32 outside [-2^31, 2^31 - 1], f32 overflowing to inf. */
+  flashjit_arg wide[] = {
+      {"w", FLASHJIT_ARG_I32, 0, (int64_t)1 << 40, NULL, 0},
+      {"w", FLASHJIT_ARG_I32, 0, -(int64_t)2147483648 - 1, NULL, 0},
+      {"w", FLASHJIT_ARG_I32, 0, (int64_t)2147483647 + 1, NULL, 0},
+      {"cap", FLASHJIT_ARG_F32, 1e300, 0, NULL, 0},
+      {"cap", FLASHJIT_ARG_F32, -1e39, 0, NULL, 0}};
+  const char *wideValue[] = {"1099511627776", "-2147483649", "2147483648",
+                             "1e+300", "-1e+39"};
+  for (int i = 0; i < 5; ++i) {
+    CHECK(flashjit_run(kernel, &tq, &tk, &tv, &to, &tl, &wide[i], 1, NULL) ==
+          FLASHJIT_USER_ERROR);
+    CHECK(strstr(flashjit_last_error(), wide[i].name) != NULL);
+    CHECK(strstr(flashjit_last_error(), wideValue[i]) != NULL);
+    CHECK(strstr(flashjit_last_error(), "unknown") == NULL);
+  }
+
+  /* The same name twice, and an output aliasing an input (issue 21). */
+  flashjit_arg twice[] = {{"cap", FLASHJIT_ARG_F32, 30.0, 0, NULL, 0},
+                          {"cap", FLASHJIT_ARG_F32, 20.0, 0, NULL, 0}};
+  CHECK(flashjit_run(kernel, &tq, &tk, &tv, &to, &tl, twice, 2, NULL) ==
+        FLASHJIT_USER_ERROR);
+  CHECK(strstr(flashjit_last_error(), "args[1] 'cap' repeats args[0]") != NULL);
+  flashjit_tensor aliased = capi_tensor4(q, B, H, SQ, D);
+  CHECK(flashjit_run(kernel, &tq, &tk, &tv, &aliased, &tl, NULL, 0, NULL) ==
+        FLASHJIT_USER_ERROR);
+  CHECK(strstr(flashjit_last_error(), "o overlaps q") != NULL);
+
   /* A GPU target compiles to PTX without a GPU. */
   flashjit_kernel *gpu = NULL;
   CHECK(flashjit_compile("attention(causal=top_left, head_dim=64, dtype=bf16)",

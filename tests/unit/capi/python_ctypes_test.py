@@ -99,10 +99,27 @@ def main():
     expect_error("FLASHJIT_USER_ERROR", "k.shape", kernel.run, q,
                  Tensor([B, HKV, SK, 8], rng), v, o, lse, {"cap": cap})
     expect_error("FLASHJIT_USER_ERROR", "sm_75", lib.compile, spec, "sm_75")
+    expect_error("FLASHJIT_USER_ERROR", "o overlaps q", kernel.run, q, k, v, q,
+                 lse, {"cap": cap})
     expect_error("FLASHJIT_USER_ERROR", "o is None", kernel.run, q, k, v, None,
                  lse, {"cap": cap})
     expect_error("FLASHJIT_USER_ERROR", "(not ASCII)", lib.compile,
                  "attention(mask=(q_idx >= \u00e9))", "cpu")
+    # Values that do not fit their type are refused, never wrapped: a plain
+    # int is i32 (2**40 once ran as 0), an f32 must not overflow to inf.
+    for bad, needle in [({"cap": 1e300}, "1e+300"),
+                        ({"cap": -1e39}, "-1e+39"),
+                        ({"w": 2**40}, str(2**40)),
+                        ({"w": 2**31}, str(2**31)),
+                        ({"w": -2**31 - 1}, str(-2**31 - 1)),
+                        ({"w": 2**70}, str(2**70)),
+                        ({"w": (2**63, "i64")}, str(2**63)),
+                        ({"w": (-2**63 - 1, "i64")}, str(-2**63 - 1))]:
+        name = next(iter(bad))
+        expect_error("FLASHJIT_USER_ERROR", f"'{name}'", kernel.run, q, k, v,
+                     o, lse, bad)
+        expect_error("FLASHJIT_USER_ERROR", needle, kernel.run, q, k, v, o,
+                     lse, bad)
     runtime = fj.Library(sys.argv[2])
     expect_error("FLASHJIT_USER_ERROR", "flashjit_load", runtime.compile,
                  spec, "cpu")

@@ -13,6 +13,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
 using namespace flashjit;
 using flashjit::test::expectUserError;
 
@@ -80,6 +85,50 @@ TEST_CASE("arguments: every mistake is named", "[frontend][arguments][error]") {
     b.set("w", Scalar::i64(4));
     expectUserError([&] { b.validateFor(v); }, {"w"});
   }
+  SECTION("i32 value outside the i32 range") {
+    // Scalar::i32 keeps the value unwrapped; 2^40 once ran as 0.
+    for (int64_t bad : {int64_t{1} << 40, int64_t{1} << 31,
+                        -(int64_t{1} << 31) - 1, INT64_MAX, INT64_MIN}) {
+      Arguments a = good();
+      a.set("w", Scalar::i32(bad));
+      expectUserError([&] { a.validateFor(v); }, {"'w'", "i32"});
+      expectUserError([&] { a.validateFor(v); }, {std::to_string(bad).c_str()});
+    }
+    for (int64_t edge : {int64_t{INT32_MAX}, int64_t{INT32_MIN}}) {
+      Arguments a = good();
+      a.set("w", Scalar::i32(edge));
+      CHECK_NOTHROW(a.validateFor(v));
+    }
+  }
+  SECTION("f32 value overflowing f32") {
+    expectUserError([] { Scalar::f32(1e300); }, {"1e+300", "f32"});
+    expectUserError([] { Scalar::f32(-1e39); }, {"-1e+39"});
+    // The largest finite floats, infinities and NaN are kept as given.
+    CHECK(Scalar::f32(3.4028235e38).floatValue ==
+          std::numeric_limits<float>::max());
+    CHECK(std::isinf(Scalar::f32(INFINITY).floatValue));
+    CHECK(std::isnan(Scalar::f32(NAN).floatValue));
+    // Halfway between FLT_MAX and 2^128 rounds up to inf; just below, down.
+    CHECK(overflowsF32(0x1.ffffffp+127));
+    CHECK_FALSE(overflowsF32(std::nextafter(0x1.ffffffp+127, 0.0)));
+    CHECK(static_cast<float>(std::nextafter(0x1.ffffffp+127, 0.0)) ==
+          std::numeric_limits<float>::max());
+  }
+  SECTION("a huge unknown name is quoted in part") {
+    Arguments a = good();
+    const std::string name(size_t(2) << 20, 'p');
+    a.set(name, Scalar::f32(1.0f));
+    expectUserError(
+        [&] {
+          try {
+            a.validateFor(v);
+          } catch (const UserError &e) {
+            CHECK(std::string(e.what()).size() < 1000);
+            throw;
+          }
+        },
+        {"unknown parameter", "2097152 bytes in all"});
+  }
   SECTION("missing buffer") {
     Arguments a = good();
     a.buffers.erase("slope");
@@ -110,6 +159,24 @@ TEST_CASE("arguments: every mistake is named", "[frontend][arguments][error]") {
     a.params.erase("w");
     std::vector<int32_t> w = {4};
     a.bind("w", w.data(), 1);
-    CHECK_THROWS_AS(a.validateFor(v), UserError);
+    expectUserError([&] { a.validateFor(v); },
+                    {"'w' is a parameter (i32)", "given a buffer"});
+  }
+  SECTION("a buffer passed as a scalar") {
+    // Once reported as "unknown parameter 'doc'".
+    Arguments a = good();
+    a.buffers.erase("doc");
+    a.set("doc", Scalar::i32(1));
+    expectUserError([&] { a.validateFor(v); },
+                    {"'doc' is a buffer (i32 elements)", "given a scalar"});
+  }
+  SECTION("the same name as a parameter and as a buffer") {
+    Arguments a = good();
+    a.set("doc", Scalar::i32(1));
+    expectUserError([&] { a.validateFor(v); }, {"'doc' is given twice"});
+    Arguments b = good();
+    std::vector<float> cap = {30.0f};
+    b.bind("cap", cap.data(), 1);
+    expectUserError([&] { b.validateFor(v); }, {"'cap' is given twice"});
   }
 }

@@ -209,14 +209,16 @@ TEST_CASE("cu_seqlens and packed tensors are checked entry by entry",
   spec.headDimV = 4;
   spec.headsQ = 2;
   spec.dtypeQ = spec.dtypeK = spec.dtypeV = spec.dtypeO = DType::F32;
-  std::vector<float> buf(1000);
-  auto t3 = [&](int64_t a0, int64_t a1, int64_t a2) {
-    TensorRef t = TensorRef::contiguous3(buf.data(), DType::F32, {a0, a1, a2});
+  // Inputs share one buffer; outputs have their own (they must not alias).
+  std::vector<float> buf(1000), obuf(1000), lbuf(1000);
+  auto t3 = [&](int64_t a0, int64_t a1, int64_t a2, float *data = nullptr) {
+    TensorRef t = TensorRef::contiguous3(data ? data : buf.data(), DType::F32,
+                                         {a0, a1, a2});
     return t;
   };
   TensorRef q = t3(10, 2, 8), k = t3(6, 1, 8), v = t3(6, 1, 4),
-            o = t3(10, 2, 4);
-  TensorRef lse = TensorRef::contiguous2(buf.data(), DType::F32, {2, 10});
+            o = t3(10, 2, 4, obuf.data());
+  TensorRef lse = TensorRef::contiguous2(lbuf.data(), DType::F32, {2, 10});
   std::vector<int32_t> cuK{0, 1, 1, 6};
   VarlenShape s = checkVarlenTensors(spec, q, k, v, cu, cuK, &o, &lse);
   CHECK(s.batch == 3);
@@ -226,10 +228,16 @@ TEST_CASE("cu_seqlens and packed tensors are checked entry by entry",
   TensorRef v2 = t3(5, 1, 4);
   expectUserError([&] { checkVarlenTensors(spec, q, k, v2, cu, cuK); },
                   {"v.shape[0] = 5, expected 6 (total_k of k)"});
-  TensorRef o2 = t3(10, 2, 8);
+  TensorRef o2 = t3(10, 2, 8, obuf.data());
   expectUserError([&] { checkVarlenTensors(spec, q, k, v, cu, cuK, &o2); },
                   {"o.shape[2] = 8, expected 4"});
-  TensorRef lse2 = TensorRef::contiguous2(buf.data(), DType::F32, {2, 9});
+  TensorRef lse2 = TensorRef::contiguous2(lbuf.data(), DType::F32, {2, 9});
+  TensorRef lo = TensorRef::contiguous2(obuf.data(), DType::F32, {2, 10});
+  expectUserError([&] { checkVarlenTensors(spec, q, k, v, cu, cuK, &o, &lo); },
+                  {"lse overlaps o"});
+  TensorRef oq = t3(10, 2, 4);
+  expectUserError([&] { checkVarlenTensors(spec, q, k, v, cu, cuK, &oq); },
+                  {"o overlaps q"});
   expectUserError(
       [&] { checkVarlenTensors(spec, q, k, v, cu, cuK, &o, &lse2); },
       {"lse.shape[1] = 9, expected 10"});

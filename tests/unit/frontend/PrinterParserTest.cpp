@@ -10,6 +10,7 @@
 #include "RandomExpr.h"
 #include "TestSupport.h"
 
+#include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Hash.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Parser.h"
@@ -326,6 +327,87 @@ TEST_CASE("parser: syntax errors carry the column",
   CHECK_THROWS_AS(parseExpr("min(q_idx)"), UserError);
   CHECK_THROWS_AS(parseExpr("param<f32>()"), UserError);
   CHECK_THROWS_AS(parseExpr("param<f99>(x)"), UserError);
+}
+
+TEST_CASE("parser: errors quote a bounded excerpt of a huge input",
+          "[frontend][parser][error]") {
+  // A 2 MB literal once gave a 4 MB message (the literal, the whole text and
+  // a caret line as long as the text).
+  const std::string huge(size_t(2) << 20, '1');
+  const std::string ident(size_t(2) << 20, 'x');
+  struct Case {
+    std::string text;
+    bool spec;
+  };
+  const Case cases[] = {
+      {huge, false},                             // malformed integer
+      {huge + ".5", false},                      // f32 out of range
+      {"q_idx + " + ident, false},               // unknown identifier
+      {"attention(" + ident + "=1)", true},      // unknown field
+      {"attention(dtype=" + ident + ")", true},  // unknown dtype
+      {"attention(causal=" + ident + ")", true}, // unknown causal mode
+      {"param<" + ident + ">(cap)", false},      // unknown type
+      {std::string(size_t(2) << 20, ' ') + "q_idx +", false}, // early end
+  };
+  for (const Case &c : cases) {
+    INFO(c.text.substr(0, 40));
+    bool threw = false;
+    try {
+      if (c.spec)
+        parseSpec(c.text);
+      else
+        parseExpr(c.text);
+    } catch (const ParseError &e) {
+      threw = true;
+      std::string what = e.what();
+      INFO(what.substr(0, 2000));
+      CHECK(what.size() < 1200);
+      CHECK(what.find(std::to_string(c.text.size()) + " bytes") !=
+            std::string::npos);
+    }
+    CHECK(threw);
+  }
+  // In the middle of a long text, the caret still points at the culprit.
+  std::string sum = "q_idx";
+  for (int i = 0; i < 400; ++i) // 3205 bytes, nested under 1000 levels
+    sum += " + q_idx";
+  const std::string text = sum + " $ " + sum;
+  try {
+    parseExpr(text);
+    FAIL("no ParseError");
+  } catch (const ParseError &e) {
+    CHECK(e.column() == sum.size() + 2);
+    std::string what = e.what();
+    size_t nl1 = what.find('\n'), nl2 = what.find('\n', nl1 + 1);
+    std::string quoted = what.substr(nl1 + 1, nl2 - nl1 - 1);
+    std::string caret =
+        what.substr(nl2 + 1, what.find('\n', nl2 + 1) - nl2 - 1);
+    INFO(what);
+    REQUIRE(caret.find('^') != std::string::npos);
+    CHECK(quoted[caret.find('^')] == '$');
+    CHECK(quoted.size() < 220);
+    CHECK(quoted.find("...") == 2);
+  }
+  // Short texts are quoted whole, as before.
+  try {
+    parseExpr("q_idx $ kv_idx");
+  } catch (const ParseError &e) {
+    CHECK(std::string(e.what()) ==
+          "unexpected '$' after the expression at column 7\n"
+          "  q_idx $ kv_idx\n"
+          "        ^");
+  }
+  CHECK(excerpt("short") == "short");
+  CHECK(excerpt(std::string(500, 'a')) ==
+        std::string(kExcerptChars, 'a') + "... (500 bytes in all)");
+  // Never splits a UTF-8 character: 'é' is 2 bytes.
+  std::string accents;
+  for (int i = 0; i < 150; ++i)
+    accents += "\xc3\xa9";
+  CHECK(excerpt(accents).substr(0, kExcerptChars) ==
+        accents.substr(0, kExcerptChars));
+  CHECK(excerpt(accents, 7).substr(0, 6) == accents.substr(0, 6));
+  CHECK(excerpt(accents, 7).substr(6, 3) == "...");
 }
 
 TEST_CASE("parser: messages quote non-ASCII text as whole characters",

@@ -122,10 +122,45 @@ TEST_CASE("tensor: strides whose last byte offset overflows are refused",
   expectBad("o.strides[2] = 2^62",
             [](Problem &p) { p.o.strides[2] = int64_t(1) << 62; },
             {"o.strides", "overflows"});
-  // Large but addressable strides pass the check.
+  // Large but addressable strides pass the check (without outputs: q's span
+  // would cover them).
   Problem p;
   p.q.strides[0] = int64_t(1) << 40;
+  CHECK_NOTHROW(checkAttentionTensors(p.spec, p.q, p.k, p.v));
+}
+
+TEST_CASE("tensor: outputs must not alias inputs or each other",
+          "[frontend][tensor][error]") {
+  expectBad("o = q", [](Problem &p) { p.o.data = p.q.data; }, {"o overlaps q"});
+  // o (1280 floats) inside k (1792 floats).
+  expectBad("o inside k", [](Problem &p) { p.o.data = p.kd.data() + 1; },
+            {"o overlaps k"});
+  // One arena: o's last element is v's first.
+  std::vector<float> arena(2 * 4 * 5 * 32 - 1 + 2 * 2 * 7 * 32);
+  expectBad("o's last element on v's first",
+            [&](Problem &p) {
+              p.o.data = arena.data();
+              p.v.data = arena.data() + p.od.size() - 1;
+            },
+            {"o overlaps v"});
+  expectBad("lse = v", [](Problem &p) { p.lse.data = p.vd.data(); },
+            {"lse overlaps v"});
+  expectBad("lse inside o", [](Problem &p) { p.lse.data = p.od.data() + 3; },
+            {"lse overlaps o"});
+  // Adjacent (touching, not overlapping) spans and inputs sharing memory
+  // (K = Q in self-attention, packed QKV) are fine.
+  Problem p;
+  std::vector<float> ol(p.od.size() + p.lsed.size()); // lse right after o
+  p.o.data = ol.data();
+  p.lse.data = ol.data() + p.od.size();
   CHECK_NOTHROW(p.check());
+  Problem self; // k = v = q
+  self.spec.headDimV = 64;
+  self.spec.headsKV = 4;
+  self.k = self.v = self.q;
+  std::vector<float> o(2 * 4 * 5 * 64);
+  self.o = TensorRef::contiguous(o.data(), DType::F32, {2, 4, 5, 64});
+  CHECK_NOTHROW(self.check());
 }
 
 TEST_CASE("tensor: every inconsistency names the field",

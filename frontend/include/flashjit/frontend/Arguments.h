@@ -21,12 +21,21 @@ class Variant;
 /// A typed scalar value (i32, i64 or f32).
 struct Scalar {
   ScalarType type = ScalarType::Float32;
+  /// The value of an i32 or i64 scalar. An i32 scalar keeps the value it was
+  /// given, unwrapped: Arguments::validateFor rejects one outside the i32
+  /// range, naming the parameter, instead of running with it wrapped.
   int64_t intValue = 0;
   float floatValue = 0.0f;
-  static Scalar i32(int32_t v) { return {ScalarType::Int32, v, 0.0f}; }
+  /// An i32 value; one outside [-2^31, 2^31 - 1] fails validateFor.
+  static Scalar i32(int64_t v) { return {ScalarType::Int32, v, 0.0f}; }
   static Scalar i64(int64_t v) { return {ScalarType::Int64, v, 0.0f}; }
-  static Scalar f32(float v) { return {ScalarType::Float32, 0, v}; }
+  /// An f32 value. Throws UserError for a finite \p v that overflows f32
+  /// (it would round to inf); inf and NaN are kept as given.
+  static Scalar f32(double v);
 };
+
+/// Whether the finite double \p v overflows f32 (rounds to +-inf).
+bool overflowsF32(double v);
 
 /// A 1-D buffer in host memory (CPU backend, reference) or device memory
 /// (GPU backend): \p size elements of \p elementType at \p data.
@@ -61,7 +70,9 @@ struct Arguments {
   }
 
   /// Checks these arguments against what \p variant reads: throws UserError
-  /// for a missing, unknown or wrongly typed parameter or buffer, a negative
+  /// for a missing, unknown or wrongly typed parameter or buffer, a name
+  /// given both as a parameter and as a buffer, a buffer given a scalar (or
+  /// a parameter a buffer), an i32 value outside the i32 range, a negative
   /// size, or a null buffer of non-zero size.
   void validateFor(const Variant &variant) const;
 };

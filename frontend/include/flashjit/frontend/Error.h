@@ -11,11 +11,21 @@
 #ifndef FLASHJIT_FRONTEND_ERROR_H
 #define FLASHJIT_FRONTEND_ERROR_H
 
+#include <cstddef>
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace flashjit {
+
+/// The most characters of the caller's input an error message quotes.
+inline constexpr size_t kExcerptChars = 200;
+
+/// \p text for quoting in a message: unchanged when at most \p limit bytes,
+/// else its first \p limit bytes (never splitting a UTF-8 character) and
+/// "... (N bytes in all)", so a 2 MB input never makes a 2 MB message.
+std::string excerpt(std::string_view text, size_t limit = kExcerptChars);
 
 /// Base class of every exception flashjit throws.
 class Error : public std::runtime_error {
@@ -44,7 +54,9 @@ private:
 };
 
 /// A syntax error in canonical text (expressions, specs). \c column() is the
-/// 1-based column of the offending character in the parsed text.
+/// 1-based column of the offending character in the parsed text. The
+/// message shows the text with a caret under that column; of a text longer
+/// than kExcerptChars, only the kExcerptChars around the column.
 class ParseError : public UserError {
 public:
   /// \p text is the whole input, \p column the 1-based column of the error.

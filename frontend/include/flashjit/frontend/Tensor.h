@@ -62,8 +62,10 @@ struct AttentionShape {
 /// where given, o [B, Hq, Sq, Dv] and lse [B, Hq, Sq] (fp32) against \p spec:
 /// ranks, dtypes, head counts and head dims equal to the spec's, shapes
 /// consistent with each other, strides >= 0 (>= 1 on output dims larger than
-/// 1), non-null data for non-empty tensors. Throws UserError naming the
-/// tensor, the field and the value (e.g. "k.shape[3] = 64, expected 128").
+/// 1), non-null data for non-empty tensors, and outputs (o, lse) whose
+/// memory (the bytes from their first to their last element) overlaps
+/// neither q, k, v nor each other. Throws UserError naming the tensor, the
+/// field and the value (e.g. "k.shape[3] = 64, expected 128").
 AttentionShape checkAttentionTensors(const AttentionSpec &spec,
                                      const TensorRef &q, const TensorRef &k,
                                      const TensorRef &v,
@@ -99,7 +101,8 @@ int64_t checkCuSeqlens(const char *name, std::span<const int32_t> cuSeqlens,
 /// head_dim_qk], v [total_k, heads_kv, head_dim_v] and, where given,
 /// o [total_q, heads_q, head_dim_v] and lse [heads_q, total_q] (fp32), any
 /// strides; cu_seqlens_q and cu_seqlens_k with the same number of entries
-/// (checkCuSeqlens). Sequence b holds query tokens
+/// (checkCuSeqlens); outputs overlap no input and not each other, as in
+/// checkAttentionTensors. Sequence b holds query tokens
 /// [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and key tokens
 /// [cu_seqlens_k[b], cu_seqlens_k[b + 1]). Throws UserError naming the tensor
 /// or array, the field and the value.

@@ -17,7 +17,8 @@
 //   load checks meta.json, the schema version and every checksum; an entry
 //   failing any check is a miss and is replaced. Directories or entries
 //   owned by another user or writable by group or others are refused (loading
-//   a cubin runs code).
+//   a cubin runs code); a cache directory that is a symbolic link is
+//   resolved first and its target checked, an entry that is one is refused.
 // - In memory: MemoryTier maps (device context, key) to a loaded kernel.
 //
 // The runtime links no compiler: the caller passes the compile step as a
@@ -60,8 +61,9 @@ struct CacheConfig {
   /// True: compile on every request and overwrite the entry
   /// (FLASHJIT_ALWAYS_COMPILE=1).
   bool alwaysCompile = false;
-  /// Size limit in bytes, 0 for none; least recently used entries are pruned
-  /// after a store (FLASHJIT_CACHE_MAX_BYTES).
+  /// Size limit in bytes, 0 for none (FLASHJIT_CACHE_MAX_BYTES unset, empty
+  /// or 0; `flashjit cache prune` reads 0 the same way and refuses
+  /// --max-bytes 0); least recently used entries are pruned after a store.
   uint64_t maxBytes = 0;
   /// How long to wait for another process's lock on a key, in seconds,
   /// before compiling in memory.
@@ -118,6 +120,17 @@ struct CacheEntryInfo {
   bool valid = false;
 };
 
+/// A directory in the cache directory named like an entry (64 hex digits)
+/// that is not a flashjit entry: no flashjit manifest (meta.json with an
+/// integer "schema" and its own name as "key"), or something other than
+/// regular files in it. list(), clear() and prune() leave it alone.
+struct ForeignDir {
+  /// The directory.
+  std::string path;
+  /// Why it is not an entry.
+  std::string why;
+};
+
 /// The kernel cache interface; tests and tools use DiskCache on temporary
 /// directories.
 class KernelCache {
@@ -148,7 +161,9 @@ public:
   /// created or is refused turns the cache off with one warning on stderr.
   explicit DiskCache(CacheConfig config);
 
-  /// See KernelCache::load; a hit marks the entry as recently used.
+  /// See KernelCache::load; a hit marks the entry as recently used. An entry
+  /// that fails verification is a miss with one warning per key (stderr, one
+  /// line naming the key and what was wrong).
   std::optional<KernelArtifacts> load(const CacheKey &key) override;
   /// See KernelCache::store; prunes to config().maxBytes afterwards.
   bool store(const CacheKey &key, const KernelArtifacts &artifacts) override;
@@ -158,7 +173,8 @@ public:
                                const std::function<KernelArtifacts()> &compile,
                                CacheOutcome *outcome = nullptr) override;
 
-  /// The cache directory (absolute).
+  /// The cache directory (absolute; a symbolic link given as the cache
+  /// directory is resolved to the directory it points to).
   const std::string &dir() const { return config_.dir; }
   /// The configuration it was made with (dir made absolute).
   const CacheConfig &config() const { return config_; }
@@ -166,16 +182,22 @@ public:
   bool usable() const { return usable_; }
   /// Why the cache is not usable (empty when it is).
   const std::string &whyUnusable() const { return whyUnusable_; }
-  /// Every entry directory, most recently used first.
-  std::vector<CacheEntryInfo> list() const;
+  /// Every entry directory (valid or not), most recently used first. An
+  /// entry is recognised by its manifest (ForeignDir); directories named
+  /// like entries that are not are skipped, and listed in \p foreign.
+  std::vector<CacheEntryInfo>
+  list(std::vector<ForeignDir> *foreign = nullptr) const;
   /// The directory of \p key's entry (whether or not it exists).
   std::string entryDir(const std::string &keyHash) const;
-  /// Removes every entry; returns how many were removed.
-  size_t clear();
-  /// Removes least recently used entries until the total size is at most
-  /// \p maxBytes; returns how many were removed. Entries locked by another
-  /// process are skipped.
-  size_t prune(uint64_t maxBytes);
+  /// Removes every entry; returns how many were removed. Directories that
+  /// are not entries stay (listed in \p foreign).
+  size_t clear(std::vector<ForeignDir> *foreign = nullptr);
+  /// Removes least recently used entries until the total size of the
+  /// entries is at most \p maxBytes; returns how many were removed. Entries
+  /// locked by another process are skipped; directories that are not
+  /// entries stay (listed in \p foreign). Here 0 is a limit of 0 bytes
+  /// (every unlocked entry goes), not "no limit" as in CacheConfig.
+  size_t prune(uint64_t maxBytes, std::vector<ForeignDir> *foreign = nullptr);
   /// Warnings printed so far (each also went to stderr once).
   std::vector<std::string> warnings() const;
 
