@@ -22,6 +22,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
 
 namespace flashjit {
 namespace {
@@ -170,10 +171,11 @@ void checkDO(const TensorRef &dO, int rank, std::initializer_list<int64_t> want,
         fmt::format("dO.data is null but dO has {} elements", dO.numel()));
 }
 
-/// The gradients' buffers and parameters, zeroed, and the derivatives.
-ScoreModDerivative prepare(const AttentionSpec &spec, const Arguments &args,
-                           const std::vector<std::string> &params,
-                           ReferenceDataGradients &grads) {
+/// The gradients' buffers and parameters, zeroed, and what every row needs
+/// (the derivatives among it).
+Problem prepare(const AttentionSpec &spec, const Arguments &args,
+                const std::vector<std::string> &params, int64_t headsQ,
+                int64_t headsKV, ReferenceDataGradients &grads) {
   args.validateFor(spec.variant);
   ScoreModDerivative deriv =
       differentiateScoreMod(spec.variant.scoreExpr(), params);
@@ -188,7 +190,15 @@ ScoreModDerivative prepare(const AttentionSpec &spec, const Arguments &args,
   walk(spec.variant.scoreExpr());
   for (const std::string &p : params)
     grads.dParams[p] = 0.0;
-  return deriv;
+  return {spec.effectiveMask(),
+          spec.variant.scoreExpr(),
+          std::move(deriv),
+          spec.effectiveScale(),
+          args,
+          headsQ / headsKV,
+          spec.headDimQK,
+          spec.headDimV,
+          grads};
 }
 
 } // namespace
@@ -206,16 +216,7 @@ ReferenceGradients referenceAttentionBackward(
                       shape.seqlenQ, shape.seqlenK);
   ReferenceGradients g;
   g.shape = shape;
-  ScoreModDerivative deriv = prepare(spec, args, params, g);
-  Problem pr{spec.effectiveMask(),
-             spec.variant.scoreExpr(),
-             deriv,
-             spec.effectiveScale(),
-             args,
-             shape.headsQ / shape.headsKV,
-             shape.headDimQK,
-             shape.headDimV,
-             g};
+  Problem pr = prepare(spec, args, params, shape.headsQ, shape.headsKV, g);
   g.dq.assign(shape.batch * shape.headsQ * shape.seqlenQ * shape.headDimQK,
               0.0);
   g.dk.assign(shape.batch * shape.headsKV * shape.seqlenK * shape.headDimQK,
@@ -272,16 +273,7 @@ VarlenReferenceGradients referenceVarlenAttentionBackward(
                       cuSeqlensK);
   VarlenReferenceGradients g;
   g.shape = shape;
-  ScoreModDerivative deriv = prepare(spec, args, params, g);
-  Problem pr{spec.effectiveMask(),
-             spec.variant.scoreExpr(),
-             deriv,
-             spec.effectiveScale(),
-             args,
-             shape.headsQ / shape.headsKV,
-             shape.headDimQK,
-             shape.headDimV,
-             g};
+  Problem pr = prepare(spec, args, params, shape.headsQ, shape.headsKV, g);
   g.dq.assign(shape.totalQ * shape.headsQ * shape.headDimQK, 0.0);
   g.dk.assign(shape.totalK * shape.headsKV * shape.headDimQK, 0.0);
   g.dv.assign(shape.totalK * shape.headsKV * shape.headDimV, 0.0);
