@@ -15,6 +15,7 @@
 #include "flashjit/compiler/GpuCache.h"
 #endif
 #include "flashjit/frontend/Arguments.h"
+#include "flashjit/frontend/BlockMask.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
@@ -25,7 +26,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
+#include <optional>
+#include <span>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,9 +39,23 @@ using namespace flashjit;
 
 struct flashjit_kernel {
   AttentionSpec spec;
+  /// printSpec(spec), for flashjit_kernel_spec.
+  std::string specText;
+  /// flashjit_compile_flag set.
+  unsigned flags = 0;
   std::shared_ptr<const runtime::CpuAttentionKernel> cpu;
   std::unique_ptr<runtime::GpuAttentionKernel> gpu;
   std::string ptx;
+  /// Tile sizes (block masks): from the loaded kernel or its artifacts.
+  int64_t blockM = 0, blockN = 0;
+};
+
+struct flashjit_block_mask {
+  /// Set for masks of CPU kernels (host lists).
+  std::optional<BlockMask> host;
+  /// Set for masks of GPU kernels (device lists).
+  std::optional<runtime::DeviceBlockMask> device;
+  const BlockMask &shape() const { return host ? *host : device->shape(); }
 };
 
 namespace {
@@ -66,15 +84,17 @@ template <class F> flashjit_status guarded(F &&f) {
   }
 }
 
-TensorRef toRef(const flashjit_tensor *t, const char *name) {
+/// \p t as a TensorRef; ranks from \p minRank to 4 are accepted (2 for the
+/// LSE of varlen runs, 3 otherwise).
+TensorRef toRef(const flashjit_tensor *t, const char *name, int minRank = 3) {
   if (!t)
     throw UserError(fmt::format("{} is NULL", name));
   if (t->dtype < FLASHJIT_FP16 || t->dtype > FLASHJIT_FP32)
     throw UserError(fmt::format("{}.dtype = {} is not a flashjit_dtype", name,
                                 static_cast<int>(t->dtype)));
-  if (t->rank != 3 && t->rank != 4)
-    throw UserError(
-        fmt::format("{}.rank = {}, expected 3 or 4", name, t->rank));
+  if (t->rank < minRank || t->rank > 4)
+    throw UserError(fmt::format("{}.rank = {}, expected {} to 4", name,
+                                t->rank, minRank));
   TensorRef r;
   r.data = t->data;
   r.dtype = t->dtype == FLASHJIT_FP16   ? DType::F16
@@ -142,6 +162,54 @@ Arguments toArguments(const flashjit_arg *args, int n) {
   }
   return out;
 }
+/// The flashjit_compile_flag set of a kernel's modes.
+unsigned modeFlags(bool varlen, bool blockSparse) {
+  return (varlen ? unsigned{FLASHJIT_COMPILE_VARLEN} : 0u) |
+         (blockSparse ? unsigned{FLASHJIT_COMPILE_BLOCK_SPARSE} : 0u);
+}
+
+/// The kernel, or UserError naming \p entry.
+const flashjit_kernel &need(const flashjit_kernel *kernel, const char *entry) {
+  if (!kernel)
+    throw UserError(fmt::format("{}: kernel is NULL", entry));
+  return *kernel;
+}
+
+/// A DriverError for a GPU kernel that could not be loaded (no GPU).
+[[noreturn]] void noGpu() {
+  std::string why;
+  runtime::Device::available(&why);
+  throw DriverError("no GPU to run this kernel on (its tensors were not "
+                    "checked either): " +
+                    why);
+}
+
+/// \p n + 1 host cu_seqlens entries at \p p, or UserError naming \p name.
+std::span<const int32_t> cuSpan(const int32_t *p, int64_t numSeqs,
+                                const char *name) {
+  if (numSeqs < 0)
+    throw UserError(fmt::format("num_seqs = {} is negative", numSeqs));
+  if (!p)
+    throw UserError(fmt::format("{} is NULL", name));
+  return {p, static_cast<size_t>(numSeqs + 1)};
+}
+
+/// Checks that \p mask was made for \p kernel's target; returns it.
+const flashjit_block_mask &maskFor(const flashjit_kernel &kernel,
+                                   const flashjit_block_mask *mask,
+                                   const char *entry) {
+  if (!mask)
+    throw UserError(fmt::format("{}: mask is NULL", entry));
+  if (kernel.cpu && !mask->host)
+    throw UserError(fmt::format("{}: the mask lives on a GPU but the kernel "
+                                "runs on the CPU",
+                                entry));
+  if (!kernel.cpu && !mask->device)
+    throw UserError(fmt::format("{}: the mask lives on the host but the "
+                                "kernel runs on a GPU",
+                                entry));
+  return *mask;
+}
 } // namespace
 
 extern "C" {
@@ -150,10 +218,23 @@ const char *flashjit_last_error(void) { return lastError.c_str(); }
 
 flashjit_status flashjit_compile(const char *spec_text, const char *target,
                                  flashjit_kernel **out) {
+  return flashjit_compile_ex(spec_text, target, 0, out);
+}
+
+flashjit_status flashjit_compile_ex(const char *spec_text, const char *target,
+                                    unsigned flags, flashjit_kernel **out) {
   return guarded([&] {
     if (!spec_text || !target || !out)
       throw UserError("flashjit_compile: spec_text, target and out must not "
                       "be NULL");
+    constexpr unsigned known =
+        FLASHJIT_COMPILE_VARLEN | FLASHJIT_COMPILE_BLOCK_SPARSE;
+    if (flags & ~known)
+      throw UserError(fmt::format("flashjit_compile_ex: flags = {:#x} has "
+                                  "unknown bits {:#x} (known: "
+                                  "FLASHJIT_COMPILE_VARLEN = 1, "
+                                  "FLASHJIT_COMPILE_BLOCK_SPARSE = 2)",
+                                  flags, flags & ~known));
 #ifndef FLASHJIT_C_WITH_COMPILER
     throw UserError("flashjit_compile: this is flashjit_c_runtime, built "
                     "without the compiler; load precompiled kernels with "
@@ -161,20 +242,34 @@ flashjit_status flashjit_compile(const char *spec_text, const char *target,
 #else
     auto k = std::make_unique<flashjit_kernel>();
     k->spec = parseSpec(spec_text);
+    k->specText = printSpec(k->spec);
+    k->flags = flags;
+    bool varlen = flags & FLASHJIT_COMPILE_VARLEN;
+    bool blockSparse = flags & FLASHJIT_COMPILE_BLOCK_SPARSE;
     std::string t = target;
     // Both targets go through the kernel cache (FLASHJIT_CACHE_DIR, ...).
     if (t == "cpu") {
-      k->cpu = loadOrCompileCpu(k->spec); // a runtime::CpuAttentionKernel
+      CompileOptions o;
+      o.varlen = varlen;
+      o.blockSparse = blockSparse;
+      k->cpu = loadOrCompileCpu(k->spec, o); // a runtime::CpuAttentionKernel
+      k->blockM = k->cpu->info().blockM;
+      k->blockN = k->cpu->info().blockN;
     } else if (t == "sm_80" || t == "sm_90a") {
       GpuCompileOptions o;
       o.arch = t;
+      o.varlen = varlen;
+      o.blockSparse = blockSparse;
       runtime::KernelArtifacts a = loadOrCompileGpuArtifacts(k->spec, o);
       k->ptx = *a.file(runtime::kPtxFile);
       const std::string *cubin = a.file(runtime::kCubinFile);
+      runtime::GpuKernelInfo info = runtime::gpuKernelInfo(a);
+      k->blockM = info.blockM;
+      k->blockN = info.blockN;
       // Loading needs a GPU; without one the kernel still carries its PTX.
       if (runtime::Device::available())
         k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
-            k->spec, runtime::gpuKernelInfo(a), k->ptx, runtime::Device::get(0),
+            k->spec, info, k->ptx, runtime::Device::get(0),
             cubin ? std::string_view(*cubin) : std::string_view());
     } else {
       throw UserError(
@@ -199,6 +294,7 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
     auto k = std::make_unique<flashjit_kernel>();
     k->spec = parseSpec(spec_text);
     std::string canonical = printSpec(k->spec);
+    k->specText = canonical;
     runtime::Bundle bundle = runtime::Bundle::open(bundle_dir);
     runtime::CacheKey request;
     request.specText = canonical;
@@ -238,6 +334,9 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                                   bundle.items().size()));
     if (t == "cpu") {
       k->cpu = runtime::loadCpuKernel(*a);
+      k->blockM = k->cpu->info().blockM;
+      k->blockN = k->cpu->info().blockN;
+      k->flags = modeFlags(k->cpu->info().varlen, k->cpu->info().blockSparse);
       *out = k.release();
       return;
     }
@@ -247,9 +346,13 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                                   "'{}' in '{}' has no {}",
                                   t, canonical, bundle_dir, runtime::kPtxFile));
     k->ptx = *ptx;
+    runtime::GpuKernelInfo info = runtime::gpuKernelInfo(*a);
+    k->blockM = info.blockM;
+    k->blockN = info.blockN;
+    k->flags = modeFlags(info.varlen, info.blockSparse);
     if (runtime::Device::available())
       k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
-          k->spec, runtime::gpuKernelInfo(*a), k->ptx, runtime::Device::get(0));
+          k->spec, info, k->ptx, runtime::Device::get(0));
     *out = k.release();
   });
 }
@@ -273,16 +376,10 @@ flashjit_status flashjit_run(const flashjit_kernel *kernel,
       kernel->cpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a);
       return;
     }
-    if (kernel->gpu) {
-      kernel->gpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a,
-                       static_cast<CUstream>(stream));
-    } else {
-      std::string why;
-      runtime::Device::available(&why);
-      throw DriverError("no GPU to run this kernel on (its tensors were not "
-                        "checked either): " +
-                        why);
-    }
+    if (!kernel->gpu)
+      noGpu();
+    kernel->gpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a,
+                     static_cast<CUstream>(stream));
   });
 }
 
@@ -291,5 +388,240 @@ const char *flashjit_kernel_ptx(const flashjit_kernel *kernel) {
 }
 
 void flashjit_kernel_destroy(flashjit_kernel *kernel) { delete kernel; }
+
+const char *flashjit_version(void) { return FLASHJIT_VERSION_STRING; }
+
+namespace {
+thread_local std::string canonicalText;
+} // namespace
+
+flashjit_status flashjit_canonical_expr(const char *text, const char **out) {
+  return guarded([&] {
+    if (!text || !out)
+      throw UserError("flashjit_canonical_expr: text and out must not be "
+                      "NULL");
+    canonicalText = printExpr(parseExpr(text));
+    *out = canonicalText.c_str();
+  });
+}
+
+flashjit_status flashjit_canonical_spec(const char *text, const char **out) {
+  return guarded([&] {
+    if (!text || !out)
+      throw UserError("flashjit_canonical_spec: text and out must not be "
+                      "NULL");
+    canonicalText = printSpec(parseSpec(text));
+    *out = canonicalText.c_str();
+  });
+}
+
+const char *flashjit_kernel_spec(const flashjit_kernel *kernel) {
+  return kernel ? kernel->specText.c_str() : nullptr;
+}
+
+unsigned flashjit_kernel_flags(const flashjit_kernel *kernel) {
+  return kernel ? kernel->flags : 0u;
+}
+
+flashjit_status flashjit_kernel_tiles(const flashjit_kernel *kernel,
+                                      int64_t *block_m, int64_t *block_n) {
+  return guarded([&] {
+    const flashjit_kernel &k = need(kernel, "flashjit_kernel_tiles");
+    if (block_m)
+      *block_m = k.blockM;
+    if (block_n)
+      *block_n = k.blockN;
+  });
+}
+
+flashjit_status flashjit_build_block_mask(const flashjit_kernel *kernel,
+                                          int64_t batch, int64_t seqlen_q,
+                                          int64_t seqlen_k,
+                                          const flashjit_arg *args,
+                                          int num_args, void *stream,
+                                          flashjit_block_mask **out) {
+  return guarded([&] {
+    const flashjit_kernel &k = need(kernel, "flashjit_build_block_mask");
+    if (!out)
+      throw UserError("flashjit_build_block_mask: out is NULL");
+    Arguments a = toArguments(args, num_args);
+    auto m = std::make_unique<flashjit_block_mask>();
+    if (k.cpu)
+      m->host = k.cpu->buildBlockMask(batch, seqlen_q, seqlen_k, a);
+    else if (k.gpu)
+      m->device = k.gpu->buildBlockMask(batch, seqlen_q, seqlen_k, a,
+                                        static_cast<CUstream>(stream));
+    else
+      noGpu();
+    *out = m.release();
+  });
+}
+
+flashjit_status flashjit_build_varlen_block_mask(
+    const flashjit_kernel *kernel, const int32_t *cu_seqlens_q,
+    const int32_t *cu_seqlens_k, int64_t num_seqs, const flashjit_arg *args,
+    int num_args, void *stream, flashjit_block_mask **out) {
+  return guarded([&] {
+    const flashjit_kernel &k =
+        need(kernel, "flashjit_build_varlen_block_mask");
+    if (!out)
+      throw UserError("flashjit_build_varlen_block_mask: out is NULL");
+    auto cq = cuSpan(cu_seqlens_q, num_seqs, "cu_seqlens_q");
+    auto ck = cuSpan(cu_seqlens_k, num_seqs, "cu_seqlens_k");
+    Arguments a = toArguments(args, num_args);
+    auto m = std::make_unique<flashjit_block_mask>();
+    if (k.cpu) {
+      m->host = k.cpu->buildVarlenBlockMask(cq, ck, a);
+    } else if (k.gpu) {
+      runtime::DeviceCuSeqlens cu(cq, ck, runtime::Device::get(0));
+      m->device = k.gpu->buildVarlenBlockMask(cu, a,
+                                              static_cast<CUstream>(stream));
+    } else {
+      noGpu();
+    }
+    *out = m.release();
+  });
+}
+
+flashjit_status flashjit_block_mask_from_bsr(
+    const flashjit_kernel *kernel, int64_t heads, int64_t seqlen_q,
+    int64_t seqlen_k, const int32_t *row_offsets, const int32_t *col_indices,
+    int64_t num_col_indices, flashjit_block_mask **out) {
+  return guarded([&] {
+    const flashjit_kernel &k = need(kernel, "flashjit_block_mask_from_bsr");
+    if (!out)
+      throw UserError("flashjit_block_mask_from_bsr: out is NULL");
+    if (!(k.flags & FLASHJIT_COMPILE_BLOCK_SPARSE))
+      throw UserError("flashjit_block_mask_from_bsr: the kernel is not "
+                      "block-sparse (FLASHJIT_COMPILE_BLOCK_SPARSE)");
+    if (heads < 1 || seqlen_q < 0 || seqlen_k < 0 || num_col_indices < 0)
+      throw UserError(fmt::format(
+          "flashjit_block_mask_from_bsr: heads = {}, seqlen_q = {}, "
+          "seqlen_k = {}, num_col_indices = {} (heads >= 1, others >= 0)",
+          heads, seqlen_q, seqlen_k, num_col_indices));
+    BsrLayout layout;
+    layout.blockM = k.blockM;
+    layout.blockN = k.blockN;
+    layout.heads = heads;
+    layout.numQTiles = (seqlen_q + k.blockM - 1) / k.blockM;
+    layout.numKvTiles = (seqlen_k + k.blockN - 1) / k.blockN;
+    int64_t rows = heads * layout.numQTiles;
+    if (!row_offsets || (num_col_indices > 0 && !col_indices))
+      throw UserError("flashjit_block_mask_from_bsr: row_offsets or "
+                      "col_indices is NULL");
+    layout.rowOffsets.assign(row_offsets, row_offsets + rows + 1);
+    if (num_col_indices > 0)
+      layout.colIndices.assign(col_indices, col_indices + num_col_indices);
+    auto m = std::make_unique<flashjit_block_mask>();
+    BlockMask host = blockMaskFromBsr(layout, seqlen_q, seqlen_k);
+    if (k.cpu)
+      m->host = std::move(host);
+    else if (k.gpu)
+      m->device.emplace(host, runtime::Device::get(0));
+    else
+      noGpu();
+    *out = m.release();
+  });
+}
+
+flashjit_status flashjit_block_mask_get_info(const flashjit_block_mask *mask,
+                                             flashjit_block_mask_info *out) {
+  return guarded([&] {
+    if (!mask || !out)
+      throw UserError("flashjit_block_mask_get_info: mask and out must not "
+                      "be NULL");
+    const BlockMask &s = mask->shape();
+    *out = {s.blockM,  s.blockN,    s.seqlenQ,
+            s.seqlenK, s.batch,     s.heads,
+            s.numQTiles, s.numKvTiles, s.cuSeqlensQ.empty() ? 0 : 1};
+  });
+}
+
+flashjit_status flashjit_block_mask_copy(const flashjit_block_mask *mask,
+                                         int32_t *kv_num_blocks,
+                                         int32_t *kv_indices,
+                                         int32_t *full_kv_num_blocks,
+                                         int32_t *full_kv_indices) {
+  return guarded([&] {
+    if (!mask)
+      throw UserError("flashjit_block_mask_copy: mask is NULL");
+    BlockMask copy;
+    const BlockMask *m = mask->host ? &*mask->host : nullptr;
+    if (!m) {
+      copy = mask->device->toHost();
+      m = &copy;
+    }
+    auto put = [](const std::vector<int32_t> &from, int32_t *to) {
+      if (to)
+        std::copy(from.begin(), from.end(), to);
+    };
+    put(m->kvNumBlocks, kv_num_blocks);
+    put(m->kvIndices, kv_indices);
+    put(m->fullKvNumBlocks, full_kv_num_blocks);
+    put(m->fullKvIndices, full_kv_indices);
+  });
+}
+
+void flashjit_block_mask_destroy(flashjit_block_mask *mask) { delete mask; }
+
+flashjit_status flashjit_run_block_sparse(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k, const flashjit_tensor *v,
+    const flashjit_tensor *o, const flashjit_tensor *lse,
+    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
+    void *stream) {
+  return guarded([&] {
+    const flashjit_kernel &kern = need(kernel, "flashjit_run_block_sparse");
+    TensorRef qr = toRef(q, "q"), kr = toRef(k, "k"), vr = toRef(v, "v"),
+              orf = toRef(o, "o");
+    TensorRef lr;
+    if (lse)
+      lr = toRef(lse, "lse");
+    Arguments a = toArguments(args, num_args);
+    if (!kern.cpu && !kern.gpu)
+      noGpu();
+    const flashjit_block_mask &m =
+        maskFor(kern, mask, "flashjit_run_block_sparse");
+    if (kern.cpu)
+      kern.cpu->runBlockSparse(qr, kr, vr, orf, lse ? &lr : nullptr, *m.host,
+                               a);
+    else
+      kern.gpu->runBlockSparse(qr, kr, vr, orf, lse ? &lr : nullptr,
+                               *m.device, a, static_cast<CUstream>(stream));
+  });
+}
+
+flashjit_status flashjit_run_varlen(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k, const flashjit_tensor *v,
+    const flashjit_tensor *o, const flashjit_tensor *lse,
+    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int64_t num_seqs,
+    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
+    void *stream) {
+  return guarded([&] {
+    const flashjit_kernel &kern = need(kernel, "flashjit_run_varlen");
+    TensorRef qr = toRef(q, "q"), kr = toRef(k, "k"), vr = toRef(v, "v"),
+              orf = toRef(o, "o");
+    TensorRef lr;
+    if (lse)
+      lr = toRef(lse, "lse", 2);
+    auto cq = cuSpan(cu_seqlens_q, num_seqs, "cu_seqlens_q");
+    auto ck = cuSpan(cu_seqlens_k, num_seqs, "cu_seqlens_k");
+    Arguments a = toArguments(args, num_args);
+    if (!kern.cpu && !kern.gpu)
+      noGpu();
+    const flashjit_block_mask *m =
+        mask ? &maskFor(kern, mask, "flashjit_run_varlen") : nullptr;
+    if (kern.cpu) {
+      kern.cpu->runVarlen(qr, kr, vr, orf, lse ? &lr : nullptr, cq, ck, a,
+                          m ? &*m->host : nullptr);
+    } else {
+      runtime::DeviceCuSeqlens cu(cq, ck, runtime::Device::get(0));
+      kern.gpu->runVarlen(qr, kr, vr, orf, lse ? &lr : nullptr, cu, a,
+                          m ? &*m->device : nullptr,
+                          static_cast<CUstream>(stream));
+    }
+  });
+}
 
 } // extern "C"

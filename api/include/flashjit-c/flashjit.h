@@ -38,7 +38,8 @@ typedef enum flashjit_dtype {
 } flashjit_dtype;
 
 /** A strided tensor (host memory for the CPU target, device memory for a GPU
- *  target): rank 4 for Q, K, V and O, rank 3 for LSE. */
+ *  target): rank 4 for Q, K, V and O, rank 3 for LSE (varlen runs: rank 3
+ *  for Q, K, V and O, rank 2 for LSE). */
 typedef struct flashjit_tensor {
   void *data;
   flashjit_dtype dtype;
@@ -116,6 +117,146 @@ const char *flashjit_kernel_ptx(const flashjit_kernel *kernel);
 
 /** Frees a kernel (NULL is ignored). */
 void flashjit_kernel_destroy(flashjit_kernel *kernel);
+
+/** flashjit's version, "MAJOR.MINOR.PATCH" (the CMake project's version). */
+const char *flashjit_version(void);
+
+/** The canonical text of the expression \p text (a mask or score modifier
+ *  in the text DSL, e.g. "kv_idx <= q_idx"), fully parenthesised, so that
+ *  it can be placed in a spec's `mask=` or `score=` field without changing
+ *  any other field. On success \p out points at a per-thread string valid
+ *  until this thread's next call of flashjit_canonical_expr or
+ *  flashjit_canonical_spec. FLASHJIT_USER_ERROR for a parse error (the
+ *  message shows the column). */
+flashjit_status flashjit_canonical_expr(const char *text, const char **out);
+
+/** The canonical text of the spec \p text (printSpec(parseSpec(text))),
+ *  as flashjit_canonical_expr. */
+flashjit_status flashjit_canonical_spec(const char *text, const char **out);
+
+/** The kernel's spec in canonical text. Owned by the kernel. */
+const char *flashjit_kernel_spec(const flashjit_kernel *kernel);
+
+/** Modes of a kernel (flashjit_compile_ex flags, OR-ed). */
+typedef enum flashjit_compile_flag {
+  /** Packed variable-length sequences: run with flashjit_run_varlen. */
+  FLASHJIT_COMPILE_VARLEN = 1,
+  /** Block-sparse: runs take a flashjit_block_mask (flashjit_run_block_sparse
+   *  or, with FLASHJIT_COMPILE_VARLEN, flashjit_run_varlen). */
+  FLASHJIT_COMPILE_BLOCK_SPARSE = 2
+} flashjit_compile_flag;
+
+/** flashjit_compile with \p flags, a set of flashjit_compile_flag (0 is
+ *  flashjit_compile). Varlen and block-sparse kernels go through the kernel
+ *  cache like dense ones. FLASHJIT_USER_ERROR for an unknown flag. */
+flashjit_status flashjit_compile_ex(const char *spec_text, const char *target,
+                                    unsigned flags, flashjit_kernel **out);
+
+/** The kernel's flashjit_compile_flag set. */
+unsigned flashjit_kernel_flags(const flashjit_kernel *kernel);
+
+/** The kernel's tile sizes: queries (\p block_m) and keys (\p block_n)
+ *  per tile, the block size of its block masks. Either pointer may be
+ *  NULL. */
+flashjit_status flashjit_kernel_tiles(const flashjit_kernel *kernel,
+                                      int64_t *block_m, int64_t *block_n);
+
+/** A block mask (FlexAttention's BlockMask form, README "Semantics" 12) in
+ *  host memory for a CPU kernel, device memory for a GPU kernel; used with
+ *  kernels of the same target and tile sizes. */
+typedef struct flashjit_block_mask flashjit_block_mask;
+
+/** Sizes of a block mask: tiles of block_m x block_n, built for seqlen_q x
+ *  seqlen_k (varlen: the largest sequence), extents batch (1: shared) x
+ *  heads (1: shared) x num_q_tiles rows of num_kv_tiles entries. */
+typedef struct flashjit_block_mask_info {
+  int64_t block_m, block_n;
+  int64_t seqlen_q, seqlen_k;
+  int64_t batch, heads;
+  int64_t num_q_tiles, num_kv_tiles;
+  int varlen; /**< 1 when built for a varlen batch (keeps its cu_seqlens) */
+} flashjit_block_mask_info;
+
+/** Builds the block mask of the spec's mask for \p batch x \p seqlen_q x
+ *  \p seqlen_k calls of the block-sparse (not varlen) \p kernel with
+ *  \p args (the mask's parameters and buffers; reuse the result only while
+ *  they are unchanged). GPU kernels build it on the device on \p stream.
+ *  FLASHJIT_USER_ERROR for a dense or varlen kernel, negative sizes, bad
+ *  arguments or a buffer read out of range. */
+flashjit_status flashjit_build_block_mask(const flashjit_kernel *kernel,
+                                          int64_t batch, int64_t seqlen_q,
+                                          int64_t seqlen_k,
+                                          const flashjit_arg *args,
+                                          int num_args, void *stream,
+                                          flashjit_block_mask **out);
+
+/** The same for a packed batch of \p num_seqs sequences (a block-sparse
+ *  varlen kernel): \p cu_seqlens_q and \p cu_seqlens_k are host int32
+ *  arrays of num_seqs + 1 entries (also for GPU kernels); the mask keeps
+ *  copies and fits only calls with the same cu_seqlens. */
+flashjit_status flashjit_build_varlen_block_mask(
+    const flashjit_kernel *kernel, const int32_t *cu_seqlens_q,
+    const int32_t *cu_seqlens_k, int64_t num_seqs, const flashjit_arg *args,
+    int num_args, void *stream, flashjit_block_mask **out);
+
+/** A block mask from a user's block-sparse layout in BSR form for
+ *  \p kernel's tiles (block_m x block_n, flashjit_kernel_tiles): \p heads
+ *  (1: every head, or heads_q) x num_q_tiles rows, num_q_tiles =
+ *  ceil(seqlen_q / block_m); row r = h * num_q_tiles + m lists the key
+ *  tiles col_indices[row_offsets[r] .. row_offsets[r + 1]) (host int32;
+ *  heads * num_q_tiles + 1 offsets, \p num_col_indices indices). Every
+ *  listed tile is partial: the spec's mask still applies inside it.
+ *  FLASHJIT_USER_ERROR naming the bad entry. */
+flashjit_status flashjit_block_mask_from_bsr(
+    const flashjit_kernel *kernel, int64_t heads, int64_t seqlen_q,
+    int64_t seqlen_k, const int32_t *row_offsets, const int32_t *col_indices,
+    int64_t num_col_indices, flashjit_block_mask **out);
+
+/** The sizes of \p mask. */
+flashjit_status flashjit_block_mask_get_info(const flashjit_block_mask *mask,
+                                             flashjit_block_mask_info *out);
+
+/** Copies the four lists of \p mask to host int32 arrays (any may be NULL):
+ *  kv_num_blocks and full_kv_num_blocks [batch, heads, num_q_tiles],
+ *  kv_indices and full_kv_indices [batch, heads, num_q_tiles,
+ *  num_kv_tiles] (entries past a row's count are unspecified).
+ *  Synchronous. */
+flashjit_status flashjit_block_mask_copy(const flashjit_block_mask *mask,
+                                         int32_t *kv_num_blocks,
+                                         int32_t *kv_indices,
+                                         int32_t *full_kv_num_blocks,
+                                         int32_t *full_kv_indices);
+
+/** Frees a block mask (NULL is ignored). */
+void flashjit_block_mask_destroy(flashjit_block_mask *mask);
+
+/** flashjit_run for a block-sparse (not varlen) kernel: visits only the
+ *  tiles \p mask lists. FLASHJIT_USER_ERROR when the mask does not fit the
+ *  call (tile sizes, extents, seqlens; naming both values) or belongs to
+ *  another target. */
+flashjit_status flashjit_run_block_sparse(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k, const flashjit_tensor *v,
+    const flashjit_tensor *o, const flashjit_tensor *lse,
+    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
+    void *stream);
+
+/** Runs a varlen kernel on \p num_seqs packed sequences (README
+ *  "Semantics" 11): q [total_q, heads_q, head_dim_qk], k and v [total_k,
+ *  heads_kv, head_dim], o [total_q, heads_q, head_dim_v], lse [heads_q,
+ *  total_q] (fp32, rank 2); \p cu_seqlens_q and \p cu_seqlens_k are host int32 arrays of num_seqs
+ *  + 1 entries (first 0, non-decreasing, last = total tokens; for GPU
+ *  kernels they are checked and uploaded on each call). \p mask is required
+ *  by block-sparse varlen kernels and must be NULL otherwise.
+ *  FLASHJIT_USER_ERROR naming the bad tensor, cu_seqlens entry, argument or
+ *  mask field. */
+flashjit_status flashjit_run_varlen(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k, const flashjit_tensor *v,
+    const flashjit_tensor *o, const flashjit_tensor *lse,
+    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int64_t num_seqs,
+    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
+    void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,891 @@
+"""compile(), Kernel, BlockMask, attention() and attention_backward()."""
+
+import ctypes
+import math
+import re
+import struct
+import threading
+
+from . import _capi
+from . import _dlpack
+from ._errors import UserError
+
+# dtype name (DLPack view) -> (flashjit_dtype, spec dtype name)
+_FLOAT = {"float16": (_capi.FP16, "fp16"), "bfloat16": (_capi.BF16, "bf16"),
+          "float32": (_capi.FP32, "fp32")}
+_SPEC_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+_BUFFER_KIND = {"float32": _capi.ARG_BUFFER_F32, "int32": _capi.ARG_BUFFER_I32,
+                "int64": _capi.ARG_BUFFER_I64}
+_TAIL = re.compile(
+    r", head_dim_qk=(?P<dqk>\d+), head_dim_v=(?P<dv>\d+), "
+    r"dtype_q=(?P<tq>\w+), dtype_k=(?P<tk>\w+), dtype_v=(?P<tv>\w+), "
+    r"dtype_o=(?P<to>\w+), heads_q=(?P<hq>\d+), heads_kv=(?P<hkv>\d+), "
+    r"causal=(?P<causal>\w+), scale=(?P<scale>[^,]+), lse=(?P<lse>\w+)\)$")
+_CAUSAL = {None: None, False: "none", "none": "none", True: "top_left",
+           "top_left": "top_left", "bottom_right": "bottom_right"}
+
+
+def _lib():
+    return _capi.default_library()
+
+
+def version():
+    """The C library's version (the CMake project's), e.g. "0.1.0"."""
+    return _lib().fn("flashjit_version")().decode()
+
+
+def canonical_expr(text):
+    """The canonical text of a mask or score expression in the text DSL
+    (fully parenthesised, e.g. ``"(kv_idx <= q_idx)"``); UserError with the
+    column for a parse error."""
+    if not isinstance(text, str):
+        raise UserError(f"an expression must be a str, got "
+                        f"{type(text).__name__}")
+    lib = _lib()
+    out = ctypes.c_char_p()
+    lib.check(lib.fn("flashjit_canonical_expr")(text.encode(),
+                                                ctypes.byref(out)))
+    return out.value.decode()
+
+
+def canonical_spec(text):
+    """The canonical text of a spec (``"attention(...)"``, README "DSL")."""
+    if not isinstance(text, str):
+        raise UserError(f"a spec must be a str, got {type(text).__name__}")
+    lib = _lib()
+    out = ctypes.c_char_p()
+    lib.check(lib.fn("flashjit_canonical_spec")(text.encode(),
+                                                ctypes.byref(out)))
+    return out.value.decode()
+
+
+def _f32_text(name, value):
+    """``value`` as f32 text that parses back to the same f32."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value)  # numpy scalars
+        except (TypeError, ValueError):
+            raise UserError(f"{name} must be a number, got "
+                            f"{type(value).__name__}") from None
+    value = float(value)
+    if not math.isfinite(value):
+        raise UserError(f"{name} = {value} is not finite")
+    try:
+        f = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        raise UserError(f"{name} = {value} overflows f32") from None
+    text = repr(f)
+    return text if ("." in text or "e" in text) else text + ".0"
+
+
+def spec_text(*, mask=None, score=None, head_dim=None, head_dim_qk=None,
+              head_dim_v=None, dtype=None, dtype_q=None, dtype_k=None,
+              dtype_v=None, dtype_o=None, heads_q=None, heads_kv=None,
+              causal=None, scale=None, return_lse=None, name=None):
+    """Spec text from keywords. ``mask`` and ``score`` are expressions in
+    the text DSL, checked and canonicalised on their own (so no expression
+    can set another field); ``causal``: None/False/"none", True/"top_left"
+    or "bottom_right"; dtypes "fp16"/"bf16"/"fp32" (or "float16",
+    "bfloat16", "float32"); ``scale`` None for 1/sqrt(head_dim_qk)."""
+    fields = []
+    if name is not None:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*",
+                                                         name):
+            raise UserError(f"name = {name!r} is not an identifier")
+        fields.append(f"name={name}")
+    if mask is not None:
+        fields.append(f"mask={canonical_expr(mask)}")
+    if score is not None:
+        fields.append(f"score={canonical_expr(score)}")
+
+    def integer(key, value):
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            try:
+                import operator
+                value = operator.index(value)
+            except TypeError:
+                raise UserError(f"{key} = {value!r} is not an int") from None
+        fields.append(f"{key}={value}")
+
+    if head_dim is not None and (head_dim_qk is not None
+                                 or head_dim_v is not None):
+        raise UserError("head_dim sets head_dim_qk and head_dim_v: give "
+                        "either head_dim or those two")
+    integer("head_dim", head_dim)
+    integer("head_dim_qk", head_dim_qk)
+    integer("head_dim_v", head_dim_v)
+
+    def dt(key, value):
+        if value is None:
+            return
+        names = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32",
+                 "float16": "fp16", "bfloat16": "bf16", "float32": "fp32",
+                 "half": "fp16"}
+        text = str(value).replace("torch.", "")
+        if text not in names:
+            raise UserError(f"{key} = {value!r} is not fp16, bf16 or fp32")
+        fields.append(f"{key}={names[text]}")
+
+    if dtype is not None and any(x is not None for x in
+                                 (dtype_q, dtype_k, dtype_v, dtype_o)):
+        raise UserError("dtype sets every dtype_*: give either dtype or "
+                        "dtype_q/dtype_k/dtype_v/dtype_o")
+    dt("dtype", dtype)
+    dt("dtype_q", dtype_q)
+    dt("dtype_k", dtype_k)
+    dt("dtype_v", dtype_v)
+    dt("dtype_o", dtype_o)
+    integer("heads_q", heads_q)
+    integer("heads_kv", heads_kv)
+    if causal is not None:
+        if not isinstance(causal, (bool, str)) or causal not in _CAUSAL:
+            raise UserError(f"causal = {causal!r} is not None, False, True, "
+                            f"'none', 'top_left' or 'bottom_right'")
+        fields.append(f"causal={_CAUSAL[causal]}")
+    if scale is not None:
+        fields.append(f"scale={_f32_text('scale', scale)}")
+    if return_lse is not None:
+        fields.append(f"lse={'true' if return_lse else 'false'}")
+    return "attention(" + ", ".join(fields) + ")"
+
+
+def _tensor(view, name, ranks, dtypes=_FLOAT):
+    if view.dtype not in dtypes:
+        raise UserError(f"{name}: dtype {view.dtype} is not "
+                        + ", ".join(dtypes))
+    if len(view.shape) not in ranks:
+        raise UserError(f"{name}: rank {len(view.shape)} (shape "
+                        f"{list(view.shape)}), expected "
+                        + " or ".join(str(r) for r in ranks))
+    t = _capi.Tensor()
+    t.data = view.data
+    t.dtype = _FLOAT[view.dtype][0]
+    t.rank = len(view.shape)
+    for i in range(4):
+        t.shape[i] = view.shape[i] if i < t.rank else 1
+        t.strides[i] = view.strides[i] if i < t.rank else 1
+    return t
+
+
+def _check_int(name, value, bits):
+    low, high = -2**(bits - 1), 2**(bits - 1) - 1
+    if not low <= value <= high:
+        hint = (" (pass (value, \"i64\") for an i64 parameter)"
+                if bits == 32 and -2**63 <= value < 2**63 else "")
+        raise UserError(f"parameter '{name}': i{bits} value {value} is "
+                        f"outside [{low}, {high}]{hint}")
+
+
+def _scalar_arg(a, name, value):
+    """Fills ``a`` for a parameter: float -> f32, int -> i32, (int, "i64")
+    -> i64; numpy scalars by their dtype."""
+    kind = None
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and getattr(value, "shape", None) == ():
+        kind = {"float32": "f32", "float64": "f32", "int32": "i32",
+                "int64": "i64", "float16": "f32"}.get(str(dtype))
+        if kind is None:
+            raise UserError(f"parameter '{name}': a {dtype} scalar is not "
+                            f"f32, i32 or i64")
+        value = value.item()
+    elif isinstance(value, tuple) and len(value) == 2 and value[1] in (
+            "i64", "i32", "f32"):
+        kind, value = value[1], value[0]
+    elif isinstance(value, bool):
+        raise UserError(f"parameter '{name}' is a bool (give an int or a "
+                        f"float)")
+    elif isinstance(value, int):
+        kind = "i32"
+    elif isinstance(value, float):
+        kind = "f32"
+    else:
+        raise UserError(f"parameter '{name}' has type {type(value).__name__}"
+                        f" (give a float, an int or (int, \"i64\"))")
+    if kind == "f32":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"parameter '{name}': an f32 value must be a "
+                            f"number, got {type(value).__name__}")
+        a.kind, a.scalar = _capi.ARG_F32, float(value)
+    else:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"parameter '{name}': an {kind} value must be an "
+                            f"int, got {type(value).__name__}")
+        _check_int(name, value, 32 if kind == "i32" else 64)
+        a.kind = _capi.ARG_I32 if kind == "i32" else _capi.ARG_I64
+        a.integer = value
+
+
+class _Args:
+    """flashjit_arg array of params and buffers (keeps them alive)."""
+
+    def __init__(self, params, buffers, device, stream):
+        self.keep = []
+        self.views = {}
+        items = []
+        seen = set()
+        for name, value in (params or {}).items():
+            a = _capi.Arg()
+            a.name = self._name(name, seen)
+            _scalar_arg(a, name, value)
+            items.append(a)
+        for name, value in (buffers or {}).items():
+            a = _capi.Arg()
+            a.name = self._name(name, seen)
+            v = _dlpack.view(value, f"buffer '{name}'", stream)
+            if v.dtype not in _BUFFER_KIND or len(v.shape) != 1:
+                raise UserError(f"buffer '{name}' must be a 1-D float32, "
+                                f"int32 or int64 array, got {v.dtype} of "
+                                f"shape {list(v.shape)}")
+            if v.shape[0] > 1 and v.strides[0] != 1:
+                raise UserError(f"buffer '{name}' must be contiguous "
+                                f"(stride {v.strides[0]})")
+            _same_device(v, device)
+            a.kind, a.data, a.size = _BUFFER_KIND[v.dtype], v.data, v.shape[0]
+            self.keep.append(v)
+            self.views[name] = v
+            items.append(a)
+        self.n = len(items)
+        self.array = (_capi.Arg * max(1, len(items)))(*items)
+
+    def _name(self, name, seen):
+        if not isinstance(name, str):
+            raise UserError(f"argument name {name!r} is not a str")
+        if name in seen:
+            raise UserError(f"argument '{name}' is given both as a parameter"
+                            f" and as a buffer")
+        seen.add(name)
+        b = name.encode()
+        self.keep.append(b)
+        return b
+
+
+def _same_device(view, device):
+    """UserError unless ``view`` is on ``device`` ("cpu" or "cuda:N")."""
+    where = ("cpu" if view.device_type == _dlpack.KDL_CPU else
+             f"cuda:{view.device_id}" if view.device_type in (
+                 _dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED) else view.device)
+    if device == "cuda:*":
+        ok = where.startswith("cuda:")
+    else:
+        ok = where == device
+    if not ok:
+        raise UserError(f"{view.name} is on {where}, but the kernel runs on "
+                        f"{device}")
+
+
+def _module(obj):
+    return type(obj).__module__.split(".")[0]
+
+
+def _streams(obj, device_type, device_id, stream):
+    """(stream for __dlpack__, CUstream for the launch) of a call whose
+    first tensor is ``obj``: the caller's ``stream``, else torch's or
+    CuPy's current stream, else the legacy default stream."""
+    if device_type not in (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED):
+        return None, 0
+    if stream is None:
+        mod = _module(obj)
+        if mod == "torch":
+            import torch
+            stream = torch.cuda.current_stream(device_id).cuda_stream
+        elif mod == "cupy":
+            import cupy
+            stream = cupy.cuda.get_current_stream().ptr
+        else:
+            stream = 0
+    stream = int(stream)
+    return (stream if stream != 0 else 1), stream
+
+
+def _empty(like, shape, dtype, device_type, device_id):
+    """An uninitialised array of ``shape`` and ``dtype`` (numpy-style name)
+    from the library of ``like``: numpy, torch or CuPy; other producers get
+    numpy arrays on the CPU and need ``out=`` on a GPU."""
+    mod = _module(like)
+    on_cpu = device_type == _dlpack.KDL_CPU
+    if mod == "torch":
+        import torch
+        return torch.empty(shape, dtype=getattr(torch, dtype),
+                           device=like.device)
+    if mod == "cupy" and not on_cpu:
+        import cupy
+        with cupy.cuda.Device(device_id):
+            return cupy.empty(shape, dtype=dtype)
+    if on_cpu:
+        import numpy
+        if dtype == "bfloat16":
+            try:
+                import ml_dtypes
+                return numpy.empty(shape, dtype=ml_dtypes.bfloat16)
+            except ImportError:
+                raise UserError("bf16 outputs in numpy need ml_dtypes "
+                                "(pip install ml_dtypes), or pass out=")
+        return numpy.empty(shape, dtype=dtype)
+    raise UserError(f"cannot allocate outputs for {mod} tensors on the GPU: "
+                    f"pass out= (and lse=) made by torch or CuPy")
+
+
+def _target_for(view):
+    """The compile target of a tensor's device: "cpu", or the GPU's
+    architecture ("sm_90a" for compute capability 9.0, "sm_80" for other
+    8.x and later ones)."""
+    if view.device_type == _dlpack.KDL_CPU:
+        return "cpu"
+    if view.device_type not in (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED):
+        raise UserError(f"{view.name} is on {view.device}: flashjit runs on "
+                        f"the CPU and on CUDA GPUs")
+    cc = None
+    mod = _module(view.obj)
+    try:
+        if mod == "cupy":
+            import cupy
+            cc = cupy.cuda.Device(view.device_id).compute_capability
+            cc = (int(cc[:-1]), int(cc[-1]))
+        else:
+            import torch
+            cc = torch.cuda.get_device_capability(view.device_id)
+    except ImportError:
+        raise UserError("cannot tell the GPU's architecture without torch or "
+                        "CuPy: pass target='sm_80' or 'sm_90a'") from None
+    if cc == (9, 0):
+        return "sm_90a"
+    if cc >= (8, 0):
+        return "sm_80"
+    raise UserError(f"compute capability {cc[0]}.{cc[1]} of cuda:"
+                    f"{view.device_id} is below 8.0 (sm_80)")
+
+
+class BlockMask:
+    """A block mask (FlexAttention's BlockMask form; README "Semantics" 12)
+    owned by flashjit, made by ``Kernel.build_block_mask`` or
+    ``Kernel.block_mask_from_bsr``; pass it to ``Kernel.run`` or
+    ``attention(block_mask=...)`` of a kernel with the same tiles and
+    target. Attributes: ``block_size`` (block_m, block_n), ``seqlen_q``,
+    ``seqlen_k``, ``batch`` and ``heads`` (1: shared), ``num_q_tiles``,
+    ``num_kv_tiles``, ``varlen``, ``target``."""
+
+    def __init__(self, lib, handle, target):
+        self._lib, self._handle, self.target = lib, handle, target
+        info = _capi.BlockMaskInfo()
+        lib.check(lib.fn("flashjit_block_mask_get_info")(
+            handle, ctypes.byref(info)))
+        self.block_size = (info.block_m, info.block_n)
+        self.seqlen_q, self.seqlen_k = info.seqlen_q, info.seqlen_k
+        self.batch, self.heads = info.batch, info.heads
+        self.num_q_tiles, self.num_kv_tiles = info.num_q_tiles, \
+            info.num_kv_tiles
+        self.varlen = bool(info.varlen)
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self._lib.fn("flashjit_block_mask_destroy")(self._handle)
+            self._handle = None
+
+    def to_numpy(self):
+        """The four lists as numpy int32 arrays: ``kv_num_blocks`` and
+        ``full_kv_num_blocks`` [batch, heads, num_q_tiles], ``kv_indices``
+        and ``full_kv_indices`` [batch, heads, num_q_tiles, num_kv_tiles]
+        (entries past a row's count unspecified)."""
+        import numpy as np
+        rows = (self.batch, self.heads, self.num_q_tiles)
+        out = {"kv_num_blocks": np.zeros(rows, np.int32),
+               "kv_indices": np.zeros(rows + (self.num_kv_tiles,), np.int32),
+               "full_kv_num_blocks": np.zeros(rows, np.int32),
+               "full_kv_indices": np.zeros(rows + (self.num_kv_tiles,),
+                                           np.int32)}
+        p = {k: v.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+             for k, v in out.items()}
+        self._lib.check(self._lib.fn("flashjit_block_mask_copy")(
+            self._handle, p["kv_num_blocks"], p["kv_indices"],
+            p["full_kv_num_blocks"], p["full_kv_indices"]))
+        return out
+
+    def __repr__(self):
+        return (f"BlockMask(block_size={self.block_size}, seqlen_q="
+                f"{self.seqlen_q}, seqlen_k={self.seqlen_k}, batch="
+                f"{self.batch}, heads={self.heads}, varlen={self.varlen}, "
+                f"target={self.target!r})")
+
+
+def _host_int32(values, name):
+    """A contiguous host int32 copy of ``values`` (any DLPack array, list,
+    tuple) as a ctypes array, and its length."""
+    if isinstance(values, (list, tuple)):
+        items = list(values)
+    else:
+        v = _dlpack.view(values, name)
+        if v.dtype not in ("int32", "int64") or len(v.shape) != 1:
+            raise UserError(f"{name} must be a 1-D int32 array, got "
+                            f"{v.dtype} of shape {list(v.shape)}")
+        if v.device_type != _dlpack.KDL_CPU:
+            # A device array: copy through its library (torch or CuPy).
+            mod = _module(values)
+            if mod == "torch":
+                items = values.cpu().tolist()
+            elif mod == "cupy":
+                items = values.get().tolist()
+            else:
+                raise UserError(f"{name} is on {v.device}: give it in host "
+                                f"memory")
+        else:
+            ctype = ctypes.c_int32 if v.dtype == "int32" else ctypes.c_int64
+            items = [ctype.from_address(v.data + i * v.strides[0] *
+                                        v.itemsize).value
+                     for i in range(v.shape[0])]
+    for i, x in enumerate(items):
+        if isinstance(x, bool) or not isinstance(x, int) or not \
+                -2**31 <= x < 2**31:
+            raise UserError(f"{name}[{i}] = {x!r} is not an int32")
+    return (ctypes.c_int32 * max(1, len(items)))(*items), len(items)
+
+
+class Kernel:
+    """A compiled attention kernel (``flashjit.compile``): ``spec``
+    (canonical text), ``target``, ``ptx`` (GPU targets), ``varlen``,
+    ``block_sparse``, ``block_size`` (queries, keys per tile). Reuse it:
+    ``run`` never compiles."""
+
+    def __init__(self, lib, handle, target):
+        self._lib, self._handle, self.target = lib, handle, target
+        self.spec = lib.fn("flashjit_kernel_spec")(handle).decode()
+        flags = lib.fn("flashjit_kernel_flags")(handle)
+        self.varlen = bool(flags & _capi.COMPILE_VARLEN)
+        self.block_sparse = bool(flags & _capi.COMPILE_BLOCK_SPARSE)
+        bm, bn = ctypes.c_int64(), ctypes.c_int64()
+        lib.check(lib.fn("flashjit_kernel_tiles")(handle, ctypes.byref(bm),
+                                                  ctypes.byref(bn)))
+        self.block_size = (bm.value, bn.value)
+        m = _TAIL.search(self.spec)
+        if not m:
+            raise UserError(f"unexpected canonical spec text {self.spec!r}")
+        self._fields = m.groupdict()
+        self.return_lse = self._fields["lse"] == "true"
+        self.heads_q = int(self._fields["hq"])
+        self.heads_kv = int(self._fields["hkv"])
+        self.head_dim_qk = int(self._fields["dqk"])
+        self.head_dim_v = int(self._fields["dv"])
+        self.dtype_o = _SPEC_DTYPE[self._fields["to"]]
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self._lib.fn("flashjit_kernel_destroy")(self._handle)
+            self._handle = None
+
+    def __repr__(self):
+        return f"Kernel({self.spec!r}, target={self.target!r})"
+
+    @property
+    def ptx(self):
+        """The kernel's PTX text (GPU targets) or None (CPU)."""
+        p = self._lib.fn("flashjit_kernel_ptx")(self._handle)
+        return p.decode() if p else None
+
+    def _device(self):
+        return "cpu" if self.target == "cpu" else "cuda:*"
+
+    def run(self, q, k, v, *, out=None, lse=None, params=None, buffers=None,
+            cu_seqlens_q=None, cu_seqlens_k=None, block_mask=None,
+            stream=None):
+        """O (and LSE when the spec returns it: then ``(O, LSE)``) from Q,
+        K, V, any DLPack tensors on the kernel's device (numpy on the CPU,
+        torch, CuPy, ...). Dense: q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk],
+        v [B, Hkv, Sk, Dv]; O [B, Hq, Sq, Dv], LSE [B, Hq, Sq] fp32. Varlen
+        kernels: q [total_q, Hq, Dqk], k/v [total_k, Hkv, D], O [total_q,
+        Hq, Dv], LSE [Hq, total_q], with ``cu_seqlens_q``/``cu_seqlens_k``
+        (int32, batch + 1 entries; copied to the host). Block-sparse
+        kernels need ``block_mask`` (a BlockMask). ``out``/``lse`` are
+        written when given, else allocated with the library of ``q``.
+        ``params``: name -> float (f32) | int (i32) | (int, "i64");
+        ``buffers``: name -> 1-D float32/int32/int64 array on the kernel's
+        device. ``stream``: a CUstream as an int (default: torch's or
+        CuPy's current stream). Raises UserError (bad tensors, arguments,
+        masks), DriverError (no GPU, launch failure)."""
+        lib = self._lib
+        dev_type, dev_id = _dlpack.device_of(q, "q")
+        dl_stream, launch = _streams(q, dev_type, dev_id, stream)
+        qv = _dlpack.view(q, "q", dl_stream)
+        kv = _dlpack.view(k, "k", dl_stream)
+        vv = _dlpack.view(v, "v", dl_stream)
+        device = self._device()
+        for x in (qv, kv, vv):
+            _same_device(x, device)
+        rank = 3 if self.varlen else 4
+        tq, tk, tv = (_tensor(qv, "q", (rank,)), _tensor(kv, "k", (rank,)),
+                      _tensor(vv, "v", (rank,)))
+        if self.varlen:
+            if cu_seqlens_q is None or cu_seqlens_k is None:
+                raise UserError("a varlen kernel needs cu_seqlens_q and "
+                                "cu_seqlens_k")
+            o_shape = (qv.shape[0], qv.shape[1], vv.shape[2])
+            lse_shape = (qv.shape[1], qv.shape[0])
+        else:
+            if cu_seqlens_q is not None or cu_seqlens_k is not None:
+                raise UserError("cu_seqlens_q/cu_seqlens_k are for varlen "
+                                "kernels (compile(..., varlen=True))")
+            o_shape = (qv.shape[0], qv.shape[1], qv.shape[2], vv.shape[3])
+            lse_shape = qv.shape[:3]
+        if out is None:
+            out = _empty(q, o_shape, self.dtype_o, qv.device_type,
+                         qv.device_id)
+        ov = _dlpack.view(out, "out", dl_stream)
+        _same_device(ov, device)
+        if ov.readonly:
+            raise UserError("out is read-only")
+        to = _tensor(ov, "out", (rank,))
+        tl = None
+        if self.return_lse:
+            if lse is None:
+                lse = _empty(q, lse_shape, "float32", qv.device_type,
+                             qv.device_id)
+            lv = _dlpack.view(lse, "lse", dl_stream)
+            _same_device(lv, device)
+            if lv.readonly:
+                raise UserError("lse is read-only")
+            tl = _tensor(lv, "lse", (rank - 1,))
+        elif lse is not None:
+            raise UserError("lse given, but the kernel's spec has lse=false "
+                            "(compile with return_lse=True)")
+        args = _Args(params, buffers, device, dl_stream)
+        ref = ctypes.byref
+        lse_ref = ref(tl) if tl is not None else None
+        mask_handle = None
+        if block_mask is not None:
+            if not isinstance(block_mask, BlockMask):
+                raise UserError(f"block_mask must be a flashjit.BlockMask, "
+                                f"got {type(block_mask).__name__}")
+            if not self.block_sparse:
+                raise UserError("block_mask given to a kernel compiled "
+                                "without block_sparse=True")
+            mask_handle = block_mask._handle
+        elif self.block_sparse:
+            raise UserError("a block-sparse kernel needs block_mask= (from "
+                            "build_block_mask or block_mask_from_bsr)")
+        if self.varlen:
+            cq, nq = _host_int32(cu_seqlens_q, "cu_seqlens_q")
+            ck, nk = _host_int32(cu_seqlens_k, "cu_seqlens_k")
+            if nq != nk or nq < 1:
+                raise UserError(f"cu_seqlens_q has {nq} entries and "
+                                f"cu_seqlens_k {nk}: both need batch + 1 "
+                                f">= 1")
+            status = lib.fn("flashjit_run_varlen")(
+                self._handle, ref(tq), ref(tk), ref(tv), ref(to), lse_ref, cq,
+                ck, nq - 1, mask_handle, args.array, args.n,
+                ctypes.c_void_p(launch))
+        elif self.block_sparse:
+            status = lib.fn("flashjit_run_block_sparse")(
+                self._handle, ref(tq), ref(tk), ref(tv), ref(to), lse_ref,
+                mask_handle, args.array, args.n, ctypes.c_void_p(launch))
+        else:
+            status = lib.fn("flashjit_run")(
+                self._handle, ref(tq), ref(tk), ref(tv), ref(to), lse_ref,
+                args.array, args.n, ctypes.c_void_p(launch))
+        lib.check(status)
+        return (out, lse) if self.return_lse else out
+
+    def build_block_mask(self, batch=None, seqlen_q=None, seqlen_k=None, *,
+                         params=None, buffers=None, cu_seqlens_q=None,
+                         cu_seqlens_k=None, stream=None):
+        """The BlockMask of the spec's mask (block-sparse kernels): for
+        ``batch`` x ``seqlen_q`` x ``seqlen_k`` calls, or, for a varlen
+        kernel, the packed batch of ``cu_seqlens_q``/``cu_seqlens_k``;
+        ``params``/``buffers`` as the mask will see them in ``run`` (reuse
+        the mask only while they are unchanged)."""
+        lib = self._lib
+        handle = ctypes.c_void_p()
+        launch = int(stream or 0)
+        args = _Args(params, buffers, self._device(),
+                     None if self.target == "cpu" else (launch or 1))
+        if self.varlen:
+            if cu_seqlens_q is None or cu_seqlens_k is None:
+                raise UserError("a varlen kernel's block mask needs "
+                                "cu_seqlens_q and cu_seqlens_k")
+            cq, nq = _host_int32(cu_seqlens_q, "cu_seqlens_q")
+            ck, nk = _host_int32(cu_seqlens_k, "cu_seqlens_k")
+            if nq != nk or nq < 1:
+                raise UserError(f"cu_seqlens_q has {nq} entries and "
+                                f"cu_seqlens_k {nk}: both need batch + 1 "
+                                f">= 1")
+            lib.check(lib.fn("flashjit_build_varlen_block_mask")(
+                self._handle, cq, ck, nq - 1, args.array, args.n,
+                ctypes.c_void_p(launch), ctypes.byref(handle)))
+        else:
+            for key, value in (("batch", batch), ("seqlen_q", seqlen_q),
+                               ("seqlen_k", seqlen_k)):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise UserError(f"{key} = {value!r} is not an int")
+            lib.check(lib.fn("flashjit_build_block_mask")(
+                self._handle, batch, seqlen_q, seqlen_k, args.array, args.n,
+                ctypes.c_void_p(launch), ctypes.byref(handle)))
+        return BlockMask(lib, handle, self.target)
+
+    def block_mask_from_bsr(self, row_offsets, col_indices, seqlen_q,
+                            seqlen_k, heads=1):
+        """A BlockMask from a BSR layout (as scipy.sparse.bsr_matrix) over
+        this kernel's tiles (``block_size``): ``heads`` (1 or heads_q) x
+        ceil(seqlen_q / block_m) rows; row r lists the key tiles
+        ``col_indices[row_offsets[r]:row_offsets[r + 1]]``. Every listed tile
+        is partial (the spec's mask still applies)."""
+        ro, nro = _host_int32(row_offsets, "row_offsets")
+        ci, nci = _host_int32(col_indices, "col_indices")
+        expect = heads * -(-seqlen_q // self.block_size[0]) + 1 \
+            if isinstance(heads, int) and isinstance(seqlen_q, int) else None
+        if expect is not None and nro != expect:
+            raise UserError(f"row_offsets has {nro} entries, expected heads "
+                            f"* num_q_tiles + 1 = {expect}")
+        handle = ctypes.c_void_p()
+        self._lib.check(self._lib.fn("flashjit_block_mask_from_bsr")(
+            self._handle, heads, seqlen_q, seqlen_k, ro, ci, nci,
+            ctypes.byref(handle)))
+        return BlockMask(self._lib, handle, self.target)
+
+    def backward(self, q, k, v, o, lse, d_o, *, dq=None, dk=None, dv=None,
+                 params=None, buffers=None, grads=(), stream=None):
+        """dQ, dK, dV (and a dict of fp32 gradients of the buffers and
+        parameters named in ``grads``) of this forward kernel's attention
+        for upstream gradient ``d_o``, with ``o`` and ``lse`` (fp32
+        [B, Hq, Sq]) of the forward. Needs flashjit_run_backward in the C
+        library (NotImplementedError otherwise). Returns ``(dq, dk, dv)``
+        or ``(dq, dk, dv, grads_dict)`` when ``grads`` is not empty."""
+        lib = self._lib
+        if not lib.has("flashjit_run_backward"):
+            raise NotImplementedError(
+                "backward needs flashjit_run_backward, which this flashjit C "
+                f"library ({lib.path}) does not have yet")
+        dev_type, dev_id = _dlpack.device_of(q, "q")
+        dl_stream, launch = _streams(q, dev_type, dev_id, stream)
+        device = self._device()
+        views = {}
+        for name, x in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
+                        ("d_o", d_o)):
+            views[name] = _dlpack.view(x, name, dl_stream)
+            _same_device(views[name], device)
+        outs = {}
+        for name, given, like in (("dq", dq, "q"), ("dk", dk, "k"),
+                                  ("dv", dv, "v")):
+            lv = views[like]
+            if given is None:
+                given = _empty(q, lv.shape, lv.dtype, lv.device_type,
+                               lv.device_id)
+            outs[name] = given
+            views[name] = _dlpack.view(given, name, dl_stream)
+            _same_device(views[name], device)
+            if views[name].readonly:
+                raise UserError(f"{name} is read-only")
+        t = {name: _tensor(views[name], name,
+                           (3,) if name == "lse" else (4,))
+             for name in views}
+        args = _Args(params, buffers, device, dl_stream)
+        grad_arrays = {}
+        items = []
+        keep = []
+        for name in grads:
+            if name in args.views:
+                size = args.views[name].shape[0]
+            elif name in (params or {}):
+                size = 1
+            else:
+                raise UserError(f"grads names '{name}', which is neither a "
+                                f"parameter nor a buffer of this call")
+            arr = _empty(q, (size,), "float32", dev_type, dev_id)
+            gv = _dlpack.view(arr, f"grad '{name}'", dl_stream)
+            g = _capi.Grad()
+            g.name = name.encode()
+            g.data = gv.data
+            g.size = size
+            keep.append((g.name, gv))
+            grad_arrays[name] = arr
+            items.append(g)
+        garray = (_capi.Grad * max(1, len(items)))(*items)
+        ref = ctypes.byref
+        lib.check(lib.fn("flashjit_run_backward")(
+            self._handle, ref(t["q"]), ref(t["k"]), ref(t["v"]), ref(t["o"]),
+            ref(t["lse"]), ref(t["d_o"]), ref(t["dq"]), ref(t["dk"]),
+            ref(t["dv"]), args.array, args.n, garray, len(items),
+            ctypes.c_void_p(launch)))
+        result = (outs["dq"], outs["dk"], outs["dv"])
+        if grads:
+            # A parameter's gradient is a scalar.
+            for name in grads:
+                if name not in args.views:
+                    grad_arrays[name] = grad_arrays[name][0]
+            return result + (grad_arrays,)
+        return result
+
+
+_cache_lock = threading.Lock()
+_cache = {}
+
+
+def compile(spec=None, *, target="cpu", varlen=False, block_sparse=False,
+            **keywords):
+    """A Kernel for ``spec`` (canonical spec text, e.g.
+    ``"attention(causal=top_left, head_dim=64, dtype=fp32)"``) or for the
+    keywords of ``spec_text`` (mask=, score=, head_dim=, dtype=, heads_q=,
+    heads_kv=, causal=, scale=, return_lse=, name=), on ``target`` ("cpu",
+    "sm_80", "sm_90a"). ``varlen``: packed sequences with cu_seqlens;
+    ``block_sparse``: runs take a BlockMask. Compiles through flashjit's
+    kernel cache (FLASHJIT_CACHE_DIR); kernels are also kept per process,
+    so compiling the same spec again is a dictionary look-up. Raises
+    UserError (bad spec or target), CompileError."""
+    if spec is not None and keywords:
+        raise UserError("give either spec text or keywords, not both "
+                        f"(keywords: {', '.join(sorted(keywords))})")
+    text = spec if spec is not None else spec_text(**keywords)
+    if not isinstance(text, str):
+        raise UserError(f"spec must be a str, got {type(text).__name__}")
+    if not isinstance(target, str):
+        raise UserError(f"target must be a str, got {type(target).__name__}")
+    flags = (_capi.COMPILE_VARLEN if varlen else 0) | (
+        _capi.COMPILE_BLOCK_SPARSE if block_sparse else 0)
+    key = (text, target, flags)
+    with _cache_lock:
+        kernel = _cache.get(key)
+    if kernel is not None:
+        return kernel
+    lib = _lib()
+    handle = ctypes.c_void_p()
+    if flags:
+        lib.check(lib.fn("flashjit_compile_ex")(text.encode(),
+                                                target.encode(), flags,
+                                                ctypes.byref(handle)))
+    else:
+        lib.check(lib.fn("flashjit_compile")(text.encode(), target.encode(),
+                                             ctypes.byref(handle)))
+    kernel = Kernel(lib, handle, target)
+    with _cache_lock:
+        kernel = _cache.setdefault(key, kernel)
+    return kernel
+
+
+def _infer_spec(qv, kv, vv, varlen, **keywords):
+    """Spec text for tensors of these shapes and dtypes plus keywords."""
+    if not varlen and len(qv.shape) != 4:
+        raise UserError(f"q: rank {len(qv.shape)} (shape {list(qv.shape)}),"
+                        f" expected 4: [batch, heads_q, seqlen_q, head_dim]"
+                        f" (3 with cu_seqlens)")
+    if varlen and len(qv.shape) != 3:
+        raise UserError(f"q: rank {len(qv.shape)} (shape {list(qv.shape)}),"
+                        f" expected 3 with cu_seqlens: [total_q, heads_q, "
+                        f"head_dim]")
+    for name, x in (("k", kv), ("v", vv)):
+        if len(x.shape) != len(qv.shape):
+            raise UserError(f"{name}: rank {len(x.shape)} (shape "
+                            f"{list(x.shape)}) differs from q's "
+                            f"{len(qv.shape)}")
+    for name, x in (("q", qv), ("k", kv), ("v", vv)):
+        if x.dtype not in _FLOAT:
+            raise UserError(f"{name}: dtype {x.dtype} is not float16, "
+                            f"bfloat16 or float32")
+    h = 1 if varlen else 1
+    hq, hkv = qv.shape[h], kv.shape[h]
+    dt = {name: _FLOAT[x.dtype][1] for name, x in (("q", qv), ("k", kv),
+                                                     ("v", vv))}
+    same = dt["q"] == dt["k"] == dt["v"]
+    return spec_text(head_dim_qk=qv.shape[-1], head_dim_v=vv.shape[-1],
+                     heads_q=hq, heads_kv=hkv,
+                     dtype=dt["q"] if same else None,
+                     dtype_q=None if same else dt["q"],
+                     dtype_k=None if same else dt["k"],
+                     dtype_v=None if same else dt["v"],
+                     dtype_o=None if same else dt["q"], **keywords)
+
+
+def _split_args(params, buffers):
+    return dict(params or {}), dict(buffers or {})
+
+
+def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
+              scale=None, return_lse=False, *, causal=None, name=None,
+              cu_seqlens_q=None, cu_seqlens_k=None, block_mask=None,
+              target=None, out=None, lse=None, stream=None):
+    """FlexAttention-like attention of DLPack tensors (numpy on the CPU,
+    torch on the CPU or a CUDA GPU, CuPy, ...):
+
+        O = softmax(score_mod(scale * Q K^T) masked by mask) V
+
+    q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv] (or the
+    packed varlen layout [total, H, D] with ``cu_seqlens_q`` and
+    ``cu_seqlens_k``), of fp16, bf16 or fp32; ``mask`` and ``score`` are
+    expressions of the text DSL (README "The DSL"), e.g.
+    ``mask="kv_idx <= q_idx"``, ``score="param<f32>(cap) * tanh(score /
+    param<f32>(cap))"``; ``params`` name -> value of ``param<...>(name)``
+    (float, int or (int, "i64")), ``buffers`` name -> 1-D array of
+    ``buffer<...>(name)``; ``scale`` defaults to 1/sqrt(Dqk); ``causal``
+    None, "top_left" or "bottom_right" (True: top-left).
+    ``block_mask``: True to build the block mask of the mask for this call
+    and visit only the tiles it lists, or a BlockMask from
+    ``compile(..., block_sparse=True)``. ``target`` defaults to the
+    tensors' device ("cpu" or the GPU's architecture). Returns O, or
+    (O, LSE) with ``return_lse`` (LSE fp32 [B, Hq, Sq]; varlen [Hq,
+    total_q]). torch tensors that require grad go through the autograd-
+    aware custom op ``torch.ops.flashjit.attention``. The kernel is
+    compiled once per spec and target (see ``compile``)."""
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if (_module(q) == "torch" and not varlen and block_mask is None
+            and out is None and lse is None):
+        import torch
+        if torch.is_grad_enabled() and any(
+                getattr(x, "requires_grad", False) for x in
+                (q, k, v, *(buffers or {}).values())):
+            from . import _torch
+            return _torch.attention(q, k, v, mask=mask, score=score,
+                                    params=params, buffers=buffers,
+                                    scale=scale, return_lse=return_lse,
+                                    causal=causal, name=name, target=target)
+    dev_type, dev_id = _dlpack.device_of(q, "q")
+    dl_stream, _ = _streams(q, dev_type, dev_id, stream)
+    qv = _dlpack.view(q, "q", dl_stream)
+    kv = _dlpack.view(k, "k", dl_stream)
+    vv = _dlpack.view(v, "v", dl_stream)
+    if target is None:
+        target = _target_for(qv)
+    text = _infer_spec(qv, kv, vv, varlen, mask=mask, score=score,
+                       causal=causal, scale=scale, name=name,
+                       return_lse=bool(return_lse))
+    sparse = block_mask is not None and block_mask is not False
+    kernel = compile(text, target=target, varlen=varlen, block_sparse=sparse)
+    params, buffers = _split_args(params, buffers)
+    if block_mask is True:
+        if varlen:
+            block_mask = kernel.build_block_mask(
+                params=params, buffers=buffers, cu_seqlens_q=cu_seqlens_q,
+                cu_seqlens_k=cu_seqlens_k, stream=stream)
+        else:
+            block_mask = kernel.build_block_mask(
+                qv.shape[0], qv.shape[2], kv.shape[2], params=params,
+                buffers=buffers, stream=stream)
+    elif block_mask is False:
+        block_mask = None
+    del qv, kv, vv
+    result = kernel.run(q, k, v, out=out, lse=lse, params=params,
+                        buffers=buffers, cu_seqlens_q=cu_seqlens_q,
+                        cu_seqlens_k=cu_seqlens_k, block_mask=block_mask,
+                        stream=stream)
+    return result
+
+
+def attention_backward(q, k, v, o, lse, d_o, mask=None, score=None,
+                       params=None, buffers=None, scale=None, *, causal=None,
+                       name=None, grads=(), target=None, stream=None):
+    """Gradients of ``attention`` (dense): given the forward's ``o`` and
+    ``lse`` (fp32 [B, Hq, Sq], from ``attention(..., return_lse=True)``)
+    and the upstream gradient ``d_o`` of O, returns ``(dq, dk, dv)``, plus
+    a dict name -> fp32 gradient for the f32 buffers and parameters named
+    in ``grads``. Arguments as ``attention``. NotImplementedError until the
+    C library has flashjit_run_backward."""
+    dev_type, dev_id = _dlpack.device_of(q, "q")
+    dl_stream, _ = _streams(q, dev_type, dev_id, stream)
+    qv = _dlpack.view(q, "q", dl_stream)
+    kv = _dlpack.view(k, "k", dl_stream)
+    vv = _dlpack.view(v, "v", dl_stream)
+    if target is None:
+        target = _target_for(qv)
+    text = _infer_spec(qv, kv, vv, False, mask=mask, score=score,
+                       causal=causal, scale=scale, name=name,
+                       return_lse=True)
+    del qv, kv, vv
+    kernel = compile(text, target=target)
+    return kernel.backward(q, k, v, o, lse, d_o, params=params,
+                           buffers=buffers, grads=grads, stream=stream)
