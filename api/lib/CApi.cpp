@@ -28,10 +28,10 @@
 
 #include <algorithm>
 #include <limits>
-#include <optional>
-#include <span>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -93,8 +93,8 @@ TensorRef toRef(const flashjit_tensor *t, const char *name, int minRank = 3) {
     throw UserError(fmt::format("{}.dtype = {} is not a flashjit_dtype", name,
                                 static_cast<int>(t->dtype)));
   if (t->rank < minRank || t->rank > 4)
-    throw UserError(fmt::format("{}.rank = {}, expected {} to 4", name,
-                                t->rank, minRank));
+    throw UserError(
+        fmt::format("{}.rank = {}, expected {} to 4", name, t->rank, minRank));
   TensorRef r;
   r.data = t->data;
   r.dtype = t->dtype == FLASHJIT_FP16   ? DType::F16
@@ -462,8 +462,7 @@ flashjit_status flashjit_build_varlen_block_mask(
     const int32_t *cu_seqlens_k, int64_t num_seqs, const flashjit_arg *args,
     int num_args, void *stream, flashjit_block_mask **out) {
   return guarded([&] {
-    const flashjit_kernel &k =
-        need(kernel, "flashjit_build_varlen_block_mask");
+    const flashjit_kernel &k = need(kernel, "flashjit_build_varlen_block_mask");
     if (!out)
       throw UserError("flashjit_build_varlen_block_mask: out is NULL");
     auto cq = cuSpan(cu_seqlens_q, num_seqs, "cu_seqlens_q");
@@ -474,8 +473,8 @@ flashjit_status flashjit_build_varlen_block_mask(
       m->host = k.cpu->buildVarlenBlockMask(cq, ck, a);
     } else if (k.gpu) {
       runtime::DeviceCuSeqlens cu(cq, ck, runtime::Device::get(0));
-      m->device = k.gpu->buildVarlenBlockMask(cu, a,
-                                              static_cast<CUstream>(stream));
+      m->device =
+          k.gpu->buildVarlenBlockMask(cu, a, static_cast<CUstream>(stream));
     } else {
       noGpu();
     }
@@ -531,8 +530,8 @@ flashjit_status flashjit_block_mask_get_info(const flashjit_block_mask *mask,
       throw UserError("flashjit_block_mask_get_info: mask and out must not "
                       "be NULL");
     const BlockMask &s = mask->shape();
-    *out = {s.blockM,  s.blockN,    s.seqlenQ,
-            s.seqlenK, s.batch,     s.heads,
+    *out = {s.blockM,    s.blockN,     s.seqlenQ,
+            s.seqlenK,   s.batch,      s.heads,
             s.numQTiles, s.numKvTiles, s.cuSeqlensQ.empty() ? 0 : 1};
   });
 }
@@ -586,18 +585,18 @@ flashjit_status flashjit_run_block_sparse(
       kern.cpu->runBlockSparse(qr, kr, vr, orf, lse ? &lr : nullptr, *m.host,
                                a);
     else
-      kern.gpu->runBlockSparse(qr, kr, vr, orf, lse ? &lr : nullptr,
-                               *m.device, a, static_cast<CUstream>(stream));
+      kern.gpu->runBlockSparse(qr, kr, vr, orf, lse ? &lr : nullptr, *m.device,
+                               a, static_cast<CUstream>(stream));
   });
 }
 
-flashjit_status flashjit_run_varlen(
-    const flashjit_kernel *kernel, const flashjit_tensor *q,
-    const flashjit_tensor *k, const flashjit_tensor *v,
-    const flashjit_tensor *o, const flashjit_tensor *lse,
-    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int64_t num_seqs,
-    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
-    void *stream) {
+flashjit_status
+flashjit_run_varlen(const flashjit_kernel *kernel, const flashjit_tensor *q,
+                    const flashjit_tensor *k, const flashjit_tensor *v,
+                    const flashjit_tensor *o, const flashjit_tensor *lse,
+                    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+                    int64_t num_seqs, const flashjit_block_mask *mask,
+                    const flashjit_arg *args, int num_args, void *stream) {
   return guarded([&] {
     const flashjit_kernel &kern = need(kernel, "flashjit_run_varlen");
     TensorRef qr = toRef(q, "q"), kr = toRef(k, "k"), vr = toRef(v, "v"),

@@ -819,21 +819,20 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     ``compile(..., block_sparse=True)``. ``target`` defaults to the
     tensors' device ("cpu" or the GPU's architecture). Returns O, or
     (O, LSE) with ``return_lse`` (LSE fp32 [B, Hq, Sq]; varlen [Hq,
-    total_q]). torch tensors that require grad go through the autograd-
-    aware custom op ``torch.ops.flashjit.attention``. The kernel is
+    total_q]). Dense torch calls (no out=, lse=, stream=, cu_seqlens or
+    block mask) go through the autograd-aware custom op
+    ``torch.ops.flashjit.attention`` (flashjit.torch). The kernel is
     compiled once per spec and target (see ``compile``)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    if (_module(q) == "torch" and not varlen and block_mask is None
-            and out is None and lse is None):
-        import torch
-        if torch.is_grad_enabled() and any(
-                getattr(x, "requires_grad", False) for x in
-                (q, k, v, *(buffers or {}).values())):
-            from . import _torch
-            return _torch.attention(q, k, v, mask=mask, score=score,
-                                    params=params, buffers=buffers,
-                                    scale=scale, return_lse=return_lse,
-                                    causal=causal, name=name, target=target)
+    if (type(q).__module__.startswith("torch") and not varlen
+            and block_mask is None and out is None and lse is None
+            and stream is None):
+        # Dense torch calls: the custom op (autograd, torch.compile).
+        from . import torch as _fjtorch
+        return _fjtorch.attention(q, k, v, mask=mask, score=score,
+                                  params=params, buffers=buffers,
+                                  scale=scale, return_lse=return_lse,
+                                  causal=causal, name=name, target=target)
     dev_type, dev_id = _dlpack.device_of(q, "q")
     dl_stream, _ = _streams(q, dev_type, dev_id, stream)
     qv = _dlpack.view(q, "q", dl_stream)

@@ -234,29 +234,31 @@ void flashjit_block_mask_destroy(flashjit_block_mask *mask);
  *  tiles \p mask lists. FLASHJIT_USER_ERROR when the mask does not fit the
  *  call (tile sizes, extents, seqlens; naming both values) or belongs to
  *  another target. */
-flashjit_status flashjit_run_block_sparse(
-    const flashjit_kernel *kernel, const flashjit_tensor *q,
-    const flashjit_tensor *k, const flashjit_tensor *v,
-    const flashjit_tensor *o, const flashjit_tensor *lse,
-    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
-    void *stream);
+flashjit_status
+flashjit_run_block_sparse(const flashjit_kernel *kernel,
+                          const flashjit_tensor *q, const flashjit_tensor *k,
+                          const flashjit_tensor *v, const flashjit_tensor *o,
+                          const flashjit_tensor *lse,
+                          const flashjit_block_mask *mask,
+                          const flashjit_arg *args, int num_args, void *stream);
 
 /** Runs a varlen kernel on \p num_seqs packed sequences (README
  *  "Semantics" 11): q [total_q, heads_q, head_dim_qk], k and v [total_k,
  *  heads_kv, head_dim], o [total_q, heads_q, head_dim_v], lse [heads_q,
- *  total_q] (fp32, rank 2); \p cu_seqlens_q and \p cu_seqlens_k are host int32 arrays of num_seqs
+ *  total_q] (fp32, rank 2); \p cu_seqlens_q and \p cu_seqlens_k are host int32
+ * arrays of num_seqs
  *  + 1 entries (first 0, non-decreasing, last = total tokens; for GPU
  *  kernels they are checked and uploaded on each call). \p mask is required
  *  by block-sparse varlen kernels and must be NULL otherwise.
  *  FLASHJIT_USER_ERROR naming the bad tensor, cu_seqlens entry, argument or
  *  mask field. */
-flashjit_status flashjit_run_varlen(
-    const flashjit_kernel *kernel, const flashjit_tensor *q,
-    const flashjit_tensor *k, const flashjit_tensor *v,
-    const flashjit_tensor *o, const flashjit_tensor *lse,
-    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int64_t num_seqs,
-    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
-    void *stream);
+flashjit_status
+flashjit_run_varlen(const flashjit_kernel *kernel, const flashjit_tensor *q,
+                    const flashjit_tensor *k, const flashjit_tensor *v,
+                    const flashjit_tensor *o, const flashjit_tensor *lse,
+                    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+                    int64_t num_seqs, const flashjit_block_mask *mask,
+                    const flashjit_arg *args, int num_args, void *stream);
 
 #ifdef __cplusplus
 }

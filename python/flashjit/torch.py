@@ -1,0 +1,257 @@
+"""flashjit for PyTorch: autograd and torch.compile.
+
+``flashjit.torch.attention(q, k, v, mask=..., score=..., params=...,
+buffers=...)`` is the torch face of ``flashjit.attention`` (which calls it
+for torch tensors): it runs the custom op ``torch.ops.flashjit.attention``
+(``torch.library.custom_op``, torch >= 2.4) whose fake (meta)
+implementation gives ``torch.compile`` the output shapes without running a
+kernel, and whose registered autograd formula calls the op
+``torch.ops.flashjit.attention_backward`` (flashjit_run_backward: dQ, dK, dV
+and the gradients of f32 buffers). ``torch.compile(..., fullgraph=True)``
+traces through both without graph breaks: every argument the ops take is a
+tensor, a list of tensors, a str, a list of floats or a list of ints.
+
+``AttentionFunction`` is the same forward and backward as a plain
+``torch.autograd.Function`` (eager autograd without the custom op).
+
+LSE is returned but not differentiable (its gradient is ignored);
+parameters (``params``) are constants for autograd: their gradients come
+from ``flashjit.attention_backward(..., grads=[...])``.
+"""
+
+import torch
+
+from . import _api
+
+__all__ = ["attention", "AttentionFunction"]
+
+
+def _encode_params(params):
+    """params dict -> (kinds "name:kind,...", float values, int values)."""
+    names, floats, ints = [], [], []
+    for name, value in (params or {}).items():
+        if isinstance(value, tuple) and len(value) == 2:
+            kind, value = value[1], value[0]
+        elif isinstance(value, bool):
+            raise _api.UserError(f"parameter '{name}' is a bool")
+        elif isinstance(value, int):
+            kind = "i32"
+        else:
+            kind = "f32"
+        if kind == "f32":
+            floats.append(float(value))
+        else:
+            ints.append(int(value))
+        names.append(f"{name}:{kind}")
+    return ",".join(names), floats, ints
+
+
+def _decode_params(kinds, floats, ints):
+    params = {}
+    fi = ii = 0
+    for item in kinds.split(",") if kinds else []:
+        name, kind = item.rsplit(":", 1)
+        if kind == "f32":
+            params[name] = floats[fi]
+            fi += 1
+        else:
+            params[name] = (ints[ii], kind)
+            ii += 1
+    return params
+
+
+def _spec_keywords(mask, score, causal, scale, name):
+    """The keyword arguments of _api._infer_spec from the op's strings."""
+    return dict(mask=mask or None, score=score or None,
+                causal=causal or None, scale=None if scale is None else scale,
+                name=name or None, return_lse=True)
+
+
+def _kernel(q, k, v, mask, score, causal, scale, name, target):
+    from . import _dlpack
+    qv = _dlpack.view(q.detach(), "q")
+    kv = _dlpack.view(k.detach(), "k")
+    vv = _dlpack.view(v.detach(), "v")
+    target = target or _api._target_for(qv)
+    text = _api._infer_spec(qv, kv, vv, False,
+                            **_spec_keywords(mask, score, causal, scale,
+                                             name))
+    return _api.compile(text, target=target)
+
+
+def _forward(q, k, v, buffers, mask, score, causal, scale, name, target,
+             kinds, floats, ints, buffer_names):
+    kernel = _kernel(q, k, v, mask, score, causal, scale, name, target)
+    names = buffer_names.split(",") if buffer_names else []
+    o, lse = kernel.run(q.detach(), k.detach(), v.detach(),
+                        params=_decode_params(kinds, floats, ints),
+                        buffers={n: b.detach() for n, b in zip(names,
+                                                               buffers)})
+    return o, lse
+
+
+def _backward(q, k, v, o, lse, d_o, buffers, mask, score, causal, scale,
+              name, target, kinds, floats, ints, buffer_names):
+    """(dq, dk, dv, flat fp32 gradients of the f32 buffers in order)."""
+    kernel = _kernel(q, k, v, mask, score, causal, scale, name, target)
+    names = buffer_names.split(",") if buffer_names else []
+    bufs = {n: b.detach() for n, b in zip(names, buffers)}
+    grads = [n for n, b in zip(names, buffers) if b.dtype == torch.float32]
+    result = kernel.backward(q.detach(), k.detach(), v.detach(), o.detach(),
+                             lse.detach(), d_o.detach().contiguous(),
+                             params=_decode_params(kinds, floats, ints),
+                             buffers=bufs, grads=grads)
+    dq, dk, dv = result[:3]
+    flat = (torch.cat([result[3][n].reshape(-1) for n in grads])
+            if grads else q.new_empty((0,), dtype=torch.float32))
+    return dq, dk, dv, flat
+
+
+def _fake_outputs(q, v):
+    b, hq, sq, _ = q.shape
+    return (q.new_empty((b, hq, sq, v.shape[-1])),
+            q.new_empty((b, hq, sq), dtype=torch.float32))
+
+
+def _flat_size(buffers):
+    return sum(b.numel() for b in buffers if b.dtype == torch.float32)
+
+
+_HAVE_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library,
+                                                        "custom_op")
+
+if _HAVE_CUSTOM_OP:
+    @torch.library.custom_op("flashjit::attention", mutates_args=())
+    def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      buffers: list[torch.Tensor], mask: str, score: str,
+                      causal: str, scale: float, name: str, target: str,
+                      kinds: str, floats: list[float], ints: list[int],
+                      buffer_names: str) -> tuple[torch.Tensor,
+                                                  torch.Tensor]:
+        # NaN stands for "default" (1/sqrt(head_dim)): a spec's scale is
+        # finite (and may be negative).
+        s = None if scale != scale else scale
+        return _forward(q, k, v, buffers, mask, score, causal, s, name,
+                        target, kinds, floats, ints, buffer_names)
+
+    @_attention_op.register_fake
+    def _(q, k, v, buffers, mask, score, causal, scale, name, target, kinds,
+          floats, ints, buffer_names):
+        return _fake_outputs(q, v)
+
+    @torch.library.custom_op("flashjit::attention_backward",
+                             mutates_args=())
+    def _attention_backward_op(
+            q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            o: torch.Tensor, lse: torch.Tensor, d_o: torch.Tensor,
+            buffers: list[torch.Tensor], mask: str, score: str, causal: str,
+            scale: float, name: str, target: str, kinds: str,
+            floats: list[float], ints: list[int], buffer_names: str
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        s = None if scale != scale else scale
+        return _backward(q, k, v, o, lse, d_o, buffers, mask, score, causal,
+                         s, name, target, kinds, floats, ints, buffer_names)
+
+    @_attention_backward_op.register_fake
+    def _(q, k, v, o, lse, d_o, buffers, mask, score, causal, scale, name,
+          target, kinds, floats, ints, buffer_names):
+        return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+                q.new_empty((_flat_size(buffers),), dtype=torch.float32))
+
+    def _setup_context(ctx, inputs, output):
+        q, k, v, buffers = inputs[:4]
+        o, lse = output
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, o, lse, *buffers)
+        ctx.n_buffers = len(buffers)
+        ctx.rest = inputs[4:]
+
+    def _op_backward(ctx, d_o, d_lse):
+        saved = ctx.saved_tensors
+        q, k, v, o, lse = saved[:5]
+        buffers = list(saved[5:])
+        dq, dk, dv, flat = torch.ops.flashjit.attention_backward(
+            q, k, v, o, lse, d_o, buffers, *ctx.rest)
+        return (dq, dk, dv, _split_flat(flat, buffers)) + (None,) * len(
+            ctx.rest)
+
+    torch.library.register_autograd("flashjit::attention", _op_backward,
+                                    setup_context=_setup_context)
+
+
+def _split_flat(flat, buffers):
+    """Per-buffer gradients from the flat vector (None for int buffers)."""
+    grads, at = [], 0
+    for b in buffers:
+        if b.dtype == torch.float32:
+            n = b.numel()
+            grads.append(flat[at:at + n].view(b.shape))
+            at += n
+        else:
+            grads.append(None)
+    return grads
+
+
+class AttentionFunction(torch.autograd.Function):
+    """flashjit attention as a torch.autograd.Function:
+    ``AttentionFunction.apply(q, k, v, options, *buffers)`` -> (O, LSE),
+    with ``options = flashjit.torch.options(mask=..., score=..., params=...,
+    buffer_names=[...], causal=..., scale=..., name=..., target=...)``.
+    Forward saves O and LSE; backward calls flashjit_run_backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, opts, *buffers):
+        o, lse = _forward(q, k, v, list(buffers), *opts)
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, o, lse, *buffers)
+        ctx.opts = opts
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o, d_lse):
+        saved = ctx.saved_tensors
+        q, k, v, o, lse = saved[:5]
+        buffers = list(saved[5:])
+        dq, dk, dv, flat = _backward(q, k, v, o, lse, d_o, buffers,
+                                     *ctx.opts)
+        return (dq, dk, dv, None) + tuple(_split_flat(flat, buffers))
+
+
+def options(mask=None, score=None, params=None, buffer_names=(), causal=None,
+            scale=None, name=None, target=None):
+    """The ``opts`` tuple of AttentionFunction.apply."""
+    kinds, floats, ints = _encode_params(params)
+    return (mask or "", score or "", _causal_text(causal),
+            None if scale is None else float(scale), name or "", target or "",
+            kinds, floats, ints, ",".join(buffer_names))
+
+
+def _causal_text(causal):
+    if causal is None or causal is False:
+        return ""
+    if causal is True:
+        return "top_left"
+    return str(causal)
+
+
+def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
+              scale=None, return_lse=False, *, causal=None, name=None,
+              target=None):
+    """``flashjit.attention`` for torch tensors [B, H, S, D], through the
+    custom op ``flashjit::attention`` (differentiable in q, k, v and f32
+    buffers; traceable by torch.compile). Returns O, or (O, LSE) with
+    ``return_lse``."""
+    buffers = dict(buffers or {})
+    kinds, floats, ints = _encode_params(params)
+    names = ",".join(buffers.keys())
+    bufs = list(buffers.values())
+    if _HAVE_CUSTOM_OP:
+        o, lse = torch.ops.flashjit.attention(
+            q, k, v, bufs, mask or "", score or "", _causal_text(causal),
+            float("nan") if scale is None else float(scale), name or "",
+            target or "", kinds, floats, ints, names)
+    else:
+        opts = options(mask, score, params, list(buffers.keys()), causal,
+                       scale, name, target)
+        o, lse = AttentionFunction.apply(q, k, v, opts, *bufs)
+    return (o, lse) if return_lse else o
