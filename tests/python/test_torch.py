@@ -1,0 +1,158 @@
+"""flashjit with torch (skipped without torch; CI has none, the GPU
+machine has it): CPU and CUDA tensors through DLPack, the custom op
+flashjit::attention with autograd (against float64 torch autograd of the
+reference formula), the fake implementation, and torch.compile with
+fullgraph=True (no graph breaks)."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flashjit  # noqa: E402
+import flashjit.torch as fjt  # noqa: E402
+from flashjit import _capi  # noqa: E402
+
+HAVE_BACKWARD = _capi.default_library().has("flashjit_run_backward")
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+CAP = 20.0
+MASK = "kv_idx <= q_idx + 3"
+SCORE = "param<f32>(cap) * tanh(score / param<f32>(cap))"
+
+
+def ref_attention(q, k, v, slopes=None, cap=CAP):
+    """float64 torch: the mask MASK, the soft-cap SCORE, an optional ALiBi
+    bias with ``slopes`` (differentiable), GQA by repeating heads."""
+    q, k, v = q.double(), k.double(), v.double()
+    g = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(g, 1)
+    v = v.repeat_interleave(g, 1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = cap * torch.tanh(s / cap)
+    i = torch.arange(q.shape[2], device=q.device)[:, None]
+    j = torch.arange(k.shape[2], device=q.device)[None, :]
+    if slopes is not None:
+        s = s - slopes.double()[None, :, None, None] * (i - j).abs()
+    s = s.masked_fill(~(j <= i + 3), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def make(device, dtype, b=2, hq=4, hkv=2, sq=37, sk=45, d=32):
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    mk = lambda *s: torch.randn(*s, generator=gen).to(device, dtype)  # noqa
+    return mk(b, hq, sq, d), mk(b, hkv, sk, d), mk(b, hkv, sk, d)
+
+
+def tol(dtype):
+    return {torch.float32: 2e-5, torch.float16: 4e-3,
+            torch.bfloat16: 3e-2}[dtype]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_matches_reference(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v = make(device, dtype)
+    o = flashjit.attention(q, k, v, mask=MASK, score=SCORE,
+                           params={"cap": CAP})
+    assert o.device.type == device and o.dtype == dtype
+    err = (o.double() - ref_attention(q, k, v)).abs().max().item()
+    assert err < tol(dtype), err
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dlpack_path_without_autograd(device):
+    # out= skips the custom op: plain DLPack into a strided output.
+    dtype = torch.float32 if device == "cpu" else torch.float16
+    q, k, v = make(device, dtype)
+    out = torch.empty(2, 37, 4, 32, device=device, dtype=dtype)
+    flashjit.attention(q, k, v, mask=MASK, score=SCORE, params={"cap": CAP},
+                       out=out.transpose(1, 2))
+    err = (out.transpose(1, 2).double() - ref_attention(q, k, v)).abs()
+    assert err.max().item() < tol(dtype)
+
+
+def test_fake_implementation_gives_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q = torch.empty(2, 4, 37, 32)
+        k = torch.empty(2, 2, 45, 32)
+        v = torch.empty(2, 2, 45, 16)
+        o, lse = torch.ops.flashjit.attention(
+            q, k, v, [], MASK, "", "", float("nan"), "", "", "", [], [], "")
+        assert o.shape == (2, 4, 37, 16) and lse.shape == (2, 4, 37)
+        assert lse.dtype == torch.float32
+
+
+@pytest.mark.skipif(not HAVE_BACKWARD,
+                    reason="no flashjit_run_backward in the C library yet")
+@pytest.mark.parametrize("device", DEVICES)
+def test_autograd_against_float64_reference(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v = (x.requires_grad_() for x in make(device, dtype))
+    slopes = torch.rand(4, device=device).requires_grad_()
+    score = SCORE + " - buffer<f32>(slope)[head] * " \
+        "cast<f32>(abs(q_idx - kv_idx))"
+    o = flashjit.attention(q, k, v, mask=MASK, score=score,
+                           params={"cap": CAP}, buffers={"slope": slopes})
+    w = torch.randn_like(o)
+    (o * w).sum().backward()
+    got = [x.grad.clone() for x in (q, k, v, slopes)]
+    for x in (q, k, v, slopes):
+        x.grad = None
+    want = ref_attention(q, k, v, slopes)
+    (want * w.double()).sum().backward()
+    for name, g, x in zip("q k v slope".split(), got, (q, k, v, slopes)):
+        err = (g.double() - x.grad.double()).abs().max().item()
+        scale = x.grad.double().abs().max().item()
+        assert err <= 10 * tol(dtype) * max(1.0, scale), (name, err)
+
+
+@pytest.mark.skipif(not HAVE_BACKWARD,
+                    reason="no flashjit_run_backward in the C library yet")
+def test_autograd_function_matches_custom_op():
+    q, k, v = (x.requires_grad_() for x in make("cpu", torch.float32))
+    opts = fjt.options(mask=MASK, score=SCORE, params={"cap": CAP})
+    o, _ = fjt.AttentionFunction.apply(q, k, v, opts)
+    o.sum().backward()
+    g1 = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    fjt.attention(q, k, v, mask=MASK, score=SCORE,
+                  params={"cap": CAP}).sum().backward()
+    for a, x in zip(g1, (q, k, v)):
+        assert torch.equal(a, x.grad)
+
+
+def test_torch_compile_has_no_graph_breaks():
+    q, k, v = make("cpu", torch.float32)
+
+    def f(q, k, v):
+        return flashjit.attention(q, k, v, mask=MASK, score=SCORE,
+                                  params={"cap": CAP}) * 2
+
+    explain = torch._dynamo.explain(f)(q, k, v)
+    assert explain.graph_break_count == 0, explain.break_reasons
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    out = compiled(q, k, v)
+    err = (out.double() - 2 * ref_attention(q, k, v)).abs().max().item()
+    assert err < 1e-4
+
+
+@pytest.mark.skipif(not HAVE_BACKWARD,
+                    reason="no flashjit_run_backward in the C library yet")
+def test_torch_compile_backward():
+    q, k, v = (x.requires_grad_() for x in make("cpu", torch.float32))
+
+    def f(q, k, v):
+        return flashjit.attention(q, k, v, mask=MASK, score=SCORE,
+                                  params={"cap": CAP}).square().sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    compiled(q, k, v).backward()
+    got = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    ref_attention(q, k, v).square().sum().backward()
+    for g, x in zip(got, (q, k, v)):
+        assert (g.double() - x.grad).abs().max().item() < 1e-3
