@@ -20,6 +20,11 @@
 # racecheck_generated memcheck_sparse racecheck_sparse, and sparse (only the
 # [sparse] tests, which gpu includes). Exit status: 0 iff every selected test
 # step passed.
+#
+# GPU_CHECK_PACK_PYTHON=1 at `pack` also carries libflashjit_c.so (the C API
+# with the compiler, so libMLIR too, xz-compressed); the `python` step then
+# runs tests/python (flashjit package: torch CUDA tensors, autograd,
+# torch.compile) with it; without it that step says it was not packed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.device/gpu-check
@@ -35,7 +40,8 @@ pack() {
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
   ninja -C "$BUILD" -j2 flashjit_gpu_tests flashjit_runtime_tests \
-    gen_matrix_kernels flashjit flashjit_c_runtime
+    gen_matrix_kernels flashjit flashjit_c_runtime \
+    $([[ ${GPU_CHECK_PACK_PYTHON:-0} == 1 ]] && echo flashjit_c)
   mkdir -p "$PACK/bin" "$PACK/lib"
   # The generated kernels travel as PTX (xz: 12 MB -> ~1 MB): the GPU machine
   # has no MLIR.
@@ -62,6 +68,13 @@ pack() {
   bins+=("$BUILD/api/libflashjit_c_runtime.so")
   objcopy --strip-debug "$BUILD/api/libflashjit_c_runtime.so" \
     "$PACK/lib/libflashjit_c_runtime.so"
+  if [[ ${GPU_CHECK_PACK_PYTHON:-0} == 1 ]]; then
+    bins+=("$BUILD/api/libflashjit_c.so")
+    objcopy --strip-debug "$BUILD/api/libflashjit_c.so" \
+      "$PACK/lib/libflashjit_c.so"
+  else
+    rm -f "$PACK"/lib/libMLIR.so*.xz # only libflashjit_c needs it
+  fi
   # Every shared library the binaries load, except glibc's and CUDA's own
   # (the GPU machine's toolkit and driver provide those).
   local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libnvrtc|libnvJitLink|libcuda\.so)'
@@ -133,7 +146,7 @@ run() {
     status[$name]="rc=$rc $((SECONDS - t0))s"
   }
   local bin=$PACK/bin
-  local steps=" ${GPU_CHECK_STEPS:-unit gpu large torch memcheck racecheck memcheck_generated racecheck_generated memcheck_sparse racecheck_sparse} "
+  local steps=" ${GPU_CHECK_STEPS:-unit gpu large torch python memcheck racecheck memcheck_generated racecheck_generated memcheck_sparse racecheck_sparse} "
   want() { [[ $steps == *" $1 "* ]]; }
   export FLASHJIT_MATRIX_KERNELS=/tmp/flashjit-matrix-kernels
   mkdir -p "$FLASHJIT_MATRIX_KERNELS"
@@ -147,6 +160,15 @@ run() {
     step torch python3 tests/gpu/torch_compare.py \
       --lib "$lib/libflashjit_c_runtime.so" --bundle /tmp/bundle \
       --json "$out/torch_compare.json"
+  fi
+  if want python; then
+    if [[ -f $lib/libflashjit_c.so ]]; then
+      FLASHJIT_LIBRARY=$lib/libflashjit_c.so PYTHONPATH=python \
+        FLASHJIT_CACHE_DIR=/tmp/flashjit-python-cache \
+        step python python3 -m pytest -q -p no:cacheprovider -rs tests/python
+    else
+      echo "=== python: skipped (pack with GPU_CHECK_PACK_PYTHON=1)"
+    fi
   fi
   # Catch2 ORs test specs joined by commas (separate arguments are joined
   # into one name, which matched nothing before 2026-12-01). The [runtime]

@@ -129,6 +129,9 @@ def view(obj, name, stream=None):
     CPU. Raises UserError for objects that are no DLPack tensors, for
     vector dtypes (lanes != 1) and for dtypes flashjit does not know."""
     device_type, _ = device_of(obj, name)
+    source = obj
+    if getattr(obj, "requires_grad", False):  # torch refuses to export it
+        obj = obj.detach()
     kwargs = {}
     if device_type in (KDL_CUDA, KDL_CUDA_MANAGED) and stream is not None:
         kwargs["stream"] = stream
@@ -143,7 +146,7 @@ def view(obj, name, stream=None):
     except BufferError as e:
         raise UserError(f"{name}: cannot export through DLPack: {e}") from None
     v = View()
-    v.obj, v.name, v._capsule = obj, name, capsule
+    v.obj, v.name, v._capsule = source, name, (obj, capsule)
     if _is_valid(capsule, b"dltensor_versioned"):
         managed = _ManagedVersioned.from_address(
             _get_pointer(capsule, b"dltensor_versioned"))
