@@ -16,7 +16,8 @@ ctypes; see README.md "Python".
 from ._errors import (CompileError, DriverError, Error, InternalError,
                       UserError)
 from ._api import (BlockMask, Kernel, attention, attention_backward,
-                   canonical_expr, canonical_spec, compile, spec_text)
+                   canonical_expr, canonical_spec, compile, load,
+                   spec_text)
 from ._api import version as _library_version
 
 
@@ -35,7 +36,7 @@ def _version():
 #: flashjit's version: the C library's (the CMake project's version).
 __version__ = _version()
 
-__all__ = ["attention", "attention_backward", "compile", "Kernel",
+__all__ = ["attention", "attention_backward", "compile", "load", "Kernel",
            "BlockMask", "spec_text", "canonical_expr", "canonical_spec",
            "Error", "UserError", "CompileError", "DriverError",
            "InternalError", "__version__"]

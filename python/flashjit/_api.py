@@ -759,6 +759,22 @@ def compile(spec=None, *, target="cpu", varlen=False, block_sparse=False,
     return kernel
 
 
+def load(bundle_dir, spec=None, *, target="cpu", **keywords):
+    """The Kernel of ``spec`` (text or the keywords of ``spec_text``) for
+    ``target`` from a bundle made by ``flashjit bundle`` (compiles nothing:
+    works with libflashjit_c_runtime.so, which has no compiler). Raises
+    UserError when the bundle has no such kernel."""
+    if spec is not None and keywords:
+        raise UserError("give either spec text or keywords, not both")
+    text = spec if spec is not None else spec_text(**keywords)
+    lib = _lib()
+    handle = ctypes.c_void_p()
+    lib.check(lib.fn("flashjit_load")(str(bundle_dir).encode(),
+                                      text.encode(), str(target).encode(),
+                                      ctypes.byref(handle)))
+    return Kernel(lib, handle, target)
+
+
 def _infer_spec(qv, kv, vv, varlen, **keywords):
     """Spec text for tensors of these shapes and dtypes plus keywords."""
     if not varlen and len(qv.shape) != 4:

@@ -328,3 +328,24 @@ def test_backward_against_finite_differences():
                 which, idx, got, num)
             assert abs(got - num["f64"]) <= 2e-4 + 1e-3 * abs(got), (
                 which, idx, got, num)
+
+
+@pytest.mark.skipif(not os.environ.get("FLASHJIT_TOOL"),
+                    reason="FLASHJIT_TOOL (the flashjit command) not set")
+def test_load_from_a_bundle(tmp_path):
+    import subprocess
+    spec = ("attention(name=bundled, causal=top_left, head_dim=16, "
+            "dtype=fp32, heads_q=2, heads_kv=1)")
+    subprocess.run([os.environ["FLASHJIT_TOOL"], "bundle", "--out",
+                    str(tmp_path / "b"), "--cache-dir", str(tmp_path / "c"),
+                    "--target", "cpu", "--spec", spec], check=True,
+                   stdout=subprocess.DEVNULL)
+    kernel = flashjit.load(tmp_path / "b", spec, target="cpu")
+    assert kernel.spec == flashjit.canonical_spec(spec)
+    q, k, v = randn(1, 2, 21, 16), randn(1, 1, 30, 16), randn(1, 1, 30, 16)
+    o, lse = kernel.run(q, k, v)
+    want_o, want_lse = ref.attention(q, k, v, ref.causal(21, 30))
+    ref.assert_close(o, want_o, *TOL["float32"], what="bundled O")
+    with pytest.raises(flashjit.UserError, match="no cpu kernel"):
+        flashjit.load(tmp_path / "b", causal="bottom_right", head_dim=16,
+                      dtype="fp32")
