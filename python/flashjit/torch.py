@@ -172,8 +172,12 @@ if _HAVE_CUSTOM_OP:
         buffers = list(saved[5:])
         dq, dk, dv, flat = torch.ops.flashjit.attention_backward(
             q, k, v, o, lse, d_o, buffers, *ctx.rest)
-        return (dq, dk, dv, _split_flat(flat, buffers)) + (None,) * len(
-            ctx.rest)
+        # No gradient for the other inputs, in the structure torch checks:
+        # None for a str, a float or a non-empty list of numbers, [] for an
+        # empty list (which torch cannot tell from a list of tensors).
+        rest = tuple([] if isinstance(x, (list, tuple)) and not x else None
+                     for x in ctx.rest)
+        return (dq, dk, dv, _split_flat(flat, buffers)) + rest
 
     torch.library.register_autograd("flashjit::attention", _op_backward,
                                     setup_context=_setup_context)

@@ -156,3 +156,91 @@ def test_torch_compile_backward():
     ref_attention(q, k, v).square().sum().backward()
     for g, x in zip(got, (q, k, v)):
         assert (g.double() - x.grad).abs().max().item() < 1e-3
+
+
+@pytest.mark.skipif(HAVE_BACKWARD, reason="the C library has the backward")
+def test_backward_without_the_c_function_raises():
+    q, k, v = (x.requires_grad_() for x in make("cpu", torch.float32))
+    o = flashjit.attention(q, k, v, mask=MASK)
+    with pytest.raises(NotImplementedError, match="flashjit_run_backward"):
+        o.sum().backward()
+
+
+def _reference_backward(self, q, k, v, o, lse, d_o, *, params=None,
+                        buffers=None, grads=(), stream=None, **_):
+    """Kernel.backward replaced by float64 torch autograd of ref_attention
+    (the plumbing tests below need no C backward). Runs in a thread of its
+    own: a custom op's implementation runs with autograd excluded on the
+    calling thread."""
+    import concurrent.futures
+
+    def grads_of():
+        slopes = (buffers or {}).get("slope")
+        leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
+        s = None if slopes is None else \
+            slopes.detach().double().requires_grad_()
+        out = ref_attention(*leaves, s, cap=params["cap"])
+        torch.autograd.backward(out, d_o.double())
+        result = tuple(x.grad.to(y.dtype) for x, y in zip(leaves, (q, k, v)))
+        return result + ({"slope": s.grad.float()},) if grads else result
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(grads_of).result()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_autograd_plumbing_with_a_reference_backward(monkeypatch, compiled):
+    """The custom op's autograd registration, saved tensors, backward op,
+    fake backward and per-buffer gradients, with Kernel.backward replaced
+    by a float64 reference: gradients must be the reference's."""
+    monkeypatch.setattr(flashjit.Kernel, "backward", _reference_backward)
+    q, k, v = (x.requires_grad_() for x in make("cpu", torch.float32))
+    slopes = torch.rand(4).requires_grad_()
+    score = SCORE + " - buffer<f32>(slope)[head] * " \
+        "cast<f32>(abs(q_idx - kv_idx))"
+
+    def f(q, k, v, slopes):
+        return flashjit.attention(q, k, v, mask=MASK, score=score,
+                                  params={"cap": CAP},
+                                  buffers={"slope": slopes})
+
+    fn = torch.compile(f, fullgraph=True, backend="aot_eager") \
+        if compiled else f
+    o = fn(q, k, v, slopes)
+    w = torch.randn_like(o)
+    (o * w).sum().backward()
+    got = [x.grad.clone() for x in (q, k, v, slopes)]
+    for x in (q, k, v, slopes):
+        x.grad = None
+    (ref_attention(q, k, v, slopes) * w.double()).sum().backward()
+    for name, g, x in zip("q k v slope".split(), got, (q, k, v, slopes)):
+        assert g.shape == x.shape and g.dtype == x.dtype, name
+        err = (g.double() - x.grad.double()).abs().max().item()
+        assert err < 1e-5, (name, err)
+
+
+def test_autograd_structure_with_int_buffer_and_no_params(monkeypatch):
+    """Backward through an op call with no parameters (empty lists), an
+    int32 buffer (no gradient) and an f32 one, compiled with inductor."""
+    def zero_backward(self, q, k, v, o, lse, d_o, *, grads=(), buffers=None,
+                      **_):
+        out = (torch.zeros_like(q), torch.ones_like(k), torch.zeros_like(v))
+        return out + ({n: torch.full_like(buffers[n], 2.0) for n in grads},) \
+            if grads else out
+
+    monkeypatch.setattr(flashjit.Kernel, "backward", zero_backward)
+    q, k, v = (x.requires_grad_() for x in make("cpu", torch.float32,
+                                                  hq=2, hkv=2))
+    doc = torch.zeros(45, dtype=torch.int32)
+    bias = torch.zeros(2, requires_grad=True)
+
+    def f(q, k, v, bias):
+        return flashjit.attention(
+            q, k, v, mask="buffer<i32>(doc)[q_idx] == buffer<i32>(doc)[kv_idx]",
+            score="score + buffer<f32>(bias)[head]",
+            buffers={"doc": doc, "bias": bias})
+
+    torch.compile(f, fullgraph=True)(q, k, v, bias).sum().backward()
+    assert torch.equal(k.grad, torch.ones_like(k))
+    assert torch.equal(bias.grad, torch.full_like(bias, 2.0))
+    assert torch.equal(q.grad, torch.zeros_like(q))
