@@ -19,7 +19,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flashjit import _capi  # noqa: E402
 from flashjit._api import _scalar_arg  # noqa: E402
-from flashjit._errors import Error as FlashjitError  # noqa: E402,F401
+from flashjit._errors import Error as FlashjitError  # noqa: E402,F401 (API)
 from flashjit._errors import UserError  # noqa: E402
 
 warnings.warn("flashjit_ctypes is deprecated: use the flashjit package",

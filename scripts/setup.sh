@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(cmake g++ ninja-build ccache llvm-22-dev libmlir-22-dev mlir-22-tools
-          llvm-22-tools catch2 libfmt-dev pkg-config)
+          llvm-22-tools catch2 libfmt-dev pkg-config python3 python3-venv)
 
 missing=()
 for p in "${packages[@]}"; do

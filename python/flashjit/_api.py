@@ -794,10 +794,9 @@ def _infer_spec(qv, kv, vv, varlen, **keywords):
         if x.dtype not in _FLOAT:
             raise UserError(f"{name}: dtype {x.dtype} is not float16, "
                             f"bfloat16 or float32")
-    h = 1 if varlen else 1
-    hq, hkv = qv.shape[h], kv.shape[h]
-    dt = {name: _FLOAT[x.dtype][1] for name, x in (("q", qv), ("k", kv),
-                                                     ("v", vv))}
+    hq, hkv = qv.shape[1], kv.shape[1]  # [B, H, S, D] and [total, H, D]
+    dt = {name: _FLOAT[x.dtype][1]
+          for name, x in (("q", qv), ("k", kv), ("v", vv))}
     same = dt["q"] == dt["k"] == dt["v"]
     return spec_text(head_dim_qk=qv.shape[-1], head_dim_v=vv.shape[-1],
                      heads_q=hq, heads_kv=hkv,

@@ -39,10 +39,10 @@ def attention(q, k, v, allowed=None, score=None, scale=None):
     empty = ~np.isfinite(m)
     m = np.where(empty, 0, m)
     p = np.where(allowed, np.exp(s - m), 0)
-    l = p.sum(axis=-1, keepdims=True)
-    o = np.einsum("bhij,bhjd->bhid", p / np.where(l > 0, l, 1), v)
-    lse = np.where(empty | (l == 0), -np.inf, m + np.log(np.where(l > 0, l,
-                                                                  1)))
+    total = p.sum(axis=-1, keepdims=True)
+    safe = np.where(total > 0, total, 1)
+    o = np.einsum("bhij,bhjd->bhid", p / safe, v)
+    lse = np.where(empty | (total == 0), -np.inf, m + np.log(safe))
     return o, lse[..., 0]
 
 

@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flashjit  # noqa: E402
+import reference  # noqa: E402
 import flashjit.torch as fjt  # noqa: E402
 from flashjit import _capi  # noqa: E402
 
@@ -38,9 +39,14 @@ def ref_attention(q, k, v, slopes=None, cap=CAP):
     return torch.softmax(s, -1) @ v
 
 
+GEN = torch.Generator(device="cpu").manual_seed(
+    int(reference.rng().integers(2**31)))
+
+
 def make(device, dtype, b=2, hq=4, hkv=2, sq=37, sk=45, d=32):
-    gen = torch.Generator(device="cpu").manual_seed(1234)
-    mk = lambda *s: torch.randn(*s, generator=gen).to(device, dtype)  # noqa
+    """Random q, k, v (seeded by FLASHJIT_TEST_SEED or the time)."""
+    def mk(*shape):
+        return torch.randn(*shape, generator=GEN).to(device, dtype)
     return mk(b, hq, sq, d), mk(b, hkv, sk, d), mk(b, hkv, sk, d)
 
 
@@ -225,12 +231,13 @@ def test_autograd_structure_with_int_buffer_and_no_params(monkeypatch):
     def zero_backward(self, q, k, v, o, lse, d_o, *, grads=(), buffers=None,
                       **_):
         out = (torch.zeros_like(q), torch.ones_like(k), torch.zeros_like(v))
-        return out + ({n: torch.full_like(buffers[n], 2.0) for n in grads},) \
-            if grads else out
+        if not grads:
+            return out
+        return out + ({n: torch.full_like(buffers[n], 2.0) for n in grads},)
 
     monkeypatch.setattr(flashjit.Kernel, "backward", zero_backward)
-    q, k, v = (x.requires_grad_() for x in make("cpu", torch.float32,
-                                                  hq=2, hkv=2))
+    q, k, v = (x.requires_grad_()
+               for x in make("cpu", torch.float32, hq=2, hkv=2))
     doc = torch.zeros(45, dtype=torch.int32)
     bias = torch.zeros(2, requires_grad=True)
 
