@@ -266,11 +266,7 @@ def _same_device(view, device):
     where = ("cpu" if view.device_type == _dlpack.KDL_CPU else
              f"cuda:{view.device_id}" if view.device_type in (
                  _dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED) else view.device)
-    if device == "cuda:*":
-        ok = where.startswith("cuda:")
-    else:
-        ok = where == device
-    if not ok:
+    if where != device:
         raise UserError(f"{view.name} is on {where}, but the kernel runs on "
                         f"{device}")
 
@@ -336,6 +332,9 @@ def _target_for(view):
     if view.device_type not in (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED):
         raise UserError(f"{view.name} is on {view.device}: flashjit runs on "
                         f"the CPU and on CUDA GPUs")
+    if view.device_id != 0:
+        raise UserError(f"{view.name} is on cuda:{view.device_id}: the C "
+                        f"API runs GPU kernels on cuda:0")
     cc = None
     mod = _module(view.obj)
     try:
@@ -483,7 +482,8 @@ class Kernel:
         return p.decode() if p else None
 
     def _device(self):
-        return "cpu" if self.target == "cpu" else "cuda:*"
+        # The C API loads GPU kernels on device 0.
+        return "cpu" if self.target == "cpu" else "cuda:0"
 
     def run(self, q, k, v, *, out=None, lse=None, params=None, buffers=None,
             cu_seqlens_q=None, cu_seqlens_k=None, block_mask=None,

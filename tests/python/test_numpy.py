@@ -257,6 +257,11 @@ def test_typed_errors():
     with pytest.raises(flashjit.UserError, match="buffer 'doc'"):
         flashjit.attention(q, k, v, mask="buffer<i32>(doc)[q_idx] == 0",
                            buffers={"doc": np.zeros((2, 2), np.int32)})
+    gpu = flashjit.compile(head_dim=16, heads_q=2, heads_kv=2,
+                           dtype="fp16", target="sm_80")
+    with pytest.raises(flashjit.UserError, match="q is on cpu.*cuda:0"):
+        gpu.run(q.astype(np.float16), k.astype(np.float16),
+                v.astype(np.float16))
     kernel = flashjit.compile(head_dim=16, dtype="fp32", heads_q=2,
                               heads_kv=2, varlen=True)
     with pytest.raises(flashjit.UserError, match="cu_seqlens"):
