@@ -79,10 +79,18 @@ def _kernel(q, k, v, mask, score, causal, scale, name, target):
     return _api.compile(text, target=target)
 
 
+def _names(buffer_names):
+    """[(name, wants a gradient)] of the op's buffer_names string: names
+    joined by commas, a trailing "+" marks an f32 buffer that needs its
+    gradient."""
+    return [(n.rstrip("+"), n.endswith("+"))
+            for n in (buffer_names.split(",") if buffer_names else [])]
+
+
 def _forward(q, k, v, buffers, mask, score, causal, scale, name, target,
              kinds, floats, ints, buffer_names):
     kernel = _kernel(q, k, v, mask, score, causal, scale, name, target)
-    names = buffer_names.split(",") if buffer_names else []
+    names = [n for n, _ in _names(buffer_names)]
     o, lse = kernel.run(q.detach(), k.detach(), v.detach(),
                         params=_decode_params(kinds, floats, ints),
                         buffers={n: b.detach() for n, b in zip(names,
@@ -92,11 +100,11 @@ def _forward(q, k, v, buffers, mask, score, causal, scale, name, target,
 
 def _backward(q, k, v, o, lse, d_o, buffers, mask, score, causal, scale,
               name, target, kinds, floats, ints, buffer_names):
-    """(dq, dk, dv, flat fp32 gradients of the f32 buffers in order)."""
+    """(dq, dk, dv, flat fp32 gradients of the marked buffers in order)."""
     kernel = _kernel(q, k, v, mask, score, causal, scale, name, target)
-    names = buffer_names.split(",") if buffer_names else []
-    bufs = {n: b.detach() for n, b in zip(names, buffers)}
-    grads = [n for n, b in zip(names, buffers) if b.dtype == torch.float32]
+    marked = _names(buffer_names)
+    bufs = {n: b.detach() for (n, _), b in zip(marked, buffers)}
+    grads = [n for n, want in marked if want]
     result = kernel.backward(q.detach(), k.detach(), v.detach(), o.detach(),
                              lse.detach(), d_o.detach().contiguous(),
                              params=_decode_params(kinds, floats, ints),
@@ -113,8 +121,9 @@ def _fake_outputs(q, v):
             q.new_empty((b, hq, sq), dtype=torch.float32))
 
 
-def _flat_size(buffers):
-    return sum(b.numel() for b in buffers if b.dtype == torch.float32)
+def _flat_size(buffers, buffer_names):
+    return sum(b.numel() for (_, want), b in zip(_names(buffer_names),
+                                                 buffers) if want)
 
 
 _HAVE_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library,
@@ -156,7 +165,8 @@ if _HAVE_CUSTOM_OP:
     def _(q, k, v, o, lse, d_o, buffers, mask, score, causal, scale, name,
           target, kinds, floats, ints, buffer_names):
         return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
-                q.new_empty((_flat_size(buffers),), dtype=torch.float32))
+                q.new_empty((_flat_size(buffers, buffer_names),),
+                            dtype=torch.float32))
 
     def _setup_context(ctx, inputs, output):
         q, k, v, buffers = inputs[:4]
@@ -177,17 +187,18 @@ if _HAVE_CUSTOM_OP:
         # empty list (which torch cannot tell from a list of tensors).
         rest = tuple([] if isinstance(x, (list, tuple)) and not x else None
                      for x in ctx.rest)
-        return (dq, dk, dv, _split_flat(flat, buffers)) + rest
+        return (dq, dk, dv, _split_flat(flat, buffers, ctx.rest[-1])) + rest
 
     torch.library.register_autograd("flashjit::attention", _op_backward,
                                     setup_context=_setup_context)
 
 
-def _split_flat(flat, buffers):
-    """Per-buffer gradients from the flat vector (None for int buffers)."""
+def _split_flat(flat, buffers, buffer_names):
+    """Per-buffer gradients from the flat vector (None for unmarked
+    buffers)."""
     grads, at = [], 0
-    for b in buffers:
-        if b.dtype == torch.float32:
+    for (_, want), b in zip(_names(buffer_names), buffers):
+        if want:
             n = b.numel()
             grads.append(flat[at:at + n].view(b.shape))
             at += n
@@ -205,6 +216,12 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, opts, *buffers):
+        # Mark the f32 buffers whose gradient autograd will ask for.
+        names = [n for n, _ in _names(opts[-1])]
+        opts = opts[:-1] + (",".join(
+            n + ("+" if ctx.needs_input_grad[4 + i]
+                 and b.dtype == torch.float32 else "")
+            for i, (n, b) in enumerate(zip(names, buffers))),)
         o, lse = _forward(q, k, v, list(buffers), *opts)
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, o, lse, *buffers)
@@ -218,7 +235,8 @@ class AttentionFunction(torch.autograd.Function):
         buffers = list(saved[5:])
         dq, dk, dv, flat = _backward(q, k, v, o, lse, d_o, buffers,
                                      *ctx.opts)
-        return (dq, dk, dv, None) + tuple(_split_flat(flat, buffers))
+        return (dq, dk, dv, None) + tuple(_split_flat(flat, buffers,
+                                                      ctx.opts[-1]))
 
 
 def options(mask=None, score=None, params=None, buffer_names=(), causal=None,
@@ -247,7 +265,10 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     ``return_lse``."""
     buffers = dict(buffers or {})
     kinds, floats, ints = _encode_params(params)
-    names = ",".join(buffers.keys())
+    # "+" marks the f32 buffers that need a gradient (see _names).
+    names = ",".join(
+        n + ("+" if b.requires_grad and b.dtype == torch.float32 else "")
+        for n, b in buffers.items())
     bufs = list(buffers.values())
     if _HAVE_CUSTOM_OP:
         o, lse = torch.ops.flashjit.attention(

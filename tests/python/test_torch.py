@@ -194,8 +194,8 @@ def _reference_backward(self, q, k, v, o, lse, d_o, *, params=None,
         return pool.submit(grads_of).result()
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_autograd_plumbing_with_a_reference_backward(monkeypatch, compiled):
+@pytest.mark.parametrize("mode", ["eager", "compiled", "function"])
+def test_autograd_plumbing_with_a_reference_backward(monkeypatch, mode):
     """The custom op's autograd registration, saved tensors, backward op,
     fake backward and per-buffer gradients, with Kernel.backward replaced
     by a float64 reference: gradients must be the reference's."""
@@ -210,8 +210,14 @@ def test_autograd_plumbing_with_a_reference_backward(monkeypatch, compiled):
                                   params={"cap": CAP},
                                   buffers={"slope": slopes})
 
-    fn = torch.compile(f, fullgraph=True, backend="aot_eager") \
-        if compiled else f
+    def g(q, k, v, slopes):  # the plain autograd.Function
+        opts = fjt.options(mask=MASK, score=score, params={"cap": CAP},
+                           buffer_names=["slope"])
+        return fjt.AttentionFunction.apply(q, k, v, opts, slopes)[0]
+
+    fn = {"eager": f, "function": g,
+          "compiled": torch.compile(f, fullgraph=True,
+                                    backend="aot_eager")}[mode]
     o = fn(q, k, v, slopes)
     w = torch.randn_like(o)
     (o * w).sum().backward()
