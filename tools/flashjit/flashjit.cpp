@@ -151,6 +151,15 @@ cl::opt<uint64_t> maxBytes("max-bytes",
   throw UserError(message);
 }
 
+/// A UserError about the value \p text of \p flag: a ParseError's message
+/// shows the text under a caret; any other quotes the text.
+[[noreturn]] void flagError(const char *flag, const std::string &text,
+                            const UserError &e) {
+  if (dynamic_cast<const ParseError *>(&e))
+    userError(fmt::format("{}: {}", flag, e.message()));
+  userError(fmt::format("{} '{}': {}", flag, excerpt(text), e.message()));
+}
+
 /// The spec named by the flags: --spec, or one built from the field flags.
 AttentionSpec specFromFlags() {
   // A flag given with an empty value counts as given (and is then rejected
@@ -165,55 +174,103 @@ AttentionSpec specFromFlags() {
     if (fields)
       userError("--spec cannot be combined with --mask/--score/--head-dim/"
                 "--dtype/--heads-q/--heads-kv/--causal/--name");
-    return parseSpec(specText.front());
+    try {
+      return parseSpec(specText.front());
+    } catch (const UserError &e) {
+      flagError("--spec", specText.front(), e);
+    }
   }
   if (!fields)
     userError("no spec: give --spec TEXT or at least one of --mask, --score, "
               "--head-dim, --dtype, --heads-q, --heads-kv, --causal, --name");
-  // Expressions are parsed on their own first, so a syntax or type error's
-  // column refers to the text the user typed.
-  auto checkExpr = [](const char *flag, const std::string &text, bool isMask) {
+  // Every flag is checked on its own and sets its own field: no flag's text
+  // is pasted into spec text, so `--causal 'top_left, heads_q=4'` is an
+  // unknown causal mode, not a second field. Messages quote what was typed.
+  AttentionSpec spec;
+  auto quoted = [](const std::string &text) {
+    return fmt::format("'{}'", excerpt(text));
+  };
+  auto flagExpr = [&](const char *flag, const std::string &text) {
     try {
-      Expr e = parseExpr(text);
-      if (isMask && e.type() != ScalarType::Bool)
-        userError(fmt::format("{}: the mask must be a bool expression, got {}",
-                              flag, toString(e.type())));
-      if (!isMask && e.type() == ScalarType::Bool)
-        userError(fmt::format("{}: the score modifier must be a number, got "
-                              "bool",
-                              flag));
-    } catch (const ParseError &e) {
-      userError(fmt::format("{}: {}", flag, e.what()));
+      return parseExpr(text);
+    } catch (const UserError &e) {
+      flagError(flag, text, e);
     }
   };
-  std::vector<std::string> parts;
+  std::string name = "attention";
   if (kernelName.getNumOccurrences()) {
     if (!isIdentifier(kernelName))
-      userError(fmt::format("--name '{}' is not an identifier "
+      userError(fmt::format("--name {} is not an identifier "
                             "([A-Za-z_][A-Za-z0-9_]*)",
-                            kernelName.getValue()));
-    parts.push_back("name=" + kernelName);
+                            quoted(kernelName)));
+    name = kernelName;
   }
+  Variant variant(name, {});
   if (maskText.getNumOccurrences()) {
-    checkExpr("--mask", maskText, true);
-    parts.push_back("mask=" + maskText);
+    Expr e = flagExpr("--mask", maskText);
+    if (e.type() != ScalarType::Bool)
+      userError(fmt::format("--mask {}: the mask must be a bool expression, "
+                            "got {}",
+                            quoted(maskText), toString(e.type())));
+    try {
+      variant.mask(ExprArg(e, {}));
+    } catch (const UserError &err) {
+      userError(fmt::format("--mask {}: {}", quoted(maskText), err.message()));
+    }
   }
   if (scoreText.getNumOccurrences()) {
-    checkExpr("--score", scoreText, false);
-    parts.push_back("score=" + scoreText);
+    Expr e = flagExpr("--score", scoreText);
+    if (e.type() == ScalarType::Bool)
+      userError(fmt::format("--score {}: the score modifier must be a number, "
+                            "got bool",
+                            quoted(scoreText)));
+    try {
+      variant.scoreMod(ExprArg(e, {}));
+    } catch (const UserError &err) {
+      userError(
+          fmt::format("--score {}: {}", quoted(scoreText), err.message()));
+    }
   }
-  if (headDim.getNumOccurrences())
-    parts.push_back(fmt::format("head_dim_qk={0}, head_dim_v={0}", headDim));
-  if (dtype.getNumOccurrences())
-    parts.push_back(fmt::format(
-        "dtype_q={0}, dtype_k={0}, dtype_v={0}, dtype_o={0}", dtype));
-  if (headsQ.getNumOccurrences())
-    parts.push_back(fmt::format("heads_q={}", headsQ));
-  if (headsKV.getNumOccurrences())
-    parts.push_back(fmt::format("heads_kv={}", headsKV));
-  if (causal.getNumOccurrences())
-    parts.push_back("causal=" + causal);
-  return parseSpec(fmt::format("attention({})", fmt::join(parts, ", ")));
+  spec.variant = variant;
+  if (headDim.getNumOccurrences()) {
+    if (headDim < 1 || headDim > 1024)
+      userError(
+          fmt::format("--head-dim {} is out of range [1, 1024]", int(headDim)));
+    spec.headDimQK = spec.headDimV = headDim;
+  }
+  if (dtype.getNumOccurrences()) {
+    std::optional<DType> d = parseDType(dtype);
+    if (!d)
+      userError(fmt::format("--dtype {} is not one of bf16, fp16, fp32",
+                            quoted(dtype)));
+    spec.dtypeQ = spec.dtypeK = spec.dtypeV = spec.dtypeO = *d;
+  }
+  if (headsQ.getNumOccurrences()) {
+    if (headsQ < 1)
+      userError(fmt::format("--heads-q {} must be positive", int(headsQ)));
+    spec.headsQ = headsQ;
+  }
+  if (headsKV.getNumOccurrences()) {
+    if (headsKV < 1)
+      userError(fmt::format("--heads-kv {} must be positive", int(headsKV)));
+    spec.headsKV = headsKV;
+  }
+  if (spec.headsQ % spec.headsKV != 0)
+    userError(fmt::format("--heads-kv {} must divide --heads-q {} (GQA)",
+                          spec.headsKV, spec.headsQ));
+  if (causal.getNumOccurrences()) {
+    std::optional<Causal> c;
+    for (Causal m : {Causal::None, Causal::TopLeft, Causal::BottomRight})
+      if (causal == toString(m))
+        c = m;
+    if (!c)
+      userError(fmt::format("--causal {} is not one of none, top_left, "
+                            "bottom_right",
+                            quoted(causal)));
+    spec.causal = *c;
+  }
+  spec.validate();
+  return spec;
 }
 
 std::string oneTarget() {
@@ -243,6 +300,30 @@ struct GpuResult {
   std::string entryDir;
 };
 
+/// --block-n on its own: 0 (the default) or a tile size the target has.
+void checkBlockN(bool cpu) {
+  int n = blockN;
+  bool ok = cpu ? (n == 0 || n == 16 || n == 32 || n == 64 || n == 128)
+                : (n == 0 || (n >= 16 && n <= 128 && n % 16 == 0));
+  if (!ok)
+    userError(fmt::format("--block-n {} is not {}", n,
+                          cpu ? "0 (the default), 16, 32, 64 or 128 (CPU)"
+                              : "0 (the default) or a multiple of 16 in "
+                                "[16, 128] (GPU)"));
+}
+
+/// The GPU flags on their own: --block-n, --warps, --rows-per-warp, --mma.
+void checkGpuFlags() {
+  checkBlockN(/*cpu=*/false);
+  if (warps != 0 && warps != 4 && warps != 8)
+    userError(
+        fmt::format("--warps {} is not 0 (the default), 4 or 8", int(warps)));
+  if (rowsPerWarp != 0 && rowsPerWarp != 16 && rowsPerWarp != 32)
+    userError(fmt::format("--rows-per-warp {} is not 0 (the default), 16 or "
+                          "32",
+                          int(rowsPerWarp)));
+}
+
 /// The CPU options from the flags; --warps is a GPU flag.
 CompileOptions cpuOptions() {
   if (warps.getNumOccurrences())
@@ -254,6 +335,7 @@ CompileOptions cpuOptions() {
   if (mmaFlag.getNumOccurrences())
     userError("--mma is a GPU option; CPU kernels have no tensor-core "
               "instructions");
+  checkBlockN(/*cpu=*/true);
   CompileOptions options;
   options.blockN = blockN;
   options.varlen = varlenFlag;
@@ -283,12 +365,12 @@ std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
 
 /// --mma as a GpuMma.
 GpuMma gpuMma() {
+  checkGpuFlags();
   for (GpuMma m : {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma})
     if (mmaFlag == toString(m))
       return m;
-  userError(fmt::format("--mma = '{}' is not one of default, mma.sync, "
-                        "wgmma",
-                        std::string(mmaFlag)));
+  userError(fmt::format("--mma '{}' is not one of default, mma.sync, wgmma",
+                        excerpt(mmaFlag)));
 }
 
 GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
