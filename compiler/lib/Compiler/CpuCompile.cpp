@@ -195,15 +195,19 @@ Lowered lowerToLLVMDialect(const AttentionSpec &spec, const TileOptions &tile,
   return l;
 }
 
-/// Writes the stages to options.dumpDir, else $FLASHJIT_DUMP_DIR, if any.
-void dumpStages(const CompileOptions &options, const std::string &name,
+/// Writes the stages to options.dumpDir, else $FLASHJIT_DUMP_DIR, if any,
+/// as <variant name>.<cache key>.<stage>: two compiles of different specs or
+/// options never overwrite each other's files.
+void dumpStages(const AttentionSpec &spec, const CompileOptions &options,
                 const std::array<std::string, 5> &texts) {
   std::string dir = options.dumpDir;
   if (dir.empty())
     if (const char *env = std::getenv("FLASHJIT_DUMP_DIR"))
       dir = env;
   if (!dir.empty())
-    dumpFiles(dir, name,
+    dumpFiles(dir,
+              fmt::format("{}.{}", spec.variant.name(),
+                          cpuCacheKey(spec, options).hash()),
               {{".attn.mlir", texts[0]},
                {".tiled.mlir", texts[1]},
                {".llvm.mlir", texts[2]},
@@ -242,7 +246,7 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
   runtime::CpuAttentionKernel kernel(spec, info, fn, std::move(engine),
                                      builder);
   w.lap();
-  dumpStages(options, spec.variant.name(), texts);
+  dumpStages(spec, options, texts);
   timings.push_back({"total", total.lap()});
   return std::make_shared<const CpuKernel>(
       std::move(kernel), std::move(timings), std::move(texts));
@@ -290,7 +294,7 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   std::string so =
       linkSharedObject(cc, object, referencesUndefinedSymbols(object));
   timings.push_back({"link-shared-object", w.lap()});
-  dumpStages(options, spec.variant.name(), texts);
+  dumpStages(spec, options, texts);
   timings.push_back({"total", total.lap()});
 
   runtime::KernelArtifacts a;

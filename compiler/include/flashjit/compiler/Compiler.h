@@ -55,8 +55,9 @@ struct CompileOptions {
   int blockM = 0;
   /// Keys per tile; 0 picks the target's default (CPU: 64).
   int blockN = 0;
-  /// Directory that receives one file per stage (<name>.attn.mlir,
-  /// .tiled.mlir, .llvm.mlir, .ll, .opt.ll); empty means $FLASHJIT_DUMP_DIR
+  /// Directory that receives one file per stage (<name>.<key>.attn.mlir,
+  /// .tiled.mlir, .llvm.mlir, .ll, .opt.ll; <key> is cpuCacheKey's hash, so
+  /// compiles never overwrite each other); empty means $FLASHJIT_DUMP_DIR
   /// if set, else no files.
   std::string dumpDir;
   /// Instrument the kernel to count full/partial/empty tiles (RunStats).
