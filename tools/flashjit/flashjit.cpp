@@ -23,6 +23,7 @@
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/frontend/Reference.h"
+#include "flashjit/runtime/BuildId.h"
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/JitLink.h"
@@ -158,8 +159,9 @@ cl::opt<bool> noCache("no-cache", cl::desc("Compile without the disk cache"),
 cl::opt<std::string> stage("stage",
                            cl::desc("attn | gpu | ptx | resources | sass "
                                     "(cpu: attn | tiled | llvm | llvm-ir | "
-                                    "llvm-ir-opt); derivative (the score "
-                                    "modifier's, any target)"),
+                                    "llvm-ir-opt | asm | resources); "
+                                    "derivative (the score modifier's, any "
+                                    "target)"),
                            cl::sub(inspectCmd));
 cl::list<std::string> cacheArgs(cl::Positional,
                                 cl::desc("ls | info KEY | clear | prune"),
@@ -594,9 +596,36 @@ int runInspect() {
         llvm::outs() << compileCpu(spec, options)->stageText(s);
         return 0;
       }
+    if (stage == "asm" || stage == "resources") {
+      // The optimised IR (from the cache entry, else a compile), generated
+      // again into host assembly.
+      CompileOptions options = cpuOptions();
+      DiskCache cache(cacheConfig());
+      std::string ir;
+      if (std::optional<GpuResult> r = cpuThroughCache(spec, options, cache))
+        if (const std::string *text = r->artifacts.file(kLLVMIROptFile))
+          ir = *text;
+      if (ir.empty())
+        ir = compileCpu(spec, options)->stageText(Stage::LLVMIROpt);
+      CpuAssembly a = cpuAssembly(ir, options.optLevel);
+      std::string summary = fmt::format(
+          "# {} on the host cpu ({}), block_m={} block_n={} opt_level={}\n",
+          spec.variant.name(), hostCpu().name, cpuBlockM(options),
+          cpuBlockN(options), options.optLevel);
+      for (const CpuFunctionResources &f : a.functions)
+        summary += fmt::format(
+            "# {}: instructions={} stack_frame_bytes={} spill_stores={} "
+            "spill_loads={}\n",
+            f.name, f.instructions, f.stackFrameBytes, f.spillStores,
+            f.spillLoads);
+      llvm::outs() << summary;
+      if (stage == "asm")
+        llvm::outs() << a.text;
+      return 0;
+    }
     userError(fmt::format("--stage '{}' is not a CPU stage (attn, tiled, "
-                          "llvm, llvm-ir, llvm-ir-opt; derivative for any "
-                          "target)",
+                          "llvm, llvm-ir, llvm-ir-opt, asm, resources; "
+                          "derivative for any target)",
                           std::string(stage)));
   }
   if (std::find(gpuStages.begin(), gpuStages.end(), stage) == gpuStages.end())
