@@ -1218,7 +1218,7 @@ int main(int argc, char **argv) {
   llvm::raw_string_ostream errStream(errors);
   if (!cl::ParseCommandLineOptions(
           argc, argv,
-          "flashjit: compile, inspect, cache and bundle attention kernels\n",
+          "flashjit: compile, inspect, run, cache and bundle attention kernels\n",
           &errStream)) {
     llvm::errs() << errors;
     return 1;
