@@ -170,23 +170,8 @@ with open(os.path.join(args.out, f"bench_{tag}.md"), "w") as f:
                 f"{r['flex']:.0f} | {r['ours'] / r['fa2']:.2f} | {r['ours'] / r['flex']:.2f} | {r['registers']} | "
                 f"{r['smem']} | {r['max_err']:.2g} |\n")
 try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    for D in sorted({r["D"] for r in rows}):
-        fig, axes = plt.subplots(1, 5, figsize=(22, 4), sharey=True)
-        for ax, variant in zip(axes, args.variants.split(",")):
-            rs = [r for r in rows if r["D"] == D and r["variant"] == variant]
-            for key, label in [("ours", "flashjit"), ("fa2", "FA2"), ("cudnn", "cuDNN"), ("flex", "Flex")]:
-                pts = [(r["N"], r[key]) for r in rs if not math.isnan(r[key])]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", label=label)
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"{variant}, D={D}")
-            ax.set_xlabel("N")
-        axes[0].set_ylabel("TF/s (allowed pairs)")
-        axes[0].legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, f"bench_d{D}.png"), dpi=80)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from plot_bench import plot
+    plot(rows, args.variants.split(","), args.out)
 except Exception as e:
     print("plot failed:", e)

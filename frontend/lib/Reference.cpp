@@ -15,6 +15,8 @@
 
 #include "ReferenceCommon.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
 
@@ -217,6 +219,47 @@ ReferenceOutput referenceAttention(const AttentionSpec &spec,
                                    const TensorRef &v, const Arguments &args,
                                    const BlockMask &blockMask) {
   return denseReference(spec, q, k, v, args, &blockMask);
+}
+
+std::vector<ReferenceRow>
+referenceAttentionRows(const AttentionSpec &spec, const TensorRef &q,
+                       const TensorRef &k, const TensorRef &v,
+                       std::span<const RowIndex> rows, const Arguments &args) {
+  spec.validate();
+  AttentionShape shape = checkAttentionTensors(spec, q, k, v);
+  args.validateFor(spec.variant);
+  Problem pr = problemOf(spec, args, shape.headsQ, shape.headsKV);
+  std::vector<ReferenceRow> out;
+  out.reserve(rows.size());
+  for (const RowIndex &row : rows) {
+    if (row.batch < 0 || row.batch >= shape.batch || row.head < 0 ||
+        row.head >= shape.headsQ || row.qIdx < 0 || row.qIdx >= shape.seqlenQ)
+      throw UserError(fmt::format("reference row (batch {}, head {}, q_idx "
+                                  "{}) is outside [{}, {}, {}]",
+                                  row.batch, row.head, row.qIdx, shape.batch,
+                                  shape.headsQ, shape.seqlenQ),
+                      std::source_location());
+    const int64_t hk = row.head / pr.group;
+    RowOperands r{q,
+                  k,
+                  v,
+                  q.offset(row.batch, row.head, row.qIdx, 0),
+                  q.strides[3],
+                  k.offset(row.batch, hk, 0, 0),
+                  k.strides[2],
+                  k.strides[3],
+                  v.offset(row.batch, hk, 0, 0),
+                  v.strides[2],
+                  v.strides[3]};
+    EvalPoint p{row.batch,     row.head,      row.qIdx, 0,
+                shape.seqlenQ, shape.seqlenK, 0.0};
+    ReferenceRow result;
+    result.row = row;
+    result.o.assign(shape.headDimV, 0.0);
+    result.lse = attendRow(pr, p, r, nullptr, 1, result.o.data());
+    out.push_back(std::move(result));
+  }
+  return out;
 }
 
 VarlenReferenceOutput

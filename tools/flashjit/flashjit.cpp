@@ -5,11 +5,13 @@
 //   flashjit inspect --stage derivative --score '...'   (no compile)
 //   flashjit cache ls|info KEY|clear|prune [--max-bytes N]
 //   flashjit bundle --out DIR --spec '...' --spec '...' --target sm_80,sm_90a
+//   flashjit run --causal top_left --head-dim 64 --seqlen-q 4096 --device cpu
 //
 // GPU and CPU kernels go through the disk cache (FLASHJIT_CACHE_DIR etc., or
 // --cache-dir); CPU kernels are compiled in memory when no C compiler
 // driver is found to link them. Exit codes: 0 success, 1 a user error (bad
-// flag, spec or key), 2 an internal, compiler or driver failure. Errors go to
+// flag, spec or key), 2 an internal, compiler or driver failure, 3 `run`'s
+// output did not match the reference. Errors go to
 // stderr.
 //
 //===----------------------------------------------------------------------===//
@@ -20,8 +22,13 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
+#include "flashjit/frontend/Reference.h"
+#include "flashjit/runtime/BuildId.h"
 #include "flashjit/runtime/Cache.h"
+#include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/JitLink.h"
+#include "flashjit/runtime/Launch.h"
+#include "flashjit/runtime/Memory.h"
 #include "flashjit/runtime/Ptxas.h"
 
 #include <fmt/format.h>
@@ -35,11 +42,15 @@
 #include <llvm/Support/Program.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <random>
 #include <tuple>
 
 namespace cl = llvm::cl;
@@ -58,35 +69,46 @@ cl::SubCommand cacheCmd("cache", "Manage the kernel cache: ls, info KEY, "
                                  "clear, prune [--max-bytes N]");
 cl::SubCommand bundleCmd("bundle", "Precompile specs into a directory a host "
                                    "application ships (runtime::Bundle)");
+cl::SubCommand runCmd(
+    "run",
+    "Compile (or load from the cache) a spec, run it on random inputs of a "
+    "given shape on the CPU or the GPU, check it against the float64 "
+    "reference and print the median time and TF/s. FLOPs are counted as "
+    "FlashAttention's benchmarks count them: 2 * batch * heads_q * seqlen_q "
+    "* seqlen_k * (head_dim_qk + head_dim_v), halved when the spec's causal "
+    "field is top_left or bottom_right (a causal or sparse --mask is not "
+    "discounted). Exit 3 when the output does not match the reference");
 
 // Spec flags: compile and inspect take one spec, bundle several.
 cl::list<std::string> specText("spec",
                                cl::desc("The spec in canonical text, e.g. "
                                         "'attention(causal=top_left)'"),
-                               cl::sub(compileCmd), cl::sub(inspectCmd),
-                               cl::sub(bundleCmd));
+                               cl::sub(compileCmd), cl::sub(runCmd),
+                               cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<std::string>
     maskText("mask", cl::desc("Mask expression (default: true, every key)"),
-             cl::sub(compileCmd), cl::sub(inspectCmd));
+             cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string>
     scoreText("score", cl::desc("Score modifier expression (default: score)"),
-              cl::sub(compileCmd), cl::sub(inspectCmd));
+              cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<int> headDim("head-dim",
                      cl::desc("Head dim of Q, K and V (default: 128)"),
-                     cl::sub(compileCmd), cl::sub(inspectCmd));
+                     cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string> dtype("dtype",
                            cl::desc("bf16 | fp16 | fp32 (default: bf16)"),
-                           cl::sub(compileCmd), cl::sub(inspectCmd));
+                           cl::sub(compileCmd), cl::sub(runCmd),
+                           cl::sub(inspectCmd));
 cl::opt<int> headsQ("heads-q", cl::desc("Query heads (default: 1)"),
-                    cl::sub(compileCmd), cl::sub(inspectCmd));
+                    cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<int> headsKV("heads-kv", cl::desc("Key/value heads, GQA (default: 1)"),
-                     cl::sub(compileCmd), cl::sub(inspectCmd));
+                     cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string>
     causal("causal", cl::desc("none | top_left | bottom_right (default: none)"),
-           cl::sub(compileCmd), cl::sub(inspectCmd));
+           cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string> kernelName("name",
                                 cl::desc("Kernel name (default: attention)"),
-                                cl::sub(compileCmd), cl::sub(inspectCmd));
+                                cl::sub(compileCmd), cl::sub(runCmd),
+                                cl::sub(inspectCmd));
 
 cl::list<std::string> targets("target",
                               cl::desc("sm_80 | sm_90a | cpu (default: sm_90a; "
@@ -95,23 +117,23 @@ cl::list<std::string> targets("target",
                               cl::CommaSeparated, cl::sub(compileCmd),
                               cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<int> blockN("block-n", cl::desc("Keys per tile (0: default)"),
-                    cl::init(0), cl::sub(compileCmd), cl::sub(inspectCmd),
-                    cl::sub(bundleCmd));
+                    cl::init(0), cl::sub(compileCmd), cl::sub(runCmd),
+                    cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<int> warps("warps",
                    cl::desc("Warps per CTA (0: default; GPU targets only)"),
-                   cl::init(0), cl::sub(compileCmd), cl::sub(inspectCmd),
-                   cl::sub(bundleCmd));
+                   cl::init(0), cl::sub(compileCmd), cl::sub(runCmd),
+                   cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<int> rowsPerWarp(
     "rows-per-warp",
     cl::desc("Query rows per warp, 16 or 32 (0: default; GPU targets only)"),
-    cl::init(0), cl::sub(compileCmd), cl::sub(inspectCmd));
+    cl::init(0), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string> mmaFlag(
     "mma",
     cl::desc("default | mma.sync | wgmma: the tensor-core instructions "
              "(default: wgmma on sm_90a where head dims are multiples of "
              "64; GPU targets only)"),
-    cl::init("default"), cl::sub(compileCmd), cl::sub(inspectCmd),
-    cl::sub(bundleCmd));
+    cl::init("default"), cl::sub(compileCmd), cl::sub(runCmd),
+    cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<bool> varlenFlag(
     "varlen",
     cl::desc("A kernel for packed variable-length sequences (cu_seqlens)"),
@@ -128,15 +150,18 @@ cl::opt<std::string> outDir("out",
 cl::opt<std::string> cacheDir("cache-dir",
                               cl::desc("Cache directory (default: "
                                        "FLASHJIT_CACHE_DIR, XDG, ~/.cache)"),
-                              cl::sub(compileCmd), cl::sub(inspectCmd),
-                              cl::sub(cacheCmd), cl::sub(bundleCmd));
+                              cl::sub(compileCmd), cl::sub(runCmd),
+                              cl::sub(inspectCmd), cl::sub(cacheCmd),
+                              cl::sub(bundleCmd));
 cl::opt<bool> noCache("no-cache", cl::desc("Compile without the disk cache"),
-                      cl::sub(compileCmd), cl::sub(inspectCmd));
+                      cl::sub(compileCmd), cl::sub(runCmd),
+                      cl::sub(inspectCmd));
 cl::opt<std::string> stage("stage",
                            cl::desc("attn | gpu | ptx | resources | sass "
                                     "(cpu: attn | tiled | llvm | llvm-ir | "
-                                    "llvm-ir-opt); derivative (the score "
-                                    "modifier's, any target)"),
+                                    "llvm-ir-opt | asm | resources); "
+                                    "derivative (the score modifier's, any "
+                                    "target)"),
                            cl::sub(inspectCmd));
 cl::list<std::string> cacheArgs(cl::Positional,
                                 cl::desc("ls | info KEY | clear | prune"),
@@ -146,9 +171,66 @@ cl::opt<uint64_t> maxBytes("max-bytes",
                                     "FLASHJIT_CACHE_MAX_BYTES)"),
                            cl::sub(cacheCmd));
 
+// `run`: the problem shape (heads, head dims and dtypes come from the spec),
+// where it runs, and how it is timed and checked.
+cl::opt<std::string> runDevice("device",
+                               cl::desc("cpu | gpu: where to run (default: "
+                                        "cpu; gpu is device 0, compiled for "
+                                        "its architecture)"),
+                               cl::init("cpu"), cl::sub(runCmd));
+cl::opt<int64_t> runBatch("batch", cl::desc("Batch size (default: 1)"),
+                          cl::init(1), cl::sub(runCmd));
+cl::opt<int64_t> runSeqlenQ("seqlen-q",
+                            cl::desc("Query sequence length (default: 1024)"),
+                            cl::init(1024), cl::sub(runCmd));
+cl::opt<int64_t>
+    runSeqlenK("seqlen-k",
+               cl::desc("Key sequence length (default: --seqlen-q)"),
+               cl::init(0), cl::sub(runCmd));
+cl::opt<int> runReps("reps",
+                     cl::desc("Timed runs; the median is reported "
+                              "(default: 10)"),
+                     cl::init(10), cl::sub(runCmd));
+cl::opt<int> runWarmup("warmup",
+                       cl::desc("Untimed runs before timing (default: 2)"),
+                       cl::init(2), cl::sub(runCmd));
+cl::opt<int64_t> runCheckRows(
+    "check-rows",
+    cl::desc("Query rows checked against the float64 reference: every row "
+             "when batch * heads_q * seqlen_q is at most this, else this "
+             "many sampled rows (the first and last included); 0 checks "
+             "nothing (default: 256)"),
+    cl::init(256), cl::sub(runCmd));
+cl::opt<double>
+    runTol("tolerance",
+           cl::desc("Allowed |O - ref| / (1 + |ref|) (default: 2e-2 for a bf16 "
+                    "output, 4e-3 fp16, 4e-4 fp32)"),
+           cl::sub(runCmd));
+cl::opt<uint64_t> runSeed("seed",
+                          cl::desc("Seed of the random inputs and sampled "
+                                   "rows (default: random, printed)"),
+                          cl::sub(runCmd));
+cl::opt<int> runThreads("threads",
+                        cl::desc("CPU threads (default: 0, every core)"),
+                        cl::init(0), cl::sub(runCmd));
+cl::list<std::string>
+    runParams("param",
+              cl::desc("NAME=VALUE for a param<...>(NAME) of the variant "
+                       "(repeatable; every parameter needs one)"),
+              cl::sub(runCmd));
+
 /// A user error found by the tool itself (exit 1).
 [[noreturn]] void userError(const std::string &message) {
   throw UserError(message);
+}
+
+/// A UserError about the value \p text of \p flag: a ParseError's message
+/// shows the text under a caret; any other quotes the text.
+[[noreturn]] void flagError(const char *flag, const std::string &text,
+                            const UserError &e) {
+  if (dynamic_cast<const ParseError *>(&e))
+    userError(fmt::format("{}: {}", flag, e.message()));
+  userError(fmt::format("{} '{}': {}", flag, excerpt(text), e.message()));
 }
 
 /// The spec named by the flags: --spec, or one built from the field flags.
@@ -165,55 +247,103 @@ AttentionSpec specFromFlags() {
     if (fields)
       userError("--spec cannot be combined with --mask/--score/--head-dim/"
                 "--dtype/--heads-q/--heads-kv/--causal/--name");
-    return parseSpec(specText.front());
+    try {
+      return parseSpec(specText.front());
+    } catch (const UserError &e) {
+      flagError("--spec", specText.front(), e);
+    }
   }
   if (!fields)
     userError("no spec: give --spec TEXT or at least one of --mask, --score, "
               "--head-dim, --dtype, --heads-q, --heads-kv, --causal, --name");
-  // Expressions are parsed on their own first, so a syntax or type error's
-  // column refers to the text the user typed.
-  auto checkExpr = [](const char *flag, const std::string &text, bool isMask) {
+  // Every flag is checked on its own and sets its own field: no flag's text
+  // is pasted into spec text, so `--causal 'top_left, heads_q=4'` is an
+  // unknown causal mode, not a second field. Messages quote what was typed.
+  AttentionSpec spec;
+  auto quoted = [](const std::string &text) {
+    return fmt::format("'{}'", excerpt(text));
+  };
+  auto flagExpr = [&](const char *flag, const std::string &text) {
     try {
-      Expr e = parseExpr(text);
-      if (isMask && e.type() != ScalarType::Bool)
-        userError(fmt::format("{}: the mask must be a bool expression, got {}",
-                              flag, toString(e.type())));
-      if (!isMask && e.type() == ScalarType::Bool)
-        userError(fmt::format("{}: the score modifier must be a number, got "
-                              "bool",
-                              flag));
-    } catch (const ParseError &e) {
-      userError(fmt::format("{}: {}", flag, e.what()));
+      return parseExpr(text);
+    } catch (const UserError &e) {
+      flagError(flag, text, e);
     }
   };
-  std::vector<std::string> parts;
+  std::string name = "attention";
   if (kernelName.getNumOccurrences()) {
     if (!isIdentifier(kernelName))
-      userError(fmt::format("--name '{}' is not an identifier "
+      userError(fmt::format("--name {} is not an identifier "
                             "([A-Za-z_][A-Za-z0-9_]*)",
-                            kernelName.getValue()));
-    parts.push_back("name=" + kernelName);
+                            quoted(kernelName)));
+    name = kernelName;
   }
+  Variant variant(name, {});
   if (maskText.getNumOccurrences()) {
-    checkExpr("--mask", maskText, true);
-    parts.push_back("mask=" + maskText);
+    Expr e = flagExpr("--mask", maskText);
+    if (e.type() != ScalarType::Bool)
+      userError(fmt::format("--mask {}: the mask must be a bool expression, "
+                            "got {}",
+                            quoted(maskText), toString(e.type())));
+    try {
+      variant.mask(ExprArg(e, {}));
+    } catch (const UserError &err) {
+      userError(fmt::format("--mask {}: {}", quoted(maskText), err.message()));
+    }
   }
   if (scoreText.getNumOccurrences()) {
-    checkExpr("--score", scoreText, false);
-    parts.push_back("score=" + scoreText);
+    Expr e = flagExpr("--score", scoreText);
+    if (e.type() == ScalarType::Bool)
+      userError(fmt::format("--score {}: the score modifier must be a number, "
+                            "got bool",
+                            quoted(scoreText)));
+    try {
+      variant.scoreMod(ExprArg(e, {}));
+    } catch (const UserError &err) {
+      userError(
+          fmt::format("--score {}: {}", quoted(scoreText), err.message()));
+    }
   }
-  if (headDim.getNumOccurrences())
-    parts.push_back(fmt::format("head_dim_qk={0}, head_dim_v={0}", headDim));
-  if (dtype.getNumOccurrences())
-    parts.push_back(fmt::format(
-        "dtype_q={0}, dtype_k={0}, dtype_v={0}, dtype_o={0}", dtype));
-  if (headsQ.getNumOccurrences())
-    parts.push_back(fmt::format("heads_q={}", headsQ));
-  if (headsKV.getNumOccurrences())
-    parts.push_back(fmt::format("heads_kv={}", headsKV));
-  if (causal.getNumOccurrences())
-    parts.push_back("causal=" + causal);
-  return parseSpec(fmt::format("attention({})", fmt::join(parts, ", ")));
+  spec.variant = variant;
+  if (headDim.getNumOccurrences()) {
+    if (headDim < 1 || headDim > 1024)
+      userError(
+          fmt::format("--head-dim {} is out of range [1, 1024]", int(headDim)));
+    spec.headDimQK = spec.headDimV = headDim;
+  }
+  if (dtype.getNumOccurrences()) {
+    std::optional<DType> d = parseDType(dtype);
+    if (!d)
+      userError(fmt::format("--dtype {} is not one of bf16, fp16, fp32",
+                            quoted(dtype)));
+    spec.dtypeQ = spec.dtypeK = spec.dtypeV = spec.dtypeO = *d;
+  }
+  if (headsQ.getNumOccurrences()) {
+    if (headsQ < 1)
+      userError(fmt::format("--heads-q {} must be positive", int(headsQ)));
+    spec.headsQ = headsQ;
+  }
+  if (headsKV.getNumOccurrences()) {
+    if (headsKV < 1)
+      userError(fmt::format("--heads-kv {} must be positive", int(headsKV)));
+    spec.headsKV = headsKV;
+  }
+  if (spec.headsQ % spec.headsKV != 0)
+    userError(fmt::format("--heads-kv {} must divide --heads-q {} (GQA)",
+                          spec.headsKV, spec.headsQ));
+  if (causal.getNumOccurrences()) {
+    std::optional<Causal> c;
+    for (Causal m : {Causal::None, Causal::TopLeft, Causal::BottomRight})
+      if (causal == toString(m))
+        c = m;
+    if (!c)
+      userError(fmt::format("--causal {} is not one of none, top_left, "
+                            "bottom_right",
+                            quoted(causal)));
+    spec.causal = *c;
+  }
+  spec.validate();
+  return spec;
 }
 
 std::string oneTarget() {
@@ -243,6 +373,30 @@ struct GpuResult {
   std::string entryDir;
 };
 
+/// --block-n on its own: 0 (the default) or a tile size the target has.
+void checkBlockN(bool cpu) {
+  int n = blockN;
+  bool ok = cpu ? (n == 0 || n == 16 || n == 32 || n == 64 || n == 128)
+                : (n == 0 || (n >= 16 && n <= 128 && n % 16 == 0));
+  if (!ok)
+    userError(fmt::format("--block-n {} is not {}", n,
+                          cpu ? "0 (the default), 16, 32, 64 or 128 (CPU)"
+                              : "0 (the default) or a multiple of 16 in "
+                                "[16, 128] (GPU)"));
+}
+
+/// The GPU flags on their own: --block-n, --warps, --rows-per-warp, --mma.
+void checkGpuFlags() {
+  checkBlockN(/*cpu=*/false);
+  if (warps != 0 && warps != 4 && warps != 8)
+    userError(
+        fmt::format("--warps {} is not 0 (the default), 4 or 8", int(warps)));
+  if (rowsPerWarp != 0 && rowsPerWarp != 16 && rowsPerWarp != 32)
+    userError(fmt::format("--rows-per-warp {} is not 0 (the default), 16 or "
+                          "32",
+                          int(rowsPerWarp)));
+}
+
 /// The CPU options from the flags; --warps is a GPU flag.
 CompileOptions cpuOptions() {
   if (warps.getNumOccurrences())
@@ -254,6 +408,7 @@ CompileOptions cpuOptions() {
   if (mmaFlag.getNumOccurrences())
     userError("--mma is a GPU option; CPU kernels have no tensor-core "
               "instructions");
+  checkBlockN(/*cpu=*/true);
   CompileOptions options;
   options.blockN = blockN;
   options.varlen = varlenFlag;
@@ -283,12 +438,12 @@ std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
 
 /// --mma as a GpuMma.
 GpuMma gpuMma() {
+  checkGpuFlags();
   for (GpuMma m : {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma})
     if (mmaFlag == toString(m))
       return m;
-  userError(fmt::format("--mma = '{}' is not one of default, mma.sync, "
-                        "wgmma",
-                        std::string(mmaFlag)));
+  userError(fmt::format("--mma '{}' is not one of default, mma.sync, wgmma",
+                        excerpt(mmaFlag)));
 }
 
 GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
@@ -441,9 +596,36 @@ int runInspect() {
         llvm::outs() << compileCpu(spec, options)->stageText(s);
         return 0;
       }
+    if (stage == "asm" || stage == "resources") {
+      // The optimised IR (from the cache entry, else a compile), generated
+      // again into host assembly.
+      CompileOptions options = cpuOptions();
+      DiskCache cache(cacheConfig());
+      std::string ir;
+      if (std::optional<GpuResult> r = cpuThroughCache(spec, options, cache))
+        if (const std::string *text = r->artifacts.file(kLLVMIROptFile))
+          ir = *text;
+      if (ir.empty())
+        ir = compileCpu(spec, options)->stageText(Stage::LLVMIROpt);
+      CpuAssembly a = cpuAssembly(ir, options.optLevel);
+      std::string summary = fmt::format(
+          "# {} on the host cpu ({}), block_m={} block_n={} opt_level={}\n",
+          spec.variant.name(), hostCpu().name, cpuBlockM(options),
+          cpuBlockN(options), options.optLevel);
+      for (const CpuFunctionResources &f : a.functions)
+        summary += fmt::format(
+            "# {}: instructions={} stack_frame_bytes={} spill_stores={} "
+            "spill_loads={}\n",
+            f.name, f.instructions, f.stackFrameBytes, f.spillStores,
+            f.spillLoads);
+      llvm::outs() << summary;
+      if (stage == "asm")
+        llvm::outs() << a.text;
+      return 0;
+    }
     userError(fmt::format("--stage '{}' is not a CPU stage (attn, tiled, "
-                          "llvm, llvm-ir, llvm-ir-opt; derivative for any "
-                          "target)",
+                          "llvm, llvm-ir, llvm-ir-opt, asm, resources; "
+                          "derivative for any target)",
                           std::string(stage)));
   }
   if (std::find(gpuStages.begin(), gpuStages.end(), stage) == gpuStages.end())
@@ -700,13 +882,298 @@ int runBundle() {
   return 0;
 }
 
+/// The run-time arguments of `run`: one --param per parameter of the
+/// variant, parsed by its type; buffers are not generated (UserError).
+Arguments runArguments(const AttentionSpec &spec) {
+  std::vector<BufferDecl> buffers = spec.variant.buffers();
+  if (!buffers.empty())
+    userError(fmt::format("run: the variant reads buffer<{}>({}); run does "
+                          "not generate buffers (use the C++ or C API)",
+                          toString(buffers.front().elementType),
+                          buffers.front().name));
+  std::vector<ParamDecl> params = spec.variant.params();
+  Arguments args;
+  std::vector<std::string> given;
+  for (const std::string &text : runParams) {
+    auto [name, value] = llvm::StringRef(text).split('=');
+    auto it = llvm::find_if(params,
+                            [&](const ParamDecl &p) { return p.name == name; });
+    if (!llvm::StringRef(text).contains('=') || it == params.end()) {
+      std::vector<std::string> names;
+      for (const ParamDecl &p : params)
+        names.push_back(fmt::format("{} ({})", p.name, toString(p.type)));
+      userError(fmt::format(
+          "--param '{}': {}; the variant's parameters: {}", excerpt(text),
+          llvm::StringRef(text).contains('=') ? "no such parameter"
+                                              : "expected NAME=VALUE",
+          names.empty() ? std::string("none")
+                        : fmt::format("{}", fmt::join(names, ", "))));
+    }
+    if (llvm::is_contained(given, name.str()))
+      userError(fmt::format("--param '{}': {} given twice", excerpt(text),
+                            name.str()));
+    given.push_back(name.str());
+    std::string v = value.str();
+    if (it->type == ScalarType::Float32) {
+      char *end = nullptr;
+      float f = std::strtof(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !std::isfinite(f))
+        userError(fmt::format("--param '{}': '{}' is not a finite f32",
+                              excerpt(text), excerpt(v)));
+      args.set(it->name, Scalar::f32(f));
+    } else {
+      int64_t n = 0;
+      if (value.getAsInteger(10, n) ||
+          (it->type == ScalarType::Int32 && (n < INT32_MIN || n > INT32_MAX)))
+        userError(fmt::format("--param '{}': '{}' is not an {} integer",
+                              excerpt(text), excerpt(v), toString(it->type)));
+      args.set(it->name, it->type == ScalarType::Int32
+                             ? Scalar::i32(static_cast<int32_t>(n))
+                             : Scalar::i64(n));
+    }
+  }
+  for (const ParamDecl &p : params)
+    if (!llvm::is_contained(given, p.name))
+      userError(fmt::format("run: the variant reads param<{}>({}): give "
+                            "--param {}=VALUE",
+                            toString(p.type), p.name, p.name));
+  return args;
+}
+
+/// Host tensors of `run`: contiguous, random entries uniform in [-1, 1].
+struct HostTensor {
+  std::vector<uint8_t> bytes;
+  TensorRef ref;
+  HostTensor(DType dtype, std::array<int64_t, 4> shape, std::mt19937_64 *rng) {
+    int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    bytes.assign(n * byteSize(dtype), 0xFF); // NaN until written
+    if (rng) {
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (int64_t i = 0; i < n; ++i)
+        storeFromFloat(bytes.data(), dtype, i, u(*rng));
+    }
+    ref = TensorRef::contiguous(bytes.data(), dtype, shape);
+  }
+};
+
+/// The median of \p v (not empty).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// The tolerance of `run`'s check on O: |O - ref| <= tol * (1 + |ref|).
+double runTolerance(DType dtypeO) {
+  return dtypeO == DType::BF16 ? 2e-2 : dtypeO == DType::F16 ? 4e-3 : 4e-4;
+}
+
+int runRun() {
+  AttentionSpec spec = specFromFlags();
+  if (runDevice != "cpu" && runDevice != "gpu")
+    userError(
+        fmt::format("--device '{}' is not cpu or gpu", excerpt(runDevice)));
+  const bool gpu = runDevice == "gpu";
+  const int64_t b = runBatch, sq = runSeqlenQ,
+                sk = runSeqlenK.getNumOccurrences() ? int64_t(runSeqlenK) : sq;
+  auto positive = [](const char *flag, int64_t v, int64_t max) {
+    if (v < 1 || v > max)
+      userError(fmt::format("{} {} is out of range [1, {}]", flag, v, max));
+  };
+  positive("--batch", b, 1 << 20);
+  positive("--seqlen-q", sq, int64_t(1) << 24);
+  positive("--seqlen-k", sk, int64_t(1) << 24);
+  positive("--reps", runReps, 100000);
+  if (runWarmup < 0 || runWarmup > 100000)
+    userError(
+        fmt::format("--warmup {} is out of range [0, 100000]", int(runWarmup)));
+  if (runCheckRows < 0)
+    userError(
+        fmt::format("--check-rows {} must be >= 0", int64_t(runCheckRows)));
+  if (runTol.getNumOccurrences() && !(runTol > 0 && runTol < 1e6))
+    userError(fmt::format("--tolerance {} must be positive", double(runTol)));
+  if (runThreads < 0)
+    userError(fmt::format("--threads {} must be >= 0", int(runThreads)));
+  if (gpu && runThreads.getNumOccurrences())
+    userError("--threads is a CPU option");
+  Arguments args = runArguments(spec);
+  const int64_t hq = spec.headsQ, hkv = spec.headsKV;
+  const uint64_t seed = runSeed.getNumOccurrences()
+                            ? uint64_t(runSeed)
+                            : std::random_device{}() * 0x100000001ull;
+  std::mt19937_64 rng(seed);
+  HostTensor q(spec.dtypeQ, {b, hq, sq, spec.headDimQK}, &rng),
+      k(spec.dtypeK, {b, hkv, sk, spec.headDimQK}, &rng),
+      v(spec.dtypeV, {b, hkv, sk, spec.headDimV}, &rng),
+      o(spec.dtypeO, {b, hq, sq, spec.headDimV}, nullptr);
+  std::vector<float> lse(b * hq * sq, std::nanf(""));
+  TensorRef l = TensorRef::contiguous3(lse.data(), DType::F32, {b, hq, sq});
+  const TensorRef *lsePtr = spec.returnLse ? &l : nullptr;
+
+  llvm::outs() << "spec     " << printSpec(spec) << "\n";
+  llvm::outs() << fmt::format(
+      "shape    batch={} heads_q={} heads_kv={} seqlen_q={} seqlen_k={} "
+      "head_dim_qk={} head_dim_v={} dtype q/k/v/o={}/{}/{}/{} (seed {})\n",
+      b, hq, hkv, sq, sk, spec.headDimQK, spec.headDimV, toString(spec.dtypeQ),
+      toString(spec.dtypeK), toString(spec.dtypeV), toString(spec.dtypeO),
+      seed);
+  DiskCache cache(cacheConfig());
+  LoadReport report;
+  std::vector<double> seconds;
+  auto t0 = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
+        .count();
+  };
+  if (!gpu) {
+    CompileOptions options = cpuOptions();
+    auto kernel = loadOrCompileCpu(spec, options, &cache, &report);
+    llvm::outs() << fmt::format("kernel   cpu block_m={} block_n={}, {} in "
+                                "{:.1f} ms\n",
+                                kernel->info().blockM, kernel->info().blockN,
+                                toString(report.outcome), since(t0) * 1e3);
+    for (int i = 0; i < runWarmup; ++i)
+      kernel->run(q.ref, k.ref, v.ref, o.ref, lsePtr, args, runThreads);
+    for (int i = 0; i < runReps; ++i) {
+      auto t = std::chrono::steady_clock::now();
+      kernel->run(q.ref, k.ref, v.ref, o.ref, lsePtr, args, runThreads);
+      seconds.push_back(since(t));
+    }
+  } else {
+    std::string why;
+    if (!runtime::Device::available(&why))
+      userError(fmt::format("--device gpu: no GPU to run on ({})", why));
+    runtime::Device &dev = runtime::Device::get(0);
+    GpuCompileOptions options;
+    options.blockN = blockN;
+    options.numWarps = warps;
+    options.rowsPerWarp = rowsPerWarp;
+    options.mma = gpuMma();
+    auto kernel = loadOrCompileGpu(spec, dev, options, &cache, &report);
+    llvm::outs() << fmt::format("kernel   on {} ({}), {} in {:.1f} ms\n",
+                                dev.properties().name,
+                                gpuTargetFor(dev.properties()),
+                                toString(report.outcome), since(t0) * 1e3);
+    auto upload = [&](const HostTensor &h) {
+      auto buf = std::make_unique<runtime::DeviceBuffer>(dev, h.bytes.size());
+      buf->copyFromHost(h.bytes.data(), h.bytes.size());
+      return buf;
+    };
+    auto dq = upload(q), dk = upload(k), dv = upload(v), dout = upload(o);
+    runtime::DeviceBuffer dl(dev, lse.size() * sizeof(float));
+    dl.fill(0xFF);
+    TensorRef gq = q.ref, gk = k.ref, gv = v.ref, go = o.ref, gl = l;
+    gq.data = dq->data();
+    gk.data = dk->data();
+    gv.data = dv->data();
+    go.data = dout->data();
+    gl.data = dl.data();
+    const TensorRef *glPtr = spec.returnLse ? &gl : nullptr;
+    for (int i = 0; i < runWarmup; ++i)
+      kernel->run(gq, gk, gv, go, glPtr, args);
+    dev.synchronize();
+    runtime::EventTimer timer(dev);
+    for (int i = 0; i < runReps; ++i) {
+      timer.start();
+      kernel->run(gq, gk, gv, go, glPtr, args);
+      seconds.push_back(timer.stopMs() * 1e-3);
+    }
+    dout->copyToHost(o.bytes.data(), o.bytes.size());
+    dl.copyToHost(lse.data(), lse.size() * sizeof(float));
+  }
+  const double med = median(seconds);
+  const double flops = 2.0 * double(b) * double(hq) * double(sq) * double(sk) *
+                       double(spec.headDimQK + spec.headDimV) /
+                       (spec.causal == Causal::None ? 1.0 : 2.0);
+  llvm::outs() << fmt::format(
+      "time     {:.4f} ms (median of {} runs after {} warm-up; min {:.4f}, "
+      "max {:.4f})\n",
+      med * 1e3, seconds.size(), int(runWarmup),
+      *std::min_element(seconds.begin(), seconds.end()) * 1e3,
+      *std::max_element(seconds.begin(), seconds.end()) * 1e3);
+  llvm::outs() << fmt::format(
+      "perf     {:.4f} TF/s ({:.4g} GFLOP{})\n", flops / med / 1e12,
+      flops / 1e9, spec.causal == Causal::None ? "" : ", halved for causal");
+  if (runCheckRows == 0) {
+    llvm::outs() << "check    skipped (--check-rows 0)\n";
+    return 0;
+  }
+  // Rows to check: all, or a sample with the first and last row.
+  const int64_t total = b * hq * sq;
+  std::vector<RowIndex> rows;
+  auto rowOf = [&](int64_t r) {
+    return RowIndex{r / (hq * sq), (r / sq) % hq, r % sq};
+  };
+  if (total <= runCheckRows) {
+    for (int64_t r = 0; r < total; ++r)
+      rows.push_back(rowOf(r));
+  } else {
+    std::uniform_int_distribution<int64_t> u(1, total - 2);
+    rows.push_back(rowOf(0));
+    rows.push_back(rowOf(total - 1));
+    while (int64_t(rows.size()) < runCheckRows)
+      rows.push_back(rowOf(u(rng)));
+  }
+  t0 = std::chrono::steady_clock::now();
+  std::vector<ReferenceRow> want =
+      referenceAttentionRows(spec, q.ref, k.ref, v.ref, rows, args);
+  const double tol =
+      runTol.getNumOccurrences() ? double(runTol) : runTolerance(spec.dtypeO);
+  double worstO = 0, worstLse = 0;
+  std::string firstBad;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const ReferenceRow &w : want) {
+    auto [bi, h, i] = w.row;
+    bool empty = w.lse == -inf;
+    auto bad = [&](const std::string &what) {
+      if (firstBad.empty())
+        firstBad = what;
+    };
+    for (int64_t d = 0; d < spec.headDimV; ++d) {
+      double x =
+          loadAsFloat(o.bytes.data(), spec.dtypeO, o.ref.offset(bi, h, i, d));
+      double err = std::abs(x - w.o[d]);
+      if (std::isnan(x) ||
+          (empty ? x != 0.0 : err > tol * (1 + std::abs(w.o[d]))))
+        bad(fmt::format("o[{},{},{},{}] = {}, reference {}", bi, h, i, d, x,
+                        w.o[d]));
+      if (!std::isnan(err))
+        worstO = std::max(worstO, err);
+    }
+    if (spec.returnLse) {
+      double x = lse[(bi * hq + h) * sq + i];
+      if (empty ? x != -inf
+                : !(std::abs(x - w.lse) <= 1e-3 + 1e-4 * std::abs(w.lse)))
+        bad(fmt::format("lse[{},{},{}] = {}, reference {}", bi, h, i, x,
+                        w.lse));
+      if (!empty && std::isfinite(x))
+        worstLse = std::max(worstLse, std::abs(x - w.lse));
+    }
+  }
+  llvm::outs() << fmt::format(
+      "check    {} of {} rows against the float64 reference ({:.1f} s): "
+      "max |O - ref| = {:.3e} (tolerance {:.1e} * (1 + |ref|)){}: {}\n",
+      rows.size(), total, since(t0), worstO, tol,
+      spec.returnLse ? fmt::format(", max |LSE - ref| = {:.3e}", worstLse)
+                     : std::string(),
+      firstBad.empty() ? "ok" : "MISMATCH");
+  if (!firstBad.empty()) {
+    llvm::errs() << "flashjit: error: the output does not match the "
+                    "reference: "
+                 << firstBad << " (seed " << seed << ")\n";
+    return 3;
+  }
+  return 0;
+}
+
 /// LLVM's parser takes an unknown flag that starts with "-h" (e.g. a
 /// compile flag such as --head-dim given to bundle) for --help and exits 0
 /// having done nothing: such flags are refused here first, by the
 /// subcommand's own option names.
 std::optional<std::string> unknownHelpPrefixedFlag(int argc, char **argv) {
   cl::SubCommand *sub = &cl::SubCommand::getTopLevel();
-  for (cl::SubCommand *c : {&compileCmd, &inspectCmd, &cacheCmd, &bundleCmd})
+  for (cl::SubCommand *c :
+       {&compileCmd, &inspectCmd, &cacheCmd, &bundleCmd, &runCmd})
     if (argc > 1 && c->getName() == llvm::StringRef(argv[1]))
       sub = c;
   auto &known = cl::getRegisteredOptions(*sub);
@@ -751,7 +1218,7 @@ int main(int argc, char **argv) {
   llvm::raw_string_ostream errStream(errors);
   if (!cl::ParseCommandLineOptions(
           argc, argv,
-          "flashjit: compile, inspect, cache and bundle attention kernels\n",
+          "flashjit: compile, inspect, run, cache and bundle attention kernels\n",
           &errStream)) {
     llvm::errs() << errors;
     return 1;
@@ -765,8 +1232,10 @@ int main(int argc, char **argv) {
       return runCache();
     if (bundleCmd)
       return runBundle();
-    llvm::errs() << "flashjit: give a subcommand: compile, inspect, cache, "
-                    "bundle (see flashjit --help)\n";
+    if (runCmd)
+      return runRun();
+    llvm::errs() << "flashjit: give a subcommand: compile, inspect, run, "
+                    "cache, bundle (see flashjit --help)\n";
     return 1;
   } catch (const UserError &e) {
     llvm::errs() << "flashjit: error: " << e.message() << "\n";

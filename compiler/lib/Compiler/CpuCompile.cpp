@@ -28,9 +28,12 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
+#include "llvm/AsmParser/Parser.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
@@ -195,15 +198,19 @@ Lowered lowerToLLVMDialect(const AttentionSpec &spec, const TileOptions &tile,
   return l;
 }
 
-/// Writes the stages to options.dumpDir, else $FLASHJIT_DUMP_DIR, if any.
-void dumpStages(const CompileOptions &options, const std::string &name,
+/// Writes the stages to options.dumpDir, else $FLASHJIT_DUMP_DIR, if any,
+/// as <variant name>.<cache key>.<stage>: two compiles of different specs or
+/// options never overwrite each other's files.
+void dumpStages(const AttentionSpec &spec, const CompileOptions &options,
                 const std::array<std::string, 5> &texts) {
   std::string dir = options.dumpDir;
   if (dir.empty())
     if (const char *env = std::getenv("FLASHJIT_DUMP_DIR"))
       dir = env;
   if (!dir.empty())
-    dumpFiles(dir, name,
+    dumpFiles(dir,
+              fmt::format("{}.{}", spec.variant.name(),
+                          cpuCacheKey(spec, options).hash()),
               {{".attn.mlir", texts[0]},
                {".tiled.mlir", texts[1]},
                {".llvm.mlir", texts[2]},
@@ -242,7 +249,7 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
   runtime::CpuAttentionKernel kernel(spec, info, fn, std::move(engine),
                                      builder);
   w.lap();
-  dumpStages(options, spec.variant.name(), texts);
+  dumpStages(spec, options, texts);
   timings.push_back({"total", total.lap()});
   return std::make_shared<const CpuKernel>(
       std::move(kernel), std::move(timings), std::move(texts));
@@ -290,7 +297,7 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   std::string so =
       linkSharedObject(cc, object, referencesUndefinedSymbols(object));
   timings.push_back({"link-shared-object", w.lap()});
-  dumpStages(options, spec.variant.name(), texts);
+  dumpStages(spec, options, texts);
   timings.push_back({"total", total.lap()});
 
   runtime::KernelArtifacts a;
@@ -346,6 +353,78 @@ compileTileClassifier(const AttentionSpec &spec,
   impl->engine = std::move(engine);
   impl->fn = fn;
   return std::make_shared<const TileClassifierKernel>(std::move(impl));
+}
+
+CpuAssembly cpuAssembly(const std::string &optimizedIR, int optLevel) {
+  initLLVMOnce();
+  llvm::LLVMContext lc;
+  llvm::SMDiagnostic err;
+  std::unique_ptr<llvm::Module> m =
+      llvm::parseAssemblyString(optimizedIR, err, lc);
+  if (!m)
+    throw CompileError(fmt::format("the kernel's LLVM IR does not parse: "
+                                   "line {}: {}",
+                                   err.getLineNo(), err.getMessage().str()));
+  std::unique_ptr<llvm::TargetMachine> tm = createHostTargetMachine(optLevel);
+  tm->Options.MCOptions.AsmVerbose = true; // annotates spills and reloads
+  m->setDataLayout(tm->createDataLayout());
+  m->setTargetTriple(tm->getTargetTriple());
+  llvm::SmallString<0> bytes;
+  llvm::raw_svector_ostream os(bytes);
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr,
+                              llvm::CodeGenFileType::AssemblyFile))
+    throw CompileError("the host target cannot emit assembly");
+  pm.run(*m);
+
+  CpuAssembly out;
+  out.text = bytes.str().str();
+  // Functions start at their label after `.type NAME,@function` and end at
+  // `.Lfunc_end`; within them, count instructions, annotated spills and
+  // reloads, and the first `subq $N, %rsp`.
+  llvm::StringRef text(out.text);
+  std::vector<std::string> functionNames;
+  llvm::SmallVector<llvm::StringRef> lines;
+  text.split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    llvm::StringRef t = line.trim();
+    if (t.consume_front(".type") && t.trim().ends_with("@function"))
+      functionNames.push_back(t.trim().split(',').first.trim().str());
+  }
+  CpuFunctionResources *current = nullptr;
+  for (llvm::StringRef line : lines) {
+    llvm::StringRef t = line.trim();
+    llvm::StringRef head = t.split('#').first.trim(); // `name: # comment`
+    if (!line.starts_with("\t") && !line.starts_with(" ") &&
+        head.ends_with(":")) {
+      std::string label = head.drop_back().str();
+      if (llvm::is_contained(functionNames, label)) {
+        out.functions.push_back({label, 0, 0, 0, 0});
+        current = &out.functions.back();
+      } else if (llvm::StringRef(label).starts_with(".Lfunc_end")) {
+        current = nullptr;
+      }
+      continue;
+    }
+    if (!current || t.empty() || t.starts_with(".") || t.starts_with("#"))
+      continue;
+    ++current->instructions;
+    auto [code, comment] = t.split('#');
+    if (comment.contains("Spill"))
+      ++current->spillStores;
+    if (comment.contains("Reload"))
+      ++current->spillLoads;
+    llvm::StringRef rest = code.trim();
+    if (current->stackFrameBytes == 0 && rest.consume_front("subq")) {
+      rest = rest.trim();
+      auto [value, reg] = rest.split(',');
+      int64_t n = 0;
+      if (value.consume_front("$") && reg.trim() == "%rsp" &&
+          !value.trim().getAsInteger(0, n))
+        current->stackFrameBytes = n;
+    }
+  }
+  return out;
 }
 
 } // namespace flashjit

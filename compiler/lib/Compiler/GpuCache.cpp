@@ -8,6 +8,7 @@
 #include "flashjit/compiler/GpuCache.h"
 
 #include "CachedLoad.h"
+#include "GpuKey.h"
 
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
@@ -38,14 +39,7 @@ std::string gpuTargetFor(const runtime::DeviceProperties &device) {
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options) {
   validateForGpu(spec, options);
-  runtime::CacheKey key =
-      runtime::CacheKey::make(printSpec(spec), options.arch, options.blockN,
-                              options.numWarps, options.minBlocksPerSM);
-  key.rowsPerWarp = options.rowsPerWarp;
-  key.varlen = options.varlen;
-  key.blockSparse = options.blockSparse;
-  key.mma = toString(options.mma);
-  return key;
+  return makeGpuCacheKey(spec, options);
 }
 
 KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,

@@ -8,12 +8,14 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CompileSupport.h"
+#include "GpuKey.h"
 
 #include "flashjit/FrontendToMLIR/MLIRGen.h"
 #include "flashjit/Pipeline/GpuPipelines.h"
 #include "flashjit/Pipeline/Pipelines.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Printer.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
@@ -185,12 +187,28 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   if (dir.empty())
     if (const char *env = std::getenv("FLASHJIT_DUMP_DIR"))
       dir = env;
+  // Named by the cache key: two compiles of different specs or options
+  // never overwrite each other's files.
   if (!dir.empty())
-    dumpFiles(dir, image.name,
-              {{".attn.mlir", image.attnText},
-               {".gpu.mlir", image.gpuText},
-               {"." + image.arch + ".ptx", image.ptx}});
+    dumpFiles(
+        dir,
+        fmt::format("{}.{}", image.name, makeGpuCacheKey(spec, options).hash()),
+        {{".attn.mlir", image.attnText},
+         {".gpu.mlir", image.gpuText},
+         {"." + image.arch + ".ptx", image.ptx}});
   return image;
+}
+
+runtime::CacheKey makeGpuCacheKey(const AttentionSpec &spec,
+                                  const GpuCompileOptions &options) {
+  runtime::CacheKey key =
+      runtime::CacheKey::make(printSpec(spec), options.arch, options.blockN,
+                              options.numWarps, options.minBlocksPerSM);
+  key.rowsPerWarp = options.rowsPerWarp;
+  key.varlen = options.varlen;
+  key.blockSparse = options.blockSparse;
+  key.mma = toString(options.mma);
+  return key;
 }
 
 } // namespace flashjit

@@ -123,9 +123,12 @@ TEST_CASE("every stage is written to the dump directory", "[compiler]") {
   s.variant = Variant("dumped");
   s.causal = Causal::BottomRight;
   compileCpu(s, o);
+  // Named <variant>.<cache key>.<stage>, so compiles never overwrite each
+  // other.
+  const std::string base = dir + "/dumped." + cpuCacheKey(s, o).hash();
   for (const char *ext :
        {".attn.mlir", ".tiled.mlir", ".llvm.mlir", ".ll", ".opt.ll"}) {
-    std::ifstream f(dir + "/dumped" + ext);
+    std::ifstream f(base + ext);
     INFO(ext);
     REQUIRE(f.good());
     std::string first;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "TestSupport.h"
 
+#include "flashjit/frontend/Hash.h"
 #include "flashjit/frontend/Interpreter.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Parser.h"
@@ -244,4 +245,126 @@ TEST_CASE("library: helpers are plain expressions that round-trip as text",
     INFO(text);
     CHECK(structurallyEqual(parseExpr(text), e));
   }
+}
+
+TEST_CASE("library: text sugar expands to the C++ helper's tree",
+          "[frontend][library][text]") {
+  struct Case {
+    const char *text;
+    Expr cpp;
+  };
+  const Case cases[] = {
+      {"causal(top_left)", causal(Alignment::TopLeft)},
+      {"causal( bottom_right )", causal(Alignment::BottomRight)},
+      {"aligned_q_idx(bottom_right)", aligned_q_idx(Alignment::BottomRight)},
+      {"sliding_window(128, 0, top_left)",
+       sliding_window(128, 0, Alignment::TopLeft)},
+      {"sliding_window(64, 3, bottom_right, false)",
+       sliding_window(64, 3, Alignment::BottomRight, false)},
+      {"sliding_window(0, 0, top_left, false)",
+       sliding_window(0, 0, Alignment::TopLeft, false)},
+      {"sliding_window(5, 2, top_left, true)",
+       sliding_window(5, 2, Alignment::TopLeft, true)},
+      {"sliding_window(param<i32>(w), 0, bottom_right)",
+       sliding_window(param<int32_t>("w"), 0, Alignment::BottomRight)},
+      {"prefix_lm(16)", prefix_lm(16)},
+      {"prefix_lm(16, bottom_right)", prefix_lm(16, Alignment::BottomRight)},
+      {"chunked(8192) && causal(top_left)",
+       chunked(8192) && causal(Alignment::TopLeft)},
+      {"chunked(param<i64>(c))", chunked(param<int64_t>("c"))},
+      {"softcap(30.0)", softcap(30.0f)},
+      {"softcap(param<f32>(cap))", softcap(param<float>("cap"))},
+      {"alibi(slopes)", alibi(buffer<float>("slopes"))},
+      {"alibi(buffer<f32>(slopes))", alibi(buffer<float>("slopes"))},
+      {"relative_bias(bias, 32)", relative_bias(buffer<float>("bias"), 32)},
+      {"relative_bias(bias, 0)", relative_bias(buffer<float>("bias"), 0)},
+      {"softcap(20.0) + 1.0", softcap(20.0f) + 1.0f},
+      {"causal(top_left) || (buffer<i32>(doc)[q_idx] == "
+       "buffer<i32>(doc)[kv_idx])",
+       causal(Alignment::TopLeft) ||
+           (buffer<int32_t>("doc")[q_idx] == buffer<int32_t>("doc")[kv_idx])},
+  };
+  for (const Case &c : cases) {
+    INFO(c.text);
+    Expr parsed = parseExpr(c.text);
+    std::string canonical = printExpr(c.cpp);
+    INFO(canonical);
+    CHECK(printExpr(parsed) == canonical);
+    CHECK(hashExpr(parsed) == hashExpr(c.cpp));
+    CHECK(structurallyEqual(parsed, c.cpp));
+    // The canonical text reads back as the same tree.
+    CHECK(structurallyEqual(parseExpr(canonical), c.cpp));
+    CHECK(printExpr(parseExpr(printExpr(parsed))) == canonical);
+  }
+  // In a spec: the same cache hash as the spec built in C++.
+  AttentionSpec fromText = parseSpec(
+      "attention(name=gemma, mask=sliding_window(4096, 0, bottom_right), "
+      "score=softcap(param<f32>(cap)), head_dim=128, dtype=bf16)");
+  AttentionSpec fromCpp;
+  Variant v("gemma");
+  v.mask(sliding_window(4096, 0, Alignment::BottomRight))
+      .scoreMod(softcap(param<float>("cap")));
+  fromCpp.variant = v;
+  fromCpp.headDimQK = fromCpp.headDimV = 128;
+  fromCpp.dtypeQ = fromCpp.dtypeK = fromCpp.dtypeV = fromCpp.dtypeO =
+      DType::BF16;
+  CHECK(printSpec(fromText) == printSpec(fromCpp));
+  CHECK(hashSpec(fromText) == hashSpec(fromCpp));
+  CHECK(hashSpec(parseSpec(printSpec(fromText))) == hashSpec(fromCpp));
+}
+
+TEST_CASE("library: text sugar errors point at the argument",
+          "[frontend][library][text][error]") {
+  struct Case {
+    const char *text;
+    const char *at;      // the text at the error's column
+    const char *message; // part of the message
+  };
+  const Case cases[] = {
+      {"causal()", ")", "takes 1 argument, got 0"},
+      {"causal(top_left, 1)", "1)", "at most 1 argument"},
+      {"causal(diagonal)", "diagonal", "'diagonal'"},
+      {"causal(1)", "1)", "expected an alignment"},
+      {"causal", "", "expected '(' after 'causal'"},
+      {"causal(top_left", "", "expected ',' or ')'"},
+      {"sliding_window(-1, 0, top_left)", "-1", "left = -1 must be >= 0"},
+      {"sliding_window(8, -2, top_left)", "-2", "right = -2 must be >= 0"},
+      {"sliding_window(128, 1.5, top_left)", "1.5",
+       "right must be an integer, got f32"},
+      {"sliding_window(128, 0)", ")", "at least 3 arguments, got 2"},
+      {"sliding_window(1, 0, top_left, maybe)", "maybe",
+       "include_current must be true or false, got 'maybe'"},
+      {"sliding_window(1, 0, top_left, true, 3)", "3)", "at most 4"},
+      {"prefix_lm(score)", "score", "prefix_len must be an integer, got f32"},
+      {"prefix_lm(-3)", "-3", "prefix_len = -3 must be >= 0"},
+      {"chunked(0)", "0", "chunk_size = 0 must be >= 1"},
+      {"chunked(q_idx < 3)", "q_idx", "must be an integer, got bool"},
+      {"softcap(true)", "true", "cap must be a number, got bool"},
+      {"softcap()", ")", "got 0"},
+      {"alibi(buffer<i32>(slopes))", "buffer", "must be f32, got i32"},
+      {"alibi(3)", "3", "expected a buffer name"},
+      {"relative_bias(bias, -1)", "-1", "max_distance = -1 must be >= 0"},
+      {"relative_bias(bias, param<i32>(d))", "param",
+       "max_distance must be an i32 literal"},
+      {"relative_bias(bias)", ")", "takes 2 arguments, got 1"},
+      {"score + softcap(30.0, 2.0)", "2.0", "at most 1 argument"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.text);
+    std::string text = c.text;
+    size_t column = *c.at ? text.rfind(c.at) + 1 : text.size() + 1;
+    bool threw = false;
+    try {
+      parseExpr(text);
+    } catch (const ParseError &e) {
+      threw = true;
+      INFO(e.what());
+      CHECK(e.column() == column);
+      CHECK(e.message().find(c.message) != std::string::npos);
+    }
+    CHECK(threw);
+  }
+  // A type error of the expansion's use is an ordinary type error.
+  CHECK_THROWS_AS(parseExpr("q_idx + causal(top_left)"), UserError);
+  CHECK_THROWS_AS(parseSpec("attention(mask=softcap(30.0))"), UserError);
 }

@@ -439,3 +439,46 @@ TEST_CASE("reference: a NaN score at an allowed key makes the row NaN, in "
       CHECK(std::isnan(g.dq[4 + d]));
   }
 }
+
+TEST_CASE("reference: sampled rows equal the rows of the whole reference",
+          "[frontend][reference][rows]") {
+  const uint64_t seed = flashjit::test::freshSeed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  AttentionSpec spec = f32Spec(16, 8);
+  spec.headsQ = 6;
+  spec.headsKV = 2;
+  spec.causal = Causal::BottomRight;
+  Variant v("rows");
+  v.mask(sliding_window(3, 1, Alignment::TopLeft) || kv_idx == 0);
+  v.scoreMod(softcap(2.0f) + cast<float>(head) * 0.125f);
+  spec.variant = v;
+  const int64_t b = 2, sq = 9, sk = 13;
+  HostTensor q(DType::F32, {b, 6, sq, 16}), k(DType::F32, {b, 2, sk, 16}),
+      vt(DType::F32, {b, 2, sk, 8});
+  auto r = [&](auto...) { return flashjit::test::nonZero(rng); };
+  q.fill(r);
+  k.fill(r);
+  vt.fill(r);
+  ReferenceOutput all = referenceAttention(spec, q.ref, k.ref, vt.ref);
+  std::vector<RowIndex> rows;
+  std::uniform_int_distribution<int64_t> ub(0, b - 1), uh(0, 5), ui(0, sq - 1);
+  for (int n = 0; n < 20; ++n)
+    rows.push_back({ub(rng), uh(rng), ui(rng)});
+  rows.push_back({b - 1, 5, sq - 1});
+  std::vector<ReferenceRow> some =
+      referenceAttentionRows(spec, q.ref, k.ref, vt.ref, rows);
+  REQUIRE(some.size() == rows.size());
+  for (const ReferenceRow &row : some) {
+    auto [bi, h, i] = row.row;
+    INFO("row " << bi << " " << h << " " << i);
+    CHECK(row.lse == all.lseAt(bi, h, i));
+    for (int64_t d = 0; d < 8; ++d)
+      CHECK(row.o[d] == all.oAt(bi, h, i, d));
+  }
+  const RowIndex outside[] = {{b, 0, 0}, {0, 6, 0}, {0, 0, sq}, {0, -1, 0}};
+  for (const RowIndex &row : outside)
+    CHECK_THROWS_AS(
+        referenceAttentionRows(spec, q.ref, k.ref, vt.ref, std::span(&row, 1)),
+        UserError);
+}

@@ -54,8 +54,9 @@ struct GpuCompileOptions {
   /// spills;
   /// defaultGpuTileConfig(spec, arch, varlen, blockSparse) gives them).
   bool blockSparse = false;
-  /// Directory that receives <name>.attn.mlir, .gpu.mlir and .ptx; empty
-  /// means $FLASHJIT_DUMP_DIR if set, else no files.
+  /// Directory that receives <name>.<key>.attn.mlir, .gpu.mlir and
+  /// .<arch>.ptx (<key>: gpuCacheKey's hash, so compiles never overwrite each
+  /// other); empty means $FLASHJIT_DUMP_DIR if set, else no files.
   std::string dumpDir;
 };
 

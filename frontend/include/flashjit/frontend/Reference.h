@@ -57,6 +57,32 @@ ReferenceOutput referenceAttention(const AttentionSpec &spec,
                                    const TensorRef &v, const Arguments &args,
                                    const BlockMask &blockMask);
 
+/// One query row: batch index, query head, query position.
+struct RowIndex {
+  int64_t batch = 0, head = 0, qIdx = 0;
+};
+
+/// The reference output of one query row.
+struct ReferenceRow {
+  RowIndex row;
+  /// O of the row [head_dim_v].
+  std::vector<double> o;
+  /// LSE of the row (natural log; -inf when no key is allowed).
+  double lse = 0.0;
+};
+
+/// The reference of the query rows \p rows only, with exactly the values
+/// referenceAttention() gives for them (the same row computation, seqlen_q
+/// and seqlen_k of the whole call): for checking big problems on sampled
+/// rows. Throws UserError for bad tensors or arguments, or a row outside
+/// [batch, heads_q, seqlen_q].
+std::vector<ReferenceRow> referenceAttentionRows(const AttentionSpec &spec,
+                                                 const TensorRef &q,
+                                                 const TensorRef &k,
+                                                 const TensorRef &v,
+                                                 std::span<const RowIndex> rows,
+                                                 const Arguments &args = {});
+
 /// Reference outputs of a packed varlen call, contiguous, in double.
 struct VarlenReferenceOutput {
   VarlenShape shape;
