@@ -537,17 +537,17 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
     status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
 }
 
-void GpuAttentionBackwardKernel::run(
-    const TensorRef &q, const TensorRef &k, const TensorRef &v,
-    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
-    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
-    const Arguments &args, CUstream stream) const {
+void GpuAttentionBackwardKernel::run(const TensorRef &q, const TensorRef &k,
+                                     const TensorRef &v, const TensorRef &o,
+                                     const TensorRef &lse, const TensorRef &dO,
+                                     const TensorRef &dq, const TensorRef &dk,
+                                     const TensorRef &dv, const Arguments &args,
+                                     CUstream stream) const {
   AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o, &lse);
   // dO has o's shape and dtype; dq, dk, dv those of q, k, v.
   AttentionShape sg = checkAttentionTensors(spec_, q, k, v, &dO);
   AttentionShape sd = checkAttentionTensors(spec_, dq, dk, dv);
-  if (sd.batch != s.batch || sd.seqlenQ != s.seqlenQ ||
-      sd.seqlenK != s.seqlenK)
+  if (sd.batch != s.batch || sd.seqlenQ != s.seqlenQ || sd.seqlenK != s.seqlenK)
     throw UserError(fmt::format(
         "dq/dk/dv have batch {}, seqlen_q {}, seqlen_k {}; q/k/v have {}, {}, "
         "{}",
@@ -624,10 +624,10 @@ void GpuAttentionBackwardKernel::run(
   }
 
   LaunchConfig rowCfg;
-  rowCfg.grid = {static_cast<unsigned>((s.seqlenQ + abi::gpu::kBackwardRowsPerCta - 1) /
-                                       abi::gpu::kBackwardRowsPerCta),
-                 static_cast<unsigned>(s.headsQ),
-                 static_cast<unsigned>(s.batch)};
+  rowCfg.grid = {
+      static_cast<unsigned>((s.seqlenQ + abi::gpu::kBackwardRowsPerCta - 1) /
+                            abi::gpu::kBackwardRowsPerCta),
+      static_cast<unsigned>(s.headsQ), static_cast<unsigned>(s.batch)};
   rowCfg.block = {static_cast<unsigned>(abi::gpu::kBackwardRowThreads), 1, 1};
   rowCfg.stream = stream;
   if (s.seqlenQ > 0)

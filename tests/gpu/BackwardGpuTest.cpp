@@ -56,7 +56,9 @@ void put(GpuTensor &t, int64_t a, int64_t b, int64_t c, int64_t d,
   storeFromFloat(t.hostRef.data, t.hostRef.dtype, t.hostRef.offset(a, b, c, d),
                  static_cast<float>(value));
 }
-void upload(GpuTensor &t) { t.device.copyFromHost(t.host.data(), t.host.size()); }
+void upload(GpuTensor &t) {
+  t.device.copyFromHost(t.host.data(), t.host.size());
+}
 
 /// Relative error bounds of the gradients: max |got - want| / max |want|
 /// and the Frobenius ratio ||got - want|| / ||want||. P and dS enter the
@@ -95,8 +97,7 @@ struct GradCheck {
 void checkGrad(const char *name, const GradCheck &c, DType t) {
   INFO(name << ": max |err| / max |ref| = " << c.relMax()
             << ", ||err|| / ||ref|| = " << c.relNorm() << ", NaN " << c.nan
-            << ", nonzero in rows / keys with nothing allowed: "
-            << c.nonZero);
+            << ", nonzero in rows / keys with nothing allowed: " << c.nonZero);
   CHECK(c.nan == 0);
   CHECK(c.nonZero == 0);
   CHECK(c.relMax() <= maxTol(t));
@@ -201,9 +202,9 @@ bool selected(const std::string &id) {
 TEST_CASE("generated backward kernels match the float64 reference backward",
           "[gpu][backward]") {
   Device &dev = Device::get(0);
-  const std::pair<int64_t, int64_t> shapes[] = {
-      {1, 1}, {17, 65}, {65, 17}, {130, 77}, {0, 9}, {9, 0}, {257, 300},
-      {200, 200}};
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},     {17, 65},  {65, 17},
+                                                {130, 77},  {0, 9},    {9, 0},
+                                                {257, 300}, {200, 200}};
   uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
   int i = 0;
@@ -245,11 +246,12 @@ TEST_CASE("backward timing against the forward", "[.bwdbench]") {
     auto fwd = test::loadAheadOfTime(k.id + "_fwd", k.spec, dev);
     for (int64_t n : {4096, 16384}) {
       int64_t b = 32768 / n, h = k.spec.headsQ, d = k.spec.headDimQK;
-      GpuTensor q(dev, DType::BF16, {b, h, n, d}), kt(dev, DType::BF16, {b, h, n, d}),
-          v(dev, DType::BF16, {b, h, n, d}), o(dev, DType::BF16, {b, h, n, d}),
-          dO(dev, DType::BF16, {b, h, n, d}),
+      GpuTensor q(dev, DType::BF16, {b, h, n, d}),
+          kt(dev, DType::BF16, {b, h, n, d}), v(dev, DType::BF16, {b, h, n, d}),
+          o(dev, DType::BF16, {b, h, n, d}), dO(dev, DType::BF16, {b, h, n, d}),
           lse(dev, DType::F32, {b, h, n, 1}, 3),
-          dq(dev, DType::BF16, {b, h, n, d}), dk(dev, DType::BF16, {b, h, n, d}),
+          dq(dev, DType::BF16, {b, h, n, d}),
+          dk(dev, DType::BF16, {b, h, n, d}),
           dv(dev, DType::BF16, {b, h, n, d});
       q.randomize(rng);
       kt.randomize(rng);

@@ -102,9 +102,8 @@ inline std::vector<MatrixKernel> backwardKernels() {
   std::vector<MatrixKernel> out;
   const int gqa[][2] = {{2, 2}, {4, 2}, {3, 1}};
   int i = 0;
-  for (std::string name :
-       {"none", "causal_tl", "causal_br", "window_lr", "chunked_causal",
-        "doc_id"})
+  for (std::string name : {"none", "causal_tl", "causal_br", "window_lr",
+                           "chunked_causal", "doc_id"})
     for (int d : {64, 128}) {
       DType t = i % 2 ? DType::F16 : DType::BF16;
       const int *g = gqa[i++ % 3];

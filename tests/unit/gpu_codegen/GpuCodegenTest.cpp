@@ -335,8 +335,7 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
 TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions o;
   o.kind = KernelKind::Backward;
-  AttentionSpec softcap =
-      testing::matrixSpec("softcap", 64, DType::BF16, 2, 2);
+  AttentionSpec softcap = testing::matrixSpec("softcap", 64, DType::BF16, 2, 2);
   CHECK_THROWS_WITH(compileGpu(softcap, o),
                     Catch::Contains("score_grad region"));
   AttentionSpec dense = testing::matrixSpec("none", 64, DType::BF16, 2, 2);

@@ -84,8 +84,8 @@ private:
   }
   /// Linear row of (batch, head, row) in the fp32 workspaces.
   Value workRow(Value headsQ, Value h, Value row) {
-    return ops.ext64(ops.add(
-        ops.mul(ops.add(ops.mul(batch, headsQ), h), seqlenQ), row));
+    return ops.ext64(
+        ops.add(ops.mul(ops.add(ops.mul(batch, headsQ), h), seqlenQ), row));
   }
   /// Two f32 from an i32 of two 16-bit floats (lo first).
   std::pair<Value, Value> unpack(Value packed);
@@ -212,9 +212,8 @@ void BackwardBuilder::rowKernel(Operation *gpuModule, bool pre) {
     Value accRow = ops.mul(wrow, ops.ci64(c.headDimQK));
     auto accAddr = [&](Value p) {
       return ops.gepBytes(
-          dqAccum,
-          ops.mul(ops.add(accRow, ops.ext64(ops.mul(p, ops.ci32(2)))),
-                  ops.ci64(4)));
+          dqAccum, ops.mul(ops.add(accRow, ops.ext64(ops.mul(p, ops.ci32(2)))),
+                           ops.ci64(4)));
     };
     if (pre) {
       Value oRow = offset(TO, batch, head, row);
@@ -245,9 +244,9 @@ void BackwardBuilder::rowKernel(Operation *gpuModule, bool pre) {
       for (int off = 16; off >= 1; off /= 2)
         sum = ops.fadd(sum, ops.shflXor(sum, off));
       ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, ln, ops.ci32(0)), [&] {
-        LLVM::StoreOp::create(
-            b, sum, ops.gepBytes(delta, ops.mul(wrow, ops.ci64(4))),
-            /*alignment=*/4);
+        LLVM::StoreOp::create(b, sum,
+                              ops.gepBytes(delta, ops.mul(wrow, ops.ci64(4))),
+                              /*alignment=*/4);
       });
       forPairs(c.headDimQK, [&](Value p) {
         LLVM::StoreOp::create(b, ops.ci64(0), accAddr(p), /*alignment=*/8);
@@ -257,11 +256,12 @@ void BackwardBuilder::rowKernel(Operation *gpuModule, bool pre) {
       forPairs(c.headDimQK, [&](Value p) {
         Value a = accAddr(p);
         Value x0 = LLVM::LoadOp::create(b, ops.f32, a, /*alignment=*/8);
-        Value x1 =
-            LLVM::LoadOp::create(b, ops.f32, ops.gepBytes(a, 4), /*alignment=*/4);
+        Value x1 = LLVM::LoadOp::create(b, ops.f32, ops.gepBytes(a, 4),
+                                        /*alignment=*/4);
         Value e = ops.ext64(ops.mul(p, ops.ci32(2)));
-        LLVM::StoreOp::create(b, ops.pack(ops.fmul(x0, scale), ops.fmul(x1, scale)),
-                              address(TDQ, ops.add(dqRow, e)), /*alignment=*/4);
+        LLVM::StoreOp::create(
+            b, ops.pack(ops.fmul(x0, scale), ops.fmul(x1, scale)),
+            address(TDQ, ops.add(dqRow, e)), /*alignment=*/4);
       });
     }
   }
@@ -343,11 +343,11 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   aDS = at(sDS, ntRow, ops.add(ops.mul(rg, ops.ci32(16)), ntCol), BN);
   bKn = at(sK, tRow, ops.add(tCol, ops.mul(cg, ops.ci32(dqCols))), D);
 
-  Value kLast = ops.sub(
-      arith::MinSIOp::create(b, ops.add(k0, ops.ci32(BM)), seqlenK),
-      ops.ci32(1));
-  Value kPastEnd = ops.cmp(arith::CmpIPredicate::sgt,
-                           ops.add(k0, ops.ci32(BM)), seqlenK);
+  Value kLast =
+      ops.sub(arith::MinSIOp::create(b, ops.add(k0, ops.ci32(BM)), seqlenK),
+              ops.ci32(1));
+  Value kPastEnd =
+      ops.cmp(arith::CmpIPredicate::sgt, ops.add(k0, ops.ci32(BM)), seqlenK);
   Value numQ = arith::DivUIOp::create(b, ops.add(seqlenQ, ops.ci32(BN - 1)),
                                       ops.ci32(BN));
   const int nK = D / 8 * 4, nV = Dv / 8 * 4;
@@ -371,9 +371,9 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
       Value q0 = ops.mul(
           arith::IndexCastOp::create(b, ops.i32, tiles.getInductionVar()),
           ops.ci32(BN));
-      Value qLast = ops.sub(
-          arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BN)), seqlenQ),
-          ops.ci32(1));
+      Value qLast =
+          ops.sub(arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BN)), seqlenQ),
+                  ops.ci32(1));
       Value mayBeFalse = ops.cb(false), mayBeTrue = ops.cb(true);
       if (em.hasMask()) {
         IndexValues lo{batch, head, q0, k0, seqlenQ, seqlenK};
@@ -409,8 +409,8 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
 
 SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
                                              Value q0, Value needsMask) {
-  const int BM = c.blockM(), BN = c.blockN, D = c.headDimQK,
-            Dv = c.headDimV, P = kPad;
+  const int BM = c.blockM(), BN = c.blockN, D = c.headDimQK, Dv = c.headDimV,
+            P = kPad;
   const int nS = BN / 8, nK = D / 8 * 4;
   const float log2e = 1.4426950408889634f;
   Value zero32 = ops.ci32(0);
@@ -433,8 +433,7 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
     Value dl = ops.guarded(ok, ops.f32, ops.cf32(0.0f), [&]() -> Value {
       return LLVM::LoadOp::create(
           b, ops.f32,
-          ops.gepBytes(delta,
-                       ops.mul(workRow(headsQ, head, row), ops.ci64(4))),
+          ops.gepBytes(delta, ops.mul(workRow(headsQ, head, row), ops.ci64(4))),
           /*alignment=*/4);
     });
     Value off = ops.ext64(ops.mul(tid, ops.ci32(4)));
@@ -457,8 +456,12 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
         false, s, nS);
   }
   // Scores in log2 units, masked where the tile needs it.
-  KeyRowCoords coords{batch,     head,      seqlenQ,
-                      seqlenK,   kvRow[0],  kvRow[1],
+  KeyRowCoords coords{batch,
+                      head,
+                      seqlenQ,
+                      seqlenK,
+                      kvRow[0],
+                      kvRow[1],
                       ops.add(q0, ops.mul(t, ops.ci32(2)))};
   SmallVector<Type> sTypes(nS * 4, ops.f32);
   auto maskIf = scf::IfOp::create(b, sTypes, needsMask, /*withElse=*/true);
@@ -477,9 +480,8 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   SmallVector<Value> colLse, colDelta;
   for (int jn = 0; jn < nS; ++jn)
     for (int cc = 0; cc < 2; ++cc) {
-      Value off =
-          ops.mul(ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jn * 8 + cc)),
-                  ops.ci32(4));
+      Value off = ops.mul(
+          ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jn * 8 + cc)), ops.ci32(4));
       colLse.push_back(loadShared(ops.f32, sLse, off));
       colDelta.push_back(loadShared(ops.f32, sDelta, off));
     }
@@ -517,8 +519,7 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   for (int jn = 0; jn < nS; ++jn)
     for (int i = 0; i < 4; ++i) {
       int e = jn * 4 + i;
-      ds.push_back(
-          ops.fmul(p[e], ops.fsub(dp[e], colDelta[jn * 2 + (i & 1)])));
+      ds.push_back(ops.fmul(p[e], ops.fsub(dp[e], colDelta[jn * 2 + (i & 1)])));
     }
   // dK += dS^T Q (scaled at the end).
   for (int kk = 0; kk < BN / 16; ++kk)
@@ -531,11 +532,11 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   // dS^T into shared memory, then dQaccum += dS K.
   for (int jn = 0; jn < nS; ++jn)
     for (int r = 0; r < 2; ++r) {
-      Value row = ops.add(ops.add(ops.mul(warp, ops.ci32(16)), g),
-                          ops.ci32(8 * r));
+      Value row =
+          ops.add(ops.add(ops.mul(warp, ops.ci32(16)), g), ops.ci32(8 * r));
       Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jn * 8));
-      Value off = ops.mul(ops.add(ops.mul(row, ops.ci32(BN + P)), col),
-                          ops.ci32(2));
+      Value off =
+          ops.mul(ops.add(ops.mul(row, ops.ci32(BN + P)), col), ops.ci32(2));
       LLVM::StoreOp::create(
           b, ops.pack(ds[jn * 4 + 2 * r], ds[jn * 4 + 2 * r + 1]),
           ops.gepBytes(sDS, ops.ext64(off)), /*alignment=*/4);
@@ -544,8 +545,8 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   const int nQ = dqCols / 8;
   SmallVector<Value> dq(nQ * 4, ops.cf32(0.0f));
   for (int kk = 0; kk < BM / 16; ++kk) {
-    auto a = ldmatrixX4(
-        ops, ops.gepBytes(aDS, int64_t(2) * kk * 16 * (BN + P)), true);
+    auto a = ldmatrixX4(ops, ops.gepBytes(aDS, int64_t(2) * kk * 16 * (BN + P)),
+                        true);
     mmaRow(
         a,
         [&](int jd) {
@@ -556,9 +557,8 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   Value rg = arith::RemUIOp::create(b, warp, ops.ci32(rowGroups));
   Value cg = arith::DivUIOp::create(b, warp, ops.ci32(rowGroups));
   for (int r = 0; r < 2; ++r) {
-    Value row =
-        ops.add(ops.add(q0, ops.add(ops.mul(rg, ops.ci32(16)), g)),
-                ops.ci32(8 * r));
+    Value row = ops.add(ops.add(q0, ops.add(ops.mul(rg, ops.ci32(16)), g)),
+                        ops.ci32(8 * r));
     ops.ifThen(ops.cmp(arith::CmpIPredicate::slt, row, seqlenQ), [&] {
       Value base = ops.mul(workRow(headsQ, head, row), ops.ci64(D));
       for (int jd = 0; jd < nQ; ++jd)
@@ -567,8 +567,7 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
               ops.add(ops.mul(cg, ops.ci32(dqCols)), ops.mul(t, ops.ci32(2))),
               ops.ci32(jd * 8 + cc));
           Value addr = ops.gepBytes(
-              dqAccum,
-              ops.mul(ops.add(base, ops.ext64(col)), ops.ci64(4)));
+              dqAccum, ops.mul(ops.add(base, ops.ext64(col)), ops.ci64(4)));
           LLVM::AtomicRMWOp::create(b, LLVM::AtomicBinOp::fadd, addr,
                                     dq[jd * 4 + 2 * r + cc],
                                     LLVM::AtomicOrdering::monotonic);
@@ -582,8 +581,8 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   return out;
 }
 
-void BackwardBuilder::storeRows(int tensor, Value headIdx,
-                                ArrayRef<Value> acc, int dim, Value factor) {
+void BackwardBuilder::storeRows(int tensor, Value headIdx, ArrayRef<Value> acc,
+                                int dim, Value factor) {
   for (int r = 0; r < 2; ++r) {
     OpBuilder::InsertionGuard rg(b);
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, kvRow[r], seqlenK));

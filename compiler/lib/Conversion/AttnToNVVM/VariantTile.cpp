@@ -77,14 +77,13 @@ SmallVector<Value> variantScores(KernelOps &ops, FragmentEmitter &em,
         Value qi = i < 2 ? at.qRow0[mt] : at.qRow1[mt];
         Value kvi = kvCols[jn * 2 + (i & 1)];
         IndexValues idx{at.batch, at.head, qi, kvi, at.seqlenQ, at.seqlenK};
-        out.push_back(elementScore(ops, em, idx, acc, scale, scaleLog2,
-                                   masked, zero, minusInf));
+        out.push_back(elementScore(ops, em, idx, acc, scale, scaleLog2, masked,
+                                   zero, minusInf));
       }
   if (factored)
     em.endMaskFactors();
   return out;
 }
-
 
 SmallVector<Value> variantScoresKeyRows(KernelOps &ops, FragmentEmitter &em,
                                         ArrayRef<Value> s,

@@ -285,30 +285,31 @@ inline constexpr int kBlockMaskThreads = 256;
 ///   `<name>_bwd`       one CTA per (key tile of block_m keys, kv head,
 ///                      batch), looping over the query heads of its group and
 ///                      the query tiles that can see it: dK, dV written,
-///                      scale * dS K added to dQaccum (fp32 atomics);
+///                      dS K added to dQaccum (fp32 atomics);
 ///                      grid (ceil(seqlen_k / block_m), heads_kv, batch),
 ///                      block 32 * num_warps, the config's shared memory;
-///   `<name>_bwd_post`  dQ = dQaccum in the inputs' dtype; grid and block
+///   `<name>_bwd_post`  dQ = scale * dQaccum in the inputs' dtype; grid and
+///   block
 ///                      as `_bwd_pre`.
 /// Strides are in elements, three per tensor (batch, head, seq); the
 /// head_dim stride is 1. dQaccum [batch, heads_q, seqlen_q, head_dim_qk]
 /// and D [batch, heads_q, seqlen_q] are contiguous fp32 workspaces.
 enum BackwardArg : int {
-  kBwdQ = 0,        ///< Q [batch, heads_q, seqlen_q, head_dim_qk]
-  kBwdK = 1,        ///< K [batch, heads_kv, seqlen_k, head_dim_qk]
-  kBwdV = 2,        ///< V [batch, heads_kv, seqlen_k, head_dim_v]
-  kBwdO = 3,        ///< O [batch, heads_q, seqlen_q, head_dim_v]
-  kBwdDO = 4,       ///< dO, as O
-  kBwdLse = 5,      ///< LSE [batch, heads_q, seqlen_q] f32 (natural log)
-  kBwdDQ = 6,       ///< dQ, as Q (out)
-  kBwdDK = 7,       ///< dK, as K (out)
-  kBwdDV = 8,       ///< dV, as V (out)
-  kBwdDQAccum = 9,  ///< fp32 workspace, see above
-  kBwdDelta = 10,   ///< fp32 workspace, see above
-  kBwdStatus = 11,  ///< i32 per buffer, set to 1 by an out-of-range read
-  kBwdStrides = 12, ///< 3 x i64 for each of q k v o dO lse dQ dK dV
-  kBwdSeqlenQ = 39, ///< i32
-  kBwdSeqlenK = 40, ///< i32
+  kBwdQ = 0,          ///< Q [batch, heads_q, seqlen_q, head_dim_qk]
+  kBwdK = 1,          ///< K [batch, heads_kv, seqlen_k, head_dim_qk]
+  kBwdV = 2,          ///< V [batch, heads_kv, seqlen_k, head_dim_v]
+  kBwdO = 3,          ///< O [batch, heads_q, seqlen_q, head_dim_v]
+  kBwdDO = 4,         ///< dO, as O
+  kBwdLse = 5,        ///< LSE [batch, heads_q, seqlen_q] f32 (natural log)
+  kBwdDQ = 6,         ///< dQ, as Q (out)
+  kBwdDK = 7,         ///< dK, as K (out)
+  kBwdDV = 8,         ///< dV, as V (out)
+  kBwdDQAccum = 9,    ///< fp32 workspace, see above
+  kBwdDelta = 10,     ///< fp32 workspace, see above
+  kBwdStatus = 11,    ///< i32 per buffer, set to 1 by an out-of-range read
+  kBwdStrides = 12,   ///< 3 x i64 for each of q k v o dO lse dQ dK dV
+  kBwdSeqlenQ = 39,   ///< i32
+  kBwdSeqlenK = 40,   ///< i32
   kBwdHeadGroup = 41, ///< i32: heads_q / heads_kv (GQA)
   kBwdScale = 42,     ///< f32: the softmax scale
   kBwdScaleLog2 = 43, ///< f32: scale * log2(e)

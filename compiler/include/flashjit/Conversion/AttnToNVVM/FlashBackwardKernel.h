@@ -32,7 +32,7 @@ namespace flashjit::nvvm {
 ///   S^T = K Q^T,  P^T = exp2(score * log2e - LSE * log2e) (0 where masked)
 ///   dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T * (dP^T - D)
 ///   dK += scale * dS^T Q
-/// and, after dS^T goes through shared memory, dQaccum += scale * dS K
+/// and, after dS^T goes through shared memory, dQaccum += dS K
 /// (fp32 atomics). Tiles the classifier finds full run no mask code.
 void buildFlashBackwardKernels(mlir::OpBuilder &b, mlir::Location loc,
                                mlir::Operation *gpuModule,
