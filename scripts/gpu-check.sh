@@ -18,7 +18,10 @@
 # summary table is printed last. GPU_CHECK_STEPS (default: all) picks steps
 # by name: unit gpu large torch memcheck racecheck memcheck_generated
 # racecheck_generated memcheck_sparse racecheck_sparse, and sparse (only the
-# [sparse] tests, which gpu includes). Exit status: 0 iff every selected test
+# [sparse] tests, which gpu includes), bwd (only the [backward] tests, which
+# gpu includes), bwdbench (forward and backward TF/s, not in the default),
+# memcheck_bwd and racecheck_bwd (a few backward kernels under the
+# sanitizers, not in the default). Exit status: 0 iff every selected test
 # step passed.
 #
 # GPU_CHECK_PACK_PYTHON=1 at `pack` also carries libflashjit_c.so (the C API
@@ -47,18 +50,27 @@ pack() {
   # has no MLIR.
   local kdir
   kdir=$(mktemp -d)
-  "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a
+  # GPU_CHECK_PACK=backward: only the backward and timing kernels, no torch
+  # bundle (quick; for GPU_CHECK_STEPS=bwd bwdbench memcheck_bwd ...).
+  local only=${GPU_CHECK_PACK:-all}
+  if [[ $only == backward ]]; then
+    "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a backward-only
+  else
+    "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a
+  fi
   tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
   rm -rf "$kdir" "$PACK/matrix_kernels"
   # The kernels tests/gpu/torch_compare.py loads through the C API.
-  local bdir specs=()
-  bdir=$(mktemp -d)
-  while read -r s; do specs+=(--spec "$s"); done \
-    < <(python3 tests/gpu/torch_compare.py --list-specs)
-  "$BUILD/tools/flashjit/flashjit" bundle --out "$bdir/bundle" \
-    --target sm_90a "${specs[@]}" >/dev/null
-  tar -C "$bdir" -cJf "$PACK/torch_bundle.tar.xz" bundle
-  rm -rf "$bdir"
+  if [[ $only != backward ]]; then
+    local bdir specs=()
+    bdir=$(mktemp -d)
+    while read -r s; do specs+=(--spec "$s"); done \
+      < <(python3 tests/gpu/torch_compare.py --list-specs)
+    "$BUILD/tools/flashjit/flashjit" bundle --out "$bdir/bundle" \
+      --target sm_90a "${specs[@]}" >/dev/null
+    tar -C "$bdir" -cJf "$PACK/torch_bundle.tar.xz" bundle
+    rm -rf "$bdir"
+  fi
   rm -f "$PACK"/bin/* "$PACK"/lib/*.so*[0-9] "$PACK"/lib/*.so
   local bins=("$BUILD/tests/gpu/flashjit_gpu_tests"
               "$BUILD/tests/unit/runtime/flashjit_runtime_tests")
@@ -154,6 +166,18 @@ run() {
   want unit && step unit "$bin/flashjit_runtime_tests"
   want gpu && step gpu "$bin/flashjit_gpu_tests" --durations yes
   want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
+  want bwd && step bwd "$bin/flashjit_gpu_tests" "[backward]" --durations yes
+  want bwdbench && step bwdbench "$bin/flashjit_gpu_tests" "[bwdbench]"
+  if command -v compute-sanitizer >/dev/null && want memcheck_bwd; then
+    FLASHJIT_MATRIX_ONLY=bwd_causal_br step memcheck_bwd compute-sanitizer \
+      --tool memcheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
+      "generated backward kernels match the float64 reference backward"
+  fi
+  if command -v compute-sanitizer >/dev/null && want racecheck_bwd; then
+    FLASHJIT_MATRIX_ONLY=bwd_doc_id_d64 step racecheck_bwd compute-sanitizer \
+      --tool racecheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
+      "generated backward kernels match the float64 reference backward"
+  fi
   want large && step large "$bin/flashjit_gpu_tests" "[large]"
   if want torch; then
     tar -C /tmp -xJf "$PACK/torch_bundle.tar.xz"
@@ -208,10 +232,12 @@ run() {
   echo "=== gpu-check summary (logs in $out)"
   grep -h "^GPU:" "$out/gpu.log" 2>/dev/null || true
   grep -h "ms$" "$out/large.log" 2>/dev/null | sed 's/^ *//' || true
+  grep -h "^BENCH" "$out/bwdbench.log" 2>/dev/null || true
   printf '%-10s %s\n' step status
   local failed=0
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
-    racecheck_generated sparse memcheck_sparse racecheck_sparse; do
+    racecheck_generated sparse memcheck_sparse racecheck_sparse bwd bwdbench \
+    memcheck_bwd racecheck_bwd; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
       "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|[0-9]+/[0-9]+ cases passed)' "$out/$s.log" | tail -1)"

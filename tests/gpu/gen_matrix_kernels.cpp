@@ -37,16 +37,23 @@ void write(const std::string &dir, const std::string &id,
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 4) {
     std::fprintf(stderr,
-                 "usage: %s DIR [sm_80|sm_90a [default|mma.sync|wgmma]]\n",
+                 "usage: %s DIR [sm_80|sm_90a "
+                 "[default|mma.sync|wgmma|backward-only]]\n",
                  argv[0]);
     return 1;
   }
   std::string dir = argv[1];
   flashjit::GpuCompileOptions o;
   o.arch = argc > 2 ? argv[2] : "sm_90a";
+  // MMA "backward-only": only the backward and timing kernels (a quick pack
+  // for the [backward] tests: scripts/gpu-check.sh with
+  // GPU_CHECK_PACK=backward).
+  bool backwardOnly = false;
   if (argc > 3) {
     std::string mma = argv[3];
-    if (mma == "mma.sync")
+    if (mma == "backward-only")
+      backwardOnly = true;
+    else if (mma == "mma.sync")
       o.mma = flashjit::GpuMma::MmaSync;
     else if (mma == "wgmma")
       o.mma = flashjit::GpuMma::Wgmma;
@@ -57,21 +64,43 @@ int main(int argc, char **argv) {
   }
   int n = 0;
   for (const auto &k : flashjit::testing::kernelMatrix()) {
+    if (backwardOnly)
+      break;
     write(dir, k.id, flashjit::compileGpu(k.spec, o));
     ++n;
   }
   // Block-sparse / varlen kernels: the .info line also has block_n, varlen
   // and block_sparse.
   for (const auto &k : flashjit::testing::sparseKernels()) {
+    if (backwardOnly)
+      break;
     flashjit::GpuCompileOptions so = o;
     so.varlen = k.varlen;
     so.blockSparse = k.blockSparse;
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
     ++n;
   }
+  // Backward kernels (mma.sync on every target; .info as the sparse ones).
+  for (const auto &k : flashjit::testing::backwardKernels()) {
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.kind = flashjit::KernelKind::Backward;
+    write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    ++n;
+  }
+  // Timing kernels: forward <id>_fwd and backward <id>.
+  for (const auto &k : flashjit::testing::benchKernels()) {
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
+    bo.kind = flashjit::KernelKind::Backward;
+    write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    n += 2;
+  }
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).
   for (const auto &k : flashjit::testing::optionKernels()) {
-    if (o.arch != "sm_90a" || o.mma != flashjit::GpuMma::Default)
+    if (o.arch != "sm_90a" || o.mma != flashjit::GpuMma::Default ||
+        backwardOnly)
       break;
     write(dir, k.id,
           flashjit::compileGpu(k.spec, flashjit::testing::options(k)));

@@ -92,6 +92,43 @@ inline std::vector<MatrixKernel> kernelMatrix() {
   return out;
 }
 
+/// The backward kernels of the [gpu] backward tests and the no-GPU ptxas
+/// test (compiled with GpuCompileOptions::kind = Backward): dense, both
+/// causal alignments, a two-sided window, chunked causal and a document
+/// mask (buffer reads), head dims 64, 96 and 128, both 16-bit dtypes, GQA
+/// ratios 1, 2 and 3. Variants with a score modifier are missing until the
+/// backward op carries its derivative.
+inline std::vector<MatrixKernel> backwardKernels() {
+  std::vector<MatrixKernel> out;
+  const int gqa[][2] = {{2, 2}, {4, 2}, {3, 1}};
+  int i = 0;
+  for (std::string name : {"none", "causal_tl", "causal_br", "window_lr",
+                           "chunked_causal", "doc_id"})
+    for (int d : {64, 128}) {
+      DType t = i % 2 ? DType::F16 : DType::BF16;
+      const int *g = gqa[i++ % 3];
+      std::string id = "bwd_" + name + "_d" + std::to_string(d) + "_" +
+                       std::string(toString(t)) + "_g" +
+                       std::to_string(g[0] / g[1]);
+      out.push_back({id, name, matrixSpec(name, d, t, g[0], g[1])});
+    }
+  out.push_back({"bwd_causal_br_d96_bf16_g1", "causal_br",
+                 matrixSpec("causal_br", 96, DType::BF16, 2, 2)});
+  return out;
+}
+
+/// The kernels of the [.bwdbench] timing (forward `<id>_fwd` with the
+/// default tiles, backward `<id>`): bf16, dense and causal, head dims 64
+/// and 128, hidden 2048 (heads = 2048 / head dim).
+inline std::vector<MatrixKernel> benchKernels() {
+  std::vector<MatrixKernel> out;
+  for (std::string name : {"none", "causal_tl"})
+    for (int d : {64, 128})
+      out.push_back({"bench_" + name + "_d" + std::to_string(d), name,
+                     matrixSpec(name, d, DType::BF16, 2048 / d, 2048 / d)});
+  return out;
+}
+
 /// A block-sparse and/or varlen kernel of the [gpu] sparse tests.
 struct SparseKernel {
   std::string id;

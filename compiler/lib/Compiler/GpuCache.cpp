@@ -39,6 +39,12 @@ std::string gpuTargetFor(const runtime::DeviceProperties &device) {
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options) {
   validateForGpu(spec, options);
+  // The key has no kernel kind yet: a backward entry would collide with
+  // the forward's.
+  if (options.kind != KernelKind::Forward)
+    throw UserError("the GPU backward kernels are not cached yet (the cache "
+                    "key has no kernel kind): compile them with compileGpu "
+                    "and load them with runtime::GpuAttentionBackwardKernel");
   return makeGpuCacheKey(spec, options);
 }
 

@@ -79,6 +79,30 @@ void validateForGpu(const AttentionSpec &spec,
                                   "(multiples of 16 up to 256)",
                                   field, d));
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
+  if (tc.kind == KernelKind::Backward) {
+    if (options.varlen || options.blockSparse)
+      throw UserError("the GPU backward supports dense calls only (varlen "
+                      "and block_sparse are not supported yet)");
+    if (options.mma == GpuMma::Wgmma)
+      throw UserError("mma = wgmma: the GPU backward uses mma.sync only");
+    if (options.rowsPerWarp && options.rowsPerWarp != 16)
+      throw UserError(fmt::format("rows_per_warp = {}: the GPU backward "
+                                  "has 16 keys per warp",
+                                  options.rowsPerWarp));
+    if (tc.blockN != 16 && tc.blockN != 32 && tc.blockN != 64)
+      throw UserError(fmt::format("block_n = {}: the GPU backward takes 16, "
+                                  "32 or 64 query rows per tile",
+                                  tc.blockN));
+    if (tc.numWarps != 4 && tc.numWarps != 8)
+      throw UserError(
+          fmt::format("num_warps = {} must be 4 or 8", tc.numWarps));
+    int colGroups = tc.numWarps / (tc.blockN / 16);
+    if (spec.headDimQK % (16 * colGroups))
+      throw UserError(fmt::format(
+          "head_dim_qk = {} with block_n = {} and {} warps: the backward "
+          "splits dQ's columns over {} warps (a multiple of {} needed)",
+          spec.headDimQK, tc.blockN, tc.numWarps, colGroups, 16 * colGroups));
+  }
   int blockN = tc.blockN;
   if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
     throw UserError(fmt::format("block_n = {} must be a multiple of 16 in "
@@ -148,8 +172,11 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
               [&](OpPassManager &pm) { buildAttnToNVVMPipeline(pm, tc); });
   image.gpuText = printOp(*module, /*withLocations=*/false);
   module->walk([&](gpu::GPUFuncOp fn) {
-    if (fn.getName().ends_with("_block_mask"))
-      return; // the builder's shared memory is one byte per key tile
+    if (fn.getName().ends_with("_block_mask") ||
+        fn.getName().ends_with(abi::gpu::kBackwardPreSuffix) ||
+        fn.getName().ends_with(abi::gpu::kBackwardPostSuffix))
+      return; // the builder's shared memory is one byte per key tile; the
+              // backward's row kernels need none
     auto bytes = fn->getAttrOfType<IntegerAttr>("flashjit.shared_bytes");
     if (!bytes || bytes.getInt() != image.sharedBytes)
       throw InternalError(fmt::format(

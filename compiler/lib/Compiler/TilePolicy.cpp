@@ -159,8 +159,32 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
   return c;
 }
 
+/// The backward kernels' tiles: 4 warps of 16 keys; 64 query rows per
+/// tile up to head dim 64, 32 up to 128 and 16 above (per warp, dK and dV
+/// hold head_dim fp32 accumulators per thread beside S^T and dP^T of
+/// block_n / 2 each: 255 registers without spills).
+static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
+                                        const std::string &arch) {
+  GpuTileConfig c = mmaSyncBase(arch);
+  c.kind = KernelKind::Backward;
+  c.numWarps = 4;
+  int d = std::max(spec.headDimQK, spec.headDimV);
+  c.blockN = d <= 64 ? 64 : d <= 128 ? 32 : 16;
+  return c;
+}
+
 GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
                                    const GpuCompileOptions &options) {
+  if (options.kind == KernelKind::Backward) {
+    GpuTileConfig c = backwardTileConfig(spec, options.arch);
+    if (options.blockN)
+      c.blockN = options.blockN;
+    if (options.numWarps)
+      c.numWarps = options.numWarps;
+    if (options.minBlocksPerSM)
+      c.minBlocksPerSM = options.minBlocksPerSM;
+    return c;
+  }
   // Two m16 tiles per warp exist only for mma.sync: asking for them picks
   // it unless wgmma was asked for too (then validateForGpu refuses).
   GpuMma mma = options.mma;

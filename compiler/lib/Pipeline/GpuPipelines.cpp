@@ -90,6 +90,9 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
   Option<bool> wgmma{*this, "wgmma",
                      llvm::cl::desc("sm_90a wgmma.mma_async kernel"),
                      llvm::cl::init(false)};
+  Option<bool> backward{*this, "backward",
+                        llvm::cl::desc("the three backward kernels"),
+                        llvm::cl::init(false)};
 };
 struct PtxOptions : public PassPipelineOptions<PtxOptions> {
   Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_80 or sm_90a"),

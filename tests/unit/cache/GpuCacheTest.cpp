@@ -111,3 +111,14 @@ TEST_CASE("the GPU target follows the device", "[cache]") {
   p.ccMinor = 5;
   CHECK_THROWS_WITH(gpuTargetFor(p), Catch::Contains("7.5"));
 }
+
+TEST_CASE("GPU backward kernels are refused by the cache, not keyed as a "
+          "forward",
+          "[cache]") {
+  AttentionSpec spec = parseSpec("attention(head_dim_qk=64, head_dim_v=64)");
+  GpuCompileOptions o;
+  CHECK_NOTHROW(gpuCacheKey(spec, o));
+  o.kind = KernelKind::Backward;
+  CHECK_THROWS_AS(gpuCacheKey(spec, o), UserError);
+  CHECK_THROWS_WITH(gpuCacheKey(spec, o), Catch::Contains("not cached yet"));
+}

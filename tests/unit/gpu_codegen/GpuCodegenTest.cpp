@@ -12,6 +12,7 @@
 #include "OptionKernelOptions.h"
 
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/Ptxas.h"
 
@@ -287,4 +288,65 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   GpuCompileOptions two;
   two.minBlocksPerSM = 2;
   CHECK(compileGpu(s, two).ptx.find(".minnctapersm 2") != std::string::npos);
+}
+
+TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
+          "sm_90a",
+          "[gpu-codegen][backward]") {
+  int checked = 0, maxRegs = 0;
+  for (const testing::MatrixKernel &k : testing::backwardKernels())
+    for (std::string arch : {"sm_80", "sm_90a"}) {
+      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.kind = KernelKind::Backward;
+      GpuKernelImage img = compileGpu(k.spec, o);
+      GpuTileConfig tc = resolveGpuTileConfig(k.spec, o);
+      CHECK(tc.kind == KernelKind::Backward);
+      CHECK(img.blockM == tc.blockM());
+      CHECK(img.blockN == tc.blockN);
+      CHECK(img.threads == tc.threads());
+      CHECK_FALSE(img.wgmma);
+      CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      CHECK(img.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") !=
+            std::string::npos);
+      CHECK(img.ptx.find("cp.async") != std::string::npos);
+      CHECK((img.ptx.find("atom.global.add.f32") != std::string::npos ||
+             img.ptx.find("red.global.add.f32") != std::string::npos));
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      INFO(r.log);
+      for (const char *suffix : {"_bwd_pre", "_bwd", "_bwd_post"}) {
+        const runtime::PtxasFunctionReport *f = r.find(img.name + suffix);
+        REQUIRE(f);
+        CHECK(f->clean());
+        CHECK(f->registers <= 255);
+        if (std::string(suffix) == "_bwd") {
+          CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit(arch));
+          maxRegs = std::max(maxRegs, f->registers);
+        }
+      }
+      ++checked;
+    }
+  WARN("assembled " << checked << " backward kernel sets; most registers "
+                    << "(main kernel): " << maxRegs);
+  CHECK(checked == 2 * int(testing::backwardKernels().size()));
+}
+
+TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
+  GpuCompileOptions o;
+  o.kind = KernelKind::Backward;
+  AttentionSpec softcap = testing::matrixSpec("softcap", 64, DType::BF16, 2, 2);
+  CHECK_THROWS_WITH(compileGpu(softcap, o),
+                    Catch::Contains("score_grad region"));
+  AttentionSpec dense = testing::matrixSpec("none", 64, DType::BF16, 2, 2);
+  GpuCompileOptions v = o;
+  v.varlen = true;
+  CHECK_THROWS_AS(compileGpu(dense, v), UserError);
+  CHECK_THROWS_WITH(compileGpu(dense, v), Catch::Contains("dense calls only"));
+  GpuCompileOptions w = o;
+  w.mma = GpuMma::Wgmma;
+  CHECK_THROWS_WITH(compileGpu(dense, w), Catch::Contains("mma.sync only"));
+  GpuCompileOptions n = o;
+  n.blockN = 48;
+  CHECK_THROWS_WITH(compileGpu(dense, n), Catch::Contains("block_n = 48"));
 }

@@ -72,6 +72,10 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
     Option<"blockSparse", "block-sparse", "bool", /*default=*/"false",
            "visit the key tiles of a block mask; also emit the block-mask "
            "builder kernel @<name>_block_mask">,
+    Option<"backward", "backward", "bool", /*default=*/"false",
+           "build the backward kernels @<name>_bwd_pre, @<name>_bwd and "
+           "@<name>_bwd_post instead of the forward (mma.sync; block-n: "
+           "query rows per tile, num-warps * 16 keys per CTA)">,
     Option<"wgmma", "wgmma", "bool", /*default=*/"false",
            "sm_90a warpgroup MMA (wgmma.mma_async) instead of mma.sync: "
            "rows-per-warp 16, num-warps 4 or 8, head dims multiples of 64">

@@ -34,7 +34,8 @@ std::string gpuTargetFor(const runtime::DeviceProperties &device);
 /// The disk-cache key of \p spec compiled with \p options (arch, block_n,
 /// warps, CTAs per SM, rows per warp, mma, varlen and block-sparse as
 /// requested) for this build and environment
-/// (CacheKey::make). Throws UserError like validateForGpu.
+/// (CacheKey::make). Throws UserError like validateForGpu, and for
+/// KernelKind::Backward (not cached yet: the key has no kernel kind).
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options);
 

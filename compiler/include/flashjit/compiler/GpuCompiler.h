@@ -54,6 +54,13 @@ struct GpuCompileOptions {
   /// spills;
   /// defaultGpuTileConfig(spec, arch, varlen, blockSparse) gives them).
   bool blockSparse = false;
+  /// Forward: the kernel `<name>`. Backward: the three kernels of
+  /// abi::gpu::BackwardArg (runtime/KernelAbi.h; run by
+  /// runtime::GpuAttentionBackwardKernel) in one PTX module, mma.sync on
+  /// both targets, dense calls only (not varlen or blockSparse), masks but
+  /// no score modifier yet. The image's threads, blockM (keys per CTA),
+  /// blockN (query rows per tile) and sharedBytes describe `<name>_bwd`.
+  KernelKind kind = KernelKind::Forward;
   /// Directory that receives <name>.<key>.attn.mlir, .gpu.mlir and
   /// .<arch>.ptx (<key>: gpuCacheKey's hash, so compiles never overwrite each
   /// other); empty means $FLASHJIT_DUMP_DIR if set, else no files.

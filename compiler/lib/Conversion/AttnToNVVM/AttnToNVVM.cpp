@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "RegionEmitter.h"
 
+#include "flashjit/Conversion/AttnToNVVM/FlashBackwardKernel.h"
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 #include "flashjit/Conversion/Passes.h"
 #include "flashjit/Dialect/Attn/IR/Attn.h"
@@ -86,6 +87,27 @@ struct ConvertAttnToNVVM
         return signalPassFailure();
       }
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);
+      if (c.kind == KernelKind::Backward) {
+        int rowGroups = c.blockN / 16;
+        if (c.wgmma || c.varlen || c.blockSparse || c.rowsPerWarp != 16 ||
+            c.blockN > 64 || c.numWarps % rowGroups ||
+            c.headDimQK % (16 * (c.numWarps / rowGroups))) {
+          op.emitOpError("unsupported GPU backward shape: mma.sync, dense, "
+                         "rows-per-warp 16, block-n (query rows) 16, 32 or "
+                         "64 dividing 16 * num-warps, head_dim_qk a multiple "
+                         "of 16 * num-warps / (block-n / 16)");
+          return signalPassFailure();
+        }
+        if (em->hasScoreMod()) {
+          op.emitOpError("the GPU backward of a score modifier needs its "
+                         "derivative (the backward op's score_grad region); "
+                         "not supported yet");
+          return signalPassFailure();
+        }
+        buildFlashBackwardKernels(b, op.getLoc(), gm, c, *em);
+        op.erase();
+        continue;
+      }
       buildFlashForwardKernel(b, op.getLoc(), gm, c, *em);
       if (c.blockSparse)
         buildBlockMaskKernel(b, op.getLoc(), gm, c, *em);
@@ -108,6 +130,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.varlen = config.varlen;
   o.blockSparse = config.blockSparse;
   o.wgmma = config.wgmma;
+  o.backward = config.kind == KernelKind::Backward;
   return o;
 }
 

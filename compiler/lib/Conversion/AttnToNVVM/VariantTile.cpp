@@ -21,11 +21,35 @@ static Value allowed(KernelOps &ops, FragmentEmitter &em,
   return ops.land(ok, em.emitMask(ops.b, ops.b.getLoc(), idx));
 }
 
+/// The score of one element in log2 units (-inf where \p masked and not
+/// allowed); \p acc = q.k.
+static Value elementScore(KernelOps &ops, FragmentEmitter &em,
+                          const IndexValues &idx, Value acc, Value scale,
+                          Value scaleLog2, bool masked, Value zero,
+                          Value minusInf) {
+  const float log2e = 1.4426950408889634f;
+  Value rowOk = ops.cmp(arith::CmpIPredicate::slt, idx.qIdx, idx.seqlenQ);
+  // A full tile: every in-range element is allowed.
+  Value ok = masked ? allowed(ops, em, idx, rowOk) : rowOk;
+  Value v;
+  if (em.hasScoreMod()) {
+    auto mod = [&] {
+      return em.emitScore(ops.b, ops.b.getLoc(), idx, ops.fmul(acc, scale));
+    };
+    v = em.scoreReadsBuffers() ? ops.guarded(ok, ops.f32, zero, mod) : mod();
+    v = ops.fmul(v, ops.cf32(log2e));
+  } else {
+    v = ops.fmul(acc, scaleLog2);
+  }
+  if (masked)
+    v = ops.sel(ok, v, minusInf);
+  return v;
+}
+
 SmallVector<Value> variantScores(KernelOps &ops, FragmentEmitter &em,
                                  ArrayRef<Value> s, const FragmentCoords &at,
                                  int mTiles, int sTiles, Value scale,
                                  Value scaleLog2, bool masked) {
-  const float log2e = 1.4426950408889634f;
   const int MT = mTiles, nS = sTiles;
   Value zero = ops.cf32(0.0f);
   Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
@@ -53,25 +77,41 @@ SmallVector<Value> variantScores(KernelOps &ops, FragmentEmitter &em,
         Value qi = i < 2 ? at.qRow0[mt] : at.qRow1[mt];
         Value kvi = kvCols[jn * 2 + (i & 1)];
         IndexValues idx{at.batch, at.head, qi, kvi, at.seqlenQ, at.seqlenK};
-        Value rowOk = ops.cmp(arith::CmpIPredicate::slt, qi, at.seqlenQ);
-        // A full tile: every in-range element is allowed.
-        Value ok = masked ? allowed(ops, em, idx, rowOk) : rowOk;
-        Value v;
-        if (em.hasScoreMod()) {
-          auto mod = [&] {
-            return em.emitScore(ops.b, ops.b.getLoc(), idx,
-                                ops.fmul(acc, scale));
-          };
-          v = em.scoreReadsBuffers() ? ops.guarded(ok, ops.f32, zero, mod)
-                                     : mod();
-          v = ops.fmul(v, ops.cf32(log2e));
-        } else {
-          v = ops.fmul(acc, scaleLog2);
-        }
-        if (masked)
-          v = ops.sel(ok, v, minusInf);
-        out.push_back(v);
+        out.push_back(elementScore(ops, em, idx, acc, scale, scaleLog2, masked,
+                                   zero, minusInf));
       }
+  if (factored)
+    em.endMaskFactors();
+  return out;
+}
+
+SmallVector<Value> variantScoresKeyRows(KernelOps &ops, FragmentEmitter &em,
+                                        ArrayRef<Value> s,
+                                        const KeyRowCoords &at, int sTiles,
+                                        Value scale, Value scaleLog2,
+                                        bool masked) {
+  const int nS = sTiles;
+  Value zero = ops.cf32(0.0f);
+  Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
+  SmallVector<Value> qCols;
+  for (int jn = 0; jn < nS; ++jn)
+    for (int cc = 0; cc < 2; ++cc)
+      qCols.push_back(ops.add(at.qLane, ops.ci32(jn * 8 + cc)));
+  bool factored = masked && em.hasMask();
+  if (factored)
+    em.beginMaskFactors(
+        ops.b, ops.b.getLoc(),
+        {at.batch, at.head, Value(), Value(), at.seqlenQ, at.seqlenK}, qCols,
+        {at.kvRow0, at.kvRow1});
+  SmallVector<Value> out;
+  for (int jn = 0; jn < nS; ++jn)
+    for (int i = 0; i < 4; ++i) {
+      Value kvi = i < 2 ? at.kvRow0 : at.kvRow1;
+      Value qi = qCols[jn * 2 + (i & 1)];
+      IndexValues idx{at.batch, at.head, qi, kvi, at.seqlenQ, at.seqlenK};
+      out.push_back(elementScore(ops, em, idx, s[jn * 4 + i], scale, scaleLog2,
+                                 masked, zero, minusInf));
+    }
   if (factored)
     em.endMaskFactors();
   return out;

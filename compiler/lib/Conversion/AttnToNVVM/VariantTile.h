@@ -40,6 +40,25 @@ variantScores(KernelOps &ops, FragmentEmitter &em,
               int mTiles, int sTiles, mlir::Value scale, mlir::Value scaleLog2,
               bool masked);
 
+/// Where a thread's fragments of a transposed tile S^T = K Q^T sit (the
+/// backward kernel: rows are keys, columns queries).
+struct KeyRowCoords {
+  mlir::Value batch, head, seqlenQ, seqlenK;
+  /// The thread's key rows g and g + 8 (one m16 tile).
+  mlir::Value kvRow0, kvRow1;
+  /// Query index of the thread's first column: q0 + 2 t.
+  mlir::Value qLane;
+};
+
+/// variantScores on S^T (sTiles * 4 f32 per thread, s = q.k): element
+/// (key row, query column) gets exactly the score and mask the forward
+/// gives (query row, key column), through the same per-element code.
+llvm::SmallVector<mlir::Value>
+variantScoresKeyRows(KernelOps &ops, FragmentEmitter &em,
+                     llvm::ArrayRef<mlir::Value> s, const KeyRowCoords &at,
+                     int sTiles, mlir::Value scale, mlir::Value scaleLog2,
+                     bool masked);
+
 } // namespace flashjit::nvvm
 
 #endif // FLASHJIT_CONVERSION_ATTNTONVVM_VARIANTTILE_H

@@ -224,6 +224,57 @@ private:
   mutable std::mutex statusMutex_;
 };
 
+/// The loaded backward kernels of one spec on one device (compileGpu with
+/// GpuCompileOptions::kind = KernelKind::Backward: `<name>_bwd_pre`,
+/// `<name>_bwd`, `<name>_bwd_post`, abi::gpu::BackwardArg in KernelAbi.h).
+/// The gradients are FlashAttention-2's (Algorithm 2) with the semantics of
+/// referenceAttentionBackward (frontend/ReferenceBackward.h): masked
+/// entries and rows with no allowed key contribute exactly zero.
+class GpuAttentionBackwardKernel {
+public:
+  /// Loads \p ptx for \p device; \p info describes `<name>_bwd` (name:
+  /// the variant's name; threads, blockM: keys per CTA, blockN: query rows
+  /// per tile, sharedBytes). Throws UserError if the kernel was generated
+  /// for another architecture or blockM / blockN are not positive,
+  /// DriverError if loading fails.
+  GpuAttentionBackwardKernel(AttentionSpec spec, GpuKernelInfo info,
+                             std::string_view ptx, Device &device);
+
+  /// Computes dQ, dK and dV on device tensors: q [B, Hq, Sq, Dqk],
+  /// k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv], o and dO [B, Hq, Sq, Dv] in
+  /// the spec's 16-bit dtype, lse [B, Hq, Sq] fp32 (natural log, -inf for
+  /// rows with no allowed key: the forward's outputs), and writes dq, dk,
+  /// dv (shapes and dtype of q, k, v; under GQA dK and dV sum over the query
+  /// heads of each kv head). Strides are free except: the head_dim stride
+  /// is 1; q, k, v and dO rows start on 16-byte boundaries (data 16-byte
+  /// aligned, other strides multiples of 8 elements); o, dq, dk and dv are
+  /// 4-byte aligned with even strides; lse is 4-byte aligned. Buffers in
+  /// \p args must be device memory. Asynchronous on \p stream (a variant
+  /// reading buffers synchronises it to check for out-of-range reads); uses
+  /// fp32 workspaces owned by this object, so calls on one object must not
+  /// run concurrently on different streams. Throws UserError naming the bad
+  /// field (shapes, dtypes, alignment, batch or heads above 65535),
+  /// DriverError if a launch fails.
+  void run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+           const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+           const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+           const Arguments &args = {}, CUstream stream = nullptr) const;
+
+  const AttentionSpec &spec() const { return spec_; }
+  const GpuKernelInfo &info() const { return info_; }
+  /// The main kernel `<name>_bwd` (registers, local memory: see Function).
+  const Function &function() const { return main_; }
+
+private:
+  AttentionSpec spec_;
+  GpuKernelInfo info_;
+  Device *device_;
+  Module module_;
+  Function pre_, main_, post_;
+  mutable DeviceBuffer status_, accum_, delta_;
+  mutable std::mutex mutex_;
+};
+
 } // namespace flashjit::runtime
 
 #endif // FLASHJIT_RUNTIME_ATTENTIONKERNEL_H

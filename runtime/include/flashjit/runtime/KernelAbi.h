@@ -125,9 +125,10 @@ inline Slot scalarSlot(const Scalar &v) {
 
 namespace flashjit {
 
-/// Which kernel of a variant a configuration builds. The forward kernel
-/// today; the backward and decode kernels join it.
-enum class KernelKind { Forward };
+/// Which kernels of a variant a configuration builds: the forward kernel,
+/// or the three backward kernels (abi::gpu::BackwardArg; FlashAttention-2's
+/// Algorithm 2: preprocess, main, dQ conversion). Decode joins them.
+enum class KernelKind { Forward, Backward };
 
 /// The tile and launch facts of one GPU kernel, in one MLIR-free record:
 /// the tile policy fills it (compiler/TilePolicy.h: defaultGpuTileConfig),
@@ -138,7 +139,8 @@ struct KernelConfig {
   /// Target architecture: "sm_80" or "sm_90a".
   std::string arch = "sm_90a";
   KernelKind kind = KernelKind::Forward;
-  /// Keys per tile (a multiple of 16, at most 128).
+  /// Keys per tile (a multiple of 16, at most 128). Backward: query rows
+  /// per tile of the main kernel's inner loop (the N of S^T = K Q^T).
   int blockN = 0;
   /// Warps per CTA (4 or 8).
   int numWarps = 0;
@@ -156,7 +158,8 @@ struct KernelConfig {
   /// module also holds the block-mask builder).
   bool blockSparse = false;
 
-  /// Query rows per CTA.
+  /// Query rows per CTA. Backward: keys per CTA (16 per warp, the M of
+  /// S^T = K Q^T).
   int blockM() const { return rowsPerWarp * numWarps; }
   /// Threads per CTA.
   int threads() const { return 32 * numWarps; }
@@ -164,7 +167,16 @@ struct KernelConfig {
   /// two K/V stages of 16-bit elements, rows padded by kSharedRowPad
   /// elements for mma.sync (ldmatrix without bank conflicts), unpadded and
   /// 128-byte swizzled for wgmma.
+  /// Backward (main kernel): K and V of its blockM() keys, Q and dO of
+  /// blockN query rows, dS^T [blockM() x blockN] (padded rows of 16-bit
+  /// elements), then LSE and D of the query rows (fp32).
   int64_t sharedBytes(int headDimQK, int headDimV) const {
+    if (kind == KernelKind::Backward) {
+      int64_t p = kSharedRowPad, m = blockM(), n = blockN;
+      return 2 * (m * (headDimQK + p) + m * (headDimV + p) +
+                  n * (headDimQK + p) + n * (headDimV + p) + m * (n + p)) +
+             8 * n;
+    }
     int64_t pad = wgmma ? 0 : kSharedRowPad;
     return 2 * (int64_t(blockM()) * (headDimQK + pad) +
                 2 * int64_t(blockN) * (headDimQK + pad + headDimV + pad));
@@ -264,6 +276,63 @@ inline std::vector<ArgType> blockMaskArgTypes(bool varlen) {
 
 /// Threads per CTA of the block-mask builder.
 inline constexpr int kBlockMaskThreads = 256;
+
+/// The backward kernels of a variant `<name>` (KernelKind::Backward), run in
+/// this order on one stream, all with the same arguments:
+///   `<name>_bwd_pre`   D = rowsum(dO * O) (fp32) and dQaccum = 0;
+///                      grid (ceil(seqlen_q / kBackwardRowsPerCta), heads_q,
+///                      batch), block kBackwardRowThreads, no shared memory;
+///   `<name>_bwd`       one CTA per (key tile of block_m keys, kv head,
+///                      batch), looping over the query heads of its group and
+///                      the query tiles that can see it: dK, dV written,
+///                      dS K added to dQaccum (fp32 atomics);
+///                      grid (ceil(seqlen_k / block_m), heads_kv, batch),
+///                      block 32 * num_warps, the config's shared memory;
+///   `<name>_bwd_post`  dQ = scale * dQaccum in the inputs' dtype; grid and
+///   block
+///                      as `_bwd_pre`.
+/// Strides are in elements, three per tensor (batch, head, seq); the
+/// head_dim stride is 1. dQaccum [batch, heads_q, seqlen_q, head_dim_qk]
+/// and D [batch, heads_q, seqlen_q] are contiguous fp32 workspaces.
+enum BackwardArg : int {
+  kBwdQ = 0,          ///< Q [batch, heads_q, seqlen_q, head_dim_qk]
+  kBwdK = 1,          ///< K [batch, heads_kv, seqlen_k, head_dim_qk]
+  kBwdV = 2,          ///< V [batch, heads_kv, seqlen_k, head_dim_v]
+  kBwdO = 3,          ///< O [batch, heads_q, seqlen_q, head_dim_v]
+  kBwdDO = 4,         ///< dO, as O
+  kBwdLse = 5,        ///< LSE [batch, heads_q, seqlen_q] f32 (natural log)
+  kBwdDQ = 6,         ///< dQ, as Q (out)
+  kBwdDK = 7,         ///< dK, as K (out)
+  kBwdDV = 8,         ///< dV, as V (out)
+  kBwdDQAccum = 9,    ///< fp32 workspace, see above
+  kBwdDelta = 10,     ///< fp32 workspace, see above
+  kBwdStatus = 11,    ///< i32 per buffer, set to 1 by an out-of-range read
+  kBwdStrides = 12,   ///< 3 x i64 for each of q k v o dO lse dQ dK dV
+  kBwdSeqlenQ = 39,   ///< i32
+  kBwdSeqlenK = 40,   ///< i32
+  kBwdHeadGroup = 41, ///< i32: heads_q / heads_kv (GQA)
+  kBwdScale = 42,     ///< f32: the softmax scale
+  kBwdScaleLog2 = 43, ///< f32: scale * log2(e)
+  kBackwardFixedArgs = 44,
+};
+/// Tensors with strides in the backward kernels' arguments.
+inline constexpr int kBackwardStridedTensors = 9;
+/// Query rows per CTA (one warp each) of `_bwd_pre` and `_bwd_post`.
+inline constexpr int kBackwardRowsPerCta = 4;
+inline constexpr int kBackwardRowThreads = 32 * kBackwardRowsPerCta;
+/// The suffixes of the three backward kernels.
+inline constexpr const char *kBackwardPreSuffix = "_bwd_pre";
+inline constexpr const char *kBackwardMainSuffix = "_bwd";
+inline constexpr const char *kBackwardPostSuffix = "_bwd_post";
+
+/// The backward kernels' fixed argument types, in order.
+inline std::vector<ArgType> backwardArgTypes() {
+  std::vector<ArgType> t(kBwdStrides, ArgType::Ptr);
+  t.insert(t.end(), kBwdSeqlenQ - kBwdStrides, ArgType::I64);
+  t.insert(t.end(), kBwdScale - kBwdSeqlenQ, ArgType::I32);
+  t.insert(t.end(), kBackwardFixedArgs - kBwdScale, ArgType::F32);
+  return t;
+}
 
 } // namespace gpu
 

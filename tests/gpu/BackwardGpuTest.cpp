@@ -1,0 +1,295 @@
+//===- BackwardGpuTest.cpp - Generated backward kernels on the GPU --------===//
+//
+// The backward kernels of tests/support/KernelMatrix.h (backwardKernels()),
+// generated ahead of time by gen_matrix_kernels, run on the GPU and checked
+// against the float64 reference backward (frontend/ReferenceBackward.h) on
+// small odd shapes (0, 1, unequal, non-multiples of the tiles), GQA and
+// strided layouts. O and LSE come from the float64 forward (rounded to the
+// kernel's dtypes), so the check depends on no forward kernel. Gradients
+// are poisoned with NaN before each run; entries the reference finds
+// exactly zero (masked keys, rows with no allowed key) must be exactly zero.
+// A hidden [.bwdbench] case times forward and backward (TF/s).
+//
+//===----------------------------------------------------------------------===//
+#include "GpuTestSupport.h"
+#include "KernelMatrix.h"
+
+#include "flashjit/frontend/Printer.h"
+#include "flashjit/frontend/ReferenceBackward.h"
+#include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/Launch.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+using namespace flashjit;
+using namespace flashjit::runtime;
+using flashjit::test::GpuTensor;
+
+namespace {
+
+/// Loads ahead-of-time backward kernel \p id (<dir>/<id>.ptx and .info:
+/// "name arch threads block_m shared_bytes block_n varlen block_sparse").
+std::unique_ptr<GpuAttentionBackwardKernel>
+loadBackward(const std::string &id, const AttentionSpec &spec, Device &dev) {
+  std::string base = test::matrixKernelDir() + "/" + id;
+  std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
+  INFO("kernel files " << base << ".{info,ptx}");
+  REQUIRE(infoFile);
+  REQUIRE(ptxFile);
+  GpuKernelInfo info;
+  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
+      info.sharedBytes >> info.blockN >> info.varlen >> info.blockSparse;
+  REQUIRE(infoFile);
+  std::stringstream ptx;
+  ptx << ptxFile.rdbuf();
+  return std::make_unique<GpuAttentionBackwardKernel>(spec, info, ptx.str(),
+                                                      dev);
+}
+
+/// Writes \p value into element (a, b, c, d) of \p t's host copy.
+void put(GpuTensor &t, int64_t a, int64_t b, int64_t c, int64_t d,
+         double value) {
+  storeFromFloat(t.hostRef.data, t.hostRef.dtype, t.hostRef.offset(a, b, c, d),
+                 static_cast<float>(value));
+}
+void upload(GpuTensor &t) {
+  t.device.copyFromHost(t.host.data(), t.host.size());
+}
+
+/// Relative error bounds of the gradients: max |got - want| / max |want|
+/// and the Frobenius ratio ||got - want|| / ||want||. P and dS enter the
+/// tensor cores in the inputs' 16-bit dtype (as in FlashAttention-2), so
+/// the bounds follow its unit roundoff: about 3x the worst seen on the
+/// H200 (2026-12-01: bf16 5.4e-3 max / 3.2e-3 norm, fp16 7.5e-4 / 3.9e-4).
+double maxTol(DType t) { return t == DType::BF16 ? 1.5e-2 : 2.5e-3; }
+double normTol(DType t) { return t == DType::BF16 ? 7.5e-3 : 1.2e-3; }
+
+struct GradCheck {
+  double maxErr = 0, maxRef = 0, errSq = 0, refSq = 0;
+  int64_t nan = 0, nonZero = 0;
+  /// \p structuralZero: the entry belongs to a row with no allowed key
+  /// (dQ) or a key no query may see (dK, dV), so it must be exactly 0. (A
+  /// row with a single allowed key has dS = 0 in exact arithmetic only: its
+  /// reference dQ is 0, the kernel's is rounding noise.)
+  void add(float got, double want, bool structuralZero) {
+    if (std::isnan(got)) {
+      ++nan;
+      return;
+    }
+    if (structuralZero && got != 0.0f)
+      ++nonZero;
+    double e = std::fabs(got - want);
+    maxErr = std::max(maxErr, e);
+    maxRef = std::max(maxRef, std::fabs(want));
+    errSq += e * e;
+    refSq += want * want;
+  }
+  double relMax() const { return maxRef > 0 ? maxErr / maxRef : maxErr; }
+  double relNorm() const {
+    return refSq > 0 ? std::sqrt(errSq / refSq) : std::sqrt(errSq);
+  }
+};
+
+void checkGrad(const char *name, const GradCheck &c, DType t) {
+  INFO(name << ": max |err| / max |ref| = " << c.relMax()
+            << ", ||err|| / ||ref|| = " << c.relNorm() << ", NaN " << c.nan
+            << ", nonzero in rows / keys with nothing allowed: " << c.nonZero);
+  CHECK(c.nan == 0);
+  CHECK(c.nonZero == 0);
+  CHECK(c.relMax() <= maxTol(t));
+  CHECK(c.relNorm() <= normTol(t));
+}
+
+/// One backward call at one shape against the float64 reference.
+void checkBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
+                   const AttentionSpec &spec, int64_t batch, int64_t sq,
+                   int64_t sk, int layout, uint64_t seed) {
+  INFO("batch " << batch << ", seqlen_q " << sq << ", seqlen_k " << sk
+                << ", layout " << layout << ", seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int64_t hq = spec.headsQ, hkv = spec.headsKV;
+  const int64_t dqk = spec.headDimQK, dvv = spec.headDimV;
+  const DType dt = spec.dtypeQ;
+  bool bshd = layout == 1;
+  int64_t kpad = layout == 1 ? 8 : 0;
+  GpuTensor q(dev, dt, {batch, hq, sq, dqk}, 4, bshd),
+      k(dev, dt, {batch, hkv, sk, dqk}, 4, false, kpad),
+      v(dev, dt, {batch, hkv, sk, dvv}, 4, bshd),
+      o(dev, dt, {batch, hq, sq, dvv}, 4, bshd, kpad),
+      dO(dev, dt, {batch, hq, sq, dvv}, 4, bshd),
+      lse(dev, DType::F32, {batch, hq, sq, 1}, 3),
+      dq(dev, dt, {batch, hq, sq, dqk}, 4, bshd),
+      dk(dev, dt, {batch, hkv, sk, dqk}, 4, false, kpad),
+      dv(dev, dt, {batch, hkv, sk, dvv}, 4, bshd);
+  q.randomize(rng, 2.0f);
+  k.randomize(rng, 2.0f);
+  v.randomize(rng);
+  dO.randomize(rng);
+  test::VariantArgs args(dev, spec, sq, sk);
+  AttentionSpec fwd = spec;
+  fwd.returnLse = true;
+  ReferenceOutput ref =
+      referenceAttention(fwd, q.hostRef, k.hostRef, v.hostRef, args.host);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < sq; ++i) {
+        put(lse, b, h, i, 0, ref.lseAt(b, h, i));
+        for (int64_t d = 0; d < dvv; ++d)
+          put(o, b, h, i, d, ref.oAt(b, h, i, d));
+      }
+  upload(o);
+  upload(lse);
+  dq.poison();
+  dk.poison();
+  dv.poison();
+  kernel.run(q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef, lse.deviceRef,
+             dO.deviceRef, dq.deviceRef, dk.deviceRef, dv.deviceRef,
+             args.device);
+  dq.download();
+  dk.download();
+  dv.download();
+  ReferenceGradients want = referenceAttentionBackward(
+      spec, q.hostRef, k.hostRef, v.hostRef, dO.hostRef, args.host);
+  GradCheck cq, ck, cv;
+  int64_t emptyRows = 0, unseenKeys = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < sq; ++i) {
+        bool empty = std::isinf(ref.lseAt(b, h, i));
+        emptyRows += empty;
+        for (int64_t d = 0; d < dqk; ++d)
+          cq.add(dq.at(b, h, i, d), want.dqAt(b, h, i, d), empty);
+      }
+    for (int64_t h = 0; h < hkv; ++h)
+      for (int64_t j = 0; j < sk; ++j) {
+        // dV_j = sum_i P_ij dO_i with random dO: exactly 0 only when no
+        // query of the group sees key j.
+        bool unseen = true;
+        for (int64_t d = 0; d < dvv; ++d)
+          unseen = unseen && want.dvAt(b, h, j, d) == 0.0;
+        unseenKeys += unseen;
+        for (int64_t d = 0; d < dqk; ++d)
+          ck.add(dk.at(b, h, j, d), want.dkAt(b, h, j, d), unseen);
+        for (int64_t d = 0; d < dvv; ++d)
+          cv.add(dv.at(b, h, j, d), want.dvAt(b, h, j, d), unseen);
+      }
+  }
+  INFO("rows with no allowed key: " << emptyRows
+                                    << ", keys no query sees: " << unseenKeys);
+  std::printf("  %-32s b%lld sq%-4lld sk%-4lld  dQ %.2e/%.2e  dK %.2e/%.2e  "
+              "dV %.2e/%.2e (max/norm rel err), %lld empty rows, %lld "
+              "unseen keys\n",
+              kernel.info().name.c_str(), (long long)batch, (long long)sq,
+              (long long)sk, cq.relMax(), cq.relNorm(), ck.relMax(),
+              ck.relNorm(), cv.relMax(), cv.relNorm(), (long long)emptyRows,
+              (long long)unseenKeys);
+  checkGrad("dQ", cq, dt);
+  checkGrad("dK", ck, dt);
+  checkGrad("dV", cv, dt);
+}
+
+bool selected(const std::string &id) {
+  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
+  return !only || id.find(only) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("generated backward kernels match the float64 reference backward",
+          "[gpu][backward]") {
+  Device &dev = Device::get(0);
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},     {17, 65},  {65, 17},
+                                                {130, 77},  {0, 9},    {9, 0},
+                                                {257, 300}, {200, 200}};
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int i = 0;
+  for (const testing::MatrixKernel &k : testing::backwardKernels()) {
+    if (!selected(k.id))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = loadBackward(k.id, k.spec, dev);
+    CHECK(kernel->function().localBytes() == 0);
+    for (int r = 0; r < 3; ++r, ++i) {
+      auto [sq, sk] = shapes[i % std::size(shapes)];
+      checkBackward(dev, *kernel, k.spec, 1 + i % 2, sq, sk, i % 2, seed + i);
+    }
+  }
+}
+
+TEST_CASE("a backward kernel reused for a second call gives the right "
+          "gradients",
+          "[gpu][backward]") {
+  // Two calls on one object reuse its workspaces: the second must not see
+  // the first's dQ accumulator.
+  Device &dev = Device::get(0);
+  const testing::MatrixKernel k = testing::backwardKernels().at(2);
+  auto kernel = loadBackward(k.id, k.spec, dev);
+  uint64_t seed = std::random_device{}();
+  checkBackward(dev, *kernel, k.spec, 2, 193, 131, 0, seed);
+  checkBackward(dev, *kernel, k.spec, 1, 64, 64, 1, seed + 1);
+}
+
+TEST_CASE("backward timing against the forward", "[.bwdbench]") {
+  // bf16, batch * seqlen = 32768, hidden 2048 (heads = 2048 / D); FLOPs:
+  // forward 4 B H N^2 D times the allowed fraction, backward 2.5x that.
+  Device &dev = Device::get(0);
+  std::mt19937_64 rng(7);
+  for (const testing::MatrixKernel &k : testing::benchKernels()) {
+    if (!selected(k.id))
+      continue;
+    auto bwd = loadBackward(k.id, k.spec, dev);
+    auto fwd = test::loadAheadOfTime(k.id + "_fwd", k.spec, dev);
+    for (int64_t n : {4096, 16384}) {
+      int64_t b = 32768 / n, h = k.spec.headsQ, d = k.spec.headDimQK;
+      GpuTensor q(dev, DType::BF16, {b, h, n, d}),
+          kt(dev, DType::BF16, {b, h, n, d}), v(dev, DType::BF16, {b, h, n, d}),
+          o(dev, DType::BF16, {b, h, n, d}), dO(dev, DType::BF16, {b, h, n, d}),
+          lse(dev, DType::F32, {b, h, n, 1}, 3),
+          dq(dev, DType::BF16, {b, h, n, d}),
+          dk(dev, DType::BF16, {b, h, n, d}),
+          dv(dev, DType::BF16, {b, h, n, d});
+      q.randomize(rng);
+      kt.randomize(rng);
+      v.randomize(rng);
+      dO.randomize(rng);
+      Arguments none;
+      auto time = [&](auto &&f) {
+        f();
+        f();
+        std::vector<float> ms;
+        EventTimer timer(dev);
+        for (int r = 0; r < 7; ++r) {
+          timer.start();
+          f();
+          ms.push_back(timer.stopMs());
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2];
+      };
+      float fms = time([&] {
+        fwd->run(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
+                 &lse.deviceRef, none);
+      });
+      float bms = time([&] {
+        bwd->run(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
+                 lse.deviceRef, dO.deviceRef, dq.deviceRef, dk.deviceRef,
+                 dv.deviceRef, none);
+      });
+      double frac = k.spec.causal == Causal::None ? 1.0 : (n + 1.0) / (2.0 * n);
+      double flops = 4.0 * b * h * n * n * d * frac;
+      std::printf("BENCH %-24s N=%-6lld fwd %.3f ms %.0f TF/s  bwd %.3f ms "
+                  "%.0f TF/s  bwd/fwd %.2f  fwd+bwd %.0f TF/s\n",
+                  k.id.c_str(), (long long)n, fms, flops / fms / 1e9, bms,
+                  2.5 * flops / bms / 1e9, bms / fms,
+                  3.5 * flops / (fms + bms) / 1e9);
+      // A sanity check that the timed run computed something.
+      dq.download();
+      CHECK(std::isfinite(dq.at(0, 0, n - 1, 0)));
+    }
+  }
+}
