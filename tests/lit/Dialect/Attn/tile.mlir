@@ -43,7 +43,7 @@
 // CHECK: attn.rescale
 // CHECK: attn.row_sum
 // CHECK: attn.rescale
-// CHECK: attn.dot {{.*}} accumulate scale 1.0
+// CHECK: attn.dot {{.*}} accumulate skip_zero_lhs scale 1.0
 // CHECK: attn.store_tile {{.*}} into %[[O]]
 // CHECK: attn.store_lse {{.*}} into %[[LSE]]
 

@@ -311,8 +311,10 @@ private:
     RescaleOp::create(b, l, alpha);
     RowSumOp::create(b, sT, l);
     RescaleOp::create(b, acc, alpha);
+    // skip_zero_lhs: P is 0 at masked keys, and a NaN or Inf in V there
+    // must not reach the row (0 * inf would be NaN).
     DotOp::create(b, sT, vT, acc, UnitAttr(), b.getUnitAttr(),
-                  b.getF32FloatAttr(1.0f));
+                  b.getF32FloatAttr(1.0f), b.getUnitAttr());
     memref::CopyOp::create(b, mNew, m);
   }
 
