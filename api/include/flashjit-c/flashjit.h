@@ -6,6 +6,10 @@
  * opaque; every function reports failure through its return code and
  * flashjit_last_error() (per thread), never by aborting.
  *
+ * Thread safety: every function may be called from any thread at once; one
+ * kernel may be run by several threads (on several streams) at once, and is
+ * destroyed only when no call uses it.
+ *
  * Tensors: Q [batch, heads_q, seqlen_q, head_dim_qk], K and V
  * [batch, heads_kv, seqlen_k, head_dim], O [batch, heads_q, seqlen_q,
  * head_dim_v], LSE [batch, heads_q, seqlen_q] (fp32, rank 3); strides in
