@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit-c/flashjit.h"
 
+#include "CApiSupport.h"
+
 #ifdef FLASHJIT_C_WITH_COMPILER
 #include "flashjit/compiler/Compiler.h"
 #include "flashjit/compiler/GpuCache.h"
@@ -36,6 +38,7 @@
 #include <vector>
 
 using namespace flashjit;
+using flashjit::capi::guarded;
 
 struct flashjit_kernel {
   AttentionSpec spec;
@@ -59,31 +62,6 @@ struct flashjit_block_mask {
 };
 
 namespace {
-thread_local std::string lastError;
-
-/// Runs \p f, mapping flashjit's exceptions to status codes.
-template <class F> flashjit_status guarded(F &&f) {
-  try {
-    f();
-    return FLASHJIT_OK;
-  } catch (const UserError &e) {
-    lastError = e.what();
-    return FLASHJIT_USER_ERROR;
-  } catch (const CompileError &e) {
-    lastError = e.what();
-    return FLASHJIT_COMPILE_ERROR;
-  } catch (const DriverError &e) {
-    lastError = e.what();
-    return FLASHJIT_DRIVER_ERROR;
-  } catch (const std::exception &e) {
-    lastError = e.what();
-    return FLASHJIT_INTERNAL_ERROR;
-  } catch (...) {
-    lastError = "unknown exception";
-    return FLASHJIT_INTERNAL_ERROR;
-  }
-}
-
 /// \p t as a TensorRef; ranks from \p minRank to 4 are accepted (2 for the
 /// LSE of varlen runs, 3 otherwise).
 TensorRef toRef(const flashjit_tensor *t, const char *name, int minRank = 3) {
@@ -213,8 +191,6 @@ const flashjit_block_mask &maskFor(const flashjit_kernel &kernel,
 } // namespace
 
 extern "C" {
-
-const char *flashjit_last_error(void) { return lastError.c_str(); }
 
 flashjit_status flashjit_compile(const char *spec_text, const char *target,
                                  flashjit_kernel **out) {

@@ -6,6 +6,10 @@
  * opaque; every function reports failure through its return code and
  * flashjit_last_error() (per thread), never by aborting.
  *
+ * Thread safety: every function may be called from any thread at once; one
+ * kernel may be run by several threads (on several streams) at once, and is
+ * destroyed only when no call uses it.
+ *
  * Tensors: Q [batch, heads_q, seqlen_q, head_dim_qk], K and V
  * [batch, heads_kv, seqlen_k, head_dim], O [batch, heads_q, seqlen_q,
  * head_dim_v], LSE [batch, heads_q, seqlen_q] (fp32, rank 3); strides in
@@ -15,6 +19,7 @@
 #ifndef FLASHJIT_C_FLASHJIT_H
 #define FLASHJIT_C_FLASHJIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -87,6 +92,18 @@ const char *flashjit_last_error(void);
  *  FLASHJIT_USER_ERROR. */
 flashjit_status flashjit_compile(const char *spec_text, const char *target,
                                  flashjit_kernel **out);
+
+/** Parses and validates \p spec_text as flashjit_compile does, compiling
+ *  nothing, and writes its canonical text (the one spelling every equivalent
+ *  text has, on which the kernel cache and bundles key) with a terminating
+ *  NUL into \p out, which holds \p out_size bytes. \p needed, when not
+ *  NULL, receives the canonical text's length plus one; \p out NULL with
+ *  \p out_size 0 only measures. Fails with FLASHJIT_USER_ERROR (naming the
+ *  column, field or value) for a syntax or type error, an invalid field, or
+ *  an \p out_size too small (\p out is then left untouched). Available in
+ *  both libraries. */
+flashjit_status flashjit_spec_canonicalize(const char *spec_text, char *out,
+                                           size_t out_size, size_t *needed);
 
 /** Loads the precompiled kernel for \p spec_text on \p target ("sm_80",
  *  "sm_90a" or "cpu") from the bundle directory \p bundle_dir (made by

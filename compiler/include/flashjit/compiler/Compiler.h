@@ -140,9 +140,9 @@ private:
 /// spec.validate()); throws UserError naming the field otherwise.
 void validateForCpu(const AttentionSpec &spec, const CompileOptions &options);
 
-/// Compiles \p spec for the host CPU. Throws UserError (unsupported spec or
-/// option) or CompileError (a pass failed: the message holds the
-/// diagnostics).
+/// Compiles \p spec for the host CPU (thread-safe). Throws UserError
+/// (unsupported spec or option) or CompileError (a pass failed: the message
+/// holds the diagnostics).
 std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
                                             const CompileOptions &options = {});
 
@@ -216,8 +216,8 @@ CpuAssembly cpuAssembly(const std::string &optimizedIR, int optLevel);
 /// skipped (the entry is still written). A disabled, read-only or full cache
 /// or a missing C compiler driver gives one warning on stderr and an
 /// in-memory compile; a hit writes nothing to FLASHJIT_DUMP_DIR. Fills
-/// \p report if given. Throws UserError (unsupported spec or option) or
-/// CompileError, like compileCpu.
+/// \p report if given. Throws UserError or CompileError, like compileCpu.
+/// Thread-safe: concurrent requests for a key compile it once, share it.
 std::shared_ptr<const CpuKernel>
 loadOrCompileCpu(const AttentionSpec &spec, const CompileOptions &options = {},
                  runtime::DiskCache *cache = nullptr,
@@ -225,7 +225,7 @@ loadOrCompileCpu(const AttentionSpec &spec, const CompileOptions &options = {},
 
 /// Forgets the kernels loadOrCompileCpu() keeps in memory, so the next
 /// request reads the disk cache (tests, benchmarks). Kernels already
-/// returned stay valid.
+/// returned stay valid. Thread-safe, even during loadOrCompileCpu().
 void clearCpuMemoryTier();
 
 /// The run-time tile classifier of a spec's mask, JIT-compiled on its own:

@@ -251,14 +251,25 @@ void lower(DotOp op) {
       L.loop(L.idx(0), L.idx(n), [&](Value j) { L.store(zero, acc, {i, j}); });
     });
   }
+  // With skip_zero_lhs a zero lhs element (P at a masked key) skips its rhs
+  // row: one compare per (i, k), and the row's 0 * inf never happens. UNE is
+  // true for NaN, so a NaN in lhs still reaches acc.
   L.loop(L.idx(0), L.idx(m), [&](Value i) {
     L.loop(L.idx(0), L.idx(k), [&](Value kk) {
-      Value a = arith::MulFOp::create(L.b, L.load(lhs, {i, kk}), scale);
-      L.loop(L.idx(0), L.idx(n), [&](Value j) {
-        Value p = arith::MulFOp::create(L.b, a, L.load(rhs, {kk, j}));
-        L.store(arith::AddFOp::create(L.b, L.load(acc, {i, j}), p), acc,
-                {i, j});
-      });
+      Value x = L.load(lhs, {i, kk});
+      auto axpy = [&] {
+        Value a = arith::MulFOp::create(L.b, x, scale);
+        L.loop(L.idx(0), L.idx(n), [&](Value j) {
+          Value p = arith::MulFOp::create(L.b, a, L.load(rhs, {kk, j}));
+          L.store(arith::AddFOp::create(L.b, L.load(acc, {i, j}), p), acc,
+                  {i, j});
+        });
+      };
+      if (!op.getSkipZeroLhs())
+        return axpy();
+      L.ifThen(
+          arith::CmpFOp::create(L.b, arith::CmpFPredicate::UNE, x, L.f(0.0f)),
+          axpy);
     });
   });
 }

@@ -45,8 +45,8 @@ struct BufferRef {
   int64_t size = 0;
 };
 
-/// Parameter values and buffers for one call, by name.
-struct Arguments {
+/// Parameter values and buffers for one call, by name (a value type; buffers
+struct Arguments { // are referenced: keep them alive, unchanged, while read)
   std::map<std::string, Scalar> params;
   std::map<std::string, BufferRef> buffers;
 

@@ -107,8 +107,8 @@ bool isComparison(BinaryOp op);
 
 class ExprNode;
 
-/// A handle to an immutable, reference-counted expression node. Copying is
-/// cheap and shares the node. A default-constructed Expr is null.
+/// A handle to an immutable, ref-counted node (default: null); copies share
+/// it. Thread-safe: nodes never change, so share and read them anywhere.
 class Expr {
 public:
   Expr() = default;

@@ -20,8 +20,8 @@ namespace flashjit {
 
 struct AttentionSpec;
 
-/// A strided tensor of up to 4 dims. Unused trailing dims have shape 1.
-struct TensorRef {
+/// A strided view of up to 4 dims (trailing dims 1); runs may share inputs,
+struct TensorRef { // never O or LSE (flashjit does not lock the memory)
   void *data = nullptr;
   DType dtype = DType::BF16;
   int rank = 4;

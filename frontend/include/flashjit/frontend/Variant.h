@@ -41,8 +41,8 @@ struct BufferDecl {
   bool operator==(const BufferDecl &) const = default;
 };
 
-/// A mask predicate and a score modifier. Defaults: every key allowed
-/// (`true`) and the score unchanged (`score`).
+/// A mask predicate and a score modifier (default: `true`, `score`). A
+/// value type: const use from many threads is safe, setters need it alone.
 class Variant {
 public:
   /// \p name must be an identifier; it names the generated kernel.
@@ -116,7 +116,7 @@ std::string_view toString(Causal c);
 /// K [batch, heads_kv, seqlen_k, head_dim_qk],
 /// V [batch, heads_kv, seqlen_k, head_dim_v],
 /// O [batch, heads_q, seqlen_q, head_dim_v], LSE [batch, heads_q, seqlen_q]
-/// (fp32, natural log). Batch and sequence lengths are run-time values.
+/// (fp32, natural log); batch and seqlens are run-time. A value type (Variant).
 struct AttentionSpec {
   /// The mask and score modifier.
   Variant variant;

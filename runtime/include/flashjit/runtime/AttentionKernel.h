@@ -111,8 +111,8 @@ private:
   DeviceBuffer q_, k_;
 };
 
-/// A loaded attention kernel for one spec on one device.
-class GpuAttentionKernel {
+/// A loaded kernel of one spec on one device. Thread-safe: runs from many
+class GpuAttentionKernel { // threads and streams at once; buffer checks lock
 public:
   /// Loads \p ptx for \p device (nvJitLink, else the driver JIT). A
   /// non-empty \p cubin (e.g. from a cache entry) generated for exactly the

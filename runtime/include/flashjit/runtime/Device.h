@@ -47,7 +47,7 @@ struct DeviceProperties {
   std::string arch() const;
 };
 
-/// A GPU and its retained primary context.
+/// A GPU and its retained primary context; Thread-safe (get() locks).
 class Device {
 public:
   /// Number of visible GPUs. Throws DriverError when no driver is loaded

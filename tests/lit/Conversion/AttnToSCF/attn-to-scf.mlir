@@ -39,6 +39,32 @@ func.func @dot_qk(%q: memref<16x32xf32>, %k: memref<8x32xf32>, %s: memref<16x8xf
 
 // -----
 
+// O += P V with skip_zero_lhs: a zero P element (a masked key) skips its V
+// row, so 0 * inf never happens; UNE keeps NaN in P. Without the attribute
+// the row is always added.
+// CHECK-LABEL: func.func @dot_pv_skip(
+// CHECK: scf.for %[[I:.*]] =
+// CHECK: scf.for %[[K:.*]] =
+// CHECK: %[[P:.*]] = memref.load %{{.*}}[%[[I]], %[[K]]]
+// CHECK: %[[NZ:.*]] = arith.cmpf une, %[[P]], %{{.*}} : f32
+// CHECK: scf.if %[[NZ]] {
+// CHECK: scf.for
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK-LABEL: func.func @dot_pv(
+// CHECK-NOT: arith.cmpf une
+// CHECK: return
+func.func @dot_pv_skip(%p: memref<16x8xf32>, %v: memref<8x32xf32>, %acc: memref<16x32xf32>) {
+  attn.dot %p, %v into %acc accumulate skip_zero_lhs scale 1.0 : memref<16x8xf32>, memref<8x32xf32>, memref<16x32xf32>
+  return
+}
+func.func @dot_pv(%p: memref<16x8xf32>, %v: memref<8x32xf32>, %acc: memref<16x32xf32>) {
+  attn.dot %p, %v into %acc accumulate scale 1.0 : memref<16x8xf32>, memref<8x32xf32>, memref<16x32xf32>
+  return
+}
+
+// -----
+
 // A full tile runs no mask code: only the columns past `cols` (and rows past
 // `rows`) become -inf.
 // CHECK-LABEL: func.func @mask_full(

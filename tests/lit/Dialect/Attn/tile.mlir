@@ -43,7 +43,12 @@
 // CHECK: attn.rescale
 // CHECK: attn.row_sum
 // CHECK: attn.rescale
-// CHECK: attn.dot {{.*}} accumulate scale 1.0
+// O += P V: unguarded in a full tile, skipping P = 0 (masked keys) in a
+// partial one.
+// CHECK: scf.if %[[FULL]] {
+// CHECK-NEXT: attn.dot {{.*}} into {{.*}} accumulate scale 1.0
+// CHECK-NEXT: } else {
+// CHECK-NEXT: attn.dot {{.*}} into {{.*}} accumulate skip_zero_lhs scale 1.0
 // CHECK: attn.store_tile {{.*}} into %[[O]]
 // CHECK: attn.store_lse {{.*}} into %[[LSE]]
 

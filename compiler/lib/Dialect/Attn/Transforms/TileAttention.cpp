@@ -311,8 +311,26 @@ private:
     RescaleOp::create(b, l, alpha);
     RowSumOp::create(b, sT, l);
     RescaleOp::create(b, acc, alpha);
-    DotOp::create(b, sT, vT, acc, UnitAttr(), b.getUnitAttr(),
-                  b.getF32FloatAttr(1.0f));
+    // O += P V. In a partial tile P is 0 at masked keys, and a NaN or Inf
+    // in V there must not reach the row (0 * inf would be NaN):
+    // skip_zero_lhs. A full tile has no masked key (keys past seqlen_k
+    // load as 0), so it keeps the unguarded product, which LLVM keeps in
+    // registers across keys (the guard costs ~25% of a dense tile).
+    auto pv = [&](bool skipZero) {
+      DotOp::create(b, sT, vT, acc, UnitAttr(), b.getUnitAttr(),
+                    b.getF32FloatAttr(1.0f),
+                    skipZero ? b.getUnitAttr() : UnitAttr());
+    };
+    if (knownFull) {
+      pv(false);
+    } else {
+      auto isFull = scf::IfOp::create(b, full, /*withElseRegion=*/true);
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPoint(isFull.thenBlock()->getTerminator());
+      pv(false);
+      b.setInsertionPoint(isFull.elseBlock()->getTerminator());
+      pv(true);
+    }
     memref::CopyOp::create(b, mNew, m);
   }
 

@@ -224,18 +224,24 @@ def Attn_DotOp : Attn_Op<"dot"> {
     rhs'[k][j]` where `rhs'` is `rhs` transposed when `transpose_rhs` is set
     (S = Q K^T) and `rhs` itself otherwise (O += P V).
 
+    With `skip_zero_lhs`, a term whose `lhs[i][k]` is exactly 0 contributes
+    exactly 0 whatever `rhs'[k][j]` holds (IEEE would give NaN for 0 * inf or
+    0 * NaN). O += P V sets it: P is 0 at masked keys, so a NaN or Inf in V
+    there never reaches the row, wherever the tile boundaries fall. A NaN in
+    `lhs` still propagates.
+
     ```mlir
     attn.dot %qt, %kt transpose_rhs into %s scale 0.180336878 : memref<64x128xf32>, memref<64x128xf32>, memref<64x64xf32>
-    attn.dot %p, %vt into %acc accumulate scale 1.0 : memref<64x64xf32>, memref<64x128xf32>, memref<64x128xf32>
+    attn.dot %p, %vt into %acc accumulate skip_zero_lhs scale 1.0 : memref<64x64xf32>, memref<64x128xf32>, memref<64x128xf32>
     ```
   }];
   let arguments = (ins Attn_Tile:$lhs, Attn_Tile:$rhs, Attn_Tile:$acc,
                        UnitAttr:$transpose_rhs, UnitAttr:$accumulate,
-                       F32Attr:$scale);
+                       F32Attr:$scale, UnitAttr:$skip_zero_lhs);
   let assemblyFormat = [{
     $lhs `,` $rhs (`transpose_rhs` $transpose_rhs^)? `into` $acc
-    (`accumulate` $accumulate^)? `scale` $scale attr-dict `:` type($lhs) `,`
-    type($rhs) `,` type($acc)
+    (`accumulate` $accumulate^)? (`skip_zero_lhs` $skip_zero_lhs^)?
+    `scale` $scale attr-dict `:` type($lhs) `,` type($rhs) `,` type($acc)
   }];
   let hasVerifier = 1;
 }
