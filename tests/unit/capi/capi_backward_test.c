@@ -117,8 +117,8 @@ int main(void) {
   args(a);
   float dcap = NAN, dslope[HQ] = {NAN, NAN};
   flashjit_grad g[2] = {{"cap", &dcap, 1}, {"slope", dslope, HQ}};
-  CHECK(flashjit_run_backward(kernel, &tq, &tk, &tv, &to, &tl, &tdo, &tdq,
-                              &tdk, &tdv, a, 2, g, 2, NULL) == FLASHJIT_OK);
+  CHECK(flashjit_run_backward(kernel, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk,
+                              &tdv, a, 2, g, 2, NULL) == FLASHJIT_OK);
   CHECK(fdCheck(&cap, dcap, "d cap"));
   CHECK(fdCheck(&slope[0], dslope[0], "d slope[0]"));
   CHECK(fdCheck(&slope[1], dslope[1], "d slope[1]"));
@@ -131,13 +131,12 @@ int main(void) {
 
   /* Errors: a name with no gradient, a wrong buffer size, NULL lse. */
   flashjit_grad bad[1] = {{"nope", &dcap, 1}};
-  CHECK(flashjit_run_backward(kernel, &tq, &tk, &tv, &to, &tl, &tdo, &tdq,
-                              &tdk, &tdv, a, 2, bad, 1,
-                              NULL) == FLASHJIT_USER_ERROR);
+  CHECK(flashjit_run_backward(kernel, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk,
+                              &tdv, a, 2, bad, 1, NULL) == FLASHJIT_USER_ERROR);
   CHECK(strstr(flashjit_last_error(), "nope") != NULL);
   flashjit_grad wrong[1] = {{"slope", dslope, 3}};
-  CHECK(flashjit_run_backward(kernel, &tq, &tk, &tv, &to, &tl, &tdo, &tdq,
-                              &tdk, &tdv, a, 2, wrong, 1,
+  CHECK(flashjit_run_backward(kernel, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk,
+                              &tdv, a, 2, wrong, 1,
                               NULL) == FLASHJIT_USER_ERROR);
   CHECK(strstr(flashjit_last_error(), "size = 3, expected 2") != NULL);
   CHECK(flashjit_run_backward(kernel, &tq, &tk, &tv, &to, NULL, &tdo, &tdq,

@@ -279,8 +279,7 @@ std::string runDense(const Pair &p, int64_t batch, int64_t sq, int64_t sk,
       return "dBuffer size mismatch for " + name;
     e = compare(("d" + name).c_str(), int64_t(want.size()), s.dtypeQ,
                 [&](int64_t i) { return got[i]; },
-                [&](int64_t i) { return want[i]; },
-                dataWiden(s.dtypeQ, rows));
+                [&](int64_t i) { return want[i]; }, dataWiden(s.dtypeQ, rows));
   }
   for (auto &[name, want] : r.dParams) {
     if (!e.empty())
@@ -361,8 +360,7 @@ std::string runVarlen(const Pair &p, const std::vector<int32_t> &lensQ,
     const std::vector<float> &got = g.dBuffers.at(name);
     e = compare(("d" + name).c_str(), int64_t(want.size()), s.dtypeQ,
                 [&](int64_t i) { return got[i]; },
-                [&](int64_t i) { return want[i]; },
-                dataWiden(s.dtypeQ, rows));
+                [&](int64_t i) { return want[i]; }, dataWiden(s.dtypeQ, rows));
   }
   return e;
 }
