@@ -359,6 +359,74 @@ flashjit_status flashjit_run(const flashjit_kernel *kernel,
   });
 }
 
+flashjit_status
+flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
+                      const flashjit_tensor *k, const flashjit_tensor *v,
+                      const flashjit_tensor *o, const flashjit_tensor *lse,
+                      const flashjit_tensor *d_o, const flashjit_tensor *dq,
+                      const flashjit_tensor *dk, const flashjit_tensor *dv,
+                      const flashjit_arg *args, int num_args,
+                      const flashjit_grad *grads, int num_grads,
+                      void * /*stream*/) {
+  return guarded([&] {
+    if (!kernel)
+      throw UserError("flashjit_run_backward: kernel is NULL");
+    if (!kernel->cpu)
+      throw UserError("flashjit_run_backward: the GPU backward is not built "
+                      "yet (issue 15); compile the kernel for target 'cpu'");
+    TensorRef qr = toRef(q, "q"), kr = toRef(k, "k"), vr = toRef(v, "v"),
+              orf = toRef(o, "o"), lr = toRef(lse, "lse"),
+              dor = toRef(d_o, "d_o"), dqr = toRef(dq, "dq"),
+              dkr = toRef(dk, "dk"), dvr = toRef(dv, "dv");
+    Arguments a = toArguments(args, num_args);
+    if (num_grads < 0 || (num_grads > 0 && !grads))
+      throw UserError(fmt::format("num_grads = {} with grads = {}", num_grads,
+                                  static_cast<const void *>(grads)));
+#ifndef FLASHJIT_C_WITH_COMPILER
+    (void)qr, (void)kr, (void)vr, (void)orf, (void)lr, (void)dor, (void)dqr,
+        (void)dkr, (void)dvr, (void)a;
+    throw UserError("flashjit_run_backward: this is flashjit_c_runtime, built "
+                    "without the compiler, and backward kernels are not "
+                    "bundled yet; link flashjit_c");
+#else
+    CompileOptions options;
+    options.blockM = kernel->cpu->info().blockM;
+    options.blockN = kernel->cpu->info().blockN;
+    std::shared_ptr<const CpuBackward> bwd =
+        loadOrCompileCpuBackward(kernel->spec, options);
+    DataGradients g = bwd->run(qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a);
+    for (int i = 0; i < num_grads; ++i) {
+      const flashjit_grad &e = grads[i];
+      if (!e.name)
+        throw UserError(fmt::format("grads[{}].name is NULL", i));
+      std::string name = e.name;
+      if (auto it = g.dBuffers.find(name); it != g.dBuffers.end()) {
+        if (e.size != static_cast<int64_t>(it->second.size()))
+          throw UserError(fmt::format("grads[{}] '{}': size = {}, expected {} "
+                                      "(the bound buffer's length)",
+                                      i, excerpt(name), e.size,
+                                      it->second.size()));
+        if (e.size > 0 && !e.data)
+          throw UserError(
+              fmt::format("grads[{}] '{}': data is NULL", i, excerpt(name)));
+        std::copy(it->second.begin(), it->second.end(), e.data);
+      } else if (auto p = g.dParams.find(name); p != g.dParams.end()) {
+        if (e.size != 1 || !e.data)
+          throw UserError(fmt::format("grads[{}] '{}': a parameter's gradient "
+                                      "needs size = 1 and data, got size = {}",
+                                      i, excerpt(name), e.size));
+        e.data[0] = p->second;
+      } else {
+        throw UserError(fmt::format(
+            "grads[{}] '{}' is not an f32 buffer or f32 parameter that the "
+            "score modifier reads, so it has no gradient",
+            i, excerpt(name)));
+      }
+    }
+#endif
+  });
+}
+
 const char *flashjit_kernel_ptx(const flashjit_kernel *kernel) {
   return kernel && !kernel->ptx.empty() ? kernel->ptx.c_str() : nullptr;
 }

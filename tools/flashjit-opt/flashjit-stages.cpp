@@ -6,6 +6,8 @@
 //
 //   flashjit-stages --variant causal --print attn     # IR for lit goldens
 //   flashjit-stages --variant swa_softcap --times     # compile time per step
+//   flashjit-stages --variant softcap_alibi --backward --print attn
+//                                          # the backward's attn.attention
 //   flashjit-stages --list
 //
 //===----------------------------------------------------------------------===//
@@ -68,6 +70,17 @@ std::map<std::string, std::function<AttentionSpec()>> catalogue() {
     s.causal = Causal::TopLeft;
     return s;
   };
+  c["softcap_alibi"] = [=] {
+    // Soft-capped ALiBi scores: the backward's buffer and parameter
+    // gradients in one modifier.
+    Expr cap = param<float>("cap");
+    Buffer slopes = buffer<float>("slopes");
+    Expr biased = score - slopes[head] * abs(q_idx - kv_idx);
+    AttentionSpec s =
+        base(Variant("softcap_alibi").scoreMod(cap * tanh(biased / cap)));
+    s.causal = Causal::BottomRight;
+    return s;
+  };
   c["document"] = [=] {
     Buffer doc = buffer<int32_t>("doc_id");
     return base(
@@ -81,7 +94,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: flashjit-stages --variant NAME [--print attn|tiled|"
                "llvm-dialect|llvm-ir|llvm-ir-opt] [--times] [--block-m N] "
-               "[--block-n N] [--head-dim D] [--repeat N]\n"
+               "[--block-n N] [--head-dim D] [--repeat N] [--backward]\n"
                "       flashjit-stages --list\n");
   return 2;
 }
@@ -90,7 +103,7 @@ int usage() {
 
 int main(int argc, char **argv) {
   std::string variant, print;
-  bool times = false;
+  bool times = false, backward = false;
   int repeat = 1, headDim = 0;
   CompileOptions options;
   for (int i = 1; i < argc; ++i) {
@@ -119,6 +132,8 @@ int main(int argc, char **argv) {
       print = next();
     else if (a == "--times")
       times = true;
+    else if (a == "--backward")
+      backward = true;
     else if (a == "--block-m")
       options.blockM = integer(1);
     else if (a == "--block-n")
@@ -142,11 +157,15 @@ int main(int argc, char **argv) {
     if (headDim)
       spec.headDimQK = spec.headDimV = headDim;
     std::shared_ptr<const CpuKernel> k;
+    std::shared_ptr<const CpuBackward> bk;
     for (int r = 0; r < repeat; ++r) {
-      k = compileCpu(spec, options);
+      if (backward)
+        bk = compileCpuBackward(spec, options);
+      else
+        k = compileCpu(spec, options);
       if (times) {
         std::printf("compile %d of %s:\n", r + 1, variant.c_str());
-        for (const StageTiming &t : k->timings())
+        for (const StageTiming &t : backward ? bk->timings() : k->timings())
           std::printf("  %-24s %8.1f ms\n", t.name.c_str(), t.seconds * 1e3);
       }
     }
@@ -160,7 +179,9 @@ int main(int argc, char **argv) {
       auto it = stages.find(print);
       if (it == stages.end())
         return usage();
-      std::fputs(k->stageText(it->second).c_str(), stdout);
+      std::fputs(backward ? bk->stageText(it->second).c_str()
+                          : k->stageText(it->second).c_str(),
+                 stdout);
     }
   } catch (const Error &e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -143,6 +143,13 @@ cl::opt<bool> blockSparseFlag(
     cl::desc("A block-sparse kernel (visits the tiles of a block mask) and "
              "its block-mask builder"),
     cl::sub(compileCmd), cl::sub(inspectCmd));
+cl::opt<std::string> kernelFlag(
+    "kernel",
+    cl::desc("fwd | bwd: the forward or the backward (gradients) kernel; "
+             "bwd is CPU only, compiled in memory (not cached or bundled "
+             "yet)"),
+    cl::init("fwd"), cl::sub(compileCmd), cl::sub(inspectCmd),
+    cl::sub(bundleCmd));
 cl::opt<std::string> outDir("out",
                             cl::desc("compile: also copy every stage here; "
                                      "bundle: the bundle directory"),
@@ -479,10 +486,38 @@ void makeDir(const std::string &dir, const char *flag) {
                           ec.message()));
 }
 
+/// Whether --kernel asks for the backward; a UserError for anything but
+/// fwd and bwd, and for bwd on a GPU target (issue 15).
+bool wantsBackward(const std::string &target) {
+  if (kernelFlag != "fwd" && kernelFlag != "bwd")
+    userError(fmt::format("--kernel '{}' is not fwd or bwd",
+                          std::string(kernelFlag)));
+  if (kernelFlag == "bwd" && target != "cpu")
+    userError(fmt::format("--kernel bwd: the GPU backward is not built yet "
+                          "(issue 15); use --target cpu, not '{}'",
+                          target));
+  return kernelFlag == "bwd";
+}
+
 int runCompile() {
   AttentionSpec spec = specFromFlags();
   std::string target = oneTarget();
   llvm::outs() << "spec    " << printSpec(spec) << "\n";
+  if (wantsBackward(target)) {
+    CompileOptions options = cpuOptions();
+    if (!outDir.empty()) {
+      makeDir(outDir, "--out");
+      options.dumpDir = outDir;
+    }
+    auto kernel = compileCpuBackward(spec, options);
+    llvm::outs() << "target  cpu backward (ORC JIT in memory, not cached)\n";
+    if (!outDir.empty())
+      llvm::outs() << "stages  written to " << outDir << "\n";
+    for (const StageTiming &t : kernel->timings())
+      llvm::outs() << fmt::format("  {:<24} {:9.3f} ms\n", t.name,
+                                  t.seconds * 1e3);
+    return 0;
+  }
   DiskCache cache(cacheConfig());
   std::optional<GpuResult> result;
   if (target == "cpu") {
@@ -574,6 +609,7 @@ int runInspect() {
     return 0;
   }
   std::string target = oneTarget();
+  bool backward = wantsBackward(target);
   if (stage.empty())
     userError("--stage is required (attn | gpu | ptx | resources | sass | "
               "derivative)");
@@ -585,7 +621,10 @@ int runInspect() {
                      {"llvm-ir", Stage::LLVMIR, kLLVMIRFile},
                      {"llvm-ir-opt", Stage::LLVMIROpt, kLLVMIROptFile}};
     for (const auto &[name, s, file] : cpuStages)
-      if (name == stage) {
+      if (name == stage && backward) {
+        llvm::outs() << compileCpuBackward(spec, cpuOptions())->stageText(s);
+        return 0;
+      } else if (name == stage) {
         CompileOptions options = cpuOptions();
         DiskCache cache(cacheConfig());
         if (std::optional<GpuResult> r = cpuThroughCache(spec, options, cache))
@@ -817,6 +856,11 @@ int runCache() {
 }
 
 int runBundle() {
+  if (kernelFlag != "fwd")
+    userError(fmt::format("bundle: --kernel '{}': only forward kernels are "
+                          "bundled so far (backward kernels compile in "
+                          "memory)",
+                          std::string(kernelFlag)));
   if (outDir.empty())
     userError("bundle: --out DIR is required");
   if (specText.empty())

@@ -129,6 +129,38 @@ flashjit_status flashjit_run(const flashjit_kernel *kernel,
                              const flashjit_arg *args, int num_args,
                              void *stream);
 
+/** Gradient output for one captured f32 buffer or one f32 parameter. */
+typedef struct flashjit_grad {
+  const char *name; /**< the buffer's or parameter's name */
+  float *data;      /**< dBuffer: `size` elements (the bound buffer's length);
+                         dParam: 1 element */
+  int64_t size;
+} flashjit_grad;
+
+/** The backward of \p kernel's attention (README.md, "Backward"): from Q, K,
+ *  V, the forward's O and LSE (fp32 [batch, heads_q, seqlen_q], required:
+ *  compile the forward with `return_lse` true, the default) and dO (O's
+ *  shape and dtype), writes dQ, dK, dV (the shapes and dtypes of Q, K, V;
+ *  fp32 accumulation; every element overwritten) and, for each of the
+ *  \p num_grads entries of \p grads, the gradient of that f32 buffer
+ *  (`size` = the bound buffer's length) or f32 parameter (`size` = 1),
+ *  overwritten. A buffer or parameter not listed gets no gradient; listing
+ *  one the score modifier does not read as f32 is FLASHJIT_USER_ERROR.
+ *  \p args are the forward's. \p kernel is the forward kernel from
+ *  flashjit_compile or flashjit_load; its backward is compiled (through the
+ *  in-process memory tier) on the first call, so flashjit_c_runtime, which
+ *  has no compiler, reports FLASHJIT_USER_ERROR. CPU kernels only: a GPU
+ *  kernel gives FLASHJIT_USER_ERROR (the GPU backward is issue 15).
+ *  Deterministic. \p stream is ignored on the CPU. */
+flashjit_status
+flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
+                      const flashjit_tensor *k, const flashjit_tensor *v,
+                      const flashjit_tensor *o, const flashjit_tensor *lse,
+                      const flashjit_tensor *d_o, const flashjit_tensor *dq,
+                      const flashjit_tensor *dk, const flashjit_tensor *dv,
+                      const flashjit_arg *args, int num_args,
+                      const flashjit_grad *grads, int num_grads, void *stream);
+
 /** The kernel's PTX (GPU targets) or NULL (CPU). Owned by the kernel. */
 const char *flashjit_kernel_ptx(const flashjit_kernel *kernel);
 

@@ -17,6 +17,7 @@
 #include "flashjit/Dialect/Attn/Transforms/Passes.h"
 #include "flashjit/FrontendToMLIR/MLIRGen.h"
 #include "flashjit/Pipeline/Pipelines.h"
+#include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/KernelAbi.h"
@@ -179,13 +180,14 @@ Lowered lowerToLLVMDialect(const AttentionSpec &spec, const TileOptions &tile,
   l.ctx = makeContext();
   l.diag = std::make_unique<DiagnosticCapture>(l.ctx.get());
   timings.push_back({"mlir-context", w.lap()});
-  l.module = mlirGen(*l.ctx, spec);
+  l.module = mlirGen(
+      *l.ctx, spec, tile.backward ? KernelKind::Backward : KernelKind::Forward);
   if (!l.module)
     throw CompileError("MLIRGen produced invalid IR:\n" + l.diag->text());
   texts[0] = printOp(*l.module, /*withLocations=*/true);
   timings.push_back({"mlirgen", w.lap()});
 
-  l.symbol = "flashjit_" + spec.variant.name();
+  l.symbol = "flashjit_" + spec.variant.name() + (tile.backward ? "_bwd" : "");
   l.module->walk([&](attn::AttentionOp op) { op.setSymName(l.symbol); });
   runPipeline(*l.ctx, *l.module, "attn-to-tiles", *l.diag,
               [&](OpPassManager &pm) { buildAttnToTilesPipeline(pm, tile); });
@@ -252,6 +254,48 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
   dumpStages(spec, options, texts);
   timings.push_back({"total", total.lap()});
   return std::make_shared<const CpuKernel>(
+      std::move(kernel), std::move(timings), std::move(texts));
+}
+
+AttentionSpec backwardSpec(const AttentionSpec &spec) {
+  AttentionSpec s = spec;
+  s.returnLse = true; // the backward reads LSE whatever the forward returns
+  return s;
+}
+
+/// Every UserError of a backward compile, before MLIR: the forward's checks
+/// and the score modifier's differentiability (at the user's line).
+static void validateBackwardForCpu(const AttentionSpec &spec,
+                                   const CompileOptions &options) {
+  validateForCpu(spec, options);
+  if (options.countTiles)
+    throw UserError("CompileOptions::countTiles is not supported by the "
+                    "backward kernels");
+  const Expr &mod = spec.variant.scoreExpr();
+  (void)differentiateScoreMod(mod, differentiableParams(mod));
+}
+
+std::shared_ptr<const CpuBackward>
+compileCpuBackward(const AttentionSpec &specIn, const CompileOptions &options) {
+  AttentionSpec spec = backwardSpec(specIn);
+  validateBackwardForCpu(spec, options);
+  StopWatch total, w;
+  std::array<std::string, 5> texts;
+  std::vector<StageTiming> timings;
+  runtime::CpuKernelInfo info{cpuBlockM(options), cpuBlockN(options), false,
+                              options.varlen, options.blockSparse};
+  TileOptions tile{info.blockM, info.blockN,      false,
+                   info.varlen, info.blockSparse, /*backward=*/true};
+  Lowered l = lowerToLLVMDialect(spec, tile, texts, timings, w);
+  PackedFn dq = nullptr;
+  auto [engine, fn] =
+      jit(*l.module, l.symbol, options.optLevel, &texts[3], &texts[4], &timings,
+          {{l.symbol + abi::bwd::kDqSuffix, &dq}});
+  runtime::CpuBackwardKernel kernel(spec, info, fn, dq, std::move(engine));
+  w.lap();
+  dumpStages(options, spec.variant.name() + "_bwd", texts);
+  timings.push_back({"total", total.lap()});
+  return std::make_shared<const CpuBackward>(
       std::move(kernel), std::move(timings), std::move(texts));
 }
 

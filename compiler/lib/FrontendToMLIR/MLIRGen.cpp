@@ -8,10 +8,16 @@
 // whose lazily evaluated operand reads a buffer become scf.if, so a guarded
 // read is not performed, exactly as the interpreter does.
 //
+// A backward kernel (KernelKind::Backward) is the same attn.attention, built
+// by the same code, plus the score_grad region: the symbolic derivatives of
+// frontend/Derivative.h emitted by the same mlirGen methods, so the forward
+// and the backward cannot evaluate a mask or a modifier differently.
+//
 //===----------------------------------------------------------------------===//
 #include "flashjit/FrontendToMLIR/MLIRGen.h"
 
 #include "flashjit/Dialect/Attn/IR/Attn.h"
+#include "flashjit/frontend/Derivative.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
@@ -36,7 +42,7 @@ class MLIRGenImpl {
 public:
   explicit MLIRGenImpl(MLIRContext &ctx) : b(&ctx) {}
 
-  OwningOpRef<ModuleOp> gen(const AttentionSpec &spec) {
+  OwningOpRef<ModuleOp> gen(const AttentionSpec &spec, KernelKind kind) {
     const Expr &mask = spec.effectiveMask();
     Location l = loc(mask.get());
     OwningOpRef<ModuleOp> module = ModuleOp::create(l);
@@ -78,6 +84,9 @@ public:
     Value s = mlirGen(mod);
     attn::YieldOp::create(b, loc(mod.get()), s);
 
+    if (kind == KernelKind::Backward)
+      genScoreGrad(op, mod, scoreArgs, scoreLocs);
+
     if (failed(verify(*module)))
       return nullptr;
     return module;
@@ -87,6 +96,45 @@ private:
   OpBuilder b;
   Value indices_[6];
   Value score_;
+
+  /// The score_grad region: (d_score, score, indices...) -> dS = d_score *
+  /// d s'/d score, with dBuffer[idx] += d_score * d s'/d buffer[idx] for
+  /// each f32 buffer read and dParam += d_score * d s'/d param for each f32
+  /// parameter the modifier reads (frontend/Derivative.h derives them).
+  /// The buffer and parameter terms are located at the modifier's line.
+  void genScoreGrad(attn::AttentionOp op, const Expr &mod,
+                    SmallVector<Type> scoreArgs,
+                    SmallVector<Location> scoreLocs) {
+    ScoreModDerivative d =
+        differentiateScoreMod(mod, differentiableParams(mod));
+    Location l = loc(mod.get());
+    scoreArgs.insert(scoreArgs.begin(), b.getF32Type());
+    scoreLocs.insert(scoreLocs.begin(), l);
+    Block *blk = b.createBlock(&op.getScoreGrad(), {}, scoreArgs, scoreLocs);
+    Value dScore = blk->getArgument(0);
+    score_ = blk->getArgument(1);
+    bindIndices(blk->getArguments().drop_front(2));
+    auto isLiteral = [](const Expr &e, float v) {
+      auto *c = llvm::dyn_cast<ConstantExpr>(e.get());
+      return c && c->type() == ScalarType::Float32 && c->floatValue() == v;
+    };
+    Value dS =
+        isLiteral(d.score, 1.0f)
+            ? dScore
+            : arith::MulFOp::create(b, l, dScore, mlirGen(d.score)).getResult();
+    for (const BufferDerivative &bd : d.buffers) {
+      Value g = arith::MulFOp::create(b, l, dScore, mlirGen(bd.derivative));
+      attn::BufferGradOp::create(b, loc(bd.index.get()), bd.buffer,
+                                 mlirGen(bd.index), g);
+    }
+    for (const ParamDerivative &pd : d.params) {
+      if (isLiteral(pd.derivative, 0.0f))
+        continue;
+      Value g = arith::MulFOp::create(b, l, dScore, mlirGen(pd.derivative));
+      attn::ParamGradOp::create(b, l, pd.param, g);
+    }
+    attn::YieldOp::create(b, l, dS);
+  }
 
   void bindIndices(ValueRange args) {
     for (unsigned i = 0; i < 6; ++i)
@@ -344,9 +392,10 @@ private:
 
 } // namespace
 
-OwningOpRef<ModuleOp> mlirGen(MLIRContext &context, const AttentionSpec &spec) {
+OwningOpRef<ModuleOp> mlirGen(MLIRContext &context, const AttentionSpec &spec,
+                              KernelKind kind) {
   context.loadDialect<attn::AttnDialect>();
-  return MLIRGenImpl(context).gen(spec);
+  return MLIRGenImpl(context).gen(spec, kind);
 }
 
 } // namespace flashjit

@@ -18,7 +18,15 @@ using namespace mlir;
 namespace flashjit {
 
 void buildAttnToTilesPipeline(OpPassManager &pm, const TileOptions &options) {
-  if (options.blockSparse) {
+  if (options.backward) {
+    attn::AttnTileBackwardOptions bwd;
+    bwd.blockM = options.blockM;
+    bwd.blockN = options.blockN;
+    bwd.varlen = options.varlen;
+    bwd.blockSparse = options.blockSparse;
+    pm.addPass(attn::createAttnTileBackward(bwd));
+  }
+  if (options.blockSparse && !options.backward) {
     attn::AttnBuildBlockMaskOptions builder;
     builder.blockM = options.blockM;
     builder.blockN = options.blockN;
@@ -31,7 +39,8 @@ void buildAttnToTilesPipeline(OpPassManager &pm, const TileOptions &options) {
   tile.countTiles = options.countTiles;
   tile.varlen = options.varlen;
   tile.blockSparse = options.blockSparse;
-  pm.addPass(attn::createAttnTile(tile));
+  if (!options.backward)
+    pm.addPass(attn::createAttnTile(tile));
   pm.addPass(attn::createAttnExpandScalar());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
@@ -74,8 +83,12 @@ struct TilePipelineOptions : public PassPipelineOptions<TilePipelineOptions> {
                            llvm::cl::desc("block-sparse kernels and their "
                                           "block-mask builders"),
                            llvm::cl::init(false)};
+  Option<bool> backward{*this, "backward",
+                        llvm::cl::desc("the backward kernels "
+                                       "(attn-tile-backward)"),
+                        llvm::cl::init(false)};
   TileOptions get() const {
-    return {blockM, blockN, countTiles, varlen, blockSparse};
+    return {blockM, blockN, countTiles, varlen, blockSparse, backward};
   }
 };
 } // namespace

@@ -11,6 +11,7 @@
 #define FLASHJIT_FRONTENDTOMLIR_MLIRGEN_H
 
 #include "flashjit/frontend/Variant.h"
+#include "flashjit/runtime/KernelAbi.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -18,10 +19,14 @@
 namespace flashjit {
 
 /// Builds `module { attn.attention @<variant name> ... }` for \p spec (which
-/// must be valid: call spec.validate() first). Returns null after emitting a
-/// diagnostic if the result does not verify.
-mlir::OwningOpRef<mlir::ModuleOp> mlirGen(mlir::MLIRContext &context,
-                                          const AttentionSpec &spec);
+/// must be valid: call spec.validate() first). With KernelKind::Backward the
+/// op also carries the score_grad region (the score modifier's symbolic
+/// derivative; AttnOps.td states its semantics). Returns null after emitting
+/// a diagnostic if the result does not verify. Throws UserError (at the
+/// user's line) for a backward of a modifier that cannot be differentiated.
+mlir::OwningOpRef<mlir::ModuleOp>
+mlirGen(mlir::MLIRContext &context, const AttentionSpec &spec,
+        KernelKind kind = KernelKind::Forward);
 
 } // namespace flashjit
 

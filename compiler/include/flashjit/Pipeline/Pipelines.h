@@ -31,6 +31,10 @@ struct TileOptions {
   /// Block-sparse kernels (block-mask arguments) plus their block-mask
   /// builders (@f_block_mask).
   bool blockSparse = false;
+  /// The backward kernels (attn-tile-backward: @f for dK/dV, @f_dq for dQ
+  /// and the data gradients) instead of the forward; no block-mask builder
+  /// (the backward takes the forward's BlockMask).
+  bool backward = false;
 };
 
 /// attn.attention -> FlashAttention-2 tile program: attn-build-block-mask

@@ -31,6 +31,7 @@
 #include "flashjit/frontend/Variant.h"
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/CpuAttentionKernel.h"
+#include "flashjit/runtime/CpuBackwardKernel.h"
 
 #include <array>
 #include <cstdint>
@@ -227,6 +228,74 @@ loadOrCompileCpu(const AttentionSpec &spec, const CompileOptions &options = {},
 /// request reads the disk cache (tests, benchmarks). Kernels already
 /// returned stay valid. Thread-safe, even during loadOrCompileCpu().
 void clearCpuMemoryTier();
+
+/// A compiled CPU backward kernel (gradients; runtime::CpuBackwardKernel
+/// states the semantics, shapes and errors of its run(), runBlockSparse()
+/// and runVarlen()) plus the time and text of each compilation stage (the
+/// Tiled stage holds both kernels: @<name> for dK/dV, @<name>_dq for dQ and
+/// the buffer and parameter gradients).
+class CpuBackward : public runtime::CpuBackwardKernel {
+public:
+  CpuBackward(runtime::CpuBackwardKernel kernel,
+              std::vector<StageTiming> timings,
+              std::array<std::string, 5> stageTexts)
+      : runtime::CpuBackwardKernel(std::move(kernel)),
+        timings_(std::move(timings)), stageTexts_(std::move(stageTexts)) {}
+  CpuBackward(const CpuBackward &) = delete;
+  CpuBackward &operator=(const CpuBackward &) = delete;
+  /// Time per compilation step, with a final "total".
+  const std::vector<StageTiming> &timings() const { return timings_; }
+  /// The text of one stage.
+  const std::string &stageText(Stage stage) const {
+    return stageTexts_[static_cast<size_t>(stage)];
+  }
+
+private:
+  std::vector<StageTiming> timings_;
+  std::array<std::string, 5> stageTexts_;
+};
+
+/// The spec a backward kernel of \p spec is compiled for: \p spec with
+/// returnLse set (the backward reads the forward's LSE, so the forward of
+/// a training call must return it; the flag does not change the
+/// gradients, so it does not split backward cache keys).
+AttentionSpec backwardSpec(const AttentionSpec &spec);
+
+/// Compiles the backward of \p spec for the host CPU (in memory, ORC JIT):
+/// the attn.attention with its score_grad region (MLIRGen,
+/// KernelKind::Backward) through attn-tile-backward and the CPU pipeline.
+/// options.varlen and options.blockSparse select the call form as for the
+/// forward (a block-sparse backward takes the forward's BlockMask, so its
+/// tiles must equal the forward's: use the same blockM/blockN). Throws
+/// UserError as validateForCpu, for options.countTiles, and at the user's
+/// line for a score modifier that cannot be differentiated
+/// (frontend/Derivative.h); CompileError if a pass fails.
+std::shared_ptr<const CpuBackward>
+compileCpuBackward(const AttentionSpec &spec,
+                   const CompileOptions &options = {});
+
+/// compileCpuBackward() once per (backwardSpec(spec), tile sizes, opt
+/// level, varlen, block-sparse) in this process (an in-memory tier; backward
+/// kernels are not written to the disk cache yet). Throws as
+/// compileCpuBackward.
+std::shared_ptr<const CpuBackward>
+loadOrCompileCpuBackward(const AttentionSpec &spec,
+                         const CompileOptions &options = {});
+
+/// The fused forward and backward of one dense call, for tests and simple
+/// training loops: runs loadOrCompileCpu(backwardSpec(spec)) into \p o and
+/// \p lse (fp32 [B, Hq, Sq]), then the backward (compiled once per
+/// spec/options in this process) into \p dq, \p dk, \p dv, and returns
+/// the buffer and parameter gradients. Shapes and errors as
+/// CpuAttentionKernel::run and CpuBackwardKernel::run; options.varlen and
+/// options.blockSparse must be off (UserError).
+DataGradients forwardBackwardCpu(const AttentionSpec &spec, const TensorRef &q,
+                                 const TensorRef &k, const TensorRef &v,
+                                 const TensorRef &dO, const TensorRef &o,
+                                 const TensorRef &lse, const TensorRef &dq,
+                                 const TensorRef &dk, const TensorRef &dv,
+                                 const Arguments &args = {},
+                                 const CompileOptions &options = {});
 
 /// The run-time tile classifier of a spec's mask, JIT-compiled on its own:
 /// the very code kernels run to classify tiles, exposed so tests can compare

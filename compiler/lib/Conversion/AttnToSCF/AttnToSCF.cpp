@@ -12,7 +12,11 @@
 //       regions are inlined into the element loops; the mask runs only on
 //       in-bounds elements, the score modifier only on allowed ones, so
 //       buffer reads happen exactly where the reference performs them.
-//       Reductions carry `reassoc` so LLVM may vectorise them.
+//       Reductions carry `reassoc` so LLVM may vectorise them. The
+//       backward's tile ops (attn.load_lse, attn.row_dot,
+//       attn.softmax_grad, attn.score_grad, attn.dot transpose_lhs) lower
+//       the same way; attn.score_grad inlines its region only on elements
+//       with a nonzero dS'.
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/Passes.h"
@@ -225,6 +229,32 @@ void lower(DotOp op) {
   int64_t m = L.dim(lhs, 0), k = L.dim(lhs, 1);
   int64_t n = L.dim(acc, 1);
   Value scale = L.f(op.getScale().convertToFloat());
+  if (op.getTransposeLhs()) {
+    // acc[i][j] (+)= scale * sum_k lhs[k][i] * rhs[k][j] (rhs not
+    // transposed: the backward's P^T dO and dS^T Q), k outer and j
+    // innermost so the loop over the contiguous acc and rhs rows
+    // vectorises.
+    int64_t kk = L.dim(lhs, 0), mm = L.dim(lhs, 1);
+    if (!op.getAccumulate()) {
+      Value zero = L.f(0.0f);
+      L.loop(L.idx(0), L.idx(mm), [&](Value i) {
+        L.loop(L.idx(0), L.idx(n), [&](Value j) {
+          L.store(zero, acc, {i, j});
+        });
+      });
+    }
+    L.loop(L.idx(0), L.idx(kk), [&](Value r) {
+      L.loop(L.idx(0), L.idx(mm), [&](Value i) {
+        Value a = arith::MulFOp::create(L.b, L.load(lhs, {r, i}), scale);
+        L.loop(L.idx(0), L.idx(n), [&](Value j) {
+          Value p = arith::MulFOp::create(L.b, a, L.load(rhs, {r, j}));
+          L.store(arith::AddFOp::create(L.b, L.load(acc, {i, j}), p), acc,
+                  {i, j});
+        });
+      });
+    });
+    return;
+  }
   if (op.getTransposeRhs()) {
     // acc[i][j] (+)= scale * sum_k lhs[i][k] * rhs[j][k]
     L.loop(L.idx(0), L.idx(m), [&](Value i) {
@@ -496,21 +526,104 @@ void lower(StoreLseOp op) {
   });
 }
 
+void lower(LoadLseOp op) {
+  Lowering L(op);
+  Value out = op.getOut();
+  Value rows = L.toIndex(op.getRows());
+  Value log2e = L.f(1.4426950408889634f), ninf = L.ninf();
+  L.loop(L.idx(0), L.idx(L.dim(out, 0)), [&](Value i) {
+    Value valid =
+        arith::CmpIOp::create(L.b, arith::CmpIPredicate::slt, i, rows);
+    Value v = L.ifElse(
+        L.f32, valid,
+        [&] {
+          Value off = arith::AddIOp::create(
+              L.b, op.getOffset(),
+              arith::MulIOp::create(L.b, L.toI64(i), op.getRowStride()));
+          return Value(arith::MulFOp::create(
+              L.b, L.loadGlobal(op.getBase(), L.f32, off), log2e));
+        },
+        [&] { return ninf; });
+    L.store(v, out, i);
+  });
+}
+
+void lower(RowDotOp op) {
+  Lowering L(op);
+  Value a = op.getLhs(), c = op.getRhs();
+  L.loop(L.idx(0), L.idx(L.dim(a, 0)), [&](Value i) {
+    Value sum = L.reduce(
+        L.idx(0), L.idx(L.dim(a, 1)), L.f(0.0f), [&](Value j, Value acc) {
+          Value p = arith::MulFOp::create(L.b, L.load(a, {i, j}),
+                                          L.load(c, {i, j}), L.reassoc);
+          return arith::AddFOp::create(L.b, acc, p, L.reassoc);
+        });
+    L.store(sum, op.getOut(), i);
+  });
+}
+
+void lower(SoftmaxGradOp op) {
+  Lowering L(op);
+  Value p = op.getP(), zero = L.f(0.0f);
+  L.loop(L.idx(0), L.idx(L.dim(p, 0)), [&](Value i) {
+    Value di = L.load(op.getD(), i);
+    L.loop(L.idx(0), L.idx(L.dim(p, 1)), [&](Value j) {
+      Value pij = L.load(p, {i, j});
+      Value g = arith::MulFOp::create(
+          L.b, pij, arith::SubFOp::create(L.b, L.load(op.getDp(), {i, j}), di));
+      Value dead =
+          arith::CmpFOp::create(L.b, arith::CmpFPredicate::OEQ, pij, zero);
+      L.store(arith::SelectOp::create(L.b, dead, zero, g), op.getOut(), {i, j});
+    });
+  });
+}
+
+void lower(ScoreGradOp op) {
+  Lowering L(op);
+  Value g = op.getGrad(), s = op.getScores();
+  Value rows = L.toIndex(op.getRows()), cols = L.toIndex(op.getCols());
+  Value zero = L.f(0.0f);
+  L.loop(L.idx(0), L.idx(L.dim(g, 0)), [&](Value i) {
+    L.loop(L.idx(0), L.idx(L.dim(g, 1)), [&](Value j) {
+      Value x = L.load(g, {i, j});
+      Value live = arith::AndIOp::create(
+          L.b,
+          arith::AndIOp::create(
+              L.b,
+              arith::CmpIOp::create(L.b, arith::CmpIPredicate::slt, i, rows),
+              arith::CmpIOp::create(L.b, arith::CmpIPredicate::slt, j, cols)),
+          arith::CmpFOp::create(L.b, arith::CmpFPredicate::UNE, x, zero));
+      Value y = L.ifElse(
+          L.f32, live,
+          [&] {
+            SmallVector<Value> args{x, L.load(s, {i, j})};
+            args.append(L.indexArgs(op.getBatch(), op.getHead(), op.getQ0(),
+                                    op.getKv0(), i, j, op.getSeqlenQ(),
+                                    op.getSeqlenK()));
+            return L.inlineRegion(op.getBody(), args);
+          },
+          [&] { return zero; });
+      L.store(y, g, {i, j});
+    });
+  });
+}
+
 struct ConvertAttnToSCFPass
     : public flashjit::impl::ConvertAttnToSCFBase<ConvertAttnToSCFPass> {
   void runOnOperation() override {
     SmallVector<Operation *> ops;
     getOperation()->walk([&](Operation *op) {
       if (isa<FillOp, LoadTileOp, DotOp, MaskSelectOp, MaskReduceOp, ScoreModOp,
-              RowMaxOp, Exp2Op, RescaleOp, RowSumOp, StoreTileOp, StoreLseOp>(
-              op))
+              RowMaxOp, Exp2Op, RescaleOp, RowSumOp, StoreTileOp, StoreLseOp,
+              LoadLseOp, RowDotOp, SoftmaxGradOp, ScoreGradOp>(op))
         ops.push_back(op);
     });
     for (Operation *op : ops) {
       llvm::TypeSwitch<Operation *>(op)
           .Case<FillOp, LoadTileOp, DotOp, MaskSelectOp, MaskReduceOp,
                 ScoreModOp, RowMaxOp, Exp2Op, RescaleOp, RowSumOp, StoreTileOp,
-                StoreLseOp>([](auto o) { lower(o); });
+                StoreLseOp, LoadLseOp, RowDotOp, SoftmaxGradOp, ScoreGradOp>(
+              [](auto o) { lower(o); });
       op->erase();
     }
     WalkResult r = getOperation()->walk([&](Operation *op) {

@@ -121,13 +121,51 @@ inline Slot scalarSlot(const Scalar &v) {
   return s;
 }
 
+/// The CPU backward (attn-tile-backward; runtime::CpuBackwardKernel calls
+/// it). Two entries with one argument list: `<symbol>`, the dK/dV kernel
+/// (one work item = one (batch, K/V head, K/V tile): item = (b * heads_kv +
+/// hk) * ceil(seqlen_k / block_n) + kv_tile), and `<symbol>_dq`
+/// (kDqSuffix), the dQ kernel (items as the forward's), which alone
+/// accumulates the buffer and parameter gradients:
+///
+///   q, k, v, o, lse, dO, dq, dk, dv, status, param_grads    pointers
+///   for each buffer, sorted by name: data, size, grad       ptr, i64, ptr
+///   for each parameter, sorted by name: value               i32, i64, f32
+///   batch, seqlen_q, seqlen_k                               i64
+///   strides of q[4], k[4], v[4], o[4], lse[3], dO[4], dq[4], dk[4], dv[4]
+///   varlen only: cu_seqlens_q, cu_seqlens_k                 pointers (i32)
+///   block-sparse only: num_blocks, indices, full_num_blocks,
+///     full_indices                                          pointers (i32)
+///     row_batch_stride, row_head_stride, row_pitch          i64
+///   item_begin, item_end                                    i64
+///
+/// `grad` of a buffer is an f32 array of its size and `param_grads` one f32
+/// per parameter (sorted by name; only f32 ones are written): the dQ kernel
+/// adds into them (the host gives each fixed range of items its own zeroed
+/// arrays and sums them in order, so the result is deterministic). The dQ
+/// kernel reads the block-sparse lists of the forward's BlockMask (rows =
+/// q tiles, entries = K/V tiles); the dK/dV kernel reads them transposed
+/// (rows = K/V tiles at row b * row_batch_stride + h * row_head_stride +
+/// kv_tile with pitch num_q_tiles, entries = q tiles, increasing).
+namespace bwd {
+/// Pointer arguments before the buffers.
+constexpr int kLeadingPointers = 11;
+/// Arguments per buffer: data, size, grad.
+constexpr int kPerBuffer = 3;
+/// i64 scalars after the parameters: 3 sizes, 35 strides, 2 item bounds.
+constexpr int kTrailingScalars = 3 + 8 * 4 + 3 + 2;
+/// The dQ kernel of backward kernel `<symbol>` is `<symbol>_dq`.
+constexpr const char *kDqSuffix = "_dq";
+} // namespace bwd
+
 } // namespace flashjit::abi
 
 namespace flashjit {
 
 /// Which kernels of a variant a configuration builds: the forward kernel,
-/// or the three backward kernels (abi::gpu::BackwardArg; FlashAttention-2's
-/// Algorithm 2: preprocess, main, dQ conversion). Decode joins them.
+/// or the backward kernels (GPU: the three of abi::gpu::BackwardArg,
+/// FlashAttention-2's Algorithm 2: preprocess, main, dQ conversion; CPU: the
+/// dK/dV and dQ kernels of CpuBackwardKernel.h). Decode joins them.
 enum class KernelKind { Forward, Backward };
 
 /// The tile and launch facts of one GPU kernel, in one MLIR-free record:

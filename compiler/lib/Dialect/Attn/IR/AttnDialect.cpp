@@ -79,9 +79,13 @@ static void nameIndexArgs(Region &region, OpAsmSetValueNameFn setName) {
   if (region.empty())
     return;
   Block &block = region.front();
-  unsigned first = block.getNumArguments() == 7 ? 1 : 0;
+  unsigned first = block.getNumArguments() == 8   ? 2
+                   : block.getNumArguments() == 7 ? 1
+                                                  : 0;
+  if (first == 2)
+    setName(block.getArgument(0), "d_score");
   if (first)
-    setName(block.getArgument(0), "score");
+    setName(block.getArgument(first - 1), "score");
   for (unsigned i = 0; i < 6 && first + i < block.getNumArguments(); ++i)
     setName(block.getArgument(first + i), names[i]);
 }
@@ -100,6 +104,10 @@ void MaskReduceOp::getAsmBlockArgumentNames(Region &region,
 }
 void ScoreModOp::getAsmBlockArgumentNames(Region &region,
                                           OpAsmSetValueNameFn setName) {
+  nameIndexArgs(region, setName);
+}
+void ScoreGradOp::getAsmBlockArgumentNames(Region &region,
+                                           OpAsmSetValueNameFn setName) {
   nameIndexArgs(region, setName);
 }
 
@@ -132,8 +140,14 @@ LogicalResult AttentionOp::verify() {
   Builder b(getContext());
   if (failed(verifyIndexRegion(*this, getMask(), "mask", {}, b.getI1Type())))
     return failure();
-  return verifyIndexRegion(*this, getScore(), "score", {b.getF32Type()},
-                           b.getF32Type());
+  if (failed(verifyIndexRegion(*this, getScore(), "score", {b.getF32Type()},
+                               b.getF32Type())))
+    return failure();
+  if (getScoreGrad().empty())
+    return success();
+  // attn.buffer_grad / attn.param_grad check their own placement.
+  return verifyIndexRegion(*this, getScoreGrad(), "score_grad",
+                           {b.getF32Type(), b.getF32Type()}, b.getF32Type());
 }
 
 LogicalResult YieldOp::verify() {
@@ -192,6 +206,41 @@ LogicalResult BufferLoadOp::verify() {
   return success();
 }
 
+/// Checks that \p op sits in a score_grad region (of attn.attention or
+/// attn.score_grad) and that \p name is declared f32 in \p dictName of the
+/// enclosing attn.attention, if any.
+static LogicalResult verifyGradTarget(Operation *op, StringRef dictName,
+                                      StringRef name) {
+  Region *r = op->getParentRegion();
+  Operation *parent = op->getParentOp();
+  while (parent && !isa<AttentionOp, ScoreGradOp>(parent)) {
+    r = parent->getParentRegion();
+    parent = parent->getParentOp();
+  }
+  auto attn = dyn_cast_or_null<AttentionOp>(parent);
+  if (!parent || (attn && r != &attn.getScoreGrad()))
+    return op->emitOpError() << "must be inside a score_grad region";
+  FailureOr<Type> t = declaredType(op, dictName, name);
+  if (failed(t))
+    return failure();
+  if (*t && !(*t).isF32())
+    return op->emitOpError()
+           << (dictName == "params" ? "parameter '" : "buffer '") << name
+           << "' is declared " << *t << "; only f32 ones have gradients";
+  return success();
+}
+
+LogicalResult BufferGradOp::verify() {
+  if (!getIndex().getType().isInteger(32) &&
+      !getIndex().getType().isInteger(64))
+    return emitOpError() << "index must be i32 or i64";
+  return verifyGradTarget(*this, "buffers", getName());
+}
+
+LogicalResult ParamGradOp::verify() {
+  return verifyGradTarget(*this, "params", getName());
+}
+
 LogicalResult DivOp::verify() { return success(); }
 LogicalResult RemOp::verify() { return success(); }
 LogicalResult FPToSISatOp::verify() { return success(); }
@@ -210,7 +259,8 @@ LogicalResult LoadTileOp::verify() {
 }
 
 LogicalResult DotOp::verify() {
-  int64_t m = dim(getLhs(), 0), k = dim(getLhs(), 1);
+  bool tl = getTransposeLhs();
+  int64_t m = dim(getLhs(), tl ? 1 : 0), k = dim(getLhs(), tl ? 0 : 1);
   int64_t rk = dim(getRhs(), getTransposeRhs() ? 1 : 0);
   int64_t n = dim(getRhs(), getTransposeRhs() ? 0 : 1);
   if (mismatch(k, rk))
@@ -218,9 +268,9 @@ LogicalResult DotOp::verify() {
                          << ", rhs has " << rk;
   if (mismatch(m, dim(getAcc(), 0)) || mismatch(n, dim(getAcc(), 1)))
     return emitOpError() << "accumulator must be " << m << "x" << n;
-  if (getSkipZeroLhs() && getTransposeRhs())
+  if (getSkipZeroLhs() && (getTransposeRhs() || tl))
     return emitOpError() << "skip_zero_lhs is for O += P V; it cannot be "
-                            "combined with transpose_rhs";
+                            "combined with transpose_rhs or transpose_lhs";
   return success();
 }
 
@@ -282,6 +332,32 @@ LogicalResult StoreLseOp::verify() {
 }
 
 LogicalResult LoadElemOp::verify() { return success(); }
+
+LogicalResult LoadLseOp::verify() { return success(); }
+
+LogicalResult RowDotOp::verify() {
+  if (getLhs().getType() != getRhs().getType())
+    return emitOpError() << "operands must have one type";
+  if (mismatch(dim(getLhs(), 0), dim(getOut(), 0)))
+    return emitOpError() << "row counts differ";
+  return success();
+}
+
+LogicalResult SoftmaxGradOp::verify() {
+  if (getP().getType() != getDp().getType() ||
+      getP().getType() != getOut().getType())
+    return emitOpError() << "p, dp and out must have one type";
+  if (mismatch(dim(getP(), 0), dim(getD(), 0)))
+    return emitOpError() << "row counts differ";
+  return success();
+}
+
+LogicalResult ScoreGradOp::verify() {
+  if (getGrad().getType() != getScores().getType())
+    return emitOpError() << "grad and scores must have one type";
+  Type f32 = Float32Type::get(getContext());
+  return verifyIndexRegion(*this, getBody(), "body", {f32, f32}, f32);
+}
 
 #define GET_OP_CLASSES
 #include "flashjit/Dialect/Attn/IR/AttnOps.cpp.inc"

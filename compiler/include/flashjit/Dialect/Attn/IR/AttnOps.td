@@ -10,6 +10,11 @@
 // attn.store_tile, attn.store_lse, attn.load_elem; attn.mask_reduce (block
 // masks of data-dependent masks).
 //
+// Backward: attn.attention's optional score_grad region with
+// attn.buffer_grad and attn.param_grad; tile ops attn.load_lse,
+// attn.row_dot, attn.softmax_grad, attn.score_grad and attn.dot's
+// transpose_lhs.
+//
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_ATTN_OPS
 #define FLASHJIT_ATTN_OPS
@@ -65,6 +70,38 @@ def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove,
       attn.yield %2 : f32
     }
     ```
+
+    A backward kernel is the same op with a third region, `score_grad`
+    (empty for a forward kernel, and ignored by the forward pipelines), so
+    the forward and the backward read one mask and one score region: they
+    cannot evaluate a mask or a modifier differently. `score_grad` takes
+    `(d_score, score, batch, head, q_idx, kv_idx, seqlen_q, seqlen_k)`
+    (f32, f32, then i32 x 6): `d_score` is dS', the gradient of the loss
+    with respect to the modified score s' = score(score, ...), and `score`
+    the unmodified scaled score s. It yields dS = dS' * ds'/ds and may
+    accumulate the gradients of f32 buffers (`attn.buffer_grad`) and f32
+    parameters (`attn.param_grad`) it reads: dBuffer[idx] += dS' *
+    ds'/dbuffer[idx], dParam += dS' * ds'/dparam. MLIRGen builds it from
+    the symbolic derivative of frontend/Derivative.h. Target-neutral: it
+    says what the gradient is, not how the tiles run (`attn-tile-backward`
+    builds the CPU kernels; the GPU backward reads the same op).
+
+    ```mlir
+    attn.attention @softcap {...} mask {...} score {
+    ^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+      %cap = attn.param "cap" : f32
+      %0 = arith.divf %s, %cap : f32
+      %1 = math.tanh %0 : f32
+      %2 = arith.mulf %cap, %1 : f32
+      attn.yield %2 : f32
+    } score_grad {
+    ^bb0(%ds: f32, %s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32,
+         %sk: i32):
+      // ... d s'/d s = 1 - tanh^2(s / cap), d s'/d cap = ...
+      attn.param_grad "cap", %dcap : f32
+      attn.yield %dscore : f32
+    }
+    ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        I64Attr:$head_dim_qk, I64Attr:$head_dim_v,
@@ -73,19 +110,27 @@ def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove,
                        I64Attr:$heads_q, I64Attr:$heads_kv,
                        F32Attr:$scale, BoolAttr:$return_lse,
                        DictionaryAttr:$params, DictionaryAttr:$buffers);
-  let regions = (region SizedRegion<1>:$mask, SizedRegion<1>:$score);
-  let assemblyFormat = "$sym_name attr-dict-with-keyword `mask` $mask `score` $score";
+  let regions = (region SizedRegion<1>:$mask, SizedRegion<1>:$score,
+                 MaxSizedRegion<1>:$score_grad);
+  let assemblyFormat = [{
+    $sym_name attr-dict-with-keyword `mask` $mask `score` $score
+    (`score_grad` $score_grad^)?
+  }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Whether this op carries the backward's score_grad region.
+    bool hasScoreGrad() { return !getScoreGrad().empty(); }
+  }];
 }
 
 def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator, ReturnLike,
     ParentOneOf<["AttentionOp", "MaskSelectOp", "MaskReduceOp",
-                 "ScoreModOp"]>]> {
+                 "ScoreModOp", "ScoreGradOp"]>]> {
   let summary = "yields the value of a mask or score region";
   let description = [{
-    Ends the `mask` region (an i1) or the `score` region (an f32) of
-    `attn.attention`, `attn.mask_select`, `attn.mask_reduce` and
-    `attn.score_mod`.
+    Ends the `mask` region (an i1) or the `score` / `score_grad` region (an
+    f32) of `attn.attention`, `attn.mask_select`, `attn.mask_reduce`,
+    `attn.score_mod` and `attn.score_grad`.
 
     ```mlir
     attn.yield %allowed : i1
@@ -178,6 +223,40 @@ def Attn_FPToSISatOp : Attn_Op<"fptosi_sat", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Attn_BufferGradOp : Attn_Op<"buffer_grad"> {
+  let summary = "accumulates into the gradient of a captured f32 buffer";
+  let description = [{
+    In a `score_grad` region (of `attn.attention` or `attn.score_grad`):
+    `dBuffer[index] += value`, where dBuffer is the gradient of the f32
+    buffer `name` (as many elements as the bound buffer). The order of the
+    accumulations is the lowering's business (the CPU backward makes it
+    deterministic). An index outside the buffer adds nothing and is
+    reported like an out-of-range `attn.buffer_load`.
+
+    ```mlir
+    attn.buffer_grad "slope"[%h], %v : i32
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, AnySignlessInteger:$index, F32:$value);
+  let assemblyFormat = "$name `[` $index `]` `,` $value attr-dict `:` type($index)";
+  let hasVerifier = 1;
+}
+
+def Attn_ParamGradOp : Attn_Op<"param_grad"> {
+  let summary = "accumulates into the gradient of an f32 parameter";
+  let description = [{
+    In a `score_grad` region (of `attn.attention` or `attn.score_grad`):
+    `dParam += value` for the f32 runtime parameter `name`.
+
+    ```mlir
+    attn.param_grad "cap", %v
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, F32:$value);
+  let assemblyFormat = "$name `,` $value attr-dict";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Tile level
 //===----------------------------------------------------------------------===//
@@ -218,11 +297,13 @@ def Attn_LoadTileOp : Attn_Op<"load_tile"> {
 }
 
 def Attn_DotOp : Attn_Op<"dot"> {
-  let summary = "tile matrix product: acc (+)= scale * lhs x rhs(^T)";
+  let summary = "tile matrix product: acc (+)= scale * lhs(^T) x rhs(^T)";
   let description = [{
-    `acc[i][j] = (accumulate ? acc[i][j] : 0) + scale * sum_k lhs[i][k] *
+    `acc[i][j] = (accumulate ? acc[i][j] : 0) + scale * sum_k lhs'[i][k] *
     rhs'[k][j]` where `rhs'` is `rhs` transposed when `transpose_rhs` is set
-    (S = Q K^T) and `rhs` itself otherwise (O += P V).
+    (S = Q K^T) and `rhs` itself otherwise (O += P V), and `lhs'` is `lhs`
+    transposed when `transpose_lhs` is set (the backward's dV += P^T dO and
+    dK += dS^T Q).
 
     With `skip_zero_lhs`, a term whose `lhs[i][k]` is exactly 0 contributes
     exactly 0 whatever `rhs'[k][j]` holds (IEEE would give NaN for 0 * inf or
@@ -233,13 +314,16 @@ def Attn_DotOp : Attn_Op<"dot"> {
     ```mlir
     attn.dot %qt, %kt transpose_rhs into %s scale 0.180336878 : memref<64x128xf32>, memref<64x128xf32>, memref<64x64xf32>
     attn.dot %p, %vt into %acc accumulate skip_zero_lhs scale 1.0 : memref<64x64xf32>, memref<64x128xf32>, memref<64x128xf32>
+    attn.dot %p transpose_lhs, %dot into %dv accumulate scale 1.0 : memref<64x64xf32>, memref<64x128xf32>, memref<64x128xf32>
     ```
   }];
   let arguments = (ins Attn_Tile:$lhs, Attn_Tile:$rhs, Attn_Tile:$acc,
                        UnitAttr:$transpose_rhs, UnitAttr:$accumulate,
-                       F32Attr:$scale, UnitAttr:$skip_zero_lhs);
+                       F32Attr:$scale, UnitAttr:$transpose_lhs,
+                       UnitAttr:$skip_zero_lhs);
   let assemblyFormat = [{
-    $lhs `,` $rhs (`transpose_rhs` $transpose_rhs^)? `into` $acc
+    $lhs (`transpose_lhs` $transpose_lhs^)? `,` $rhs
+    (`transpose_rhs` $transpose_rhs^)? `into` $acc
     (`accumulate` $accumulate^)? (`skip_zero_lhs` $skip_zero_lhs^)?
     `scale` $scale attr-dict `:` type($lhs) `,` type($rhs) `,` type($acc)
   }];
@@ -470,6 +554,104 @@ def Attn_LoadElemOp : Attn_Op<"load_elem"> {
   let assemblyFormat = [{
     $base `[` $index `]` `size` $size `status` $status `[` $slot `]`
     attr-dict `:` type($index) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Tile level, backward (FlashAttention-2 paper, Algorithm 2)
+//===----------------------------------------------------------------------===//
+
+def Attn_LoadLseOp : Attn_Op<"load_lse"> {
+  let summary = "loads a q tile's LSE into the exp2 domain";
+  let description = [{
+    For `r < rows`: `out[r] = base[offset + r * row_stride] * log2(e)` (the
+    natural-log f32 LSE the forward stored, so that `attn.exp2` of scores
+    in the exp2 domain gives P = exp(s' - LSE)); rows `r >= rows` get -inf
+    (no allowed key), so their P is 0.
+
+    ```mlir
+    attn.load_lse %lse[%off] rows %n stride %s2 into %l2 : memref<64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_Ptr:$base, I64:$offset, I64:$rows,
+                       I64:$row_stride, Attn_Rows:$out);
+  let assemblyFormat = [{
+    $base `[` $offset `]` `rows` $rows `stride` $row_stride `into` $out
+    attr-dict `:` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_RowDotOp : Attn_Op<"row_dot"> {
+  let summary = "row-wise dot product of two tiles";
+  let description = [{
+    `out[i] = sum_j lhs[i][j] * rhs[i][j]`: the backward's preprocessing
+    D_i = rowsum(dO_i * O_i).
+
+    ```mlir
+    attn.row_dot %dot, %ot into %d : memref<64x128xf32>, memref<64x128xf32>, memref<64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_Tile:$lhs, Attn_Tile:$rhs, Attn_Rows:$out);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `into` $out attr-dict `:` type($lhs) `,` type($rhs) `,`
+    type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_SoftmaxGradOp : Attn_Op<"softmax_grad"> {
+  let summary = "dS' = P * (dP - D), exactly 0 where P is 0";
+  let description = [{
+    `out[i][j] = p[i][j] == 0 ? 0 : p[i][j] * (dp[i][j] - d[i])`: the
+    gradient of the modified scores through the softmax. Masked entries and
+    rows with no allowed key have P = 0 and get an exact 0 whatever dP and
+    D hold. `out` may alias `dp`.
+
+    ```mlir
+    attn.softmax_grad %p, %dp, %d into %ds : memref<64x64xf32>, memref<64x64xf32>, memref<64xf32>, memref<64x64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_Tile:$p, Attn_Tile:$dp, Attn_Rows:$d,
+                       Attn_Tile:$out);
+  let assemblyFormat = [{
+    $p `,` $dp `,` $d `into` $out attr-dict `:` type($p) `,` type($dp) `,`
+    type($d) `,` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_ScoreGradOp : Attn_Op<"score_grad", [
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmBlockArgumentNames"]>]> {
+  let summary = "applies the score modifier's derivative to a dS' tile";
+  let description = [{
+    For each element with `i < rows`, `j < cols` and `grad[i][j] != 0`:
+    `grad[i][j] = region(grad[i][j], scores[i][j], batch, head, q0 + i,
+    kv0 + j, seqlen_q, seqlen_k)` (the `score_grad` region of
+    `attn.attention`: dS' and the unmodified score in, dS out, with the
+    region's `attn.buffer_grad` / `attn.param_grad` accumulations, if any,
+    performed for that element); every other element becomes 0. A zero dS'
+    contributes exactly nothing, so the region never runs on masked
+    entries (where its derivative may be inf or NaN).
+
+    ```mlir
+    attn.score_grad %ds, %s at(%q0, %kv0) valid(%rows, %cols) batch %b
+        head %h seqlens(%sq, %sk) : memref<64x64xf32>, memref<64x64xf32> {
+    ^bb0(%g: f32, %x: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32,
+         %sk: i32):
+      attn.yield %g : f32
+    }
+    ```
+  }];
+  let arguments = (ins Attn_Tile:$grad, Attn_Tile:$scores, I64:$q0, I64:$kv0,
+                       I64:$rows, I64:$cols, I64:$batch, I64:$head,
+                       I64:$seqlen_q, I64:$seqlen_k);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $grad `,` $scores `at` `(` $q0 `,` $kv0 `)` `valid` `(` $rows `,` $cols
+    `)` `batch` $batch `head` $head `seqlens` `(` $seqlen_q `,` $seqlen_k `)`
+    attr-dict `:` type($grad) `,` type($scores) $body
   }];
   let hasVerifier = 1;
 }

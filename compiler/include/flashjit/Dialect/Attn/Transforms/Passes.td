@@ -62,6 +62,59 @@ def AttnTile : Pass<"attn-tile", "::mlir::ModuleOp"> {
                            "::mlir::LLVM::LLVMDialect"];
 }
 
+def AttnTileBackward : Pass<"attn-tile-backward", "::mlir::ModuleOp"> {
+  let summary = "turns a backward attn.attention into the CPU backward tiles";
+  let description = [{
+    Replaces each `attn.attention @f` that carries a `score_grad` region by
+    two functions with the backward ABI of KernelAbi.h (`abi::bwd`):
+    `@f`, the dK/dV kernel (one work item = one (batch, K/V head, K/V
+    tile); every query head of its group and every q tile inner), and
+    `@f_dq`, the dQ kernel (one work item = one (batch, query head, q
+    tile); K/V tiles inner), which also accumulates the buffer and
+    parameter gradients. Each pair of tiles recomputes P from the
+    forward's LSE and follows FlashAttention-2's Algorithm 2 (see the
+    file header of TileAttentionBackward.cpp); classification, mask and
+    score regions are attn-tile's. Every output element is owned by one
+    work item, so the kernels need no atomics and are deterministic.
+
+    Before:
+    ```mlir
+    attn.attention @f {...} mask {...} score {...} score_grad {...}
+    ```
+    After:
+    ```mlir
+    func.func @f(%q: !llvm.ptr, ..., %item_begin: i64, %item_end: i64) {
+      scf.for %item = ... {
+        attn.load_tile ...   // K, V
+        scf.for %h = ... { scf.for %qt = ... {
+          attn.load_tile ... attn.load_lse ... attn.row_dot ...
+          attn.dot ... attn.mask_select ... attn.score_mod ... attn.exp2
+          attn.dot ... attn.softmax_grad ... attn.dot transpose_lhs ...
+          attn.score_grad ... attn.dot transpose_lhs ...
+        } }
+        attn.store_tile ...  // dK, dV
+      }
+    }
+    func.func @f_dq(...) { ... attn.dot %ds, %k into %dq accumulate ... }
+    ```
+  }];
+  let options = [
+    Option<"blockM", "block-m", "int64_t", /*default=*/"64",
+           "queries per tile">,
+    Option<"blockN", "block-n", "int64_t", /*default=*/"64",
+           "keys per tile">,
+    Option<"varlen", "varlen", "bool", /*default=*/"false",
+           "packed variable-length sequences (cu_seqlens_q/k arguments)">,
+    Option<"blockSparse", "block-sparse", "bool", /*default=*/"false",
+           "visit only the tiles a block mask lists (block-mask arguments)">
+  ];
+  let dependentDialects = ["::mlir::func::FuncDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+}
+
 def AttnBuildBlockMask : Pass<"attn-build-block-mask", "::mlir::ModuleOp"> {
   let summary = "adds the block-mask builder of each attention kernel";
   let description = [{
