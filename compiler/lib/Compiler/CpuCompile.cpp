@@ -45,6 +45,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 using namespace mlir;
 
@@ -201,17 +202,19 @@ Lowered lowerToLLVMDialect(const AttentionSpec &spec, const TileOptions &tile,
 }
 
 /// Writes the stages to options.dumpDir, else $FLASHJIT_DUMP_DIR, if any,
-/// as <variant name>.<cache key>.<stage>: two compiles of different specs or
-/// options never overwrite each other's files.
+/// as <variant name><suffix>.<cache key>.<stage>: two compiles of different
+/// specs or options never overwrite each other's files (\p suffix "_bwd"
+/// keeps a backward's files apart from its forward's).
 void dumpStages(const AttentionSpec &spec, const CompileOptions &options,
-                const std::array<std::string, 5> &texts) {
+                const std::array<std::string, 5> &texts,
+                std::string_view suffix = "") {
   std::string dir = options.dumpDir;
   if (dir.empty())
     if (const char *env = std::getenv("FLASHJIT_DUMP_DIR"))
       dir = env;
   if (!dir.empty())
     dumpFiles(dir,
-              fmt::format("{}.{}", spec.variant.name(),
+              fmt::format("{}{}.{}", spec.variant.name(), suffix,
                           cpuCacheKey(spec, options).hash()),
               {{".attn.mlir", texts[0]},
                {".tiled.mlir", texts[1]},
@@ -293,7 +296,7 @@ compileCpuBackward(const AttentionSpec &specIn, const CompileOptions &options) {
           {{l.symbol + abi::bwd::kDqSuffix, &dq}});
   runtime::CpuBackwardKernel kernel(spec, info, fn, dq, std::move(engine));
   w.lap();
-  dumpStages(options, spec.variant.name() + "_bwd", texts);
+  dumpStages(spec, options, texts, "_bwd");
   timings.push_back({"total", total.lap()});
   return std::make_shared<const CpuBackward>(
       std::move(kernel), std::move(timings), std::move(texts));
