@@ -317,8 +317,9 @@ private:
     // load as 0), so it keeps the unguarded product, which LLVM keeps in
     // registers across keys (the guard costs ~25% of a dense tile).
     auto pv = [&](bool skipZero) {
-      DotOp::create(b, sT, vT, acc, UnitAttr(), b.getUnitAttr(),
-                    b.getF32FloatAttr(1.0f),
+      DotOp::create(b, sT, vT, acc, /*transpose_rhs=*/UnitAttr(),
+                    /*accumulate=*/b.getUnitAttr(), b.getF32FloatAttr(1.0f),
+                    /*transpose_lhs=*/UnitAttr(),
                     skipZero ? b.getUnitAttr() : UnitAttr());
     };
     if (knownFull) {
