@@ -103,6 +103,17 @@ void validateForGpu(const AttentionSpec &spec,
           "splits dQ's columns over {} warps (a multiple of {} needed)",
           spec.headDimQK, tc.blockN, tc.numWarps, colGroups, 16 * colGroups));
   }
+  if (tc.kind == KernelKind::Decode) {
+    if (options.varlen || options.blockSparse)
+      throw UserError("the GPU decode kernel reads K/V through a page table "
+                      "(varlen and block_sparse do not apply)");
+    if (options.mma == GpuMma::Wgmma)
+      throw UserError("mma = wgmma: the GPU decode kernel uses mma.sync only");
+    if (tc.rowsPerWarp != 16)
+      throw UserError(fmt::format("rows_per_warp = {}: the GPU decode kernel "
+                                  "has 16 packed query rows per warp",
+                                  tc.rowsPerWarp));
+  }
   int blockN = tc.blockN;
   if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
     throw UserError(fmt::format("block_n = {} must be a multiple of 16 in "
@@ -174,7 +185,8 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   module->walk([&](gpu::GPUFuncOp fn) {
     if (fn.getName().ends_with("_block_mask") ||
         fn.getName().ends_with(abi::gpu::kBackwardPreSuffix) ||
-        fn.getName().ends_with(abi::gpu::kBackwardPostSuffix))
+        fn.getName().ends_with(abi::gpu::kBackwardPostSuffix) ||
+        fn.getName().ends_with(abi::gpu::kDecodeMergeSuffix))
       return; // the builder's shared memory is one byte per key tile; the
               // backward's row kernels need none
     auto bytes = fn->getAttrOfType<IntegerAttr>("flashjit.shared_bytes");

@@ -173,8 +173,35 @@ static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
   return c;
 }
 
+/// The decode kernels' tiles: 4 warps of 16 packed query rows (a GQA group
+/// times q_len; warps with only padding rows just load), 64 keys per tile
+/// up to head dim 128, 32 above (two K/V stages: ~87 KB of shared memory
+/// at head dim 128, two CTAs per SM).
+static GpuTileConfig decodeTileConfig(const AttentionSpec &spec,
+                                      const std::string &arch) {
+  GpuTileConfig c = mmaSyncBase(arch);
+  c.kind = KernelKind::Decode;
+  c.numWarps = 4;
+  c.rowsPerWarp = 16;
+  c.minBlocksPerSM = 2;
+  c.blockN = std::max(spec.headDimQK, spec.headDimV) <= 128 ? 64 : 32;
+  return c;
+}
+
 GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
                                    const GpuCompileOptions &options) {
+  if (options.kind == KernelKind::Decode) {
+    GpuTileConfig c = decodeTileConfig(spec, options.arch);
+    if (options.blockN)
+      c.blockN = options.blockN;
+    if (options.numWarps)
+      c.numWarps = options.numWarps;
+    if (options.rowsPerWarp)
+      c.rowsPerWarp = options.rowsPerWarp;
+    if (options.minBlocksPerSM)
+      c.minBlocksPerSM = options.minBlocksPerSM;
+    return c;
+  }
   if (options.kind == KernelKind::Backward) {
     GpuTileConfig c = backwardTileConfig(spec, options.arch);
     if (options.blockN)

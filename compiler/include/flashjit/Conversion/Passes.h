@@ -28,7 +28,9 @@ template <class Options> KernelConfig fromPassOptions(const Options &options) {
   c.varlen = options.varlen;
   c.blockSparse = options.blockSparse;
   c.wgmma = options.wgmma;
-  c.kind = options.backward ? KernelKind::Backward : KernelKind::Forward;
+  c.kind = options.backward ? KernelKind::Backward
+           : options.decode ? KernelKind::Decode
+                            : KernelKind::Forward;
   return c;
 }
 

@@ -14,6 +14,7 @@
 #include "RegionEmitter.h"
 
 #include "flashjit/Conversion/AttnToNVVM/FlashBackwardKernel.h"
+#include "flashjit/Conversion/AttnToNVVM/FlashDecodeKernel.h"
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 #include "flashjit/Conversion/Passes.h"
 #include "flashjit/Dialect/Attn/IR/Attn.h"
@@ -108,6 +109,16 @@ struct ConvertAttnToNVVM
         op.erase();
         continue;
       }
+      if (c.kind == KernelKind::Decode) {
+        if (c.wgmma || c.varlen || c.blockSparse || c.rowsPerWarp != 16) {
+          op.emitOpError("unsupported GPU decode shape: mma.sync, dense "
+                         "(paged through the page table), rows-per-warp 16");
+          return signalPassFailure();
+        }
+        buildFlashDecodeKernels(b, op.getLoc(), gm, c, *em);
+        op.erase();
+        continue;
+      }
       buildFlashForwardKernel(b, op.getLoc(), gm, c, *em);
       if (c.blockSparse)
         buildBlockMaskKernel(b, op.getLoc(), gm, c, *em);
@@ -131,6 +142,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.blockSparse = config.blockSparse;
   o.wgmma = config.wgmma;
   o.backward = config.kind == KernelKind::Backward;
+  o.decode = config.kind == KernelKind::Decode;
   return o;
 }
 
