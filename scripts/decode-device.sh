@@ -49,15 +49,15 @@ run)
   export FLASHJIT_DECODE_KERNELS=$dir/kernels
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   echo "=== tests"
-  timeout 150 "$bin" "[decode]" -d yes 2>&1 | tee "$out/tests.log" | tail -60
+  timeout 100 "$bin" "[decode]" -d yes 2>&1 | tee "$out/tests.log" | tail -60
   echo "=== memcheck (dec_window_g4, paged)"
-  FLASHJIT_MATRIX_ONLY=dec_window_g4 timeout 150 compute-sanitizer \
+  FLASHJIT_MATRIX_ONLY=dec_window_g4 timeout 60 compute-sanitizer \
     --tool memcheck "$bin" "decode kernels match the float64 paged reference" \
     2>&1 | tee "$out/memcheck.log" | tail -8
   echo "=== bench"
-  timeout 150 "$bin" "[.decodebench]" 2>&1 | tee "$out/bench.log" |
+  timeout 80 "$bin" "[.decodebench]" 2>&1 | tee "$out/bench.log" |
     grep -E "DECODE|FAIL|error" | head -60
   echo "=== peers"
-  timeout 90 python3 "$dir/decode_peers.py" 2>&1 | tee "$out/peers.log" | tail -12
+  timeout 40 python3 "$dir/decode_peers.py" 2>&1 | tee "$out/peers.log" | tail -12
   ;;
 esac

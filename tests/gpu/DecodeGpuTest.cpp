@@ -353,10 +353,10 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
             t.strides = {pageLen * hk * d, d, hk * d, 1};
             return t;
           };
-          std::vector<int32_t> lens(size_t(s.batch), int32_t(s.nk));
+          std::vector<int32_t> lens(static_cast<size_t>(s.batch), static_cast<int32_t>(s.nk));
           std::unique_ptr<DevicePageTable> table;
           if (ps) {
-            std::vector<int32_t> perm(size_t(pages));
+            std::vector<int32_t> perm(static_cast<size_t>(pages));
             std::iota(perm.begin(), perm.end(), 0);
             std::shuffle(perm.begin(), perm.end(), rng);
             std::vector<int32_t> blk(perm);

@@ -8,6 +8,7 @@
 // cores (mma.sync), ldmatrix and cp.async.
 //
 //===----------------------------------------------------------------------===//
+#include "../../gpu/DecodeKernels.h"
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 
@@ -349,4 +350,52 @@ TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions n = o;
   n.blockN = 48;
   CHECK_THROWS_WITH(compileGpu(dense, n), Catch::Contains("block_n = 48"));
+}
+
+TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
+          "[gpu-codegen][decode]") {
+  // The decode kernels of tests/gpu (variants: dense, causal, window,
+  // softcap, ALiBi; GQA 32/8, MQA, fp16 d64).
+  int checked = 0;
+  for (const testing::DecodeKernel &k : testing::decodeKernels())
+    for (std::string arch : {"sm_80", "sm_90a"}) {
+      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.kind = KernelKind::Decode;
+      GpuKernelImage img = compileGpu(k.spec, o);
+      GpuTileConfig tc = resolveGpuTileConfig(k.spec, o);
+      CHECK(tc.kind == KernelKind::Decode);
+      CHECK(img.blockM == 64);
+      CHECK(img.threads == 128);
+      CHECK(img.blockN == (k.spec.headDimQK <= 128 ? 64 : 32));
+      CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      CHECK(img.ptx.find("cp.async") != std::string::npos);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      INFO(r.log);
+      for (const char *suffix : {"_decode", "_decode_merge"}) {
+        const runtime::PtxasFunctionReport *f = r.find(img.name + suffix);
+        REQUIRE(f);
+        CHECK(f->clean());
+        // Two CTAs per SM: at most 65536 / (2 * 128) registers.
+        CHECK(f->registers <= 255);
+      }
+      ++checked;
+    }
+  CHECK(checked == 2 * int(testing::decodeKernels().size()));
+}
+
+TEST_CASE("GPU decode rejects what it cannot generate", "[gpu-codegen]") {
+  GpuCompileOptions o;
+  o.kind = KernelKind::Decode;
+  AttentionSpec dense = testing::matrixSpec("none", 64, DType::BF16, 4, 2);
+  GpuCompileOptions v = o;
+  v.varlen = true;
+  CHECK_THROWS_WITH(compileGpu(dense, v), Catch::Contains("page table"));
+  GpuCompileOptions w = o;
+  w.mma = GpuMma::Wgmma;
+  CHECK_THROWS_WITH(compileGpu(dense, w), Catch::Contains("mma.sync only"));
+  GpuCompileOptions r = o;
+  r.rowsPerWarp = 32;
+  CHECK_THROWS_WITH(compileGpu(dense, r), Catch::Contains("rows_per_warp = 32"));
 }
