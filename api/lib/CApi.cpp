@@ -274,10 +274,13 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
     runtime::Bundle bundle = runtime::Bundle::open(bundle_dir);
     runtime::CacheKey request;
     request.specText = canonical;
-    request.arch = t;
+    request.config.arch = t;
+    request.mma = "default";
     if (t == "cpu") { // what `flashjit bundle --target cpu` builds
-      request.blockM = request.blockN = runtime::kDefaultCpuBlock;
-      request.optLevel = runtime::kDefaultCpuOptLevel;
+      request.config.cpuBlockM = request.config.blockN =
+          runtime::kDefaultCpuBlock;
+      request.config.optLevel = runtime::kDefaultCpuOptLevel;
+      request.mma.clear();
     }
     std::optional<runtime::KernelArtifacts> a = bundle.find(request);
     if (!a) {
@@ -286,7 +289,7 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
       // the one kernel of this spec and target, whatever its tiles.
       std::vector<const runtime::Bundle::Item *> same;
       for (const runtime::Bundle::Item &item : bundle.items())
-        if (item.specText == canonical && item.arch == t)
+        if (item.specText == canonical && item.config.arch == t)
           same.push_back(&item);
       if (same.size() > 1)
         throw UserError(fmt::format(
@@ -294,11 +297,7 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
             "different tile options or --mma; keep one per spec and target",
             bundle_dir, same.size(), t, canonical));
       if (same.size() == 1) {
-        request.blockN = same[0]->blockN;
-        request.numWarps = same[0]->numWarps;
-        request.blockM = same[0]->blockM;
-        request.optLevel = same[0]->optLevel;
-        request.countTiles = same[0]->countTiles;
+        request.config = same[0]->config;
         request.mma = same[0]->mma;
         a = bundle.find(request);
       }
@@ -323,9 +322,17 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                                   t, canonical, bundle_dir, runtime::kPtxFile));
     k->ptx = *ptx;
     runtime::GpuKernelInfo info = runtime::gpuKernelInfo(*a);
-    k->blockM = info.blockM;
-    k->blockN = info.blockN;
-    k->flags = modeFlags(info.varlen, info.blockSparse);
+    // Checked here too, so a bundle is refused the same with or without a
+    // GPU (GpuAttentionKernel checks it again before loading).
+    if (std::string why =
+            runtime::gpuLaunchConfigMismatch(k->spec, info, k->ptx);
+        !why.empty())
+      throw UserError(fmt::format("flashjit_load: the bundled {} kernel for "
+                                  "'{}' in '{}' is broken: {}",
+                                  t, canonical, bundle_dir, why));
+    k->blockM = info.config.blockM();
+    k->blockN = info.config.blockN;
+    k->flags = modeFlags(info.config.varlen, info.config.blockSparse);
     if (runtime::Device::available())
       k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
           k->spec, info, k->ptx, runtime::Device::get(0));

@@ -34,9 +34,10 @@ int main(int argc, char **argv) {
     AttentionSpec spec = parseSpec(argv[2]);
     runtime::CacheKey request;
     request.specText = printSpec(spec);
-    request.arch = "cpu";
-    request.blockM = request.blockN = runtime::kDefaultCpuBlock;
-    request.optLevel = runtime::kDefaultCpuOptLevel;
+    request.config.arch = "cpu";
+    request.config.cpuBlockM = request.config.blockN =
+        runtime::kDefaultCpuBlock;
+    request.config.optLevel = runtime::kDefaultCpuOptLevel;
     runtime::Bundle bundle = runtime::Bundle::open(argv[1]);
     std::optional<runtime::KernelArtifacts> artifacts = bundle.find(request);
     if (!artifacts) {

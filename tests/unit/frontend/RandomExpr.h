@@ -1,5 +1,4 @@
-//===- RandomExpr.h - Random well-typed DSL trees for property tests -*- C++
-//-*-//
+//===- RandomExpr.h - Random well-typed DSL trees ---------------*- C++ -*-===//
 //
 // Builds random expressions of a requested type through the public DSL
 // (operators, builtins, makeUnary/makeBinary, casts, params, buffers), so the

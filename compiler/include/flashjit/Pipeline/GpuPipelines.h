@@ -1,5 +1,4 @@
-//===- GpuPipelines.h - Named pass pipelines of the GPU backend --*- C++
-//-*-===//
+//===- GpuPipelines.h - Named pass pipelines for GPUs -----------*- C++ -*-===//
 //
 //   attn IR --buildAttnToNVVMPipeline--> gpu.module with the kernel (nvvm,
 //            llvm, arith, scf ops)

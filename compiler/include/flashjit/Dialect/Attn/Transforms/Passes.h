@@ -1,5 +1,4 @@
-//===- Passes.h - attn dialect passes -----------------------------*- C++
-//-*-===//
+//===- Passes.h - attn dialect passes ---------------------------*- C++ -*-===//
 #ifndef FLASHJIT_DIALECT_ATTN_TRANSFORMS_PASSES_H
 #define FLASHJIT_DIALECT_ATTN_TRANSFORMS_PASSES_H
 
