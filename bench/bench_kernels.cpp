@@ -184,8 +184,9 @@ static int writeSparseKernels(const std::string &dir) {
                << "\", \"D\": " << d << ", \"H\": " << spec.headsQ
                << ", \"ptx\": \"" << file << "\", \"kernel\": \"" << img.name
                << "\", \"block_sparse\": "
-               << (img.config.blockSparse ? "true" : "false") << ", \"builder\": \""
-               << builder << "\", \"builder_threads\": " << builderThreads
+               << (img.config.blockSparse ? "true" : "false")
+               << ", \"builder\": \"" << builder
+               << "\", \"builder_threads\": " << builderThreads
                << ", \"builder_registers\": " << (fb ? fb->registers : -1)
                << ", \"builder_spill_bytes\": "
                << (fb ? fb->spillStoreBytes + fb->spillLoadBytes : -1)
@@ -208,8 +209,9 @@ static int writeSparseKernels(const std::string &dir) {
       first = false;
       std::printf("%-18s d%-4d %-10s %3d threads  block %dx%d  smem %6d  regs "
                   "%d  spills %d%s%s\n",
-                  c.variant.c_str(), d, label.c_str(), img.config.threads(), img.config.blockM(),
-                  img.config.blockN, img.sharedBytes, f ? f->registers : -1,
+                  c.variant.c_str(), d, label.c_str(), img.config.threads(),
+                  img.config.blockM(), img.config.blockN, img.sharedBytes,
+                  f ? f->registers : -1,
                   f ? f->spillStoreBytes + f->spillLoadBytes : -1,
                   builder.empty() ? "" : "  builder ", builder.c_str());
     }
@@ -320,8 +322,9 @@ int main(int argc, char **argv) {
       first = false;
       std::printf("%-10s d%-4d %-14s %3d threads  block %dx%d  smem %6d  regs "
                   "%d  spills %d\n",
-                  name.c_str(), d, job.label.c_str(), img.config.threads(), img.config.blockM(),
-                  img.config.blockN, img.sharedBytes, f ? f->registers : -1,
+                  name.c_str(), d, job.label.c_str(), img.config.threads(),
+                  img.config.blockM(), img.config.blockN, img.sharedBytes,
+                  f ? f->registers : -1,
                   f ? f->spillStoreBytes + f->spillLoadBytes : -1);
     }
   }

@@ -247,10 +247,10 @@ void GpuAttentionKernel::requireMode(const char *entry, bool varlen,
     return;
   const char *mode = info_.config.varlen        ? "varlen"
                      : info_.config.blockSparse ? "block-sparse"
-                                         : "dense";
+                                                : "dense";
   const char *use = info_.config.varlen        ? "runVarlen"
                     : info_.config.blockSparse ? "runBlockSparse"
-                                        : "run";
+                                               : "run";
   throw UserError(fmt::format("{}: kernel '{}' was compiled {}; use {}", entry,
                               info_.name, mode, use));
 }
@@ -268,8 +268,9 @@ void GpuAttentionKernel::runDense(const TensorRef &q, const TensorRef &k,
   args.validateFor(spec_.variant);
   checkGpuTensors(q, k, v, o, lse);
   if (mask)
-    checkBlockMaskFits(mask->shape(), info_.config.blockM(), info_.config.blockN, s.batch,
-                       s.headsQ, s.seqlenQ, s.seqlenK);
+    checkBlockMaskFits(mask->shape(), info_.config.blockM(),
+                       info_.config.blockN, s.batch, s.headsQ, s.seqlenQ,
+                       s.seqlenK);
   ForwardCall c{&q, &k, &v, &o, spec_.returnLse ? lse : nullptr};
   const TensorRef *ts[4] = {&q, &k, &v, &o};
   for (int i = 0; i < 4; ++i)
@@ -311,9 +312,9 @@ void GpuAttentionKernel::runVarlen(const TensorRef &q, const TensorRef &k,
   args.validateFor(spec_.variant);
   checkGpuTensors(q, k, v, o, lse);
   if (blockMask)
-    checkBlockMaskFits(blockMask->shape(), info_.config.blockM(), info_.config.blockN, s.batch,
-                       s.headsQ, s.maxSeqlenQ, s.maxSeqlenK, cuSeqlens.hostQ(),
-                       cuSeqlens.hostK());
+    checkBlockMaskFits(blockMask->shape(), info_.config.blockM(),
+                       info_.config.blockN, s.batch, s.headsQ, s.maxSeqlenQ,
+                       s.maxSeqlenK, cuSeqlens.hostQ(), cuSeqlens.hostK());
   ForwardCall c{&q, &k, &v, &o, spec_.returnLse ? lse : nullptr};
   // [total, heads, D]: (batch, head, seq) strides = (unused, [1], [0]).
   const TensorRef *ts[4] = {&q, &k, &v, &o};
@@ -434,14 +435,16 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
     a.add(static_cast<int32_t>(m.heads == 1 ? 0 : m.numQTiles));
     a.add(static_cast<int32_t>(m.numKvTiles));
   }
-  checkFixedArgs(a, abi::gpu::forwardArgTypes(info_.config.varlen, info_.config.blockSparse),
-                 info_.name);
+  checkFixedArgs(
+      a,
+      abi::gpu::forwardArgTypes(info_.config.varlen, info_.config.blockSparse),
+      info_.name);
   addVariantArgs(a, args);
 
   LaunchConfig cfg;
-  cfg.grid = {
-      static_cast<unsigned>((c.seqlenQ + info_.config.blockM() - 1) / info_.config.blockM()),
-      static_cast<unsigned>(c.headsQ), static_cast<unsigned>(c.batch)};
+  cfg.grid = {static_cast<unsigned>((c.seqlenQ + info_.config.blockM() - 1) /
+                                    info_.config.blockM()),
+              static_cast<unsigned>(c.headsQ), static_cast<unsigned>(c.batch)};
   cfg.block = {static_cast<unsigned>(info_.config.threads()), 1, 1};
   cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
   cfg.stream = stream;

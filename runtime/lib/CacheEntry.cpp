@@ -306,8 +306,7 @@ constexpr llvm::StringLiteral kDigestField = "\"manifest_sha256\": \"";
 /// The SHA-256 of manifest \p text with its digest value read as 64 zeros,
 /// and where that value starts; nullopt if the text has not exactly one
 /// digest field.
-std::optional<std::pair<std::string, size_t>>
-manifestDigest(std::string text) {
+std::optional<std::pair<std::string, size_t>> manifestDigest(std::string text) {
   size_t at = text.find(kDigestField.data());
   if (at == std::string::npos ||
       text.find(kDigestField.data(), at + 1) != std::string::npos)
@@ -345,9 +344,12 @@ std::optional<CacheKey> keyFromJson(const llvm::json::Object *o, int schema,
   CacheKey key;
   key.schema = schema;
   std::pair<const char *, std::string *> strings[] = {
-      {"flashjit", &key.version}, {"commit", &key.commit},
-      {"llvm", &key.llvm},        {"spec", &key.specText},
-      {"mma", &key.mma},          {"cpu", &key.cpu},
+      {"flashjit", &key.version},
+      {"commit", &key.commit},
+      {"llvm", &key.llvm},
+      {"spec", &key.specText},
+      {"mma", &key.mma},
+      {"cpu", &key.cpu},
       {"cpu_features", &key.cpuFeatures}};
   for (auto [name, out] : strings) {
     std::optional<llvm::StringRef> v = o->getString(name);
@@ -408,12 +410,10 @@ namespace {
 
 /// readEntry's manifest part: schema, digest, key, fields of \p meta,
 /// parsed from \p text (read from \p metaPath).
-std::optional<KernelArtifacts> readManifest(const std::string &metaPath,
-                                            const std::string &text,
-                                            const llvm::json::Object *meta,
-                                            const std::string &expectedKey,
-                                            std::string &why,
-                                            CacheKey *keyInputs) {
+std::optional<KernelArtifacts>
+readManifest(const std::string &metaPath, const std::string &text,
+             const llvm::json::Object *meta, const std::string &expectedKey,
+             std::string &why, CacheKey *keyInputs) {
   if (!meta) {
     why = fmt::format("{} is not a JSON object", metaPath);
     return std::nullopt;
@@ -421,12 +421,10 @@ std::optional<KernelArtifacts> readManifest(const std::string &metaPath,
   std::optional<int64_t> schema = meta->getInteger("schema");
   if (!schema || *schema != kCacheVersion) {
     why = fmt::format("{} has schema {} (expected {})", metaPath,
-                      schema ? std::to_string(*schema) : "none",
-                      kCacheVersion);
+                      schema ? std::to_string(*schema) : "none", kCacheVersion);
     return std::nullopt;
   }
-  std::optional<std::pair<std::string, size_t>> digest =
-      manifestDigest(text);
+  std::optional<std::pair<std::string, size_t>> digest = manifestDigest(text);
   std::optional<llvm::StringRef> recorded = meta->getString("manifest_sha256");
   if (!digest || !recorded || *recorded != digest->first) {
     why = fmt::format("{} fails its own checksum (manifest_sha256): it was "

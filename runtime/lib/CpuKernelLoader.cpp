@@ -161,9 +161,8 @@ loadCpuKernel(const KernelArtifacts &a) {
                                   b));
   }
   return std::make_shared<const CpuAttentionKernel>(
-      std::move(spec), a.config,
-      reinterpret_cast<CpuKernelFn>(fn), std::move(owner),
-      reinterpret_cast<CpuKernelFn>(builder));
+      std::move(spec), a.config, reinterpret_cast<CpuKernelFn>(fn),
+      std::move(owner), reinterpret_cast<CpuKernelFn>(builder));
 }
 
 } // namespace flashjit::runtime

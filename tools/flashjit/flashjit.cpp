@@ -694,8 +694,8 @@ int runInspect() {
     PtxasReport report = runPtxas(*a.file(kPtxFile), target);
     llvm::outs() << fmt::format("kernel {} on {}: threads={} block_m={} "
                                 "block_n={} dynamic_shared_bytes={}\n",
-                                a.entry, target, a.config.threads(), a.config.blockM(),
-                                a.config.blockN,
+                                a.entry, target, a.config.threads(),
+                                a.config.blockM(), a.config.blockN,
                                 a.sharedBytes);
     for (const PtxasFunctionReport &f : report.functions)
       llvm::outs() << fmt::format(

@@ -323,11 +323,11 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   std::array<std::string, 5> texts;
   std::vector<StageTiming> timings;
   KernelConfig config = cpuKernelConfig(options);
-  Lowered l = lowerToLLVMDialect(spec,
-                                 {config.cpuBlockM, config.blockN,
-                                  config.countTiles, config.varlen,
-                                  config.blockSparse},
-                                 texts, timings, w);
+  Lowered l =
+      lowerToLLVMDialect(spec,
+                         {config.cpuBlockM, config.blockN, config.countTiles,
+                          config.varlen, config.blockSparse},
+                         texts, timings, w);
 
   initLLVMOnce();
   std::unique_ptr<llvm::TargetMachine> tm =

@@ -135,9 +135,9 @@ std::string gpuEntryMismatch(const AttentionSpec &spec,
     return fmt::format("its configuration (warps {}, rows per warp {}, "
                        "block_n {}, {}) is not the {}, {}, {}, {} this "
                        "request resolves to",
-                       a.config.numWarps, a.config.rowsPerWarp,
-                       a.config.blockN, a.config.wgmma ? "wgmma" : "mma.sync",
-                       want.numWarps, want.rowsPerWarp, want.blockN,
+                       a.config.numWarps, a.config.rowsPerWarp, a.config.blockN,
+                       a.config.wgmma ? "wgmma" : "mma.sync", want.numWarps,
+                       want.rowsPerWarp, want.blockN,
                        want.wgmma ? "wgmma" : "mma.sync");
   if (a.entry != spec.variant.name())
     return fmt::format("its entry is '{}', not '{}'", a.entry,
@@ -172,8 +172,8 @@ KernelArtifacts loadOrCompileGpuArtifacts(const AttentionSpec &spec,
                            "({}); recompiling it",
                            r.entryDir, why));
       a = compile();
-      r.outcome = disk.store(key, a) ? CacheOutcome::Compiled
-                                     : CacheOutcome::Uncached;
+      r.outcome =
+          disk.store(key, a) ? CacheOutcome::Compiled : CacheOutcome::Uncached;
     }
   }
   return a;

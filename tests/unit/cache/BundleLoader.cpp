@@ -54,7 +54,8 @@ int main(int argc, char **argv) {
     if (arch != "cpu") {
       const std::string *ptx = a->file(kPtxFile);
       std::cout << "entry=" << a->entry << " arch=" << a->config.arch
-                << " threads=" << a->config.threads() << " block_m=" << a->config.blockM()
+                << " threads=" << a->config.threads()
+                << " block_m=" << a->config.blockM()
                 << " shared_bytes=" << a->sharedBytes
                 << " ptx_bytes=" << (ptx ? ptx->size() : 0) << "\n";
       return 0;
@@ -70,7 +71,8 @@ int main(int argc, char **argv) {
             const auto *lse,
             const auto &args) { kernel->run(q, k, v, o, lse, args); },
         seed, &maxError);
-    std::cout << "entry=" << a->entry << " arch=cpu block_m=" << a->config.blockM()
+    std::cout << "entry=" << a->entry
+              << " arch=cpu block_m=" << a->config.blockM()
               << " block_n=" << a->config.blockN << " cpu=" << a->cpu
               << " so_bytes=" << a->file(kSharedObjectFile)->size()
               << " seed=" << seed << " max_abs_error=" << maxError << "\n";

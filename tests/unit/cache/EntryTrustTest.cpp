@@ -104,9 +104,8 @@ void checkRuns(const CpuAttentionKernel &kernel) {
 }
 
 /// A CPU request through \p cache, as a fresh process would make it.
-std::shared_ptr<const CpuKernel> loadFresh(const AttentionSpec &spec,
-                                           DiskCache &cache,
-                                           LoadReport &report) {
+std::shared_ptr<const CpuKernel>
+loadFresh(const AttentionSpec &spec, DiskCache &cache, LoadReport &report) {
   clearCpuMemoryTier();
   return loadOrCompileCpu(spec, {}, &cache, &report);
 }
@@ -130,7 +129,8 @@ TEST_CASE("an edited CPU cache entry is a miss, never run as recorded",
   REQUIRE(original.find("\"cpu_block_m\": 64") != std::string::npos);
 
   SECTION("block_m 64 -> 32 in meta.json: its own checksum fails") {
-    writeAll(meta, edit(original, "\"cpu_block_m\": 64", "\"cpu_block_m\": 32"));
+    writeAll(meta,
+             edit(original, "\"cpu_block_m\": 64", "\"cpu_block_m\": 32"));
     std::string why;
     CHECK(!readEntry(r.entryDir, r.key, &why));
     CHECK_THAT(why, Catch::Contains("manifest_sha256"));
@@ -143,9 +143,9 @@ TEST_CASE("an edited CPU cache entry is a miss, never run as recorded",
   SECTION("the same edit with the digest forged: kernel.so disagrees") {
     // Only the resolved configuration is edited (the key inputs still hash
     // to the key): the object's own `<entry>_config` refuses it.
-    std::string forged = reDigest(
-        edit(original, "\"cpu_block_m\": 64,\n    \"kind\"",
-             "\"cpu_block_m\": 32,\n    \"kind\""));
+    std::string forged =
+        reDigest(edit(original, "\"cpu_block_m\": 64,\n    \"kind\"",
+                      "\"cpu_block_m\": 32,\n    \"kind\""));
     writeAll(meta, forged);
     std::optional<KernelArtifacts> a = readEntry(r.entryDir, r.key);
     REQUIRE(a);
@@ -165,10 +165,9 @@ TEST_CASE("an edited CPU cache entry is a miss, never run as recorded",
     checkRuns(*k);
   }
   SECTION("another flashjit version or spec recorded: not this key") {
-    for (auto [from, to] :
-         {std::pair<std::string, std::string>{"\"flashjit\": \"",
-                                              "\"flashjit\": \"9"},
-          {"q_idx >= kv_idx", "q_idx <= kv_idx"}}) {
+    for (auto [from, to] : {std::pair<std::string, std::string>{
+                                "\"flashjit\": \"", "\"flashjit\": \"9"},
+                            {"q_idx >= kv_idx", "q_idx <= kv_idx"}}) {
       writeAll(meta, reDigest(edit(original, from, to)));
       std::string why;
       CHECK(!readEntry(r.entryDir, r.key, &why));
@@ -223,18 +222,9 @@ TEST_CASE("an edited CPU bundle is a UserError naming the entry",
   while (forged.find("\"cpu_block_m\": 64") != std::string::npos)
     forged = edit(forged, "\"cpu_block_m\": 64", "\"cpu_block_m\": 32");
   writeAll(meta, reDigest(forged));
-  CHECK_THROWS_WITH(Bundle::open(dir).find(key),
-                    Catch::Contains("is broken"));
+  CHECK_THROWS_WITH(Bundle::open(dir).find(key), Catch::Contains("is broken"));
 }
 
-namespace {
-
-/// GPU artifacts for \p text with \p o (no GPU needed).
-KernelArtifacts gpuArtifacts(const std::string &text, GpuCompileOptions o) {
-  return compileGpuArtifacts(parseSpec(text), o);
-}
-
-} // namespace
 
 TEST_CASE("a GPU launch configuration must match what its PTX declares",
           "[cache][errors]") {
@@ -331,18 +321,19 @@ TEST_CASE("an edited GPU cache entry is a miss in the library and the CLI",
   SECTION("rows per warp 32 -> 16 (block_m 128 -> 64), digest forged") {
     // The resolved "config" object is the second one in the text (after
     // "compile_seconds"; key_inputs holds the request, all zeros).
-    size_t at = original.find("\"config\"", original.find("\"compile_seconds\""));
+    size_t at =
+        original.find("\"config\"", original.find("\"compile_seconds\""));
     REQUIRE(at != std::string::npos);
-    std::string forged = original.substr(0, at) +
-                         edit(original.substr(at), "\"rows_per_warp\": 32",
-                              "\"rows_per_warp\": 16");
+    std::string forged = original.substr(0, at) + edit(original.substr(at),
+                                                       "\"rows_per_warp\": 32",
+                                                       "\"rows_per_warp\": 16");
     writeAll(meta, reDigest(forged));
     std::optional<KernelArtifacts> a = readEntry(r.entryDir, r.key);
     REQUIRE(a);
     CHECK(a->config.blockM() == 64);
-    CHECK_THAT(gpuLaunchConfigMismatch(spec, gpuKernelInfo(*a),
-                                       *a->file(kPtxFile)),
-               Catch::Contains("shared memory"));
+    CHECK_THAT(
+        gpuLaunchConfigMismatch(spec, gpuKernelInfo(*a), *a->file(kPtxFile)),
+        Catch::Contains("shared memory"));
     KernelArtifacts b = loadOrCompileGpuArtifacts(spec, o, &cache, &r);
     CHECK(r.outcome == CacheOutcome::Compiled);
     CHECK(b.config.blockM() == 128);
@@ -350,8 +341,8 @@ TEST_CASE("an edited GPU cache entry is a miss in the library and the CLI",
     CHECK(r.outcome == CacheOutcome::Hit);
   }
   SECTION("an unforged edit fails the manifest's own checksum") {
-    writeAll(meta, edit(original, "\"rows_per_warp\": 32",
-                        "\"rows_per_warp\": 16"));
+    writeAll(meta,
+             edit(original, "\"rows_per_warp\": 32", "\"rows_per_warp\": 16"));
     loadOrCompileGpuArtifacts(spec, o, &cache, &r);
     CHECK(r.outcome == CacheOutcome::Compiled);
   }

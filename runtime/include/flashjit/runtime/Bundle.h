@@ -19,8 +19,8 @@ namespace flashjit::runtime {
 
 /// A directory of precompiled kernels a host application ships: entries as
 /// in the disk cache plus bundle.json mapping (spec text, requested
-/// KernelConfig, mma) to entries. Built by `flashjit bundle`; loading needs only this
-/// library.
+/// KernelConfig, mma) to entries. Built by `flashjit bundle`; loading needs
+/// only this library.
 class Bundle {
 public:
   /// One kernel of the bundle: the request it answers and its entry.

@@ -291,7 +291,7 @@ inline constexpr int64_t kConfigMagicValue = 0x666a636667'01;
 
 /// The words a CPU kernel of \p c declares.
 inline std::vector<int64_t> cpuConfigWords(const KernelConfig &c) {
-  return {kConfigMagicValue, int64_t(c.kind), c.cpuBlockM, c.blockN,
+  return {kConfigMagicValue, int64_t(c.kind), c.cpuBlockM,  c.blockN,
           c.countTiles,      c.varlen,        c.blockSparse};
 }
 
