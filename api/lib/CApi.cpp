@@ -229,8 +229,8 @@ flashjit_status flashjit_compile_ex(const char *spec_text, const char *target,
       o.varlen = varlen;
       o.blockSparse = blockSparse;
       k->cpu = loadOrCompileCpu(k->spec, o); // a runtime::CpuAttentionKernel
-      k->blockM = k->cpu->info().blockM;
-      k->blockN = k->cpu->info().blockN;
+      k->blockM = k->cpu->config().blockM();
+      k->blockN = k->cpu->config().blockN;
     } else if (t == "sm_80" || t == "sm_90a") {
       GpuCompileOptions o;
       o.arch = t;
@@ -240,8 +240,8 @@ flashjit_status flashjit_compile_ex(const char *spec_text, const char *target,
       k->ptx = *a.file(runtime::kPtxFile);
       const std::string *cubin = a.file(runtime::kCubinFile);
       runtime::GpuKernelInfo info = runtime::gpuKernelInfo(a);
-      k->blockM = info.blockM;
-      k->blockN = info.blockN;
+      k->blockM = info.config.blockM();
+      k->blockN = info.config.blockN;
       // Loading needs a GPU; without one the kernel still carries its PTX.
       if (runtime::Device::available())
         k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
@@ -309,9 +309,10 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                                   bundle.items().size()));
     if (t == "cpu") {
       k->cpu = runtime::loadCpuKernel(*a);
-      k->blockM = k->cpu->info().blockM;
-      k->blockN = k->cpu->info().blockN;
-      k->flags = modeFlags(k->cpu->info().varlen, k->cpu->info().blockSparse);
+      const KernelConfig &config = k->cpu->config();
+      k->blockM = config.blockM();
+      k->blockN = config.blockN;
+      k->flags = modeFlags(config.varlen, config.blockSparse);
       *out = k.release();
       return;
     }
@@ -397,8 +398,8 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
                     "bundled yet; link flashjit_c");
 #else
     CompileOptions options;
-    options.blockM = kernel->cpu->info().blockM;
-    options.blockN = kernel->cpu->info().blockN;
+    options.blockM = kernel->cpu->config().blockM();
+    options.blockN = kernel->cpu->config().blockN;
     std::shared_ptr<const CpuBackward> bwd =
         loadOrCompileCpuBackward(kernel->spec, options);
     DataGradients g = bwd->run(qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a);

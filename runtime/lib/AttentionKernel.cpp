@@ -612,16 +612,17 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
                                                        Device &device)
     : spec_(std::move(spec)), info_(std::move(info)), device_(&device) {
   std::string arch = device.properties().arch();
-  if (!info_.arch.empty() && info_.arch != arch &&
-      !(info_.arch == "sm_80" && arch >= std::string("sm_80")))
+  if (!info_.config.arch.empty() && info_.config.arch != arch &&
+      !(info_.config.arch == "sm_80" && arch >= std::string("sm_80")))
     throw UserError(fmt::format("kernel '{}' was generated for {}, but the "
                                 "device is {}",
-                                info_.name, info_.arch, arch));
-  if (info_.blockM <= 0 || info_.blockN <= 0)
+                                info_.name, info_.config.arch, arch));
+  if (info_.config.blockM() <= 0 || info_.config.blockN <= 0)
     throw UserError(fmt::format("backward kernel '{}': GpuKernelInfo blockM "
                                 "= {} (keys per CTA) and blockN = {} (query "
                                 "rows per tile) must be positive",
-                                info_.name, info_.blockM, info_.blockN));
+                                info_.name, info_.config.blockM(),
+                                info_.config.blockN));
   module_ = Module::fromPtx(device, ptx);
   pre_ = module_.function(info_.name + abi::gpu::kBackwardPreSuffix);
   main_ = module_.function(info_.name + abi::gpu::kBackwardMainSuffix);
@@ -729,10 +730,11 @@ void GpuAttentionBackwardKernel::run(const TensorRef &q, const TensorRef &k,
     launch(pre_, rowCfg, a);
   if (s.seqlenK > 0) {
     LaunchConfig cfg;
-    cfg.grid = {
-        static_cast<unsigned>((s.seqlenK + info_.blockM - 1) / info_.blockM),
-        static_cast<unsigned>(s.headsKV), static_cast<unsigned>(s.batch)};
-    cfg.block = {static_cast<unsigned>(info_.threads), 1, 1};
+    cfg.grid = {static_cast<unsigned>((s.seqlenK + info_.config.blockM() - 1) /
+                                      info_.config.blockM()),
+                static_cast<unsigned>(s.headsKV),
+                static_cast<unsigned>(s.batch)};
+    cfg.block = {static_cast<unsigned>(info_.config.threads()), 1, 1};
     cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
     cfg.stream = stream;
     launch(main_, cfg, a);

@@ -1082,7 +1082,8 @@ int runRun() {
     auto kernel = loadOrCompileCpu(spec, options, &cache, &report);
     llvm::outs() << fmt::format("kernel   cpu block_m={} block_n={}, {} in "
                                 "{:.1f} ms\n",
-                                kernel->info().blockM, kernel->info().blockN,
+                                kernel->config().blockM(),
+                                kernel->config().blockN,
                                 toString(report.outcome), since(t0) * 1e3);
     for (int i = 0; i < runWarmup; ++i)
       kernel->run(q.ref, k.ref, v.ref, o.ref, lsePtr, args, runThreads);
@@ -1268,10 +1269,10 @@ int main(int argc, char **argv) {
   }
   std::string errors;
   llvm::raw_string_ostream errStream(errors);
-  if (!cl::ParseCommandLineOptions(
-          argc, argv,
-          "flashjit: compile, inspect, run, cache and bundle attention kernels\n",
-          &errStream)) {
+  if (!cl::ParseCommandLineOptions(argc, argv,
+                                   "flashjit: compile, inspect, run, cache and "
+                                   "bundle attention kernels\n",
+                                   &errStream)) {
     llvm::errs() << errors;
     return 1;
   }

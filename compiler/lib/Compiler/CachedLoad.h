@@ -1,4 +1,5 @@
-//===- CachedLoad.h - The memory tier before the disk cache -----*- C++ -*-===//
+//===- CachedLoad.h - The memory tier in front of the disk cache -*- C++
+//-*-===//
 //
 // What the compile-or-load entry points of CPU kernels (CpuCache.cpp) and
 // GPU kernels (GpuCache.cpp) share: the load report's start and the memory

@@ -1,4 +1,5 @@
-//===- CompilerImpl.h - State behind Compiler.h's objects -------*- C++ -*-===//
+//===- CompilerImpl.h - State behind Compiler.h's objects ---------*- C++
+//-*-===//
 //
 // The tile classifier's state and the sorted parameter and buffer lists,
 // shared by CpuCompile.cpp (MLIR, builds the objects), CpuKernel.cpp and

@@ -295,16 +295,16 @@ compileCpuBackward(const AttentionSpec &specIn, const CompileOptions &options) {
   StopWatch total, w;
   std::array<std::string, 5> texts;
   std::vector<StageTiming> timings;
-  runtime::CpuKernelInfo info{cpuBlockM(options), cpuBlockN(options), false,
-                              options.varlen, options.blockSparse};
-  TileOptions tile{info.blockM, info.blockN,      false,
-                   info.varlen, info.blockSparse, /*backward=*/true};
+  KernelConfig config = cpuKernelConfig(options);
+  config.kind = KernelKind::Backward;
+  TileOptions tile{config.cpuBlockM, config.blockN,      false,
+                   config.varlen,    config.blockSparse, /*backward=*/true};
   Lowered l = lowerToLLVMDialect(spec, tile, texts, timings, w);
   PackedFn dq = nullptr;
   auto [engine, fn] =
       jit(*l.module, l.symbol, options.optLevel, &texts[3], &texts[4], &timings,
           {{l.symbol + abi::bwd::kDqSuffix, &dq}});
-  runtime::CpuBackwardKernel kernel(spec, info, fn, dq, std::move(engine));
+  runtime::CpuBackwardKernel kernel(spec, config, fn, dq, std::move(engine));
   w.lap();
   dumpStages(spec, options, texts, "_bwd");
   timings.push_back({"total", total.lap()});

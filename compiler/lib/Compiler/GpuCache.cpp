@@ -49,19 +49,6 @@ std::string gpuTargetFor(const runtime::DeviceProperties &device) {
                               device.name, device.ccMajor, device.ccMinor));
 }
 
-KernelConfig requestedConfig(const GpuCompileOptions &options) {
-  KernelConfig c;
-  c.arch = options.arch;
-  c.blockN = options.blockN;
-  c.numWarps = options.numWarps;
-  c.minBlocksPerSM = options.minBlocksPerSM;
-  c.rowsPerWarp = options.rowsPerWarp;
-  c.varlen = options.varlen;
-  c.blockSparse = options.blockSparse;
-  c.kind = options.kind;
-  return c;
-}
-
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options) {
   validateForGpu(spec, options);

@@ -221,6 +221,19 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   return image;
 }
 
+KernelConfig requestedConfig(const GpuCompileOptions &options) {
+  KernelConfig c;
+  c.arch = options.arch;
+  c.blockN = options.blockN;
+  c.numWarps = options.numWarps;
+  c.minBlocksPerSM = options.minBlocksPerSM;
+  c.rowsPerWarp = options.rowsPerWarp;
+  c.varlen = options.varlen;
+  c.blockSparse = options.blockSparse;
+  c.kind = options.kind;
+  return c;
+}
+
 runtime::CacheKey makeGpuCacheKey(const AttentionSpec &spec,
                                   const GpuCompileOptions &options) {
   return runtime::CacheKey::make(printSpec(spec), requestedConfig(options),

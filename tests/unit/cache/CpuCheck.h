@@ -1,4 +1,5 @@
-//===- CpuCheck.h - A CPU kernel vs the float64 reference -------*- C++ -*-===//
+//===- CpuCheck.h - A CPU kernel vs the float64 reference --------*- C++
+//-*-===//
 //
 // Runs a CPU kernel (through any callable) on fresh random inputs of an odd
 // shape and compares O and LSE with flashjit::referenceAttention, with the

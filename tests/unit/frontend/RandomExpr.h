@@ -1,4 +1,5 @@
-//===- RandomExpr.h - Random well-typed DSL trees ---------------*- C++ -*-===//
+//===- RandomExpr.h - Random well-typed DSL trees for property tests -*- C++
+//-*-//
 //
 // Builds random expressions of a requested type through the public DSL
 // (operators, builtins, makeUnary/makeBinary, casts, params, buffers), so the

@@ -1,4 +1,5 @@
-//===- TestSupport.h - Shared frontend test helpers -------------*- C++ -*-===//
+//===- TestSupport.h - Shared helpers of the frontend unit tests -*- C++
+//-*-===//
 //
 // Fresh random seeds (printed on failure, overridable with FLASHJIT_TEST_SEED
 // to replay one), an expectation that a callable throws UserError at a given

@@ -274,8 +274,8 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   GpuCompileOptions sync;
   sync.mma = GpuMma::MmaSync;
   GpuKernelImage mmaSync = compileGpu(s, sync);
-  CHECK(mmaSync.threads == 128); // 4 warps of 32 query rows
-  CHECK(mmaSync.blockN == 64);
+  CHECK(mmaSync.config.threads() == 128); // 4 warps of 32 query rows
+  CHECK(mmaSync.config.blockN == 64);
   CHECK(mmaSync.sharedBytes == 2 * (128 * 72 + 2 * 64 * (72 + 72)));
   CHECK(img.attnText.find("attn.attention @softcap") != std::string::npos);
   CHECK(img.attnText.find("math.tanh") != std::string::npos);
@@ -303,10 +303,10 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
       GpuKernelImage img = compileGpu(k.spec, o);
       GpuTileConfig tc = resolveGpuTileConfig(k.spec, o);
       CHECK(tc.kind == KernelKind::Backward);
-      CHECK(img.blockM == tc.blockM());
-      CHECK(img.blockN == tc.blockN);
-      CHECK(img.threads == tc.threads());
-      CHECK_FALSE(img.wgmma);
+      CHECK(img.config.blockM() == tc.blockM());
+      CHECK(img.config.blockN == tc.blockN);
+      CHECK(img.config.threads() == tc.threads());
+      CHECK_FALSE(img.config.wgmma);
       CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
       CHECK(img.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") !=
             std::string::npos);

@@ -1,4 +1,5 @@
-//===- MLIRGen.h - Frontend trees to the attn dialect -----------*- C++ -*-===//
+//===- MLIRGen.h - Frontend expression trees to the attn dialect -*- C++
+//-*-===//
 //
 // The one place where the frontend's expression tree becomes MLIR: an
 // AttentionSpec becomes a module holding one attn.attention op whose mask and

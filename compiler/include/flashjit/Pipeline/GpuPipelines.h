@@ -1,4 +1,5 @@
-//===- GpuPipelines.h - Named pass pipelines for GPUs -----------*- C++ -*-===//
+//===- GpuPipelines.h - Named pass pipelines of the GPU backend --*- C++
+//-*-===//
 //
 //   attn IR --buildAttnToNVVMPipeline--> gpu.module with the kernel (nvvm,
 //            llvm, arith, scf ops)

@@ -1,4 +1,5 @@
-//===- Pipelines.h - Named pass pipelines of the compiler -------*- C++ -*-===//
+//===- Pipelines.h - Named pass pipelines of the compiler --------*- C++
+//-*-===//
 //
 // The stages every kernel goes through, as pipeline builders shared by the
 // in-process compiler and flashjit-opt (which registers them by name):

@@ -31,7 +31,8 @@ struct DeviceProperties;
 std::string gpuTargetFor(const runtime::DeviceProperties &device);
 
 /// The configuration \p options request (CacheKey::config): arch, tile
-/// fields as given (0: the tile policy picks), varlen and block-sparse.
+/// fields as given (0: the tile policy picks), kernel kind, varlen and
+/// block-sparse.
 KernelConfig requestedConfig(const GpuCompileOptions &options);
 
 /// Empty when the artifacts \p a (a cache entry or a bundle) hold the kernel

@@ -1,4 +1,5 @@
-//===- KernelAbi.h - Argument order of generated CPU kernels ----*- C++ -*-===//
+//===- KernelAbi.h - Argument order of generated CPU kernels -----*- C++
+//-*-===//
 //
 // The ABI moved to the runtime, which calls the kernels:
 // flashjit/runtime/KernelAbi.h.

@@ -1,4 +1,5 @@
-//===- MmaSync.h - mma.sync m16n8k16 and ldmatrix ---------------*- C++ -*-===//
+//===- MmaSync.h - mma.sync m16n8k16 and ldmatrix ----------------*- C++
+//-*-===//
 //
 // The sm_80 instruction family: ldmatrix.x4 loads of 8x8 16-bit fragments
 // from shared memory and the warp-wide mma.sync m16n8k16 with fp32

@@ -1,4 +1,5 @@
-//===- VariantTile.h - The variant on a tile of scores ----------*- C++ -*-===//
+//===- VariantTile.h - The variant on a tile of scores -----------*- C++
+//-*-===//
 //
 // Applies the user's score modifier and mask to a thread's accumulator
 // fragments of S = Q K^T (the mma.sync C-fragment layout) through a

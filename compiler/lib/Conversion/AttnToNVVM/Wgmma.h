@@ -1,4 +1,5 @@
-//===- Wgmma.h - wgmma.mma_async, descriptors and fences --------*- C++ -*-===//
+//===- Wgmma.h - wgmma.mma_async, descriptors and fences ---------*- C++
+//-*-===//
 //
 // The sm_90a warpgroup instruction family: shared-memory matrix
 // descriptors of 128-byte-swizzled operands, chains of wgmma.mma_async

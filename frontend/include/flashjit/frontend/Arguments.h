@@ -1,4 +1,5 @@
-//===- Arguments.h - Run-time parameter values and buffers ------*- C++ -*-===//
+//===- Arguments.h - Run-time parameter values and buffers -------*- C++
+//-*-===//
 //
 // The values a variant's runtime parameters take and the buffers it reads,
 // supplied per call (never part of the compiled kernel).

@@ -1,4 +1,5 @@
-//===- BlockMask.h - Tile masks and block-sparse layouts --------*- C++ -*-===//
+//===- BlockMask.h - Compressed tile masks and block-sparse layouts -*- C++
+//-*-//
 //
 // A BlockMask lists, for each query tile, the key tiles a kernel visits: the
 // partial ones (the mask runs per element) and the full ones (no mask code

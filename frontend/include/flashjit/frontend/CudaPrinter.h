@@ -1,4 +1,5 @@
-//===- CudaPrinter.h - DSL expressions as CUDA C++ --------------*- C++ -*-===//
+//===- CudaPrinter.h - DSL expressions as CUDA C++ ---------------*- C++
+//-*-===//
 //
 // Prints any expression as one CUDA C++ expression with exactly the DSL's
 // semantics (Expr.h; Interpreter.cpp is the executable spec): integer

@@ -1,4 +1,5 @@
-//===- Derivative.h - Symbolic derivative of a score modifier ---*- C++ -*-===//
+//===- Derivative.h - Symbolic derivative of a score modifier ----*- C++
+//-*-===//
 //
 // The backward pass (FlashAttention-2 paper, Algorithm 2, line 14:
 // dS = P * (dP - D)) needs the derivative of the score modifier

@@ -1,4 +1,5 @@
-//===- Error.h - flashjit's typed exceptions --------------------*- C++ -*-===//
+//===- Error.h - flashjit's typed exceptions ---------------------*- C++
+//-*-===//
 //
 // Every error flashjit reports to a caller is one of the exceptions below, so
 // a host application can tell a mistake in its own input (UserError) from a

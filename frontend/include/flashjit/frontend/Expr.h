@@ -1,4 +1,5 @@
-//===- Expr.h - The attention DSL's expression tree -------------*- C++ -*-===//
+//===- Expr.h - The attention DSL's expression tree --------------*- C++
+//-*-===//
 //
 // A user writes a mask predicate and a score modifier as C++ expressions over
 // the leaves `batch`, `head`, `q_idx`, `kv_idx`, `seqlen_q`, `seqlen_k` and

@@ -1,4 +1,5 @@
-//===- Hash.h - Structural hashes of specs ----------------------*- C++ -*-===//
+//===- Hash.h - Structural hashes of specs -----------------------*- C++
+//-*-===//
 //
 // The hash of a spec is the SHA-256 (llvm::SHA256) of its canonical text, so
 // structurally equal specs hash equal and different ones differ.

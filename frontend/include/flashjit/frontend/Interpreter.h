@@ -1,4 +1,5 @@
-//===- Interpreter.h - Evaluating an expression at one point ----*- C++ -*-===//
+//===- Interpreter.h - Evaluating an expression at one point -----*- C++
+//-*-===//
 //
 // A direct evaluator of the expression tree, used by the float64 reference
 // and as the oracle of property tests (compiled mask == interpreter at every

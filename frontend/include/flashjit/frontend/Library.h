@@ -1,4 +1,5 @@
-//===- Library.h - Standard masks and score modifiers -----------*- C++ -*-===//
+//===- Library.h - Standard masks and score modifiers ------------*- C++
+//-*-===//
 //
 // The common attention variants as plain DSL expressions: nothing here is a
 // special case in the compiler, which sees only the expression each helper

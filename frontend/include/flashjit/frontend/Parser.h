@@ -1,4 +1,5 @@
-//===- Parser.h - Reading expressions and specs from text -------*- C++ -*-===//
+//===- Parser.h - Reading expressions and specs from text --------*- C++
+//-*-===//
 //
 // Parses the canonical text (Printer.h) and the friendlier text a user types
 // on the command line: C precedence, optional parentheses, untyped literals

@@ -1,4 +1,5 @@
-//===- Printer.h - Canonical text of expressions and specs ------*- C++ -*-===//
+//===- Printer.h - Canonical text of expressions and specs -------*- C++
+//-*-===//
 //
 // One text form per tree: binary operators fully parenthesised, functions
 // spelled as in the DSL, literals typed (`5` i32, `5L` i64, `5.0` f32,

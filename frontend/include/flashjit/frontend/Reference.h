@@ -1,4 +1,5 @@
-//===- Reference.h - float64 reference attention ----------------*- C++ -*-===//
+//===- Reference.h - float64 reference attention -----------------*- C++
+//-*-===//
 //
 // The test oracle: attention computed row by row in double precision straight
 // from the definition (Vaswani et al. 2017, eq. 1, with the project's mask and

@@ -1,4 +1,5 @@
-//===- ReferenceBackward.h - float64 reference attention --------*- C++ -*-===//
+//===- ReferenceBackward.h - float64 reference attention backward -*- C++
+//-*-===//
 //
 // The oracle of the backward pass: the gradients of attention computed row
 // by row in double precision, with no tiling, beside the float64 forward of

@@ -1,4 +1,5 @@
-//===- Tensor.h - Strided views of attention tensors ------------*- C++ -*-===//
+//===- Tensor.h - Strided views of attention tensors -------------*- C++
+//-*-===//
 //
 // Every backend takes its tensors as pointer + dtype + 4-D shape + strides in
 // elements, so [batch, heads, seqlen, head_dim] and [batch, seqlen, heads,

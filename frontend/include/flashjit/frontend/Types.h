@@ -1,4 +1,5 @@
-//===- Types.h - Scalar types of the DSL and tensor dtypes ------*- C++ -*-===//
+//===- Types.h - Scalar types of the DSL and tensor dtypes -------*- C++
+//-*-===//
 //
 // ScalarType is the type of a DSL expression (bool, i32, i64, f32). DType is
 // the element type of an attention tensor in memory (fp16, bf16, fp32), with

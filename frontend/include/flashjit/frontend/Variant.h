@@ -1,4 +1,5 @@
-//===- Variant.h - Attention variants and specs -----------------*- C++ -*-===//
+//===- Variant.h - Attention variants and specs ------------------*- C++
+//-*-===//
 //
 // A Variant is a mask predicate plus a score modifier, the two hooks of
 // FlexAttention's mask_mod / score_mod. An AttentionSpec adds everything that

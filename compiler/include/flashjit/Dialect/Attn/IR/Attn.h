@@ -1,4 +1,5 @@
-//===- Attn.h - The attn dialect --------------------------------*- C++ -*-===//
+//===- Attn.h - The attn dialect ----------------------------------*- C++
+//-*-===//
 //
 // The attn dialect and its operations (see AttnDialect.td and AttnOps.td).
 // This header includes MLIR: only compiler-internal code includes it.

@@ -1,4 +1,5 @@
-//===- KernelRegions.h - User regions in kernels ----------------*- C++ -*-===//
+//===- KernelRegions.h - The user's regions inside generated kernels -*- C++
+//-*-//
 //
 // attn-tile (the attention kernel) and attn-build-block-mask (the block-mask
 // builder) both clone the mask and score regions of an attn.attention into

@@ -1,4 +1,5 @@
-//===- Passes.h - attn dialect passes ---------------------------*- C++ -*-===//
+//===- Passes.h - attn dialect passes -----------------------------*- C++
+//-*-===//
 #ifndef FLASHJIT_DIALECT_ATTN_TRANSFORMS_PASSES_H
 #define FLASHJIT_DIALECT_ATTN_TRANSFORMS_PASSES_H
 
