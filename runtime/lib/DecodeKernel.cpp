@@ -122,14 +122,20 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
                                  std::string_view ptx, Device &device)
     : spec_(std::move(spec)), info_(std::move(info)), device_(&device) {
   std::string arch = device.properties().arch();
-  if (!info_.arch.empty() && info_.arch != arch &&
-      !(info_.arch == "sm_80" && arch >= std::string("sm_80")))
+  if (!info_.config.arch.empty() && info_.config.arch != arch &&
+      !(info_.config.arch == "sm_80" && arch >= std::string("sm_80")))
     fail(fmt::format("kernel '{}' was generated for {}, but the device is {}",
-                     info_.name, info_.arch, arch));
-  if (info_.blockM <= 0 || info_.blockN <= 0 || info_.threads <= 0)
+                     info_.name, info_.config.arch, arch));
+  if (info_.config.blockM() <= 0 || info_.config.blockN <= 0 ||
+      info_.config.threads() <= 0)
     fail(fmt::format("decode kernel '{}': GpuKernelInfo blockM = {}, blockN "
                      "= {} and threads = {} must be positive",
-                     info_.name, info_.blockM, info_.blockN, info_.threads));
+                     info_.name, info_.config.blockM(), info_.config.blockN,
+                     info_.config.threads()));
+  if (info_.config.kind != KernelKind::Decode)
+    fail(fmt::format("kernel '{}' has kind '{}'; GpuDecodeKernel runs "
+                     "'decode' kernels (GpuCompileOptions::kind)",
+                     info_.name, toString(info_.config.kind)));
   module_ = Module::fromPtx(device, ptx);
   decode_ = module_.function(info_.name + abi::gpu::kDecodeSuffix);
   merge_ = module_.function(info_.name + abi::gpu::kDecodeMergeSuffix);
@@ -142,9 +148,10 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
 int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
                                       int64_t maxSeqLen) const {
   const int64_t rows = int64_t(spec_.headsQ / spec_.headsKV) * qLen;
-  const int64_t rowTiles = (rows + info_.blockM - 1) / info_.blockM;
+  const int64_t rowTiles =
+      (rows + info_.config.blockM() - 1) / info_.config.blockM();
   return decodeNumSplits(batch, spec_.headsKV, rowTiles, maxSeqLen,
-                         info_.blockN, device_->properties().smCount);
+                         info_.config.blockN, device_->properties().smCount);
 }
 
 void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
@@ -222,7 +229,8 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
     return;
 
   const int64_t group = s.headsQ / s.headsKV;
-  const int64_t rowTiles = (group * s.qLen + info_.blockM - 1) / info_.blockM;
+  const int64_t rowTiles =
+      (group * s.qLen + info_.config.blockM() - 1) / info_.config.blockM();
   const int splits = numSplits
                          ? numSplits
                          : defaultNumSplits(s.batch, s.qLen, table.maxSeqLen());
@@ -287,7 +295,7 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(splits * rowTiles),
               static_cast<unsigned>(s.headsKV), static_cast<unsigned>(s.batch)};
-  cfg.block = {static_cast<unsigned>(info_.threads), 1, 1};
+  cfg.block = {static_cast<unsigned>(info_.config.threads()), 1, 1};
   cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
   cfg.stream = stream;
   launch(decode_, cfg, a);

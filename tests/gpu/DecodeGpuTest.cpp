@@ -41,10 +41,9 @@ std::unique_ptr<GpuDecodeKernel> loadDecode(const testing::DecodeKernel &k,
   INFO("kernel files " << base << ".{info,ptx} (gen_decode_kernels DIR)");
   REQUIRE(infoFile);
   REQUIRE(ptxFile);
-  GpuKernelInfo info;
-  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
-      info.sharedBytes >> info.blockN;
+  GpuKernelInfo info = test::readKernelInfo(infoFile);
   REQUIRE(infoFile);
+  REQUIRE(info.config.kind == KernelKind::Decode);
   std::stringstream ptx;
   ptx << ptxFile.rdbuf();
   return std::make_unique<GpuDecodeKernel>(k.spec, info, ptx.str(), dev);
@@ -353,7 +352,8 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
             t.strides = {pageLen * hk * d, d, hk * d, 1};
             return t;
           };
-          std::vector<int32_t> lens(static_cast<size_t>(s.batch), static_cast<int32_t>(s.nk));
+          std::vector<int32_t> lens(static_cast<size_t>(s.batch),
+                                    static_cast<int32_t>(s.nk));
           std::unique_ptr<DevicePageTable> table;
           if (ps) {
             std::vector<int32_t> perm(static_cast<size_t>(pages));

@@ -1,7 +1,7 @@
 //===- gen_decode_kernels.cpp - The decode kernels, ahead of time ---------===//
 //
-// Writes DIR/<id>.ptx and DIR/<id>.info ("name arch threads block_m
-// shared_bytes block_n") for every kernel of decodeKernels(), compiled with
+// Writes DIR/<id>.ptx and DIR/<id>.info (gen_matrix_kernels' line, read
+// by test::readKernelInfo) for every kernel of decodeKernels(), compiled with
 // GpuCompileOptions::kind = KernelKind::Decode for sm_90a.
 //
 //===----------------------------------------------------------------------===//
@@ -25,9 +25,13 @@ int main(int argc, char **argv) {
   for (const auto &k : flashjit::testing::decodeKernels()) {
     flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, o);
     std::ofstream(dir + "/" + k.id + ".ptx") << img.ptx;
+    // The .info line of gen_matrix_kernels (test::readKernelInfo).
+    const flashjit::KernelConfig &c = img.config;
     std::ofstream(dir + "/" + k.id + ".info")
-        << img.name << ' ' << img.arch << ' ' << img.threads << ' '
-        << img.blockM << ' ' << img.sharedBytes << ' ' << img.blockN << '\n';
+        << img.name << ' ' << c.arch << ' ' << c.numWarps << ' '
+        << c.rowsPerWarp << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' '
+        << c.blockN << ' ' << c.varlen << ' ' << c.blockSparse << ' '
+        << img.sharedBytes << ' ' << flashjit::toString(c.kind) << '\n';
   }
   std::printf("%zu decode kernels in %s\n",
               flashjit::testing::decodeKernels().size(), dir.c_str());

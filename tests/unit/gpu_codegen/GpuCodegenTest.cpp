@@ -366,9 +366,9 @@ TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
       GpuKernelImage img = compileGpu(k.spec, o);
       GpuTileConfig tc = resolveGpuTileConfig(k.spec, o);
       CHECK(tc.kind == KernelKind::Decode);
-      CHECK(img.blockM == 64);
-      CHECK(img.threads == 128);
-      CHECK(img.blockN == (k.spec.headDimQK <= 128 ? 64 : 32));
+      CHECK(img.config.blockM() == 64);
+      CHECK(img.config.threads() == 128);
+      CHECK(img.config.blockN == (k.spec.headDimQK <= 128 ? 64 : 32));
       CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
       CHECK(img.ptx.find("cp.async") != std::string::npos);
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
@@ -397,5 +397,6 @@ TEST_CASE("GPU decode rejects what it cannot generate", "[gpu-codegen]") {
   CHECK_THROWS_WITH(compileGpu(dense, w), Catch::Contains("mma.sync only"));
   GpuCompileOptions r = o;
   r.rowsPerWarp = 32;
-  CHECK_THROWS_WITH(compileGpu(dense, r), Catch::Contains("rows_per_warp = 32"));
+  CHECK_THROWS_WITH(compileGpu(dense, r),
+                    Catch::Contains("rows_per_warp = 32"));
 }

@@ -65,9 +65,10 @@ int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
 /// The loaded decode kernels of one spec on one device.
 class GpuDecodeKernel {
 public:
-  /// Loads \p ptx for \p device; \p info describes `<name>_decode`
-  /// (name: the variant's name; threads; blockM: packed query rows per CTA;
-  /// blockN: keys per tile; sharedBytes). Throws UserError if the kernel
+  /// Loads \p ptx for \p device; \p info is the image's
+  /// (GpuKernelImage::info(): the variant's name, the Decode configuration:
+  /// arch, threads(), blockM() packed query rows per CTA, blockN keys per
+  /// tile; sharedBytes of `<name>_decode`). Throws UserError if the kernel
   /// was generated for another architecture or the tiles are not positive,
   /// DriverError if loading fails.
   GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info, std::string_view ptx,

@@ -179,13 +179,16 @@ inline const char *toString(KernelKind kind) {
     return "forward";
   case KernelKind::Backward:
     return "backward";
+  case KernelKind::Decode:
+    return "decode";
   }
   return "?";
 }
 
 /// The kind named \p name by toString(KernelKind), or false.
 inline bool parseKernelKind(std::string_view name, KernelKind &kind) {
-  for (KernelKind k : {KernelKind::Forward, KernelKind::Backward})
+  for (KernelKind k :
+       {KernelKind::Forward, KernelKind::Backward, KernelKind::Decode})
     if (name == toString(k)) {
       kind = k;
       return true;
