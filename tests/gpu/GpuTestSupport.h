@@ -1,5 +1,4 @@
-//===- GpuTestSupport.h - Tensors on host and device for [gpu] tests -*- C++
-//-*-//
+//===- GpuTestSupport.h - Tensors for [gpu] tests ---------------*- C++ -*-===//
 #ifndef FLASHJIT_TESTS_GPU_GPUTESTSUPPORT_H
 #define FLASHJIT_TESTS_GPU_GPUTESTSUPPORT_H
 
@@ -86,6 +85,21 @@ inline std::string matrixKernelDir() {
   return FLASHJIT_MATRIX_KERNELS_DEFAULT;
 }
 
+/// The GpuKernelInfo a gen_matrix_kernels .info line holds ("name arch warps
+/// rows_per_warp min_blocks_per_sm wgmma block_n varlen block_sparse
+/// shared_bytes kind"); sets \p in's failbit on an unknown kind.
+inline runtime::GpuKernelInfo readKernelInfo(std::istream &in) {
+  runtime::GpuKernelInfo info;
+  KernelConfig &c = info.config;
+  std::string kind;
+  in >> info.name >> c.arch >> c.numWarps >> c.rowsPerWarp >>
+      c.minBlocksPerSM >> c.wgmma >> c.blockN >> c.varlen >> c.blockSparse >>
+      info.sharedBytes >> kind;
+  if (in && !parseKernelKind(kind, c.kind))
+    in.setstate(std::ios::failbit);
+  return info;
+}
+
 /// Loads ahead-of-time kernel \p id of \p spec: <dir>/<id>.ptx and
 /// <dir>/<id>.info ("name arch threads block_m shared_bytes", then
 /// "block_n varlen block_sparse" when \p sparse).
@@ -99,11 +113,8 @@ loadAheadOfTime(const std::string &id, const AttentionSpec &spec, Device &dev,
                        << "FLASHJIT_MATRIX_KERNELS)");
   REQUIRE(infoFile);
   REQUIRE(ptxFile);
-  runtime::GpuKernelInfo info;
-  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
-      info.sharedBytes;
-  if (sparse)
-    infoFile >> info.blockN >> info.varlen >> info.blockSparse;
+  (void)sparse;
+  runtime::GpuKernelInfo info = readKernelInfo(infoFile);
   REQUIRE(infoFile);
   std::stringstream ptx;
   ptx << ptxFile.rdbuf();
