@@ -101,6 +101,15 @@ Arguments toArguments(const flashjit_arg *args, int n) {
       throw UserError(fmt::format("args[{}] '{}' repeats args[{}]: give each "
                                   "argument once",
                                   i, excerpt(a.name), it->second));
+    if (std::string_view(a.name) == FLASHJIT_SINK) {
+      if (a.kind != FLASHJIT_ARG_BUFFER_F32)
+        throw UserError(fmt::format("args[{}] '" FLASHJIT_SINK "': the sink "
+                                    "must be an FLASHJIT_ARG_BUFFER_F32 "
+                                    "(heads_q fp32 logits), got kind {}",
+                                    i, static_cast<int>(a.kind)));
+      out.bindSink(static_cast<const float *>(a.data), a.size);
+      continue;
+    }
     switch (a.kind) {
     case FLASHJIT_ARG_F32:
       if (overflowsF32(a.scalar))
@@ -408,6 +417,18 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
       if (!e.name)
         throw UserError(fmt::format("grads[{}].name is NULL", i));
       std::string name = e.name;
+      if (name == FLASHJIT_SINK) {
+        if (!kernel->spec.sink)
+          throw UserError(fmt::format("grads[{}] '" FLASHJIT_SINK "': the "
+                                      "spec has no sink",
+                                      i));
+        if (e.size != static_cast<int64_t>(g.dSink.size()) || !e.data)
+          throw UserError(fmt::format("grads[{}] '" FLASHJIT_SINK "': size = "
+                                      "{}, expected heads_q = {}, and data",
+                                      i, e.size, g.dSink.size()));
+        std::copy(g.dSink.begin(), g.dSink.end(), e.data);
+        continue;
+      }
       if (auto it = g.dBuffers.find(name); it != g.dBuffers.end()) {
         if (e.size != static_cast<int64_t>(it->second.size()))
           throw UserError(fmt::format("grads[{}] '{}': size = {}, expected {} "

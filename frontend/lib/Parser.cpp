@@ -807,6 +807,11 @@ AttentionSpec Parser::parseWholeSpec() {
         if (v != "true" && v != "false")
           errorAt(valueAt, "lse must be true or false");
         spec.returnLse = v == "true";
+      } else if (key == "sink") {
+        std::string_view v = identifier();
+        if (v != "true" && v != "false")
+          errorAt(valueAt, "sink must be true or false");
+        spec.sink = v == "true";
       } else {
         errorAt(at, fmt::format("unknown field '{}'", excerpt(key)));
       }

@@ -100,8 +100,8 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
                        c.numWarps, c.rowsPerWarp, c.blockN);
   if (std::string why = entryMismatch(
           ptx, info.name,
-          expectedParams(spec,
-                         abi::gpu::forwardArgTypes(c.varlen, c.blockSparse)),
+          expectedParams(spec, abi::gpu::forwardArgTypes(
+                                   c.varlen, c.blockSparse, spec.sink)),
           c.threads(), c.minBlocksPerSM);
       !why.empty())
     return why;
@@ -389,6 +389,11 @@ void GpuAttentionKernel::checkStatus(const Arguments &args,
 void GpuAttentionKernel::launchForward(const ForwardCall &c,
                                        const Arguments &args,
                                        CUstream stream) const {
+  // The sink is device memory: its length and presence are checked, its
+  // values are not (that would need a synchronising copy).
+  args.validateSinkFor(spec_, /*hostValues=*/false);
+  if (spec_.sink && reinterpret_cast<uintptr_t>(args.sink.data) % 4)
+    throw UserError("sink must be 4-byte aligned (fp32 device memory)");
   constexpr int64_t kMaxGridYZ = 65535;
   if (c.batch > kMaxGridYZ)
     throw UserError(
@@ -435,10 +440,12 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
     a.add(static_cast<int32_t>(m.heads == 1 ? 0 : m.numQTiles));
     a.add(static_cast<int32_t>(m.numKvTiles));
   }
-  checkFixedArgs(
-      a,
-      abi::gpu::forwardArgTypes(info_.config.varlen, info_.config.blockSparse),
-      info_.name);
+  if (spec_.sink)
+    a.add(const_cast<void *>(args.sink.data));
+  checkFixedArgs(a,
+                 abi::gpu::forwardArgTypes(
+                     info_.config.varlen, info_.config.blockSparse, spec_.sink),
+                 info_.name);
   addVariantArgs(a, args);
 
   LaunchConfig cfg;

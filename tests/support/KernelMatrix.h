@@ -165,6 +165,35 @@ inline std::vector<SparseKernel> sparseKernels() {
   };
 }
 
+/// The issue-22 kernels: specs with an attention sink (AttentionSpec::sink)
+/// over dense, causal (top-left: rows with no allowed key), a two-sided
+/// window, softcap (a parameter), a document mask (buffer reads), varlen
+/// and block-sparse; GQA, both 16-bit dtypes, head dims 64 and 128 (wgmma
+/// on sm_90a) and 96 (mma.sync). Written by gen_matrix_kernels in the
+/// sparse format; `sink_bench_d128` is the timing pair's sink kernel (its
+/// twin without a sink is `sink_bench_plain_d128`).
+inline std::vector<SparseKernel> sinkKernels() {
+  auto spec = [](const std::string &v, int d, DType t, int hq, int hkv) {
+    AttentionSpec s = matrixSpec(v, d, t, hq, hkv);
+    s.sink = true;
+    return s;
+  };
+  AttentionSpec plain = matrixSpec("none", 128, DType::BF16, 16, 16);
+  return {
+      {"sink_none_d128_bf16_g2", spec("none", 128, DType::BF16, 4, 2)},
+      {"sink_causal_tl_d64_fp16_g1", spec("causal_tl", 64, DType::F16, 2, 2)},
+      {"sink_window_lr_d96_bf16_g3", spec("window_lr", 96, DType::BF16, 6, 2)},
+      {"sink_softcap_d128_fp16_g2", spec("softcap", 128, DType::F16, 4, 2)},
+      {"sink_doc_d64_bf16_g1", spec("doc_id", 64, DType::BF16, 2, 2)},
+      {"sink_vl_causal_br_d64_bf16_g2",
+       spec("causal_br", 64, DType::BF16, 4, 2), true, false},
+      {"sink_bs_doc_d128_bf16_g2", spec("doc_id", 128, DType::BF16, 4, 2),
+       false, true},
+      {"sink_bench_d128", spec("none", 128, DType::BF16, 16, 16)},
+      {"sink_bench_plain_d128", plain},
+  };
+}
+
 /// A kernel compiled with non-default GPU options (sm_90a): mma.sync where
 /// the default is wgmma, unequal head dims, and wgmma tiles other than the
 /// default ones (GpuCompileOptions fields; 0 and "default" keep defaults).

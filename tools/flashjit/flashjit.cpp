@@ -105,6 +105,12 @@ cl::opt<int> headsKV("heads-kv", cl::desc("Key/value heads, GQA (default: 1)"),
 cl::opt<std::string>
     causal("causal", cl::desc("none | top_left | bottom_right (default: none)"),
            cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
+cl::opt<bool> sinkFlag(
+    "sink",
+    cl::desc("The spec has an attention sink: a per-query-head fp32 logit in "
+             "the softmax denominator (run: random values in [-2, 2] from "
+             "--seed)"),
+    cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string> kernelName("name",
                                 cl::desc("Kernel name (default: attention)"),
                                 cl::sub(compileCmd), cl::sub(runCmd),
@@ -247,13 +253,15 @@ AttentionSpec specFromFlags() {
   bool fields = maskText.getNumOccurrences() || scoreText.getNumOccurrences() ||
                 headDim.getNumOccurrences() || dtype.getNumOccurrences() ||
                 headsQ.getNumOccurrences() || headsKV.getNumOccurrences() ||
-                causal.getNumOccurrences() || kernelName.getNumOccurrences();
+                causal.getNumOccurrences() || kernelName.getNumOccurrences() ||
+                sinkFlag.getNumOccurrences();
   if (specText.size() > 1)
     userError("--spec: give one spec (bundle takes several)");
   if (!specText.empty()) {
     if (fields)
       userError("--spec cannot be combined with --mask/--score/--head-dim/"
-                "--dtype/--heads-q/--heads-kv/--causal/--name");
+                "--dtype/--heads-q/--heads-kv/--causal/--name/--sink (write "
+                "sink=true in the spec)");
     try {
       return parseSpec(specText.front());
     } catch (const UserError &e) {
@@ -349,6 +357,7 @@ AttentionSpec specFromFlags() {
                             quoted(causal)));
     spec.causal = *c;
   }
+  spec.sink = sinkFlag;
   spec.validate();
   return spec;
 }
@@ -1061,6 +1070,14 @@ int runRun() {
   std::vector<float> lse(b * hq * sq, std::nanf(""));
   TensorRef l = TensorRef::contiguous3(lse.data(), DType::F32, {b, hq, sq});
   const TensorRef *lsePtr = spec.returnLse ? &l : nullptr;
+  // The attention sink: one random logit per query head.
+  std::vector<float> sink;
+  if (spec.sink) {
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (int64_t h = 0; h < hq; ++h)
+      sink.push_back(u(rng));
+    args.bindSink(sink.data(), hq);
+  }
 
   llvm::outs() << "spec     " << printSpec(spec) << "\n";
   llvm::outs() << fmt::format(
@@ -1122,13 +1139,20 @@ int runRun() {
     go.data = dout->data();
     gl.data = dl.data();
     const TensorRef *glPtr = spec.returnLse ? &gl : nullptr;
+    Arguments gargs = args;
+    std::unique_ptr<runtime::DeviceBuffer> dsink;
+    if (spec.sink) {
+      dsink = std::make_unique<runtime::DeviceBuffer>(dev, hq * sizeof(float));
+      dsink->copyFromHost(sink.data(), hq * sizeof(float));
+      gargs.bindSink(static_cast<const float *>(dsink->data()), hq);
+    }
     for (int i = 0; i < runWarmup; ++i)
-      kernel->run(gq, gk, gv, go, glPtr, args);
+      kernel->run(gq, gk, gv, go, glPtr, gargs);
     dev.synchronize();
     runtime::EventTimer timer(dev);
     for (int i = 0; i < runReps; ++i) {
       timer.start();
-      kernel->run(gq, gk, gv, go, glPtr, args);
+      kernel->run(gq, gk, gv, go, glPtr, gargs);
       seconds.push_back(timer.stopMs() * 1e-3);
     }
     dout->copyToHost(o.bytes.data(), o.bytes.size());
@@ -1177,7 +1201,9 @@ int runRun() {
   const double inf = std::numeric_limits<double>::infinity();
   for (const ReferenceRow &w : want) {
     auto [bi, h, i] = w.row;
-    bool empty = w.lse == -inf;
+    // A row with no allowed key: O = 0 exactly (its LSE is -inf, or the
+    // head's sink).
+    bool empty = w.lse == -inf || (spec.sink && w.lse == double(sink[h]));
     auto bad = [&](const std::string &what) {
       if (firstBad.empty())
         firstBad = what;
@@ -1195,8 +1221,9 @@ int runRun() {
     }
     if (spec.returnLse) {
       double x = lse[(bi * hq + h) * sq + i];
-      if (empty ? x != -inf
-                : !(std::abs(x - w.lse) <= 1e-3 + 1e-4 * std::abs(w.lse)))
+      if (w.lse == -inf
+              ? x != -inf
+              : !(std::abs(x - w.lse) <= 1e-3 + 1e-4 * std::abs(w.lse)))
         bad(fmt::format("lse[{},{},{}] = {}, reference {}", bi, h, i, x,
                         w.lse));
       if (!empty && std::isfinite(x))

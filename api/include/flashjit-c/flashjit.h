@@ -63,6 +63,13 @@ typedef enum flashjit_arg_kind {
   FLASHJIT_ARG_BUFFER_I64 = 5
 } flashjit_arg_kind;
 
+/** The reserved name of the attention sink (a spec with `sink=true`): pass
+ *  it in \p args as an FLASHJIT_ARG_BUFFER_F32 of heads_q fp32 logits (host
+ *  memory on the CPU, device memory on a GPU), and in flashjit_run_backward's
+ *  \p grads with `size` = heads_q to receive d sink. Not an identifier, so
+ *  it never names a variant's buffer or parameter. */
+#define FLASHJIT_SINK "@sink"
+
 /** One runtime parameter or captured buffer, by name. An FLASHJIT_ARG_I32
  *  value outside [-2^31, 2^31 - 1] and an FLASHJIT_ARG_F32 value that
  *  overflows f32 (1e300; inf and NaN pass as given) are FLASHJIT_USER_ERROR,

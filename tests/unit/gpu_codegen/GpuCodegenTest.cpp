@@ -116,6 +116,51 @@ TEST_CASE("every block-sparse and varlen kernel assembles with no spills",
     }
 }
 
+TEST_CASE("every attention-sink kernel assembles with no spills and takes "
+          "one more argument",
+          "[gpu-codegen]") {
+  int checked = 0;
+  for (const testing::SparseKernel &k : testing::sinkKernels()) {
+    if (!k.spec.sink)
+      continue; // the timing pair's twin without a sink
+    for (auto [arch, mma] : {std::pair{"sm_80", GpuMma::Default},
+                             std::pair{"sm_90a", GpuMma::Default},
+                             std::pair{"sm_90a", GpuMma::MmaSync}}) {
+      INFO(k.id << " " << arch << " " << toString(mma) << ": "
+                << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.mma = mma;
+      o.varlen = k.varlen;
+      o.blockSparse = k.blockSparse;
+      GpuKernelImage img = compileGpu(k.spec, o);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      const runtime::PtxasFunctionReport *f = r.find(img.name);
+      REQUIRE(f);
+      INFO(r.log);
+      CHECK(f->clean());
+      // The same spec without a sink: one parameter fewer, the sink's
+      // pointer right after the fixed (varlen, block-sparse) arguments.
+      AttentionSpec plain = k.spec;
+      plain.sink = false;
+      GpuKernelImage p = compileGpu(plain, o);
+      auto params = [](const std::string &ptx, const std::string &name) {
+        size_t at = ptx.find(".entry " + name + "(");
+        size_t end = ptx.find(')', at);
+        std::string sig = ptx.substr(at, end - at);
+        int n = 0;
+        for (size_t i = sig.find(".param"); i != std::string::npos;
+             i = sig.find(".param", i + 1))
+          ++n;
+        return n;
+      };
+      CHECK(params(img.ptx, img.name) == params(p.ptx, p.name) + 1);
+      ++checked;
+    }
+  }
+  CHECK(checked == 3 * 8);
+}
+
 TEST_CASE("every option kernel assembles with no spills", "[gpu-codegen]") {
   for (const testing::OptionKernel &k : testing::optionKernels()) {
     INFO(k.id << ": " << printSpec(k.spec));

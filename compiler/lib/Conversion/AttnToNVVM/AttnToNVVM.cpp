@@ -81,6 +81,7 @@ struct ConvertAttnToNVVM
       }
       c.bf16 = dq.isBF16();
       c.returnLse = op.getReturnLse();
+      c.sink = op.getSink();
       if (c.wgmma &&
           (c.rowsPerWarp != 16 || c.headDimQK % 64 || c.headDimV % 64)) {
         op.emitOpError("wgmma kernels need rows-per-warp 16 and head dims "

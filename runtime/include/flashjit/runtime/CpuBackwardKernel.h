@@ -45,6 +45,9 @@ struct DataGradients {
   std::map<std::string, std::vector<float>> dBuffers;
   /// dParam for every f32 parameter the score modifier reads, by name.
   std::map<std::string, float> dParams;
+  /// d sink [heads_q] of a spec with an attention sink (empty otherwise):
+  /// -sum over batch and rows of exp(sink[h] - LSE_i) * dO_i . O_i.
+  std::vector<float> dSink;
 };
 
 namespace runtime {

@@ -16,6 +16,8 @@
 //   block-sparse only: kv_num_blocks, kv_indices,
 //     full_kv_num_blocks, full_kv_indices               pointers (i32)
 //     row_batch_stride, row_head_stride, num_kv_tiles   i64
+//   sink only: sink                                     pointer (f32
+//                                                       [heads_q])
 //   item_begin, item_end                                i64
 //
 // Strides are in elements. One work item is one (batch, head, q tile):
@@ -79,6 +81,8 @@ constexpr int kTrailingScalars = 3 + 4 * 4 + 3 + 2;
 constexpr int kVarlenArgs = 2;
 /// Extra arguments of block-sparse kernels: 4 list pointers, 3 scalars.
 constexpr int kBlockSparseArgs = 4 + 3;
+/// Extra arguments of kernels with an attention sink: the sink pointer.
+constexpr int kSinkArgs = 1;
 /// Builder arguments besides buffers, parameters and the varlen pointers:
 /// status, 2 seqlens, 4 list pointers, 4 extents, 2 row bounds.
 constexpr int kBuilderFixedArgs = 1 + 2 + 4 + 4 + 2;
@@ -342,6 +346,11 @@ enum ForwardArg : int {
   kForwardFixedArgs = 26,
 };
 
+/// Forward kernels of a spec with an attention sink (AttentionSpec::sink),
+/// after the varlen and block-sparse arguments (if any): one pointer to the
+/// f32 sink [heads_q]. Then the variant's arguments.
+inline constexpr int kSinkArgs = 1;
+
 /// Block-sparse forward kernels, after the varlen arguments (if any):
 /// kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices (pointers
 /// to the BlockMask's i32 lists, frontend/BlockMask.h), then
@@ -350,8 +359,10 @@ enum ForwardArg : int {
 inline constexpr int kBlockSparseListArgs = 4;
 inline constexpr int kBlockSparseScalarArgs = 3;
 
-/// The forward kernel's fixed argument types, in order.
-inline std::vector<ArgType> forwardArgTypes(bool varlen, bool blockSparse) {
+/// The forward kernel's fixed argument types, in order (\p sink: the spec
+/// has an attention sink).
+inline std::vector<ArgType> forwardArgTypes(bool varlen, bool blockSparse,
+                                            bool sink = false) {
   std::vector<ArgType> t(kQStrides, ArgType::Ptr);
   t.insert(t.end(), kSeqlenQ - kQStrides, ArgType::I64);
   t.insert(t.end(), kScale - kSeqlenQ, ArgType::I32);
@@ -362,6 +373,8 @@ inline std::vector<ArgType> forwardArgTypes(bool varlen, bool blockSparse) {
     t.insert(t.end(), kBlockSparseListArgs, ArgType::Ptr);
     t.insert(t.end(), kBlockSparseScalarArgs, ArgType::I32);
   }
+  if (sink)
+    t.insert(t.end(), kSinkArgs, ArgType::Ptr);
   return t;
 }
 

@@ -19,7 +19,11 @@
 // there is one), mask (only on partial tiles; bounds always), m' = max(m,
 // rowmax S), P = exp2(S - m'), alpha = exp2(m - m'), l = alpha l + rowsum P,
 // acc = alpha acc + P V, m = m'. Then O = acc / l and LSE = (m + log2 l) ln 2,
-// with O = 0 and LSE = -inf on rows with l = 0.
+// with O = 0 and LSE = -inf on rows with l = 0. With a sink (the op's
+// `sink` attribute) the state starts from the sink's logit instead:
+// m = sink[h] log2 e, l = 1 (l = 0 when sink[h] = -inf, no sink), so the
+// final LSE includes exp(sink[h]) and a row with no allowed key ends with
+// O = 0, LSE = sink[h].
 //
 // varlen: items cover the longest sequence; item (b, h, q tile) reads
 // cu_seqlens_q/k[b], [b + 1] for its sequence's first tokens and lengths,
@@ -80,6 +84,8 @@ public:
       args.append(4, ptr);
       args.append(3, i64);
     }
+    if (op.getSink())
+      args.push_back(ptr);
     args.append(2, i64);
 
     b.setInsertionPoint(op);
@@ -110,6 +116,9 @@ public:
       bmCap = arg(next + 6);
       next += 7;
     }
+    Value sinkPtr;
+    if (op.getSink())
+      sinkPtr = arg(next++);
     Value begin = arg(next), end = arg(next + 1);
 
     int64_t dqk = op.getHeadDimQk(), dv = op.getHeadDimV();
@@ -156,8 +165,23 @@ public:
     LoadTileOp::create(b, arg(0), qOff, qRows, qs[2], qs[3], qT,
                        op.getDtypeQAttr());
     FillOp::create(b, zeroF, acc);
-    FillOp::create(b, ninf, m);
-    FillOp::create(b, zeroF, l);
+    if (sinkPtr) {
+      // The sink is the first "key": m = sink log2 e, l = exp2(0) = 1, or
+      // the empty state (m = -inf, l = 0) for a sink of -inf.
+      Type ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+      Value at = LLVM::GEPOp::create(b, ptrTy, f32, sinkPtr, ValueRange{h});
+      Value sink = LLVM::LoadOp::create(b, f32, at);
+      Value none =
+          arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, sink, ninf);
+      Value oneF = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
+      Value log2e = arith::ConstantOp::create(
+          b, b.getF32FloatAttr(static_cast<float>(kLog2e)));
+      FillOp::create(b, arith::MulFOp::create(b, sink, log2e), m);
+      FillOp::create(b, arith::SelectOp::create(b, none, zeroF, oneF), l);
+    } else {
+      FillOp::create(b, ninf, m);
+      FillOp::create(b, zeroF, l);
+    }
 
     if (blockSparse) {
       // Only the listed tiles: partial ones (still classified, so index
