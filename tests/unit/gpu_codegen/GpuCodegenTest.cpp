@@ -444,4 +444,7 @@ TEST_CASE("GPU decode rejects what it cannot generate", "[gpu-codegen]") {
   r.rowsPerWarp = 32;
   CHECK_THROWS_WITH(compileGpu(dense, r),
                     Catch::Contains("rows_per_warp = 32"));
+  AttentionSpec sink = dense;
+  sink.sink = true;
+  CHECK_THROWS_WITH(compileGpu(sink, o), Catch::Contains("sink = true"));
 }
