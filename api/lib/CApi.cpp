@@ -478,16 +478,6 @@ flashjit_status flashjit_canonical_expr(const char *text, const char **out) {
   });
 }
 
-flashjit_status flashjit_canonical_spec(const char *text, const char **out) {
-  return guarded([&] {
-    if (!text || !out)
-      throw UserError("flashjit_canonical_spec: text and out must not be "
-                      "NULL");
-    canonicalText = printSpec(parseSpec(text));
-    *out = canonicalText.c_str();
-  });
-}
-
 const char *flashjit_kernel_spec(const flashjit_kernel *kernel) {
   return kernel ? kernel->specText.c_str() : nullptr;
 }

@@ -57,9 +57,12 @@ def canonical_spec(text):
     if not isinstance(text, str):
         raise UserError(f"a spec must be a str, got {type(text).__name__}")
     lib = _lib()
-    out = ctypes.c_char_p()
-    lib.check(lib.fn("flashjit_canonical_spec")(text.encode(),
-                                                ctypes.byref(out)))
+    canonicalize = lib.fn("flashjit_spec_canonicalize")
+    raw = text.encode()
+    needed = ctypes.c_size_t()
+    lib.check(canonicalize(raw, None, 0, ctypes.byref(needed)))
+    out = ctypes.create_string_buffer(needed.value)
+    lib.check(canonicalize(raw, out, needed.value, ctypes.byref(needed)))
     return out.value.decode()
 
 

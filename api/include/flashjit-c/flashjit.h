@@ -181,14 +181,10 @@ const char *flashjit_version(void);
  *  in the text DSL, e.g. "kv_idx <= q_idx"), fully parenthesised, so that
  *  it can be placed in a spec's `mask=` or `score=` field without changing
  *  any other field. On success \p out points at a per-thread string valid
- *  until this thread's next call of flashjit_canonical_expr or
- *  flashjit_canonical_spec. FLASHJIT_USER_ERROR for a parse error (the
- *  message shows the column). */
+ *  until this thread's next call of flashjit_canonical_expr (a spec's
+ *  canonical text: flashjit_spec_canonicalize). FLASHJIT_USER_ERROR for a
+ *  parse error (the message shows the column). */
 flashjit_status flashjit_canonical_expr(const char *text, const char **out);
-
-/** The canonical text of the spec \p text (printSpec(parseSpec(text))),
- *  as flashjit_canonical_expr. */
-flashjit_status flashjit_canonical_spec(const char *text, const char **out);
 
 /** The kernel's spec in canonical text. Owned by the kernel. */
 const char *flashjit_kernel_spec(const flashjit_kernel *kernel);

@@ -34,6 +34,7 @@
 // classification, no mask code).
 //
 //===----------------------------------------------------------------------===//
+#include "TileScores.h"
 #include "flashjit/Dialect/Attn/Transforms/KernelRegions.h"
 #include "flashjit/Dialect/Attn/Transforms/Passes.h"
 #include "flashjit/Dialect/Attn/Transforms/TileClassifier.h"
@@ -52,8 +53,6 @@ using namespace mlir;
 using namespace flashjit::attn;
 
 namespace {
-
-constexpr double kLog2e = 1.4426950408889634;
 
 /// Builds the kernel function for one attn.attention op.
 class KernelEmitter : I64Emitter {
@@ -259,7 +258,8 @@ private:
 
   /// One K/V tile of the current work item: classify (unless the block
   /// mask says it is full), skip if empty, else S = Q K^T, mask, score
-  /// modifier and the online-softmax update.
+  /// modifier (emitMaskedScores, shared with attn-tile-backward) and the
+  /// online-softmax update.
   void emitKvTile(Value kt, bool knownFull) {
     Value kv0 = mul(kt, c(bn));
     Value kvRows = arith::MinSIOp::create(b, c(bn), sub(sk, kv0));
@@ -292,42 +292,9 @@ private:
     LoadTileOp::create(b, arg(2), vOff, kvRows, vs[2], vs[3], vT,
                        op.getDtypeVAttr());
 
-    bool identityScore = isIdentityScore();
-    double scale = op.getScale().convertToDouble();
-    DotOp::create(b, qT, kT, sT, b.getUnitAttr(), UnitAttr(),
-                  b.getF32FloatAttr(identityScore ? scale * kLog2e : scale));
-
-    SmallVector<Value, 8> where{q0, kv0, qRows, kvRows, bb, h, sq, sk};
-    auto maskSelect = [&]() {
-      return MaskSelectOp::create(b, sT, where[0], where[1], where[2], where[3],
-                                  where[4], where[5], where[6], where[7]);
-    };
-    auto boundsOnly = [&]() {
-      auto sel = maskSelect();
-      OpBuilder::InsertionGuard g(b);
-      Block *blk = b.createBlock(&sel.getMask(), {},
-                                 SmallVector<Type>(6, b.getI32Type()),
-                                 SmallVector<Location>(6, b.getLoc()));
-      b.setInsertionPointToStart(blk);
-      YieldOp::create(b, arith::ConstantOp::create(b, b.getBoolAttr(true)));
-    };
-    if (knownFull) {
-      boundsOnly();
-    } else {
-      // Full tiles: bounds only. Partial tiles: the user's mask per element.
-      auto isFull = scf::IfOp::create(b, full, /*withElseRegion=*/true);
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPoint(isFull.thenBlock()->getTerminator());
-      boundsOnly();
-      b.setInsertionPoint(isFull.elseBlock()->getTerminator());
-      cloneRegion(op.getMask(), maskSelect().getMask());
-    }
-    if (!identityScore) {
-      auto mod = ScoreModOp::create(b, sT, where[0], where[1], where[2],
-                                    where[3], where[4], where[5], where[6],
-                                    where[7], b.getF32FloatAttr(kLog2e));
-      cloneRegion(op.getScore(), mod.getMod());
-    }
+    emitMaskedScores(b, op, {qT, kT, sT, Value()},
+                     {q0, kv0, qRows, kvRows, bb, h, sq, sk}, full, knownFull,
+                     [&](Region &from, Region &to) { cloneRegion(from, to); });
     // Online softmax in the exp2 domain.
     RowMaxOp::create(b, sT, m, mNew);
     Exp2Op::create(b, sT, mNew, sT);
@@ -368,12 +335,6 @@ private:
       ++i;
     }
     return Value();
-  }
-
-  bool isIdentityScore() {
-    Block &blk = op.getScore().front();
-    auto y = cast<YieldOp>(blk.getTerminator());
-    return y.getValue() == blk.getArgument(0);
   }
 
   /// counters[full ? 2 : empty ? 0 : 1] += 1 (atomically: items run in
