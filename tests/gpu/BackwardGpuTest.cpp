@@ -104,6 +104,42 @@ void checkGrad(const char *name, const GradCheck &c, DType t) {
   CHECK(c.relNorm() <= normTol(t));
 }
 
+/// The buffer and parameter gradients against the reference: |got - want|
+/// <= tol * sqrt(rows) * (1 + max |want|) per array, tol 2.5e-2 (bf16) or
+/// 4e-3 (fp16) -- the CPU backward's rule (tests/unit/compiler/
+/// BackwardTest.cpp, dataWiden: D reads the rounded O, so each row's dS'
+/// sums to a rounding error that these sums over every row accumulate).
+void checkDataGradients(const DataGradients &got,
+                        const ReferenceDataGradients &want, DType t,
+                        int64_t rows) {
+  const double tol = (t == DType::BF16 ? 2.5e-2 : 4e-3) *
+                     std::sqrt(double(std::max<int64_t>(rows, 1)));
+  for (const auto &[name, w] : want.dBuffers) {
+    INFO("d" << name);
+    REQUIRE(got.dBuffers.count(name));
+    const std::vector<float> &g = got.dBuffers.at(name);
+    REQUIRE(g.size() == w.size());
+    double maxRef = 0, maxErr = 0;
+    int64_t nan = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      nan += std::isnan(g[i]);
+      maxRef = std::max(maxRef, std::fabs(w[i]));
+      maxErr = std::max(maxErr, std::fabs(g[i] - w[i]));
+    }
+    std::printf("    d%-12s max |err| %.3e, max |ref| %.3e\n", name.c_str(),
+                maxErr, maxRef);
+    INFO("max |err| " << maxErr << ", max |ref| " << maxRef);
+    CHECK(nan == 0);
+    CHECK(maxErr <= tol * (1 + maxRef));
+  }
+  for (const auto &[name, w] : want.dParams) {
+    INFO("d" << name);
+    REQUIRE(got.dParams.count(name));
+    INFO("got " << got.dParams.at(name) << ", want " << w);
+    CHECK(std::fabs(got.dParams.at(name) - w) <= tol * (1 + std::fabs(w)));
+  }
+}
+
 /// One backward call at one shape against the float64 reference.
 void checkBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
                    const AttentionSpec &spec, int64_t batch, int64_t sq,
@@ -146,14 +182,19 @@ void checkBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
   dq.poison();
   dk.poison();
   dv.poison();
-  kernel.run(q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef, lse.deviceRef,
-             dO.deviceRef, dq.deviceRef, dk.deviceRef, dv.deviceRef,
-             args.device);
+  DataGradients got = kernel.run(
+      q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef, lse.deviceRef,
+      dO.deviceRef, dq.deviceRef, dk.deviceRef, dv.deviceRef, args.device);
   dq.download();
   dk.download();
   dv.download();
+  std::vector<std::string> params;
+  for (const ParamDecl &p : spec.variant.params())
+    if (p.type == ScalarType::Float32)
+      params.push_back(p.name);
   ReferenceGradients want = referenceAttentionBackward(
-      spec, q.hostRef, k.hostRef, v.hostRef, dO.hostRef, args.host);
+      spec, q.hostRef, k.hostRef, v.hostRef, dO.hostRef, args.host, params);
+  checkDataGradients(got, want, dt, batch * hq * sq);
   GradCheck cq, ck, cv;
   int64_t emptyRows = 0, unseenKeys = 0;
   for (int64_t b = 0; b < batch; ++b) {
