@@ -135,13 +135,17 @@ inline std::vector<MatrixKernel> backwardKernels() {
 
 /// The kernels of the [.bwdbench] timing (forward `<id>_fwd` with the
 /// default tiles, backward `<id>`): bf16, dense and causal, head dims 64
-/// and 128, hidden 2048 (heads = 2048 / head dim).
+/// and 128, hidden 2048 (heads = 2048 / head dim); causal softcap and ALiBi
+/// (with their parameter / slope gradients) at head dim 128.
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
     for (int d : {64, 128})
       out.push_back({"bench_" + name + "_d" + std::to_string(d), name,
                      matrixSpec(name, d, DType::BF16, 2048 / d, 2048 / d)});
+  for (std::string name : {"softcap", "alibi"})
+    out.push_back({"bench_" + name + "_d128", name,
+                   matrixSpec(name, 128, DType::BF16, 16, 16)});
   return out;
 }
 

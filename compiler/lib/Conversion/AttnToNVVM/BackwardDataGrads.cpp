@@ -4,6 +4,8 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <array>
+
 using namespace mlir;
 
 namespace flashjit::nvvm {
@@ -57,8 +59,19 @@ SmallVector<Value> BackwardDataGrads::scoreGrad(
     types.push_back(ops.f32);
   }
   SmallVector<Value> ds;
-  // Per element and site: index (null for parameters) and value.
-  SmallVector<SmallVector<DataGradValue>> perElem;
+  // q-dependent indices: per (site, key row), the open run of equal
+  // indices along the thread's columns (increasing q), summed before one
+  // atomic per run. Elements are handled as they come (short live ranges).
+  SmallVector<std::array<Value, 2>> runIdx(sites.size()), runSum(sites.size());
+  for (size_t k = 0; k < sites.size(); ++k)
+    for (int r = 0; r < 2; ++r) {
+      runIdx[k][r] = ops.ci64(0);
+      runSum[k][r] = zero;
+    }
+  auto nonZero = [&](Value v) {
+    return arith::CmpFOp::create(b, arith::CmpFPredicate::UNE, v, zero)
+        .getResult();
+  };
   for (int jn = 0; jn < sTiles; ++jn)
     for (int i = 0; i < 4; ++i) {
       int e = jn * 4 + i;
@@ -92,62 +105,40 @@ SmallVector<Value> BackwardDataGrads::scoreGrad(
         scf::YieldOp::create(b, zeros);
       }
       ds.push_back(ifLive.getResult(0));
-      SmallVector<DataGradValue> gv;
-      unsigned r = 1;
-      for (const DataGradSite &s : sites) {
-        Value index = s.param ? Value() : ifLive.getResult(r++);
-        gv.push_back({index, ifLive.getResult(r++)});
-      }
-      perElem.push_back(std::move(gv));
-    }
-
-  unsigned at = 0; // position of the current site's running sums in state
-  for (auto [k, s] : llvm::enumerate(sites)) {
-    int slots = slotsOf(s);
-    if (slots > 0) {
-      // Running sums: the index of the last nonzero contribution and the
-      // sum (the index is the same for every element of a slot).
-      for (int jn = 0; jn < sTiles; ++jn)
-        for (int i = 0; i < 4; ++i) {
-          const DataGradValue &v = perElem[jn * 4 + i][k];
-          int slot = slots == 2 ? i / 2 : 0;
-          unsigned pos = at + slot * (s.param ? 1 : 2);
+      unsigned res = 1, at = 0; // result / running-sum position of a site
+      for (auto [k, s] : llvm::enumerate(sites)) {
+        Value index = s.param ? Value() : ifLive.getResult(res++);
+        Value value = ifLive.getResult(res++);
+        int slots = slotsOf(s), r = i / 2;
+        if (slots > 0) {
+          // Running sums: the index of the last nonzero contribution and
+          // the sum (the index is the same for every element of a slot).
+          unsigned pos = at + (slots == 2 ? r : 0) * (s.param ? 1 : 2);
           if (!s.param) {
-            Value nz = arith::CmpFOp::create(b, arith::CmpFPredicate::UNE,
-                                             v.value, zero);
-            state[pos] = ops.sel(nz, v.index, state[pos]);
+            state[pos] = ops.sel(nonZero(value), index, state[pos]);
             ++pos;
           }
-          state[pos] = arith::AddFOp::create(b, state[pos], v.value);
+          state[pos] = arith::AddFOp::create(b, state[pos], value);
+          at += slots * (s.param ? 1 : 2);
+          continue;
         }
-      at += slots * (s.param ? 1 : 2);
-      continue;
+        Value nz = nonZero(value);
+        Value same = ops.cmp(arith::CmpIPredicate::eq, index, runIdx[k][r]);
+        Value idxNow = runIdx[k][r], sumNow = runSum[k][r];
+        ops.ifThen(ops.land(ops.land(nz, ops.lnot(same)), nonZero(sumNow)),
+                   [&] { addToBuffer(s, idxNow, sumNow); });
+        Value grown =
+            ops.sel(same, arith::AddFOp::create(b, sumNow, value), value);
+        runSum[k][r] = ops.sel(nz, grown, sumNow);
+        runIdx[k][r] = ops.sel(nz, index, idxNow);
+      }
     }
-    // q-dependent index: per key row, runs of equal indices along the
-    // thread's columns (increasing q) are summed before one atomic each.
-    for (int r = 0; r < 2; ++r) {
-      Value runIdx = ops.ci64(0), runSum = zero;
-      for (int jn = 0; jn < sTiles; ++jn)
-        for (int cc = 0; cc < 2; ++cc) {
-          const DataGradValue &v = perElem[jn * 4 + 2 * r + cc][k];
-          Value nz = arith::CmpFOp::create(b, arith::CmpFPredicate::UNE,
-                                           v.value, zero);
-          Value same = ops.cmp(arith::CmpIPredicate::eq, v.index, runIdx);
-          Value open =
-              arith::CmpFOp::create(b, arith::CmpFPredicate::UNE, runSum, zero);
-          Value idxNow = runIdx, sumNow = runSum;
-          ops.ifThen(ops.land(ops.land(nz, ops.lnot(same)), open),
-                     [&] { addToBuffer(s, idxNow, sumNow); });
-          Value grown =
-              ops.sel(same, arith::AddFOp::create(b, runSum, v.value), v.value);
-          runSum = ops.sel(nz, grown, runSum);
-          runIdx = ops.sel(nz, v.index, runIdx);
-        }
-      Value open =
-          arith::CmpFOp::create(b, arith::CmpFPredicate::UNE, runSum, zero);
-      ops.ifThen(open, [&] { addToBuffer(s, runIdx, runSum); });
-    }
-  }
+  for (auto [k, s] : llvm::enumerate(sites))
+    if (slotsOf(s) == 0)
+      for (int r = 0; r < 2; ++r) {
+        Value idx = runIdx[k][r], sum = runSum[k][r];
+        ops.ifThen(nonZero(sum), [&] { addToBuffer(s, idx, sum); });
+      }
   return ds;
 }
 
