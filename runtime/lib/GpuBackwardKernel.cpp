@@ -44,8 +44,7 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
     throw UserError(fmt::format("backward kernel '{}': GpuKernelInfo blockM "
                                 "= {} (keys per CTA) and blockN = {} (query "
                                 "rows per tile) must be positive",
-                                info_.name, info_.config.blockM(),
-                                info_.config.blockN));
+                                info_.name, info_.config.blockM(), info_.config.blockN));
   module_ = Module::fromPtx(device, ptx);
   pre_ = module_.function(info_.name + abi::gpu::kBackwardPreSuffix);
   main_ = module_.function(info_.name + abi::gpu::kBackwardMainSuffix);
@@ -56,12 +55,11 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
     status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
 }
 
-void GpuAttentionBackwardKernel::run(const TensorRef &q, const TensorRef &k,
-                                     const TensorRef &v, const TensorRef &o,
-                                     const TensorRef &lse, const TensorRef &dO,
-                                     const TensorRef &dq, const TensorRef &dk,
-                                     const TensorRef &dv, const Arguments &args,
-                                     CUstream stream) const {
+DataGradients GpuAttentionBackwardKernel::run(
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const Arguments &args, CUstream stream) const {
   AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o, &lse);
   // dO has o's shape and dtype; dq, dk, dv those of q, k, v.
   AttentionShape sg = checkAttentionTensors(spec_, q, k, v, &dO);
@@ -97,11 +95,44 @@ void GpuAttentionBackwardKernel::run(const TensorRef &q, const TensorRef &k,
     throw UserError(fmt::format("seqlen_q = {} / seqlen_k = {}: at most "
                                 "2^31 - 1 positions",
                                 s.seqlenQ, s.seqlenK));
-  if (s.batch == 0 || s.headsQ == 0)
-    return;
+  // The gradient arrays: every f32 buffer (its size), then one float per
+  // parameter (sorted by name, as the kernel arguments).
+  const std::vector<BufferDecl> buffers = spec_.variant.buffers();
+  const std::vector<ParamDecl> params = spec_.variant.params();
+  std::vector<int64_t> gradOffset;
+  int64_t gradFloats = 0;
+  for (const BufferDecl &b : buffers) {
+    gradOffset.push_back(gradFloats);
+    if (b.elementType == ScalarType::Float32)
+      gradFloats += args.buffers.at(b.name).size;
+  }
+  const int64_t paramOffset = gradFloats;
+  gradFloats += static_cast<int64_t>(params.size());
+  DataGradients out;
+  auto collect = [&](const std::vector<float> &host) {
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i].elementType == ScalarType::Float32) {
+        auto from = host.begin() + gradOffset[i];
+        out.dBuffers[buffers[i].name].assign(
+            from, from + args.buffers.at(buffers[i].name).size);
+      }
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].type == ScalarType::Float32)
+        out.dParams[params[i].name] = host[paramOffset + int64_t(i)];
+  };
+  if (s.batch == 0 || s.headsQ == 0) {
+    collect(std::vector<float>(gradFloats, 0.0f));
+    return out;
+  }
 
   device_->makeCurrent();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (gradFloats > 0) {
+    size_t bytes = static_cast<size_t>(gradFloats) * 4;
+    if (grads_.size() < bytes)
+      grads_ = DeviceBuffer(*device_, bytes);
+    grads_.fill(0);
+  }
   size_t rows = static_cast<size_t>(s.batch * s.headsQ * s.seqlenQ);
   size_t accBytes = rows * static_cast<size_t>(spec_.headDimQK) * 4;
   if (accum_.size() < accBytes)
@@ -137,10 +168,20 @@ void GpuAttentionBackwardKernel::run(const TensorRef &q, const TensorRef &k,
     else
       a.add(val.floatValue);
   }
-  for (const BufferDecl &b : spec_.variant.buffers()) {
+  for (const BufferDecl &b : buffers) {
     const BufferRef &ref = args.buffers.at(b.name);
     a.add(ref.data).add(static_cast<int64_t>(ref.size));
   }
+  // The gradient arrays (KernelAbi.h): per buffer (null unless f32), then
+  // the parameters' when there are any.
+  auto gradPtr = [&](int64_t at) -> void * {
+    return reinterpret_cast<void *>(grads_.ptr() + static_cast<size_t>(at) * 4);
+  };
+  for (size_t i = 0; i < buffers.size(); ++i)
+    a.add(buffers[i].elementType == ScalarType::Float32 ? gradPtr(gradOffset[i])
+                                                        : nullptr);
+  if (!params.empty())
+    a.add(gradPtr(paramOffset));
 
   LaunchConfig rowCfg;
   rowCfg.grid = {
@@ -153,10 +194,9 @@ void GpuAttentionBackwardKernel::run(const TensorRef &q, const TensorRef &k,
     launch(pre_, rowCfg, a);
   if (s.seqlenK > 0) {
     LaunchConfig cfg;
-    cfg.grid = {static_cast<unsigned>((s.seqlenK + info_.config.blockM() - 1) /
-                                      info_.config.blockM()),
-                static_cast<unsigned>(s.headsKV),
-                static_cast<unsigned>(s.batch)};
+    cfg.grid = {
+        static_cast<unsigned>((s.seqlenK + info_.config.blockM() - 1) / info_.config.blockM()),
+        static_cast<unsigned>(s.headsKV), static_cast<unsigned>(s.batch)};
     cfg.block = {static_cast<unsigned>(info_.config.threads()), 1, 1};
     cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
     cfg.stream = stream;
@@ -164,19 +204,24 @@ void GpuAttentionBackwardKernel::run(const TensorRef &q, const TensorRef &k,
   }
   if (s.seqlenQ > 0)
     launch(post_, rowCfg, a);
-  if (hasBuffers) {
-    std::vector<BufferDecl> buffers = spec_.variant.buffers();
+  if (hasBuffers || gradFloats > 0)
     FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
+  if (hasBuffers) {
     std::vector<int32_t> flags(buffers.size());
     status_.copyToHost(flags.data(), flags.size() * sizeof(int32_t));
     for (size_t i = 0; i < buffers.size(); ++i)
       if (flags[i])
-        throw UserError(fmt::format("buffer '{}' was read outside [0, {}); "
-                                    "the gradients of this run are "
-                                    "unspecified",
+        throw UserError(fmt::format("buffer '{}' was read (or its gradient "
+                                    "written) outside [0, {}); the gradients "
+                                    "of this run are unspecified",
                                     buffers[i].name,
                                     args.buffers.at(buffers[i].name).size));
   }
+  std::vector<float> host(static_cast<size_t>(gradFloats));
+  if (gradFloats > 0)
+    grads_.copyToHost(host.data(), host.size() * 4);
+  collect(host);
+  return out;
 }
 
 } // namespace flashjit::runtime

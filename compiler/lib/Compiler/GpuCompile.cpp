@@ -15,6 +15,7 @@
 #include "flashjit/Pipeline/Pipelines.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
 
@@ -97,6 +98,9 @@ void validateForGpu(const AttentionSpec &spec,
     if (tc.numWarps != 4 && tc.numWarps != 8)
       throw UserError(
           fmt::format("num_warps = {} must be 4 or 8", tc.numWarps));
+    // The score modifier's derivative (UserError at the user's line).
+    const Expr &mod = spec.variant.scoreExpr();
+    (void)differentiateScoreMod(mod, differentiableParams(mod));
     int colGroups = tc.numWarps / (tc.blockN / 16);
     if (spec.headDimQK % (16 * colGroups))
       throw UserError(fmt::format(
@@ -171,7 +175,7 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   StopWatch total, w;
   std::unique_ptr<MLIRContext> ctx = makeGpuContext();
   DiagnosticCapture diag(ctx.get());
-  OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec);
+  OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec, tc.kind);
   if (!module)
     throw CompileError("MLIRGen failed:\n" + diag.text());
   image.attnText = printOp(*module, /*withLocations=*/true);

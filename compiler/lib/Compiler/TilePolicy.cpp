@@ -170,6 +170,14 @@ static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
   c.numWarps = 4;
   int d = std::max(spec.headDimQK, spec.headDimV);
   c.blockN = d <= 64 ? 64 : d <= 128 ? 32 : 16;
+  // A score modifier keeps the raw scores and its derivative's values live
+  // across the dV and dP products: half the query rows per tile keep the
+  // main kernel within 255 registers (measured 2026-12-01: softcap and
+  // ALiBi spilled 32-64 bytes at the plain tiles), where dQ's column split
+  // allows it (head_dim_qk a multiple of 16 * num_warps / (block_n / 16)).
+  if (hasScoreModCode(spec) && c.blockN > 16 &&
+      spec.headDimQK % (16 * c.numWarps / (c.blockN / 32)) == 0)
+    c.blockN /= 2;
   return c;
 }
 

@@ -100,11 +100,25 @@ struct ConvertAttnToNVVM
                          "of 16 * num-warps / (block-n / 16)");
           return signalPassFailure();
         }
-        if (em->hasScoreMod()) {
+        if (em->hasScoreMod() && !op.hasScoreGrad()) {
           op.emitOpError("the GPU backward of a score modifier needs its "
-                         "derivative (the backward op's score_grad region); "
-                         "not supported yet");
+                         "derivative (the op's score_grad region, built by "
+                         "MLIRGen for KernelKind::Backward)");
           return signalPassFailure();
+        }
+        if (op.hasScoreGrad()) {
+          int nested = 0;
+          op.getScoreGrad().walk([&](Operation *g) {
+            if (isa<attn::BufferGradOp, attn::ParamGradOp>(g) &&
+                g->getBlock() != &op.getScoreGrad().front())
+              ++nested;
+          });
+          if (nested) {
+            op.emitOpError("the GPU backward takes attn.buffer_grad and "
+                           "attn.param_grad at the top level of score_grad "
+                           "only");
+            return signalPassFailure();
+          }
         }
         buildFlashBackwardKernels(b, op.getLoc(), gm, c, *em);
         op.erase();

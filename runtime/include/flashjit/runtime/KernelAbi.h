@@ -422,6 +422,15 @@ inline constexpr int kBlockMaskThreads = 256;
 /// Strides are in elements, three per tensor (batch, head, seq); the
 /// head_dim stride is 1. dQaccum [batch, heads_q, seqlen_q, head_dim_qk]
 /// and D [batch, heads_q, seqlen_q] are contiguous fp32 workspaces.
+/// After the fixed arguments come the variant's (parameters, then (pointer,
+/// i64 size) per buffer, as the forward's), then the gradient arrays of
+/// the score modifier's derivative: one f32 pointer per buffer (sorted by
+/// name; as many elements as the buffer, null for buffers that are not
+/// f32), then, when the variant has parameters, one f32 pointer with one
+/// element per parameter (sorted by name). `_bwd` adds dBuffer[idx] and
+/// dParam into them with fp32 atomics (they must be zero before the run);
+/// a gradient index outside its buffer adds nothing and sets the buffer's
+/// status flag.
 enum BackwardArg : int {
   kBwdQ = 0,          ///< Q [batch, heads_q, seqlen_q, head_dim_qk]
   kBwdK = 1,          ///< K [batch, heads_kv, seqlen_k, head_dim_qk]
