@@ -44,7 +44,8 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
     throw UserError(fmt::format("backward kernel '{}': GpuKernelInfo blockM "
                                 "= {} (keys per CTA) and blockN = {} (query "
                                 "rows per tile) must be positive",
-                                info_.name, info_.config.blockM(), info_.config.blockN));
+                                info_.name, info_.config.blockM(),
+                                info_.config.blockN));
   module_ = Module::fromPtx(device, ptx);
   pre_ = module_.function(info_.name + abi::gpu::kBackwardPreSuffix);
   main_ = module_.function(info_.name + abi::gpu::kBackwardMainSuffix);
@@ -194,9 +195,10 @@ DataGradients GpuAttentionBackwardKernel::run(
     launch(pre_, rowCfg, a);
   if (s.seqlenK > 0) {
     LaunchConfig cfg;
-    cfg.grid = {
-        static_cast<unsigned>((s.seqlenK + info_.config.blockM() - 1) / info_.config.blockM()),
-        static_cast<unsigned>(s.headsKV), static_cast<unsigned>(s.batch)};
+    cfg.grid = {static_cast<unsigned>((s.seqlenK + info_.config.blockM() - 1) /
+                                      info_.config.blockM()),
+                static_cast<unsigned>(s.headsKV),
+                static_cast<unsigned>(s.batch)};
     cfg.block = {static_cast<unsigned>(info_.config.threads()), 1, 1};
     cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
     cfg.stream = stream;

@@ -164,23 +164,7 @@ public:
     LoadTileOp::create(b, arg(0), qOff, qRows, qs[2], qs[3], qT,
                        op.getDtypeQAttr());
     FillOp::create(b, zeroF, acc);
-    if (sinkPtr) {
-      // The sink is the first "key": m = sink log2 e, l = exp2(0) = 1, or
-      // the empty state (m = -inf, l = 0) for a sink of -inf.
-      Type ptrTy = LLVM::LLVMPointerType::get(b.getContext());
-      Value at = LLVM::GEPOp::create(b, ptrTy, f32, sinkPtr, ValueRange{h});
-      Value sink = LLVM::LoadOp::create(b, f32, at);
-      Value none =
-          arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, sink, ninf);
-      Value oneF = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
-      Value log2e = arith::ConstantOp::create(
-          b, b.getF32FloatAttr(static_cast<float>(kLog2e)));
-      FillOp::create(b, arith::MulFOp::create(b, sink, log2e), m);
-      FillOp::create(b, arith::SelectOp::create(b, none, zeroF, oneF), l);
-    } else {
-      FillOp::create(b, ninf, m);
-      FillOp::create(b, zeroF, l);
-    }
+    initSoftmaxState(sinkPtr, ninf, zeroF);
 
     if (blockSparse) {
       // Only the listed tiles: partial ones (still classified, so index
@@ -217,6 +201,29 @@ public:
     b.setInsertionPointToEnd(entry);
     func::ReturnOp::create(b);
     return fn;
+  }
+
+  /// The online softmax's starting row state in m and l: empty (m = -inf,
+  /// l = 0), or with an attention sink the sink as the first "key": m =
+  /// sink log2 e, l = exp2(0) = 1 (the empty state for a sink of -inf).
+  void initSoftmaxState(Value sinkPtr, Value ninf, Value zeroF) {
+    if (sinkPtr) {
+      // The sink is the first "key": m = sink log2 e, l = exp2(0) = 1, or
+      // the empty state (m = -inf, l = 0) for a sink of -inf.
+      Type ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+      Value at = LLVM::GEPOp::create(b, ptrTy, f32, sinkPtr, ValueRange{h});
+      Value sink = LLVM::LoadOp::create(b, f32, at);
+      Value none =
+          arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, sink, ninf);
+      Value oneF = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
+      Value log2e = arith::ConstantOp::create(
+          b, b.getF32FloatAttr(static_cast<float>(kLog2e)));
+      FillOp::create(b, arith::MulFOp::create(b, sink, log2e), m);
+      FillOp::create(b, arith::SelectOp::create(b, none, zeroF, oneF), l);
+    } else {
+      FillOp::create(b, ninf, m);
+      FillOp::create(b, zeroF, l);
+    }
   }
 
 private:
