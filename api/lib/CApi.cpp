@@ -406,8 +406,7 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
     if (num_grads < 0 || (num_grads > 0 && !grads))
       throw UserError(fmt::format("num_grads = {} with grads = {}", num_grads,
                                   static_cast<const void *>(grads)));
-    std::shared_ptr<const runtime::CpuBackwardKernel> bwd =
-        kernel->cpuBackward;
+    std::shared_ptr<const runtime::CpuBackwardKernel> bwd = kernel->cpuBackward;
 #ifndef FLASHJIT_C_WITH_COMPILER
     if (!bwd)
       throw UserError("flashjit_run_backward: this is flashjit_c_runtime, "

@@ -337,9 +337,9 @@ runtime::KernelArtifacts loadOrCompileCpuBackwardArtifacts(
 
 /// The fused forward and backward of one dense call, for tests and simple
 /// training loops: runs loadOrCompileCpu(backwardSpec(spec)) into \p o and
-/// \p lse (fp32 [B, Hq, Sq]), then the backward (compiled once per
-/// spec/options in this process) into \p dq, \p dk, \p dv, and returns
-/// the buffer and parameter gradients. Shapes and errors as
+/// \p lse (fp32 [B, Hq, Sq]), then the backward
+/// (loadOrCompileCpuBackward with the default cache) into \p dq, \p dk, \p dv,
+/// and returns the buffer and parameter gradients. Shapes and errors as
 /// CpuAttentionKernel::run and CpuBackwardKernel::run; options.varlen and
 /// options.blockSparse must be off (UserError).
 DataGradients forwardBackwardCpu(const AttentionSpec &spec, const TensorRef &q,
