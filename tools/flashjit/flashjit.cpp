@@ -152,8 +152,8 @@ cl::opt<bool> blockSparseFlag(
 cl::opt<std::string> kernelFlag(
     "kernel",
     cl::desc("fwd | bwd: the forward or the backward (gradients) kernel; "
-             "bwd is CPU only, compiled in memory (not cached or bundled "
-             "yet)"),
+             "bwd is CPU only (compile/inspect: in memory, not cached; "
+             "bundle: cached and bundled; bundle also takes fwd,bwd)"),
     cl::init("fwd"), cl::sub(compileCmd), cl::sub(inspectCmd),
     cl::sub(bundleCmd));
 cl::opt<std::string> outDir("out",
@@ -872,12 +872,35 @@ int runCache() {
                         action));
 }
 
+/// The backward of \p spec through \p cache as a GpuResult (bundle --kernel
+/// bwd; the caller checked that a linker is available).
+GpuResult cpuBackwardThroughCache(const AttentionSpec &spec,
+                                  const CompileOptions &options,
+                                  DiskCache &cache) {
+  GpuResult r;
+  r.key = cpuBackwardCacheKey(spec, options);
+  LoadReport report;
+  r.artifacts =
+      loadOrCompileCpuBackwardArtifacts(spec, options, cache, &report);
+  r.outcome = report.outcome;
+  r.entryDir = report.entryDir;
+  return r;
+}
+
 int runBundle() {
-  if (kernelFlag != "fwd")
-    userError(fmt::format("bundle: --kernel '{}': only forward kernels are "
-                          "bundled so far (backward kernels compile in "
-                          "memory)",
-                          std::string(kernelFlag)));
+  // --kernel fwd, bwd or fwd,bwd (either order).
+  bool wantFwd = false, wantBwd = false;
+  llvm::SmallVector<llvm::StringRef> kinds;
+  llvm::StringRef(kernelFlag).split(kinds, ',');
+  for (llvm::StringRef k : kinds) {
+    if (k == "fwd")
+      wantFwd = true;
+    else if (k == "bwd")
+      wantBwd = true;
+    else
+      userError(fmt::format("bundle: --kernel '{}': give fwd, bwd or fwd,bwd",
+                            std::string(kernelFlag)));
+  }
   if (outDir.empty())
     userError("bundle: --out DIR is required");
   if (specText.empty())
@@ -889,6 +912,14 @@ int runBundle() {
     if (t != "sm_80" && t != "sm_90a" && t != "cpu")
       userError(
           fmt::format("bundle: --target '{}' is not sm_80, sm_90a or cpu", t));
+  if (wantBwd)
+    for (const std::string &t : archs)
+      if (t != "cpu")
+        userError(fmt::format("bundle --kernel bwd: only CPU backward kernels "
+                              "are cached and bundled (nothing loads a GPU "
+                              "backward from a bundle yet); use --target cpu, "
+                              "not '{}'",
+                              t));
   bool wantCpu = llvm::is_contained(archs, "cpu");
   CompileOptions cpuOpts;
   if (wantCpu) {
@@ -911,6 +942,8 @@ int runBundle() {
       for (const std::string &arch : archs) {
         if (arch == "cpu") {
           validateForCpu(specs.back(), cpuOpts);
+          if (wantBwd)
+            (void)cpuBackwardCacheKey(specs.back(), cpuOpts);
           continue;
         }
         GpuCompileOptions o;
@@ -928,13 +961,19 @@ int runBundle() {
   DiskCache cache(cacheConfig());
   std::vector<std::pair<std::string, GpuResult>> results;
   for (const AttentionSpec &spec : specs)
-    for (const std::string &arch : archs)
-      results.emplace_back(arch, arch == "cpu"
-                                     ? *cpuThroughCache(spec, cpuOpts, cache)
-                                     : gpuThroughCache(spec, arch, cache));
+    for (const std::string &arch : archs) {
+      if (wantFwd)
+        results.emplace_back(arch, arch == "cpu"
+                                       ? *cpuThroughCache(spec, cpuOpts, cache)
+                                       : gpuThroughCache(spec, arch, cache));
+      if (wantBwd)
+        results.emplace_back(arch,
+                             cpuBackwardThroughCache(spec, cpuOpts, cache));
+    }
   for (const auto &[arch, r] : results) {
     Bundle::add(outDir, r.key, r.artifacts);
-    llvm::outs() << fmt::format("{} {} {} ({})\n", arch, r.key.hash(),
+    llvm::outs() << fmt::format("{} {} {} {} ({})\n", arch,
+                                toString(r.key.config.kind), r.key.hash(),
                                 r.artifacts.entry, toString(r.outcome));
   }
   llvm::outs() << fmt::format("bundle {} holds {} kernels\n",

@@ -154,9 +154,13 @@ typedef struct flashjit_grad {
  *  overwritten. A buffer or parameter not listed gets no gradient; listing
  *  one the score modifier does not read as f32 is FLASHJIT_USER_ERROR.
  *  \p args are the forward's. \p kernel is the forward kernel from
- *  flashjit_compile or flashjit_load; its backward is compiled (through the
- *  in-process memory tier) on the first call, so flashjit_c_runtime, which
- *  has no compiler, reports FLASHJIT_USER_ERROR. CPU kernels only: a GPU
+ *  flashjit_compile or flashjit_load. A CPU kernel from flashjit_load whose
+ *  bundle holds its backward (`flashjit bundle --kernel fwd,bwd`: the spec
+ *  with LSE, the forward's tiles) runs that bundled backward, also in
+ *  flashjit_c_runtime; otherwise the backward is compiled (through the
+ *  memory tier and the disk cache) on the first call, which
+ *  flashjit_c_runtime, having no compiler, reports as
+ *  FLASHJIT_USER_ERROR. CPU kernels only: a GPU
  *  kernel gives FLASHJIT_USER_ERROR (the GPU backward is issue 15).
  *  Deterministic. \p stream is ignored on the CPU. */
 flashjit_status

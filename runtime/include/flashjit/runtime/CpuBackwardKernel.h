@@ -103,9 +103,13 @@ private:
 };
 
 /// Loads the CPU backward kernel of \p artifacts (made by the compiler's
-/// compileCpuBackwardArtifacts): like loadCpuKernel, looking up
-/// `<entry>_packed` and `<entry>_dq_packed`. Throws UserError like
-/// loadCpuKernel.
+/// compileCpuBackwardArtifacts: a cache entry or a bundle item): like
+/// loadCpuKernel, looking up the packed entries `<entry>_packed` (dK/dV) and
+/// `<entry>_dq_packed` (abi::bwd::kDqSuffix). No compiler. Throws UserError
+/// like loadCpuKernel (not "cpu", no kernel.so, missing CPU features, a
+/// missing entry, `<entry>_config` not artifacts.config), and when
+/// artifacts.config.kind is not KernelKind::Backward or the spec text does
+/// not return LSE (not a backwardSpec).
 std::shared_ptr<const CpuBackwardKernel>
 loadCpuBackwardKernel(const KernelArtifacts &artifacts);
 
