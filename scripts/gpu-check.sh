@@ -171,6 +171,10 @@ run() {
   want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
   want bwd && step bwd "$bin/flashjit_gpu_tests" "[backward]" --durations yes
   want bwdbench && step bwdbench "$bin/flashjit_gpu_tests" "[bwdbench]"
+  # Timings (hidden cases): forward with / without an attention sink (issue
+  # 22) and split-KV decode over paged caches (issue 17).
+  want sinkbench && step sinkbench "$bin/flashjit_gpu_tests" "[sinkbench]"
+  want decodebench && step decodebench "$bin/flashjit_gpu_tests" "[decodebench]"
   if command -v compute-sanitizer >/dev/null && want memcheck_bwd; then
     FLASHJIT_MATRIX_ONLY=bwd_causal_br step memcheck_bwd compute-sanitizer \
       --tool memcheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
