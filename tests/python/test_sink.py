@@ -30,14 +30,15 @@ def test_forward_and_d_sink_match_float64():
     k = rng.uniform(-1, 1, (b, hkv, sk, d)).astype(np.float32)
     v = rng.uniform(-1, 1, (b, hkv, sk, d)).astype(np.float32)
     sink = rng.uniform(-2, 2, hq).astype(np.float32)
-    # Top-left causal with sq > sk: rows 13..28 see no key.
-    o, lse = flashjit.attention(q, k, v, causal="top_left", sink=sink,
+    # Bottom-right causal with sq > sk: rows 0..15 see no key.
+    o, lse = flashjit.attention(q, k, v, causal="bottom_right", sink=sink,
                                 return_lse=True)
-    want_o, want_lse = sink_reference(q, k, v, sink, ref.causal(sq, sk))
+    want_o, want_lse = sink_reference(q, k, v, sink,
+                                      ref.causal(sq, sk, bottom_right=True))
     ref.assert_close(o, want_o, 2e-5, what="o")
     ref.assert_close(lse, want_lse, 2e-5, 2e-6, what="lse")
-    assert np.all(o[:, :, sk:] == 0)
-    np.testing.assert_allclose(lse[:, :, sk:],
+    assert np.all(o[:, :, :sq - sk] == 0)
+    np.testing.assert_allclose(lse[:, :, :sq - sk],
                                np.broadcast_to(sink[None, :, None],
                                                (b, hq, sq - sk)), rtol=1e-6)
     if not _capi.default_library().has("flashjit_run_backward"):
