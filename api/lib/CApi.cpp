@@ -26,6 +26,8 @@
 #include "flashjit/runtime/CpuAttentionKernel.h"
 #include "flashjit/runtime/CpuBackwardKernel.h"
 #include "flashjit/runtime/Device.h"
+#include "flashjit/runtime/Memory.h"
+#include "flashjit/runtime/SinkGradient.h"
 
 #include <fmt/format.h>
 
@@ -33,6 +35,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -52,6 +55,9 @@ struct flashjit_kernel {
   /// the bundle holds one with the forward's tiles), else null.
   std::shared_ptr<const runtime::CpuBackwardKernel> cpuBackward;
   std::unique_ptr<runtime::GpuAttentionKernel> gpu;
+  /// The bundled backward of a GPU kernel loaded by flashjit_load (when
+  /// the bundle holds one and a GPU is present), else null.
+  std::shared_ptr<const runtime::GpuAttentionBackwardKernel> gpuBackward;
   std::string ptx;
   /// Tile sizes (block masks): from the loaded kernel or its artifacts.
   int64_t blockM = 0, blockN = 0;
@@ -200,6 +206,115 @@ const flashjit_block_mask &maskFor(const flashjit_kernel &kernel,
                                 "kernel runs on a GPU",
                                 entry));
   return *mask;
+}
+} // namespace
+
+namespace {
+/// Writes the gradients \p g into the caller's \p grads (see
+/// flashjit_run_backward): \p copy writes one vector to a caller's array
+/// (host or device memory), \p writeSink writes d sink [heads_q].
+template <typename Copy, typename WriteSink>
+void writeGrads(const AttentionSpec &spec, const DataGradients &g,
+                const flashjit_grad *grads, int num_grads, Copy copy,
+                WriteSink writeSink) {
+  for (int i = 0; i < num_grads; ++i) {
+    const flashjit_grad &e = grads[i];
+    if (!e.name)
+      throw UserError(fmt::format("grads[{}].name is NULL", i));
+    std::string name = e.name;
+    if (name == FLASHJIT_SINK) {
+      if (!spec.sink)
+        throw UserError(fmt::format("grads[{}] '" FLASHJIT_SINK "': the "
+                                    "spec has no sink",
+                                    i));
+      if (e.size != spec.headsQ || !e.data)
+        throw UserError(fmt::format("grads[{}] '" FLASHJIT_SINK "': size = "
+                                    "{}, expected heads_q = {}, and data",
+                                    i, e.size, spec.headsQ));
+      writeSink(e.data);
+      continue;
+    }
+    if (auto it = g.dBuffers.find(name); it != g.dBuffers.end()) {
+      if (e.size != static_cast<int64_t>(it->second.size()))
+        throw UserError(fmt::format("grads[{}] '{}': size = {}, expected {} "
+                                    "(the bound buffer's length)",
+                                    i, excerpt(name), e.size,
+                                    it->second.size()));
+      if (e.size > 0 && !e.data)
+        throw UserError(
+            fmt::format("grads[{}] '{}': data is NULL", i, excerpt(name)));
+      copy(e.data, it->second);
+    } else if (auto p = g.dParams.find(name); p != g.dParams.end()) {
+      if (e.size != 1 || !e.data)
+        throw UserError(fmt::format("grads[{}] '{}': a parameter's gradient "
+                                    "needs size = 1 and data, got size = {}",
+                                    i, excerpt(name), e.size));
+      copy(e.data, std::vector<float>{p->second});
+    } else {
+      throw UserError(fmt::format(
+          "grads[{}] '{}' is not an f32 buffer or f32 parameter that the "
+          "score modifier reads, so it has no gradient",
+          i, excerpt(name)));
+    }
+  }
+}
+
+void hostCopy(float *dst, const std::vector<float> &src) {
+  std::copy(src.begin(), src.end(), dst);
+}
+
+/// The d sink kernel of device 0 (NVRTC, compiled once per process).
+const runtime::GpuSinkGradient &sinkGradient() {
+  static std::mutex mutex;
+  static std::unique_ptr<runtime::GpuSinkGradient> kernel;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!kernel)
+    kernel =
+        std::make_unique<runtime::GpuSinkGradient>(runtime::Device::get(0));
+  return *kernel;
+}
+
+/// flashjit_run_backward for a GPU kernel: the bundled backward, else
+/// (with the compiler) loadOrCompileGpuBackward; gradients of buffers,
+/// parameters and the sink into device arrays.
+void runGpuBackward(const flashjit_kernel &kernel, const TensorRef &q,
+                    const TensorRef &k, const TensorRef &v, const TensorRef &o,
+                    const TensorRef &lse, const TensorRef &dO,
+                    const TensorRef &dq, const TensorRef &dk,
+                    const TensorRef &dv, const Arguments &args,
+                    const flashjit_grad *grads, int num_grads,
+                    CUstream stream) {
+  if (kernel.flags & (FLASHJIT_COMPILE_VARLEN | FLASHJIT_COMPILE_BLOCK_SPARSE))
+    throw UserError(fmt::format(
+        "flashjit_run_backward: the GPU backward does not take {} kernels "
+        "yet; use a dense-call kernel or target 'cpu'",
+        kernel.flags & FLASHJIT_COMPILE_VARLEN ? "varlen" : "block-sparse"));
+  if (!runtime::Device::available())
+    noGpu();
+  std::shared_ptr<const runtime::GpuAttentionBackwardKernel> bwd =
+      kernel.gpuBackward;
+#ifndef FLASHJIT_C_WITH_COMPILER
+  if (!bwd)
+    throw UserError("flashjit_run_backward: this is flashjit_c_runtime, "
+                    "built without the compiler, and the bundle holds no "
+                    "GPU backward of this kernel (make it with `flashjit "
+                    "bundle --kernel fwd,bwd --target sm_90a`), or link "
+                    "flashjit_c");
+#else
+  if (!bwd)
+    bwd = loadOrCompileGpuBackward(kernel.spec, runtime::Device::get(0));
+#endif
+  DataGradients g = bwd->run(q, k, v, o, lse, dO, dq, dk, dv, args, stream);
+  runtime::Device &device = runtime::Device::get(0);
+  writeGrads(
+      kernel.spec, g, grads, num_grads,
+      [&](float *dst, const std::vector<float> &src) {
+        runtime::copyHostToDevice(device, dst, src.data(),
+                                  src.size() * sizeof(float));
+      },
+      [&](float *dSink) {
+        sinkGradient().run(kernel.spec, o, dO, lse, args, dSink, stream);
+      });
 }
 } // namespace
 
@@ -359,9 +474,36 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
     k->blockM = info.config.blockM();
     k->blockN = info.config.blockN;
     k->flags = modeFlags(info.config.varlen, info.config.blockSparse);
-    if (runtime::Device::available())
+    if (runtime::Device::available()) {
       k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
           k->spec, info, k->ptx, runtime::Device::get(0));
+      // The backward bundled beside it (`flashjit bundle --kernel fwd,bwd
+      // --target <arch>`): the spec with LSE, kind backward, its own tiles.
+      for (const runtime::Bundle::Item &item : bundle.items()) {
+        if (item.config.kind != KernelKind::Backward || item.config.arch != t)
+          continue;
+        AttentionSpec withLse = k->spec;
+        withLse.returnLse = true;
+        if (item.specText != printSpec(withLse))
+          continue;
+        runtime::CacheKey bwd = request;
+        bwd.specText = item.specText;
+        bwd.config = item.config;
+        bwd.mma = item.mma;
+        std::optional<runtime::KernelArtifacts> b = bundle.find(bwd);
+        const std::string *bptx = b ? b->file(runtime::kPtxFile) : nullptr;
+        if (!bptx)
+          throw UserError(fmt::format("flashjit_load: the bundled {} "
+                                      "backward for '{}' in '{}' has no {}",
+                                      t, canonical, bundle_dir,
+                                      runtime::kPtxFile));
+        k->gpuBackward =
+            std::make_shared<const runtime::GpuAttentionBackwardKernel>(
+                withLse, runtime::gpuKernelInfo(*b), *bptx,
+                runtime::Device::get(0));
+        break;
+      }
+    }
     *out = k.release();
   });
 }
@@ -399,14 +541,10 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
                       const flashjit_tensor *d_o, const flashjit_tensor *dq,
                       const flashjit_tensor *dk, const flashjit_tensor *dv,
                       const flashjit_arg *args, int num_args,
-                      const flashjit_grad *grads, int num_grads,
-                      void * /*stream*/) {
+                      const flashjit_grad *grads, int num_grads, void *stream) {
   return guarded([&] {
     if (!kernel)
       throw UserError("flashjit_run_backward: kernel is NULL");
-    if (!kernel->cpu)
-      throw UserError("flashjit_run_backward: the GPU backward is not built "
-                      "yet (issue 15); compile the kernel for target 'cpu'");
     TensorRef qr = toRef(q, "q"), kr = toRef(k, "k"), vr = toRef(v, "v"),
               orf = toRef(o, "o"), lr = toRef(lse, "lse"),
               dor = toRef(d_o, "d_o"), dqr = toRef(dq, "dq"),
@@ -415,6 +553,11 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
     if (num_grads < 0 || (num_grads > 0 && !grads))
       throw UserError(fmt::format("num_grads = {} with grads = {}", num_grads,
                                   static_cast<const void *>(grads)));
+    if (!kernel->cpu) {
+      runGpuBackward(*kernel, qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a, grads,
+                     num_grads, static_cast<CUstream>(stream));
+      return;
+    }
     std::shared_ptr<const runtime::CpuBackwardKernel> bwd = kernel->cpuBackward;
 #ifndef FLASHJIT_C_WITH_COMPILER
     if (!bwd)
@@ -431,46 +574,8 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
     }
 #endif
     DataGradients g = bwd->run(qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a);
-    for (int i = 0; i < num_grads; ++i) {
-      const flashjit_grad &e = grads[i];
-      if (!e.name)
-        throw UserError(fmt::format("grads[{}].name is NULL", i));
-      std::string name = e.name;
-      if (name == FLASHJIT_SINK) {
-        if (!kernel->spec.sink)
-          throw UserError(fmt::format("grads[{}] '" FLASHJIT_SINK "': the "
-                                      "spec has no sink",
-                                      i));
-        if (e.size != static_cast<int64_t>(g.dSink.size()) || !e.data)
-          throw UserError(fmt::format("grads[{}] '" FLASHJIT_SINK "': size = "
-                                      "{}, expected heads_q = {}, and data",
-                                      i, e.size, g.dSink.size()));
-        std::copy(g.dSink.begin(), g.dSink.end(), e.data);
-        continue;
-      }
-      if (auto it = g.dBuffers.find(name); it != g.dBuffers.end()) {
-        if (e.size != static_cast<int64_t>(it->second.size()))
-          throw UserError(fmt::format("grads[{}] '{}': size = {}, expected {} "
-                                      "(the bound buffer's length)",
-                                      i, excerpt(name), e.size,
-                                      it->second.size()));
-        if (e.size > 0 && !e.data)
-          throw UserError(
-              fmt::format("grads[{}] '{}': data is NULL", i, excerpt(name)));
-        std::copy(it->second.begin(), it->second.end(), e.data);
-      } else if (auto p = g.dParams.find(name); p != g.dParams.end()) {
-        if (e.size != 1 || !e.data)
-          throw UserError(fmt::format("grads[{}] '{}': a parameter's gradient "
-                                      "needs size = 1 and data, got size = {}",
-                                      i, excerpt(name), e.size));
-        e.data[0] = p->second;
-      } else {
-        throw UserError(fmt::format(
-            "grads[{}] '{}' is not an f32 buffer or f32 parameter that the "
-            "score modifier reads, so it has no gradient",
-            i, excerpt(name)));
-      }
-    }
+    writeGrads(kernel->spec, g, grads, num_grads, hostCopy,
+               [&](float *dSink) { hostCopy(dSink, g.dSink); });
   });
 }
 

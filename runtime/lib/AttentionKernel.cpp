@@ -89,6 +89,40 @@ std::string entryMismatch(std::string_view ptx, const std::string &name,
   return {};
 }
 
+/// gpuLaunchConfigMismatch for the three backward kernels
+/// (abi::gpu::BackwardArg): every one takes the fixed arguments, the
+/// variant's, then one gradient pointer per buffer and one for the
+/// parameters (if any); `_bwd` runs the configuration's threads, `_bwd_pre`
+/// and `_bwd_post` kBackwardRowThreads.
+std::string backwardLaunchMismatch(const AttentionSpec &spec,
+                                   const GpuKernelInfo &info,
+                                   std::string_view ptx) {
+  using abi::gpu::ArgType;
+  std::vector<ArgType> fixed = abi::gpu::backwardArgTypes();
+  std::vector<std::string> params = expectedParams(spec, fixed);
+  size_t gradPtrs =
+      spec.variant.buffers().size() + (spec.variant.params().empty() ? 0 : 1);
+  params.insert(params.end(), gradPtrs, ptxType(ArgType::Ptr));
+  if (std::string why =
+          entryMismatch(ptx, info.name + abi::gpu::kBackwardMainSuffix, params,
+                        info.config.threads(), -1);
+      !why.empty())
+    return why;
+  for (const char *suffix :
+       {abi::gpu::kBackwardPreSuffix, abi::gpu::kBackwardPostSuffix})
+    if (std::string why = entryMismatch(ptx, info.name + suffix, params,
+                                        abi::gpu::kBackwardRowThreads, -1);
+        !why.empty())
+      return why;
+  if (info.sharedBytes !=
+      info.config.sharedBytes(spec.headDimQK, spec.headDimV))
+    return fmt::format("shared memory {} bytes is not the {} bytes the "
+                       "backward configuration's tiles take",
+                       info.sharedBytes,
+                       info.config.sharedBytes(spec.headDimQK, spec.headDimV));
+  return {};
+}
+
 } // namespace
 
 std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
@@ -103,6 +137,12 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
     return fmt::format("configuration without tiles (warps {}, rows per "
                        "warp {}, block_n {})",
                        c.numWarps, c.rowsPerWarp, c.blockN);
+  if (c.kind == KernelKind::Backward)
+    return backwardLaunchMismatch(spec, info, ptx);
+  if (c.kind != KernelKind::Forward)
+    return fmt::format("a {} kernel is not launched as a forward or "
+                       "backward kernel",
+                       toString(c.kind));
   if (std::string why = entryMismatch(
           ptx, info.name,
           expectedParams(spec, abi::gpu::forwardArgTypes(

@@ -46,6 +46,13 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
                                 "rows per tile) must be positive",
                                 info_.name, info_.config.blockM(),
                                 info_.config.blockN));
+  // Nothing read from disk may launch with a configuration the module does
+  // not declare.
+  if (std::string why = gpuLaunchConfigMismatch(spec_, info_, ptx);
+      !why.empty())
+    throw UserError(fmt::format("backward kernel '{}': its launch "
+                                "configuration does not match its PTX: {}",
+                                info_.name, why));
   module_ = Module::fromPtx(device, ptx);
   pre_ = module_.function(info_.name + abi::gpu::kBackwardPreSuffix);
   main_ = module_.function(info_.name + abi::gpu::kBackwardMainSuffix);

@@ -59,6 +59,19 @@ void DeviceBuffer::copyFromHost(const void *src, size_t bytes) {
   FLASHJIT_CHECK(Driver::get().cuMemcpyHtoD(ptr_, src, bytes));
 }
 
+void copyHostToDevice(Device &device, void *dst, const void *src,
+                      size_t bytes) {
+  if (bytes == 0)
+    return;
+  if (!dst || !src)
+    throw UserError(fmt::format("copyHostToDevice: dst = {}, src = {} with "
+                                "{} bytes",
+                                dst, src, bytes));
+  device.makeCurrent();
+  FLASHJIT_CHECK(Driver::get().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst),
+                                            src, bytes));
+}
+
 void DeviceBuffer::copyToHost(void *dst, size_t bytes) const {
   checkSize(bytes, bytes_, "copy");
   if (bytes == 0)

@@ -73,31 +73,36 @@ def test_sink_errors():
         plain.run(q, k, k, sink=np.zeros(2, np.float32))
 
 
-def test_torch_autograd_of_the_sink():
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_autograd_of_the_sink(device):
     torch = pytest.importorskip("torch")
     if not _capi.default_library().has("flashjit_run_backward"):
         pytest.skip("no flashjit_run_backward in the C library")
-    # CPU tensors: the GPU backward does not compute d sink yet.
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    # fp32 on the CPU; bf16 on the GPU (d sink from GpuSinkGradient).
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    tol = 1e-4 if device == "cpu" else 3e-2
     for _ in range(1):
         g = torch.Generator().manual_seed(int(ref.rng().integers(2**31)))
         q, k, v = (torch.randn(*s, generator=g, dtype=torch.float32)
-                   .requires_grad_() for s in
+                   .to(device, dtype).requires_grad_() for s in
                    ((2, 4, 21, 16), (2, 2, 17, 16), (2, 2, 17, 16)))
-        sink = torch.randn(4, generator=g).requires_grad_()
+        sink = torch.randn(4, generator=g).to(device).requires_grad_()
         o = flashjit.attention(q, k, v, causal="bottom_right", sink=sink)
-        w = torch.randn(o.shape, generator=g)
-        (o * w).sum().backward()
+        w = torch.randn(o.shape, generator=g).to(device)
+        (o.float() * w).sum().backward()
         got = [x.grad.clone() for x in (q, k, v, sink)]
         qd, kd, vd, sd = (x.detach().double().requires_grad_()
                           for x in (q, k, v, sink))
         s = qd @ kd.repeat_interleave(2, 1).transpose(-1, -2) / 4.0
-        i = torch.arange(21)[:, None]
-        j = torch.arange(17)[None, :]
+        i = torch.arange(21, device=device)[:, None]
+        j = torch.arange(17, device=device)[None, :]
         s = s.masked_fill(~(j <= i + 17 - 21), float("-inf"))
         s = torch.cat([s, sd[None, :, None, None].expand(2, 4, 21, 1)], -1)
         p = torch.softmax(s, -1)[..., :-1]
         (p @ vd.repeat_interleave(2, 1) * w.double()).sum().backward()
         for name, a, b in zip(("q", "k", "v", "sink"), got, (qd, kd, vd, sd)):
             err = (a.double() - b.grad).abs().max().item()
-            assert err < 1e-4 * max(1.0, b.grad.abs().max().item()), (name,
-                                                                     err)
+            assert err < tol * max(1.0, b.grad.abs().max().item()), (name,
+                                                                    err)

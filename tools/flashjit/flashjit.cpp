@@ -151,9 +151,10 @@ cl::opt<bool> blockSparseFlag(
     cl::sub(compileCmd), cl::sub(inspectCmd));
 cl::opt<std::string> kernelFlag(
     "kernel",
-    cl::desc("fwd | bwd: the forward or the backward (gradients) kernel; "
-             "bwd is CPU only (compile/inspect: in memory, not cached; "
-             "bundle: cached and bundled; bundle also takes fwd,bwd)"),
+    cl::desc("fwd | bwd: the forward or the backward (gradients) kernel "
+             "(CPU compile/inspect of bwd: in memory, not cached; GPU bwd "
+             "and bundles: cached; bundle also takes fwd,bwd; the GPU bwd "
+             "takes the tile flags only with --kernel bwd alone)"),
     cl::init("fwd"), cl::sub(compileCmd), cl::sub(inspectCmd),
     cl::sub(bundleCmd));
 cl::opt<std::string> outDir("out",
@@ -464,22 +465,31 @@ GpuMma gpuMma() {
                         excerpt(mmaFlag)));
 }
 
+/// The GPU kernel of \p spec (\p kind forward or backward) through the
+/// disk cache. The tile flags apply to the forward, and to the backward
+/// when it is the only kernel asked for (`--kernel bwd`); otherwise the
+/// backward takes its own tile rule.
 GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
-                          DiskCache &cache) {
+                          DiskCache &cache,
+                          KernelKind kind = KernelKind::Forward) {
   GpuResult r;
   GpuCompileOptions o;
   o.arch = arch;
-  o.blockN = blockN;
-  o.numWarps = warps;
-  o.rowsPerWarp = rowsPerWarp;
+  o.kind = kind;
   o.mma = gpuMma();
   o.varlen = varlenFlag;
   o.blockSparse = blockSparseFlag;
-  r.key = gpuCacheKey(spec, o); // validates first
+  if (kind == KernelKind::Forward || kernelFlag == "bwd") {
+    o.blockN = blockN;
+    o.numWarps = warps;
+    o.rowsPerWarp = rowsPerWarp;
+  }
+  AttentionSpec s = kind == KernelKind::Backward ? backwardSpec(spec) : spec;
+  r.key = gpuCacheKey(s, o); // validates first
   // The library's own verdict on a hit (configuration and PTX checked), so
   // the CLI and loadOrCompileGpu agree.
   LoadReport report;
-  r.artifacts = loadOrCompileGpuArtifacts(spec, o, &cache, &report);
+  r.artifacts = loadOrCompileGpuArtifacts(s, o, &cache, &report);
   r.outcome = report.outcome;
   r.entryDir = report.entryDir;
   return r;
@@ -500,15 +510,11 @@ void makeDir(const std::string &dir, const char *flag) {
 }
 
 /// Whether --kernel asks for the backward; a UserError for anything but
-/// fwd and bwd, and for bwd on a GPU target (issue 15).
-bool wantsBackward(const std::string &target) {
+/// fwd and bwd.
+bool wantsBackward() {
   if (kernelFlag != "fwd" && kernelFlag != "bwd")
     userError(fmt::format("--kernel '{}' is not fwd or bwd",
                           std::string(kernelFlag)));
-  if (kernelFlag == "bwd" && target != "cpu")
-    userError(fmt::format("--kernel bwd: the GPU backward is not built yet "
-                          "(issue 15); use --target cpu, not '{}'",
-                          target));
   return kernelFlag == "bwd";
 }
 
@@ -516,7 +522,8 @@ int runCompile() {
   AttentionSpec spec = specFromFlags();
   std::string target = oneTarget();
   llvm::outs() << "spec    " << printSpec(spec) << "\n";
-  if (wantsBackward(target)) {
+  bool backward = wantsBackward();
+  if (backward && target == "cpu") {
     CompileOptions options = cpuOptions();
     if (!outDir.empty()) {
       makeDir(outDir, "--out");
@@ -551,7 +558,9 @@ int runCompile() {
       return 0;
     }
   } else {
-    result = gpuThroughCache(spec, target, cache);
+    result =
+        gpuThroughCache(spec, target, cache,
+                        backward ? KernelKind::Backward : KernelKind::Forward);
   }
   const GpuResult &r = *result;
   llvm::outs() << "target  " << target << "\n";
@@ -625,7 +634,7 @@ int runInspect() {
     return 0;
   }
   std::string target = oneTarget();
-  bool backward = wantsBackward(target);
+  bool backward = wantsBackward();
   if (stage.empty())
     userError("--stage is required (attn | gpu | ptx | resources | sass | "
               "derivative)");
@@ -688,7 +697,9 @@ int runInspect() {
                           "resources, sass, derivative",
                           std::string(stage)));
   DiskCache cache(cacheConfig());
-  GpuResult r = gpuThroughCache(spec, target, cache);
+  GpuResult r =
+      gpuThroughCache(spec, target, cache,
+                      backward ? KernelKind::Backward : KernelKind::Forward);
   const KernelArtifacts &a = r.artifacts;
   if (stage == "attn" || stage == "gpu" || stage == "ptx") {
     const std::string *text = a.file(stage == "attn"  ? kAttnFile
@@ -912,14 +923,6 @@ int runBundle() {
     if (t != "sm_80" && t != "sm_90a" && t != "cpu")
       userError(
           fmt::format("bundle: --target '{}' is not sm_80, sm_90a or cpu", t));
-  if (wantBwd)
-    for (const std::string &t : archs)
-      if (t != "cpu")
-        userError(fmt::format("bundle --kernel bwd: only CPU backward kernels "
-                              "are cached and bundled (nothing loads a GPU "
-                              "backward from a bundle yet); use --target cpu, "
-                              "not '{}'",
-                              t));
   bool wantCpu = llvm::is_contained(archs, "cpu");
   CompileOptions cpuOpts;
   if (wantCpu) {
@@ -952,6 +955,12 @@ int runBundle() {
         o.numWarps = warps;
         o.mma = gpuMma();
         validateForGpu(specs.back(), o);
+        if (wantBwd) {
+          GpuCompileOptions b;
+          b.arch = arch;
+          b.kind = KernelKind::Backward;
+          validateForGpu(backwardSpec(specs.back()), b);
+        }
       }
     } catch (const UserError &e) {
       userError(fmt::format("bundle: --spec #{} '{}': {}", i + 1, specText[i],
@@ -967,8 +976,10 @@ int runBundle() {
                                        ? *cpuThroughCache(spec, cpuOpts, cache)
                                        : gpuThroughCache(spec, arch, cache));
       if (wantBwd)
-        results.emplace_back(arch,
-                             cpuBackwardThroughCache(spec, cpuOpts, cache));
+        results.emplace_back(
+            arch, arch == "cpu" ? cpuBackwardThroughCache(spec, cpuOpts, cache)
+                                : gpuThroughCache(spec, arch, cache,
+                                                  KernelKind::Backward));
     }
   for (const auto &[arch, r] : results) {
     Bundle::add(outDir, r.key, r.artifacts);

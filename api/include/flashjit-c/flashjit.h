@@ -154,15 +154,19 @@ typedef struct flashjit_grad {
  *  overwritten. A buffer or parameter not listed gets no gradient; listing
  *  one the score modifier does not read as f32 is FLASHJIT_USER_ERROR.
  *  \p args are the forward's. \p kernel is the forward kernel from
- *  flashjit_compile or flashjit_load. A CPU kernel from flashjit_load whose
+ *  flashjit_compile or flashjit_load. A kernel from flashjit_load whose
  *  bundle holds its backward (`flashjit bundle --kernel fwd,bwd`: the spec
- *  with LSE, the forward's tiles) runs that bundled backward, also in
- *  flashjit_c_runtime; otherwise the backward is compiled (through the
- *  memory tier and the disk cache) on the first call, which
+ *  with LSE; on the CPU the forward's tiles) runs that bundled backward,
+ *  also in flashjit_c_runtime; otherwise the backward is compiled (through
+ *  the memory tier and the disk cache) on the first call, which
  *  flashjit_c_runtime, having no compiler, reports as
- *  FLASHJIT_USER_ERROR. CPU kernels only: a GPU
- *  kernel gives FLASHJIT_USER_ERROR (the GPU backward is issue 15).
- *  Deterministic. \p stream is ignored on the CPU. */
+ *  FLASHJIT_USER_ERROR. On the CPU: deterministic, \p stream ignored. On
+ *  a GPU (device 0): tensors, \p args buffers and \p grads `data` are
+ *  device memory; asynchronous on \p stream except that buffer/parameter
+ *  gradients synchronise it; dQ and the buffer/parameter gradients are
+ *  accumulated with fp32 atomics (last bits vary between runs); varlen and
+ *  block-sparse GPU kernels are FLASHJIT_USER_ERROR (not supported by the
+ *  GPU backward yet). */
 flashjit_status
 flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
                       const flashjit_tensor *k, const flashjit_tensor *v,

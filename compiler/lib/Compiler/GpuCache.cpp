@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/compiler/GpuCache.h"
+#include "flashjit/compiler/Compiler.h"
 
 #include "CachedLoad.h"
 #include "GpuKey.h"
@@ -52,13 +53,12 @@ std::string gpuTargetFor(const runtime::DeviceProperties &device) {
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options) {
   validateForGpu(spec, options);
-  // The backward kernels are keyed (the kind is in the key) but not yet
-  // loaded from the cache: runtime::GpuAttentionBackwardKernel is built from
-  // compileGpu's image.
-  if (options.kind != KernelKind::Forward)
-    throw UserError("the GPU backward kernels are not cached yet: compile "
+  // Forward and backward kernels are cached (the kind is in the key); the
+  // decode kernels are not yet.
+  if (options.kind == KernelKind::Decode)
+    throw UserError("the GPU decode kernels are not cached yet: compile "
                     "them with compileGpu and load them with "
-                    "runtime::GpuAttentionBackwardKernel");
+                    "runtime::GpuDecodeKernel");
   return makeGpuCacheKey(spec, options);
 }
 
@@ -84,7 +84,11 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   auto start = clock::now();
   bool haveReport = false;
   auto takeReport = [&](const PtxasReport &report) {
-    if (const PtxasFunctionReport *f = report.find(image.name)) {
+    // The backward's resources are those of its main kernel `<name>_bwd`.
+    std::string entry = options.kind == KernelKind::Backward
+                            ? image.name + abi::gpu::kBackwardMainSuffix
+                            : image.name;
+    if (const PtxasFunctionReport *f = report.find(entry)) {
       a.registers = f->registers;
       a.spillBytes = f->spillStoreBytes + f->spillLoadBytes;
       haveReport = true;
@@ -193,6 +197,35 @@ loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
   };
   return loadThroughMemoryTier(memoryTier(), device.context(), disk, key.hash(),
                                report, load);
+}
+
+namespace {
+runtime::MemoryTier<runtime::GpuAttentionBackwardKernel> &backwardTier() {
+  static runtime::MemoryTier<runtime::GpuAttentionBackwardKernel> tier;
+  return tier;
+}
+} // namespace
+
+std::shared_ptr<const runtime::GpuAttentionBackwardKernel>
+loadOrCompileGpuBackward(const AttentionSpec &spec, runtime::Device &device,
+                         GpuCompileOptions options, runtime::DiskCache *cache,
+                         LoadReport *report) {
+  options.arch = gpuTargetFor(device.properties());
+  options.kind = KernelKind::Backward;
+  AttentionSpec bwd = backwardSpec(spec);
+  runtime::CacheKey key = gpuCacheKey(bwd, options); // validates first
+  runtime::DiskCache &disk = cache ? *cache : runtime::defaultCache();
+  auto load = [&](LoadReport &r) {
+    KernelArtifacts a = loadOrCompileGpuArtifacts(bwd, options, &disk, &r);
+    const std::string *ptx = a.file(runtime::kPtxFile);
+    if (!ptx)
+      throw InternalError(
+          fmt::format("GPU kernel {} has no {}", r.key, runtime::kPtxFile));
+    return std::make_shared<const runtime::GpuAttentionBackwardKernel>(
+        bwd, runtime::gpuKernelInfo(a), *ptx, device);
+  };
+  return loadThroughMemoryTier(backwardTier(), device.context(), disk,
+                               key.hash(), report, load);
 }
 
 } // namespace flashjit

@@ -112,13 +112,64 @@ TEST_CASE("the GPU target follows the device", "[cache]") {
   CHECK_THROWS_WITH(gpuTargetFor(p), Catch::Contains("7.5"));
 }
 
-TEST_CASE("GPU backward kernels are refused by the cache, not keyed as a "
-          "forward",
-          "[cache]") {
+TEST_CASE("GPU backward kernels are cached under their own key", "[cache]") {
+  TempDir tmp;
+  DiskCache cache(configIn(tmp.path()));
+  // A variant with a parameter and an f32 buffer: the backward's argument
+  // list adds one gradient pointer per buffer and one for the parameters.
+  AttentionSpec spec =
+      parseSpec("attention(name=t_bwd, causal=top_left, head_dim=64, "
+                "score=score * param<f32>(s) + buffer<f32>(bias)[kv_idx])");
+  GpuCompileOptions o;
+  o.arch = GENERATE("sm_80", "sm_90a");
+  INFO("arch " << o.arch);
+  runtime::CacheKey fwdKey = gpuCacheKey(spec, o);
+  o.kind = KernelKind::Backward;
+  runtime::CacheKey bwdKey = gpuCacheKey(spec, o);
+  CHECK(fwdKey.hash() != bwdKey.hash());
+  CHECK(bwdKey.config.kind == KernelKind::Backward);
+
+  LoadReport r;
+  KernelArtifacts a = loadOrCompileGpuArtifacts(spec, o, &cache, &r);
+  CHECK(r.outcome == CacheOutcome::Compiled);
+  REQUIRE(a.file(kPtxFile));
+  CHECK(a.config.kind == KernelKind::Backward);
+  CHECK(gpuEntryMismatch(spec, o, a).empty());
+  // ptxas's report is the main kernel's (`t_bwd_bwd`): it has registers.
+  if (a.file(kCubinFile))
+    CHECK(a.registers > 0);
+  KernelArtifacts b = loadOrCompileGpuArtifacts(spec, o, &cache, &r);
+  CHECK(r.outcome == CacheOutcome::Hit);
+  CHECK(*b.file(kPtxFile) == *a.file(kPtxFile));
+
+  // The launch check reads the three entries of the backward module.
+  GpuKernelInfo good = gpuKernelInfo(a);
+  const std::string &ptx = *a.file(kPtxFile);
+  CHECK(gpuLaunchConfigMismatch(spec, good, ptx).empty());
+  GpuKernelInfo bad = good;
+  bad.config.numWarps ^= 12; // 4 <-> 8
+  CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
+             Catch::Contains("threads per CTA"));
+  bad = good;
+  bad.sharedBytes += 16;
+  CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
+             Catch::Contains("shared memory"));
+  // Read as a forward kernel, the module has no entry `t_bwd`.
+  bad = good;
+  bad.config.kind = KernelKind::Forward;
+  CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
+             Catch::Contains("defines no entry"));
+  // Another variant's argument list (no parameter, no buffer).
+  AttentionSpec plain =
+      parseSpec("attention(name=t_bwd, causal=top_left, head_dim=64)");
+  CHECK_THAT(gpuLaunchConfigMismatch(plain, good, ptx),
+             Catch::Contains("parameters"));
+}
+
+TEST_CASE("GPU decode kernels are refused by the cache", "[cache]") {
   AttentionSpec spec = parseSpec("attention(head_dim_qk=64, head_dim_v=64)");
   GpuCompileOptions o;
-  CHECK_NOTHROW(gpuCacheKey(spec, o));
-  o.kind = KernelKind::Backward;
+  o.kind = KernelKind::Decode;
   CHECK_THROWS_AS(gpuCacheKey(spec, o), UserError);
   CHECK_THROWS_WITH(gpuCacheKey(spec, o), Catch::Contains("not cached yet"));
 }

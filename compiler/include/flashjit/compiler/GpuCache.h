@@ -47,9 +47,9 @@ std::string gpuEntryMismatch(const AttentionSpec &spec,
 
 /// The disk-cache key of \p spec compiled with \p options (arch, block_n,
 /// warps, CTAs per SM, rows per warp, mma, varlen and block-sparse as
-/// requested) for this build and environment
-/// (CacheKey::make). Throws UserError like validateForGpu, and for
-/// KernelKind::Backward (not cached yet: the key has no kernel kind).
+/// requested) and kernel kind (forward or backward) for this build and
+/// environment (CacheKey::make). Throws UserError like validateForGpu, and
+/// for KernelKind::Decode (not cached yet).
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options);
 
@@ -85,6 +85,22 @@ loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
                  GpuCompileOptions options = {},
                  runtime::DiskCache *cache = nullptr,
                  LoadReport *report = nullptr);
+
+/// The loaded backward kernels (`<name>_bwd_pre`, `<name>_bwd`,
+/// `<name>_bwd_post`) of \p spec for \p device, through the same tiers as
+/// loadOrCompileGpu: memory, disk cache (key with kind backward), else a
+/// compile. The kernels are compiled for backwardSpec(\p spec) (LSE on;
+/// the gradients do not depend on it); options.kind is set to
+/// KernelKind::Backward and options.arch to gpuTargetFor(device); the other
+/// options pick the backward's tiles (0: its tile rule). Throws UserError
+/// (unsupported spec, options or device, e.g. varlen or block_sparse, which
+/// the GPU backward does not take yet), CompileError, or DriverError when
+/// loading fails.
+std::shared_ptr<const runtime::GpuAttentionBackwardKernel>
+loadOrCompileGpuBackward(const AttentionSpec &spec, runtime::Device &device,
+                         GpuCompileOptions options = {},
+                         runtime::DiskCache *cache = nullptr,
+                         LoadReport *report = nullptr);
 
 } // namespace flashjit
 

@@ -47,6 +47,13 @@ private:
   size_t bytes_ = 0;
 };
 
+/// Copies \p bytes from host memory \p src to device memory \p dst of
+/// \p device (synchronous; for small results such as gradient vectors
+/// written into a caller's device array). Throws UserError for a null
+/// pointer with \p bytes > 0, DriverError if the copy fails (e.g. \p dst
+/// is not device memory of \p device's context).
+void copyHostToDevice(Device &device, void *dst, const void *src, size_t bytes);
+
 } // namespace flashjit::runtime
 
 #endif // FLASHJIT_RUNTIME_MEMORY_H
