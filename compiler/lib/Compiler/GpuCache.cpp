@@ -171,17 +171,14 @@ KernelArtifacts loadOrCompileGpuArtifacts(const AttentionSpec &spec,
 }
 
 namespace {
-runtime::MemoryTier<runtime::GpuAttentionKernel> &memoryTier() {
-  static runtime::MemoryTier<runtime::GpuAttentionKernel> tier;
-  return tier;
-}
-} // namespace
-
-std::shared_ptr<const runtime::GpuAttentionKernel>
-loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
-                 GpuCompileOptions options, runtime::DiskCache *cache,
-                 LoadReport *report) {
-  options.arch = gpuTargetFor(device.properties());
+/// The kernel of \p spec with \p options (arch set) on \p device through
+/// \p tier, the disk cache and a compile; \p make builds the loaded kernel
+/// from an entry's info, PTX and cubin (may be null).
+template <typename Kernel, typename Make>
+std::shared_ptr<const Kernel>
+loadGpuKernel(runtime::MemoryTier<Kernel> &tier, const AttentionSpec &spec,
+              runtime::Device &device, const GpuCompileOptions &options,
+              runtime::DiskCache *cache, LoadReport *report, Make make) {
   runtime::CacheKey key = gpuCacheKey(spec, options); // validates first
   runtime::DiskCache &disk = cache ? *cache : runtime::defaultCache();
   auto load = [&](LoadReport &r) {
@@ -190,42 +187,44 @@ loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
     if (!ptx)
       throw InternalError(
           fmt::format("GPU kernel {} has no {}", r.key, runtime::kPtxFile));
-    const std::string *cubin = a.file(runtime::kCubinFile);
-    return std::make_shared<const runtime::GpuAttentionKernel>(
-        spec, runtime::gpuKernelInfo(a), *ptx, device,
-        cubin ? std::string_view(*cubin) : std::string_view());
+    return make(runtime::gpuKernelInfo(a), *ptx, a.file(runtime::kCubinFile));
   };
-  return loadThroughMemoryTier(memoryTier(), device.context(), disk, key.hash(),
-                               report, load);
-}
-
-namespace {
-runtime::MemoryTier<runtime::GpuAttentionBackwardKernel> &backwardTier() {
-  static runtime::MemoryTier<runtime::GpuAttentionBackwardKernel> tier;
-  return tier;
+  return loadThroughMemoryTier(tier, device.context(), disk, key.hash(), report,
+                               load);
 }
 } // namespace
+
+std::shared_ptr<const runtime::GpuAttentionKernel>
+loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
+                 GpuCompileOptions options, runtime::DiskCache *cache,
+                 LoadReport *report) {
+  static runtime::MemoryTier<runtime::GpuAttentionKernel> tier;
+  options.arch = gpuTargetFor(device.properties());
+  return loadGpuKernel(
+      tier, spec, device, options, cache, report,
+      [&](runtime::GpuKernelInfo info, const std::string &ptx,
+          const std::string *cubin) {
+        return std::make_shared<const runtime::GpuAttentionKernel>(
+            spec, std::move(info), ptx, device,
+            cubin ? std::string_view(*cubin) : std::string_view());
+      });
+}
 
 std::shared_ptr<const runtime::GpuAttentionBackwardKernel>
 loadOrCompileGpuBackward(const AttentionSpec &spec, runtime::Device &device,
                          GpuCompileOptions options, runtime::DiskCache *cache,
                          LoadReport *report) {
+  static runtime::MemoryTier<runtime::GpuAttentionBackwardKernel> tier;
   options.arch = gpuTargetFor(device.properties());
   options.kind = KernelKind::Backward;
   AttentionSpec bwd = backwardSpec(spec);
-  runtime::CacheKey key = gpuCacheKey(bwd, options); // validates first
-  runtime::DiskCache &disk = cache ? *cache : runtime::defaultCache();
-  auto load = [&](LoadReport &r) {
-    KernelArtifacts a = loadOrCompileGpuArtifacts(bwd, options, &disk, &r);
-    const std::string *ptx = a.file(runtime::kPtxFile);
-    if (!ptx)
-      throw InternalError(
-          fmt::format("GPU kernel {} has no {}", r.key, runtime::kPtxFile));
-    return std::make_shared<const runtime::GpuAttentionBackwardKernel>(
-        bwd, runtime::gpuKernelInfo(a), *ptx, device);
-  };
-  return loadThroughMemoryTier(backwardTier(), device.context(), disk,
-                               key.hash(), report, load);
+  return loadGpuKernel(
+      tier, bwd, device, options, cache, report,
+      [&](runtime::GpuKernelInfo info, const std::string &ptx,
+          const std::string *) {
+        return std::make_shared<const runtime::GpuAttentionBackwardKernel>(
+            bwd, std::move(info), ptx, device);
+      });
 }
 
 } // namespace flashjit
