@@ -28,9 +28,19 @@
 # with the compiler, so libMLIR too, xz-compressed); the `python` step then
 # runs tests/python (flashjit package: torch CUDA tensors, autograd,
 # torch.compile) with it; without it that step says it was not packed.
+# With the test binaries and kernels that exceeds one call's 64 MiB, so the
+# Python check is its own call, right after a main `run` (the machine still
+# warm: it reuses the libraries that run unpacked into /tmp/flashjit-lib;
+# the python pack leaves out what the main pack, GPU_CHECK_BASE_PACK,
+# carries):
+#   here:   GPU_CHECK_PACK=python GPU_CHECK_PACK_DIR=.device/gpu-python \
+#             scripts/gpu-check.sh pack
+#   device: run(command="GPU_CHECK_PACK_DIR=.device/gpu-python
+#               GPU_CHECK_STEPS=python bash scripts/gpu-check.sh run",
+#               carry=[".device/gpu-python"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PACK=.device/gpu-check
+PACK=${GPU_CHECK_PACK_DIR:-.device/gpu-check}
 BUILD=${FLASHJIT_GPU_CHECK_BUILD:-build/runtime}
 
 pack() {
@@ -42,6 +52,30 @@ pack() {
   [[ -f $BUILD/build.ninja ]] ||
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+  local only=${GPU_CHECK_PACK:-all}
+  if [[ $only == python ]]; then
+    # Only the C API with the compiler and what it loads (for
+    # GPU_CHECK_STEPS=python): it does not fit beside the test binaries and
+    # kernels in one call's 64 MiB.
+    ninja -C "$BUILD" -j2 flashjit_c
+    rm -rf "$PACK"
+    mkdir -p "$PACK/lib"
+    objcopy --strip-debug "$BUILD/api/libflashjit_c.so" \
+      "$PACK/lib/libflashjit_c.so"
+    packLibs "$BUILD/api/libflashjit_c.so"
+    # What the main pack carries is left out: the run right after a main
+    # `run` on the still-warm machine (idle release 30 s) finds it in
+    # /tmp/flashjit-lib.
+    local base=${GPU_CHECK_BASE_PACK:-.device/gpu-check}
+    if [[ -d $base/lib ]]; then
+      for f in "$PACK"/lib/*; do
+        [[ $(basename "$f") == libflashjit* ]] && continue
+        [[ -e $base/lib/$(basename "$f") ]] && rm -f "$f"
+      done
+    fi
+    du -sh "$PACK"
+    return
+  fi
   ninja -C "$BUILD" -j2 flashjit_gpu_tests flashjit_runtime_tests \
     gen_matrix_kernels gen_decode_kernels flashjit flashjit_c_runtime \
     $([[ ${GPU_CHECK_PACK_PYTHON:-0} == 1 ]] && echo flashjit_c)
@@ -51,8 +85,8 @@ pack() {
   local kdir
   kdir=$(mktemp -d)
   # GPU_CHECK_PACK=backward: only the backward and timing kernels, no torch
-  # bundle (quick; for GPU_CHECK_STEPS=bwd bwdbench memcheck_bwd ...).
-  local only=${GPU_CHECK_PACK:-all}
+  # bundle (quick; for GPU_CHECK_STEPS=bwd bwdbench memcheck_bwd ...);
+  # GPU_CHECK_PACK=python: see above.
   if [[ $only == backward ]]; then
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a backward-only
   else
@@ -90,10 +124,20 @@ pack() {
   else
     rm -f "$PACK"/lib/libMLIR.so*.xz # only libflashjit_c needs it
   fi
-  # Every shared library the binaries load, except glibc's and CUDA's own
-  # (the GPU machine's toolkit and driver provide those).
+  packLibs "${bins[@]}"
+  du -sh "$PACK"
+  cat <<MSG
+pack: done. On the GPU machine (device tool):
+  run(command="bash scripts/gpu-check.sh run", carry=["$PACK"], timeout_s=600)
+MSG
+}
+
+# packLibs BINARY...: every shared library the binaries load into
+# $PACK/lib, except glibc's and CUDA's own (the GPU machine's toolkit and
+# driver provide those); big ones xz-compressed.
+packLibs() {
   local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libnvrtc|libnvJitLink|libcuda\.so)'
-  ldd "${bins[@]}" | awk '/=> \//{print $1, $3}' | sort -u |
+  ldd "$@" | awk '/=> \//{print $1, $3}' | sort -u |
     while read -r name path; do
       [[ $name =~ $skip ]] && continue
       local tmp="$PACK/lib/.$name.tmp"
@@ -111,17 +155,12 @@ pack() {
         mv "$tmp" "$PACK/lib/$name"
       fi
     done
-  du -sh "$PACK"
-  cat <<MSG
-pack: done. On the GPU machine (device tool):
-  run(command="bash scripts/gpu-check.sh run", carry=["$PACK"], timeout_s=600)
-MSG
 }
 
 run() {
   local out=${OUT:-/tmp/gpu-check-out} lib=/tmp/flashjit-lib
   mkdir -p "$out" "$lib"
-  [[ -d $PACK/bin ]] || { echo "no $PACK: run 'scripts/gpu-check.sh pack' first"; exit 2; }
+  [[ -d $PACK/lib ]] || { echo "no $PACK: run 'scripts/gpu-check.sh pack' first"; exit 2; }
   for f in "$PACK"/lib/*; do
     case $f in
     *.xz) xz -dc "$f" >"$lib/$(basename "${f%.xz}")" ;;
@@ -133,7 +172,12 @@ run() {
   mkdir -p "$lib/compat"
   mv -f "$lib"/libstdc++.so.6 "$lib"/libgcc_s.so.1 "$lib/compat/" 2>/dev/null
   export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-  if ! "$PACK/bin/flashjit_gpu_tests" --list-tests >/dev/null 2>&1; then
+  if [[ -x $PACK/bin/flashjit_gpu_tests ]] &&
+    ! "$PACK/bin/flashjit_gpu_tests" --list-tests >/dev/null 2>&1; then
+    echo "gpu-check: using the carried libstdc++/libgcc_s"
+    export LD_LIBRARY_PATH="$lib/compat:$LD_LIBRARY_PATH"
+  elif [[ ! -x $PACK/bin/flashjit_gpu_tests ]] &&
+    ! python3 -c "import ctypes; ctypes.CDLL('$lib/libflashjit_c.so')" 2>/dev/null; then
     echo "gpu-check: using the carried libstdc++/libgcc_s"
     export LD_LIBRARY_PATH="$lib/compat:$LD_LIBRARY_PATH"
   fi
@@ -146,7 +190,7 @@ run() {
   fi
   [[ -x /usr/local/cuda/bin/ptxas ]] || export FLASHJIT_PTXAS=$(command -v ptxas)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-  if ldd "$PACK/bin/flashjit_gpu_tests" | grep "not found"; then
+  if ldd "$PACK"/bin/* "$lib"/libflashjit_c*.so 2>/dev/null | grep "not found"; then
     echo "gpu-check: missing libraries (above); looking for the toolkit's:"
     find / -name 'libnvrtc.so*' -o -name 'libnvJitLink.so*' 2>/dev/null | head
   fi
@@ -165,7 +209,8 @@ run() {
   want() { [[ $steps == *" $1 "* ]]; }
   export FLASHJIT_MATRIX_KERNELS=/tmp/flashjit-matrix-kernels
   mkdir -p "$FLASHJIT_MATRIX_KERNELS"
-  tar -C "$FLASHJIT_MATRIX_KERNELS" -xJf "$PACK/matrix_kernels.tar.xz"
+  [[ -f $PACK/matrix_kernels.tar.xz ]] &&
+    tar -C "$FLASHJIT_MATRIX_KERNELS" -xJf "$PACK/matrix_kernels.tar.xz"
   want unit && step unit "$bin/flashjit_runtime_tests"
   want gpu && step gpu "$bin/flashjit_gpu_tests" --durations yes
   want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
