@@ -46,9 +46,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <random>
 #include <tuple>
@@ -227,6 +229,13 @@ cl::opt<uint64_t> runSeed("seed",
 cl::opt<int> runThreads("threads",
                         cl::desc("CPU threads (default: 0, every core)"),
                         cl::init(0), cl::sub(runCmd));
+cl::list<std::string> runBuffers(
+    "buffer",
+    cl::desc("NAME=V1,V2,... or NAME=@FILE (raw little-endian values of the "
+             "buffer's element type, as numpy's tofile writes them) for a "
+             "buffer<...>(NAME) of the variant (repeatable; every buffer "
+             "needs one)"),
+    cl::sub(runCmd));
 cl::list<std::string>
     runParams("param",
               cl::desc("NAME=VALUE for a param<...>(NAME) of the variant "
@@ -993,15 +1002,111 @@ int runBundle() {
   return 0;
 }
 
-/// The run-time arguments of `run`: one --param per parameter of the
-/// variant, parsed by its type; buffers are not generated (UserError).
-Arguments runArguments(const AttentionSpec &spec) {
+/// The bytes of one --buffer value of element type \p type: a comma list
+/// (each value parsed as that type) or @FILE (raw values; the size must be
+/// a multiple of the element size). UserError quoting \p text otherwise.
+std::vector<uint8_t> parseBufferValues(const std::string &text,
+                                       llvm::StringRef value, ScalarType type) {
+  const size_t elem = type == ScalarType::Int64 ? 8 : 4;
+  std::vector<uint8_t> bytes;
+  if (value.starts_with("@")) {
+    std::string path = value.drop_front().str();
+    auto file = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+    if (!file)
+      userError(fmt::format("--buffer '{}': cannot read '{}': {}",
+                            excerpt(text), excerpt(path),
+                            file.getError().message()));
+    llvm::StringRef data = (*file)->getBuffer();
+    if (data.size() % elem)
+      userError(fmt::format("--buffer '{}': '{}' has {} bytes, not a "
+                            "multiple of {} ({} elements)",
+                            excerpt(text), excerpt(path), data.size(), elem,
+                            toString(type)));
+    bytes.assign(data.bytes_begin(), data.bytes_end());
+    return bytes;
+  }
+  llvm::SmallVector<llvm::StringRef> items;
+  value.split(items, ',');
+  for (llvm::StringRef item : items) {
+    std::string v = item.trim().str();
+    uint8_t raw[8];
+    if (type == ScalarType::Float32) {
+      char *end = nullptr;
+      float f = std::strtof(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || std::isnan(f) ||
+          (std::isinf(f) && !llvm::StringRef(v).contains_insensitive("inf")))
+        userError(fmt::format("--buffer '{}': '{}' is not an f32",
+                              excerpt(text), excerpt(v)));
+      std::memcpy(raw, &f, 4);
+    } else {
+      int64_t n = 0;
+      if (llvm::StringRef(v).getAsInteger(10, n) ||
+          (type == ScalarType::Int32 && (n < INT32_MIN || n > INT32_MAX)))
+        userError(fmt::format("--buffer '{}': '{}' is not an {} integer",
+                              excerpt(text), excerpt(v), toString(type)));
+      int32_t n32 = static_cast<int32_t>(n);
+      std::memcpy(raw,
+                  type == ScalarType::Int32 ? static_cast<void *>(&n32)
+                                            : static_cast<void *>(&n),
+                  elem);
+    }
+    bytes.insert(bytes.end(), raw, raw + elem);
+  }
+  return bytes;
+}
+
+/// The buffers of `run` by name (host bytes; kept alive for the run).
+using RunBuffers = std::map<std::string, std::vector<uint8_t>>;
+
+/// One --buffer per buffer of the variant, parsed by its element type.
+RunBuffers runBufferValues(const AttentionSpec &spec) {
   std::vector<BufferDecl> buffers = spec.variant.buffers();
-  if (!buffers.empty())
-    userError(fmt::format("run: the variant reads buffer<{}>({}); run does "
-                          "not generate buffers (use the C++ or C API)",
-                          toString(buffers.front().elementType),
-                          buffers.front().name));
+  RunBuffers out;
+  for (const std::string &text : runBuffers) {
+    auto [name, value] = llvm::StringRef(text).split('=');
+    auto it = llvm::find_if(
+        buffers, [&](const BufferDecl &b) { return b.name == name; });
+    if (!llvm::StringRef(text).contains('=') || it == buffers.end()) {
+      std::vector<std::string> names;
+      for (const BufferDecl &b : buffers)
+        names.push_back(
+            fmt::format("{} ({})", b.name, toString(b.elementType)));
+      userError(fmt::format(
+          "--buffer '{}': {}; the variant's buffers: {}", excerpt(text),
+          llvm::StringRef(text).contains('=') ? "no such buffer"
+                                              : "expected NAME=VALUES",
+          names.empty() ? std::string("none")
+                        : fmt::format("{}", fmt::join(names, ", "))));
+    }
+    if (out.count(name.str()))
+      userError(fmt::format("--buffer '{}': {} given twice", excerpt(text),
+                            name.str()));
+    out[name.str()] = parseBufferValues(text, value, it->elementType);
+  }
+  for (const BufferDecl &b : buffers)
+    if (!out.count(b.name))
+      userError(fmt::format("run: the variant reads buffer<{}>({}): give "
+                            "--buffer {}=V1,V2,... or --buffer {}=@FILE",
+                            toString(b.elementType), b.name, b.name, b.name));
+  return out;
+}
+
+/// Binds \p values (host or device copies of `run`'s buffers, by name) to
+/// \p args with the variant's element types.
+void bindRunBuffers(const AttentionSpec &spec, Arguments &args,
+                    const std::map<std::string, const void *> &data,
+                    const RunBuffers &values) {
+  for (const BufferDecl &b : spec.variant.buffers()) {
+    const size_t elem = b.elementType == ScalarType::Int64 ? 8 : 4;
+    args.buffers[b.name] = {data.at(b.name), b.elementType,
+                            int64_t(values.at(b.name).size() / elem)};
+  }
+}
+
+/// The run-time arguments of `run`: one --param per parameter of the
+/// variant, parsed by its type (buffers: runBufferValues).
+Arguments runArguments(const AttentionSpec &spec) {
   std::vector<ParamDecl> params = spec.variant.params();
   Arguments args;
   std::vector<std::string> given;
@@ -1108,6 +1213,13 @@ int runRun() {
   if (gpu && runThreads.getNumOccurrences())
     userError("--threads is a CPU option");
   Arguments args = runArguments(spec);
+  const RunBuffers buffers = runBufferValues(spec);
+  {
+    std::map<std::string, const void *> host;
+    for (const auto &[name, bytes] : buffers)
+      host[name] = bytes.data();
+    bindRunBuffers(spec, args, host, buffers);
+  }
   const int64_t hq = spec.headsQ, hkv = spec.headsKV;
   const uint64_t seed = runSeed.getNumOccurrences()
                             ? uint64_t(runSeed)
@@ -1190,6 +1302,15 @@ int runRun() {
     gl.data = dl.data();
     const TensorRef *glPtr = spec.returnLse ? &gl : nullptr;
     Arguments gargs = args;
+    std::vector<std::unique_ptr<runtime::DeviceBuffer>> dbuffers;
+    std::map<std::string, const void *> onDevice;
+    for (const auto &[name, bytes] : buffers) {
+      dbuffers.push_back(
+          std::make_unique<runtime::DeviceBuffer>(dev, bytes.size()));
+      dbuffers.back()->copyFromHost(bytes.data(), bytes.size());
+      onDevice[name] = dbuffers.back()->data();
+    }
+    bindRunBuffers(spec, gargs, onDevice, buffers);
     std::unique_ptr<runtime::DeviceBuffer> dsink;
     if (spec.sink) {
       dsink = std::make_unique<runtime::DeviceBuffer>(dev, hq * sizeof(float));

@@ -4,7 +4,7 @@
 # counts FLOPs as FlashAttention's benchmarks do; a mismatch exits 3.
 # Usage: run.sh FLASHJIT CACHE_DIR
 f="$1"; c="--cache-dir=$2"
-rm -rf "$2"
+rm -rf "$2" "$2.doc.i32" "$2.odd"
 fail=0
 check() { # check NAME WANTED_RC SUBSTRING... -- ARGS...
   name="$1"; want="$2"; shift 2
@@ -43,7 +43,23 @@ check no_param 1 "the variant reads param<f32>(cap): give --param cap=VALUE" -- 
 check bad_param 1 "--param 'cap=abc': 'abc' is not a finite f32" -- --spec "$spec" --param cap=abc
 check unknown_param 1 "--param 'cop=1': no such parameter; the variant's parameters: cap (f32)" -- --spec "$spec" --param cop=1
 check twice_param 1 "--param 'cap=2': cap given twice" -- --spec "$spec" --param cap=1 --param cap=2
-check buffer 1 "reads buffer<i32>(doc); run does not generate buffers" -- --mask 'buffer<i32>(doc)[q_idx] == buffer<i32>(doc)[kv_idx]'
+# Buffers (--buffer NAME=V1,V2,... or NAME=@FILE): a document mask and
+# ALiBi slopes, every row checked against the reference with those values.
+docspec='attention(name=docs, mask=buffer<i32>(doc)[q_idx] == buffer<i32>(doc)[kv_idx], score=score - buffer<f32>(slopes)[head] * cast<f32>(abs(q_idx - kv_idx)), head_dim=16, heads_q=2, dtype=fp32)'
+check buffers 0 "22 of 22 rows" ": ok" -- --spec "$docspec" \
+  --buffer doc=0,0,0,1,1,2,2,2,2,2,3 --buffer slopes=0.5,-0.25 --seqlen-q 11 --reps 1 --check-rows 100
+# The same doc ids from a raw little-endian i32 file (as numpy's tofile).
+printf '\000\000\000\000\000\000\000\000\001\000\000\000' > "$2.doc.i32"
+check buffer_file 0 "6 of 6 rows" ": ok" -- --spec "$docspec" \
+  --buffer "doc=@$2.doc.i32" --buffer slopes=1,1 --seqlen-q 3 --reps 1
+check no_buffer 1 "the variant reads buffer<i32>(doc): give --buffer doc=V1,V2,..." -- --spec "$docspec" --buffer slopes=1,2
+check bad_buffer 1 "--buffer 'doc=1,x': 'x' is not an i32 integer" -- --spec "$docspec" --buffer doc=1,x --buffer slopes=1,2
+check unknown_buffer 1 "--buffer 'dock=1': no such buffer; the variant's buffers: doc (i32), slopes (f32)" -- --spec "$docspec" --buffer dock=1
+check twice_buffer 1 "--buffer 'doc=2': doc given twice" -- --spec "$docspec" --buffer doc=1 --buffer doc=2
+printf 'abcde' > "$2.odd"
+check odd_file 1 "has 5 bytes, not a multiple of 4" -- --spec "$docspec" --buffer "doc=@$2.odd" --buffer slopes=1,2
+# Too few doc ids for seqlen 11: the kernel's range check reports the read.
+check short_buffer 1 "buffer 'doc' was read outside [0, 3)" -- --spec "$docspec" --buffer doc=0,0,1 --buffer slopes=1,2 --seqlen-q 11 --reps 1
 check device 1 "--device 'tpu' is not cpu or gpu" -- --causal top_left --device tpu
 check seqlen 1 "--seqlen-q 0 is out of range" -- --causal top_left --seqlen-q 0
 check reps 1 "--reps 0 is out of range" -- --causal top_left --reps 0
