@@ -72,6 +72,19 @@ void copyHostToDevice(Device &device, void *dst, const void *src,
                                             src, bytes));
 }
 
+void copyDeviceToHost(Device &device, void *dst, const void *src,
+                      size_t bytes) {
+  if (bytes == 0)
+    return;
+  if (!dst || !src)
+    throw UserError(fmt::format("copyDeviceToHost: dst = {}, src = {} with "
+                                "{} bytes",
+                                dst, src, bytes));
+  device.makeCurrent();
+  FLASHJIT_CHECK(Driver::get().cuMemcpyDtoH(
+      dst, reinterpret_cast<CUdeviceptr>(src), bytes));
+}
+
 void DeviceBuffer::copyToHost(void *dst, size_t bytes) const {
   checkSize(bytes, bytes_, "copy");
   if (bytes == 0)

@@ -149,8 +149,9 @@ cl::opt<bool> varlenFlag(
 cl::opt<bool> blockSparseFlag(
     "block-sparse",
     cl::desc("A block-sparse kernel (visits the tiles of a block mask) and "
-             "its block-mask builder"),
-    cl::sub(compileCmd), cl::sub(inspectCmd));
+             "its block-mask builder; run: the block mask of the spec's "
+             "mask is built (timed apart) and the kernel visits its tiles"),
+    cl::sub(compileCmd), cl::sub(inspectCmd), cl::sub(runCmd));
 cl::opt<std::string> kernelFlag(
     "kernel",
     cl::desc("fwd | bwd: the forward or the backward (gradients) kernel "
@@ -229,6 +230,16 @@ cl::opt<uint64_t> runSeed("seed",
 cl::opt<int> runThreads("threads",
                         cl::desc("CPU threads (default: 0, every core)"),
                         cl::init(0), cl::sub(runCmd));
+cl::opt<std::string> runSeqlensQ(
+    "seqlens-q",
+    cl::desc("L1,L2,...: a varlen run (packed sequences, cu_seqlens) with "
+             "these query lengths (0 allowed); replaces --batch/--seqlen-q"),
+    cl::sub(runCmd));
+cl::opt<std::string>
+    runSeqlensK("seqlens-k",
+                cl::desc("The key lengths of a varlen run (default: "
+                         "--seqlens-q)"),
+                cl::sub(runCmd));
 cl::list<std::string> runBuffers(
     "buffer",
     cl::desc("NAME=V1,V2,... or NAME=@FILE (raw little-endian values of the "
@@ -1156,19 +1167,26 @@ Arguments runArguments(const AttentionSpec &spec) {
   return args;
 }
 
-/// Host tensors of `run`: contiguous, random entries uniform in [-1, 1].
+/// Host tensors of `run`: contiguous (rank 3 or 4), random entries uniform
+/// in [-1, 1], or NaN without \p rng.
 struct HostTensor {
   std::vector<uint8_t> bytes;
   TensorRef ref;
-  HostTensor(DType dtype, std::array<int64_t, 4> shape, std::mt19937_64 *rng) {
-    int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+  HostTensor(DType dtype, std::vector<int64_t> shape, std::mt19937_64 *rng) {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
     bytes.assign(n * byteSize(dtype), 0xFF); // NaN until written
     if (rng) {
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       for (int64_t i = 0; i < n; ++i)
         storeFromFloat(bytes.data(), dtype, i, u(*rng));
     }
-    ref = TensorRef::contiguous(bytes.data(), dtype, shape);
+    ref = shape.size() == 3
+              ? TensorRef::contiguous3(bytes.data(), dtype,
+                                       {shape[0], shape[1], shape[2]})
+              : TensorRef::contiguous(bytes.data(), dtype,
+                                      {shape[0], shape[1], shape[2], shape[3]});
   }
 };
 
@@ -1184,21 +1202,79 @@ double runTolerance(DType dtypeO) {
   return dtypeO == DType::BF16 ? 2e-2 : dtypeO == DType::F16 ? 4e-3 : 4e-4;
 }
 
-int runRun() {
-  AttentionSpec spec = specFromFlags();
-  if (runDevice != "cpu" && runDevice != "gpu")
-    userError(
-        fmt::format("--device '{}' is not cpu or gpu", excerpt(runDevice)));
-  const bool gpu = runDevice == "gpu";
-  const int64_t b = runBatch, sq = runSeqlenQ,
-                sk = runSeqlenK.getNumOccurrences() ? int64_t(runSeqlenK) : sq;
+/// `run --block-sparse`: the block mask's size and build time.
+void printBlockMask(const BlockMask &m, double seconds) {
+  llvm::outs() << fmt::format(
+      "mask     block mask of {}x{} tiles (batch {}, heads {}): {} partial + "
+      "{} full listed of {}, built in {:.2f} ms\n",
+      m.blockM, m.blockN, m.batch, m.heads, m.numPartial(), m.numFull(),
+      m.batch * m.heads * m.numQTiles * m.numKvTiles, seconds * 1e3);
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
+      .count();
+}
+
+/// A comma list of sequence lengths (--seqlens-q/--seqlens-k), each in
+/// [0, 2^24].
+std::vector<int64_t> parseSeqlens(const char *flag, const std::string &text) {
+  llvm::SmallVector<llvm::StringRef> items;
+  llvm::StringRef(text).split(items, ',');
+  std::vector<int64_t> out;
+  for (llvm::StringRef item : items) {
+    int64_t n = 0;
+    if (item.trim().getAsInteger(10, n) || n < 0 || n > (int64_t(1) << 24))
+      userError(fmt::format("{} '{}': '{}' is not a length in [0, 2^24]", flag,
+                            excerpt(text), excerpt(item.str())));
+    out.push_back(n);
+  }
+  if (out.size() > 65535)
+    userError(fmt::format("{}: {} sequences, at most 65535", flag, out.size()));
+  return out;
+}
+
+/// `run`'s problem: the call's shape (dense: [batch, heads, seqlen,
+/// head_dim]; varlen: packed [total, heads, head_dim] with cu_seqlens),
+/// its random host tensors, arguments and sink.
+struct RunProblem {
+  AttentionSpec spec;
+  bool varlen = false;
+  /// Per sequence (dense: batch copies of seqlen_q / seqlen_k).
+  std::vector<int64_t> lensQ, lensK;
+  /// Varlen: prefix sums of lensQ / lensK.
+  std::vector<int32_t> cuQ, cuK;
+  int64_t totalQ = 0, totalK = 0; // tokens over all sequences
+  uint64_t seed = 0;
+  std::mt19937_64 rng;
+  std::optional<HostTensor> q, k, v, o;
+  std::vector<float> lse;
+  TensorRef lseRef;
+  Arguments args;
+  RunBuffers buffers;
+  std::vector<float> sink;
+
+  int64_t batch() const { return int64_t(lensQ.size()); }
+  const TensorRef *lsePtr() const { return spec.returnLse ? &lseRef : nullptr; }
+  /// FlashAttention's count: 2 * heads_q * seqlen_q * seqlen_k *
+  /// (head_dim_qk + head_dim_v) per sequence, halved for a causal spec.
+  double flops() const {
+    double f = 0;
+    for (int64_t b = 0; b < batch(); ++b)
+      f += 2.0 * double(spec.headsQ) * double(lensQ[b]) * double(lensK[b]) *
+           double(spec.headDimQK + spec.headDimV);
+    return spec.causal == Causal::None ? f : f / 2;
+  }
+};
+
+/// Checks `run`'s flags and builds its problem.
+RunProblem makeRunProblem(AttentionSpec spec, bool gpu) {
+  RunProblem p;
+  p.spec = std::move(spec);
   auto positive = [](const char *flag, int64_t v, int64_t max) {
     if (v < 1 || v > max)
       userError(fmt::format("{} {} is out of range [1, {}]", flag, v, max));
   };
-  positive("--batch", b, 1 << 20);
-  positive("--seqlen-q", sq, int64_t(1) << 24);
-  positive("--seqlen-k", sk, int64_t(1) << 24);
   positive("--reps", runReps, 100000);
   if (runWarmup < 0 || runWarmup > 100000)
     userError(
@@ -1212,176 +1288,317 @@ int runRun() {
     userError(fmt::format("--threads {} must be >= 0", int(runThreads)));
   if (gpu && runThreads.getNumOccurrences())
     userError("--threads is a CPU option");
-  Arguments args = runArguments(spec);
-  const RunBuffers buffers = runBufferValues(spec);
-  {
-    std::map<std::string, const void *> host;
-    for (const auto &[name, bytes] : buffers)
-      host[name] = bytes.data();
-    bindRunBuffers(spec, args, host, buffers);
+  p.varlen = runSeqlensQ.getNumOccurrences() > 0;
+  if (p.varlen) {
+    for (auto [flag, given] :
+         {std::pair{"--batch", runBatch.getNumOccurrences()},
+          std::pair{"--seqlen-q", runSeqlenQ.getNumOccurrences()},
+          std::pair{"--seqlen-k", runSeqlenK.getNumOccurrences()}})
+      if (given)
+        userError(fmt::format("{} cannot be combined with --seqlens-q (the "
+                              "packed batch is the list)",
+                              flag));
+    p.lensQ = parseSeqlens("--seqlens-q", runSeqlensQ);
+    p.lensK = runSeqlensK.getNumOccurrences()
+                  ? parseSeqlens("--seqlens-k", runSeqlensK)
+                  : p.lensQ;
+    if (p.lensK.size() != p.lensQ.size())
+      userError(fmt::format("--seqlens-k has {} lengths, --seqlens-q {}",
+                            p.lensK.size(), p.lensQ.size()));
+    p.cuQ.push_back(0);
+    p.cuK.push_back(0);
+    for (size_t b = 0; b < p.lensQ.size(); ++b) {
+      if (p.cuQ.back() + p.lensQ[b] > INT32_MAX ||
+          p.cuK.back() + p.lensK[b] > INT32_MAX)
+        userError("--seqlens-q/--seqlens-k: more than 2^31 - 1 tokens");
+      p.cuQ.push_back(int32_t(p.cuQ.back() + p.lensQ[b]));
+      p.cuK.push_back(int32_t(p.cuK.back() + p.lensK[b]));
+    }
+    p.totalQ = p.cuQ.back();
+    p.totalK = p.cuK.back();
+  } else {
+    if (runSeqlensK.getNumOccurrences())
+      userError("--seqlens-k needs --seqlens-q");
+    const int64_t sk =
+        runSeqlenK.getNumOccurrences() ? int64_t(runSeqlenK) : runSeqlenQ;
+    positive("--batch", runBatch, 1 << 20);
+    positive("--seqlen-q", runSeqlenQ, int64_t(1) << 24);
+    positive("--seqlen-k", sk, int64_t(1) << 24);
+    p.lensQ.assign(runBatch, runSeqlenQ);
+    p.lensK.assign(runBatch, sk);
+    p.totalQ = runBatch * runSeqlenQ;
+    p.totalK = runBatch * sk;
   }
-  const int64_t hq = spec.headsQ, hkv = spec.headsKV;
-  const uint64_t seed = runSeed.getNumOccurrences()
-                            ? uint64_t(runSeed)
-                            : std::random_device{}() * 0x100000001ull;
-  std::mt19937_64 rng(seed);
-  HostTensor q(spec.dtypeQ, {b, hq, sq, spec.headDimQK}, &rng),
-      k(spec.dtypeK, {b, hkv, sk, spec.headDimQK}, &rng),
-      v(spec.dtypeV, {b, hkv, sk, spec.headDimV}, &rng),
-      o(spec.dtypeO, {b, hq, sq, spec.headDimV}, nullptr);
-  std::vector<float> lse(b * hq * sq, std::nanf(""));
-  TensorRef l = TensorRef::contiguous3(lse.data(), DType::F32, {b, hq, sq});
-  const TensorRef *lsePtr = spec.returnLse ? &l : nullptr;
+  const AttentionSpec &s = p.spec;
+  p.args = runArguments(s);
+  p.buffers = runBufferValues(s);
+  std::map<std::string, const void *> host;
+  for (const auto &[name, bytes] : p.buffers)
+    host[name] = bytes.data();
+  bindRunBuffers(s, p.args, host, p.buffers);
+  p.seed = runSeed.getNumOccurrences()
+               ? uint64_t(runSeed)
+               : std::random_device{}() * 0x100000001ull;
+  p.rng.seed(p.seed);
+  const int64_t hq = s.headsQ, hkv = s.headsKV;
+  auto shape = [&](int64_t heads, int64_t total, int64_t seqlen,
+                   int64_t dim) -> std::vector<int64_t> {
+    if (p.varlen)
+      return {total, heads, dim};
+    return {p.batch(), heads, seqlen, dim};
+  };
+  const int64_t sq = p.lensQ.empty() ? 0 : p.lensQ[0];
+  const int64_t sk = p.lensK.empty() ? 0 : p.lensK[0];
+  p.q.emplace(s.dtypeQ, shape(hq, p.totalQ, sq, s.headDimQK), &p.rng);
+  p.k.emplace(s.dtypeK, shape(hkv, p.totalK, sk, s.headDimQK), &p.rng);
+  p.v.emplace(s.dtypeV, shape(hkv, p.totalK, sk, s.headDimV), &p.rng);
+  p.o.emplace(s.dtypeO, shape(hq, p.totalQ, sq, s.headDimV), nullptr);
+  p.lse.assign(hq * p.totalQ, std::nanf(""));
+  p.lseRef = p.varlen ? TensorRef::contiguous2(p.lse.data(), DType::F32,
+                                               {hq, p.totalQ})
+                      : TensorRef::contiguous3(p.lse.data(), DType::F32,
+                                               {p.batch(), hq, sq});
   // The attention sink: one random logit per query head.
-  std::vector<float> sink;
-  if (spec.sink) {
+  if (s.sink) {
     std::uniform_real_distribution<float> u(-2.0f, 2.0f);
     for (int64_t h = 0; h < hq; ++h)
-      sink.push_back(u(rng));
-    args.bindSink(sink.data(), hq);
+      p.sink.push_back(u(p.rng));
+    p.args.bindSink(p.sink.data(), hq);
   }
+  return p;
+}
 
-  llvm::outs() << "spec     " << printSpec(spec) << "\n";
-  llvm::outs() << fmt::format(
-      "shape    batch={} heads_q={} heads_kv={} seqlen_q={} seqlen_k={} "
-      "head_dim_qk={} head_dim_v={} dtype q/k/v/o={}/{}/{}/{} (seed {})\n",
-      b, hq, hkv, sq, sk, spec.headDimQK, spec.headDimV, toString(spec.dtypeQ),
-      toString(spec.dtypeK), toString(spec.dtypeV), toString(spec.dtypeO),
-      seed);
-  DiskCache cache(cacheConfig());
+/// Compiles (or loads) \p p's kernel for the CPU and times it.
+std::vector<double> timeOnCpu(RunProblem &p, DiskCache &cache) {
+  CompileOptions options = cpuOptions();
+  options.varlen = p.varlen;
   LoadReport report;
-  std::vector<double> seconds;
   auto t0 = std::chrono::steady_clock::now();
-  auto since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
-        .count();
+  auto kernel = loadOrCompileCpu(p.spec, options, &cache, &report);
+  llvm::outs() << fmt::format("kernel   cpu block_m={} block_n={}, {} in "
+                              "{:.1f} ms\n",
+                              kernel->config().blockM(),
+                              kernel->config().blockN, toString(report.outcome),
+                              secondsSince(t0) * 1e3);
+  std::optional<BlockMask> mask;
+  if (blockSparseFlag) {
+    auto t = std::chrono::steady_clock::now();
+    mask = p.varlen
+               ? kernel->buildVarlenBlockMask(p.cuQ, p.cuK, p.args, runThreads)
+               : kernel->buildBlockMask(p.batch(), p.lensQ[0], p.lensK[0],
+                                        p.args, runThreads);
+    printBlockMask(*mask, secondsSince(t));
+  }
+  const TensorRef &q = p.q->ref, &k = p.k->ref, &v = p.v->ref, &o = p.o->ref;
+  auto once = [&] {
+    if (p.varlen)
+      kernel->runVarlen(q, k, v, o, p.lsePtr(), p.cuQ, p.cuK, p.args,
+                        mask ? &*mask : nullptr, runThreads);
+    else if (mask)
+      kernel->runBlockSparse(q, k, v, o, p.lsePtr(), *mask, p.args, runThreads);
+    else
+      kernel->run(q, k, v, o, p.lsePtr(), p.args, runThreads);
   };
-  if (!gpu) {
-    CompileOptions options = cpuOptions();
-    auto kernel = loadOrCompileCpu(spec, options, &cache, &report);
-    llvm::outs() << fmt::format("kernel   cpu block_m={} block_n={}, {} in "
-                                "{:.1f} ms\n",
-                                kernel->config().blockM(),
-                                kernel->config().blockN,
-                                toString(report.outcome), since(t0) * 1e3);
-    for (int i = 0; i < runWarmup; ++i)
-      kernel->run(q.ref, k.ref, v.ref, o.ref, lsePtr, args, runThreads);
-    for (int i = 0; i < runReps; ++i) {
-      auto t = std::chrono::steady_clock::now();
-      kernel->run(q.ref, k.ref, v.ref, o.ref, lsePtr, args, runThreads);
-      seconds.push_back(since(t));
-    }
-  } else {
-    std::string why;
-    if (!runtime::Device::available(&why))
-      userError(fmt::format("--device gpu: no GPU to run on ({})", why));
-    runtime::Device &dev = runtime::Device::get(0);
-    GpuCompileOptions options;
-    options.blockN = blockN;
-    options.numWarps = warps;
-    options.rowsPerWarp = rowsPerWarp;
-    options.mma = gpuMma();
-    auto kernel = loadOrCompileGpu(spec, dev, options, &cache, &report);
-    llvm::outs() << fmt::format("kernel   on {} ({}), {} in {:.1f} ms\n",
-                                dev.properties().name,
-                                gpuTargetFor(dev.properties()),
-                                toString(report.outcome), since(t0) * 1e3);
-    auto upload = [&](const HostTensor &h) {
-      auto buf = std::make_unique<runtime::DeviceBuffer>(dev, h.bytes.size());
-      buf->copyFromHost(h.bytes.data(), h.bytes.size());
-      return buf;
-    };
-    auto dq = upload(q), dk = upload(k), dv = upload(v), dout = upload(o);
-    runtime::DeviceBuffer dl(dev, lse.size() * sizeof(float));
-    dl.fill(0xFF);
-    TensorRef gq = q.ref, gk = k.ref, gv = v.ref, go = o.ref, gl = l;
-    gq.data = dq->data();
-    gk.data = dk->data();
-    gv.data = dv->data();
-    go.data = dout->data();
-    gl.data = dl.data();
-    const TensorRef *glPtr = spec.returnLse ? &gl : nullptr;
-    Arguments gargs = args;
-    std::vector<std::unique_ptr<runtime::DeviceBuffer>> dbuffers;
-    std::map<std::string, const void *> onDevice;
-    for (const auto &[name, bytes] : buffers) {
-      dbuffers.push_back(
-          std::make_unique<runtime::DeviceBuffer>(dev, bytes.size()));
-      dbuffers.back()->copyFromHost(bytes.data(), bytes.size());
-      onDevice[name] = dbuffers.back()->data();
-    }
-    bindRunBuffers(spec, gargs, onDevice, buffers);
-    std::unique_ptr<runtime::DeviceBuffer> dsink;
-    if (spec.sink) {
-      dsink = std::make_unique<runtime::DeviceBuffer>(dev, hq * sizeof(float));
-      dsink->copyFromHost(sink.data(), hq * sizeof(float));
-      gargs.bindSink(static_cast<const float *>(dsink->data()), hq);
-    }
-    for (int i = 0; i < runWarmup; ++i)
-      kernel->run(gq, gk, gv, go, glPtr, gargs);
+  for (int i = 0; i < runWarmup; ++i)
+    once();
+  std::vector<double> seconds;
+  for (int i = 0; i < runReps; ++i) {
+    auto t = std::chrono::steady_clock::now();
+    once();
+    seconds.push_back(secondsSince(t));
+  }
+  return seconds;
+}
+
+/// Compiles (or loads) \p p's kernel for GPU 0, times it with CUDA events
+/// and copies O and LSE back into \p p.
+std::vector<double> timeOnGpu(RunProblem &p, DiskCache &cache) {
+  std::string why;
+  if (!runtime::Device::available(&why))
+    userError(fmt::format("--device gpu: no GPU to run on ({})", why));
+  runtime::Device &dev = runtime::Device::get(0);
+  GpuCompileOptions options;
+  options.blockN = blockN;
+  options.numWarps = warps;
+  options.rowsPerWarp = rowsPerWarp;
+  options.mma = gpuMma();
+  options.blockSparse = blockSparseFlag;
+  options.varlen = p.varlen;
+  LoadReport report;
+  auto t0 = std::chrono::steady_clock::now();
+  auto kernel = loadOrCompileGpu(p.spec, dev, options, &cache, &report);
+  llvm::outs() << fmt::format("kernel   on {} ({}), {} in {:.1f} ms\n",
+                              dev.properties().name,
+                              gpuTargetFor(dev.properties()),
+                              toString(report.outcome), secondsSince(t0) * 1e3);
+  std::vector<std::unique_ptr<runtime::DeviceBuffer>> keep;
+  auto upload = [&](const void *data, size_t bytes) {
+    keep.push_back(std::make_unique<runtime::DeviceBuffer>(dev, bytes));
+    keep.back()->copyFromHost(data, bytes);
+    return keep.back()->data();
+  };
+  auto onDevice = [&](const HostTensor &h) {
+    TensorRef r = h.ref;
+    r.data = upload(h.bytes.data(), h.bytes.size());
+    return r;
+  };
+  TensorRef gq = onDevice(*p.q), gk = onDevice(*p.k), gv = onDevice(*p.v),
+            go = onDevice(*p.o), gl = p.lseRef;
+  runtime::DeviceBuffer dl(dev, p.lse.size() * sizeof(float));
+  dl.fill(0xFF);
+  gl.data = dl.data();
+  const TensorRef *glPtr = p.spec.returnLse ? &gl : nullptr;
+  Arguments gargs = p.args;
+  std::map<std::string, const void *> bufferData;
+  for (const auto &[name, bytes] : p.buffers)
+    bufferData[name] = upload(bytes.data(), bytes.size());
+  bindRunBuffers(p.spec, gargs, bufferData, p.buffers);
+  if (p.spec.sink)
+    gargs.bindSink(static_cast<const float *>(
+                       upload(p.sink.data(), p.sink.size() * sizeof(float))),
+                   int64_t(p.sink.size()));
+  std::optional<runtime::DeviceCuSeqlens> cu;
+  if (p.varlen)
+    cu.emplace(p.cuQ, p.cuK, dev);
+  std::optional<runtime::DeviceBlockMask> mask;
+  if (blockSparseFlag) {
     dev.synchronize();
-    runtime::EventTimer timer(dev);
-    for (int i = 0; i < runReps; ++i) {
-      timer.start();
+    auto t = std::chrono::steady_clock::now();
+    mask = p.varlen ? kernel->buildVarlenBlockMask(*cu, gargs)
+                    : kernel->buildBlockMask(p.batch(), p.lensQ[0], p.lensK[0],
+                                             gargs);
+    dev.synchronize();
+    printBlockMask(mask->shape(), secondsSince(t));
+  }
+  auto once = [&] {
+    if (p.varlen)
+      kernel->runVarlen(gq, gk, gv, go, glPtr, *cu, gargs,
+                        mask ? &*mask : nullptr);
+    else if (mask)
+      kernel->runBlockSparse(gq, gk, gv, go, glPtr, *mask, gargs);
+    else
       kernel->run(gq, gk, gv, go, glPtr, gargs);
-      seconds.push_back(timer.stopMs() * 1e-3);
-    }
-    dout->copyToHost(o.bytes.data(), o.bytes.size());
-    dl.copyToHost(lse.data(), lse.size() * sizeof(float));
-  }
-  const double med = median(seconds);
-  const double flops = 2.0 * double(b) * double(hq) * double(sq) * double(sk) *
-                       double(spec.headDimQK + spec.headDimV) /
-                       (spec.causal == Causal::None ? 1.0 : 2.0);
-  llvm::outs() << fmt::format(
-      "time     {:.4f} ms (median of {} runs after {} warm-up; min {:.4f}, "
-      "max {:.4f})\n",
-      med * 1e3, seconds.size(), int(runWarmup),
-      *std::min_element(seconds.begin(), seconds.end()) * 1e3,
-      *std::max_element(seconds.begin(), seconds.end()) * 1e3);
-  llvm::outs() << fmt::format(
-      "perf     {:.4f} TF/s ({:.4g} GFLOP{})\n", flops / med / 1e12,
-      flops / 1e9, spec.causal == Causal::None ? "" : ", halved for causal");
-  if (runCheckRows == 0) {
-    llvm::outs() << "check    skipped (--check-rows 0)\n";
-    return 0;
-  }
-  // Rows to check: all, or a sample with the first and last row.
-  const int64_t total = b * hq * sq;
-  std::vector<RowIndex> rows;
-  auto rowOf = [&](int64_t r) {
-    return RowIndex{r / (hq * sq), (r / sq) % hq, r % sq};
   };
+  for (int i = 0; i < runWarmup; ++i)
+    once();
+  dev.synchronize();
+  runtime::EventTimer timer(dev);
+  std::vector<double> seconds;
+  for (int i = 0; i < runReps; ++i) {
+    timer.start();
+    once();
+    seconds.push_back(timer.stopMs() * 1e-3);
+  }
+  runtime::copyDeviceToHost(dev, p.o->bytes.data(), go.data, p.o->bytes.size());
+  dl.copyToHost(p.lse.data(), p.lse.size() * sizeof(float));
+  return seconds;
+}
+
+/// One checked query row of `run`: where it is (sequence b, head h, row i
+/// of the sequence, packed token t for varlen) and its reference.
+struct CheckedRow {
+  RowIndex row;
+  int64_t token = 0;
+};
+
+/// The rows `run` checks: all, or --check-rows sampled with the first and
+/// last.
+std::vector<CheckedRow> sampleRows(RunProblem &p) {
+  const int64_t hq = p.spec.headsQ, total = hq * p.totalQ;
+  auto rowOf = [&](int64_t r) {
+    int64_t t = r / hq, h = r % hq;
+    if (!p.varlen)
+      return CheckedRow{{t / p.lensQ[0], h, t % p.lensQ[0]}, t};
+    int64_t b = std::upper_bound(p.cuQ.begin(), p.cuQ.end(), int32_t(t)) -
+                p.cuQ.begin() - 1;
+    return CheckedRow{{b, h, t - p.cuQ[b]}, t};
+  };
+  std::vector<CheckedRow> rows;
   if (total <= runCheckRows) {
     for (int64_t r = 0; r < total; ++r)
       rows.push_back(rowOf(r));
-  } else {
+  } else if (total > 0) {
     std::uniform_int_distribution<int64_t> u(1, total - 2);
     rows.push_back(rowOf(0));
     rows.push_back(rowOf(total - 1));
     while (int64_t(rows.size()) < runCheckRows)
-      rows.push_back(rowOf(u(rng)));
+      rows.push_back(rowOf(u(p.rng)));
   }
-  t0 = std::chrono::steady_clock::now();
-  std::vector<ReferenceRow> want =
-      referenceAttentionRows(spec, q.ref, k.ref, v.ref, rows, args);
+  return rows;
+}
+
+/// The float64 reference of \p rows. Varlen: per sequence, through views of
+/// the packed tensors as [batch, heads, seqlen_b, head_dim] with batch
+/// stride 0, so masks and score modifiers see that sequence's batch index
+/// and lengths.
+std::vector<ReferenceRow> referenceRows(const RunProblem &p,
+                                        const std::vector<CheckedRow> &rows) {
+  std::vector<ReferenceRow> want;
+  if (!p.varlen) {
+    std::vector<RowIndex> idx;
+    for (const CheckedRow &r : rows)
+      idx.push_back(r.row);
+    return referenceAttentionRows(p.spec, p.q->ref, p.k->ref, p.v->ref, idx,
+                                  p.args);
+  }
+  auto view = [&](const HostTensor &h, int64_t start, int64_t len) {
+    TensorRef r = h.ref; // [total, heads, dim]
+    int64_t elem = byteSize(r.dtype);
+    r.data =
+        const_cast<uint8_t *>(h.bytes.data()) + start * r.strides[0] * elem;
+    r.rank = 4;
+    r.shape = {p.batch(), h.ref.shape[1], len, h.ref.shape[2]};
+    r.strides = {0, h.ref.strides[1], h.ref.strides[0], 1};
+    return r;
+  };
+  for (int64_t b = 0; b < p.batch(); ++b) {
+    std::vector<RowIndex> idx;
+    for (const CheckedRow &r : rows)
+      if (r.row.batch == b)
+        idx.push_back(r.row);
+    if (idx.empty())
+      continue;
+    std::vector<ReferenceRow> part =
+        referenceAttentionRows(p.spec, view(*p.q, p.cuQ[b], p.lensQ[b]),
+                               view(*p.k, p.cuK[b], p.lensK[b]),
+                               view(*p.v, p.cuK[b], p.lensK[b]), idx, p.args);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  return want;
+}
+
+/// Compares \p p's O and LSE with the reference on sampled rows; prints
+/// the check line. Returns 0, or 3 on a mismatch (after printing it).
+int checkRun(RunProblem &p) {
+  const AttentionSpec &s = p.spec;
+  const int64_t hq = s.headsQ;
+  std::vector<CheckedRow> rows = sampleRows(p);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<ReferenceRow> want = referenceRows(p, rows);
+  // Varlen references come grouped by sequence: find each row's token.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> tokenOf;
+  for (const CheckedRow &r : rows)
+    tokenOf[{r.row.batch, r.row.head, r.row.qIdx}] = r.token;
   const double tol =
-      runTol.getNumOccurrences() ? double(runTol) : runTolerance(spec.dtypeO);
+      runTol.getNumOccurrences() ? double(runTol) : runTolerance(s.dtypeO);
   double worstO = 0, worstLse = 0;
   std::string firstBad;
   const double inf = std::numeric_limits<double>::infinity();
+  const TensorRef &o = p.o->ref;
   for (const ReferenceRow &w : want) {
     auto [bi, h, i] = w.row;
+    int64_t t = tokenOf.at({bi, h, i});
     // A row with no allowed key: O = 0 exactly (its LSE is -inf, or the
     // head's sink).
-    bool empty = w.lse == -inf || (spec.sink && w.lse == double(sink[h]));
+    bool empty = w.lse == -inf || (s.sink && w.lse == double(p.sink[h]));
     auto bad = [&](const std::string &what) {
       if (firstBad.empty())
         firstBad = what;
     };
-    for (int64_t d = 0; d < spec.headDimV; ++d) {
-      double x =
-          loadAsFloat(o.bytes.data(), spec.dtypeO, o.ref.offset(bi, h, i, d));
+    for (int64_t d = 0; d < s.headDimV; ++d) {
+      int64_t at = p.varlen ? t * o.strides[0] + h * o.strides[1] + d
+                            : o.offset(bi, h, i, d);
+      double x = loadAsFloat(p.o->bytes.data(), s.dtypeO, at);
       double err = std::abs(x - w.o[d]);
       if (std::isnan(x) ||
           (empty ? x != 0.0 : err > tol * (1 + std::abs(w.o[d]))))
@@ -1390,8 +1607,9 @@ int runRun() {
       if (!std::isnan(err))
         worstO = std::max(worstO, err);
     }
-    if (spec.returnLse) {
-      double x = lse[(bi * hq + h) * sq + i];
+    if (s.returnLse) {
+      double x = p.varlen ? p.lse[h * p.totalQ + t]
+                          : p.lse[(bi * hq + h) * p.lensQ[0] + i];
       if (w.lse == -inf
               ? x != -inf
               : !(std::abs(x - w.lse) <= 1e-3 + 1e-4 * std::abs(w.lse)))
@@ -1404,17 +1622,55 @@ int runRun() {
   llvm::outs() << fmt::format(
       "check    {} of {} rows against the float64 reference ({:.1f} s): "
       "max |O - ref| = {:.3e} (tolerance {:.1e} * (1 + |ref|)){}: {}\n",
-      rows.size(), total, since(t0), worstO, tol,
-      spec.returnLse ? fmt::format(", max |LSE - ref| = {:.3e}", worstLse)
-                     : std::string(),
+      rows.size(), hq * p.totalQ, secondsSince(t0), worstO, tol,
+      s.returnLse ? fmt::format(", max |LSE - ref| = {:.3e}", worstLse)
+                  : std::string(),
       firstBad.empty() ? "ok" : "MISMATCH");
   if (!firstBad.empty()) {
     llvm::errs() << "flashjit: error: the output does not match the "
                     "reference: "
-                 << firstBad << " (seed " << seed << ")\n";
+                 << firstBad << " (seed " << p.seed << ")\n";
     return 3;
   }
   return 0;
+}
+
+int runRun() {
+  AttentionSpec spec = specFromFlags();
+  if (runDevice != "cpu" && runDevice != "gpu")
+    userError(
+        fmt::format("--device '{}' is not cpu or gpu", excerpt(runDevice)));
+  const bool gpu = runDevice == "gpu";
+  RunProblem p = makeRunProblem(std::move(spec), gpu);
+  const AttentionSpec &s = p.spec;
+  llvm::outs() << "spec     " << printSpec(s) << "\n";
+  std::string seqlens =
+      p.varlen ? fmt::format("varlen seqlens_q={} seqlens_k={}",
+                             fmt::join(p.lensQ, ","), fmt::join(p.lensK, ","))
+               : fmt::format("batch={} seqlen_q={} seqlen_k={}", p.batch(),
+                             p.lensQ[0], p.lensK[0]);
+  llvm::outs() << fmt::format(
+      "shape    {} heads_q={} heads_kv={} head_dim_qk={} head_dim_v={} dtype "
+      "q/k/v/o={}/{}/{}/{} (seed {})\n",
+      seqlens, s.headsQ, s.headsKV, s.headDimQK, s.headDimV, toString(s.dtypeQ),
+      toString(s.dtypeK), toString(s.dtypeV), toString(s.dtypeO), p.seed);
+  DiskCache cache(cacheConfig());
+  std::vector<double> seconds = gpu ? timeOnGpu(p, cache) : timeOnCpu(p, cache);
+  const double med = median(seconds), flops = p.flops();
+  llvm::outs() << fmt::format(
+      "time     {:.4f} ms (median of {} runs after {} warm-up; min {:.4f}, "
+      "max {:.4f})\n",
+      med * 1e3, seconds.size(), int(runWarmup),
+      *std::min_element(seconds.begin(), seconds.end()) * 1e3,
+      *std::max_element(seconds.begin(), seconds.end()) * 1e3);
+  llvm::outs() << fmt::format(
+      "perf     {:.4f} TF/s ({:.4g} GFLOP{})\n", flops / med / 1e12,
+      flops / 1e9, s.causal == Causal::None ? "" : ", halved for causal");
+  if (runCheckRows == 0) {
+    llvm::outs() << "check    skipped (--check-rows 0)\n";
+    return 0;
+  }
+  return checkRun(p);
 }
 
 /// LLVM's parser takes an unknown flag that starts with "-h" (e.g. a

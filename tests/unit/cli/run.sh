@@ -52,6 +52,21 @@ check buffers 0 "22 of 22 rows" ": ok" -- --spec "$docspec" \
 printf '\000\000\000\000\000\000\000\000\001\000\000\000' > "$2.doc.i32"
 check buffer_file 0 "6 of 6 rows" ": ok" -- --spec "$docspec" \
   --buffer "doc=@$2.doc.i32" --buffer slopes=1,1 --seqlen-q 3 --reps 1
+# Block-sparse: the block mask of the spec's own mask, then its tiles only.
+check block_sparse 0 "mask     block mask of 64x64 tiles" "22 of 22 rows" ": ok" -- --block-sparse --spec "$docspec" \
+  --buffer doc=0,0,0,1,1,2,2,2,2,2,3 --buffer slopes=0.5,-0.25 --seqlen-q 11 --reps 1 --check-rows 100
+# Varlen (packed sequences, cu_seqlens): empty query and key sequences,
+# bottom-right causal per sequence, GQA; every row checked (4 heads x 202).
+check varlen 0 "varlen seqlens_q=100,37,0,65 seqlens_k=80,0,12,130" "808 of 808 rows" ": ok" -- \
+  --seqlens-q 100,37,0,65 --seqlens-k 80,0,12,130 --causal bottom_right --head-dim 16 --heads-q 4 --heads-kv 2 --dtype fp32 --reps 1 --check-rows 1000
+# Varlen + block-sparse with a buffer indexed by the sequence (batch).
+check varlen_sparse 0 "partial" "404 of 404 rows" ": ok" -- --seqlens-q 100,37,0,65 --block-sparse \
+  --spec 'attention(head_dim=16, heads_q=2, dtype=fp32, mask=kv_idx <= q_idx && buffer<i32>(w)[batch] > q_idx - kv_idx)' \
+  --buffer w=5,100,3,20 --reps 1 --check-rows 1000
+check seqlens_bad 1 "--seqlens-q '3,x': 'x' is not a length" -- --causal top_left --seqlens-q 3,x
+check seqlens_batch 1 "--batch cannot be combined with --seqlens-q" -- --causal top_left --seqlens-q 3 --batch 2
+check seqlens_k_count 1 "--seqlens-k has 1 lengths, --seqlens-q 2" -- --causal top_left --seqlens-q 3,4 --seqlens-k 3
+check seqlens_k_alone 1 "--seqlens-k needs --seqlens-q" -- --causal top_left --seqlens-k 3
 check no_buffer 1 "the variant reads buffer<i32>(doc): give --buffer doc=V1,V2,..." -- --spec "$docspec" --buffer slopes=1,2
 check bad_buffer 1 "--buffer 'doc=1,x': 'x' is not an i32 integer" -- --spec "$docspec" --buffer doc=1,x --buffer slopes=1,2
 check unknown_buffer 1 "--buffer 'dock=1': no such buffer; the variant's buffers: doc (i32), slopes (f32)" -- --spec "$docspec" --buffer dock=1

@@ -54,6 +54,10 @@ private:
 /// is not device memory of \p device's context).
 void copyHostToDevice(Device &device, void *dst, const void *src, size_t bytes);
 
+/// Copies \p bytes from device memory \p src of \p device to host memory
+/// \p dst (synchronous). Throws like copyHostToDevice.
+void copyDeviceToHost(Device &device, void *dst, const void *src, size_t bytes);
+
 } // namespace flashjit::runtime
 
 #endif // FLASHJIT_RUNTIME_MEMORY_H
