@@ -36,7 +36,7 @@
 #   here:   GPU_CHECK_PACK=python GPU_CHECK_PACK_DIR=.device/gpu-python \
 #             scripts/gpu-check.sh pack
 #   device: run(command="GPU_CHECK_PACK_DIR=.device/gpu-python
-#               GPU_CHECK_STEPS=python bash scripts/gpu-check.sh run",
+#               GPU_CHECK_STEPS='cli python' bash scripts/gpu-check.sh run",
 #               carry=[".device/gpu-python"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,12 +57,13 @@ pack() {
     # Only the C API with the compiler and what it loads (for
     # GPU_CHECK_STEPS=python): it does not fit beside the test binaries and
     # kernels in one call's 64 MiB.
-    ninja -C "$BUILD" -j2 flashjit_c
+    ninja -C "$BUILD" -j2 flashjit_c flashjit
     rm -rf "$PACK"
-    mkdir -p "$PACK/lib"
+    mkdir -p "$PACK/lib" "$PACK/bin"
     objcopy --strip-debug "$BUILD/api/libflashjit_c.so" \
       "$PACK/lib/libflashjit_c.so"
-    packLibs "$BUILD/api/libflashjit_c.so"
+    objcopy --strip-debug "$BUILD/tools/flashjit/flashjit" "$PACK/bin/flashjit"
+    packLibs "$BUILD/api/libflashjit_c.so" "$BUILD/tools/flashjit/flashjit"
     # What the main pack carries is left out: the run right after a main
     # `run` on the still-warm machine (idle release 30 s) finds it in
     # /tmp/flashjit-lib.
@@ -236,6 +237,32 @@ run() {
     step torch python3 tests/gpu/torch_compare.py \
       --lib "$lib/libflashjit_c_runtime.so" --bundle /tmp/bundle \
       --json "$out/torch_compare.json"
+  fi
+  # `flashjit run --device gpu` (the CLI compiles there: the python pack
+  # carries it): dense, buffers, varlen, block-sparse, a sink, and the GPU
+  # backward through the cache.
+  if want cli && [[ -x $PACK/bin/flashjit ]]; then
+    cliRuns() {
+      local - f="$PACK/bin/flashjit" c=--cache-dir=/tmp/flashjit-cli-cache rc=0
+      set -f # the specs hold [ ] and *
+      local docs=$(python3 -c "print(','.join(str(i // 700) for i in range(3000)))")
+      for args in \
+        "--causal bottom_right --head-dim 128 --heads-q 16 --heads-kv 4 --batch 2 --seqlen-q 4096 --dtype bf16" \
+        "--seqlens-q 1000,0,37,4096,513 --seqlens-k 900,12,0,4096,600 --causal bottom_right --head-dim 64 --heads-q 8 --heads-kv 2 --dtype fp16" \
+        "--block-sparse --causal top_left --head-dim 128 --heads-q 4 --seqlen-q 3000 --dtype bf16" \
+        "--seqlens-q 1000,0,37,2000 --block-sparse --spec attention(head_dim=64,heads_q=4,dtype=bf16,mask=kv_idx<=q_idx&&buffer<i32>(w)[batch]>q_idx-kv_idx) --buffer w=100,3,20,5000" \
+        "--spec attention(head_dim=64,heads_q=2,dtype=bf16,mask=buffer<i32>(doc)[q_idx]==buffer<i32>(doc)[kv_idx],score=score-buffer<f32>(slopes)[head]*cast<f32>(abs(q_idx-kv_idx))) --seqlen-q 3000 --buffer slopes=0.5,0.25 --buffer doc=$docs" \
+        "--sink --causal bottom_right --head-dim 64 --heads-q 8 --heads-kv 2 --seqlen-q 333 --seqlen-k 1000 --dtype bf16"; do
+        echo "--- flashjit run --device gpu $args"
+        # shellcheck disable=SC2086
+        "$f" run $c --device gpu --reps 5 --check-rows 512 $args || rc=1
+      done
+      echo "--- flashjit compile --kernel bwd (GPU backward through the cache)"
+      "$f" compile $c --kernel bwd --target sm_90a --causal top_left --head-dim 128 || rc=1
+      "$f" compile $c --kernel bwd --target sm_90a --causal top_left --head-dim 128 | grep "cache   hit" || rc=1
+      return $rc
+    }
+    step cli cliRuns
   fi
   if want python; then
     if [[ -f $lib/libflashjit_c.so ]]; then
