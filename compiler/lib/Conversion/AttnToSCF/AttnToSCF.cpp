@@ -104,14 +104,24 @@ void lower(DotOp op) {
         });
       });
     }
+    // skip_zero_lhs as below: a zero lhs[r][i] (P or dS at a masked pair)
+    // skips rhs row r, so a non-finite value there never reaches acc row i.
     L.loop(L.idx(0), L.idx(kk), [&](Value r) {
       L.loop(L.idx(0), L.idx(mm), [&](Value i) {
-        Value a = arith::MulFOp::create(L.b, L.load(lhs, {r, i}), scale);
-        L.loop(L.idx(0), L.idx(n), [&](Value j) {
-          Value p = arith::MulFOp::create(L.b, a, L.load(rhs, {r, j}));
-          L.store(arith::AddFOp::create(L.b, L.load(acc, {i, j}), p), acc,
-                  {i, j});
-        });
+        Value x = L.load(lhs, {r, i});
+        auto axpy = [&] {
+          Value a = arith::MulFOp::create(L.b, x, scale);
+          L.loop(L.idx(0), L.idx(n), [&](Value j) {
+            Value p = arith::MulFOp::create(L.b, a, L.load(rhs, {r, j}));
+            L.store(arith::AddFOp::create(L.b, L.load(acc, {i, j}), p), acc,
+                    {i, j});
+          });
+        };
+        if (!op.getSkipZeroLhs())
+          return axpy();
+        L.ifThen(
+            arith::CmpFOp::create(L.b, arith::CmpFPredicate::UNE, x, L.f(0.0f)),
+            axpy);
       });
     });
     return;
@@ -305,9 +315,14 @@ void lower(Exp2Op op) {
     Value dead =
         arith::CmpFOp::create(L.b, arith::CmpFPredicate::OEQ, mi, ninf);
     auto one = [&](ValueRange ivs) {
-      Value e = math::Exp2Op::create(
-          L.b, arith::SubFOp::create(L.b, L.load(in, ivs), mi));
-      L.store(arith::SelectOp::create(L.b, dead, zero, e), out, ivs);
+      Value x = L.load(in, ivs);
+      Value e = math::Exp2Op::create(L.b, arith::SubFOp::create(L.b, x, mi));
+      Value zeroIt = dead;
+      if (op.getZeroMasked())
+        zeroIt = arith::OrIOp::create(
+            L.b, dead,
+            arith::CmpFOp::create(L.b, arith::CmpFPredicate::OEQ, x, ninf));
+      L.store(arith::SelectOp::create(L.b, zeroIt, zero, e), out, ivs);
     };
     if (L.rank(in) == 1)
       one(i);

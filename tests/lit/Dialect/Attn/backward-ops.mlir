@@ -55,6 +55,8 @@ attn.attention @forward attributes {
 // CHECK: attn.row_dot %{{.*}}, %{{.*}} into %{{.*}} : memref<16x8xf32>, memref<16x8xf32>, memref<16xf32>
 // CHECK: attn.softmax_grad %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} : memref<16x16xf32>
 // CHECK: attn.dot %{{.*}} transpose_lhs, %{{.*}} into %{{.*}} accumulate scale
+// CHECK: attn.dot %{{.*}} transpose_lhs, %{{.*}} into %{{.*}} accumulate skip_zero_lhs scale
+// CHECK: attn.exp2 %{{.*}}, %{{.*}} into %{{.*}} zero_masked : memref<16x16xf32>
 // CHECK: attn.score_grad %{{.*}}, %{{.*}} at(
 // CHECK: ^bb0(%d_score: f32, %score: f32, %batch: i32
 func.func @tiles(%p: !llvm.ptr, %off: i64, %n: i64, %st: i64, %i: i64) {
@@ -69,6 +71,8 @@ func.func @tiles(%p: !llvm.ptr, %off: i64, %n: i64, %st: i64, %i: i64) {
   attn.row_dot %do, %o into %d : memref<16x8xf32>, memref<16x8xf32>, memref<16xf32>
   attn.softmax_grad %s, %ds, %d into %ds : memref<16x16xf32>, memref<16x16xf32>, memref<16xf32>, memref<16x16xf32>
   attn.dot %s transpose_lhs, %do into %dv accumulate scale 1.0 : memref<16x16xf32>, memref<16x8xf32>, memref<16x8xf32>
+  attn.dot %s transpose_lhs, %do into %dv accumulate skip_zero_lhs scale 1.0 : memref<16x16xf32>, memref<16x8xf32>, memref<16x8xf32>
+  attn.exp2 %s, %l into %s zero_masked : memref<16x16xf32>, memref<16xf32>, memref<16x16xf32>
   attn.score_grad %ds, %s at(%i, %i) valid(%n, %n) batch %i head %i seqlens(%n, %n) : memref<16x16xf32>, memref<16x16xf32> {
   ^bb0(%g: f32, %x: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
     %0 = arith.mulf %g, %x : f32

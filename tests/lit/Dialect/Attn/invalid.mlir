@@ -91,7 +91,7 @@ func.func @dot_shapes(%a: memref<16x32xf32>, %b: memref<16x64xf32>, %c: memref<1
 // -----
 
 func.func @dot_skip_transposed(%a: memref<16x32xf32>, %b: memref<16x32xf32>, %c: memref<16x16xf32>) {
-  // expected-error @+1 {{skip_zero_lhs is for O += P V; it cannot be combined with transpose_rhs}}
+  // expected-error @+1 {{skip_zero_lhs is for O += P V and the backward's lhs-weighted products; it cannot be combined with transpose_rhs}}
   attn.dot %a, %b transpose_rhs into %c skip_zero_lhs scale 1.0 : memref<16x32xf32>, memref<16x32xf32>, memref<16x16xf32>
   return
 }

@@ -268,9 +268,10 @@ LogicalResult DotOp::verify() {
                          << ", rhs has " << rk;
   if (mismatch(m, dim(getAcc(), 0)) || mismatch(n, dim(getAcc(), 1)))
     return emitOpError() << "accumulator must be " << m << "x" << n;
-  if (getSkipZeroLhs() && (getTransposeRhs() || tl))
-    return emitOpError() << "skip_zero_lhs is for O += P V; it cannot be "
-                            "combined with transpose_rhs or transpose_lhs";
+  if (getSkipZeroLhs() && getTransposeRhs())
+    return emitOpError() << "skip_zero_lhs is for O += P V and the "
+                            "backward's lhs-weighted products; it cannot be "
+                            "combined with transpose_rhs";
   return success();
 }
 

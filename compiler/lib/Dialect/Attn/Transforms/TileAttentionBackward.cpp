@@ -383,14 +383,34 @@ private:
     TilePairWhere where{q0, kv0, qRows, kvRows, bb, h, sq, sk};
     emitMaskedScores(b, op, {qT, kT, sT, sRaw}, where, full, knownFull,
                      [&](Region &from, Region &to) { cloneRegion(from, to); });
-    // P = exp2(S' - log2(e) LSE); dS' = P * (dO V^T - D).
-    Exp2Op::create(b, sT, lse2, sT);
+    // P = exp2(S' - log2(e) LSE), exactly 0 at masked pairs even where LSE
+    // is NaN; dS' = P * (dO V^T - D).
+    Exp2Op::create(b, sT, lse2, sT, /*zero_masked=*/b.getUnitAttr());
     DotOp::create(b, doT, vT, dpT, b.getUnitAttr(), UnitAttr(),
                   b.getF32FloatAttr(1.0f), UnitAttr());
     SoftmaxGradOp::create(b, sT, dpT, dRow, dpT);
+    // The products weighted by P or dS: both are exactly 0 at masked pairs,
+    // so in a partial tile skip_zero_lhs keeps a NaN or Inf in K, V, Q or dO
+    // at a pair the mask removes out of the gradients (0 * inf would be
+    // NaN), as the forward's O += P V; full tiles keep the plain product.
+    auto dot = [&](Value lhs, Value rhs, Value acc, double s, bool tl) {
+      auto emit = [&](bool skip) {
+        DotOp::create(b, lhs, rhs, acc, /*transpose_rhs=*/UnitAttr(),
+                      /*accumulate=*/b.getUnitAttr(), b.getF32FloatAttr(s),
+                      tl ? b.getUnitAttr() : UnitAttr(),
+                      skip ? b.getUnitAttr() : UnitAttr());
+      };
+      if (knownFull)
+        return emit(false);
+      auto isFull = scf::IfOp::create(b, full, /*withElseRegion=*/true);
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPoint(isFull.thenBlock()->getTerminator());
+      emit(false);
+      b.setInsertionPoint(isFull.elseBlock()->getTerminator());
+      emit(true);
+    };
     if (!dqKernel)
-      DotOp::create(b, sT, doT, dvAcc, UnitAttr(), b.getUnitAttr(),
-                    b.getF32FloatAttr(1.0f), b.getUnitAttr());
+      dot(sT, doT, dvAcc, 1.0, /*transpose_lhs=*/true);
     if (!trivialGrad) {
       auto g = ScoreGradOp::create(
           b, dpT, sRaw ? sRaw : sT, where.q0, where.kv0, where.qRows,
@@ -399,11 +419,9 @@ private:
       lowerDataGrads(g.getBody());
     }
     if (dqKernel)
-      DotOp::create(b, dpT, kT, dqAcc, UnitAttr(), b.getUnitAttr(),
-                    b.getF32FloatAttr(scale), UnitAttr());
+      dot(dpT, kT, dqAcc, scale, /*transpose_lhs=*/false);
     else
-      DotOp::create(b, dpT, qT, dkAcc, UnitAttr(), b.getUnitAttr(),
-                    b.getF32FloatAttr(scale), b.getUnitAttr());
+      dot(dpT, qT, dkAcc, scale, /*transpose_lhs=*/true);
   }
 
   /// The kernel argument of parameter \p name.

@@ -312,9 +312,12 @@ def Attn_DotOp : Attn_Op<"dot"> {
 
     With `skip_zero_lhs`, a term whose `lhs[i][k]` is exactly 0 contributes
     exactly 0 whatever `rhs'[k][j]` holds (IEEE would give NaN for 0 * inf or
-    0 * NaN). O += P V sets it: P is 0 at masked keys, so a NaN or Inf in V
-    there never reaches the row, wherever the tile boundaries fall. A NaN in
-    `lhs` still propagates.
+    0 * NaN). O += P V sets it in partially masked tiles: P is 0 at masked
+    keys, so a NaN or Inf in V there never reaches the row, wherever the tile
+    boundaries fall; the backward's dV += P^T dO, dQ += dS K and
+    dK += dS^T Q set it there too (P and dS are exactly 0 at masked pairs).
+    It cannot be combined with `transpose_rhs`. A NaN in `lhs` still
+    propagates.
 
     ```mlir
     attn.dot %qt, %kt transpose_rhs into %s scale 0.180336878 : memref<64x128xf32>, memref<64x128xf32>, memref<64x64xf32>
@@ -456,14 +459,22 @@ def Attn_Exp2Op : Attn_Op<"exp2"> {
     guard keeps rows with no allowed key free of (-inf) - (-inf) = NaN. On
     a 1-D `in` this gives the rescale factor `exp2(m_old - m_new)`.
 
+    With `zero_masked`, also `out = 0` wherever `in` is -inf (a masked
+    score), whatever `max[i]` holds: the backward's P = exp2(S - LSE) is
+    then exactly 0 at masked pairs even in a row whose LSE is NaN (it
+    attends a NaN or Inf key), so the row's NaN stays out of the dK and dV
+    of keys it does not attend.
+
     ```mlir
     attn.exp2 %s, %mnew into %p : memref<64x64xf32>, memref<64xf32>, memref<64x64xf32>
+    attn.exp2 %s, %lse2 into %p zero_masked : memref<64x64xf32>, memref<64xf32>, memref<64x64xf32>
     ```
   }];
-  let arguments = (ins Attn_RowsOrTile:$in, Attn_Rows:$max, Attn_RowsOrTile:$out);
+  let arguments = (ins Attn_RowsOrTile:$in, Attn_Rows:$max,
+                       Attn_RowsOrTile:$out, UnitAttr:$zero_masked);
   let assemblyFormat = [{
-    $in `,` $max `into` $out attr-dict `:` type($in) `,` type($max) `,`
-    type($out)
+    $in `,` $max `into` $out (`zero_masked` $zero_masked^)? attr-dict `:`
+    type($in) `,` type($max) `,` type($out)
   }];
   let hasVerifier = 1;
 }
