@@ -84,51 +84,35 @@ void lower(LoadTileOp op) {
   });
 }
 
+/// acc[i][:] (+)= scale * x * rhs[r][:] over the n columns, the loop over
+/// the contiguous acc and rhs rows innermost so it vectorises. With
+/// skip_zero_lhs an x that is exactly 0 (P or dS at a masked pair) skips
+/// the row: one compare per (i, r), and 0 * inf never happens; UNE is true
+/// for NaN, so a NaN x still reaches acc.
+void axpyRow(Lowering &L, DotOp op, Value x, Value scale, Value rhs, Value r,
+             Value acc, Value i, int64_t n) {
+  auto axpy = [&] {
+    Value a = arith::MulFOp::create(L.b, x, scale);
+    L.loop(L.idx(0), L.idx(n), [&](Value j) {
+      Value p = arith::MulFOp::create(L.b, a, L.load(rhs, {r, j}));
+      L.store(arith::AddFOp::create(L.b, L.load(acc, {i, j}), p), acc, {i, j});
+    });
+  };
+  if (!op.getSkipZeroLhs())
+    return axpy();
+  L.ifThen(arith::CmpFOp::create(L.b, arith::CmpFPredicate::UNE, x, L.f(0.0f)),
+           axpy);
+}
+
 void lower(DotOp op) {
   Lowering L(op);
   Value lhs = op.getLhs(), rhs = op.getRhs(), acc = op.getAcc();
-  int64_t m = L.dim(lhs, 0), k = L.dim(lhs, 1);
-  int64_t n = L.dim(acc, 1);
+  int64_t n = L.dim(acc, 1), rowsOut = L.dim(acc, 0);
   Value scale = L.f(op.getScale().convertToFloat());
-  if (op.getTransposeLhs()) {
-    // acc[i][j] (+)= scale * sum_k lhs[k][i] * rhs[k][j] (rhs not
-    // transposed: the backward's P^T dO and dS^T Q), k outer and j
-    // innermost so the loop over the contiguous acc and rhs rows
-    // vectorises.
-    int64_t kk = L.dim(lhs, 0), mm = L.dim(lhs, 1);
-    if (!op.getAccumulate()) {
-      Value zero = L.f(0.0f);
-      L.loop(L.idx(0), L.idx(mm), [&](Value i) {
-        L.loop(L.idx(0), L.idx(n), [&](Value j) {
-          L.store(zero, acc, {i, j});
-        });
-      });
-    }
-    // skip_zero_lhs as below: a zero lhs[r][i] (P or dS at a masked pair)
-    // skips rhs row r, so a non-finite value there never reaches acc row i.
-    L.loop(L.idx(0), L.idx(kk), [&](Value r) {
-      L.loop(L.idx(0), L.idx(mm), [&](Value i) {
-        Value x = L.load(lhs, {r, i});
-        auto axpy = [&] {
-          Value a = arith::MulFOp::create(L.b, x, scale);
-          L.loop(L.idx(0), L.idx(n), [&](Value j) {
-            Value p = arith::MulFOp::create(L.b, a, L.load(rhs, {r, j}));
-            L.store(arith::AddFOp::create(L.b, L.load(acc, {i, j}), p), acc,
-                    {i, j});
-          });
-        };
-        if (!op.getSkipZeroLhs())
-          return axpy();
-        L.ifThen(
-            arith::CmpFOp::create(L.b, arith::CmpFPredicate::UNE, x, L.f(0.0f)),
-            axpy);
-      });
-    });
-    return;
-  }
   if (op.getTransposeRhs()) {
     // acc[i][j] (+)= scale * sum_k lhs[i][k] * rhs[j][k]
-    L.loop(L.idx(0), L.idx(m), [&](Value i) {
+    int64_t k = L.dim(lhs, 1);
+    L.loop(L.idx(0), L.idx(rowsOut), [&](Value i) {
       L.loop(L.idx(0), L.idx(n), [&](Value j) {
         Value sum =
             L.reduce(L.idx(0), L.idx(k), L.f(0.0f), [&](Value kk, Value s) {
@@ -144,33 +128,26 @@ void lower(DotOp op) {
     });
     return;
   }
-  // acc[i][j] (+)= scale * sum_k lhs[i][k] * rhs[k][j], j innermost so the
-  // loop over the contiguous acc and rhs rows vectorises.
   if (!op.getAccumulate()) {
     Value zero = L.f(0.0f);
-    L.loop(L.idx(0), L.idx(m), [&](Value i) {
+    L.loop(L.idx(0), L.idx(rowsOut), [&](Value i) {
       L.loop(L.idx(0), L.idx(n), [&](Value j) { L.store(zero, acc, {i, j}); });
     });
   }
-  // With skip_zero_lhs a zero lhs element (P at a masked key) skips its rhs
-  // row: one compare per (i, k), and the row's 0 * inf never happens. UNE is
-  // true for NaN, so a NaN in lhs still reaches acc.
-  L.loop(L.idx(0), L.idx(m), [&](Value i) {
-    L.loop(L.idx(0), L.idx(k), [&](Value kk) {
-      Value x = L.load(lhs, {i, kk});
-      auto axpy = [&] {
-        Value a = arith::MulFOp::create(L.b, x, scale);
-        L.loop(L.idx(0), L.idx(n), [&](Value j) {
-          Value p = arith::MulFOp::create(L.b, a, L.load(rhs, {kk, j}));
-          L.store(arith::AddFOp::create(L.b, L.load(acc, {i, j}), p), acc,
-                  {i, j});
-        });
-      };
-      if (!op.getSkipZeroLhs())
-        return axpy();
-      L.ifThen(
-          arith::CmpFOp::create(L.b, arith::CmpFPredicate::UNE, x, L.f(0.0f)),
-          axpy);
+  if (op.getTransposeLhs()) {
+    // acc[i][j] (+)= scale * sum_r lhs[r][i] * rhs[r][j] (the backward's
+    // P^T dO and dS^T Q), r outer.
+    L.loop(L.idx(0), L.idx(L.dim(lhs, 0)), [&](Value r) {
+      L.loop(L.idx(0), L.idx(rowsOut), [&](Value i) {
+        axpyRow(L, op, L.load(lhs, {r, i}), scale, rhs, r, acc, i, n);
+      });
+    });
+    return;
+  }
+  // acc[i][j] (+)= scale * sum_k lhs[i][k] * rhs[k][j] (O += P V, dQ += dS K).
+  L.loop(L.idx(0), L.idx(rowsOut), [&](Value i) {
+    L.loop(L.idx(0), L.idx(L.dim(lhs, 1)), [&](Value kk) {
+      axpyRow(L, op, L.load(lhs, {i, kk}), scale, rhs, kk, acc, i, n);
     });
   });
 }
