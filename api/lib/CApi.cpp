@@ -215,7 +215,6 @@ PageList toPageList(const flashjit_page_table *t, int64_t numPages,
     throw UserError("table is NULL");
   if (t->batch < 0)
     throw UserError(fmt::format("table.batch = {} is negative", t->batch));
-  const size_t batch = static_cast<size_t>(t->batch);
   auto span = [](const int32_t *p, int64_t n, const char *name) {
     if (n < 0)
       throw UserError(fmt::format("table.{}: {} entries", name, n));
@@ -239,7 +238,6 @@ PageList toPageList(const flashjit_page_table *t, int64_t numPages,
          t->max_pages, span(t->seq_lens, t->batch, "seq_lens")},
         t->batch, numPages, pageSize);
   }
-  (void)batch;
   throw UserError(fmt::format("table.layout = {} is not a "
                               "flashjit_paged_layout (0 CSR, 1 block table)",
                               static_cast<int>(t->layout)));

@@ -579,7 +579,7 @@ struct RefState {
   HostTensor o;
   std::vector<float> lse;
   TensorRef lseRef;
-  explicit RefState(const ReferenceOutput &r)
+  explicit RefState(ReferenceOutput r)
       : o(DType::F32,
           {r.shape.batch, r.shape.headsQ, r.shape.seqlenQ, r.shape.headDimV}) {
     o.fill([&](int64_t b, int64_t h, int64_t i, int64_t d) {
