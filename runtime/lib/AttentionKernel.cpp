@@ -103,6 +103,22 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
     return fmt::format("configuration without tiles (warps {}, rows per "
                        "warp {}, block_n {})",
                        c.numWarps, c.rowsPerWarp, c.blockN);
+  if (c.kind == KernelKind::Decode) {
+    // `<name>_decode` (the variant's arguments follow the fixed ones) and
+    // `<name>_decode_merge` (no variant arguments; the sink pointer last
+    // for a spec with a sink).
+    if (std::string why =
+            entryMismatch(ptx, info.name + abi::gpu::kDecodeSuffix,
+                          expectedParams(spec, abi::gpu::decodeArgTypes()),
+                          c.threads(), c.minBlocksPerSM);
+        !why.empty())
+      return why;
+    std::vector<std::string> merge;
+    for (abi::gpu::ArgType t : abi::gpu::mergeArgTypes(spec.sink))
+      merge.push_back(ptxType(t));
+    return entryMismatch(ptx, info.name + abi::gpu::kDecodeMergeSuffix, merge,
+                         abi::gpu::kMergeThreads, -1);
+  }
   if (std::string why = entryMismatch(
           ptx, info.name,
           expectedParams(spec, abi::gpu::forwardArgTypes(

@@ -166,6 +166,11 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
     fail(fmt::format("kernel '{}' has kind '{}'; GpuDecodeKernel runs "
                      "'decode' kernels (GpuCompileOptions::kind)",
                      info_.name, toString(info_.config.kind)));
+  if (std::string why = gpuLaunchConfigMismatch(spec_, info_, ptx);
+      !why.empty())
+    fail(fmt::format("decode kernel '{}': its launch configuration does not "
+                     "match its module: {}",
+                     info_.name, why));
   module_ = Module::fromPtx(device, ptx);
   decode_ = module_.function(info_.name + abi::gpu::kDecodeSuffix);
   merge_ = module_.function(info_.name + abi::gpu::kDecodeMergeSuffix);

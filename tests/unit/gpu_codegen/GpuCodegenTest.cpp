@@ -15,6 +15,7 @@
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Ptxas.h"
 
@@ -68,6 +69,9 @@ TEST_CASE("every matrix kernel assembles with no spills for sm_80 and sm_90a",
         CHECK(img.ptx.find("ldmatrix.sync.aligned") != std::string::npos);
       }
       CHECK(img.ptx.find("cp.async") != std::string::npos);
+      // What GpuDecodeKernel checks when it loads the module.
+      CHECK(runtime::gpuLaunchConfigMismatch(k.spec, img.info(), img.ptx) ==
+            "");
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
       const runtime::PtxasFunctionReport *f = r.find(img.name);
       REQUIRE(f);
@@ -420,6 +424,9 @@ TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
       CHECK(img.config.blockN == (k.spec.headDimQK <= 128 ? 64 : 32));
       CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
       CHECK(img.ptx.find("cp.async") != std::string::npos);
+      // What GpuDecodeKernel checks when it loads the module.
+      CHECK(runtime::gpuLaunchConfigMismatch(k.spec, img.info(), img.ptx) ==
+            "");
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
       INFO(r.log);
       for (const char *suffix : {"_decode", "_decode_merge"}) {
@@ -479,4 +486,14 @@ TEST_CASE("a decode kernel with a sink reads it in the merge only",
         int(abi::gpu::mergeArgTypes(true).size()));
   CHECK(params(s.ptx, s.name + "_decode_merge") ==
         params(a.ptx, a.name + "_decode_merge") + 1);
+  // The launch-configuration check (GpuDecodeKernel runs it on load)
+  // accepts each module with its own spec and refuses the other.
+  CHECK(runtime::gpuLaunchConfigMismatch(plain, a.info(), a.ptx).empty());
+  CHECK(runtime::gpuLaunchConfigMismatch(sink, s.info(), s.ptx).empty());
+  CHECK_THAT(runtime::gpuLaunchConfigMismatch(plain, s.info(), s.ptx),
+             Catch::Contains("_decode_merge"));
+  AttentionSpec withParam = plain;
+  withParam.variant.scoreMod(softcap(param("cap", ScalarType::Float32)));
+  CHECK_THAT(runtime::gpuLaunchConfigMismatch(withParam, a.info(), a.ptx),
+             Catch::Contains("_decode'"));
 }

@@ -77,8 +77,10 @@ public:
   /// (GpuKernelImage::info(): the variant's name, the Decode configuration:
   /// arch, threads(), blockM() packed query rows per CTA, blockN keys per
   /// tile; sharedBytes of `<name>_decode`). Throws UserError if the kernel
-  /// was generated for another architecture or the tiles are not positive,
-  /// DriverError if loading fails.
+  /// was generated for another architecture, the tiles are not positive,
+  /// or the PTX's entries do not match \p spec and \p info
+  /// (gpuLaunchConfigMismatch: e.g. a sink spec's merge takes the sink
+  /// pointer), DriverError if loading fails.
   GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info, std::string_view ptx,
                   Device &device);
 
