@@ -619,6 +619,61 @@ class Kernel:
         lib.check(status)
         return (out, lse) if self.return_lse else out
 
+    def run_paged(self, q, k_cache, v_cache, *, kv_indptr=None,
+                  kv_indices=None, kv_last_page_len=None, block_table=None,
+                  seq_lens=None, out=None, lse=None, params=None,
+                  buffers=None, sink=None):
+        """Paged decoding (README "Serving") with a CPU kernel compiled with
+        ``varlen=True``: q [B, Hq, q_len, Dqk] (the last q_len positions of
+        each sequence; use causal="bottom_right") against k_cache
+        [num_pages, Hkv, page_size, Dqk] and v_cache (any strides) through
+        a CSR (``kv_indptr``, ``kv_indices``, ``kv_last_page_len``) or
+        block-table (``block_table``, ``seq_lens``) page table (int32,
+        copied to the host, checked). Returns O [B, Hq, q_len, Dv] (and
+        LSE [B, Hq, q_len] when the spec returns it). ``params``,
+        ``buffers``, ``sink`` as in ``run``. GPU decode kernels are not
+        reachable from Python yet. Raises UserError naming the field."""
+        if self.target != "cpu" or not self.varlen or self.block_sparse:
+            raise UserError("run_paged needs a CPU kernel compiled with "
+                            "varlen=True (GPU decode kernels are not in the "
+                            "Python API yet)")
+        lib = self._lib
+        qv = _dlpack.view(q, "q")
+        kv = _dlpack.view(k_cache, "k_cache")
+        vv = _dlpack.view(v_cache, "v_cache")
+        for x in (qv, kv, vv):
+            _same_device(x, "cpu")
+        tq, tk, tv = (_tensor(qv, "q", (4,)), _tensor(kv, "k_cache", (4,)),
+                      _tensor(vv, "v_cache", (4,)))
+        if out is None:
+            out = _empty(q, (qv.shape[0], qv.shape[1], qv.shape[2],
+                             vv.shape[3]), self.dtype_o, qv.device_type,
+                         qv.device_id)
+        ov = _dlpack.view(out, "out")
+        _same_device(ov, "cpu")
+        if ov.readonly:
+            raise UserError("out is read-only")
+        to = _tensor(ov, "out", (4,))
+        tl = None
+        if self.return_lse:
+            if lse is None:
+                lse = _empty(q, tuple(qv.shape[:3]), "float32",
+                             qv.device_type, qv.device_id)
+            lv = _dlpack.view(lse, "lse")
+            _same_device(lv, "cpu")
+            tl = _tensor(lv, "lse", (3,))
+        elif lse is not None:
+            raise UserError("lse given, but the kernel's spec has lse=false")
+        table, keep = _page_table(kv_indptr, kv_indices, kv_last_page_len,
+                                  block_table, seq_lens)
+        args = _Args(params, buffers, "cpu", None, sink)
+        ref = ctypes.byref
+        lib.check(lib.fn("flashjit_run_paged")(
+            self._handle, ref(tq), ref(tk), ref(tv), ref(table), ref(to),
+            ref(tl) if tl is not None else None, args.array, args.n))
+        del keep
+        return (out, lse) if self.return_lse else out
+
     def build_block_mask(self, batch=None, seqlen_q=None, seqlen_k=None, *,
                          params=None, buffers=None, cu_seqlens_q=None,
                          cu_seqlens_k=None, stream=None):

@@ -129,7 +129,10 @@ PagedShape checkPagedTensors(const AttentionSpec &spec, const TensorRef &q,
 /// causal alignment (spec.causal = Causal::BottomRight, or
 /// causal(Alignment::BottomRight) in the mask): query i sees keys
 /// 0 .. seq_len - q_len + i. Tokens in unused page slots are never read. A
-/// sequence of length 0 gives O = 0 and LSE = -inf. Output
+/// sequence of length 0 gives O = 0 and LSE = -inf. A spec with an
+/// attention sink takes it in \p args (Arguments::bindSink, host memory):
+/// it joins each row's denominator once (README, "Attention sinks"), so a
+/// row with no allowed key gets O = 0 and LSE = sink[h]. Output
 /// O [batch, heads_q, q_len, head_dim_v], LSE [batch, heads_q, q_len]
 /// (shape.seqlenK = the longest sequence). Throws UserError for bad tensors,
 /// tables or arguments.
