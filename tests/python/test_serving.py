@@ -152,6 +152,11 @@ def test_run_paged_matches_attention_over_gathered_pages(layout):
     o, lse = k.run_paged(q, kc.transpose(0, 2, 1, 3),
                          vc.transpose(0, 2, 1, 3), sink=sink, **tables)
     for bi, n in enumerate(lens):
+        if n == 0:  # no key: O = 0, LSE = sink[h]
+            assert np.all(o[bi] == 0)
+            ref.assert_close(lse[bi], np.repeat(sink[:, None], q_len, 1),
+                             1e-6, 1e-6, what="lse (no key)")
+            continue
         allowed = ref.causal(q_len, n, bottom_right=True)
         wo, wl = ref.attention(q[bi:bi + 1], keys[bi][None],
                                vals[bi][None], allowed=allowed)
