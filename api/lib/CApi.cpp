@@ -25,8 +25,12 @@
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/CpuAttentionKernel.h"
 #include "flashjit/runtime/CpuBackwardKernel.h"
+#include "flashjit/runtime/CpuDecode.h"
+#include "flashjit/runtime/DecodeKernel.h"
 #include "flashjit/runtime/Device.h"
+#include "flashjit/runtime/Driver.h"
 #include "flashjit/runtime/Memory.h"
+#include "flashjit/runtime/PagedOps.h"
 #include "flashjit/runtime/SinkGradient.h"
 
 #include <fmt/format.h>
@@ -206,6 +210,58 @@ const flashjit_block_mask &maskFor(const flashjit_kernel &kernel,
                                 "kernel runs on a GPU",
                                 entry));
   return *mask;
+}
+
+/// The normalised page table of \p t for a cache of \p numPages pages of
+/// \p pageSize tokens (UserError naming the entry otherwise).
+PageList toPageList(const flashjit_page_table *t, int64_t numPages,
+                    int64_t pageSize) {
+  if (!t)
+    throw UserError("table is NULL");
+  if (t->batch < 0)
+    throw UserError(fmt::format("table.batch = {} is negative", t->batch));
+  auto span = [](const int32_t *p, int64_t n, const char *name) {
+    if (n < 0)
+      throw UserError(fmt::format("table.{}: {} entries", name, n));
+    if (n > 0 && !p)
+      throw UserError(fmt::format("table.{} is NULL", name));
+    return std::span<const int32_t>(p, static_cast<size_t>(n));
+  };
+  if (t->layout == FLASHJIT_PAGED_CSR) {
+    auto indptr = span(t->kv_indptr, t->batch + 1, "kv_indptr");
+    return checkPagedCsr(
+        {indptr, span(t->kv_indices, t->num_indices, "kv_indices"),
+         span(t->kv_last_page_len, t->batch, "kv_last_page_len")},
+        t->batch, numPages, pageSize);
+  }
+  if (t->layout == FLASHJIT_PAGED_BLOCK_TABLE) {
+    if (t->max_pages < 0)
+      throw UserError(
+          fmt::format("table.max_pages = {} is negative", t->max_pages));
+    return checkBlockTable(
+        {span(t->block_table, t->batch * t->max_pages, "block_table"),
+         t->max_pages, span(t->seq_lens, t->batch, "seq_lens")},
+        t->batch, numPages, pageSize);
+  }
+  throw UserError(fmt::format("table.layout = {} is not a "
+                              "flashjit_paged_layout (0 CSR, 1 block table)",
+                              static_cast<int>(t->layout)));
+}
+
+/// The GPU merge / append kernels of device \p ordinal, made once.
+const runtime::GpuPagedOps &pagedOps(int ordinal) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<runtime::GpuPagedOps>> ops;
+  std::string why;
+  if (!runtime::Device::available(&why))
+    throw DriverError("no GPU for device " + std::to_string(ordinal) + ": " +
+                      why);
+  std::lock_guard<std::mutex> lock(mu);
+  auto &slot = ops[ordinal];
+  if (!slot)
+    slot =
+        std::make_unique<runtime::GpuPagedOps>(runtime::Device::get(ordinal));
+  return *slot;
 }
 } // namespace
 
@@ -806,6 +862,97 @@ flashjit_run_varlen(const flashjit_kernel *kernel, const flashjit_tensor *q,
                           m ? &*m->device : nullptr,
                           static_cast<CUstream>(stream));
     }
+  });
+}
+
+flashjit_status flashjit_merge_states(const flashjit_tensor *os,
+                                      const flashjit_tensor *lses, int n,
+                                      const flashjit_tensor *o,
+                                      const flashjit_tensor *lse,
+                                      const float *sink, int64_t sink_size,
+                                      int device, void *stream) {
+  return guarded([&] {
+    if (n < 1 || !os || !lses)
+      throw UserError(fmt::format("flashjit_merge_states: n = {} states "
+                                  "(os {}, lses {}): need n >= 1 and both "
+                                  "arrays",
+                                  n, static_cast<const void *>(os),
+                                  static_cast<const void *>(lses)));
+    std::vector<TensorRef> o_, l_;
+    for (int i = 0; i < n; ++i) {
+      o_.push_back(toRef(&os[i], fmt::format("os[{}]", i).c_str()));
+      l_.push_back(toRef(&lses[i], fmt::format("lses[{}]", i).c_str()));
+    }
+    TensorRef orf = toRef(o, "o"), lr = toRef(lse, "lse");
+    if (sink_size < 0 || (sink_size > 0 && !sink) || (sink && sink_size == 0))
+      throw UserError(fmt::format("flashjit_merge_states: sink = {} with "
+                                  "sink_size = {}",
+                                  static_cast<const void *>(sink), sink_size));
+    if (device < -1)
+      throw UserError(fmt::format("flashjit_merge_states: device = {}, "
+                                  "expected -1 (host) or a CUDA ordinal",
+                                  device));
+    if (device == -1)
+      mergeStates(o_, l_, orf, lr,
+                  std::span<const float>(sink, static_cast<size_t>(sink_size)));
+    else
+      pagedOps(device).mergeStates(o_, l_, orf, lr, sink, sink_size,
+                                   static_cast<CUstream>(stream));
+  });
+}
+
+flashjit_status flashjit_paged_append(const flashjit_tensor *k_new,
+                                      const flashjit_tensor *v_new,
+                                      const flashjit_tensor *k_cache,
+                                      const flashjit_tensor *v_cache,
+                                      const flashjit_page_table *table,
+                                      int device, void *stream) {
+  return guarded([&] {
+    TensorRef kn = toRef(k_new, "k_new", 4), vn = toRef(v_new, "v_new", 4),
+              kc = toRef(k_cache, "k_cache", 4),
+              vc = toRef(v_cache, "v_cache", 4);
+    checkPageSize(kc.shape[2]);
+    PageList pages = toPageList(table, kc.shape[0], kc.shape[2]);
+    if (device < -1)
+      throw UserError(fmt::format("flashjit_paged_append: device = {}, "
+                                  "expected -1 (host) or a CUDA ordinal",
+                                  device));
+    if (device == -1) {
+      appendPagedKV(kn, vn, kc, vc, pages);
+      return;
+    }
+    const runtime::GpuPagedOps &ops = pagedOps(device);
+    runtime::DevicePageTable t(pages, runtime::Device::get(device));
+    ops.append(kn, vn, kc, vc, t, static_cast<CUstream>(stream));
+    // The table's device copy is freed when t goes: wait for the append.
+    if (runtime::Driver::get().cuStreamSynchronize(
+            static_cast<CUstream>(stream)) != CUDA_SUCCESS)
+      throw DriverError("flashjit_paged_append: the append kernel failed "
+                        "(cuStreamSynchronize)");
+  });
+}
+
+flashjit_status flashjit_run_paged(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k_cache, const flashjit_tensor *v_cache,
+    const flashjit_page_table *table, const flashjit_tensor *o,
+    const flashjit_tensor *lse, const flashjit_arg *args, int num_args) {
+  return guarded([&] {
+    const flashjit_kernel &kern = need(kernel, "flashjit_run_paged");
+    TensorRef qr = toRef(q, "q", 4), kc = toRef(k_cache, "k_cache", 4),
+              vc = toRef(v_cache, "v_cache", 4), orf = toRef(o, "o", 4);
+    TensorRef lr;
+    if (lse)
+      lr = toRef(lse, "lse");
+    Arguments a = toArguments(args, num_args);
+    if (!kern.cpu)
+      throw UserError("flashjit_run_paged: the kernel runs on a GPU; the C "
+                      "API decodes with CPU kernels (compiled with "
+                      "FLASHJIT_COMPILE_VARLEN) only so far");
+    checkPageSize(kc.shape[2]);
+    PageList pages = toPageList(table, kc.shape[0], kc.shape[2]);
+    runtime::cpuPagedDecode(*kern.cpu, qr, kc, vc, pages, orf,
+                            lse ? &lr : nullptr, a);
   });
 }
 

@@ -265,15 +265,30 @@ referencePagedAttention(const AttentionSpec &spec, const TensorRef &q,
   return out;
 }
 
-void mergeStates(const TensorRef &oA, const TensorRef &lseA,
-                 const TensorRef &oB, const TensorRef &lseB, const TensorRef &o,
-                 const TensorRef &lse) {
-  const TensorRef os[] = {oA, oB}, lses[] = {lseA, lseB};
-  mergeStates(os, lses, o, lse);
+void checkMergeSink(std::span<const float> sink, int64_t heads) {
+  if (sink.empty())
+    return;
+  if (static_cast<int64_t>(sink.size()) != heads)
+    fail(fmt::format("merge_states: sink has {} entries, expected heads = {} "
+                     "(one logit per head)",
+                     sink.size(), heads));
+  for (size_t h = 0; h < sink.size(); ++h)
+    if (std::isnan(sink[h]) || sink[h] == -kNegInf)
+      fail(fmt::format("merge_states: sink[{}] = {}: a sink must be finite "
+                       "or -inf (no sink for that head)",
+                       h, sink[h]));
 }
 
-void mergeStates(std::span<const TensorRef> os, std::span<const TensorRef> lses,
-                 const TensorRef &o, const TensorRef &lse) {
+void mergeStates(const TensorRef &oA, const TensorRef &lseA,
+                 const TensorRef &oB, const TensorRef &lseB, const TensorRef &o,
+                 const TensorRef &lse, std::span<const float> sink) {
+  const TensorRef os[] = {oA, oB}, lses[] = {lseA, lseB};
+  mergeStates(os, lses, o, lse, sink);
+}
+
+void checkMergeStates(std::span<const TensorRef> os,
+                      std::span<const TensorRef> lses, const TensorRef &o,
+                      const TensorRef &lse) {
   if (os.empty())
     fail("merge_states: no states to merge (os is empty)");
   if (os.size() != lses.size())
@@ -289,6 +304,14 @@ void mergeStates(std::span<const TensorRef> os, std::span<const TensorRef> lses,
       fail(fmt::format("o_out.strides[{}] = 0 on a dim of size {}: output "
                        "elements would overlap",
                        i, o.shape[i]));
+}
+
+void mergeStates(std::span<const TensorRef> os, std::span<const TensorRef> lses,
+                 const TensorRef &o, const TensorRef &lse,
+                 std::span<const float> sink) {
+  checkMergeStates(os, lses, o, lse);
+  const std::array<int64_t, 4> shape = os[0].shape;
+  checkMergeSink(sink, shape[1]);
 
   const size_t n = os.size();
   const int64_t dim = shape[3];
@@ -296,7 +319,9 @@ void mergeStates(std::span<const TensorRef> os, std::span<const TensorRef> lses,
   for (int64_t b = 0; b < shape[0]; ++b)
     for (int64_t h = 0; h < shape[1]; ++h)
       for (int64_t s = 0; s < shape[2]; ++s) {
-        double m = kNegInf;
+        // The sink is one more state with no value, entered once.
+        const double sk = sink.empty() ? kNegInf : double(sink[h]);
+        double m = sk;
         bool nan = false;
         for (size_t i = 0; i < n; ++i) {
           w[i] = loadAsFloat(lses[i].data, DType::F32, lses[i].offset(b, h, s));
@@ -311,7 +336,7 @@ void mergeStates(std::span<const TensorRef> os, std::span<const TensorRef> lses,
           l = std::numeric_limits<double>::quiet_NaN();
           std::fill(row.begin(), row.end(), l);
         } else if (m != kNegInf) {
-          double sum = 0.0;
+          double sum = sk == kNegInf ? 0.0 : std::exp(sk - m);
           for (size_t i = 0; i < n; ++i)
             if (w[i] != kNegInf)
               sum += std::exp(w[i] - m);
@@ -331,6 +356,115 @@ void mergeStates(std::span<const TensorRef> os, std::span<const TensorRef> lses,
         storeFromFloat(lse.data, DType::F32, lse.offset(b, h, s),
                        static_cast<float>(l));
       }
+}
+
+int64_t checkPagedAppend(const TensorRef &kNew, const TensorRef &vNew,
+                         const TensorRef &kCache, const TensorRef &vCache,
+                         const PageList &pages) {
+  const std::pair<const char *, const TensorRef *> all[] = {
+      {"k_new", &kNew},
+      {"v_new", &vNew},
+      {"k_cache", &kCache},
+      {"v_cache", &vCache}};
+  for (auto [name, t] : all) {
+    if (t->rank != 4)
+      fail(fmt::format("{}.rank = {}, expected 4", name, t->rank));
+    for (int i = 0; i < 4; ++i) {
+      if (t->shape[i] < 0)
+        fail(
+            fmt::format("{}.shape[{}] = {} is negative", name, i, t->shape[i]));
+      if (t->strides[i] < 0)
+        fail(fmt::format("{}.strides[{}] = {} is negative", name, i,
+                         t->strides[i]));
+    }
+  }
+  if (kNew.dtype != kCache.dtype)
+    fail(fmt::format("k_new.dtype = {}, but k_cache.dtype = {}",
+                     toString(kNew.dtype), toString(kCache.dtype)));
+  if (vNew.dtype != vCache.dtype)
+    fail(fmt::format("v_new.dtype = {}, but v_cache.dtype = {}",
+                     toString(vNew.dtype), toString(vCache.dtype)));
+  const int64_t batch = kNew.shape[0], hk = kNew.shape[1], nNew = kNew.shape[2];
+  auto expect = [](const char *name, const TensorRef &t, int dim, int64_t want,
+                   const char *what) {
+    if (t.shape[dim] != want)
+      fail(fmt::format("{}.shape[{}] = {}, expected {} = {}", name, dim,
+                       t.shape[dim], what, want));
+  };
+  expect("v_new", vNew, 0, batch, "batch (k_new.shape[0])");
+  expect("v_new", vNew, 1, hk, "heads_kv (k_new.shape[1])");
+  expect("v_new", vNew, 2, nNew, "n_new (k_new.shape[2])");
+  expect("v_new", vNew, 3, vCache.shape[3], "head_dim_v (v_cache.shape[3])");
+  expect("k_new", kNew, 3, kCache.shape[3], "head_dim_qk (k_cache.shape[3])");
+  expect("k_cache", kCache, 1, hk, "heads_kv (k_new.shape[1])");
+  expect("v_cache", vCache, 1, hk, "heads_kv (k_new.shape[1])");
+  expect("v_cache", vCache, 0, kCache.shape[0], "num_pages (k_cache.shape[0])");
+  expect("v_cache", vCache, 2, kCache.shape[2], "page_size (k_cache.shape[2])");
+  checkPageSize(kCache.shape[2]);
+  if (pages.batch() != batch)
+    fail(fmt::format("the page table has {} sequences, k_new.shape[0] = {}",
+                     pages.batch(), batch));
+  if (pages.pageSize != kCache.shape[2])
+    fail(fmt::format("the page table's page_size = {}, k_cache.shape[2] = {}",
+                     pages.pageSize, kCache.shape[2]));
+  if (pages.numPages != kCache.shape[0])
+    fail(fmt::format("the page table's num_pages = {}, k_cache.shape[0] = {}",
+                     pages.numPages, kCache.shape[0]));
+  if (static_cast<int64_t>(pages.pageStart.size()) != batch)
+    fail(fmt::format("the page table has {} page starts for {} sequences",
+                     pages.pageStart.size(), batch));
+  const int64_t writes = batch * hk * nNew;
+  for (auto [name, t] : all)
+    if (writes > 0 && t->shape[3] > 0 && !t->data)
+      fail(fmt::format("{}.data is null", name));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = pages.seqLens[b];
+    if (len < nNew)
+      fail(fmt::format("seq_lens[{}] = {} < n_new = {}: the page table must "
+                       "already count the new tokens",
+                       b, len, nNew));
+    if (nNew == 0)
+      continue;
+    const int64_t first = (len - nNew) / pages.pageSize,
+                  last = (len - 1) / pages.pageSize;
+    for (int64_t p = first; p <= last; ++p) {
+      const int64_t at = pages.pageStart[b] + p;
+      if (at < 0 || at >= static_cast<int64_t>(pages.pages.size()))
+        fail(fmt::format("sequence {}: page entry {} outside the {} page ids "
+                         "of the table",
+                         b, at, pages.pages.size()));
+      const int32_t id = pages.pages[static_cast<size_t>(at)];
+      if (id < 0 || id >= pages.numPages)
+        fail(fmt::format("page id {} of sequence {} (entry {}) outside [0, "
+                         "{})",
+                         id, b, at, pages.numPages));
+    }
+  }
+  return nNew;
+}
+
+void appendPagedKV(const TensorRef &kNew, const TensorRef &vNew,
+                   const TensorRef &kCache, const TensorRef &vCache,
+                   const PageList &pages) {
+  const int64_t nNew = checkPagedAppend(kNew, vNew, kCache, vCache, pages);
+  const int64_t ps = pages.pageSize;
+  for (int64_t b = 0; b < kNew.shape[0]; ++b)
+    for (int64_t i = 0; i < nNew; ++i) {
+      const int64_t pos = pages.seqLens[b] - nNew + i;
+      const int32_t page = pages.pageOf(b, pos);
+      for (int64_t h = 0; h < kNew.shape[1]; ++h) {
+        const TensorRef *src[] = {&kNew, &vNew}, *dst[] = {&kCache, &vCache};
+        for (int t = 0; t < 2; ++t) {
+          const int size = byteSize(src[t]->dtype);
+          for (int64_t d = 0; d < src[t]->shape[3]; ++d)
+            std::memcpy(static_cast<char *>(dst[t]->data) +
+                            dst[t]->offset(page, h, pos % ps, d) * size,
+                        static_cast<const char *>(src[t]->data) +
+                            src[t]->offset(b, h, i, d) * size,
+                        static_cast<size_t>(size));
+        }
+      }
+    }
 }
 
 } // namespace flashjit

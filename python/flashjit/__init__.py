@@ -17,7 +17,7 @@ from ._errors import (CompileError, DriverError, Error, InternalError,
                       UserError)
 from ._api import (SINK, BlockMask, Kernel, attention, attention_backward,
                    canonical_expr, canonical_spec, compile, load,
-                   spec_text)
+                   merge_states, paged_append, spec_text)
 from ._api import version as _library_version
 
 
@@ -37,6 +37,6 @@ def _version():
 __version__ = _version()
 
 __all__ = ["attention", "attention_backward", "compile", "load", "Kernel",
-           "BlockMask", "spec_text", "canonical_expr", "canonical_spec",
+           "BlockMask", "merge_states", "paged_append", "spec_text", "canonical_expr", "canonical_spec",
            "Error", "UserError", "CompileError", "DriverError",
            "InternalError", "SINK", "__version__"]

@@ -619,6 +619,61 @@ class Kernel:
         lib.check(status)
         return (out, lse) if self.return_lse else out
 
+    def run_paged(self, q, k_cache, v_cache, *, kv_indptr=None,
+                  kv_indices=None, kv_last_page_len=None, block_table=None,
+                  seq_lens=None, out=None, lse=None, params=None,
+                  buffers=None, sink=None):
+        """Paged decoding (README "Serving") with a CPU kernel compiled with
+        ``varlen=True``: q [B, Hq, q_len, Dqk] (the last q_len positions of
+        each sequence; use causal="bottom_right") against k_cache
+        [num_pages, Hkv, page_size, Dqk] and v_cache (any strides) through
+        a CSR (``kv_indptr``, ``kv_indices``, ``kv_last_page_len``) or
+        block-table (``block_table``, ``seq_lens``) page table (int32,
+        copied to the host, checked). Returns O [B, Hq, q_len, Dv] (and
+        LSE [B, Hq, q_len] when the spec returns it). ``params``,
+        ``buffers``, ``sink`` as in ``run``. GPU decode kernels are not
+        reachable from Python yet. Raises UserError naming the field."""
+        if self.target != "cpu" or not self.varlen or self.block_sparse:
+            raise UserError("run_paged needs a CPU kernel compiled with "
+                            "varlen=True (GPU decode kernels are not in the "
+                            "Python API yet)")
+        lib = self._lib
+        qv = _dlpack.view(q, "q")
+        kv = _dlpack.view(k_cache, "k_cache")
+        vv = _dlpack.view(v_cache, "v_cache")
+        for x in (qv, kv, vv):
+            _same_device(x, "cpu")
+        tq, tk, tv = (_tensor(qv, "q", (4,)), _tensor(kv, "k_cache", (4,)),
+                      _tensor(vv, "v_cache", (4,)))
+        if out is None:
+            out = _empty(q, (qv.shape[0], qv.shape[1], qv.shape[2],
+                             vv.shape[3]), self.dtype_o, qv.device_type,
+                         qv.device_id)
+        ov = _dlpack.view(out, "out")
+        _same_device(ov, "cpu")
+        if ov.readonly:
+            raise UserError("out is read-only")
+        to = _tensor(ov, "out", (4,))
+        tl = None
+        if self.return_lse:
+            if lse is None:
+                lse = _empty(q, tuple(qv.shape[:3]), "float32",
+                             qv.device_type, qv.device_id)
+            lv = _dlpack.view(lse, "lse")
+            _same_device(lv, "cpu")
+            tl = _tensor(lv, "lse", (3,))
+        elif lse is not None:
+            raise UserError("lse given, but the kernel's spec has lse=false")
+        table, keep = _page_table(kv_indptr, kv_indices, kv_last_page_len,
+                                  block_table, seq_lens)
+        args = _Args(params, buffers, "cpu", None, sink)
+        ref = ctypes.byref
+        lib.check(lib.fn("flashjit_run_paged")(
+            self._handle, ref(tq), ref(tk), ref(tv), ref(table), ref(to),
+            ref(tl) if tl is not None else None, args.array, args.n))
+        del keep
+        return (out, lse) if self.return_lse else out
+
     def build_block_mask(self, batch=None, seqlen_q=None, seqlen_k=None, *,
                          params=None, buffers=None, cu_seqlens_q=None,
                          cu_seqlens_k=None, stream=None):
@@ -955,3 +1010,163 @@ def attention_backward(q, k, v, o, lse, d_o, mask=None, score=None,
     return kernel.backward(q, k, v, o, lse, d_o, params=params,
                            buffers=buffers, grads=grads, stream=stream,
                            sink=sink)
+
+
+# ---- Serving (issue 17, README "Serving") ----
+
+def _device_ordinal(view):
+    if view.device_type == _dlpack.KDL_CPU:
+        return -1
+    if view.device_type in (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED):
+        return view.device_id
+    raise UserError(f"{view.name} is on {view.device}: flashjit takes host "
+                    f"or CUDA memory")
+
+
+def merge_states(os, lses, *, sink=None, out=None, lse=None, stream=None):
+    """Merges attention states over disjoint key sets of the same query rows
+    (cascade inference, split-KV, context parallelism): ``os`` a sequence of
+    O tensors [batch, heads, seqlen, head_dim] (float16, bfloat16 or
+    float32, any strides) and ``lses`` their LSEs [batch, heads, seqlen]
+    (float32), all on one device (numpy on the CPU, torch/CuPy on a GPU).
+    Returns ``(O, LSE)`` with lse = log(exp(sink[h]) + sum_i exp(lse_i))
+    and O = sum_i exp(lse_i - lse) O_i; a state with LSE = -inf carries no
+    weight, a row with none gets O = 0 and LSE = sink[h] (-inf without a
+    sink). ``sink``: None or a 1-D float32 array of ``heads`` logits on the
+    same device, entered once. ``out``/``lse``: outputs (may be one of the
+    inputs), else allocated like ``os[0]``. On a GPU at most 32 states per
+    call. Raises UserError naming the bad tensor and field."""
+    os, lses = list(os), list(lses)
+    if not os or len(os) != len(lses):
+        raise UserError(f"merge_states: {len(os)} O tensors and {len(lses)} "
+                        f"LSE tensors: need at least one of each, as many")
+    lib = _lib()
+    dev_type, dev_id = _dlpack.device_of(os[0], "os[0]")
+    dl_stream, launch = _streams(os[0], dev_type, dev_id, stream)
+    ovs = [_dlpack.view(x, f"os[{i}]", dl_stream) for i, x in enumerate(os)]
+    lvs = [_dlpack.view(x, f"lses[{i}]", dl_stream)
+           for i, x in enumerate(lses)]
+    device = ordinal = None
+    ordinal = _device_ordinal(ovs[0])
+    device = "cpu" if ordinal < 0 else f"cuda:{ordinal}"
+    for v in ovs + lvs:
+        _same_device(v, device)
+    ts = (_capi.Tensor * len(ovs))(*[_tensor(v, f"os[{i}]", (4,))
+                                     for i, v in enumerate(ovs)])
+    tl = (_capi.Tensor * len(lvs))(
+        *[_tensor(v, f"lses[{i}]", (3,), {"float32": _FLOAT["float32"]})
+          for i, v in enumerate(lvs)])
+    shape = tuple(ovs[0].shape)
+    if out is None:
+        out = _empty(os[0], shape, ovs[0].dtype, dev_type, dev_id)
+    if lse is None:
+        lse = _empty(os[0], shape[:3], "float32", dev_type, dev_id)
+    ov = _dlpack.view(out, "out", dl_stream)
+    lv = _dlpack.view(lse, "lse", dl_stream)
+    for v in (ov, lv):
+        _same_device(v, device)
+        if v.readonly:
+            raise UserError(f"{v.name} is read-only")
+    to = _tensor(ov, "out", (4,))
+    tlo = _tensor(lv, "lse", (3,), {"float32": _FLOAT["float32"]})
+    sink_ptr, sink_n, keep = None, 0, None
+    if sink is not None:
+        keep = _dlpack.view(sink, "sink", dl_stream)
+        if keep.dtype != "float32" or len(keep.shape) != 1:
+            raise UserError(f"sink must be a 1-D float32 array of heads "
+                            f"logits, got {keep.dtype} of shape "
+                            f"{list(keep.shape)}")
+        if keep.shape[0] > 1 and keep.strides[0] != 1:
+            raise UserError(f"sink must be contiguous (stride "
+                            f"{keep.strides[0]})")
+        _same_device(keep, device)
+        sink_ptr = ctypes.cast(ctypes.c_void_p(keep.data),
+                               ctypes.POINTER(ctypes.c_float))
+        sink_n = keep.shape[0]
+    ref = ctypes.byref
+    lib.check(lib.fn("flashjit_merge_states")(
+        ts, tl, len(ovs), ref(to), ref(tlo), sink_ptr, sink_n, ordinal,
+        ctypes.c_void_p(launch)))
+    return out, lse
+
+
+def _page_table(kv_indptr, kv_indices, kv_last_page_len, block_table,
+                seq_lens):
+    """(flashjit_page_table, arrays to keep alive) from one layout's
+    arrays (host copies are made of device arrays)."""
+    t = _capi.PageTable()
+    keep = []
+    csr = (kv_indptr, kv_indices, kv_last_page_len)
+    if block_table is not None or seq_lens is not None:
+        if any(x is not None for x in csr):
+            raise UserError("give one page-table layout: kv_indptr, "
+                            "kv_indices, kv_last_page_len (CSR) or "
+                            "block_table, seq_lens")
+        if block_table is None or seq_lens is None:
+            raise UserError("a block table needs block_table and seq_lens")
+        lens, batch = _host_int32(seq_lens, "seq_lens")
+        if hasattr(block_table, "shape") and len(block_table.shape) == 2:
+            rows, cols = block_table.shape
+            flat = (block_table.reshape(-1) if hasattr(block_table, "reshape")
+                    else block_table)
+        else:
+            raise UserError("block_table must be a 2-D int32 array [batch, "
+                            "max_pages]")
+        if rows != batch:
+            raise UserError(f"block_table has {rows} rows, seq_lens {batch} "
+                            f"entries")
+        if hasattr(flat, "contiguous"):
+            flat = flat.contiguous()
+        table, _ = _host_int32(flat, "block_table")
+        t.layout, t.batch, t.max_pages = 1, batch, cols
+        t.block_table, t.seq_lens = table, lens
+        keep += [lens, table]
+    else:
+        if any(x is None for x in csr):
+            raise UserError("a CSR page table needs kv_indptr, kv_indices "
+                            "and kv_last_page_len (or give block_table and "
+                            "seq_lens)")
+        indptr, n1 = _host_int32(kv_indptr, "kv_indptr")
+        indices, ni = _host_int32(kv_indices, "kv_indices")
+        last, nb = _host_int32(kv_last_page_len, "kv_last_page_len")
+        t.layout, t.batch = 0, n1 - 1
+        t.kv_indptr, t.kv_indices, t.num_indices = indptr, indices, ni
+        t.kv_last_page_len = last
+        keep += [indptr, indices, last]
+    return t, keep
+
+
+def paged_append(k_new, v_new, k_cache, v_cache, *, kv_indptr=None,
+                 kv_indices=None, kv_last_page_len=None, block_table=None,
+                 seq_lens=None, stream=None):
+    """Writes k_new [batch, heads_kv, n_new, head_dim_qk] and v_new [batch,
+    heads_kv, n_new, head_dim_v] as the last n_new tokens of every sequence
+    into the paged caches k_cache [num_pages, heads_kv, page_size,
+    head_dim_qk] and v_cache (any strides; a [pages, page_size, heads,
+    dim] tensor permuted to that order works), through a page table that
+    already counts the new tokens: CSR (``kv_indptr``, ``kv_indices``,
+    ``kv_last_page_len``) or block table (``block_table`` [batch,
+    max_pages], ``seq_lens``); int32, copied to the host and checked (page
+    ids, lengths). All tensors on one device. Raises UserError naming the
+    field and value."""
+    lib = _lib()
+    dev_type, dev_id = _dlpack.device_of(k_cache, "k_cache")
+    dl_stream, launch = _streams(k_cache, dev_type, dev_id, stream)
+    views = [_dlpack.view(x, n, dl_stream) for x, n in (
+        (k_new, "k_new"), (v_new, "v_new"), (k_cache, "k_cache"),
+        (v_cache, "v_cache"))]
+    ordinal = _device_ordinal(views[2])
+    device = "cpu" if ordinal < 0 else f"cuda:{ordinal}"
+    for v in views:
+        _same_device(v, device)
+    for v in views[2:]:
+        if v.readonly:
+            raise UserError(f"{v.name} is read-only")
+    ts = [_tensor(v, v.name, (4,)) for v in views]
+    table, keep = _page_table(kv_indptr, kv_indices, kv_last_page_len,
+                              block_table, seq_lens)
+    ref = ctypes.byref
+    lib.check(lib.fn("flashjit_paged_append")(
+        ref(ts[0]), ref(ts[1]), ref(ts[2]), ref(ts[3]), ref(table), ordinal,
+        ctypes.c_void_p(launch)))
+    del keep

@@ -69,6 +69,23 @@ class BlockMaskInfo(ctypes.Structure):
         "num_q_tiles", "num_kv_tiles")] + [("varlen", ctypes.c_int)]
 
 
+class PageTable(ctypes.Structure):
+    """flashjit_page_table: a CSR (layout 0) or block-table (layout 1)
+    page table in host memory."""
+
+    _fields_ = [
+        ("layout", ctypes.c_int),
+        ("batch", ctypes.c_int64),
+        ("kv_indptr", ctypes.POINTER(ctypes.c_int32)),
+        ("kv_indices", ctypes.POINTER(ctypes.c_int32)),
+        ("num_indices", ctypes.c_int64),
+        ("kv_last_page_len", ctypes.POINTER(ctypes.c_int32)),
+        ("block_table", ctypes.POINTER(ctypes.c_int32)),
+        ("max_pages", ctypes.c_int64),
+        ("seq_lens", ctypes.POINTER(ctypes.c_int32)),
+    ]
+
+
 _P = ctypes.c_void_p
 _T = ctypes.POINTER(Tensor)
 _A = ctypes.POINTER(Arg)
@@ -117,6 +134,15 @@ _PROTOTYPES = {
                                             ctypes.c_int, _P]),
     "flashjit_run_varlen": (_STATUS, [_P, _T, _T, _T, _T, _T, _I32P, _I32P,
                                       _I64, _P, _A, ctypes.c_int, _P]),
+    "flashjit_merge_states": (_STATUS, [_T, _T, ctypes.c_int, _T, _T,
+                                        ctypes.POINTER(ctypes.c_float), _I64,
+                                        ctypes.c_int, _P]),
+    "flashjit_paged_append": (_STATUS, [_T, _T, _T, _T,
+                                        ctypes.POINTER(PageTable),
+                                        ctypes.c_int, _P]),
+    "flashjit_run_paged": (_STATUS, [_P, _T, _T, _T,
+                                     ctypes.POINTER(PageTable), _T, _T, _A,
+                                     ctypes.c_int]),
     "flashjit_run_backward": (_STATUS, [_P, _T, _T, _T, _T, _T, _T, _T, _T,
                                         _T, _A, ctypes.c_int,
                                         ctypes.POINTER(Grad), ctypes.c_int,

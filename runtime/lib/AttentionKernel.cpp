@@ -139,10 +139,22 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
                        c.numWarps, c.rowsPerWarp, c.blockN);
   if (c.kind == KernelKind::Backward)
     return backwardLaunchMismatch(spec, info, ptx);
-  if (c.kind != KernelKind::Forward)
-    return fmt::format("a {} kernel is not launched as a forward or "
-                       "backward kernel",
-                       toString(c.kind));
+  if (c.kind == KernelKind::Decode) {
+    // `<name>_decode` (the variant's arguments follow the fixed ones) and
+    // `<name>_decode_merge` (no variant arguments; the sink pointer last
+    // for a spec with a sink).
+    if (std::string why =
+            entryMismatch(ptx, info.name + abi::gpu::kDecodeSuffix,
+                          expectedParams(spec, abi::gpu::decodeArgTypes()),
+                          c.threads(), c.minBlocksPerSM);
+        !why.empty())
+      return why;
+    std::vector<std::string> merge;
+    for (abi::gpu::ArgType t : abi::gpu::mergeArgTypes(spec.sink))
+      merge.push_back(ptxType(t));
+    return entryMismatch(ptx, info.name + abi::gpu::kDecodeMergeSuffix, merge,
+                         abi::gpu::kMergeThreads, -1);
+  }
   if (std::string why = entryMismatch(
           ptx, info.name,
           expectedParams(spec, abi::gpu::forwardArgTypes(

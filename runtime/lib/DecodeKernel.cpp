@@ -58,7 +58,25 @@ DevicePageTable::DevicePageTable(const PageList &pages, Device &device)
     : seqLens_(pages.seqLens), pageSize_(pages.pageSize),
       numPages_(pages.numPages), maxSeqLen_(pages.maxSeqLen()) {
   std::vector<int32_t> ids(pages.pages.begin(), pages.pages.end()), start, lens;
+  if (static_cast<int64_t>(pages.pageStart.size()) != pages.batch())
+    fail(fmt::format("the page list has {} page starts for {} sequences",
+                     pages.pageStart.size(), pages.batch()));
   for (int64_t b = 0; b < pages.batch(); ++b) {
+    const int64_t used =
+        pages.pageSize > 0
+            ? (pages.seqLens[b] + pages.pageSize - 1) / pages.pageSize
+            : 0;
+    for (int64_t p = 0; p < used; ++p) {
+      const int64_t at = pages.pageStart[b] + p;
+      if (at < 0 || at >= static_cast<int64_t>(ids.size()))
+        fail(fmt::format("sequence {}: page entry {} outside the {} page ids "
+                         "of the table",
+                         b, at, ids.size()));
+      if (ids[at] < 0 || ids[at] >= pages.numPages)
+        fail(fmt::format("page id {} of sequence {} (entry {}) outside [0, "
+                         "{}) (num_pages)",
+                         ids[at], b, at, pages.numPages));
+    }
     if (pages.pageStart[b] > std::numeric_limits<int32_t>::max() ||
         pages.seqLens[b] > std::numeric_limits<int32_t>::max())
       fail(fmt::format("page table entry {}: start {} / length {} beyond "
@@ -70,6 +88,18 @@ DevicePageTable::DevicePageTable(const PageList &pages, Device &device)
   pages_ = upload(device, ids);
   start_ = upload(device, start);
   lens_ = upload(device, lens);
+  hostPages_ = std::move(ids);
+  hostStart_ = pages.pageStart;
+}
+
+PageList DevicePageTable::hostList() const {
+  PageList l;
+  l.pageSize = pageSize_;
+  l.numPages = numPages_;
+  l.pageStart = hostStart_;
+  l.seqLens = seqLens_;
+  l.pages = hostPages_;
+  return l;
 }
 
 DevicePageTable DevicePageTable::contiguous(std::span<const int32_t> seqLens,
@@ -136,6 +166,11 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
     fail(fmt::format("kernel '{}' has kind '{}'; GpuDecodeKernel runs "
                      "'decode' kernels (GpuCompileOptions::kind)",
                      info_.name, toString(info_.config.kind)));
+  if (std::string why = gpuLaunchConfigMismatch(spec_, info_, ptx);
+      !why.empty())
+    fail(fmt::format("decode kernel '{}': its launch configuration does not "
+                     "match its module: {}",
+                     info_.name, why));
   module_ = Module::fromPtx(device, ptx);
   decode_ = module_.function(info_.name + abi::gpu::kDecodeSuffix);
   merge_ = module_.function(info_.name + abi::gpu::kDecodeMergeSuffix);
@@ -212,6 +247,12 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
     requireAligned("lse", *lse, 4, 1);
   }
   args.validateFor(spec_.variant);
+  // The sink is device memory: its presence and length are checked here.
+  args.validateSinkFor(spec_, /*hostValues=*/false);
+  if (spec_.sink && reinterpret_cast<uintptr_t>(args.sink.data) % 4)
+    fail(fmt::format("sink.data = {} is not 4-byte aligned (fp32 device "
+                     "memory)",
+                     args.sink.data));
   for (auto [name, t] : {std::pair{"q", &q}, std::pair{"k_cache", &kCache},
                          std::pair{"v_cache", &vCache}, std::pair{"o", &o}})
     requireUnitInner(name, *t);
@@ -312,6 +353,8 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   for (int i = 0; i < 3; ++i)
     m.add(writeLse ? lse->strides[i] : scratch[i]);
   m.add(static_cast<int32_t>(splits));
+  if (spec_.sink)
+    m.add(const_cast<void *>(args.sink.data));
   LaunchConfig mc;
   mc.grid = {static_cast<unsigned>(s.qLen), static_cast<unsigned>(s.headsQ),
              static_cast<unsigned>(s.batch)};

@@ -6,7 +6,10 @@
 // a page shared by two sequences, both page-table layouts, the [pages,
 // page_size, heads, dim] cache layout, NaN in every unused slot and page,
 // forced split counts (with empty splits), q_len 1..64, a contiguous
-// cache. The [.decodebench] case times K+V bandwidth.
+// cache; decode kernels with an attention sink (1 split = many splits =
+// the reference, empty sequences LSE = sink); GpuPagedOps' merge_states
+// (2-way, n-way, sink) and append against the host versions. The
+// [.decodebench] case times K+V bandwidth.
 //
 //===----------------------------------------------------------------------===//
 #include "DecodeKernels.h"
@@ -17,6 +20,7 @@
 #include "flashjit/runtime/DecodeKernel.h"
 #include "flashjit/runtime/Driver.h"
 #include "flashjit/runtime/Launch.h"
+#include "flashjit/runtime/PagedOps.h"
 
 #include <fmt/format.h>
 
@@ -116,6 +120,26 @@ void fillPaged(GpuTensor &c, const PagedCase &pc, std::mt19937_64 &rng) {
   c.device.copyFromHost(c.host.data(), c.host.size());
 }
 
+/// A spec with an attention sink: sink[heads_q] uniform in [-2, 3], head 1
+/// -inf (no sink), bound on \p va's host and device arguments.
+struct SinkArgs {
+  std::vector<float> host;
+  std::unique_ptr<DeviceBuffer> device;
+  SinkArgs(Device &dev, const AttentionSpec &spec, std::mt19937_64 &rng,
+           test::VariantArgs &va) {
+    if (!spec.sink)
+      return;
+    std::uniform_real_distribution<float> u(-2.0f, 3.0f);
+    for (int h = 0; h < spec.headsQ; ++h)
+      host.push_back(h == 1 ? -INFINITY : u(rng));
+    device = std::make_unique<DeviceBuffer>(dev, host.size() * 4);
+    device->copyFromHost(host.data(), host.size() * 4);
+    va.host.bindSink(host.data(), int64_t(host.size()));
+    va.device.bindSink(static_cast<const float *>(device->data()),
+                       int64_t(host.size()));
+  }
+};
+
 /// Runs \p kernel on one paged case and checks O and LSE against the
 /// float64 paged reference.
 void checkPaged(Device &dev, const GpuDecodeKernel &kernel,
@@ -145,6 +169,7 @@ void checkPaged(Device &dev, const GpuDecodeKernel &kernel,
   PageList list = pc.list(csr);
   DevicePageTable table(list, dev);
   test::VariantArgs va(dev, spec, qLen, list.maxSeqLen());
+  SinkArgs sink(dev, spec, rng, va);
   kernel.run(q.deviceRef, kc.deviceRef, vc.deviceRef, table, o.deviceRef,
              &lse.deviceRef, va.device, numSplits);
   o.download();
@@ -384,4 +409,226 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
       }
     }
   }
+}
+
+TEST_CASE("decode with a sink: 1 split = many splits = the reference; "
+          "empty sequences give LSE = sink",
+          "[gpu][decode][sink]") {
+  // Issue 22: the sink joins the merge once, so every split count gives the
+  // same O and LSE (to fp32 rounding), and a sequence with no key gets
+  // O = 0, LSE = sink[h] (-inf for head 1, which has none).
+  Device &dev = Device::get(0);
+  for (const testing::DecodeKernel &k : testing::decodeKernels()) {
+    if (!k.spec.sink || !selected(k.id))
+      continue;
+    INFO(k.id);
+    auto kernel = loadDecode(k, dev);
+    const AttentionSpec &spec = k.spec;
+    std::mt19937_64 rng(std::random_device{}());
+    const int64_t qLen = 3, ps = 16;
+    PagedCase pc(rng, ps, {613, 0, 2, 129});
+    const int64_t batch = 4;
+    GpuTensor q(dev, spec.dtypeQ, {batch, spec.headsQ, qLen, spec.headDimQK});
+    GpuTensor kc(dev, spec.dtypeK,
+                 {pc.numPages, spec.headsKV, ps, spec.headDimQK});
+    GpuTensor vc(dev, spec.dtypeV,
+                 {pc.numPages, spec.headsKV, ps, spec.headDimV});
+    GpuTensor o(dev, spec.dtypeO, {batch, spec.headsQ, qLen, spec.headDimV});
+    GpuTensor lse(dev, DType::F32, {batch, spec.headsQ, qLen, 1}, 3);
+    q.randomize(rng);
+    fillPaged(kc, pc, rng);
+    fillPaged(vc, pc, rng);
+    PageList list = pc.list(false);
+    DevicePageTable table(list, dev);
+    test::VariantArgs va(dev, spec, qLen, list.maxSeqLen());
+    SinkArgs sink(dev, spec, rng, va);
+    ReferenceOutput want = referencePagedAttention(spec, q.hostRef, kc.hostRef,
+                                                   vc.hostRef, list, va.host);
+    std::vector<float> oneSplit, oneLse;
+    for (int splits : {1, 2, 7, 0}) {
+      INFO("splits " << splits);
+      o.poison();
+      lse.poison();
+      kernel->run(q.deviceRef, kc.deviceRef, vc.deviceRef, table, o.deviceRef,
+                  &lse.deviceRef, va.device, splits);
+      o.download();
+      lse.download();
+      test::compareOutputs(spec, o, lse, want, batch, qLen);
+      for (int64_t h = 0; h < spec.headsQ; ++h)
+        for (int64_t i = 0; i < qLen; ++i) {
+          // The empty sequence: LSE = sink[h] (to fp32 rounding: the
+          // merge works in log2 units), -inf for head 1.
+          if (std::isinf(sink.host[h]))
+            CHECK(lse.at(1, h, i) == sink.host[h]);
+          else
+            CHECK(std::fabs(lse.at(1, h, i) - sink.host[h]) <=
+                  1e-6f * (1 + std::fabs(sink.host[h])));
+          CHECK(o.at(1, h, i, 0) == 0.0f);
+        }
+      std::vector<float> all, lses;
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t h = 0; h < spec.headsQ; ++h)
+          for (int64_t i = 0; i < qLen; ++i) {
+            lses.push_back(lse.at(b, h, i));
+            for (int64_t d = 0; d < spec.headDimV; ++d)
+              all.push_back(o.at(b, h, i, d));
+          }
+      if (splits == 1) {
+        oneSplit = all;
+        oneLse = lses;
+        continue;
+      }
+      double worst = 0, worstLse = 0;
+      for (size_t e = 0; e < all.size(); ++e)
+        worst = std::max(worst, double(std::fabs(all[e] - oneSplit[e])));
+      for (size_t e = 0; e < lses.size(); ++e)
+        if (std::isfinite(oneLse[e]))
+          worstLse = std::max(worstLse, double(std::fabs(lses[e] - oneLse[e])) /
+                                            (1.0 + std::fabs(oneLse[e])));
+        else
+          CHECK(lses[e] == oneLse[e]);
+      INFO("max |O(splits) - O(1 split)| = " << worst << ", LSE " << worstLse);
+      CHECK(worst <= test::tolerance(spec.dtypeO));
+      CHECK(worstLse <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("GPU merge_states matches the host merge (2-way, n-way, sink)",
+          "[gpu][decode][merge]") {
+  Device &dev = Device::get(0);
+  GpuPagedOps ops(dev);
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t B = 3, H = 5, S = 7, D = 72;
+  for (int n : {2, 5})
+    for (bool withSink : {false, true}) {
+      INFO(n << " states" << (withSink ? " with a sink" : ""));
+      std::vector<std::unique_ptr<GpuTensor>> os, lses;
+      std::vector<TensorRef> hostO, hostL, devO, devL;
+      std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+      for (int i = 0; i < n; ++i) {
+        DType dt = i % 3 == 0   ? DType::BF16
+                   : i % 3 == 1 ? DType::F32
+                                : DType::F16;
+        os.push_back(std::make_unique<GpuTensor>(
+            dev, dt, std::array<int64_t, 4>{B, H, S, D}, 4, i % 2 == 1));
+        lses.push_back(std::make_unique<GpuTensor>(
+            dev, DType::F32, std::array<int64_t, 4>{B, H, S, 1}, 3));
+        os.back()->randomize(rng);
+        // LSEs in [-3, 3]; state 1 empty (-inf, O NaN) on every third row,
+        // every state empty on row (0, 0, 0).
+        GpuTensor &l = *lses.back();
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t s = 0; s < S; ++s) {
+              bool empty = (b == 0 && h == 0 && s == 0) ||
+                           (i == 1 && (b * H * S + h * S + s) % 3 == 0);
+              storeFromFloat(l.hostRef.data, DType::F32,
+                             l.hostRef.offset(b, h, s),
+                             empty ? -INFINITY : u(rng));
+              if (empty)
+                for (int64_t d = 0; d < D; ++d)
+                  storeFromFloat(os.back()->hostRef.data,
+                                 os.back()->hostRef.dtype,
+                                 os.back()->hostRef.offset(b, h, s, d), NAN);
+            }
+        l.device.copyFromHost(l.host.data(), l.host.size());
+        os.back()->device.copyFromHost(os.back()->host.data(),
+                                       os.back()->host.size());
+        hostO.push_back(os.back()->hostRef);
+        hostL.push_back(l.hostRef);
+        devO.push_back(os.back()->deviceRef);
+        devL.push_back(l.deviceRef);
+      }
+      std::vector<float> sink;
+      for (int64_t h = 0; h < H; ++h)
+        sink.push_back(h == 2 ? -INFINITY : u(rng));
+      DeviceBuffer sinkDev(dev, sink.size() * 4);
+      sinkDev.copyFromHost(sink.data(), sink.size() * 4);
+      GpuTensor o(dev, DType::BF16, {B, H, S, D}),
+          lo(dev, DType::F32, {B, H, S, 1}, 3);
+      GpuTensor want(dev, DType::BF16, {B, H, S, D}),
+          wantL(dev, DType::F32, {B, H, S, 1}, 3);
+      o.poison();
+      lo.poison();
+      mergeStates(hostO, hostL, want.hostRef, wantL.hostRef,
+                  withSink ? std::span<const float>(sink)
+                           : std::span<const float>());
+      if (n == 2)
+        ops.mergeStates(
+            devO[0], devL[0], devO[1], devL[1], o.deviceRef, lo.deviceRef,
+            withSink ? static_cast<const float *>(sinkDev.data()) : nullptr,
+            withSink ? H : 0);
+      else
+        ops.mergeStates(devO, devL, o.deviceRef, lo.deviceRef,
+                        withSink ? static_cast<const float *>(sinkDev.data())
+                                 : nullptr,
+                        withSink ? H : 0);
+      o.download();
+      lo.download();
+      int64_t mismatches = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t s = 0; s < S; ++s) {
+            const float wl = wantL.at(b, h, s), gl = lo.at(b, h, s);
+            mismatches += !(wl == gl ||
+                            std::fabs(wl - gl) <= 1e-6f * (1 + std::fabs(wl)));
+            for (int64_t d = 0; d < D; ++d)
+              mismatches += o.at(b, h, s, d) != want.at(b, h, s, d) &&
+                            std::fabs(o.at(b, h, s, d) - want.at(b, h, s, d)) >
+                                1e-2f * std::fabs(want.at(b, h, s, d));
+          }
+      CHECK(mismatches == 0);
+      // Row (0, 0, 0): every state empty: O = 0, LSE = sink[0] or -inf.
+      CHECK(lo.at(0, 0, 0) == (withSink ? sink[0] : -INFINITY));
+      CHECK(o.at(0, 0, 0, 5) == 0.0f);
+    }
+  GpuTensor one(dev, DType::F32, {1, 1, 1, 2});
+  std::vector<TensorRef> many(33, one.deviceRef);
+  GpuTensor l1(dev, DType::F32, {1, 1, 1, 1}, 3);
+  std::vector<TensorRef> manyL(33, l1.deviceRef);
+  CHECK_THROWS_WITH(ops.mergeStates(many, manyL, many[0], l1.deviceRef),
+                    Catch::Contains("33 states"));
+}
+
+TEST_CASE("GPU append writes what the host append writes",
+          "[gpu][decode][append]") {
+  Device &dev = Device::get(0);
+  GpuPagedOps ops(dev);
+  std::mt19937_64 rng(std::random_device{}());
+  for (int64_t ps : {1, 16, 64})
+    for (bool nhd : {false, true}) {
+      INFO("page_size " << ps
+                        << (nhd ? " [pages, page_size, heads, dim]" : ""));
+      PagedCase pc(rng, ps, {300, 5, 77});
+      // With page size 1, sequence 1 shares sequence 0's first page; the
+      // appended tokens (the last 5 of each sequence) never collide.
+      GpuTensor kc(dev, DType::BF16, {pc.numPages, 3, ps, 64}, 4, nhd);
+      GpuTensor vc(dev, DType::F16, {pc.numPages, 3, ps, 32}, 4, nhd);
+      fillPaged(kc, pc, rng);
+      fillPaged(vc, pc, rng);
+      GpuTensor kn(dev, DType::BF16, {3, 3, 5, 64}),
+          vn(dev, DType::F16, {3, 3, 5, 32});
+      kn.randomize(rng);
+      vn.randomize(rng);
+      for (bool csr : {true, false}) {
+        PageList list = pc.list(csr);
+        DevicePageTable table(list, dev);
+        ops.append(kn.deviceRef, vn.deviceRef, kc.deviceRef, vc.deviceRef,
+                   table);
+        appendPagedKV(kn.hostRef, vn.hostRef, kc.hostRef, vc.hostRef, list);
+        std::vector<uint8_t> kh = kc.host, vh = vc.host;
+        kc.download();
+        vc.download();
+        CHECK(kh == kc.host); // bit for bit, NaN slots included
+        CHECK(vh == vc.host);
+      }
+      PageList list = pc.list(true);
+      DevicePageTable table(list, dev);
+      GpuTensor kn6(dev, DType::BF16, {3, 3, 6, 64}),
+          vn6(dev, DType::F16, {3, 3, 6, 32});
+      CHECK_THROWS_WITH(ops.append(kn6.deviceRef, vn6.deviceRef, kc.deviceRef,
+                                   vc.deviceRef, table),
+                        Catch::Contains("seq_lens[1] = 5 < n_new = 6"));
+    }
 }

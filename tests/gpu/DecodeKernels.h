@@ -22,7 +22,8 @@ struct DecodeKernel {
 };
 
 /// bf16, head dim 128, GQA 32/8 unless the id says otherwise; causal masks
-/// bottom-right (the decode convention).
+/// bottom-right (the decode convention). Ids starting "dec_sink" have an
+/// attention sink (AttentionSpec::sink).
 inline std::vector<DecodeKernel> decodeKernels() {
   auto base = [](const char *name, int hq, int hk) {
     AttentionSpec s;
@@ -54,6 +55,17 @@ inline std::vector<DecodeKernel> decodeKernels() {
   fp16.dtypeQ = fp16.dtypeK = fp16.dtypeV = fp16.dtypeO = DType::F16;
   fp16.causal = Causal::BottomRight;
   out.push_back({"dec_causal_mha_d64_f16", fp16});
+  // Attention sinks (issue 22): the sink joins the merge once.
+  AttentionSpec sink = base("dec_sink", 32, 8);
+  sink.sink = true;
+  out.push_back({"dec_sink_g4", sink});
+  AttentionSpec sinkCausal = base("dec_sink_causal", 6, 2);
+  sinkCausal.headDimQK = sinkCausal.headDimV = 64;
+  sinkCausal.dtypeQ = sinkCausal.dtypeK = sinkCausal.dtypeV =
+      sinkCausal.dtypeO = DType::F16;
+  sinkCausal.causal = Causal::BottomRight;
+  sinkCausal.sink = true;
+  out.push_back({"dec_sink_causal_g3_d64_f16", sinkCausal});
   return out;
 }
 

@@ -20,11 +20,13 @@
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Paged.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/frontend/Reference.h"
 #include "flashjit/runtime/BuildId.h"
 #include "flashjit/runtime/Cache.h"
+#include "flashjit/runtime/CpuDecode.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/JitLink.h"
 #include "flashjit/runtime/Launch.h"
@@ -154,12 +156,14 @@ cl::opt<bool> blockSparseFlag(
     cl::sub(compileCmd), cl::sub(inspectCmd), cl::sub(runCmd));
 cl::opt<std::string> kernelFlag(
     "kernel",
-    cl::desc("fwd | bwd: the forward or the backward (gradients) kernel "
-             "(CPU compile/inspect of bwd: in memory, not cached; GPU bwd "
-             "and bundles: cached; bundle also takes fwd,bwd; the GPU bwd "
-             "takes the tile flags only with --kernel bwd alone)"),
+    cl::desc("fwd | bwd | decode: the forward or the backward (gradients) "
+             "kernel (CPU compile/inspect of bwd: in memory, not cached; GPU "
+             "bwd and bundles: cached; bundle also takes fwd,bwd; the GPU bwd "
+             "takes the tile flags only with --kernel bwd alone); decode: "
+             "compile the GPU split-KV decode kernels (not cached), run paged "
+             "decoding on the CPU (--paged, --page-size)"),
     cl::init("fwd"), cl::sub(compileCmd), cl::sub(inspectCmd),
-    cl::sub(bundleCmd));
+    cl::sub(bundleCmd), cl::sub(runCmd));
 cl::opt<std::string> outDir("out",
                             cl::desc("compile: also copy every stage here; "
                                      "bundle: the bundle directory"),
@@ -247,6 +251,16 @@ cl::list<std::string> runBuffers(
              "buffer<...>(NAME) of the variant (repeatable; every buffer "
              "needs one)"),
     cl::sub(runCmd));
+cl::opt<std::string>
+    runPaged("paged",
+             cl::desc("run --kernel decode: the page table, csr (FlashInfer) "
+                      "or block-table (vLLM) (default: csr)"),
+             cl::init("csr"), cl::sub(runCmd));
+cl::opt<int64_t>
+    runPageSize("page-size",
+                cl::desc("run --kernel decode: tokens per page, a power of "
+                         "two in 1..256 (default: 16)"),
+                cl::init(16), cl::sub(runCmd));
 cl::list<std::string>
     runParams("param",
               cl::desc("NAME=VALUE for a param<...>(NAME) of the variant "
@@ -538,7 +552,11 @@ bool wantsBackward() {
   return kernelFlag == "bwd";
 }
 
+int compileDecode();
+
 int runCompile() {
+  if (kernelFlag == "decode")
+    return compileDecode();
   AttentionSpec spec = specFromFlags();
   std::string target = oneTarget();
   llvm::outs() << "spec    " << printSpec(spec) << "\n";
@@ -1202,6 +1220,222 @@ double runTolerance(DType dtypeO) {
   return dtypeO == DType::BF16 ? 2e-2 : dtypeO == DType::F16 ? 4e-3 : 4e-4;
 }
 
+/// `compile --kernel decode`: the GPU split-KV decode kernels
+/// (`<name>_decode`, `<name>_decode_merge`) of the spec for a GPU target,
+/// compiled in memory (not cached) and assembled by ptxas.
+int compileDecode() {
+  AttentionSpec spec = specFromFlags();
+  std::string target = oneTarget();
+  if (target == "cpu")
+    userError("--kernel decode --target cpu: the CPU decodes with the "
+              "varlen forward kernel (compile --varlen; run --kernel "
+              "decode)");
+  GpuCompileOptions o;
+  o.arch = target;
+  o.kind = KernelKind::Decode;
+  auto t0 = std::chrono::steady_clock::now();
+  GpuKernelImage img = compileGpu(spec, o);
+  const double ms =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count() *
+      1e3;
+  llvm::outs() << "spec    " << printSpec(spec) << "\n";
+  llvm::outs() << fmt::format(
+      "target  {} decode (in memory, not cached), {:.1f} ms\n"
+      "entries {}_decode {}_decode_merge\n"
+      "tiles   block_m={} (packed query rows) block_n={} threads={} "
+      "shared={} bytes\n",
+      target, ms, img.name, img.name, img.config.blockM(), img.config.blockN,
+      img.config.threads(), img.sharedBytes);
+  runtime::PtxasReport r = runtime::runPtxas(img.ptx, target);
+  for (const char *suffix : {"_decode", "_decode_merge"})
+    if (const runtime::PtxasFunctionReport *f = r.find(img.name + suffix))
+      llvm::outs() << fmt::format("ptxas   {}{}: {} registers, {} bytes "
+                                  "spilled\n",
+                                  img.name, suffix, f->registers,
+                                  f->spillStoreBytes);
+  if (!outDir.empty()) {
+    makeDir(outDir, "--out");
+    std::string path = outDir + "/" + img.name + ".decode.ptx";
+    std::ofstream(path) << img.ptx;
+    llvm::outs() << "ptx     written to " << path << "\n";
+  }
+  return 0;
+}
+
+/// `run --kernel decode`: paged decoding on the CPU (runtime::cpuPagedDecode
+/// with the spec's varlen kernel, through the cache) on a random paged
+/// cache: --batch sequences of --seqlen-k tokens less a few per sequence
+/// (7 b mod --seqlen-k / 2 + 1), --seqlen-q new query tokens each (1..64),
+/// pages of --page-size tokens in random order, unused slots NaN, the table
+/// as --paged csr|block-table; checked against the float64 paged reference
+/// on every row (exit 3 on a mismatch).
+int runDecode() {
+  AttentionSpec spec = specFromFlags();
+  if (runDevice != "cpu")
+    userError("run --kernel decode: --device cpu only (the GPU decode "
+              "kernels run through runtime::GpuDecodeKernel, not the CLI "
+              "yet)");
+  if (runPaged != "csr" && runPaged != "block-table")
+    userError(fmt::format("--paged '{}' is not csr or block-table",
+                          excerpt(runPaged)));
+  checkPageSize(runPageSize);
+  const int64_t b = runBatch, qLen = runSeqlenQ,
+                sk =
+                    runSeqlenK.getNumOccurrences() ? int64_t(runSeqlenK) : 1024,
+                ps = runPageSize;
+  if (b < 1 || b > 4096)
+    userError(fmt::format("--batch {} is out of range [1, 4096]", b));
+  if (qLen < 1 || qLen > 64)
+    userError(
+        fmt::format("--seqlen-q {} (q_len) is out of range [1, 64]", qLen));
+  if (sk < 1 || sk > (int64_t(1) << 22))
+    userError(fmt::format("--seqlen-k {} is out of range [1, 2^22]", sk));
+  if (runReps < 1 || runReps > 100000)
+    userError(
+        fmt::format("--reps {} is out of range [1, 100000]", int(runReps)));
+  Arguments args = runArguments(spec);
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
+        .count();
+  };
+  const uint64_t seed = runSeed.getNumOccurrences()
+                            ? uint64_t(runSeed)
+                            : std::random_device{}() * 0x100000001ull;
+  std::mt19937_64 rng(seed);
+  const int64_t hq = spec.headsQ, hk = spec.headsKV;
+  std::vector<int32_t> lens, indptr{0}, indices, last, table;
+  int64_t numPages = 0, maxPages = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    lens.push_back(
+        static_cast<int32_t>(sk - (7 * i) % std::max<int64_t>(1, sk / 2)));
+    numPages += (lens.back() + ps - 1) / ps;
+    maxPages = std::max<int64_t>(maxPages, (lens.back() + ps - 1) / ps);
+  }
+  numPages += 1; // one page nobody uses
+  std::vector<int32_t> perm(static_cast<size_t>(numPages));
+  for (int64_t p = 0; p < numPages; ++p)
+    perm[p] = static_cast<int32_t>(p);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  size_t next = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t used = (lens[i] + ps - 1) / ps;
+    for (int64_t p = 0; p < maxPages; ++p)
+      table.push_back(p < used ? perm[next + p] : -1);
+    for (int64_t p = 0; p < used; ++p)
+      indices.push_back(perm[next + p]);
+    next += used;
+    indptr.push_back(static_cast<int32_t>(indices.size()));
+    last.push_back(static_cast<int32_t>((lens[i] - 1) % ps + 1));
+  }
+  PageList pages =
+      runPaged == "csr"
+          ? checkPagedCsr({indptr, indices, last}, b, numPages, ps)
+          : checkBlockTable({table, maxPages, lens}, b, numPages, ps);
+  HostTensor q(spec.dtypeQ, {b, hq, qLen, spec.headDimQK}, &rng),
+      kc(spec.dtypeK, {numPages, hk, ps, spec.headDimQK}, nullptr),
+      vc(spec.dtypeV, {numPages, hk, ps, spec.headDimV}, nullptr),
+      o(spec.dtypeO, {b, hq, qLen, spec.headDimV}, nullptr);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < lens[i]; ++j)
+      for (int64_t h = 0; h < hk; ++h) {
+        const int32_t page = pages.pageOf(i, j);
+        for (int64_t d = 0; d < spec.headDimQK; ++d)
+          storeFromFloat(kc.bytes.data(), spec.dtypeK,
+                         kc.ref.offset(page, h, j % ps, d), u(rng));
+        for (int64_t d = 0; d < spec.headDimV; ++d)
+          storeFromFloat(vc.bytes.data(), spec.dtypeV,
+                         vc.ref.offset(page, h, j % ps, d), u(rng));
+      }
+  std::vector<float> lse(b * hq * qLen, std::nanf(""));
+  TensorRef l = TensorRef::contiguous3(lse.data(), DType::F32, {b, hq, qLen});
+  std::vector<float> sink;
+  if (spec.sink) {
+    std::uniform_real_distribution<float> us(-2.0f, 2.0f);
+    for (int64_t h = 0; h < hq; ++h)
+      sink.push_back(us(rng));
+    args.bindSink(sink.data(), hq);
+  }
+  llvm::outs() << "spec     " << printSpec(spec) << "\n";
+  llvm::outs() << fmt::format(
+      "shape    batch={} heads_q={} heads_kv={} q_len={} seq_lens={}..{} "
+      "page_size={} pages={} table={} (seed {})\n",
+      b, hq, hk, qLen, *std::min_element(lens.begin(), lens.end()),
+      *std::max_element(lens.begin(), lens.end()), ps, numPages,
+      std::string(runPaged), seed);
+  CompileOptions options = cpuOptions();
+  options.varlen = true;
+  auto t0 = std::chrono::steady_clock::now();
+  auto kernel = loadOrCompileCpu(spec, options);
+  llvm::outs() << fmt::format("kernel   cpu varlen, ready in {:.1f} ms\n",
+                              since(t0) * 1e3);
+  std::vector<double> seconds;
+  for (int r = 0; r < runWarmup + runReps; ++r) {
+    auto s0 = std::chrono::steady_clock::now();
+    runtime::cpuPagedDecode(*kernel, q.ref, kc.ref, vc.ref, pages, o.ref,
+                            spec.returnLse ? &l : nullptr, args, runThreads);
+    if (r >= runWarmup)
+      seconds.push_back(since(s0));
+  }
+  const double med = median(seconds);
+  int64_t keys = 0;
+  for (int32_t n : lens)
+    keys += n;
+  const double kvBytes = double(keys) * double(hk) *
+                         double(spec.headDimQK * byteSize(spec.dtypeK) +
+                                spec.headDimV * byteSize(spec.dtypeV));
+  llvm::outs() << fmt::format("time     {:.4f} ms (median of {} runs), {:.3f} "
+                              "GB/s of K + V\n",
+                              med * 1e3, seconds.size(), kvBytes / med / 1e9);
+  t0 = std::chrono::steady_clock::now();
+  ReferenceOutput want =
+      referencePagedAttention(spec, q.ref, kc.ref, vc.ref, pages, args);
+  const double tol =
+      runTol.getNumOccurrences() ? double(runTol) : runTolerance(spec.dtypeO);
+  double worstO = 0, worstLse = 0;
+  std::string firstBad;
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t r = 0; r < qLen; ++r) {
+        for (int64_t d = 0; d < spec.headDimV; ++d) {
+          const double x = loadAsFloat(o.bytes.data(), spec.dtypeO,
+                                       o.ref.offset(i, h, r, d));
+          const double w = want.oAt(i, h, r, d), err = std::abs(x - w);
+          if (!(err <= tol * (1 + std::abs(w))) && firstBad.empty())
+            firstBad = fmt::format("o[{},{},{},{}] = {}, reference {}", i, h, r,
+                                   d, x, w);
+          if (!std::isnan(err))
+            worstO = std::max(worstO, err);
+        }
+        if (spec.returnLse) {
+          const double x = lse[(i * hq + h) * qLen + r],
+                       w = want.lseAt(i, h, r);
+          if (std::isinf(w) ? x != w
+                            : !(std::abs(x - w) <= 1e-3 + 1e-4 * std::abs(w)))
+            if (firstBad.empty())
+              firstBad = fmt::format("lse[{},{},{}] = {}, reference {}", i, h,
+                                     r, x, w);
+          if (std::isfinite(w))
+            worstLse = std::max(worstLse, std::abs(x - w));
+        }
+      }
+  llvm::outs() << fmt::format(
+      "check    {} rows against the float64 paged reference ({:.1f} s): max "
+      "|O - ref| = {:.3e}{}: {}\n",
+      b * hq * qLen, since(t0), worstO,
+      spec.returnLse ? fmt::format(", max |LSE - ref| = {:.3e}", worstLse)
+                     : std::string(),
+      firstBad.empty() ? "ok" : "MISMATCH");
+  if (!firstBad.empty()) {
+    llvm::errs() << "flashjit: error: the output does not match the "
+                    "reference: "
+                 << firstBad << " (seed " << seed << ")\n";
+    return 3;
+  }
+  return 0;
+}
+
 /// `run --block-sparse`: the block mask's size and build time.
 void printBlockMask(const BlockMask &m, double seconds) {
   llvm::outs() << fmt::format(
@@ -1636,6 +1870,12 @@ int checkRun(RunProblem &p) {
 }
 
 int runRun() {
+  if (kernelFlag == "decode")
+    return runDecode();
+  if (kernelFlag != "fwd")
+    userError(fmt::format("run: --kernel '{}' is not fwd or decode (run times "
+                          "forward kernels and paged decoding)",
+                          excerpt(kernelFlag)));
   AttentionSpec spec = specFromFlags();
   if (runDevice != "cpu" && runDevice != "gpu")
     userError(

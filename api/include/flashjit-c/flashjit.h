@@ -320,6 +320,86 @@ flashjit_run_varlen(const flashjit_kernel *kernel, const flashjit_tensor *q,
                     int64_t num_seqs, const flashjit_block_mask *mask,
                     const flashjit_arg *args, int num_args, void *stream);
 
+/* ---- Serving: paged KV caches, state merging (issue 17, README
+ * "Serving") ---- */
+
+/** The layout of a flashjit_page_table. */
+typedef enum flashjit_paged_layout {
+  FLASHJIT_PAGED_CSR = 0,        /**< FlashInfer: kv_indptr, kv_indices,
+                                      kv_last_page_len */
+  FLASHJIT_PAGED_BLOCK_TABLE = 1 /**< vLLM: block_table, seq_lens */
+} flashjit_paged_layout;
+
+/** A page table of \p batch sequences over a paged cache k_cache
+ *  [num_pages, heads_kv, page_size, head_dim] (any strides: the [pages,
+ *  page_size, heads, dim] layout is a view). Host memory, int32, validated
+ *  entry by entry on every call (FLASHJIT_USER_ERROR naming the entry).
+ *  CSR: sequence b owns pages kv_indices[kv_indptr[b] .. kv_indptr[b+1]),
+ *  the last holding kv_last_page_len[b] tokens (kv_indptr has batch + 1
+ *  entries, kv_indices num_indices). Block table: row b of the row-major
+ *  [batch, max_pages] block_table lists its pages, seq_lens[b] its tokens;
+ *  entries past a sequence's last page are not read. The other layout's
+ *  fields are ignored. */
+typedef struct flashjit_page_table {
+  flashjit_paged_layout layout;
+  int64_t batch;
+  const int32_t *kv_indptr;
+  const int32_t *kv_indices;
+  int64_t num_indices;
+  const int32_t *kv_last_page_len;
+  const int32_t *block_table;
+  int64_t max_pages;
+  const int32_t *seq_lens;
+} flashjit_page_table;
+
+/** merge_states (README "Serving"): merges \p n >= 1 attention states over
+ *  disjoint key sets, os[i] [batch, heads, seqlen, head_dim] (fp16, bf16 or
+ *  fp32, any strides) and lses[i] [batch, heads, seqlen] (fp32), into
+ *  \p o and \p lse (which may be exactly one of the inputs): lse =
+ *  log(exp(sink[h]) + sum_i exp(lse_i)), o = sum_i exp(lse_i - lse) o_i.
+ *  A state with LSE = -inf carries no weight (its O is not read); a row
+ *  with no state gets O = 0, LSE = sink[h] (-inf without a sink). \p sink
+ *  is NULL or \p sink_size = heads fp32 logits (entered once). \p device
+ *  -1: host memory (computed in double); >= 0: tensors and sink in that
+ *  CUDA device's memory (at most 32 states per call; asynchronous on
+ *  \p stream). FLASHJIT_USER_ERROR naming the tensor, field and value. */
+flashjit_status flashjit_merge_states(const flashjit_tensor *os,
+                                      const flashjit_tensor *lses, int n,
+                                      const flashjit_tensor *o,
+                                      const flashjit_tensor *lse,
+                                      const float *sink, int64_t sink_size,
+                                      int device, void *stream);
+
+/** The append helper: writes k_new [batch, heads_kv, n_new, head_dim_qk]
+ *  and v_new [batch, heads_kv, n_new, head_dim_v] (the caches' dtypes) as
+ *  the last n_new tokens of each sequence of \p table, which already counts
+ *  them (update the table first), into k_cache [num_pages, heads_kv,
+ *  page_size, head_dim_qk] and v_cache. \p device -1: host memory; >= 0:
+ *  tensors in that CUDA device's memory (the table is checked on the host
+ *  and uploaded; asynchronous on \p stream). FLASHJIT_USER_ERROR naming the
+ *  field and value (a page id outside the cache, a sequence shorter than
+ *  n_new, mismatched shapes or dtypes). */
+flashjit_status flashjit_paged_append(const flashjit_tensor *k_new,
+                                      const flashjit_tensor *v_new,
+                                      const flashjit_tensor *k_cache,
+                                      const flashjit_tensor *v_cache,
+                                      const flashjit_page_table *table,
+                                      int device, void *stream);
+
+/** Paged decoding with a CPU kernel compiled with FLASHJIT_COMPILE_VARLEN
+ *  (runtime::cpuPagedDecode): q [batch, heads_q, q_len, head_dim_qk]
+ *  against the paged caches through \p table; o [batch, heads_q, q_len,
+ *  head_dim_v], lse [batch, heads_q, q_len] (fp32, rank 3; may be NULL).
+ *  Semantics: README "Serving" (the query tokens are the last q_len
+ *  positions of each sequence; use a bottom-right causal mask). GPU decode
+ *  kernels are not reachable through the C API yet. FLASHJIT_USER_ERROR
+ *  naming the field and value. */
+flashjit_status flashjit_run_paged(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k_cache, const flashjit_tensor *v_cache,
+    const flashjit_page_table *table, const flashjit_tensor *o,
+    const flashjit_tensor *lse, const flashjit_arg *args, int num_args);
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,6 +31,7 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Expr.h"
 #include "flashjit/frontend/Library.h"
+#include "flashjit/frontend/Paged.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/frontend/Reference.h"
@@ -47,9 +48,12 @@
 #include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/CpuAttentionKernel.h"
+#include "flashjit/runtime/CpuDecode.h"
+#include "flashjit/runtime/DecodeKernel.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Launch.h"
 #include "flashjit/runtime/Memory.h"
+#include "flashjit/runtime/PagedOps.h"
 #include "flashjit/runtime/SinkGradient.h"
 
 #endif // FLASHJIT_FLASHJIT_H

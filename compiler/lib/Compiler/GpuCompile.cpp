@@ -114,9 +114,6 @@ void validateForGpu(const AttentionSpec &spec,
                       "(varlen and block_sparse do not apply)");
     if (options.mma == GpuMma::Wgmma)
       throw UserError("mma = wgmma: the GPU decode kernel uses mma.sync only");
-    if (spec.sink)
-      throw UserError("sink = true: the GPU decode kernel has no attention "
-                      "sink yet (it joins the split merge, issue 22)");
     if (tc.rowsPerWarp != 16)
       throw UserError(fmt::format("rows_per_warp = {}: the GPU decode kernel "
                                   "has 16 packed query rows per warp",

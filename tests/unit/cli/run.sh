@@ -85,5 +85,19 @@ check cpu_warps 1 "--warps is a GPU option" -- --causal top_left --warps 4
 check sink 0 "sink=true)" "280 of 280 rows" ": ok" -- \
   --sink --causal top_left --head-dim 16 --heads-q 4 --heads-kv 2 --seqlen-q 70 --seqlen-k 23 --dtype fp32 --reps 1 --check-rows 1000
 check sink_spec 1 "cannot be combined" -- --spec 'attention(sink=true)' --sink
+# Paged decoding on the CPU (--kernel decode, issue 17): both page-table
+# layouts, a sink, GQA, every row checked against the float64 paged
+# reference; bad --paged / --page-size / q_len are refused.
+check decode_csr 0 "table=csr" "72 rows against the float64 paged reference" ": ok" -- \
+  --kernel decode --sink --causal bottom_right --head-dim 16 --heads-q 6 --heads-kv 2 --dtype fp32 \
+  --batch 3 --seqlen-q 4 --seqlen-k 77 --page-size 16 --paged csr --reps 1
+check decode_table 0 "table=block-table" "page_size=1 " ": ok" -- \
+  --kernel decode --spec "$spec" --param cap=3 --batch 2 --seqlen-q 1 --seqlen-k 50 --page-size 1 --paged block-table --reps 1
+check decode_page_size 1 "page_size = 12, expected a power of two" -- \
+  --kernel decode --causal bottom_right --page-size 12
+check decode_paged 1 "--paged 'bsr' is not csr or block-table" -- \
+  --kernel decode --causal bottom_right --paged bsr
+check decode_qlen 1 "--seqlen-q 65 (q_len) is out of range [1, 64]" -- \
+  --kernel decode --causal bottom_right --seqlen-q 65
 [ $fail = 0 ] && echo run-ok
 exit $fail

@@ -570,3 +570,291 @@ TEST_CASE("merge_states: errors name the tensor and field",
   expectUserError([&] { mergeStates(os, {}, a.ref, lse); },
                   {"1 O tensors but 0 LSE"});
 }
+
+namespace {
+
+/// Copies a reference state (O, LSE of a [batch, heads, q_len] problem) into
+/// an F32 tensor and an LSE vector.
+struct RefState {
+  HostTensor o;
+  std::vector<float> lse;
+  TensorRef lseRef;
+  explicit RefState(ReferenceOutput r)
+      : o(DType::F32,
+          {r.shape.batch, r.shape.headsQ, r.shape.seqlenQ, r.shape.headDimV}) {
+    o.fill([&](int64_t b, int64_t h, int64_t i, int64_t d) {
+      return static_cast<float>(r.oAt(b, h, i, d));
+    });
+    for (double l : r.lse)
+      lse.push_back(static_cast<float>(l));
+    lseRef = TensorRef::contiguous3(
+        lse.data(), DType::F32,
+        {r.shape.batch, r.shape.headsQ, r.shape.seqlenQ});
+  }
+};
+
+} // namespace
+
+TEST_CASE("merge_states with a sink: key splits merged with the sink once = "
+          "paged attention with the sink",
+          "[frontend][merge][sink]") {
+  // Issue 22: the sink enters once, in the merge. Each sequence's keys are
+  // cut at page boundaries into chunks (some empty: sequences shorter than
+  // the cut), each chunk's state is the paged reference WITHOUT the sink on
+  // a table of just those pages, and merging them with the sink must equal
+  // the paged reference WITH the sink on the whole table. Position-free
+  // variants (dense, softcap) so a chunk's scores do not depend on where it
+  // starts; the GPU decode test covers masks with splits.
+  const uint64_t seed = freshSeed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (bool cap : {false, true})
+    for (int64_t pageSize : {1, 4, 16}) {
+      INFO((cap ? "softcap" : "dense") << " page_size " << pageSize);
+      AttentionSpec plain;
+      plain.headDimQK = 12;
+      plain.headDimV = 10;
+      plain.headsQ = 6;
+      plain.headsKV = 2;
+      plain.dtypeQ = plain.dtypeK = plain.dtypeV = plain.dtypeO = DType::F32;
+      if (cap)
+        plain.variant.scoreMod(softcap(2.5));
+      AttentionSpec withSink = plain;
+      withSink.sink = true;
+      const int64_t qLen = uniformInt(rng, 1, 4);
+      std::vector<int64_t> lens{uniformInt(rng, 30, 70),
+                                uniformInt(rng, 17, 40), 0,
+                                uniformInt(rng, 1, 5)};
+      PagedProblem pp(rng, pageSize, lens, /*shared=*/true);
+      HostTensor q(DType::F32, {4, 6, qLen, 12});
+      q.fill([&](int64_t, int64_t, int64_t, int64_t) {
+        return static_cast<float>(uniform(rng, -1.0, 1.0));
+      });
+      HostTensor kc(DType::F32, {pp.numPages, 2, pageSize, 12}),
+          vc(DType::F32, {pp.numPages, 2, pageSize, 10});
+      fillCache(kc, pp, rng);
+      fillCache(vc, pp, rng);
+      std::vector<float> sink(6);
+      for (float &s : sink)
+        s = static_cast<float>(uniform(rng, -2.0, 3.0));
+      sink[4] = -INFINITY; // no sink for head 4
+      Arguments sinkArgs;
+      sinkArgs.bindSink(sink.data(), 6);
+      const PageList whole = pp.csr();
+      ReferenceOutput want = referencePagedAttention(withSink, q.ref, kc.ref,
+                                                     vc.ref, whole, sinkArgs);
+      // Chunks of `per` pages.
+      const int64_t per = std::max<int64_t>(1, 24 / pageSize);
+      const int64_t chunks =
+          (whole.maxSeqLen() + per * pageSize - 1) / (per * pageSize) + 1;
+      std::deque<RefState> states;
+      std::vector<TensorRef> os, lses;
+      for (int64_t c = 0; c < chunks; ++c) {
+        PageList part = whole;
+        for (int64_t b = 0; b < 4; ++b) {
+          const int64_t from = c * per * pageSize;
+          part.pageStart[b] +=
+              std::min(c * per, (lens[b] + pageSize - 1) / pageSize);
+          part.seqLens[b] =
+              std::clamp<int64_t>(lens[b] - from, 0, per * pageSize);
+        }
+        states.emplace_back(
+            referencePagedAttention(plain, q.ref, kc.ref, vc.ref, part));
+        os.push_back(states.back().o.ref);
+        lses.push_back(states.back().lseRef);
+      }
+      HostTensor out(DType::F32, {4, 6, qLen, 10});
+      std::vector<float> lse(static_cast<size_t>(4 * 6 * qLen));
+      TensorRef lseOut =
+          TensorRef::contiguous3(lse.data(), DType::F32, {4, 6, qLen});
+      mergeStates(os, lses, out.ref, lseOut, sink);
+      for (int64_t b = 0; b < 4; ++b)
+        for (int64_t h = 0; h < 6; ++h)
+          for (int64_t i = 0; i < qLen; ++i) {
+            INFO("b " << b << " h " << h << " i " << i);
+            const double wl = want.lseAt(b, h, i);
+            if (lens[b] == 0) { // no key: O = 0, LSE = sink (or -inf)
+              CHECK(lse[(b * 6 + h) * qLen + i] == sink[h]);
+              CHECK(wl == double(sink[h]));
+            } else {
+              CHECK(lse[(b * 6 + h) * qLen + i] ==
+                    Approx(wl).epsilon(1e-6).margin(1e-6));
+            }
+            for (int64_t d = 0; d < 10; ++d)
+              CHECK(out.get(b, h, i, d) ==
+                    Approx(want.oAt(b, h, i, d)).epsilon(1e-5).margin(1e-6));
+          }
+      // The sink given to every chunk instead (once per split) is wrong:
+      // the merge with no sink of states that each include it differs.
+      if (!cap && pageSize == 4) {
+        std::deque<RefState> twice;
+        std::vector<TensorRef> os2, lses2;
+        for (int64_t c = 0; c < 2; ++c) {
+          PageList part = whole;
+          for (int64_t b = 0; b < 4; ++b) {
+            const int64_t half = (lens[b] + 1) / 2 / pageSize * pageSize;
+            if (c == 1)
+              part.pageStart[b] += half / pageSize;
+            part.seqLens[b] = c == 0 ? half : lens[b] - half;
+          }
+          twice.emplace_back(referencePagedAttention(withSink, q.ref, kc.ref,
+                                                     vc.ref, part, sinkArgs));
+          os2.push_back(twice.back().o.ref);
+          lses2.push_back(twice.back().lseRef);
+        }
+        mergeStates(os2, lses2, out.ref, lseOut);
+        CHECK(std::fabs(lse[0] - want.lseAt(0, 0, 0)) > 1e-4);
+      }
+    }
+}
+
+TEST_CASE("merge_states with a sink: empty rows get O = 0, LSE = sink; bad "
+          "sinks are refused",
+          "[frontend][merge][sink]") {
+  HostTensor a(DType::F16, {1, 3, 2, 4}), o(DType::F16, {1, 3, 2, 4});
+  a.fill([](int64_t, int64_t, int64_t, int64_t) { return kNaN; });
+  std::vector<float> la(6, -INFINITY), lo(6);
+  TensorRef l = TensorRef::contiguous3(la.data(), DType::F32, {1, 3, 2});
+  TensorRef lout = TensorRef::contiguous3(lo.data(), DType::F32, {1, 3, 2});
+  la[1] = 0.25f; // head 0, row 1 has a state: O = a's row (NaN: see below)
+  a.fill([](int64_t, int64_t, int64_t, int64_t d) { return 1.0f + d; });
+  std::vector<float> sink{0.25f, -INFINITY, -3.0f};
+  const TensorRef os[] = {a.ref}, lses[] = {l};
+  mergeStates(os, lses, o.ref, lout, sink);
+  // Head 0 row 1: exp(0.25) + exp(0.25): LSE = 0.25 + log 2, O = a / 2.
+  CHECK(lo[1] == Approx(0.25 + std::log(2.0)).epsilon(1e-6));
+  for (int64_t d = 0; d < 4; ++d)
+    CHECK(o.get(0, 0, 1, d) == Approx((1.0 + d) / 2).epsilon(1e-3));
+  // Every other row has no state: O = 0, LSE = sink[h] (-inf: no sink).
+  for (int64_t h = 0; h < 3; ++h)
+    for (int64_t i = 0; i < 2; ++i) {
+      if (h == 0 && i == 1)
+        continue;
+      CHECK(lo[h * 2 + i] == sink[h]);
+      for (int64_t d = 0; d < 4; ++d)
+        CHECK(o.get(0, h, i, d) == 0.0);
+    }
+  std::vector<float> shortSink{0.0f, 0.0f}, nanSink{0.0f, kNaN, 0.0f},
+      infSink{0.0f, 0.0f, INFINITY};
+  expectUserError([&] { mergeStates(os, lses, o.ref, lout, shortSink); },
+                  {"sink has 2 entries", "heads = 3"});
+  expectUserError([&] { mergeStates(os, lses, o.ref, lout, nanSink); },
+                  {"sink[1] = nan"});
+  expectUserError(
+      [&] { mergeStates(a.ref, l, a.ref, l, o.ref, lout, infSink); },
+      {"sink[2] = inf"});
+}
+
+TEST_CASE("append: new tokens land in their pages and slots, both layouts",
+          "[frontend][paged][append]") {
+  const uint64_t seed = freshSeed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int64_t pageSize : {1, 16, 64})
+    for (bool bshd : {false, true}) {
+      INFO("page_size " << pageSize
+                        << (bshd ? " [pages, page_size, heads, "
+                                   "dim]"
+                                 : ""));
+      // Final lengths; the sequences are built as a prefix written here,
+      // then appends of 1 and then 3 tokens (block-table tables for the
+      // prefix lengths, the final CSR table for the last append).
+      std::vector<int64_t> lens{uniformInt(rng, 4, 150), 4,
+                                uniformInt(rng, 5, 90)};
+      PagedProblem pp(rng, pageSize, lens, /*shared=*/false);
+      const int64_t hk = 3, dk = 10, dv = 6;
+      DType dt = bshd ? DType::BF16 : DType::F32;
+      HostTensor kc(dt, {pp.numPages, hk, pageSize, dk}, bshd),
+          vc(dt, {pp.numPages, hk, pageSize, dv}, bshd);
+      kc.fill([](int64_t, int64_t, int64_t, int64_t) { return kNaN; });
+      vc.fill([](int64_t, int64_t, int64_t, int64_t) { return kNaN; });
+      // The true tokens of every sequence.
+      std::deque<HostTensor> kt, vt; // HostTensor is not movable
+      for (int64_t b = 0; b < 3; ++b) {
+        kt.emplace_back(dt, std::array<int64_t, 4>{1, hk, lens[b], dk});
+        vt.emplace_back(dt, std::array<int64_t, 4>{1, hk, lens[b], dv});
+        auto rnd = [&](int64_t, int64_t, int64_t, int64_t) {
+          return static_cast<float>(uniform(rng, -1.0, 1.0));
+        };
+        kt[b].fill(rnd);
+        vt[b].fill(rnd);
+      }
+      // The prefix (all but the last 4 tokens), written token by token.
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t j = 0; j + 4 < lens[b]; ++j)
+          for (int64_t h = 0; h < hk; ++h) {
+            const int32_t page = pp.pagesOf[b][j / pageSize];
+            for (int64_t d = 0; d < dk; ++d)
+              kc.set(page, h, j % pageSize, d,
+                     static_cast<float>(kt[b].get(0, h, j, d)));
+            for (int64_t d = 0; d < dv; ++d)
+              vc.set(page, h, j % pageSize, d,
+                     static_cast<float>(vt[b].get(0, h, j, d)));
+          }
+      auto appendStep = [&](int64_t from, int64_t n, const PageList &pl) {
+        HostTensor kn(dt, {3, hk, n, dk}), vn(dt, {3, hk, n, dv});
+        kn.fill([&](int64_t b, int64_t h, int64_t i, int64_t d) {
+          return static_cast<float>(kt[b].get(0, h, lens[b] - from + i, d));
+        });
+        vn.fill([&](int64_t b, int64_t h, int64_t i, int64_t d) {
+          return static_cast<float>(vt[b].get(0, h, lens[b] - from + i, d));
+        });
+        appendPagedKV(kn.ref, vn.ref, kc.ref, vc.ref, pl);
+      };
+      std::vector<int32_t> midLens;
+      for (int64_t b = 0; b < 3; ++b)
+        midLens.push_back(static_cast<int32_t>(lens[b] - 3));
+      appendStep(4, 1,
+                 checkBlockTable({pp.table, pp.maxPages, midLens}, 3,
+                                 pp.numPages, pageSize));
+      appendStep(3, 3, pp.csr());
+      // Every used slot holds its token; every other element is still NaN.
+      int64_t nan = 0, used = 0;
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t j = 0; j < lens[b]; ++j, ++used)
+          for (int64_t h = 0; h < hk; ++h) {
+            const int32_t page = pp.pagesOf[b][j / pageSize];
+            for (int64_t d = 0; d < dk; ++d)
+              REQUIRE(kc.get(page, h, j % pageSize, d) ==
+                      kt[b].get(0, h, j, d));
+            for (int64_t d = 0; d < dv; ++d)
+              REQUIRE(vc.get(page, h, j % pageSize, d) ==
+                      vt[b].get(0, h, j, d));
+          }
+      kc.fill([&](int64_t a, int64_t b, int64_t c, int64_t d) {
+        nan += std::isnan(kc.get(a, b, c, d));
+        return static_cast<float>(kc.get(a, b, c, d));
+      });
+      CHECK(nan == (pp.numPages * pageSize - used) * hk * dk);
+    }
+}
+
+TEST_CASE("append: errors name the field and value", "[frontend][paged]") {
+  std::mt19937_64 rng(freshSeed());
+  PagedProblem pp(rng, 16, {20, 3}, false);
+  HostTensor kc(DType::BF16, {pp.numPages, 2, 16, 8}),
+      vc(DType::BF16, {pp.numPages, 2, 16, 4});
+  HostTensor kn(DType::BF16, {2, 2, 4, 8}), vn(DType::BF16, {2, 2, 4, 4});
+  HostTensor kn32(DType::F32, {2, 2, 4, 8}), vn5(DType::BF16, {2, 2, 4, 5});
+  // Sequence 1 holds 3 tokens, fewer than the 4 new ones.
+  expectUserError(
+      [&] { appendPagedKV(kn.ref, vn.ref, kc.ref, vc.ref, pp.csr()); },
+      {"seq_lens[1] = 3 < n_new = 4"});
+  HostTensor kn2(DType::BF16, {2, 2, 2, 8}), vn2(DType::BF16, {2, 2, 2, 4});
+  PageList bad = pp.csr();
+  std::vector<int32_t> ids(bad.pages.begin(), bad.pages.end());
+  ids[1] = 99; // sequence 0's second page (tokens 16..19)
+  bad.pages = ids;
+  expectUserError([&] { appendPagedKV(kn2.ref, vn2.ref, kc.ref, vc.ref, bad); },
+                  {"page id 99 of sequence 0", "outside [0,"});
+  expectUserError(
+      [&] { appendPagedKV(kn32.ref, vn2.ref, kc.ref, vc.ref, pp.csr()); },
+      {"k_new.dtype = fp32", "k_cache.dtype = bf16"});
+  expectUserError(
+      [&] { appendPagedKV(kn.ref, vn5.ref, kc.ref, vc.ref, pp.csr()); },
+      {"v_new.shape[3] = 5"});
+  HostTensor kBig(DType::BF16, {pp.numPages + 1, 2, 16, 8});
+  expectUserError(
+      [&] { appendPagedKV(kn2.ref, vn2.ref, kBig.ref, vc.ref, pp.csr()); },
+      {"v_cache.shape[0]"});
+}

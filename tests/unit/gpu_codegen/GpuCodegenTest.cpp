@@ -15,6 +15,8 @@
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Ptxas.h"
 
 #include <catch2/catch.hpp>
@@ -67,6 +69,9 @@ TEST_CASE("every matrix kernel assembles with no spills for sm_80 and sm_90a",
         CHECK(img.ptx.find("ldmatrix.sync.aligned") != std::string::npos);
       }
       CHECK(img.ptx.find("cp.async") != std::string::npos);
+      // What GpuDecodeKernel checks when it loads the module.
+      CHECK(runtime::gpuLaunchConfigMismatch(k.spec, img.info(), img.ptx) ==
+            "");
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
       const runtime::PtxasFunctionReport *f = r.find(img.name);
       REQUIRE(f);
@@ -419,6 +424,9 @@ TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
       CHECK(img.config.blockN == (k.spec.headDimQK <= 128 ? 64 : 32));
       CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
       CHECK(img.ptx.find("cp.async") != std::string::npos);
+      // What GpuDecodeKernel checks when it loads the module.
+      CHECK(runtime::gpuLaunchConfigMismatch(k.spec, img.info(), img.ptx) ==
+            "");
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
       INFO(r.log);
       for (const char *suffix : {"_decode", "_decode_merge"}) {
@@ -447,7 +455,45 @@ TEST_CASE("GPU decode rejects what it cannot generate", "[gpu-codegen]") {
   r.rowsPerWarp = 32;
   CHECK_THROWS_WITH(compileGpu(dense, r),
                     Catch::Contains("rows_per_warp = 32"));
-  AttentionSpec sink = dense;
+}
+
+TEST_CASE("a decode kernel with a sink reads it in the merge only",
+          "[gpu-codegen][decode]") {
+  // Issue 22: the sink enters once, in the merge, never per split, so the
+  // split kernel's parameters are the plain ones and the merge takes one
+  // more pointer (abi::gpu::kMrgSink).
+  GpuCompileOptions o;
+  o.kind = KernelKind::Decode;
+  o.arch = "sm_90a";
+  AttentionSpec plain = testing::matrixSpec("none", 64, DType::F16, 6, 2);
+  AttentionSpec sink = plain;
   sink.sink = true;
-  CHECK_THROWS_WITH(compileGpu(sink, o), Catch::Contains("sink = true"));
+  GpuKernelImage a = compileGpu(plain, o), s = compileGpu(sink, o);
+  auto params = [](const std::string &ptx, const std::string &entry) {
+    size_t at = ptx.find(".entry " + entry + "(");
+    REQUIRE(at != std::string::npos);
+    size_t end = ptx.find(')', at);
+    int n = 0;
+    for (size_t p = ptx.find(".param", at); p < end;
+         p = ptx.find(".param", p + 1))
+      ++n;
+    return n;
+  };
+  CHECK(params(s.ptx, s.name + "_decode") == params(a.ptx, a.name + "_decode"));
+  CHECK(params(a.ptx, a.name + "_decode_merge") ==
+        int(abi::gpu::mergeArgTypes().size()));
+  CHECK(params(s.ptx, s.name + "_decode_merge") ==
+        int(abi::gpu::mergeArgTypes(true).size()));
+  CHECK(params(s.ptx, s.name + "_decode_merge") ==
+        params(a.ptx, a.name + "_decode_merge") + 1);
+  // The launch-configuration check (GpuDecodeKernel runs it on load)
+  // accepts each module with its own spec and refuses the other.
+  CHECK(runtime::gpuLaunchConfigMismatch(plain, a.info(), a.ptx).empty());
+  CHECK(runtime::gpuLaunchConfigMismatch(sink, s.info(), s.ptx).empty());
+  CHECK_THAT(runtime::gpuLaunchConfigMismatch(plain, s.info(), s.ptx),
+             Catch::Contains("_decode_merge"));
+  AttentionSpec withParam = plain;
+  withParam.variant.scoreMod(softcap(param("cap", ScalarType::Float32)));
+  CHECK_THAT(runtime::gpuLaunchConfigMismatch(withParam, a.info(), a.ptx),
+             Catch::Contains("_decode'"));
 }

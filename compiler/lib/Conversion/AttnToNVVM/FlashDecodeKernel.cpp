@@ -477,7 +477,7 @@ void buildMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
   if (!region.front().empty() &&
       region.front().back().hasTrait<OpTrait::IsTerminator>())
     b.setInsertionPoint(&region.front().back());
-  SmallVector<Type> args = abiTypes(ops, abi::mergeArgTypes());
+  SmallVector<Type> args = abiTypes(ops, abi::mergeArgTypes(c.sink));
   auto fn = gpu::GPUFuncOp::create(b, c.name + abi::kDecodeMergeSuffix,
                                    b.getFunctionType(args, {}));
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
@@ -527,7 +527,22 @@ void buildMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
         b, ValueRange{ops.fmax(maxLoop.getRegionIterArgs()[0], lseOf(s))});
   }
   Value m = maxLoop.getResult(0);
+  // The attention sink of this head (log2 units) joins the maximum and the
+  // sum once, here; a sink of -inf adds nothing.
+  Value sinkLog2, sinkLive;
+  if (c.sink) {
+    Value at =
+        ops.gepBytes(a[abi::kMrgSink], ops.mul(ops.ext64(h), ops.ci64(4)));
+    sinkLog2 = ops.fmul(LLVM::LoadOp::create(b, ops.f32, at, 4).getResult(),
+                        ops.cf32(kLog2e));
+    sinkLive =
+        arith::CmpFOp::create(b, arith::CmpFPredicate::ONE, sinkLog2, minusInf);
+    m = ops.fmax(m, sinkLog2);
+  }
   Value mUse = ops.sel(ops.feq(m, minusInf), zero, m);
+  Value sum0 = zero;
+  if (c.sink)
+    sum0 = ops.sel(sinkLive, ops.exp2(ops.fsub(sinkLog2, mUse)), zero);
   // Pass 2: weights exp2(lse_s - m) (0 for empty splits, whose O is not
   // used) and this thread's two columns.
   const int pairs = Dv / 2;
@@ -535,7 +550,7 @@ void buildMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
   Value active = ops.cmp(arith::CmpIPredicate::slt, tid, ops.ci32(pairs));
   Value colc = ops.sel(active, col, ops.ci32(0));
   auto sumLoop =
-      scf::ForOp::create(b, c0, ns, c1, ValueRange{zero, zero, zero});
+      scf::ForOp::create(b, c0, ns, c1, ValueRange{sum0, zero, zero});
   {
     OpBuilder::InsertionGuard lg(b);
     b.setInsertionPointToStart(sumLoop.getBody());

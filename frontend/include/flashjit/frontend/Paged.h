@@ -129,7 +129,10 @@ PagedShape checkPagedTensors(const AttentionSpec &spec, const TensorRef &q,
 /// causal alignment (spec.causal = Causal::BottomRight, or
 /// causal(Alignment::BottomRight) in the mask): query i sees keys
 /// 0 .. seq_len - q_len + i. Tokens in unused page slots are never read. A
-/// sequence of length 0 gives O = 0 and LSE = -inf. Output
+/// sequence of length 0 gives O = 0 and LSE = -inf. A spec with an
+/// attention sink takes it in \p args (Arguments::bindSink, host memory):
+/// it joins each row's denominator once (README, "Attention sinks"), so a
+/// row with no allowed key gets O = 0 and LSE = sink[h]. Output
 /// O [batch, heads_q, q_len, head_dim_v], LSE [batch, heads_q, q_len]
 /// (shape.seqlenK = the longest sequence). Throws UserError for bad tensors,
 /// tables or arguments.
@@ -138,28 +141,86 @@ referencePagedAttention(const AttentionSpec &spec, const TensorRef &q,
                         const TensorRef &kCache, const TensorRef &vCache,
                         const PageList &pages, const Arguments &args = {});
 
-/// Merges two attention states over disjoint key sets of the same query rows
-/// into the state over their union: with m = max(lse_a, lse_b),
+/// The public state merge (README, "Serving: merge_states"): merges two
+/// attention states over disjoint key sets of the same query rows into the
+/// state over their union: with m = max(lse_a, lse_b),
 /// lse = m + log(exp(lse_a - m) + exp(lse_b - m)) and
-/// o = exp(lse_a - lse) * o_a + exp(lse_b - lse) * o_b. A state with
-/// LSE = -inf (an empty or fully masked key set) carries no weight and its O
-/// is not read (it may hold NaN); two such states give O = 0, LSE = -inf. A
-/// NaN or +inf LSE gives NaN. o_* and o: [batch, heads, seqlen, head_dim],
-/// dtype F16, BF16 or F32, any strides; lse_*: [batch, heads, seqlen] F32.
-/// The outputs may be exactly one of the inputs (in place: each row is read
-/// whole before it is written). Computed in double. Throws UserError naming
-/// the tensor, field and value on mismatched shapes or dtypes.
+/// o = exp(lse_a - lse) * o_a + exp(lse_b - lse) * o_b (Milakov &
+/// Gimelshein 2018). A state with LSE = -inf (an empty or fully masked key
+/// set) carries no weight and its O is not read (it may hold NaN); two such
+/// states give O = 0, LSE = -inf. A NaN or +inf LSE gives NaN.
+///
+/// \p sink (empty, or heads fp32 logits, one per head of dim 1: issue 22)
+/// joins every row's denominator once, as one more state with LSE =
+/// sink[h] and no value: lse = log(exp(sink[h]) + sum_i exp(lse_i)), so a
+/// row whose states are all empty gets O = 0, LSE = sink[h]. Merging the
+/// splits of one key set with the sink given once equals attention over the
+/// whole set with the sink. A sink of -inf is no sink for that head; NaN and
+/// +inf are refused.
+///
+/// o_a, o_b, o: [batch, heads, seqlen, head_dim], dtype F16, BF16 or F32,
+/// any strides (o's must not overlap); lse_a, lse_b, lse: [batch, heads,
+/// seqlen] F32. Host memory. The outputs may be exactly one of the inputs
+/// (in place: each row is read whole before it is written). Computed in
+/// double. Throws UserError naming the tensor, field and value on
+/// mismatched ranks, shapes or dtypes, null data, overlapping output
+/// strides, or a sink of the wrong length or with a NaN / +inf entry
+/// ("sink[3] = nan").
 void mergeStates(const TensorRef &oA, const TensorRef &lseA,
                  const TensorRef &oB, const TensorRef &lseB, const TensorRef &o,
-                 const TensorRef &lse);
+                 const TensorRef &lse, std::span<const float> sink = {});
 
 /// The n-way merge (n >= 1) of states over pairwise disjoint key sets, with
-/// the same rules as the two-way one: lse = log sum_i exp(lse_i),
-/// o = sum_i exp(lse_i - lse) o_i over the states with finite LSE. Throws
-/// UserError when \p os and \p lses differ in length, are empty, or a tensor
-/// does not match.
+/// the same rules and errors as the two-way one: lse = log(exp(sink[h]) +
+/// sum_i exp(lse_i)), o = sum_i exp(lse_i - lse) o_i over the states with
+/// finite LSE. Throws UserError also when \p os and \p lses differ in
+/// length or are empty.
 void mergeStates(std::span<const TensorRef> os, std::span<const TensorRef> lses,
-                 const TensorRef &o, const TensorRef &lse);
+                 const TensorRef &o, const TensorRef &lse,
+                 std::span<const float> sink = {});
+
+/// The tensor checks of mergeStates (shared with the GPU merge,
+/// runtime::GpuPagedOps): at least one state, as many O as LSE tensors,
+/// ranks, shapes equal to os[0]'s, dtypes, non-negative strides, non-null
+/// data, non-overlapping output strides. Throws UserError naming the
+/// tensor, field and value.
+void checkMergeStates(std::span<const TensorRef> os,
+                      std::span<const TensorRef> lses, const TensorRef &o,
+                      const TensorRef &lse);
+
+/// Checks \p sink for a merge of states with \p heads heads: empty (no
+/// sink) or \p heads entries, each finite or -inf. Throws UserError naming
+/// the entry ("sink has 3 entries, expected heads = 4", "sink[1] = nan").
+void checkMergeSink(std::span<const float> sink, int64_t heads);
+
+/// The append helper (issue 17): writes n_new new tokens per sequence into
+/// a paged cache. k_new [batch, heads_kv, n_new, head_dim_qk] and v_new
+/// [batch, heads_kv, n_new, head_dim_v] are the newest tokens of each
+/// sequence: \p pages already counts them (update the page table first:
+/// allocate the pages, raise the lengths), so token i of sequence b goes to
+/// position p = seq_len(b) - n_new + i, i.e. page pageOf(b, p), slot
+/// p % page_size, of k_cache [num_pages, heads_kv, page_size, head_dim_qk]
+/// and v_cache [num_pages, heads_kv, page_size, head_dim_v] (any strides;
+/// the [pages, page_size, heads, dim] layout is a view). Both page-table
+/// layouts work (checkPagedCsr / checkBlockTable give the PageList). The
+/// new tokens have the cache's dtype (copied bit for bit). A page
+/// shared by two sequences is written by both (the caller's business, as
+/// in every paged cache). Host memory. Throws UserError naming the field
+/// and value: ranks, dtypes, head counts and dims that differ between the
+/// new tokens and the caches, a batch that is not the table's, a page size
+/// or page count that is not the cache's, a sequence shorter than n_new
+/// ("seq_lens[2] = 3 < n_new = 4"), a page id outside [0, num_pages)
+/// ("page id 40 of sequence 1 (entry 7) outside [0, 32)").
+void appendPagedKV(const TensorRef &kNew, const TensorRef &vNew,
+                   const TensorRef &kCache, const TensorRef &vCache,
+                   const PageList &pages);
+
+/// The sizes appendPagedKV checks, shared with the GPU append
+/// (runtime::GpuPagedOps): validates the tensors and \p pages as
+/// appendPagedKV documents (page ids included) and returns n_new.
+int64_t checkPagedAppend(const TensorRef &kNew, const TensorRef &vNew,
+                         const TensorRef &kCache, const TensorRef &vCache,
+                         const PageList &pages);
 
 } // namespace flashjit
 

@@ -64,7 +64,11 @@ GpuKernelInfo gpuKernelInfo(const KernelArtifacts &artifacts);
 /// config.minBlocksPerSM; a block-sparse kernel's builder
 /// `<name>_block_mask` exists with its own argument list and
 /// abi::gpu::kBlockMaskThreads threads, and a dense kernel has none; a
-/// forward kernel's shared memory is config.sharedBytes(head dims). Needs
+/// forward kernel's shared memory is config.sharedBytes(head dims); a
+/// decode kernel (KernelKind::Decode) has `<name>_decode` with
+/// abi::gpu::decodeArgTypes() plus the variant's arguments, config.threads()
+/// and config.minBlocksPerSM, and `<name>_decode_merge` with
+/// abi::gpu::mergeArgTypes(spec.sink) and abi::gpu::kMergeThreads. Needs
 /// no GPU: the cache, bundles and the CLI run it before calling an entry
 /// valid. (rowsPerWarp and blockN are not declared by the PTX; the
 /// manifest's digest and, in the cache, the tile policy cover them.)

@@ -26,7 +26,11 @@ namespace flashjit::runtime {
 class DevicePageTable {
 public:
   DevicePageTable() = default;
-  /// Uploads \p pages (its page ids, starts and lengths) to \p device.
+  /// Uploads \p pages (its page ids, starts and lengths) to \p device,
+  /// after checking that every page id a sequence uses lies in [0,
+  /// num_pages) (a table built by hand skips checkPagedCsr /
+  /// checkBlockTable). Keeps a host copy (hostList()). Throws UserError
+  /// naming the sequence, entry and id otherwise.
   DevicePageTable(const PageList &pages, Device &device);
   /// The table of a contiguous cache k [batch, heads_kv, capacity, dim]
   /// (any strides): sequence b is one "page" b of \p capacity tokens
@@ -44,13 +48,17 @@ public:
   /// The host copy of the lengths.
   const std::vector<int64_t> &seqLens() const { return seqLens_; }
   int64_t maxSeqLen() const { return maxSeqLen_; }
+  /// The host copy of the table (a view of this object's storage; empty
+  /// for a contiguous table).
+  PageList hostList() const;
   CUdeviceptr pages() const { return pages_.ptr(); }
   CUdeviceptr pageStart() const { return start_.ptr(); }
   CUdeviceptr deviceSeqLens() const { return lens_.ptr(); }
 
 private:
   DeviceBuffer pages_, start_, lens_;
-  std::vector<int64_t> seqLens_;
+  std::vector<int64_t> seqLens_, hostStart_;
+  std::vector<int32_t> hostPages_;
   int64_t pageSize_ = 0, numPages_ = 0, maxSeqLen_ = 0;
   bool contiguous_ = false;
 };
@@ -69,8 +77,10 @@ public:
   /// (GpuKernelImage::info(): the variant's name, the Decode configuration:
   /// arch, threads(), blockM() packed query rows per CTA, blockN keys per
   /// tile; sharedBytes of `<name>_decode`). Throws UserError if the kernel
-  /// was generated for another architecture or the tiles are not positive,
-  /// DriverError if loading fails.
+  /// was generated for another architecture, the tiles are not positive,
+  /// or the PTX's entries do not match \p spec and \p info
+  /// (gpuLaunchConfigMismatch: e.g. a sink spec's merge takes the sink
+  /// pointer), DriverError if loading fails.
   GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info, std::string_view ptx,
                   Device &device);
 
@@ -84,7 +94,11 @@ public:
   /// head_dim_v] (the spec's dtype) and, when the spec returns it and
   /// \p lse is given, lse [batch, heads_q, q_len] fp32. The causal
   /// alignment is the spec's (bottom-right for decoding: see
-  /// referencePagedAttention). \p numSplits 0 picks decodeNumSplits.
+  /// referencePagedAttention). A spec with an attention sink takes it in
+  /// \p args (Arguments::bindSink, fp32 [heads_q] device memory, 4-byte
+  /// aligned); it joins each row once, in the merge, never per split, so
+  /// every split count gives the same result and a row with no allowed key
+  /// gets O = 0, LSE = sink[h]. \p numSplits 0 picks decodeNumSplits.
   /// Asynchronous on \p stream (a variant reading buffers synchronises it
   /// to check for out-of-range reads); uses workspaces owned by this
   /// object, so calls on one object must not run concurrently. Throws

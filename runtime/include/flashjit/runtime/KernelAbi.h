@@ -528,21 +528,29 @@ inline std::vector<ArgType> decodeArgTypes() {
 
 /// The merge kernel's arguments (no variant arguments).
 enum MergeArg : int {
-  kMrgOPart = 0,     ///< partial O (f32), as above
-  kMrgLsePart = 1,   ///< partial LSE (f32)
-  kMrgO = 2,         ///< O [batch, heads_q, q_len, head_dim_v]
-  kMrgLse = 3,       ///< LSE [batch, heads_q, q_len] f32 (may be null)
-  kMrgOStrides = 4,  ///< 3 x i64
+  kMrgOPart = 0,      ///< partial O (f32), as above
+  kMrgLsePart = 1,    ///< partial LSE (f32)
+  kMrgO = 2,          ///< O [batch, heads_q, q_len, head_dim_v]
+  kMrgLse = 3,        ///< LSE [batch, heads_q, q_len] f32 (may be null)
+  kMrgOStrides = 4,   ///< 3 x i64
   kMrgLseStrides = 7, ///< 3 x i64
   kMrgNumSplits = 10, ///< i32
   kMergeFixedArgs = 11,
+  /// Specs with an attention sink only: f32 sink [heads_q] (device memory).
+  /// The sink joins each row's denominator once, here, not in the splits:
+  /// LSE = log(exp(sink[h]) + sum_s exp(LSE_s)), O = sum_s exp(LSE_s - LSE)
+  /// O_s; a row with no allowed key gets O = 0, LSE = sink[h].
+  kMrgSink = 11,
 };
 
-/// The merge kernel's argument types, in order.
-inline std::vector<ArgType> mergeArgTypes() {
+/// The merge kernel's argument types, in order (\p sink: the spec has an
+/// attention sink, one more pointer kMrgSink).
+inline std::vector<ArgType> mergeArgTypes(bool sink = false) {
   std::vector<ArgType> t(kMrgOStrides, ArgType::Ptr);
   t.insert(t.end(), kMrgNumSplits - kMrgOStrides, ArgType::I64);
   t.insert(t.end(), kMergeFixedArgs - kMrgNumSplits, ArgType::I32);
+  if (sink)
+    t.push_back(ArgType::Ptr);
   return t;
 }
 

@@ -1,0 +1,47 @@
+//===- PagedOpsTest.cpp - The merge and append kernels compile cleanly ----===//
+//
+// No GPU needed: GpuPagedOps' CUDA C (issue 17: merge_states with an
+// optional sink, the paged append) compiles with NVRTC for sm_80 and sm_90a
+// and ptxas assembles both entries with no spills; the entries take the
+// argument counts GpuPagedOps passes (merge 17, append 29). The [gpu] tests
+// (tests/gpu/DecodeGpuTest.cpp) run them against the host versions.
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/runtime/PagedOps.h"
+#include "flashjit/runtime/Nvrtc.h"
+#include "flashjit/runtime/Ptxas.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace flashjit::runtime;
+
+TEST_CASE("the merge and append kernels compile with NVRTC and assemble "
+          "cleanly",
+          "[runtime][paged]") {
+  for (std::string arch : {"sm_80", "sm_90a"}) {
+    INFO(arch);
+    NvrtcOptions o;
+    o.arch = arch;
+    NvrtcOutput out = compileCuda(GpuPagedOps::source(), o);
+    PtxasReport r = runPtxas(out.ptx, arch);
+    INFO(r.log);
+    for (auto [name, want] : {std::pair{GpuPagedOps::kMergeName, 17},
+                              std::pair{GpuPagedOps::kAppendName, 29}}) {
+      INFO(name);
+      std::string entry = std::string(".entry ") + name + "(";
+      size_t at = out.ptx.find(entry);
+      REQUIRE(at != std::string::npos);
+      std::string sig = out.ptx.substr(at, out.ptx.find(')', at) - at);
+      int params = 0;
+      for (size_t i = sig.find(".param"); i != std::string::npos;
+           i = sig.find(".param", i + 1))
+        ++params;
+      CHECK(params == want);
+      const PtxasFunctionReport *f = r.find(name);
+      REQUIRE(f);
+      CHECK(f->clean());
+    }
+  }
+}
