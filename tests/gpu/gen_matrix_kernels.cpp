@@ -103,6 +103,15 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     ++n;
   }
+  // Varlen backward kernels.
+  for (const auto &k : flashjit::testing::backwardVarlenKernels()) {
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.kind = flashjit::KernelKind::Backward;
+    bo.varlen = true;
+    write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    ++n;
+  }
   // Timing kernels: forward <id>_fwd and backward <id>.
   for (const auto &k : flashjit::testing::benchKernels()) {
     flashjit::GpuCompileOptions bo;
