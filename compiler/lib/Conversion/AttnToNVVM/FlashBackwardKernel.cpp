@@ -18,8 +18,12 @@
 //                       modifier; BackwardDataGrads: the buffer and
 //                       parameter gradients, reduced per query head)
 //                dK += dS^T Q
-//                dS^T -> shared memory; dQaccum += dS K (fp32 atomics)
+//                dS^T -> shared memory; dQaccum += dS K (fp32 atomics;
+//                       deterministic mode: after the key tiles above this
+//                       one that visit the query tile, see waitTurn)
 //              then dK * scale and dV are written in the inputs' dtype.
+//              varlen: the CTA's sequence from cu_seqlens, nothing past its
+//              keys; rows and keys addressed from its first tokens.
 //   _bwd_post: dQ = scale * dQaccum in the inputs' dtype  (warp per row;
 //              BackwardRowKernels.cpp)
 // Fragment layouts: ../shared/notes/MMA-FRAGMENTS.md; the C fragment of two

@@ -291,7 +291,8 @@ public:
   /// object, so calls on one object must not run concurrently on different
   /// streams. Throws UserError naming the bad field (shapes, dtypes,
   /// alignment, batch or heads above 65535) or the buffer read or written
-  /// out of range, DriverError if a launch fails.
+  /// out of range, or for a kernel compiled varlen (use runVarlen);
+  /// DriverError if a launch fails.
   DataGradients run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
                     const TensorRef &o, const TensorRef &lse,
                     const TensorRef &dO, const TensorRef &dq,
