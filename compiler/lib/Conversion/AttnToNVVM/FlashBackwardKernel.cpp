@@ -86,6 +86,9 @@ private:
   /// CTA's that visits query tile [q0, qLast] of \p head has added to its
   /// dQaccum.
   void waitTurn(Value head, Value q0, Value qLast);
+  /// Deterministic mode: thread 0 increments the query tile's counter once
+  /// the CTA's dQ adds are done (after a barrier).
+  void releaseTurn(Value head, Value q0);
   /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory).
   void accumulateDQ(Value head, Value q0);
   void storeRows(int tensor, Value headIdx, ArrayRef<Value> acc, int dim,
@@ -481,9 +484,15 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   // Deterministic mode: dQaccum of this query tile in key-tile order.
   ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
   accumulateDQ(head, q0);
-  // Q, dO, dS^T, LSE and D are free for the next tile; the next key tile
-  // may add to this query tile's dQ (release: after this CTA's adds).
+  // Q, dO, dS^T, LSE and D are free for the next tile.
   gpu::BarrierOp::create(b);
+  releaseTurn(head, q0);
+  return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
+}
+
+void BackwardBuilder::releaseTurn(Value head, Value q0) {
+  // The next key tile may add to this query tile's dQ (release: after this
+  // CTA's adds, which the barrier before this ordered).
   ops.ifThen(ops.land(deterministic,
                       ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0))),
              [&] {
@@ -491,10 +500,6 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
                ops.inlineAsm(Type(), ValueRange{semaphore(headsQ, head, qTile)},
                              "red.release.gpu.global.add.s32 [$0], 1;", "l");
              });
-  SmallVector<Value> out(dk);
-  out.append(dv);
-  out.append(gradState);
-  return out;
 }
 
 void BackwardBuilder::accumulateDQ(Value head, Value q0) {
