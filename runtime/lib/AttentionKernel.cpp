@@ -98,7 +98,7 @@ std::string backwardLaunchMismatch(const AttentionSpec &spec,
                                    const GpuKernelInfo &info,
                                    std::string_view ptx) {
   using abi::gpu::ArgType;
-  std::vector<ArgType> fixed = abi::gpu::backwardArgTypes();
+  std::vector<ArgType> fixed = abi::gpu::backwardArgTypes(info.config);
   std::vector<std::string> params = expectedParams(spec, fixed);
   size_t gradPtrs =
       spec.variant.buffers().size() + (spec.variant.params().empty() ? 0 : 1);

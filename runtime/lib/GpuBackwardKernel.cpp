@@ -63,22 +63,26 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
     status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
 }
 
-DataGradients GpuAttentionBackwardKernel::run(
-    const TensorRef &q, const TensorRef &k, const TensorRef &v,
-    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
-    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
-    const Arguments &args, CUstream stream) const {
-  AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o, &lse);
-  // dO has o's shape and dtype; dq, dk, dv those of q, k, v.
-  AttentionShape sg = checkAttentionTensors(spec_, q, k, v, &dO);
-  AttentionShape sd = checkAttentionTensors(spec_, dq, dk, dv);
-  if (sd.batch != s.batch || sd.seqlenQ != s.seqlenQ || sd.seqlenK != s.seqlenK)
-    throw UserError(fmt::format(
-        "dq/dk/dv have batch {}, seqlen_q {}, seqlen_k {}; q/k/v have {}, {}, "
-        "{}",
-        sd.batch, sd.seqlenQ, sd.seqlenK, s.batch, s.seqlenQ, s.seqlenK));
-  (void)sg;
-  args.validateFor(spec_.variant);
+/// The launch-level facts of one backward call, dense or varlen.
+struct GpuAttentionBackwardKernel::BackwardCall {
+  /// q, k, v, o, dO, lse, dq, dk, dv (abi::gpu::BackwardArg order).
+  const TensorRef *t[abi::gpu::kBackwardStridedTensors] = {};
+  /// (batch, head, seq) element strides of each.
+  int64_t strides[abi::gpu::kBackwardStridedTensors][3] = {};
+  /// Sequence lengths (varlen: the longest), sequences, heads; query rows
+  /// of the fp32 workspaces (batch * seqlen_q, varlen total_q).
+  int64_t seqlenQ = 0, seqlenK = 0, batch = 0, headsQ = 0, headsKV = 0;
+  int64_t rowsQ = 0;
+  const DeviceCuSeqlens *cu = nullptr;
+};
+
+namespace {
+/// The alignment and contiguity rules of run() and runVarlen().
+void checkBackwardLayout(const TensorRef &q, const TensorRef &k,
+                         const TensorRef &v, const TensorRef &o,
+                         const TensorRef &lse, const TensorRef &dO,
+                         const TensorRef &dq, const TensorRef &dk,
+                         const TensorRef &dv) {
   for (auto [name, t] :
        {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v},
         std::pair{"o", &o}, std::pair{"dO", &dO}, std::pair{"dq", &dq},
@@ -93,6 +97,105 @@ DataGradients GpuAttentionBackwardKernel::run(
   requireAligned("dk", dk, 4, 2);
   requireAligned("dv", dv, 4, 2);
   requireAligned("lse", lse, 4, 1);
+}
+} // namespace
+
+DataGradients GpuAttentionBackwardKernel::run(
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const Arguments &args, CUstream stream) const {
+  return run(q, k, v, o, lse, dO, dq, dk, dv, args, GpuBackwardOptions{},
+             stream);
+}
+
+DataGradients GpuAttentionBackwardKernel::run(
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const Arguments &args, const GpuBackwardOptions &options,
+    CUstream stream) const {
+  if (info_.config.varlen)
+    throw UserError(fmt::format("run: backward kernel '{}' was compiled "
+                                "varlen; use runVarlen",
+                                info_.name));
+  AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o, &lse);
+  // dO has o's shape and dtype; dq, dk, dv those of q, k, v.
+  AttentionShape sg = checkAttentionTensors(spec_, q, k, v, &dO);
+  AttentionShape sd = checkAttentionTensors(spec_, dq, dk, dv);
+  if (sd.batch != s.batch || sd.seqlenQ != s.seqlenQ || sd.seqlenK != s.seqlenK)
+    throw UserError(fmt::format(
+        "dq/dk/dv have batch {}, seqlen_q {}, seqlen_k {}; q/k/v have {}, {}, "
+        "{}",
+        sd.batch, sd.seqlenQ, sd.seqlenK, s.batch, s.seqlenQ, s.seqlenK));
+  (void)sg;
+  args.validateFor(spec_.variant);
+  checkBackwardLayout(q, k, v, o, lse, dO, dq, dk, dv);
+  BackwardCall c;
+  const TensorRef *ts[abi::gpu::kBackwardStridedTensors] = {
+      &q, &k, &v, &o, &dO, &lse, &dq, &dk, &dv};
+  for (int i = 0; i < abi::gpu::kBackwardStridedTensors; ++i) {
+    c.t[i] = ts[i];
+    for (int d = 0; d < 3; ++d)
+      c.strides[i][d] = ts[i]->strides[d];
+  }
+  c.seqlenQ = s.seqlenQ;
+  c.seqlenK = s.seqlenK;
+  c.batch = s.batch;
+  c.headsQ = s.headsQ;
+  c.headsKV = s.headsKV;
+  c.rowsQ = s.batch * s.seqlenQ;
+  return launchBackward(c, args, options, stream);
+}
+
+DataGradients GpuAttentionBackwardKernel::runVarlen(
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const DeviceCuSeqlens &cuSeqlens, const Arguments &args,
+    const GpuBackwardOptions &options, CUstream stream) const {
+  if (!info_.config.varlen)
+    throw UserError(fmt::format("runVarlen: backward kernel '{}' was not "
+                                "compiled varlen; use run",
+                                info_.name));
+  const std::vector<int32_t> &cq = cuSeqlens.hostQ(), &ck = cuSeqlens.hostK();
+  VarlenShape s = checkVarlenTensors(spec_, q, k, v, cq, ck, &o, &lse);
+  // dO has o's shape and dtype; dq, dk, dv those of q, k, v.
+  (void)checkVarlenTensors(spec_, q, k, v, cq, ck, &dO);
+  VarlenShape sd = checkVarlenTensors(spec_, dq, dk, dv, cq, ck);
+  (void)sd;
+  args.validateFor(spec_.variant);
+  checkBackwardLayout(q, k, v, o, lse, dO, dq, dk, dv);
+  BackwardCall c;
+  const TensorRef *ts[abi::gpu::kBackwardStridedTensors] = {
+      &q, &k, &v, &o, &dO, &lse, &dq, &dk, &dv};
+  for (int i = 0; i < abi::gpu::kBackwardStridedTensors; ++i) {
+    c.t[i] = ts[i];
+    // [total, heads, D]: (batch, head, seq) strides = (unused, [1], [0]);
+    // lse [heads, total]: (unused, [0], [1]).
+    bool isLse = i == abi::gpu::kBwdLse;
+    c.strides[i][1] = ts[i]->strides[isLse ? 0 : 1];
+    c.strides[i][2] = ts[i]->strides[isLse ? 1 : 0];
+  }
+  c.seqlenQ = s.maxSeqlenQ;
+  c.seqlenK = s.maxSeqlenK;
+  c.batch = s.batch;
+  c.headsQ = s.headsQ;
+  c.headsKV = s.headsKV;
+  c.rowsQ = s.totalQ;
+  c.cu = &cuSeqlens;
+  return launchBackward(c, args, options, stream);
+}
+
+DataGradients GpuAttentionBackwardKernel::launchBackward(
+    const BackwardCall &c, const Arguments &args,
+    const GpuBackwardOptions &options, CUstream stream) const {
+  AttentionShape s;
+  s.batch = c.batch;
+  s.headsQ = c.headsQ;
+  s.headsKV = c.headsKV;
+  s.seqlenQ = c.seqlenQ;
+  s.seqlenK = c.seqlenK;
   constexpr int64_t kMaxGridYZ = 65535;
   if (s.batch > kMaxGridYZ || s.headsQ > kMaxGridYZ)
     throw UserError(fmt::format("batch = {} / heads_q = {}: at most {} (grid "
@@ -116,6 +219,12 @@ DataGradients GpuAttentionBackwardKernel::run(
   }
   const int64_t paramOffset = gradFloats;
   gradFloats += static_cast<int64_t>(params.size());
+  if (options.deterministic && gradFloats > 0)
+    throw UserError(fmt::format(
+        "deterministic = true: variant '{}' has f32 buffers or parameters "
+        "(their gradients are summed by unordered fp32 atomics); the "
+        "deterministic GPU backward takes variants without them",
+        spec_.variant.name()));
   DataGradients out;
   auto collect = [&](const std::vector<float> &host) {
     for (size_t i = 0; i < buffers.size(); ++i)
@@ -141,31 +250,44 @@ DataGradients GpuAttentionBackwardKernel::run(
       grads_ = DeviceBuffer(*device_, bytes);
     grads_.fill(0);
   }
-  size_t rows = static_cast<size_t>(s.batch * s.headsQ * s.seqlenQ);
+  size_t rows = static_cast<size_t>(c.rowsQ * s.headsQ);
   size_t accBytes = rows * static_cast<size_t>(spec_.headDimQK) * 4;
   if (accum_.size() < accBytes)
     accum_ = DeviceBuffer(*device_, accBytes);
   if (delta_.size() < rows * 4)
     delta_ = DeviceBuffer(*device_, rows * 4);
+  // Deterministic mode: an i32 turn counter per (batch, head_q, query
+  // tile), zeroed by `_bwd_pre`.
+  void *turns = nullptr;
+  if (options.deterministic) {
+    size_t n = static_cast<size_t>(
+        s.batch * s.headsQ *
+        ((s.seqlenQ + info_.config.blockN - 1) / info_.config.blockN));
+    if (turns_.size() < n * 4)
+      turns_ = DeviceBuffer(*device_, std::max<size_t>(n * 4, 4));
+    turns = reinterpret_cast<void *>(turns_.ptr());
+  }
   bool hasBuffers = !spec_.variant.buffers().empty();
   if (hasBuffers)
     status_.fill(0);
 
   KernelArgs a;
-  const TensorRef *ts[abi::gpu::kBackwardStridedTensors] = {
-      &q, &k, &v, &o, &dO, &lse, &dq, &dk, &dv};
-  for (const TensorRef *t : ts)
+  for (const TensorRef *t : c.t)
     a.add(t->data);
   a.add(reinterpret_cast<void *>(accum_.ptr()))
       .add(reinterpret_cast<void *>(delta_.ptr()))
       .add(reinterpret_cast<void *>(status_.ptr()));
-  for (const TensorRef *t : ts)
-    a.add(t->strides[0]).add(t->strides[1]).add(t->strides[2]);
+  for (const auto &st : c.strides)
+    a.add(st[0]).add(st[1]).add(st[2]);
   a.add(static_cast<int32_t>(s.seqlenQ)).add(static_cast<int32_t>(s.seqlenK));
   a.add(static_cast<int32_t>(s.headsQ / s.headsKV));
   float scale = spec_.effectiveScale();
   a.add(scale).add(static_cast<float>(scale * 1.4426950408889634));
-  checkFixedArgs(a, abi::gpu::backwardArgTypes(), info_.name);
+  a.add(turns);
+  if (c.cu)
+    a.add(reinterpret_cast<void *>(c.cu->deviceQ()))
+        .add(reinterpret_cast<void *>(c.cu->deviceK()));
+  checkFixedArgs(a, abi::gpu::backwardArgTypes(info_.config), info_.name);
   // addVariantArgs of the forward, for this spec.
   for (const ParamDecl &p : spec_.variant.params()) {
     const Scalar &val = args.params.at(p.name);

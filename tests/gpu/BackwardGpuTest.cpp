@@ -146,7 +146,8 @@ void checkDataGradients(const DataGradients &got,
 /// One backward call at one shape against the float64 reference.
 void checkBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
                    const AttentionSpec &spec, int64_t batch, int64_t sq,
-                   int64_t sk, int layout, uint64_t seed) {
+                   int64_t sk, int layout, uint64_t seed,
+                   const GpuBackwardOptions &options = {}) {
   INFO("batch " << batch << ", seqlen_q " << sq << ", seqlen_k " << sk
                 << ", layout " << layout << ", seed " << seed);
   std::mt19937_64 rng(seed);
@@ -185,9 +186,10 @@ void checkBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
   dq.poison();
   dk.poison();
   dv.poison();
-  DataGradients got = kernel.run(
-      q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef, lse.deviceRef,
-      dO.deviceRef, dq.deviceRef, dk.deviceRef, dv.deviceRef, args.device);
+  DataGradients got =
+      kernel.run(q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef,
+                 lse.deviceRef, dO.deviceRef, dq.deviceRef, dk.deviceRef,
+                 dv.deviceRef, args.device, options);
   dq.download();
   dk.download();
   dv.download();
@@ -241,6 +243,169 @@ bool selected(const std::string &id) {
   return !only || id.find(only) != std::string::npos;
 }
 
+/// True when the variant has buffer or parameter gradients (f32 buffers or
+/// parameters), which the deterministic mode does not take.
+bool hasDataGradients(const AttentionSpec &spec) {
+  for (const BufferDecl &b : spec.variant.buffers())
+    if (b.elementType == ScalarType::Float32)
+      return true;
+  for (const ParamDecl &p : spec.variant.params())
+    if (p.type == ScalarType::Float32)
+      return true;
+  return false;
+}
+
+/// A packed varlen tensor [total, heads, dim] (rank 3), or the LSE
+/// [heads, total] (rank 2, fp32) when \p dim is 0.
+GpuTensor varlenTensor(Device &dev, DType t, int64_t total, int64_t heads,
+                       int64_t dim) {
+  if (dim == 0) {
+    GpuTensor x(dev, t, {heads, total, 1, 1}, 4);
+    x.hostRef.rank = x.deviceRef.rank = 2;
+    return x;
+  }
+  GpuTensor x(dev, t, {total, heads, dim, 1}, 4);
+  x.hostRef.rank = x.deviceRef.rank = 3;
+  return x;
+}
+
+/// One varlen backward call on sequences \p cuQ / \p cuK against the
+/// float64 varlen reference backward; returns dQ, dK, dV's host bytes.
+std::vector<uint8_t>
+checkVarlenBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
+                    const AttentionSpec &spec, const std::vector<int32_t> &cuQ,
+                    const std::vector<int32_t> &cuK, uint64_t seed,
+                    const GpuBackwardOptions &options) {
+  std::ostringstream lens;
+  int64_t maxQ = 0, maxK = 0;
+  for (size_t b = 0; b + 1 < cuQ.size(); ++b) {
+    lens << cuQ[b + 1] - cuQ[b] << "/" << cuK[b + 1] - cuK[b] << " ";
+    maxQ = std::max<int64_t>(maxQ, cuQ[b + 1] - cuQ[b]);
+    maxK = std::max<int64_t>(maxK, cuK[b + 1] - cuK[b]);
+  }
+  INFO("seed " << seed << ", sequences (q/k) " << lens.str()
+               << ", deterministic " << options.deterministic);
+  std::mt19937_64 rng(seed);
+  const int64_t tq = cuQ.back(), tk = cuK.back();
+  const int64_t hq = spec.headsQ, hkv = spec.headsKV;
+  const int64_t dqk = spec.headDimQK, dvv = spec.headDimV;
+  const DType dt = spec.dtypeQ;
+  GpuTensor q = varlenTensor(dev, dt, tq, hq, dqk),
+            k = varlenTensor(dev, dt, tk, hkv, dqk),
+            v = varlenTensor(dev, dt, tk, hkv, dvv),
+            o = varlenTensor(dev, dt, tq, hq, dvv),
+            dO = varlenTensor(dev, dt, tq, hq, dvv),
+            lse = varlenTensor(dev, DType::F32, tq, hq, 0),
+            dq = varlenTensor(dev, dt, tq, hq, dqk),
+            dk = varlenTensor(dev, dt, tk, hkv, dqk),
+            dv = varlenTensor(dev, dt, tk, hkv, dvv);
+  q.randomize(rng, 2.0f);
+  k.randomize(rng, 2.0f);
+  v.randomize(rng);
+  dO.randomize(rng);
+  // Buffers indexed by per-sequence positions (documents, slopes).
+  test::VariantArgs args(dev, spec, std::max<int64_t>(maxQ, 1),
+                         std::max<int64_t>(maxK, 1));
+  AttentionSpec fwd = spec;
+  fwd.returnLse = true;
+  VarlenReferenceOutput ref = referenceVarlenAttention(
+      fwd, q.hostRef, k.hostRef, v.hostRef, cuQ, cuK, args.host);
+  for (int64_t t = 0; t < tq; ++t)
+    for (int64_t h = 0; h < hq; ++h) {
+      storeFromFloat(lse.hostRef.data, DType::F32, lse.hostRef.offset(h, t, 0),
+                     static_cast<float>(ref.lseAt(h, t)));
+      for (int64_t d = 0; d < dvv; ++d)
+        storeFromFloat(o.hostRef.data, dt, o.hostRef.offset(t, h, d),
+                       static_cast<float>(ref.oAt(t, h, d)));
+    }
+  upload(o);
+  upload(lse);
+  dq.poison();
+  dk.poison();
+  dv.poison();
+  DeviceCuSeqlens cu(cuQ, cuK, dev);
+  DataGradients got =
+      kernel.runVarlen(q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef,
+                       lse.deviceRef, dO.deviceRef, dq.deviceRef, dk.deviceRef,
+                       dv.deviceRef, cu, args.device, options);
+  dq.download();
+  dk.download();
+  dv.download();
+  std::vector<std::string> params;
+  for (const ParamDecl &p : spec.variant.params())
+    if (p.type == ScalarType::Float32)
+      params.push_back(p.name);
+  VarlenReferenceGradients want =
+      referenceVarlenAttentionBackward(spec, q.hostRef, k.hostRef, v.hostRef,
+                                       dO.hostRef, cuQ, cuK, args.host, params);
+  checkDataGradients(got, want, dt, tq * hq, std::max(maxQ, maxK));
+  GradCheck cq, ck, cv;
+  int64_t emptyRows = 0, unseenKeys = 0;
+  for (int64_t t = 0; t < tq; ++t)
+    for (int64_t h = 0; h < hq; ++h) {
+      bool empty = std::isinf(ref.lseAt(h, t));
+      emptyRows += empty;
+      for (int64_t d = 0; d < dqk; ++d)
+        cq.add(dq.at(t, h, d), want.dqAt(t, h, d), empty);
+    }
+  for (int64_t t = 0; t < tk; ++t)
+    for (int64_t h = 0; h < hkv; ++h) {
+      bool unseen = true;
+      for (int64_t d = 0; d < dvv; ++d)
+        unseen = unseen && want.dvAt(t, h, d) == 0.0;
+      unseenKeys += unseen;
+      for (int64_t d = 0; d < dqk; ++d)
+        ck.add(dk.at(t, h, d), want.dkAt(t, h, d), unseen);
+      for (int64_t d = 0; d < dvv; ++d)
+        cv.add(dv.at(t, h, d), want.dvAt(t, h, d), unseen);
+    }
+  std::printf("  %-32s varlen %s dQ %.2e/%.2e  dK %.2e/%.2e  dV %.2e/%.2e, "
+              "%lld empty rows, %lld unseen keys%s\n",
+              kernel.info().name.c_str(), lens.str().c_str(), cq.relMax(),
+              cq.relNorm(), ck.relMax(), ck.relNorm(), cv.relMax(),
+              cv.relNorm(), (long long)emptyRows, (long long)unseenKeys,
+              options.deterministic ? " (deterministic)" : "");
+  checkGrad("dQ", cq, dt);
+  checkGrad("dK", ck, dt);
+  checkGrad("dV", cv, dt);
+  std::vector<uint8_t> bytes(dq.host);
+  bytes.insert(bytes.end(), dk.host.begin(), dk.host.end());
+  bytes.insert(bytes.end(), dv.host.begin(), dv.host.end());
+  return bytes;
+}
+
+/// Random packed lengths: zeros, ones, tile multiples and odd ones, q and k
+/// different; \p n sequences.
+std::pair<std::vector<int32_t>, std::vector<int32_t>>
+randomCuSeqlens(std::mt19937_64 &rng, int n) {
+  std::vector<int32_t> cuQ{0}, cuK{0};
+  auto len = [&]() -> int32_t {
+    switch (rng() % 6) {
+    case 0:
+      return 0;
+    case 1:
+      return 1;
+    case 2:
+      return 128;
+    default:
+      return static_cast<int32_t>(rng() % 400);
+    }
+  };
+  for (int b = 0; b < n; ++b) {
+    cuQ.push_back(cuQ.back() + len());
+    cuK.push_back(cuK.back() + len());
+  }
+  return {cuQ, cuK};
+}
+
+/// Loads varlen backward kernel \p id and checks it is varlen.
+std::unique_ptr<GpuAttentionBackwardKernel>
+loadVarlenBackward(const testing::MatrixKernel &k, Device &dev) {
+  auto kernel = loadBackward(k.id, k.spec, dev);
+  REQUIRE(kernel->info().config.varlen);
+  return kernel;
+}
+
 } // namespace
 
 TEST_CASE("generated backward kernels match the float64 reference backward",
@@ -276,6 +441,196 @@ TEST_CASE("a backward kernel reused for a second call gives the right "
   uint64_t seed = std::random_device{}();
   checkBackward(dev, *kernel, k.spec, 2, 193, 131, 0, seed);
   checkBackward(dev, *kernel, k.spec, 1, 64, 64, 1, seed + 1);
+}
+
+TEST_CASE("varlen backward kernels match the float64 varlen reference",
+          "[gpu][backward]") {
+  Device &dev = Device::get(0);
+  uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  int i = 0;
+  for (const testing::MatrixKernel &k : testing::backwardVarlenKernels()) {
+    if (!selected(k.id))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec) << ", seed " << seed);
+    auto kernel = loadVarlenBackward(k, dev);
+    CHECK(kernel->function().localBytes() == 0);
+    // Fixed: an empty sequence first and last, a query-only and a key-only
+    // sequence, odd lengths; then random batches.
+    std::vector<int32_t> lq{0, 17, 1, 0, 130, 65, 0},
+        lk{0, 33, 1, 9, 77, 65, 0};
+    std::vector<int32_t> cuQ{0}, cuK{0};
+    for (size_t b = 0; b < lq.size(); ++b) {
+      cuQ.push_back(cuQ.back() + lq[b]);
+      cuK.push_back(cuK.back() + lk[b]);
+    }
+    GpuBackwardOptions det;
+    det.deterministic = !hasDataGradients(k.spec);
+    checkVarlenBackward(dev, *kernel, k.spec, cuQ, cuK, seed + i++, {});
+    auto [rq, rk] = randomCuSeqlens(rng, 2 + int(rng() % 4));
+    checkVarlenBackward(dev, *kernel, k.spec, rq, rk, seed + i++, det);
+    // All sequences empty: nothing to do, nothing read.
+    checkVarlenBackward(dev, *kernel, k.spec, {0, 0, 0}, {0, 0, 0}, seed + i++,
+                        {});
+  }
+}
+
+TEST_CASE("deterministic backward gives the right gradients in bit-identical "
+          "runs",
+          "[gpu][backward]") {
+  Device &dev = Device::get(0);
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int i = 0;
+  GpuBackwardOptions det;
+  det.deterministic = true;
+  for (const testing::MatrixKernel &k : testing::backwardKernels()) {
+    if (!selected(k.id) || hasDataGradients(k.spec))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = loadBackward(k.id, k.spec, dev);
+    // Against the reference (odd shapes, tiles past the ends, GQA).
+    const std::pair<int64_t, int64_t> shapes[] = {{257, 300}, {65, 17}};
+    auto [sq, sk] = shapes[i % 2];
+    checkBackward(dev, *kernel, k.spec, 2, sq, sk, i % 2, seed + i, det);
+    ++i;
+  }
+  // Bit-identical runs where many key tiles add to each query tile (a
+  // dense, a causal and a windowed kernel; varlen above).
+  for (const char *id :
+       {"bwd_none_d64_bf16_g1", "bwd_causal_tl_d128_fp16_g1",
+        "bwd_window_lr_d128_fp16_g2", "bwd_doc_id_d128_fp16_g3"}) {
+    if (!selected(id))
+      continue;
+    const testing::MatrixKernel *mk = nullptr;
+    static const std::vector<testing::MatrixKernel> all =
+        testing::backwardKernels();
+    for (const auto &k : all)
+      if (k.id == id)
+        mk = &k;
+    INFO(id);
+    REQUIRE(mk);
+    auto kernel = loadBackward(mk->id, mk->spec, dev);
+    const AttentionSpec &spec = mk->spec;
+    const int64_t b = 2, n = 1500, hq = spec.headsQ, hkv = spec.headsKV,
+                  d = spec.headDimQK;
+    std::mt19937_64 rng(seed + 100);
+    GpuTensor q(dev, spec.dtypeQ, {b, hq, n, d}),
+        kt(dev, spec.dtypeQ, {b, hkv, n, d}),
+        v(dev, spec.dtypeQ, {b, hkv, n, d}), o(dev, spec.dtypeQ, {b, hq, n, d}),
+        dO(dev, spec.dtypeQ, {b, hq, n, d}),
+        lse(dev, DType::F32, {b, hq, n, 1}, 3),
+        dq(dev, spec.dtypeQ, {b, hq, n, d}),
+        dk(dev, spec.dtypeQ, {b, hkv, n, d}),
+        dv(dev, spec.dtypeQ, {b, hkv, n, d});
+    q.randomize(rng, 2.0f);
+    kt.randomize(rng, 2.0f);
+    v.randomize(rng);
+    o.randomize(rng);
+    dO.randomize(rng);
+    // LSE of a softmax that spreads weight over many keys (finite).
+    for (int64_t x = 0; x < b; ++x)
+      for (int64_t h = 0; h < hq; ++h)
+        for (int64_t r = 0; r < n; ++r)
+          put(lse, x, h, r, 0, 3.0 + 0.001 * double(r));
+    upload(lse);
+    test::VariantArgs args(dev, spec, n, n);
+    auto once = [&](const GpuBackwardOptions &opt) {
+      dq.poison();
+      dk.poison();
+      dv.poison();
+      kernel->run(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
+                  lse.deviceRef, dO.deviceRef, dq.deviceRef, dk.deviceRef,
+                  dv.deviceRef, args.device, opt);
+      dq.download();
+      dk.download();
+      dv.download();
+      std::vector<uint8_t> all(dq.host);
+      all.insert(all.end(), dk.host.begin(), dk.host.end());
+      all.insert(all.end(), dv.host.begin(), dv.host.end());
+      return all;
+    };
+    std::vector<uint8_t> first = once(det), second = once(det);
+    int64_t nan = 0;
+    for (int64_t x = 0; x < b; ++x)
+      for (int64_t r = 0; r < n; ++r)
+        nan += std::isnan(dq.at(x, 0, r, 0));
+    CHECK(nan == 0);
+    size_t differ = 0;
+    for (size_t j = 0; j < first.size(); ++j)
+      differ += first[j] != second[j];
+    CHECK(differ == 0);
+    // The default mode: the same gradients up to the summation order (its
+    // last bits may differ between runs).
+    std::vector<uint8_t> plain = once({});
+    size_t plainDiffer = 0;
+    for (size_t j = 0; j < first.size(); ++j)
+      plainDiffer += first[j] != plain[j];
+    std::printf("  %-32s deterministic runs differ in %zu bytes; the "
+                "default mode's run in %zu of %zu\n",
+                id, differ, plainDiffer, first.size());
+  }
+}
+
+TEST_CASE("GPU backward modes reject what they do not take",
+          "[gpu][backward]") {
+  Device &dev = Device::get(0);
+  // run() on a varlen kernel, runVarlen() on a dense one.
+  const testing::MatrixKernel vk = testing::backwardVarlenKernels().at(0);
+  auto varlen = loadVarlenBackward(vk, dev);
+  const testing::MatrixKernel dk = testing::backwardKernels().at(0);
+  auto dense = loadBackward(dk.id, dk.spec, dev);
+  const AttentionSpec &s = dk.spec;
+  GpuTensor q(dev, s.dtypeQ, {1, s.headsQ, 16, s.headDimQK}),
+      k(dev, s.dtypeQ, {1, s.headsKV, 16, s.headDimQK}),
+      v(dev, s.dtypeQ, {1, s.headsKV, 16, s.headDimV}),
+      o(dev, s.dtypeQ, {1, s.headsQ, 16, s.headDimV}),
+      dO(dev, s.dtypeQ, {1, s.headsQ, 16, s.headDimV}),
+      lse(dev, DType::F32, {1, s.headsQ, 16, 1}, 3),
+      dq(dev, s.dtypeQ, {1, s.headsQ, 16, s.headDimQK}),
+      dkt(dev, s.dtypeQ, {1, s.headsKV, 16, s.headDimQK}),
+      dv(dev, s.dtypeQ, {1, s.headsKV, 16, s.headDimV});
+  CHECK_THROWS_WITH(varlen->run(q.deviceRef, k.deviceRef, v.deviceRef,
+                                o.deviceRef, lse.deviceRef, dO.deviceRef,
+                                dq.deviceRef, dkt.deviceRef, dv.deviceRef),
+                    Catch::Contains("was compiled varlen; use runVarlen"));
+  DeviceCuSeqlens cu(std::vector<int32_t>{0, 16}, std::vector<int32_t>{0, 16},
+                     dev);
+  CHECK_THROWS_WITH(dense->runVarlen(q.deviceRef, k.deviceRef, v.deviceRef,
+                                     o.deviceRef, lse.deviceRef, dO.deviceRef,
+                                     dq.deviceRef, dkt.deviceRef, dv.deviceRef,
+                                     cu),
+                    Catch::Contains("was not compiled varlen; use run"));
+  // Deterministic mode with buffer / parameter gradients.
+  for (const testing::MatrixKernel &mk : testing::backwardKernels()) {
+    if (mk.variant != "alibi")
+      continue;
+    auto alibi = loadBackward(mk.id, mk.spec, dev);
+    const AttentionSpec &a = mk.spec;
+    GpuTensor aq(dev, a.dtypeQ, {1, a.headsQ, 16, a.headDimQK}),
+        ak(dev, a.dtypeQ, {1, a.headsKV, 16, a.headDimQK}),
+        av(dev, a.dtypeQ, {1, a.headsKV, 16, a.headDimV}),
+        ao(dev, a.dtypeQ, {1, a.headsQ, 16, a.headDimV}),
+        adO(dev, a.dtypeQ, {1, a.headsQ, 16, a.headDimV}),
+        alse(dev, DType::F32, {1, a.headsQ, 16, 1}, 3),
+        adq(dev, a.dtypeQ, {1, a.headsQ, 16, a.headDimQK}),
+        adk(dev, a.dtypeQ, {1, a.headsKV, 16, a.headDimQK}),
+        adv(dev, a.dtypeQ, {1, a.headsKV, 16, a.headDimV});
+    test::VariantArgs args(dev, a, 16, 16);
+    GpuBackwardOptions det;
+    det.deterministic = true;
+    CHECK_THROWS_AS(alibi->run(aq.deviceRef, ak.deviceRef, av.deviceRef,
+                               ao.deviceRef, alse.deviceRef, adO.deviceRef,
+                               adq.deviceRef, adk.deviceRef, adv.deviceRef,
+                               args.device, det),
+                    UserError);
+    CHECK_THROWS_WITH(alibi->run(aq.deviceRef, ak.deviceRef, av.deviceRef,
+                                 ao.deviceRef, alse.deviceRef, adO.deviceRef,
+                                 adq.deviceRef, adk.deviceRef, adv.deviceRef,
+                                 args.device, det),
+                      Catch::Contains("deterministic = true: variant"));
+    break;
+  }
 }
 
 TEST_CASE("backward timing against the forward", "[.bwdbench]") {
@@ -334,6 +689,70 @@ TEST_CASE("backward timing against the forward", "[.bwdbench]") {
                   2.5 * flops / bms / 1e9, bms / fms,
                   3.5 * flops / (fms + bms) / 1e9);
       // A sanity check that the timed run computed something.
+      dq.download();
+      CHECK(std::isfinite(dq.at(0, 0, n - 1, 0)));
+    }
+  }
+}
+
+TEST_CASE("backward timing: default against deterministic mode",
+          "[.bwdmodes]") {
+  // bf16, D = 128, batch * seqlen = 32768, 16 heads; dense and causal.
+  // Prints BWDMODE lines: both modes' backward ms and TF/s (2.5x the
+  // forward's FLOPs over the allowed pairs) and deterministic / default.
+  Device &dev = Device::get(0);
+  std::mt19937_64 rng(11);
+  GpuBackwardOptions det;
+  det.deterministic = true;
+  for (const testing::MatrixKernel &k : testing::benchKernels()) {
+    if (!selected(k.id) ||
+        (k.id != "bench_none_d128" && k.id != "bench_causal_tl_d128"))
+      continue;
+    auto bwd = loadBackward(k.id, k.spec, dev);
+    for (int64_t n : {4096, 16384}) {
+      int64_t b = 32768 / n, h = k.spec.headsQ, d = k.spec.headDimQK;
+      GpuTensor q(dev, DType::BF16, {b, h, n, d}),
+          kt(dev, DType::BF16, {b, h, n, d}), v(dev, DType::BF16, {b, h, n, d}),
+          o(dev, DType::BF16, {b, h, n, d}), dO(dev, DType::BF16, {b, h, n, d}),
+          lse(dev, DType::F32, {b, h, n, 1}, 3),
+          dq(dev, DType::BF16, {b, h, n, d}),
+          dk(dev, DType::BF16, {b, h, n, d}),
+          dv(dev, DType::BF16, {b, h, n, d});
+      q.randomize(rng);
+      kt.randomize(rng);
+      v.randomize(rng);
+      o.randomize(rng);
+      dO.randomize(rng);
+      for (int64_t x = 0; x < b; ++x)
+        for (int64_t hh = 0; hh < h; ++hh)
+          for (int64_t r = 0; r < n; ++r)
+            put(lse, x, hh, r, 0, 8.0);
+      upload(lse);
+      auto time = [&](const GpuBackwardOptions &opt) {
+        auto f = [&] {
+          bwd->run(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
+                   lse.deviceRef, dO.deviceRef, dq.deviceRef, dk.deviceRef,
+                   dv.deviceRef, {}, opt);
+        };
+        f();
+        f();
+        std::vector<float> ms;
+        EventTimer timer(dev);
+        for (int r = 0; r < 7; ++r) {
+          timer.start();
+          f();
+          ms.push_back(timer.stopMs());
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2];
+      };
+      float plain = time({}), ordered = time(det);
+      double frac = k.spec.causal == Causal::None ? 1.0 : (n + 1.0) / (2.0 * n);
+      double flops = 2.5 * 4.0 * b * h * n * n * d * frac;
+      std::printf("BWDMODE %-22s N=%-6lld default %.3f ms %.0f TF/s  "
+                  "deterministic %.3f ms %.0f TF/s  ratio %.3f\n",
+                  k.id.c_str(), (long long)n, plain, flops / plain / 1e9,
+                  ordered, flops / ordered / 1e9, ordered / plain);
       dq.download();
       CHECK(std::isfinite(dq.at(0, 0, n - 1, 0)));
     }

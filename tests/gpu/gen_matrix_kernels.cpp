@@ -4,7 +4,9 @@
 // write(); was "name arch threads block_m shared_bytes") for every kernel of
 // tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
 // that has no MLIR (the ahead-of-time flow a host application uses), the
-// block-sparse / varlen kernels of sparseKernels() and sinkKernels(), and
+// block-sparse / varlen kernels of sparseKernels() and sinkKernels(), the
+// backward kernels (backwardKernels(), backwardVarlenKernels(), the timing
+// pairs of benchKernels()), and
 // (sm_90a) those of optionKernels(). Usage: gen_matrix_kernels DIR [ARCH
 // [MMA]]; MMA (default, mma.sync or wgmma) applies to the matrix and sparse
 // kernels
@@ -100,6 +102,15 @@ int main(int argc, char **argv) {
     flashjit::GpuCompileOptions bo;
     bo.arch = o.arch;
     bo.kind = flashjit::KernelKind::Backward;
+    write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    ++n;
+  }
+  // Varlen backward kernels.
+  for (const auto &k : flashjit::testing::backwardVarlenKernels()) {
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.kind = flashjit::KernelKind::Backward;
+    bo.varlen = true;
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     ++n;
   }

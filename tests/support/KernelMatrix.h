@@ -133,6 +133,27 @@ inline std::vector<MatrixKernel> backwardKernels() {
   return out;
 }
 
+/// The varlen backward kernels of the [gpu][backward] tests and the no-GPU
+/// ptxas test (GpuCompileOptions::varlen, kind Backward): both causal
+/// alignments (per sequence), no mask, a document mask (buffer reads at
+/// per-sequence positions) and causal softcap with a runtime cap (a
+/// parameter gradient); GQA ratios 1, 2 and 3, both 16-bit dtypes, head
+/// dims 64 and 128.
+inline std::vector<MatrixKernel> backwardVarlenKernels() {
+  return {
+      {"bwdvl_causal_br_d64_bf16_g2", "causal_br",
+       matrixSpec("causal_br", 64, DType::BF16, 4, 2)},
+      {"bwdvl_causal_tl_d128_fp16_g3", "causal_tl",
+       matrixSpec("causal_tl", 128, DType::F16, 3, 1)},
+      {"bwdvl_none_d128_bf16_g1", "none",
+       matrixSpec("none", 128, DType::BF16, 2, 2)},
+      {"bwdvl_doc_id_d64_fp16_g2", "doc_id",
+       matrixSpec("doc_id", 64, DType::F16, 4, 2)},
+      {"bwdvl_softcap_d64_bf16_g1", "softcap",
+       matrixSpec("softcap", 64, DType::BF16, 2, 2)},
+  };
+}
+
 /// The kernels of the [.bwdbench] timing (forward `<id>_fwd` with the
 /// default tiles, backward `<id>`): bf16, dense and causal, head dims 64
 /// and 128, hidden 2048 (heads = 2048 / head dim); causal softcap and ALiBi

@@ -82,9 +82,10 @@ void validateForGpu(const AttentionSpec &spec,
                                   field, d));
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
   if (tc.kind == KernelKind::Backward) {
-    if (options.varlen || options.blockSparse)
-      throw UserError("the GPU backward supports dense calls only (varlen "
-                      "and block_sparse are not supported yet)");
+    if (options.blockSparse)
+      throw UserError("block_sparse = true: the GPU backward supports dense "
+                      "and varlen calls only (block-sparse backward runs on "
+                      "the CPU: CpuBackwardKernel::runBlockSparse)");
     if (options.mma == GpuMma::Wgmma)
       throw UserError("mma = wgmma: the GPU backward uses mma.sync only");
     if (options.rowsPerWarp && options.rowsPerWarp != 16)

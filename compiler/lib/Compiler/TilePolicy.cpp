@@ -212,6 +212,7 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
   }
   if (options.kind == KernelKind::Backward) {
     GpuTileConfig c = backwardTileConfig(spec, options.arch);
+    c.varlen = options.varlen;
     if (options.blockN)
       c.blockN = options.blockN;
     if (options.numWarps)

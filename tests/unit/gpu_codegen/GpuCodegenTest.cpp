@@ -383,6 +383,59 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
   CHECK(checked == 2 * int(testing::backwardKernels().size()));
 }
 
+TEST_CASE("varlen backward kernels assemble with no spills and carry the "
+          "deterministic mode",
+          "[gpu-codegen][backward]") {
+  int checked = 0;
+  for (const testing::MatrixKernel &k : testing::backwardVarlenKernels())
+    for (std::string arch : {"sm_80", "sm_90a"}) {
+      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.kind = KernelKind::Backward;
+      o.varlen = true;
+      GpuKernelImage img = compileGpu(k.spec, o);
+      CHECK(img.config.varlen);
+      // The varlen entries take cu_seqlens after the fixed arguments: two
+      // more parameters than the dense kernel's.
+      GpuCompileOptions dense = o;
+      dense.varlen = false;
+      GpuKernelImage di = compileGpu(k.spec, dense);
+      auto params = [](const std::string &ptx, const std::string &entry) {
+        size_t at = ptx.find(".entry " + entry + "(");
+        REQUIRE(at != std::string::npos);
+        size_t end = ptx.find(')', at);
+        size_t n = 0;
+        for (size_t p = ptx.find(".param", at); p < end;
+             p = ptx.find(".param", p + 1))
+          ++n;
+        return n;
+      };
+      for (const char *suffix : {"_bwd_pre", "_bwd", "_bwd_post"})
+        CHECK(params(img.ptx, img.name + suffix) ==
+              params(di.ptx, di.name + suffix) + 2);
+      // The deterministic mode (a run-time choice): the per-query-tile turn
+      // counters, waited for with acquire and released after the dQ adds,
+      // and (masked variants) the visiting key tiles counted by bar.red.
+      CHECK(img.ptx.find("ld.acquire.gpu.global.s32") != std::string::npos);
+      CHECK(img.ptx.find("red.release.gpu.global.add.s32") !=
+            std::string::npos);
+      if (k.variant != "none")
+        CHECK(img.ptx.find("bar.red.popc.u32") != std::string::npos);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      INFO(r.log);
+      for (const char *suffix : {"_bwd_pre", "_bwd", "_bwd_post"}) {
+        const runtime::PtxasFunctionReport *f = r.find(img.name + suffix);
+        REQUIRE(f);
+        CHECK(f->clean());
+        if (std::string(suffix) == "_bwd")
+          CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit(arch));
+      }
+      ++checked;
+    }
+  CHECK(checked == 2 * int(testing::backwardVarlenKernels().size()));
+}
+
 TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions o;
   o.kind = KernelKind::Backward;
@@ -394,9 +447,11 @@ TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   CHECK_THROWS_WITH(compileGpu(step, o), Catch::Contains("not differentiable"));
   AttentionSpec dense = testing::matrixSpec("none", 64, DType::BF16, 2, 2);
   GpuCompileOptions v = o;
-  v.varlen = true;
+  v.blockSparse = true;
   CHECK_THROWS_AS(compileGpu(dense, v), UserError);
-  CHECK_THROWS_WITH(compileGpu(dense, v), Catch::Contains("dense calls only"));
+  CHECK_THROWS_WITH(compileGpu(dense, v),
+                    Catch::Contains("block_sparse = true: the GPU backward "
+                                    "supports dense and varlen calls only"));
   GpuCompileOptions w = o;
   w.mma = GpuMma::Wgmma;
   CHECK_THROWS_WITH(compileGpu(dense, w), Catch::Contains("mma.sync only"));

@@ -91,10 +91,11 @@ struct ConvertAttnToNVVM
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);
       if (c.kind == KernelKind::Backward) {
         int rowGroups = c.blockN / 16;
-        if (c.wgmma || c.varlen || c.blockSparse || c.rowsPerWarp != 16 ||
-            c.blockN > 64 || c.numWarps % rowGroups ||
+        if (c.wgmma || c.blockSparse || c.rowsPerWarp != 16 || c.blockN > 64 ||
+            c.numWarps % rowGroups ||
             c.headDimQK % (16 * (c.numWarps / rowGroups))) {
-          op.emitOpError("unsupported GPU backward shape: mma.sync, dense, "
+          op.emitOpError("unsupported GPU backward shape: mma.sync, dense "
+                         "or varlen (not block-sparse), "
                          "rows-per-warp 16, block-n (query rows) 16, 32 or "
                          "64 dividing 16 * num-warps, head_dim_qk a multiple "
                          "of 16 * num-warps / (block-n / 16)");

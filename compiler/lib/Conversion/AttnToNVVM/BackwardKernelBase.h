@@ -21,6 +21,9 @@
 
 namespace flashjit::nvvm {
 
+using mlir::Value;
+namespace arith = mlir::arith;
+
 /// Tensors with pointer and strides (abi::gpu::BackwardArg order).
 enum BackwardTensor : int { TQ = 0, TK, TV, TO, TDO, TLse, TDQ, TDK, TDV };
 
@@ -40,8 +43,15 @@ protected:
                                llvm::StringRef suffix, int threads,
                                int64_t sharedBytes);
 
-  /// Element offset (i64) of row \p row of (batch, head) in tensor \p t.
+  /// Element offset (i64) of row \p row of (batch, head) in tensor \p t
+  /// (varlen: token qStart / kStart + row of the packed tensor).
   mlir::Value offset(int t, mlir::Value bt, mlir::Value h, mlir::Value row) {
+    if (c.varlen) {
+      bool kSide = t == TK || t == TV || t == TDK || t == TDV;
+      Value token = ops.add(kSide ? kStart : qStart, row);
+      return ops.add(ops.mul(ops.ext64(h), st[t][1]),
+                     ops.mul(ops.ext64(token), st[t][2]));
+    }
     return ops.add(ops.add(ops.mul(ops.ext64(bt), st[t][0]),
                            ops.mul(ops.ext64(h), st[t][1])),
                    ops.mul(ops.ext64(row), st[t][2]));
@@ -51,10 +61,36 @@ protected:
   mlir::Value address(int t, mlir::Value elem, int64_t bytes = 2) {
     return ops.gepBytes(ptr[t], ops.mul(elem, ops.ci64(bytes)));
   }
-  /// Linear row of (batch, head, row) in the fp32 workspaces.
+  /// Linear row of (batch, head, row) in the fp32 workspaces ([batch,
+  /// heads_q, seqlen_q], varlen [total_q, heads_q]).
   mlir::Value workRow(mlir::Value headsQ, mlir::Value h, mlir::Value row) {
+    if (c.varlen)
+      return ops.add(
+          ops.mul(ops.ext64(ops.add(qStart, row)), ops.ext64(headsQ)),
+          ops.ext64(h));
     return ops.ext64(
         ops.add(ops.mul(ops.add(ops.mul(batch, headsQ), h), seqlenQ), row));
+  }
+  /// varlen: replaces seqlenQ / seqlenK by sequence \p batch's lengths and
+  /// sets qStart / kStart (the longest lengths stay in maxSeqlenQ/K).
+  void locateSequence() {
+    if (!c.varlen)
+      return;
+    VarlenSequence s = loadVarlenSequence(ops, cuQ, cuK, batch);
+    qStart = s.qStart;
+    kStart = s.kStart;
+    seqlenQ = s.seqlenQ;
+    seqlenK = s.seqlenK;
+  }
+  /// The deterministic mode's turn counter of query tile \p qTile of
+  /// (batch, head \p h) (KernelAbi.h).
+  mlir::Value semaphore(mlir::Value headsQ, mlir::Value h, mlir::Value qTile) {
+    Value tiles = arith::DivUIOp::create(
+        b, ops.add(maxSeqlenQ, ops.ci32(c.blockN - 1)), ops.ci32(c.blockN));
+    Value i = ops.add(ops.mul(ops.ext64(ops.add(ops.mul(batch, headsQ), h)),
+                              ops.ext64(tiles)),
+                      ops.ext64(qTile));
+    return ops.gepBytes(semaphores, ops.mul(i, ops.ci64(4)));
   }
   /// Two f32 from an i32 of two 16-bit floats (lo first).
   std::pair<mlir::Value, mlir::Value> unpack(mlir::Value packed);
@@ -67,7 +103,13 @@ protected:
   // Arguments.
   mlir::Value ptr[abi::gpu::kBackwardStridedTensors], dqAccum, delta;
   mlir::Value st[abi::gpu::kBackwardStridedTensors][3];
-  mlir::Value seqlenQ, seqlenK, group, scale, scaleLog2;
+  /// seqlenQ / seqlenK: the call's (varlen: the CTA's sequence's, once
+  /// locateSequence ran); maxSeqlenQ/K: the arguments.
+  mlir::Value seqlenQ, seqlenK, maxSeqlenQ, maxSeqlenK, group, scale, scaleLog2;
+  /// Deterministic-mode counters (null pointer: default mode).
+  mlir::Value semaphores;
+  /// varlen: cu_seqlens_q/k and the CTA's sequence's first tokens.
+  mlir::Value cuQ, cuK, qStart, kStart;
   DataGradArgs gradArgs;
   /// The CTA's batch index (set by the kernel).
   mlir::Value batch;

@@ -29,7 +29,7 @@ gpu::GPUFuncOp BackwardKernelBase::declare(Operation *gpuModule,
                            /*isConstant=*/false, LLVM::Linkage::External,
                            kSharedSymbol, Attribute(), /*alignment=*/1024,
                            /*addrSpace=*/3);
-  SmallVector<Type> args = abiTypes(ops, abi::backwardArgTypes());
+  SmallVector<Type> args = abiTypes(ops, abi::backwardArgTypes(c.varlen));
   for (Type ty : em.extraArgumentTypes(b.getContext()))
     args.push_back(ty);
   // The gradient arrays: one per buffer, then one for the parameters.
@@ -56,12 +56,19 @@ void BackwardKernelBase::bindArguments(gpu::GPUFuncOp fn) {
   dqAccum = a[abi::kBwdDQAccum];
   delta = a[abi::kBwdDelta];
   em.setStatus(a[abi::kBwdStatus]);
-  seqlenQ = a[abi::kBwdSeqlenQ];
-  seqlenK = a[abi::kBwdSeqlenK];
+  seqlenQ = maxSeqlenQ = a[abi::kBwdSeqlenQ];
+  seqlenK = maxSeqlenK = a[abi::kBwdSeqlenK];
+  semaphores = a[abi::kBwdSemaphores];
   group = a[abi::kBwdHeadGroup];
   scale = a[abi::kBwdScale];
   scaleLog2 = a[abi::kBwdScaleLog2];
-  ValueRange extra = a.drop_front(abi::kBackwardFixedArgs);
+  unsigned next = abi::kBackwardFixedArgs;
+  if (c.varlen) {
+    cuQ = a[next];
+    cuK = a[next + 1];
+    next += flashjit::abi::kVarlenArgs;
+  }
+  ValueRange extra = a.drop_front(next);
   em.setArguments(extra);
   unsigned np = em.numParams(), nb = em.numBuffers();
   gradArgs.status = a[abi::kBwdStatus];
@@ -135,13 +142,28 @@ void RowKernelBuilder::build(Operation *gpuModule, bool pre) {
   Value hq = NVVM::GridDimYOp::create(b, ops.i32);
   {
     OpBuilder::InsertionGuard rg(b);
+    locateSequence();
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, row, seqlenQ));
     Value wrow = workRow(hq, head, row);
     accRow = ops.mul(wrow, ops.ci64(c.headDimQK));
-    if (pre)
+    if (pre) {
       preprocess(head, wrow);
-    else
+      // The deterministic mode's counter of the row's query tile: 0.
+      Value first =
+          ops.land(ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0)),
+                   ops.cmp(arith::CmpIPredicate::eq,
+                           arith::RemUIOp::create(b, row, ops.ci32(c.blockN)),
+                           ops.ci32(0)));
+      Value det = LLVM::ICmpOp::create(b, LLVM::ICmpPredicate::ne, semaphores,
+                                       LLVM::ZeroOp::create(b, ops.ptrG));
+      ops.ifThen(ops.land(first, det), [&] {
+        Value tile = arith::DivUIOp::create(b, row, ops.ci32(c.blockN));
+        LLVM::StoreOp::create(b, ops.ci32(0), semaphore(hq, head, tile),
+                              /*alignment=*/4);
+      });
+    } else {
       convert(head);
+    }
   }
   b.setInsertionPointToEnd(&fn.getBody().front());
   gpu::ReturnOp::create(b);

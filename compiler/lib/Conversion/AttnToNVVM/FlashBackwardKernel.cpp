@@ -18,8 +18,12 @@
 //                       modifier; BackwardDataGrads: the buffer and
 //                       parameter gradients, reduced per query head)
 //                dK += dS^T Q
-//                dS^T -> shared memory; dQaccum += dS K (fp32 atomics)
+//                dS^T -> shared memory; dQaccum += dS K (fp32 atomics;
+//                       deterministic mode: after the key tiles above this
+//                       one that visit the query tile, see waitTurn)
 //              then dK * scale and dV are written in the inputs' dtype.
+//              varlen: the CTA's sequence from cu_seqlens, nothing past its
+//              keys; rows and keys addressed from its first tokens.
 //   _bwd_post: dQ = scale * dQaccum in the inputs' dtype  (warp per row;
 //              BackwardRowKernels.cpp)
 // Fragment layouts: ../shared/notes/MMA-FRAGMENTS.md; the C fragment of two
@@ -72,7 +76,19 @@ private:
   /// One non-empty query tile at \p q0 of query head \p head; \p state
   /// is dK, dV and the data gradients' running sums.
   SmallVector<Value> tileStep(ValueRange state, Value head, Value q0,
-                              Value needsMask);
+                              Value qLast, Value needsMask);
+  /// (mayBeFalse, mayBeTrue) of the key tile at \p kFirst for the query
+  /// tile [q0, qLast] of query head \p head: the tile is visited where
+  /// mayBeTrue holds.
+  std::pair<Value, Value> classify(Value head, Value q0, Value qLast,
+                                   Value kFirst);
+  /// Deterministic mode: waits (whole CTA) until every key tile above this
+  /// CTA's that visits query tile [q0, qLast] of \p head has added to its
+  /// dQaccum.
+  void waitTurn(Value head, Value q0, Value qLast);
+  /// Deterministic mode: thread 0 increments the query tile's counter once
+  /// the CTA's dQ adds are done (after a barrier).
+  void releaseTurn(Value head, Value q0);
   /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory).
   void accumulateDQ(Value head, Value q0);
   void storeRows(int tensor, Value headIdx, ArrayRef<Value> acc, int dim,
@@ -102,7 +118,9 @@ private:
 
   std::optional<BackwardDataGrads> grads; // once the arguments are bound
   // The main kernel's indices, shared tiles and lane addresses.
-  Value tid, warp, lane, g, t, headKV, headsQ, k0, kvRow[2];
+  Value tid, warp, lane, g, t, headKV, headsQ, kTile, k0, kvRow[2];
+  /// i1: the semaphores argument is not null (deterministic mode).
+  Value deterministic;
   Value sQ, sDO, sDS, sLse, sDelta;
   Value aK, aV, bQt, bDOt, bQn, bDOn, aDS, bKn;
   int rowGroups = 0, colGroups = 0, dqCols = 0;
@@ -120,11 +138,22 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   lane = arith::RemUIOp::create(b, tid, ops.ci32(32));
   g = arith::DivUIOp::create(b, lane, ops.ci32(4));
   t = arith::RemUIOp::create(b, lane, ops.ci32(4));
-  Value kTile = NVVM::BlockIdXOp::create(b, ops.i32);
+  // Deterministic mode: the last key tile first (KernelAbi.h).
+  deterministic = LLVM::ICmpOp::create(b, LLVM::ICmpPredicate::ne, semaphores,
+                                       LLVM::ZeroOp::create(b, ops.ptrG));
+  Value x = NVVM::BlockIdXOp::create(b, ops.i32);
+  kTile = ops.sel(
+      deterministic,
+      ops.sub(ops.sub(NVVM::GridDimXOp::create(b, ops.i32), ops.ci32(1)), x),
+      x);
   headKV = NVVM::BlockIdYOp::create(b, ops.i32);
   batch = NVVM::BlockIdZOp::create(b, ops.i32);
   headsQ = ops.mul(NVVM::GridDimYOp::create(b, ops.i32), group);
   k0 = ops.mul(kTile, ops.ci32(BM));
+  // varlen: this CTA's sequence; nothing to do past its keys.
+  locateSequence();
+  if (c.varlen)
+    ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, k0, seqlenK));
   kvRow[0] = ops.add(ops.add(k0, ops.mul(warp, ops.ci32(16))), g);
   kvRow[1] = ops.add(kvRow[0], ops.ci32(8));
 
@@ -199,9 +228,6 @@ void BackwardBuilder::laneAddresses(Value sK, Value sV) {
 
 SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
   const int BM = c.blockM(), BN = c.blockN;
-  Value kLast =
-      ops.sub(arith::MinSIOp::create(b, ops.add(k0, ops.ci32(BM)), seqlenK),
-              ops.ci32(1));
   Value kPastEnd =
       ops.cmp(arith::CmpIPredicate::sgt, ops.add(k0, ops.ci32(BM)), seqlenK);
   Value numQ = arith::DivUIOp::create(b, ops.add(seqlenQ, ops.ci32(BN - 1)),
@@ -231,12 +257,7 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
     Value qLast =
         ops.sub(arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BN)), seqlenQ),
                 ops.ci32(1));
-    Value mayBeFalse = ops.cb(false), mayBeTrue = ops.cb(true);
-    if (em.hasMask()) {
-      IndexValues lo{batch, head, q0, k0, seqlenQ, seqlenK};
-      IndexValues hi{batch, head, qLast, kLast, seqlenQ, seqlenK};
-      std::tie(mayBeFalse, mayBeTrue) = em.emitClassify(b, b.getLoc(), lo, hi);
-    }
+    auto [mayBeFalse, mayBeTrue] = classify(head, q0, qLast, k0);
     Value qPastEnd =
         ops.cmp(arith::CmpIPredicate::sgt, ops.add(q0, ops.ci32(BN)), seqlenQ);
     Value needsMask = ops.lor(mayBeFalse, ops.lor(kPastEnd, qPastEnd));
@@ -248,7 +269,7 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
       b.setInsertionPointToStart(tileIf.elseBlock()); // empty: skipped
       scf::YieldOp::create(b, state);
       b.setInsertionPointToStart(tileIf.thenBlock());
-      scf::YieldOp::create(b, tileStep(state, head, q0, needsMask));
+      scf::YieldOp::create(b, tileStep(state, head, q0, qLast, needsMask));
     }
     scf::YieldOp::create(b, tileIf.getResults());
   }
@@ -259,8 +280,70 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
   return SmallVector<Value>(heads.getResults());
 }
 
+std::pair<Value, Value> BackwardBuilder::classify(Value head, Value q0,
+                                                  Value qLast, Value kFirst) {
+  if (!em.hasMask())
+    return {ops.cb(false), ops.cb(true)};
+  Value kLast = ops.sub(
+      arith::MinSIOp::create(b, ops.add(kFirst, ops.ci32(c.blockM())), seqlenK),
+      ops.ci32(1));
+  IndexValues lo{batch, head, q0, kFirst, seqlenQ, seqlenK};
+  IndexValues hi{batch, head, qLast, kLast, seqlenQ, seqlenK};
+  return em.emitClassify(b, b.getLoc(), lo, hi);
+}
+
+void BackwardBuilder::waitTurn(Value head, Value q0, Value qLast) {
+  const int BM = c.blockM(), nthreads = 32 * c.numWarps;
+  Value numK = arith::DivUIOp::create(b, ops.add(seqlenK, ops.ci32(BM - 1)),
+                                      ops.ci32(BM));
+  // Key tiles above this one that visit the query tile (the classifier
+  // headLoop skips by): all of them without a mask, else counted by the
+  // CTA, one key tile per thread and round (bar.red.popc).
+  Value above = ops.sub(ops.sub(numK, kTile), ops.ci32(1));
+  Value turn = above;
+  if (em.hasMask()) {
+    Value rounds = arith::DivUIOp::create(
+        b, ops.add(above, ops.ci32(nthreads - 1)), ops.ci32(nthreads));
+    Value zeroIdx = arith::ConstantIndexOp::create(b, 0);
+    Value one = arith::ConstantIndexOp::create(b, 1);
+    auto loop = scf::ForOp::create(b, zeroIdx, ops.toIndex(rounds), one,
+                                   ValueRange{ops.ci32(0)});
+    OpBuilder::InsertionGuard lg(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value r = arith::IndexCastOp::create(b, ops.i32, loop.getInductionVar());
+    Value j = ops.add(ops.add(kTile, ops.ci32(1)),
+                      ops.add(ops.mul(r, ops.ci32(nthreads)), tid));
+    Value inRange = ops.cmp(arith::CmpIPredicate::slt, j, numK);
+    Value visits = ops.guarded(inRange, ops.i1, ops.cb(false), [&] {
+      return classify(head, q0, qLast, ops.mul(j, ops.ci32(BM))).second;
+    });
+    Value n =
+        ops.inlineAsm(ops.i32,
+                      ValueRange{arith::ExtUIOp::create(b, ops.i32, visits)},
+                      "{ .reg .pred p; setp.ne.u32 p, $1, 0; "
+                      "bar.red.popc.u32 $0, 0, p; }",
+                      "=r,r")
+            .getResult(0);
+    scf::YieldOp::create(b,
+                         ValueRange{ops.add(loop.getRegionIterArgs()[0], n)});
+    b.setInsertionPointAfter(loop);
+    turn = loop.getResult(0);
+  }
+  Value qTile = arith::DivUIOp::create(b, q0, ops.ci32(c.blockN));
+  Value sem = semaphore(headsQ, head, qTile);
+  ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0)), [&] {
+    ops.inlineAsm(Type(), ValueRange{sem, turn},
+                  "{ .reg .pred p; .reg .s32 v; FJ_TURN_WAIT: "
+                  "ld.acquire.gpu.global.s32 v, [$0]; setp.ne.s32 p, v, $1; "
+                  "@p bra FJ_TURN_WAIT; }",
+                  "l,r");
+  });
+  gpu::BarrierOp::create(b);
+}
+
 SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
-                                             Value q0, Value needsMask) {
+                                             Value q0, Value qLast,
+                                             Value needsMask) {
   const int BN = c.blockN, D = c.headDimQK, Dv = c.headDimV, P = kPad;
   const int nS = BN / 8, nK = D / 8 * 4;
   const float log2e = 1.4426950408889634f;
@@ -398,13 +481,25 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
           ops.gepBytes(sDS, ops.ext64(off)), /*alignment=*/4);
     }
   gpu::BarrierOp::create(b);
+  // Deterministic mode: dQaccum of this query tile in key-tile order.
+  ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
   accumulateDQ(head, q0);
   // Q, dO, dS^T, LSE and D are free for the next tile.
   gpu::BarrierOp::create(b);
-  SmallVector<Value> out(dk);
-  out.append(dv);
-  out.append(gradState);
-  return out;
+  releaseTurn(head, q0);
+  return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
+}
+
+void BackwardBuilder::releaseTurn(Value head, Value q0) {
+  // The next key tile may add to this query tile's dQ (release: after this
+  // CTA's adds, which the barrier before this ordered).
+  ops.ifThen(ops.land(deterministic,
+                      ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0))),
+             [&] {
+               Value qTile = arith::DivUIOp::create(b, q0, ops.ci32(c.blockN));
+               ops.inlineAsm(Type(), ValueRange{semaphore(headsQ, head, qTile)},
+                             "red.release.gpu.global.add.s32 [$0], 1;", "l");
+             });
 }
 
 void BackwardBuilder::accumulateDQ(Value head, Value q0) {

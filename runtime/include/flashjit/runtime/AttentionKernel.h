@@ -247,6 +247,19 @@ private:
   mutable std::mutex statusMutex_;
 };
 
+/// How GpuAttentionBackwardKernel computes (FlashAttention's
+/// `deterministic` flag).
+struct GpuBackwardOptions {
+  /// dQ bit-identical between runs on the same inputs, device and kernel:
+  /// each query tile's fp32 dQ sums are added in one fixed key-tile order
+  /// (per-tile turn counters in global memory, abi::gpu::kBwdSemaphores)
+  /// instead of whenever each key tile's CTA gets there. dK and dV are
+  /// deterministic in both modes (one CTA owns each key tile). Not
+  /// available for variants with buffer or parameter gradients (f32
+  /// buffers or parameters): their fp32 atomics have no fixed order yet.
+  bool deterministic = false;
+};
+
 /// The loaded backward kernels of one spec on one device (compileGpu with
 /// GpuCompileOptions::kind = KernelKind::Backward: `<name>_bwd_pre`,
 /// `<name>_bwd`, `<name>_bwd_post`, abi::gpu::BackwardArg in KernelAbi.h).
@@ -282,13 +295,47 @@ public:
   /// object, so calls on one object must not run concurrently on different
   /// streams. Throws UserError naming the bad field (shapes, dtypes,
   /// alignment, batch or heads above 65535) or the buffer read or written
-  /// out of range, DriverError if a launch fails.
+  /// out of range, or for a kernel compiled varlen (use runVarlen);
+  /// DriverError if a launch fails.
   DataGradients run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
                     const TensorRef &o, const TensorRef &lse,
                     const TensorRef &dO, const TensorRef &dq,
                     const TensorRef &dk, const TensorRef &dv,
                     const Arguments &args = {},
                     CUstream stream = nullptr) const;
+  /// run() with \p options (GpuBackwardOptions). Throws UserError for
+  /// options.deterministic on a variant with f32 buffers or parameters,
+  /// plus everything run() throws.
+  DataGradients run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+                    const TensorRef &o, const TensorRef &lse,
+                    const TensorRef &dO, const TensorRef &dq,
+                    const TensorRef &dk, const TensorRef &dv,
+                    const Arguments &args, const GpuBackwardOptions &options,
+                    CUstream stream = nullptr) const;
+  /// The backward of GpuAttentionKernel::runVarlen, for kernels compiled
+  /// with GpuCompileOptions::varlen: q, dq [total_q, heads_q, head_dim_qk],
+  /// k, dk [total_k, heads_kv, head_dim_qk], v, dv [total_k, heads_kv,
+  /// head_dim_v], o, dO [total_q, heads_q, head_dim_v], lse [heads_q,
+  /// total_q] (fp32, natural log, -inf for rows with no allowed key);
+  /// sequence b is query tokens [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and
+  /// key tokens [cu_seqlens_k[b], cu_seqlens_k[b + 1]), each its own
+  /// attention (masks and modifiers see batch = b and per-sequence indices
+  /// and lengths). Empty sequences are allowed; keys of a sequence with no
+  /// queries get dK = dV = 0, queries of one with no keys dQ = 0. The
+  /// gradients are referenceVarlenAttentionBackward's. Alignment, stride
+  /// and synchronisation rules as run(). Throws UserError for a kernel
+  /// compiled without varlen (and run() for one compiled with it), bad
+  /// tensors (checkVarlenTensors), sequences above 2^31 - 1 tokens, batch or
+  /// heads above 65535, bad arguments or options, out-of-range buffer
+  /// accesses; DriverError if a launch fails.
+  DataGradients runVarlen(const TensorRef &q, const TensorRef &k,
+                          const TensorRef &v, const TensorRef &o,
+                          const TensorRef &lse, const TensorRef &dO,
+                          const TensorRef &dq, const TensorRef &dk,
+                          const TensorRef &dv, const DeviceCuSeqlens &cuSeqlens,
+                          const Arguments &args = {},
+                          const GpuBackwardOptions &options = {},
+                          CUstream stream = nullptr) const;
 
   const AttentionSpec &spec() const { return spec_; }
   const GpuKernelInfo &info() const { return info_; }
@@ -296,13 +343,19 @@ public:
   const Function &function() const { return main_; }
 
 private:
+  struct BackwardCall;
+  DataGradients launchBackward(const BackwardCall &call, const Arguments &args,
+                               const GpuBackwardOptions &options,
+                               CUstream stream) const;
+
   AttentionSpec spec_;
   GpuKernelInfo info_;
   Device *device_;
   Module module_;
   Function pre_, main_, post_;
-  // Out-of-range flags, dQ accumulator, D, buffer/parameter gradients.
-  mutable DeviceBuffer status_, accum_, delta_, grads_;
+  // Out-of-range flags, dQ accumulator, D, buffer/parameter gradients,
+  // the deterministic mode's turn counters.
+  mutable DeviceBuffer status_, accum_, delta_, grads_, turns_;
   mutable std::mutex mutex_;
 };
 

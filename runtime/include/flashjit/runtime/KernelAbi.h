@@ -422,6 +422,27 @@ inline constexpr int kBlockMaskThreads = 256;
 /// Strides are in elements, three per tensor (batch, head, seq); the
 /// head_dim stride is 1. dQaccum [batch, heads_q, seqlen_q, head_dim_qk]
 /// and D [batch, heads_q, seqlen_q] are contiguous fp32 workspaces.
+///
+/// Varlen (KernelConfig::varlen; GpuAttentionBackwardKernel::runVarlen):
+/// as the forward's, batch is the number of sequences and seqlen_q /
+/// seqlen_k the longest ones (the grids cover those); q, k, v, o, dO, dq,
+/// dk, dv are packed [total, heads, head_dim] tensors passed with strides
+/// (0, head stride, token stride) and lse [heads_q, total_q] with (0, head
+/// stride, token stride); token t of sequence b is at (cu_seqlens[b] + t) *
+/// token stride. dQaccum is [total_q, heads_q, head_dim_qk] and D
+/// [total_q, heads_q]. CTAs and rows past their sequence's end do nothing.
+///
+/// Deterministic mode (semaphores not null; one i32 per (batch, head_q,
+/// query tile of block_n rows of the longest sequence), zeroed by
+/// `_bwd_pre`): the main kernel's CTA x handles key tile
+/// ceil(seqlen_k / block_m) - 1 - x (the last key tile first), and adds its
+/// dS K of query tile i to dQaccum only after every key tile above it that
+/// visits tile i has added its own (it waits until the counter equals that
+/// number, counted with the same tile classifier that decides the visits,
+/// then increments it). Each dQaccum element thus receives its atomic adds
+/// in one fixed order, and dQ is bit-identical between runs. A CTA waits
+/// only for CTAs of lower x in the same (kv head, batch), which start
+/// earlier, so the waits cannot deadlock.
 /// After the fixed arguments come the variant's (parameters, then (pointer,
 /// i64 size) per buffer, as the forward's), then the gradient arrays of
 /// the score modifier's derivative: one f32 pointer per buffer (sorted by
@@ -450,7 +471,13 @@ enum BackwardArg : int {
   kBwdHeadGroup = 41, ///< i32: heads_q / heads_kv (GQA)
   kBwdScale = 42,     ///< f32: the softmax scale
   kBwdScaleLog2 = 43, ///< f32: scale * log2(e)
-  kBackwardFixedArgs = 44,
+  /// i32 per (batch, head_q, query tile of block_n rows): the deterministic
+  /// mode's dQ turn counters (null: the default mode, dQ by unordered
+  /// atomics). See "Deterministic mode" above.
+  kBwdSemaphores = 44,
+  /// varlen only, from here: cu_seqlens_q, cu_seqlens_k (pointers to i32,
+  /// batch + 1 entries each); then the variant's arguments.
+  kBackwardFixedArgs = 45,
 };
 /// Tensors with strides in the backward kernels' arguments.
 inline constexpr int kBackwardStridedTensors = 9;
@@ -462,13 +489,21 @@ inline constexpr const char *kBackwardPreSuffix = "_bwd_pre";
 inline constexpr const char *kBackwardMainSuffix = "_bwd";
 inline constexpr const char *kBackwardPostSuffix = "_bwd_post";
 
-/// The backward kernels' fixed argument types, in order.
-inline std::vector<ArgType> backwardArgTypes() {
+/// The backward kernels' fixed argument types, in order (\p varlen: the
+/// configuration is varlen, KernelConfig::varlen).
+inline std::vector<ArgType> backwardArgTypes(bool varlen = false) {
   std::vector<ArgType> t(kBwdStrides, ArgType::Ptr);
   t.insert(t.end(), kBwdSeqlenQ - kBwdStrides, ArgType::I64);
   t.insert(t.end(), kBwdScale - kBwdSeqlenQ, ArgType::I32);
-  t.insert(t.end(), kBackwardFixedArgs - kBwdScale, ArgType::F32);
+  t.insert(t.end(), kBwdSemaphores - kBwdScale, ArgType::F32);
+  t.push_back(ArgType::Ptr); // kBwdSemaphores
+  if (varlen)
+    t.insert(t.end(), kVarlenArgs, ArgType::Ptr);
   return t;
+}
+/// backwardArgTypes of the kernels built from \p c.
+inline std::vector<ArgType> backwardArgTypes(const KernelConfig &c) {
+  return backwardArgTypes(c.varlen);
 }
 
 /// The split-KV decode kernels of a variant `<name>` (KernelKind::Decode),
