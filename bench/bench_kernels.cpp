@@ -5,6 +5,9 @@
 // ALiBi) at head dims 64, 128 and 256, bf16, for sm_90a. The GPU machine
 // has no MLIR, so kernels are generated here and carried (bench/RESULTS.md).
 // Usage: bench_kernels DIR [--tiles] [--sparse]
+// Beside each dense and causal default kernel: the same with TMA loads
+// (mma wgmma.tma, label "tma"; the manifest's "tma": 1 tells run_bench.py
+// to pass tensor maps).
 //
 // --sparse also writes the issue-7 kernels and <dir>/block_sparse.json for
 // bench/run_block_sparse.py: the document-causal mask with and without a
@@ -248,6 +251,12 @@ int main(int argc, char **argv) {
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
     for (int d : {64, 128, 256})
       jobs.push_back({name, d, {}, "default"});
+  for (std::string name : {"dense", "causal"})
+    for (int d : {64, 128, 256}) {
+      GpuCompileOptions o;
+      o.mma = GpuMma::WgmmaTma;
+      jobs.push_back({name, d, o, "tma"});
+    }
   struct Tile {
     int d, warps, rows, blockN, minBlocks;
     GpuMma mma;
@@ -314,6 +323,7 @@ int main(int argc, char **argv) {
                << ", \"spill_bytes\": "
                << (f ? f->spillStoreBytes + f->spillLoadBytes : -1)
                << ", \"label\": \"" << job.label << "\""
+               << ", \"tma\": " << (img.tma ? 1 : 0)
                << ", \"compile_s\": " << img.timings.back().seconds
                << ", \"scale\": " << spec.effectiveScale() << ", \"spec\": \""
                << printSpec(spec) << "\"}";

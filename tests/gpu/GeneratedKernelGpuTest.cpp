@@ -109,8 +109,7 @@ TEST_CASE("generated kernels loaded from a cubin match the float64 reference",
     REQUIRE(infoFile);
     REQUIRE(ptxFile);
     GpuKernelInfo info;
-    infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
-        info.sharedBytes;
+    test::readKernelInfo(infoFile, info, /*sparse=*/false);
     std::stringstream ptx;
     ptx << ptxFile.rdbuf();
     if (info.arch != dev.properties().arch())

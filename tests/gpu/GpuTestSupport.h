@@ -100,15 +100,33 @@ loadAheadOfTime(const std::string &id, const AttentionSpec &spec, Device &dev,
   REQUIRE(infoFile);
   REQUIRE(ptxFile);
   runtime::GpuKernelInfo info;
-  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
-      info.sharedBytes;
-  if (sparse)
-    infoFile >> info.blockN >> info.varlen >> info.blockSparse;
+  readKernelInfo(infoFile, info, sparse);
   REQUIRE(infoFile);
   std::stringstream ptx;
   ptx << ptxFile.rdbuf();
   return std::make_unique<runtime::GpuAttentionKernel>(spec, info, ptx.str(),
                                                        dev);
+}
+
+/// Reads a gen_matrix_kernels .info line into \p info: "name arch threads
+/// block_m shared_bytes", then "block_n varlen block_sparse" (required when
+/// \p sparse, optional otherwise), then "1" for a TMA kernel (optional).
+inline void readKernelInfo(std::istream &in, runtime::GpuKernelInfo &info,
+                           bool sparse) {
+  in >> info.name >> info.arch >> info.threads >> info.blockM >>
+      info.sharedBytes;
+  if (!in)
+    return;
+  std::string rest;
+  std::getline(in, rest);
+  std::istringstream extra(rest);
+  if (extra >> info.blockN)
+    extra >> info.varlen >> info.blockSparse;
+  else if (sparse)
+    in.setstate(std::ios::failbit);
+  int tma = 0;
+  if (extra >> tma)
+    info.tma = tma == 1;
 }
 
 /// Host and device copies of the parameters and buffers a variant reads.

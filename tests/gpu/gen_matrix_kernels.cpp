@@ -5,9 +5,14 @@
 // [gpu] tests run them on a GPU machine that has no MLIR (the ahead-of-time
 // flow a host application uses), and the block-sparse / varlen kernels of
 // sparseKernels(), and (sm_90a) those of optionKernels(). Usage:
-// gen_matrix_kernels DIR [ARCH [MMA]]; MMA (default, mma.sync or wgmma)
-// applies to the matrix and sparse kernels (scripts/ptx-matrix.sh uses it
-// to compare the PTX of every instruction kind before and after a change).
+// gen_matrix_kernels DIR [ARCH [MMA]]; MMA (default, mma.sync, wgmma or
+// wgmma.tma) applies to the matrix and sparse kernels (scripts/ptx-matrix.sh
+// uses it to compare the PTX of every instruction kind before and after a
+// change); wgmma.tma applies where wgmma does (head dims multiples of 64;
+// the default elsewhere) and varlen / block-sparse kernels get wgmma's
+// cp.async loads (TilePolicy.h). FLASHJIT_MATRIX_ONLY=<substring> writes
+// only the matrix kernels whose id contains it (the [gpu] tests take the
+// same variable), nothing else.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -16,20 +21,24 @@
 #include "flashjit/compiler/GpuCompiler.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
 namespace {
 /// Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch threads block_m
-/// shared_bytes", then "block_n varlen block_sparse" when \p sparse).
+/// shared_bytes", then "block_n varlen block_sparse" when \p sparse or
+/// the kernel uses TMA, then "1" for TMA: GpuTestSupport.h reads it).
 void write(const std::string &dir, const std::string &id,
            const flashjit::GpuKernelImage &img, bool sparse = false) {
   std::ofstream(dir + "/" + id + ".ptx") << img.ptx;
   std::ofstream info(dir + "/" + id + ".info");
   info << img.name << ' ' << img.arch << ' ' << img.threads << ' ' << img.blockM
        << ' ' << img.sharedBytes;
-  if (sparse)
+  if (sparse || img.tma)
     info << ' ' << img.blockN << ' ' << img.varlen << ' ' << img.blockSparse;
+  if (img.tma)
+    info << " 1";
   info << '\n';
 }
 } // namespace
@@ -38,7 +47,7 @@ int main(int argc, char **argv) {
   if (argc < 2 || argc > 4) {
     std::fprintf(stderr,
                  "usage: %s DIR [sm_80|sm_90a "
-                 "[default|mma.sync|wgmma|backward-only]]\n",
+                 "[default|mma.sync|wgmma|wgmma.tma|backward-only]]\n",
                  argv[0]);
     return 1;
   }
@@ -48,7 +57,7 @@ int main(int argc, char **argv) {
   // MMA "backward-only": only the backward and timing kernels (a quick pack
   // for the [backward] tests: scripts/gpu-check.sh with
   // GPU_CHECK_PACK=backward).
-  bool backwardOnly = false;
+  bool backwardOnly = false, tma = false;
   if (argc > 3) {
     std::string mma = argv[3];
     if (mma == "backward-only")
@@ -57,24 +66,40 @@ int main(int argc, char **argv) {
       o.mma = flashjit::GpuMma::MmaSync;
     else if (mma == "wgmma")
       o.mma = flashjit::GpuMma::Wgmma;
+    else if (mma == "wgmma.tma")
+      tma = true;
     else if (mma != "default") {
       std::fprintf(stderr, "unknown MMA '%s'\n", mma.c_str());
       return 1;
     }
   }
+  // wgmma.tma: where wgmma applies, else the default.
+  auto forSpec = [&](const flashjit::AttentionSpec &spec) {
+    flashjit::GpuCompileOptions so = o;
+    if (tma && spec.headDimQK % 64 == 0 && spec.headDimV % 64 == 0)
+      so.mma = flashjit::GpuMma::WgmmaTma;
+    return so;
+  };
+  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
   int n = 0;
   for (const auto &k : flashjit::testing::kernelMatrix()) {
     if (backwardOnly)
       break;
-    write(dir, k.id, flashjit::compileGpu(k.spec, o));
+    if (only && k.id.find(only) == std::string::npos)
+      continue;
+    write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
     ++n;
+  }
+  if (only) {
+    std::printf("%d kernels written to %s\n", n, dir.c_str());
+    return 0;
   }
   // Block-sparse / varlen kernels: the .info line also has block_n, varlen
   // and block_sparse.
   for (const auto &k : flashjit::testing::sparseKernels()) {
     if (backwardOnly)
       break;
-    flashjit::GpuCompileOptions so = o;
+    flashjit::GpuCompileOptions so = forSpec(k.spec);
     so.varlen = k.varlen;
     so.blockSparse = k.blockSparse;
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
@@ -100,7 +125,7 @@ int main(int argc, char **argv) {
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).
   for (const auto &k : flashjit::testing::optionKernels()) {
     if (o.arch != "sm_90a" || o.mma != flashjit::GpuMma::Default ||
-        backwardOnly)
+        backwardOnly || tma)
       break;
     write(dir, k.id,
           flashjit::compileGpu(k.spec, flashjit::testing::options(k)));

@@ -62,7 +62,7 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   a.sharedBytes = image.sharedBytes;
   a.varlen = image.varlen;
   a.blockSparse = image.blockSparse;
-  a.mma = image.wgmma ? "wgmma" : "mma.sync";
+  a.mma = image.tma ? "wgmma.tma" : image.wgmma ? "wgmma" : "mma.sync";
   a.stageSeconds = image.timings;
   a.files[kAttnFile] = image.attnText;
   a.files[kGpuFile] = image.gpuText;

@@ -83,8 +83,10 @@ void validateForGpu(const AttentionSpec &spec,
     if (options.varlen || options.blockSparse)
       throw UserError("the GPU backward supports dense calls only (varlen "
                       "and block_sparse are not supported yet)");
-    if (options.mma == GpuMma::Wgmma)
-      throw UserError("mma = wgmma: the GPU backward uses mma.sync only");
+    if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma)
+      throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
+                                  "only",
+                                  toString(options.mma)));
     if (options.rowsPerWarp && options.rowsPerWarp != 16)
       throw UserError(fmt::format("rows_per_warp = {}: the GPU backward "
                                   "has 16 keys per warp",
@@ -154,6 +156,7 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   image.blockM = tc.blockM();
   image.blockN = tc.blockN;
   image.wgmma = tc.wgmma;
+  image.tma = tc.tma;
   image.sharedBytes = int(tc.sharedBytes(spec.headDimQK, spec.headDimV));
 
   useCudaToolkitForLibdevice();

@@ -90,6 +90,9 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
   Option<bool> wgmma{*this, "wgmma",
                      llvm::cl::desc("sm_90a wgmma.mma_async kernel"),
                      llvm::cl::init(false)};
+  Option<bool> tma{*this, "tma",
+                   llvm::cl::desc("with wgmma: TMA loads of Q, K and V"),
+                   llvm::cl::init(false)};
   Option<bool> backward{*this, "backward",
                         llvm::cl::desc("the three backward kernels"),
                         llvm::cl::init(false)};

@@ -213,6 +213,57 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
   CHECK(std::string(toString(GpuMma::Wgmma)) == "wgmma");
 }
 
+TEST_CASE("mma = wgmma.tma loads Q, K and V by TMA in dense kernels only",
+          "[gpu-codegen]") {
+  // The instruction kind, the tile rule and the kernel's structure: TMA
+  // copies completing on mbarriers, the tensor maps by value, no cp.async;
+  // ptxas accepts it without spills. varlen / block-sparse keep cp.async.
+  CHECK(std::string(toString(GpuMma::WgmmaTma)) == "wgmma.tma");
+  GpuCompileOptions o;
+  o.mma = GpuMma::WgmmaTma;
+  for (auto [variant, d] : {std::pair{"causal_tl", 128}, {"none", 64},
+                            {"softcap", 256}}) {
+    AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 2, 2);
+    INFO(variant << " d" << d);
+    GpuKernelImage img = compileGpu(s, o);
+    CHECK(img.wgmma);
+    CHECK(img.tma);
+    GpuTileConfig c = resolveGpuTileConfig(s, o);
+    CHECK(c.tma);
+    // Three K/V stages where they fit beside the CTAs per SM, else two.
+    int stages = c.kvStages(d, d);
+    CHECK(stages == (d == 256 ? 2 : 3));
+    CHECK(img.sharedBytes ==
+          2 * (c.blockM() * d + stages * c.blockN * 2 * d) + 8 * (stages + 1));
+    for (const char *needle :
+         {"cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::"
+          "complete_tx::bytes",
+          "mbarrier.init.shared::cta.b64", "mbarrier.arrive.expect_tx",
+          "mbarrier.try_wait.parity", ".param .align 64 .b8",
+          "wgmma.mma_async"})
+      CHECK(img.ptx.find(needle) != std::string::npos);
+    CHECK(img.ptx.find("cp.async.cg") == std::string::npos);
+    runtime::PtxasReport r = runtime::runPtxas(img.ptx, img.arch);
+    const runtime::PtxasFunctionReport *f = r.find(img.name);
+    REQUIRE(f);
+    CHECK(f->spillStoreBytes + f->spillLoadBytes == 0);
+    CHECK(f->stackFrameBytes == 0);
+  }
+  AttentionSpec doc = testing::matrixSpec("doc_id", 128, DType::BF16, 2, 2);
+  for (auto [varlen, blockSparse] : {std::pair{true, false}, {false, true}}) {
+    o.varlen = varlen;
+    o.blockSparse = blockSparse;
+    GpuKernelImage img = compileGpu(doc, o);
+    CHECK(img.wgmma);
+    CHECK_FALSE(img.tma);
+    CHECK(img.ptx.find("cp.async.bulk.tensor") == std::string::npos);
+  }
+  GpuCompileOptions bwd;
+  bwd.kind = KernelKind::Backward;
+  bwd.mma = GpuMma::WgmmaTma;
+  CHECK_THROWS_WITH(compileGpu(doc, bwd), Catch::Contains("wgmma.tma"));
+}
+
 TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
           "[gpu-codegen]") {
   AttentionSpec s = testing::matrixSpec("causal_tl", 128, DType::BF16, 2, 2);

@@ -93,6 +93,9 @@ struct GpuKernelImage {
   bool blockSparse = false;
   /// wgmma.mma_async (true) or mma.sync.
   bool wgmma = false;
+  /// With wgmma: Q, K, V loaded by TMA (KernelConfig::tma); the launcher
+  /// passes tensor maps (abi::gpu::kTensorMapArgs).
+  bool tma = false;
   /// The attn IR (with the user's locations) and the GPU-dialect IR.
   std::string attnText;
   std::string gpuText;

@@ -52,6 +52,10 @@ struct GpuKernelInfo {
   /// the builder `<name>_block_mask`).
   bool varlen = false;
   bool blockSparse = false;
+  /// Q, K and V are loaded by TMA (KernelConfig::tma): the launcher builds
+  /// their tensor maps (abi::gpu::kTensorMapArgs). A cache entry or bundle
+  /// says so with mma "wgmma.tma".
+  bool tma = false;
 };
 
 /// The launch facts of a GPU kernel read from a cache entry or bundle.
