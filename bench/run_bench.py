@@ -44,11 +44,6 @@ def bench(fn):
     return tt.do_bench(fn, warmup=25, rep=args.rep, return_mode="median")
 
 
-class CUtensorMap(ctypes.Structure):
-    _align_ = 64
-    _fields_ = [("q", ctypes.c_uint64 * 16)]
-
-
 _cuda = None
 
 
@@ -60,7 +55,10 @@ def tensor_map(t, box_rows):
     if _cuda is None:
         _cuda = ctypes.CDLL("libcuda.so.1")
     B, H, N, D = t.shape
-    m = CUtensorMap()
+    # A CUtensorMap is 128 bytes, 64-byte aligned: an aligned slice of a
+    # larger buffer (kept alive with its address).
+    buf = (ctypes.c_uint8 * 192)()
+    addr = (ctypes.addressof(buf) + 63) // 64 * 64
     u64x4 = ctypes.c_uint64 * 4
     u64x3 = ctypes.c_uint64 * 3
     u32x4 = ctypes.c_uint32 * 4
@@ -68,11 +66,11 @@ def tensor_map(t, box_rows):
     strides = u64x3(*(s * 2 for s in (t.stride(2), t.stride(1), t.stride(0))))
     # BFLOAT16 = 9, INTERLEAVE_NONE = 0, SWIZZLE_128B = 3, L2_256B = 3,
     # OOB_FILL_NONE = 0 (cuda.h).
-    r = _cuda.cuTensorMapEncodeTiled(ctypes.byref(m), 9, 4, ctypes.c_void_p(t.data_ptr()),
+    r = _cuda.cuTensorMapEncodeTiled(ctypes.c_void_p(addr), 9, 4, ctypes.c_void_p(t.data_ptr()),
                                      dims, strides, u32x4(64, box_rows, 1, 1), u32x4(1, 1, 1, 1),
                                      0, 3, 3, 0)
     assert r == 0, f"cuTensorMapEncodeTiled: {r}"
-    return m
+    return buf, addr
 
 
 def launch_tma(k, B, H, N, tensors, ptrs, extra, maps):
@@ -90,8 +88,8 @@ def launch_tma(k, B, H, N, tensors, ptrs, extra, maps):
     vals += [ctypes.c_int64(x) for x in [H * N * D, N * D, D] * 4 + [H * N, N, 1]]
     vals += [ctypes.c_int32(N), ctypes.c_int32(N), ctypes.c_int32(1),
              ctypes.c_float(k["scale"]), ctypes.c_float(k["scale"] * LOG2E)]
-    vals += list(maps) + extra
-    params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+    addrs = [ctypes.addressof(v) for v in vals] + [a for _, a in maps] + [ctypes.addressof(v) for v in extra]
+    params = (ctypes.c_void_p * len(addrs))(*addrs)
     grid = ((N + k["block_m"] - 1) // k["block_m"], H, B)
     r = _cuda.cuLaunchKernel(ctypes.c_void_p(f.ptr), *grid, k["threads"], 1, 1, k["smem"],
                              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), params, None)
