@@ -128,8 +128,7 @@ namespace {
 /// is never stepped and gets the stride of a contiguous layout.
 CUtensorMap tensorMap(const char *name, const void *data, bool bf16,
                       int64_t batch, int64_t heads, int64_t seqlen,
-                      int64_t headDim, const int64_t strides[3],
-                      int boxRows) {
+                      int64_t headDim, const int64_t strides[3], int boxRows) {
   cuuint64_t dims[4] = {cuuint64_t(headDim),
                         cuuint64_t(std::max<int64_t>(seqlen, 1)),
                         cuuint64_t(heads), cuuint64_t(batch)};
@@ -395,10 +394,9 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
     a.add(tensorMap("v", c.v->data, bf16, c.batch, c.headsKV, c.seqlenK,
                     spec_.headDimV, c.strides[2], info_.blockN));
   }
-  checkFixedArgs(a,
-                 abi::gpu::forwardArgTypes(info_.varlen, info_.blockSparse,
-                                           info_.tma),
-                 info_.name);
+  checkFixedArgs(
+      a, abi::gpu::forwardArgTypes(info_.varlen, info_.blockSparse, info_.tma),
+      info_.name);
   addVariantArgs(a, args);
 
   LaunchConfig cfg;

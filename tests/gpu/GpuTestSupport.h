@@ -86,6 +86,27 @@ inline std::string matrixKernelDir() {
   return FLASHJIT_MATRIX_KERNELS_DEFAULT;
 }
 
+/// Reads a gen_matrix_kernels .info line into \p info: "name arch threads
+/// block_m shared_bytes", then "block_n varlen block_sparse" (required when
+/// \p sparse, optional otherwise), then "1" for a TMA kernel (optional).
+inline void readKernelInfo(std::istream &in, runtime::GpuKernelInfo &info,
+                           bool sparse) {
+  in >> info.name >> info.arch >> info.threads >> info.blockM >>
+      info.sharedBytes;
+  if (!in)
+    return;
+  std::string rest;
+  std::getline(in, rest);
+  std::istringstream extra(rest);
+  if (extra >> info.blockN)
+    extra >> info.varlen >> info.blockSparse;
+  else if (sparse)
+    in.setstate(std::ios::failbit);
+  int tma = 0;
+  if (extra >> tma)
+    info.tma = tma == 1;
+}
+
 /// Loads ahead-of-time kernel \p id of \p spec: <dir>/<id>.ptx and
 /// <dir>/<id>.info ("name arch threads block_m shared_bytes", then
 /// "block_n varlen block_sparse" when \p sparse).
@@ -106,27 +127,6 @@ loadAheadOfTime(const std::string &id, const AttentionSpec &spec, Device &dev,
   ptx << ptxFile.rdbuf();
   return std::make_unique<runtime::GpuAttentionKernel>(spec, info, ptx.str(),
                                                        dev);
-}
-
-/// Reads a gen_matrix_kernels .info line into \p info: "name arch threads
-/// block_m shared_bytes", then "block_n varlen block_sparse" (required when
-/// \p sparse, optional otherwise), then "1" for a TMA kernel (optional).
-inline void readKernelInfo(std::istream &in, runtime::GpuKernelInfo &info,
-                           bool sparse) {
-  in >> info.name >> info.arch >> info.threads >> info.blockM >>
-      info.sharedBytes;
-  if (!in)
-    return;
-  std::string rest;
-  std::getline(in, rest);
-  std::istringstream extra(rest);
-  if (extra >> info.blockN)
-    extra >> info.varlen >> info.blockSparse;
-  else if (sparse)
-    in.setstate(std::ios::failbit);
-  int tma = 0;
-  if (extra >> tma)
-    info.tma = tma == 1;
 }
 
 /// Host and device copies of the parameters and buffers a variant reads.

@@ -72,8 +72,8 @@ private:
   void loadKV(Value j, Value stage);
   /// tma: the mbarrier of K/V stage \p stage (i32), or Q's (stage -1).
   Value barrier(Value stage) {
-    return ops.gepBytes(bars, ops.mul(ops.ext64(ops.add(stage, ops.ci32(1))),
-                                      ops.ci64(8)));
+    return ops.gepBytes(
+        bars, ops.mul(ops.ext64(ops.add(stage, ops.ci32(1))), ops.ci64(8)));
   }
   /// tma: thread 0 arms stage \p stage's mbarrier and loads key tile \p j
   /// into it, when tile position \p pos is at most jEnd.
@@ -165,6 +165,9 @@ gpu::GPUFuncOp ForwardKernelBuilder::declare(Operation *gpuModule) {
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
   // Tensor maps: by value in parameter space (64-byte aligned), read there
   // by the TMA unit through their generic address (grid_constant: no copy).
+  // TODO(issue 16): the NVVM verifier accepts nvvm.grid_constant only on
+  // llvm.func kernels (after gpu-to-nvvm), so compileGpu refuses tma until
+  // the NVVM-to-PTX pipeline marks these arguments after that conversion.
   for (auto [i, t] : llvm::enumerate(abiArgs)) {
     if (t != abi::ArgType::TensorMap)
       continue;
@@ -277,8 +280,8 @@ void ForwardKernelBuilder::locate() {
 
   if (!c.tma) {
     // Q tile: loaded once.
-    loadTileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ,
-                  c.blockM(), D, mma->swizzled());
+    loadTileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ, c.blockM(),
+                  D, mma->swizzled());
     NVVM::CpAsyncCommitGroupOp::create(b);
     mma->prepare(sQ, sK, sV);
     return;
@@ -436,16 +439,15 @@ static void ifElse(ImplicitLocOpBuilder &b, Value cond,
 }
 
 void ForwardKernelBuilder::issueKV(Value pos, Value stage) {
-  ops.ifThen(
-      ops.land(isLeader, ops.cmp(arith::CmpIPredicate::sle, pos, jEnd)),
-      [&] { loadKV(pos, stage); });
+  ops.ifThen(ops.land(isLeader, ops.cmp(arith::CmpIPredicate::sle, pos, jEnd)),
+             [&] { loadKV(pos, stage); });
 }
 
 void ForwardKernelBuilder::waitKV(Value pos) {
   Value use = ops.sub(pos, jBegin);
   Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
-  Value parity = ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)),
-                          ops.ci32(1));
+  Value parity =
+      ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)), ops.ci32(1));
   mbarrierWait(ops, barrier(stage), parity);
 }
 
