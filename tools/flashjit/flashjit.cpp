@@ -1263,10 +1263,10 @@ int main(int argc, char **argv) {
   }
   std::string errors;
   llvm::raw_string_ostream errStream(errors);
-  if (!cl::ParseCommandLineOptions(argc, argv,
-                                   "flashjit: compile, inspect, run, cache and "
-                                   "bundle attention kernels\n",
-                                   &errStream)) {
+  if (!cl::ParseCommandLineOptions(
+          argc, argv,
+          "flashjit: compile, inspect, run, cache and bundle attention kernels\n",
+          &errStream)) {
     llvm::errs() << errors;
     return 1;
   }
