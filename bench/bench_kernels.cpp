@@ -146,7 +146,7 @@ static int writeSparseKernels(const std::string &dir) {
       int builderThreads = 0;
       try {
         img = compileGpu(spec, o);
-        if (c.blockSparse && !img.blockSparse)
+        if (c.blockSparse && !img.config.blockSparse)
           throw std::runtime_error("compileGpu ignored blockSparse");
         if (c.blockSparse) {
           builder = img.name + "_block_mask";
@@ -170,7 +170,7 @@ static int writeSparseKernels(const std::string &dir) {
       std::ofstream(dir + "/" + file) << img.ptx;
       runtime::PtxasReport r;
       try { // the report is informative here; a ptxas failure is printed
-        r = runtime::runPtxas(img.ptx, img.arch);
+        r = runtime::runPtxas(img.ptx, img.config.arch);
       } catch (const std::exception &e) {
         std::fprintf(stderr, "%s: ptxas failed: %s\n", file.c_str(), e.what());
         ++failed;
@@ -187,14 +187,15 @@ static int writeSparseKernels(const std::string &dir) {
                << "\", \"D\": " << d << ", \"H\": " << spec.headsQ
                << ", \"ptx\": \"" << file << "\", \"kernel\": \"" << img.name
                << "\", \"block_sparse\": "
-               << (img.blockSparse ? "true" : "false") << ", \"builder\": \""
-               << builder << "\", \"builder_threads\": " << builderThreads
+               << (img.config.blockSparse ? "true" : "false")
+               << ", \"builder\": \"" << builder
+               << "\", \"builder_threads\": " << builderThreads
                << ", \"builder_registers\": " << (fb ? fb->registers : -1)
                << ", \"builder_spill_bytes\": "
                << (fb ? fb->spillStoreBytes + fb->spillLoadBytes : -1)
-               << ", \"threads\": " << img.threads
-               << ", \"block_m\": " << img.blockM
-               << ", \"block_n\": " << img.blockN
+               << ", \"threads\": " << img.config.threads()
+               << ", \"block_m\": " << img.config.blockM()
+               << ", \"block_n\": " << img.config.blockN
                << ", \"warps\": " << tile.numWarps
                << ", \"rows_per_warp\": " << tile.rowsPerWarp
                << ", \"min_blocks_per_sm\": " << tile.minBlocksPerSM
@@ -211,8 +212,9 @@ static int writeSparseKernels(const std::string &dir) {
       first = false;
       std::printf("%-18s d%-4d %-10s %3d threads  block %dx%d  smem %6d  regs "
                   "%d  spills %d%s%s\n",
-                  c.variant.c_str(), d, label.c_str(), img.threads, img.blockM,
-                  img.blockN, img.sharedBytes, f ? f->registers : -1,
+                  c.variant.c_str(), d, label.c_str(), img.config.threads(),
+                  img.config.blockM(), img.config.blockN, img.sharedBytes,
+                  f ? f->registers : -1,
                   f ? f->spillStoreBytes + f->spillLoadBytes : -1,
                   builder.empty() ? "" : "  builder ", builder.c_str());
     }
@@ -310,28 +312,29 @@ int main(int argc, char **argv) {
       std::string file =
           name + "_d" + std::to_string(d) + "_" + job.label + ".ptx";
       std::ofstream(dir + "/" + file) << img.ptx;
-      runtime::PtxasReport r = runtime::runPtxas(img.ptx, img.arch);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, img.config.arch);
       const runtime::PtxasFunctionReport *f = r.find(img.name);
       manifest << (first ? "" : ",\n") << "  {\"variant\": \"" << name
                << "\", \"D\": " << d << ", \"ptx\": \"" << file
                << "\", \"kernel\": \"" << img.name
-               << "\", \"threads\": " << img.threads
-               << ", \"block_m\": " << img.blockM
-               << ", \"block_n\": " << img.blockN
+               << "\", \"threads\": " << img.config.threads()
+               << ", \"block_m\": " << img.config.blockM()
+               << ", \"block_n\": " << img.config.blockN
                << ", \"smem\": " << img.sharedBytes
                << ", \"registers\": " << (f ? f->registers : -1)
                << ", \"spill_bytes\": "
                << (f ? f->spillStoreBytes + f->spillLoadBytes : -1)
                << ", \"label\": \"" << job.label << "\""
-               << ", \"tma\": " << (img.tma ? 1 : 0)
+               << ", \"tma\": " << (img.config.tma ? 1 : 0)
                << ", \"compile_s\": " << img.timings.back().seconds
                << ", \"scale\": " << spec.effectiveScale() << ", \"spec\": \""
                << printSpec(spec) << "\"}";
       first = false;
       std::printf("%-10s d%-4d %-14s %3d threads  block %dx%d  smem %6d  regs "
                   "%d  spills %d\n",
-                  name.c_str(), d, job.label.c_str(), img.threads, img.blockM,
-                  img.blockN, img.sharedBytes, f ? f->registers : -1,
+                  name.c_str(), d, job.label.c_str(), img.config.threads(),
+                  img.config.blockM(), img.config.blockN, img.sharedBytes,
+                  f ? f->registers : -1,
                   f ? f->spillStoreBytes + f->spillLoadBytes : -1);
     }
   }

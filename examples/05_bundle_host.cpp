@@ -41,9 +41,11 @@ int main(int argc, char **argv) {
         "attention(head_dim=64, heads_q=8, heads_kv=2, causal=bottom_right)");
     runtime::CacheKey request;
     request.specText = printSpec(spec);
-    request.arch = "cpu"; // with `flashjit bundle`'s default CPU options
-    request.blockM = request.blockN = runtime::kDefaultCpuBlock;
-    request.optLevel = runtime::kDefaultCpuOptLevel;
+    // With `flashjit bundle`'s default CPU options.
+    request.config.arch = "cpu";
+    request.config.cpuBlockM = request.config.blockN =
+        runtime::kDefaultCpuBlock;
+    request.config.optLevel = runtime::kDefaultCpuOptLevel;
     runtime::Bundle bundle = runtime::Bundle::open(argv[1]);
     std::optional<runtime::KernelArtifacts> artifacts = bundle.find(request);
     if (!artifacts) {

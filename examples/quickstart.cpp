@@ -112,7 +112,8 @@ int main(int argc, char **argv) {
   // first run of this program, a ~1 ms disk hit after that) and run it.
   t0 = std::chrono::steady_clock::now();
   LoadReport report;
-  auto cpu = loadOrCompileCpu(spec, {}, nullptr, &report);
+  JitKernel cpuKernel = loadOrCompile(spec, JitTarget::CPU, {}, &report);
+  const CpuKernel *cpu = cpuKernel.cpu().get();
   double compileS = seconds(t0);
   cpu->run(q, k, vt, o, &l); // warm-up
   t0 = std::chrono::steady_clock::now();
@@ -128,7 +129,8 @@ int main(int argc, char **argv) {
 
   // GPU: the same spec as PTX (readable) for the GPU present (sm_90a when
   // there is none), run there when there is one. compileGpu generates code
-  // only; loadOrCompileGpu is the cached entry point, like loadOrCompileCpu.
+  // only; loadOrCompile(spec, JitTarget::GPU) is the cached entry point,
+  // as for the CPU.
   std::string why;
   const bool haveGpu = runtime::Device::available(&why);
   GpuCompileOptions gpuOptions; // sm_90a
@@ -136,19 +138,22 @@ int main(int argc, char **argv) {
     gpuOptions.arch = "sm_80";
   GpuKernelImage img = compileGpu(spec, gpuOptions);
   const std::string ptxPath =
-      std::filesystem::absolute("swa_softcap." + img.arch + ".ptx").string();
+      std::filesystem::absolute("swa_softcap." + img.config.arch + ".ptx")
+          .string();
   std::ofstream(ptxPath) << img.ptx;
   std::printf("gpu:  PTX for %s in %.0f ms: %s (%zu bytes; also `flashjit "
               "inspect --stage ptx`)\n",
-              img.arch.c_str(), img.timings.back().seconds * 1e3,
+              img.config.arch.c_str(), img.timings.back().seconds * 1e3,
               ptxPath.c_str(), img.ptx.size());
   if (!haveGpu) {
     std::printf("gpu:  not run (%s)\n", why.c_str());
   } else {
     runtime::Device &dev = runtime::Device::get(0);
     LoadReport gpuReport;
+    JitOptions jit;
+    jit.device = &dev;
     std::shared_ptr<const runtime::GpuAttentionKernel> kernel =
-        loadOrCompileGpu(spec, dev, {}, nullptr, &gpuReport);
+        loadOrCompile(spec, JitTarget::GPU, jit, &gpuReport).gpu();
     size_t bytes = qs.size() * 2;
     runtime::DeviceBuffer dq(dev, bytes), dk(dev, bytes), dv(dev, bytes),
         dout(dev, bytes), dl(dev, lse.size() * 4);

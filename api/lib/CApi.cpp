@@ -229,8 +229,8 @@ flashjit_status flashjit_compile_ex(const char *spec_text, const char *target,
       o.varlen = varlen;
       o.blockSparse = blockSparse;
       k->cpu = loadOrCompileCpu(k->spec, o); // a runtime::CpuAttentionKernel
-      k->blockM = k->cpu->info().blockM;
-      k->blockN = k->cpu->info().blockN;
+      k->blockM = k->cpu->config().blockM();
+      k->blockN = k->cpu->config().blockN;
     } else if (t == "sm_80" || t == "sm_90a") {
       GpuCompileOptions o;
       o.arch = t;
@@ -240,8 +240,8 @@ flashjit_status flashjit_compile_ex(const char *spec_text, const char *target,
       k->ptx = *a.file(runtime::kPtxFile);
       const std::string *cubin = a.file(runtime::kCubinFile);
       runtime::GpuKernelInfo info = runtime::gpuKernelInfo(a);
-      k->blockM = info.blockM;
-      k->blockN = info.blockN;
+      k->blockM = info.config.blockM();
+      k->blockN = info.config.blockN;
       // Loading needs a GPU; without one the kernel still carries its PTX.
       if (runtime::Device::available())
         k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
@@ -274,10 +274,13 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
     runtime::Bundle bundle = runtime::Bundle::open(bundle_dir);
     runtime::CacheKey request;
     request.specText = canonical;
-    request.arch = t;
+    request.config.arch = t;
+    request.mma = "default";
     if (t == "cpu") { // what `flashjit bundle --target cpu` builds
-      request.blockM = request.blockN = runtime::kDefaultCpuBlock;
-      request.optLevel = runtime::kDefaultCpuOptLevel;
+      request.config.cpuBlockM = request.config.blockN =
+          runtime::kDefaultCpuBlock;
+      request.config.optLevel = runtime::kDefaultCpuOptLevel;
+      request.mma.clear();
     }
     std::optional<runtime::KernelArtifacts> a = bundle.find(request);
     if (!a) {
@@ -286,7 +289,7 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
       // the one kernel of this spec and target, whatever its tiles.
       std::vector<const runtime::Bundle::Item *> same;
       for (const runtime::Bundle::Item &item : bundle.items())
-        if (item.specText == canonical && item.arch == t)
+        if (item.specText == canonical && item.config.arch == t)
           same.push_back(&item);
       if (same.size() > 1)
         throw UserError(fmt::format(
@@ -294,11 +297,7 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
             "different tile options or --mma; keep one per spec and target",
             bundle_dir, same.size(), t, canonical));
       if (same.size() == 1) {
-        request.blockN = same[0]->blockN;
-        request.numWarps = same[0]->numWarps;
-        request.blockM = same[0]->blockM;
-        request.optLevel = same[0]->optLevel;
-        request.countTiles = same[0]->countTiles;
+        request.config = same[0]->config;
         request.mma = same[0]->mma;
         a = bundle.find(request);
       }
@@ -310,9 +309,10 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                                   bundle.items().size()));
     if (t == "cpu") {
       k->cpu = runtime::loadCpuKernel(*a);
-      k->blockM = k->cpu->info().blockM;
-      k->blockN = k->cpu->info().blockN;
-      k->flags = modeFlags(k->cpu->info().varlen, k->cpu->info().blockSparse);
+      const KernelConfig &config = k->cpu->config();
+      k->blockM = config.blockM();
+      k->blockN = config.blockN;
+      k->flags = modeFlags(config.varlen, config.blockSparse);
       *out = k.release();
       return;
     }
@@ -323,9 +323,17 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                                   t, canonical, bundle_dir, runtime::kPtxFile));
     k->ptx = *ptx;
     runtime::GpuKernelInfo info = runtime::gpuKernelInfo(*a);
-    k->blockM = info.blockM;
-    k->blockN = info.blockN;
-    k->flags = modeFlags(info.varlen, info.blockSparse);
+    // Checked here too, so a bundle is refused the same with or without a
+    // GPU (GpuAttentionKernel checks it again before loading).
+    if (std::string why =
+            runtime::gpuLaunchConfigMismatch(k->spec, info, k->ptx);
+        !why.empty())
+      throw UserError(fmt::format("flashjit_load: the bundled {} kernel for "
+                                  "'{}' in '{}' is broken: {}",
+                                  t, canonical, bundle_dir, why));
+    k->blockM = info.config.blockM();
+    k->blockN = info.config.blockN;
+    k->flags = modeFlags(info.config.varlen, info.config.blockSparse);
     if (runtime::Device::available())
       k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
           k->spec, info, k->ptx, runtime::Device::get(0));
@@ -390,8 +398,8 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
                     "bundled yet; link flashjit_c");
 #else
     CompileOptions options;
-    options.blockM = kernel->cpu->info().blockM;
-    options.blockN = kernel->cpu->info().blockN;
+    options.blockM = kernel->cpu->config().blockM();
+    options.blockN = kernel->cpu->config().blockN;
     std::shared_ptr<const CpuBackward> bwd =
         loadOrCompileCpuBackward(kernel->spec, options);
     DataGradients g = bwd->run(qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a);

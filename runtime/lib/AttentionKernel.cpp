@@ -21,31 +21,135 @@
 namespace flashjit::runtime {
 
 GpuKernelInfo gpuKernelInfo(const KernelArtifacts &a) {
-  GpuKernelInfo info;
-  info.name = a.entry;
-  info.arch = a.arch;
-  info.threads = a.threads;
-  info.blockM = a.blockM;
-  info.sharedBytes = a.sharedBytes;
-  info.blockN = a.blockN;
-  info.varlen = a.varlen;
-  info.blockSparse = a.blockSparse;
-  info.tma = a.mma == "wgmma.tma";
-  return info;
+  return GpuKernelInfo{a.entry, a.config, a.sharedBytes};
+}
+
+namespace {
+
+/// PTX's spelling of a kernel argument type.
+const char *ptxType(abi::gpu::ArgType t) {
+  switch (t) {
+  case abi::gpu::ArgType::Ptr:
+    return ".u64 .ptr";
+  case abi::gpu::ArgType::I64:
+    return ".u64";
+  case abi::gpu::ArgType::I32:
+    return ".u32";
+  case abi::gpu::ArgType::F32:
+    return ".f32";
+  case abi::gpu::ArgType::TensorMap:
+    return ".align 64 .b8";
+  }
+  return "?";
+}
+
+/// \p fixed, then the variant's parameters and buffers, in PTX types.
+std::vector<std::string> expectedParams(const AttentionSpec &spec,
+                                        std::vector<abi::gpu::ArgType> fixed) {
+  using abi::gpu::ArgType;
+  for (const ParamDecl &p : spec.variant.params())
+    fixed.push_back(p.type == ScalarType::Int32   ? ArgType::I32
+                    : p.type == ScalarType::Int64 ? ArgType::I64
+                                                  : ArgType::F32);
+  for (size_t i = 0; i < spec.variant.buffers().size(); ++i) {
+    fixed.push_back(ArgType::Ptr);
+    fixed.push_back(ArgType::I64);
+  }
+  std::vector<std::string> out;
+  for (ArgType t : fixed)
+    out.push_back(ptxType(t));
+  return out;
+}
+
+/// Empty when entry \p name of \p ptx takes \p params and \p threads
+/// threads (and \p minBlocks CTAs per SM, when >= 0), else why not.
+std::string entryMismatch(std::string_view ptx, const std::string &name,
+                          const std::vector<std::string> &params, int threads,
+                          int minBlocks) {
+  std::optional<PtxEntryDecl> decl = parsePtxEntry(ptx, name);
+  if (!decl)
+    return fmt::format("the PTX defines no entry '{}'", name);
+  if (decl->params != params)
+    return fmt::format("entry '{}' takes {} parameters of other types than "
+                       "the {} its configuration passes",
+                       name, decl->params.size(), params.size());
+  int declared = decl->reqntid ? decl->reqntid : decl->maxntid;
+  if (declared != threads)
+    return fmt::format("entry '{}' declares {} threads per CTA, its "
+                       "configuration launches {}",
+                       name, declared, threads);
+  if (minBlocks >= 0 && decl->minnctapersm != minBlocks &&
+      !(decl->minnctapersm == 0 && minBlocks <= 1))
+    return fmt::format("entry '{}' declares .minnctapersm {}, its "
+                       "configuration says {}",
+                       name, decl->minnctapersm, minBlocks);
+  return {};
+}
+
+} // namespace
+
+std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
+                                    const GpuKernelInfo &info,
+                                    std::string_view ptx) {
+  const KernelConfig &c = info.config;
+  size_t target = ptx.find("\n.target ");
+  if (target == std::string_view::npos ||
+      ptx.substr(target + 9, c.arch.size() + 1) != c.arch + "\n")
+    return fmt::format("the PTX does not target {}", c.arch);
+  if (c.numWarps <= 0 || c.rowsPerWarp <= 0 || c.blockN <= 0)
+    return fmt::format("configuration without tiles (warps {}, rows per "
+                       "warp {}, block_n {})",
+                       c.numWarps, c.rowsPerWarp, c.blockN);
+  if (std::string why = entryMismatch(
+          ptx, info.name,
+          expectedParams(spec,
+                         abi::gpu::forwardArgTypes(c.varlen, c.blockSparse,
+                                                   c.tma)),
+          c.threads(), c.minBlocksPerSM);
+      !why.empty())
+    return why;
+  std::string builder = info.name + abi::kBlockMaskSuffix;
+  if (c.blockSparse) {
+    if (std::string why = entryMismatch(
+            ptx, builder,
+            expectedParams(spec, abi::gpu::blockMaskArgTypes(c.varlen)),
+            abi::gpu::kBlockMaskThreads, -1);
+        !why.empty())
+      return why;
+  } else if (ptxDefinesEntry(ptx, builder)) {
+    return fmt::format("the module has a block-mask builder '{}' but the "
+                       "configuration is not block-sparse",
+                       builder);
+  }
+  if (c.kind == KernelKind::Forward &&
+      info.sharedBytes != c.sharedBytes(spec.headDimQK, spec.headDimV))
+    return fmt::format("shared memory {} bytes is not the {} bytes the "
+                       "configuration's tiles take",
+                       info.sharedBytes,
+                       c.sharedBytes(spec.headDimQK, spec.headDimV));
+  return {};
 }
 
 GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
                                        std::string_view ptx, Device &device,
                                        std::string_view cubin)
     : spec_(std::move(spec)), info_(std::move(info)), device_(&device) {
+  const KernelConfig &c = info_.config;
   std::string arch = device.properties().arch();
-  if (!info_.arch.empty() && info_.arch != arch &&
-      !(info_.arch == "sm_80" && arch >= std::string("sm_80")))
+  if (!c.arch.empty() && c.arch != arch &&
+      !(c.arch == "sm_80" && arch >= std::string("sm_80")))
     throw UserError(fmt::format("kernel '{}' was generated for {}, but the "
                                 "device is {}",
-                                info_.name, info_.arch, arch));
+                                info_.name, c.arch, arch));
+  // Nothing read from disk may launch with a configuration the module does
+  // not declare (a wrong grid, block or argument list corrupts memory).
+  if (std::string why = gpuLaunchConfigMismatch(spec_, info_, ptx);
+      !why.empty())
+    throw UserError(fmt::format("kernel '{}': its launch configuration does "
+                                "not match its module: {}",
+                                info_.name, why));
   bool loaded = false;
-  if (!cubin.empty() && info_.arch == arch) {
+  if (!cubin.empty() && c.arch == arch) {
     try {
       module_ = Module::fromCubin(device, cubin.data(), cubin.size());
       loaded = true;
@@ -57,26 +161,16 @@ GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
   if (!loaded)
     module_ = Module::fromPtx(device, ptx);
   function_ = module_.function(info_.name);
+  // The loaded function (from the cubin, which may differ from the PTX)
+  // must take the configured CTA.
+  if (function_.maxThreadsPerBlock() < c.threads())
+    throw UserError(fmt::format("kernel '{}' runs at most {} threads per CTA "
+                                "but its configuration launches {}",
+                                info_.name, function_.maxThreadsPerBlock(),
+                                c.threads()));
   function_.setMaxDynamicSharedBytes(info_.sharedBytes);
-  if (info_.blockSparse) {
-    if (info_.blockN <= 0)
-      throw UserError(fmt::format("kernel '{}': a block-sparse kernel needs "
-                                  "GpuKernelInfo::blockN (its block masks' "
-                                  "block_n), got {}",
-                                  info_.name, info_.blockN));
+  if (c.blockSparse)
     builder_ = module_.function(info_.name + "_block_mask");
-  } else {
-    // A block-sparse module described as dense would launch with the wrong
-    // argument list. (Read from the PTX: probing the module would be a
-    // failing driver call that sanitizers report.)
-    if (ptxDefinesEntry(ptx, info_.name + "_block_mask"))
-      throw UserError(fmt::format(
-          "kernel '{}' has a block-mask builder: it was compiled "
-          "block-sparse, but GpuKernelInfo::blockSparse is false (take "
-          "blockN, varlen and blockSparse from the GpuKernelImage or the "
-          "cache entry: gpuKernelInfo())",
-          info_.name));
-  }
   size_t buffers = spec_.variant.buffers().size();
   if (buffers)
     status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
@@ -194,14 +288,14 @@ void GpuAttentionKernel::runBlockSparse(const TensorRef &q, const TensorRef &k,
 
 void GpuAttentionKernel::requireMode(const char *entry, bool varlen,
                                      bool blockSparse) const {
-  if (info_.varlen == varlen && info_.blockSparse == blockSparse)
+  if (info_.config.varlen == varlen && info_.config.blockSparse == blockSparse)
     return;
-  const char *mode = info_.varlen        ? "varlen"
-                     : info_.blockSparse ? "block-sparse"
-                                         : "dense";
-  const char *use = info_.varlen        ? "runVarlen"
-                    : info_.blockSparse ? "runBlockSparse"
-                                        : "run";
+  const char *mode = info_.config.varlen        ? "varlen"
+                     : info_.config.blockSparse ? "block-sparse"
+                                                : "dense";
+  const char *use = info_.config.varlen        ? "runVarlen"
+                    : info_.config.blockSparse ? "runBlockSparse"
+                                               : "run";
   throw UserError(fmt::format("{}: kernel '{}' was compiled {}; use {}", entry,
                               info_.name, mode, use));
 }
@@ -219,8 +313,9 @@ void GpuAttentionKernel::runDense(const TensorRef &q, const TensorRef &k,
   args.validateFor(spec_.variant);
   checkGpuTensors(q, k, v, o, lse);
   if (mask)
-    checkBlockMaskFits(mask->shape(), info_.blockM, info_.blockN, s.batch,
-                       s.headsQ, s.seqlenQ, s.seqlenK);
+    checkBlockMaskFits(mask->shape(), info_.config.blockM(),
+                       info_.config.blockN, s.batch, s.headsQ, s.seqlenQ,
+                       s.seqlenK);
   ForwardCall c{&q, &k, &v, &o, spec_.returnLse ? lse : nullptr};
   const TensorRef *ts[4] = {&q, &k, &v, &o};
   for (int i = 0; i < 4; ++i)
@@ -245,14 +340,14 @@ void GpuAttentionKernel::runVarlen(const TensorRef &q, const TensorRef &k,
                                    const Arguments &args,
                                    const DeviceBlockMask *blockMask,
                                    CUstream stream) const {
-  requireMode("runVarlen", true, info_.blockSparse);
+  requireMode("runVarlen", true, info_.config.blockSparse);
   if (spec_.returnLse && !lse)
     throw UserError("lse is required: the spec returns LSE (lse=true)");
-  if (info_.blockSparse && !blockMask)
+  if (info_.config.blockSparse && !blockMask)
     throw UserError(fmt::format("runVarlen: kernel '{}' is block-sparse and "
                                 "needs a block mask",
                                 info_.name));
-  if (!info_.blockSparse && blockMask)
+  if (!info_.config.blockSparse && blockMask)
     throw UserError(fmt::format("runVarlen: kernel '{}' is not block-sparse; "
                                 "pass no block mask",
                                 info_.name));
@@ -262,9 +357,9 @@ void GpuAttentionKernel::runVarlen(const TensorRef &q, const TensorRef &k,
   args.validateFor(spec_.variant);
   checkGpuTensors(q, k, v, o, lse);
   if (blockMask)
-    checkBlockMaskFits(blockMask->shape(), info_.blockM, info_.blockN, s.batch,
-                       s.headsQ, s.maxSeqlenQ, s.maxSeqlenK, cuSeqlens.hostQ(),
-                       cuSeqlens.hostK());
+    checkBlockMaskFits(blockMask->shape(), info_.config.blockM(),
+                       info_.config.blockN, s.batch, s.headsQ, s.maxSeqlenQ,
+                       s.maxSeqlenK, cuSeqlens.hostQ(), cuSeqlens.hostK());
   ForwardCall c{&q, &k, &v, &o, spec_.returnLse ? lse : nullptr};
   // [total, heads, D]: (batch, head, seq) strides = (unused, [1], [0]).
   const TensorRef *ts[4] = {&q, &k, &v, &o};
@@ -372,10 +467,10 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
   a.add(static_cast<int32_t>(c.headsQ / c.headsKV));
   float scale = spec_.effectiveScale();
   a.add(scale).add(static_cast<float>(scale * 1.4426950408889634));
-  if (info_.varlen)
+  if (info_.config.varlen)
     a.add(reinterpret_cast<void *>(c.cu->deviceQ()))
         .add(reinterpret_cast<void *>(c.cu->deviceK()));
-  if (info_.blockSparse) {
+  if (info_.config.blockSparse) {
     const BlockMask &m = c.mask->shape();
     a.add(reinterpret_cast<void *>(c.mask->kvNumBlocks()))
         .add(reinterpret_cast<void *>(c.mask->kvIndices()))
@@ -385,25 +480,28 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
     a.add(static_cast<int32_t>(m.heads == 1 ? 0 : m.numQTiles));
     a.add(static_cast<int32_t>(m.numKvTiles));
   }
-  if (info_.tma) {
+  if (info_.config.tma) {
+    const KernelConfig &k = info_.config;
     bool bf16 = spec_.dtypeQ == DType::BF16;
     a.add(tensorMap("q", c.q->data, bf16, c.batch, c.headsQ, c.seqlenQ,
-                    spec_.headDimQK, c.strides[0], info_.blockM));
+                    spec_.headDimQK, c.strides[0], k.blockM()));
     a.add(tensorMap("k", c.k->data, bf16, c.batch, c.headsKV, c.seqlenK,
-                    spec_.headDimQK, c.strides[1], info_.blockN));
+                    spec_.headDimQK, c.strides[1], k.blockN));
     a.add(tensorMap("v", c.v->data, bf16, c.batch, c.headsKV, c.seqlenK,
-                    spec_.headDimV, c.strides[2], info_.blockN));
+                    spec_.headDimV, c.strides[2], k.blockN));
   }
-  checkFixedArgs(
-      a, abi::gpu::forwardArgTypes(info_.varlen, info_.blockSparse, info_.tma),
+  checkFixedArgs(a,
+                 abi::gpu::forwardArgTypes(info_.config.varlen,
+                                           info_.config.blockSparse,
+                                           info_.config.tma),
       info_.name);
   addVariantArgs(a, args);
 
   LaunchConfig cfg;
-  cfg.grid = {
-      static_cast<unsigned>((c.seqlenQ + info_.blockM - 1) / info_.blockM),
-      static_cast<unsigned>(c.headsQ), static_cast<unsigned>(c.batch)};
-  cfg.block = {static_cast<unsigned>(info_.threads), 1, 1};
+  cfg.grid = {static_cast<unsigned>((c.seqlenQ + info_.config.blockM() - 1) /
+                                    info_.config.blockM()),
+              static_cast<unsigned>(c.headsQ), static_cast<unsigned>(c.batch)};
+  cfg.block = {static_cast<unsigned>(info_.config.threads()), 1, 1};
   cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
   cfg.stream = stream;
   launch(function_, cfg, a);
@@ -451,8 +549,8 @@ DeviceBlockMask GpuAttentionKernel::build(int64_t batch, int64_t seqlenQ,
                                         spec_.headsQ, cu != nullptr);
   DeviceBlockMask out;
   BlockMask &m = out.shape_;
-  m.blockM = info_.blockM;
-  m.blockN = info_.blockN;
+  m.blockM = info_.config.blockM();
+  m.blockN = info_.config.blockN;
   m.seqlenQ = seqlenQ;
   m.seqlenK = seqlenK;
   m.batch = std::max<int64_t>(ext.batch, 1);
@@ -570,16 +668,17 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
                                                        Device &device)
     : spec_(std::move(spec)), info_(std::move(info)), device_(&device) {
   std::string arch = device.properties().arch();
-  if (!info_.arch.empty() && info_.arch != arch &&
-      !(info_.arch == "sm_80" && arch >= std::string("sm_80")))
+  if (!info_.config.arch.empty() && info_.config.arch != arch &&
+      !(info_.config.arch == "sm_80" && arch >= std::string("sm_80")))
     throw UserError(fmt::format("kernel '{}' was generated for {}, but the "
                                 "device is {}",
-                                info_.name, info_.arch, arch));
-  if (info_.blockM <= 0 || info_.blockN <= 0)
+                                info_.name, info_.config.arch, arch));
+  if (info_.config.blockM() <= 0 || info_.config.blockN <= 0)
     throw UserError(fmt::format("backward kernel '{}': GpuKernelInfo blockM "
                                 "= {} (keys per CTA) and blockN = {} (query "
                                 "rows per tile) must be positive",
-                                info_.name, info_.blockM, info_.blockN));
+                                info_.name, info_.config.blockM(),
+                                info_.config.blockN));
   module_ = Module::fromPtx(device, ptx);
   pre_ = module_.function(info_.name + abi::gpu::kBackwardPreSuffix);
   main_ = module_.function(info_.name + abi::gpu::kBackwardMainSuffix);
@@ -687,10 +786,11 @@ void GpuAttentionBackwardKernel::run(const TensorRef &q, const TensorRef &k,
     launch(pre_, rowCfg, a);
   if (s.seqlenK > 0) {
     LaunchConfig cfg;
-    cfg.grid = {
-        static_cast<unsigned>((s.seqlenK + info_.blockM - 1) / info_.blockM),
-        static_cast<unsigned>(s.headsKV), static_cast<unsigned>(s.batch)};
-    cfg.block = {static_cast<unsigned>(info_.threads), 1, 1};
+    cfg.grid = {static_cast<unsigned>((s.seqlenK + info_.config.blockM() - 1) /
+                                      info_.config.blockM()),
+                static_cast<unsigned>(s.headsKV),
+                static_cast<unsigned>(s.batch)};
+    cfg.block = {static_cast<unsigned>(info_.config.threads()), 1, 1};
     cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
     cfg.stream = stream;
     launch(main_, cfg, a);

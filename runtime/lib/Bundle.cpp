@@ -58,17 +58,17 @@ std::vector<Bundle::Item> readBundleIndex(const std::string &dir,
   for (const llvm::json::Value &v : *kernels) {
     const llvm::json::Object *o = v.getAsObject();
     Bundle::Item item;
-    if (!o || !o->getString("spec") || !o->getString("arch") ||
-        !o->getString("key") || !validKey(*o->getString("key")))
-      throw UserError(fmt::format("bundle index {} has a malformed kernel", p));
+    std::string why;
+    std::optional<KernelConfig> config =
+        o ? detail::configFromJson(o->get("config"), why) : std::nullopt;
+    if (!o || !o->getString("spec") || !config || !o->getString("key") ||
+        !validKey(*o->getString("key")))
+      throw UserError(
+          fmt::format("bundle index {} has a malformed kernel{}", p,
+                      why.empty() ? std::string() : " (" + why + ")"));
     item.specText = o->getString("spec")->str();
-    item.arch = o->getString("arch")->str();
+    item.config = std::move(*config);
     item.key = o->getString("key")->str();
-    item.blockN = int(o->getInteger("block_n").value_or(0));
-    item.numWarps = int(o->getInteger("warps").value_or(0));
-    item.blockM = int(o->getInteger("block_m").value_or(0));
-    item.optLevel = int(o->getInteger("opt_level").value_or(0));
-    item.countTiles = o->getBoolean("count_tiles").value_or(false);
     if (std::optional<llvm::StringRef> mma = o->getString("mma"))
       item.mma = mma->str();
     items.push_back(std::move(item));
@@ -83,9 +83,7 @@ bool sameRequest(const Bundle::Item &a, const Bundle::Item &b) {
   auto mma = [](const std::string &m) {
     return m.empty() ? std::string("default") : m;
   };
-  return a.specText == b.specText && a.arch == b.arch && a.blockN == b.blockN &&
-         a.numWarps == b.numWarps && a.blockM == b.blockM &&
-         a.optLevel == b.optLevel && a.countTiles == b.countTiles &&
+  return a.specText == b.specText && a.config == b.config &&
          mma(a.mma) == mma(b.mma);
 }
 } // namespace
@@ -113,21 +111,16 @@ void Bundle::add(const std::string &dir, const CacheKey &key,
     throw UserError(fmt::format("cannot write bundle directory {}", dir));
   std::vector<Item> items = readBundleIndex(dir, /*mustExist=*/false);
   std::string hash = key.hash();
-  Item added{key.specText, key.arch,       key.blockN, key.numWarps, key.blockM,
-             key.optLevel, key.countTiles, hash,       key.mma};
+  Item added{key.specText, key.config, key.mma, hash};
   std::erase_if(items, [&](const Item &i) { return sameRequest(i, added); });
   items.push_back(added);
   llvm::json::Array kernels;
   for (const Item &i : items)
-    kernels.push_back(llvm::json::Object{{"spec", i.specText},
-                                         {"arch", i.arch},
-                                         {"block_n", i.blockN},
-                                         {"warps", i.numWarps},
-                                         {"block_m", i.blockM},
-                                         {"opt_level", i.optLevel},
-                                         {"count_tiles", i.countTiles},
-                                         {"mma", i.mma},
-                                         {"key", i.key}});
+    kernels.push_back(
+        llvm::json::Object{{"spec", i.specText},
+                           {"config", detail::configToJson(i.config)},
+                           {"mma", i.mma},
+                           {"key", i.key}});
   llvm::json::Object root{{"schema", kCacheVersion},
                           {"flashjit", flashjitVersion()},
                           {"commit", flashjitCommit()},
@@ -144,26 +137,36 @@ std::optional<KernelArtifacts> Bundle::find(const std::string &specText,
                                             int numWarps) const {
   CacheKey request;
   request.specText = specText;
-  request.arch = arch;
-  request.blockN = blockN;
-  request.numWarps = numWarps;
+  request.config.arch = arch;
+  request.config.blockN = blockN;
+  request.config.numWarps = numWarps;
+  request.mma = arch == "cpu" ? "" : "default";
   return find(request);
 }
 
 std::optional<KernelArtifacts> Bundle::find(const CacheKey &request) const {
-  Item wanted{
-      request.specText, request.arch,     request.blockN,     request.numWarps,
-      request.blockM,   request.optLevel, request.countTiles, "",
-      request.mma};
+  Item wanted{request.specText, request.config, request.mma, ""};
   for (const Item &i : items_) {
     if (!sameRequest(i, wanted))
       continue;
     std::string why;
+    CacheKey recorded;
     std::optional<KernelArtifacts> a =
-        readEntry(dir_ + "/" + i.key, i.key, &why);
+        readEntry(dir_ + "/" + i.key, i.key, &why, &recorded);
     if (!a)
       throw UserError(fmt::format("bundled kernel {} in {} is broken: {}",
                                   i.key, dir_, why));
+    // The entry must answer the request the index maps to it: a copied or
+    // swapped entry would launch another kernel.
+    Item inEntry{recorded.specText, recorded.config, recorded.mma, i.key};
+    if (!sameRequest(inEntry, wanted))
+      throw UserError(fmt::format(
+          "bundled kernel {} in {} is broken: its manifest records another "
+          "request (spec, target, kind or configuration) than bundle.json",
+          i.key, dir_));
+    if (std::string bad = configMismatch(recorded, *a); !bad.empty())
+      throw UserError(fmt::format("bundled kernel {} in {} is broken: {}",
+                                  i.key, dir_, bad));
     return a;
   }
   return std::nullopt;

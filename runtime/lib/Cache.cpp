@@ -396,10 +396,10 @@ DiskCache::list(std::vector<ForeignDir> *foreign) const {
     if (std::optional<KernelArtifacts> a = readEntry(it->path(), info.key)) {
       info.valid = true;
       info.entry = a->entry;
-      info.arch = a->arch;
+      info.arch = a->config.arch;
       info.specText = a->specText;
-      info.varlen = a->varlen;
-      info.blockSparse = a->blockSparse;
+      info.varlen = a->config.varlen;
+      info.blockSparse = a->config.blockSparse;
     }
     out.push_back(std::move(info));
   }

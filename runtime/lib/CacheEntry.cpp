@@ -128,32 +128,103 @@ KeyLock::~KeyLock() {
 }
 
 //===----------------------------------------------------------------------===//
+// The configuration record in JSON
+//===----------------------------------------------------------------------===//
+
+llvm::json::Object detail::configToJson(const KernelConfig &c) {
+  return llvm::json::Object{{"arch", c.arch},
+                            {"kind", toString(c.kind)},
+                            {"block_n", c.blockN},
+                            {"warps", c.numWarps},
+                            {"rows_per_warp", c.rowsPerWarp},
+                            {"min_blocks_per_sm", c.minBlocksPerSM},
+                            {"wgmma", c.wgmma},
+                            {"varlen", c.varlen},
+                            {"block_sparse", c.blockSparse},
+                            {"cpu_block_m", c.cpuBlockM},
+                            {"count_tiles", c.countTiles},
+                            {"opt_level", c.optLevel}};
+}
+
+std::optional<KernelConfig>
+detail::configFromJson(const llvm::json::Value *value, std::string &why) {
+  const llvm::json::Object *o = value ? value->getAsObject() : nullptr;
+  if (!o) {
+    why = "no \"config\" object";
+    return std::nullopt;
+  }
+  KernelConfig c;
+  std::optional<llvm::StringRef> arch = o->getString("arch");
+  std::optional<llvm::StringRef> kind = o->getString("kind");
+  if (!arch || !kind || !parseKernelKind(*kind, c.kind)) {
+    why = "config has no valid \"arch\" or \"kind\"";
+    return std::nullopt;
+  }
+  c.arch = arch->str();
+  const std::pair<const char *, int *> ints[] = {
+      {"block_n", &c.blockN},
+      {"warps", &c.numWarps},
+      {"rows_per_warp", &c.rowsPerWarp},
+      {"min_blocks_per_sm", &c.minBlocksPerSM},
+      {"cpu_block_m", &c.cpuBlockM},
+      {"opt_level", &c.optLevel}};
+  for (auto [name, out] : ints) {
+    std::optional<int64_t> v = o->getInteger(name);
+    if (!v || *v < 0 || *v > 1024) {
+      why = fmt::format("config field \"{}\" is missing or out of range", name);
+      return std::nullopt;
+    }
+    *out = int(*v);
+  }
+  const std::pair<const char *, bool *> flags[] = {
+      {"wgmma", &c.wgmma},
+      {"varlen", &c.varlen},
+      {"block_sparse", &c.blockSparse},
+      {"count_tiles", &c.countTiles}};
+  for (auto [name, out] : flags) {
+    std::optional<bool> v = o->getBoolean(name);
+    if (!v) {
+      why = fmt::format("config field \"{}\" is missing", name);
+      return std::nullopt;
+    }
+    *out = *v;
+  }
+  if (o->size() != 2 + std::size(ints) + std::size(flags)) {
+    why = "config has unknown fields";
+    return std::nullopt;
+  }
+  return c;
+}
+
+//===----------------------------------------------------------------------===//
 // Keys and artifacts
 //===----------------------------------------------------------------------===//
 
-CacheKey CacheKey::make(std::string specText, std::string arch, int blockN,
-                        int numWarps, int minBlocksPerSM) {
+CacheKey CacheKey::make(std::string specText, KernelConfig requested,
+                        std::string mma) {
   CacheKey key;
   key.specText = std::move(specText);
-  key.arch = std::move(arch);
-  key.blockN = blockN;
-  key.numWarps = numWarps;
-  key.minBlocksPerSM = minBlocksPerSM;
+  key.config = std::move(requested);
+  key.mma = std::move(mma);
   for (const std::string &name : cacheRelevantEnvVars())
     if (const char *value = std::getenv(name.c_str()))
       key.env.emplace_back(name, value);
   return key;
 }
 
-CacheKey CacheKey::makeCpu(std::string specText, int blockM, int blockN,
-                           int optLevel, bool countTiles, bool varlen,
-                           bool blockSparse) {
-  CacheKey key = make(std::move(specText), "cpu", blockN);
-  key.blockM = blockM;
-  key.optLevel = optLevel;
-  key.countTiles = countTiles;
-  key.varlen = varlen;
-  key.blockSparse = blockSparse;
+CacheKey CacheKey::make(std::string specText, std::string arch, int blockN,
+                        int numWarps, int minBlocksPerSM) {
+  KernelConfig requested;
+  requested.arch = std::move(arch);
+  requested.blockN = blockN;
+  requested.numWarps = numWarps;
+  requested.minBlocksPerSM = minBlocksPerSM;
+  return make(std::move(specText), std::move(requested));
+}
+
+CacheKey CacheKey::makeCpu(std::string specText, KernelConfig config) {
+  config.arch = "cpu";
+  CacheKey key = make(std::move(specText), std::move(config), "");
   key.cpu = hostCpu().name;
   key.cpuFeatures = hostCpu().features;
   return key;
@@ -170,17 +241,11 @@ std::string CacheKey::canonicalText() const {
   field("flashjit", version);
   field("commit", commit);
   field("llvm", llvm);
-  field("arch", arch);
-  field("block_n", std::to_string(blockN));
-  field("warps", std::to_string(numWarps));
-  field("min_blocks_per_sm", std::to_string(minBlocksPerSM));
-  field("rows_per_warp", std::to_string(rowsPerWarp));
+  // Sorted keys, no spaces: one text per configuration.
+  field("config",
+        llvm::formatv("{0}", llvm::json::Value(detail::configToJson(config)))
+            .str());
   field("mma", mma);
-  field("block_m", std::to_string(blockM));
-  field("opt_level", std::to_string(optLevel));
-  field("count_tiles", countTiles ? "1" : "0");
-  field("varlen", varlen ? "1" : "0");
-  field("block_sparse", blockSparse ? "1" : "0");
   field("cpu", cpu);
   field("cpu_features", cpuFeatures);
   std::vector<std::pair<std::string, std::string>> sorted = env;
@@ -198,9 +263,116 @@ const std::string *KernelArtifacts::file(const std::string &name) const {
   return it == files.end() ? nullptr : &it->second;
 }
 
+std::string configMismatch(const CacheKey &key, const KernelArtifacts &a) {
+  const KernelConfig &want = key.config, &got = a.config;
+  auto differs = [&](const char *field, auto w, auto g) {
+    return fmt::format("the entry's {} is {}, the request's {}", field, g, w);
+  };
+  if (want.arch != got.arch)
+    return differs("target", want.arch, got.arch);
+  if (want.kind != got.kind)
+    return differs("kernel kind", toString(want.kind), toString(got.kind));
+  if (want.varlen != got.varlen || want.blockSparse != got.blockSparse)
+    return "the entry's modes (varlen, block-sparse) are not the request's";
+  if (want.isCpu())
+    return want == got ? std::string()
+                       : std::string("the entry's CPU configuration is not "
+                                     "the request's");
+  const std::pair<const char *, std::pair<int, int>> tiles[] = {
+      {"block_n", {want.blockN, got.blockN}},
+      {"warps", {want.numWarps, got.numWarps}},
+      {"rows_per_warp", {want.rowsPerWarp, got.rowsPerWarp}},
+      {"min_blocks_per_sm", {want.minBlocksPerSM, got.minBlocksPerSM}}};
+  for (auto [name, v] : tiles) {
+    if (v.second <= 0)
+      return fmt::format("the entry's {} is 0", name);
+    if (v.first != 0 && v.first != v.second)
+      return differs(name, v.first, v.second);
+  }
+  if ((key.mma == "wgmma" && !got.wgmma) ||
+      (key.mma == "mma.sync" && got.wgmma))
+    return differs("mma", key.mma, got.wgmma ? "wgmma" : "mma.sync");
+  return {};
+}
+
 //===----------------------------------------------------------------------===//
 // The manifest (meta.json)
 //===----------------------------------------------------------------------===//
+
+namespace {
+
+constexpr llvm::StringLiteral kDigestField = "\"manifest_sha256\": \"";
+
+/// The SHA-256 of manifest \p text with its digest value read as 64 zeros,
+/// and where that value starts; nullopt if the text has not exactly one
+/// digest field.
+std::optional<std::pair<std::string, size_t>> manifestDigest(std::string text) {
+  size_t at = text.find(kDigestField.data());
+  if (at == std::string::npos ||
+      text.find(kDigestField.data(), at + 1) != std::string::npos)
+    return std::nullopt;
+  at += kDigestField.size();
+  if (at + 64 > text.size())
+    return std::nullopt;
+  text.replace(at, 64, std::string(64, '0'));
+  return std::pair{sha256Hex(text), at};
+}
+
+llvm::json::Object keyInputsJson(const CacheKey &key) {
+  llvm::json::Object env;
+  for (const auto &[name, value] : key.env)
+    env[name] = value;
+  return llvm::json::Object{{"flashjit", key.version},
+                            {"commit", key.commit},
+                            {"llvm", key.llvm},
+                            {"spec", key.specText},
+                            {"config", detail::configToJson(key.config)},
+                            {"mma", key.mma},
+                            {"cpu", key.cpu},
+                            {"cpu_features", key.cpuFeatures},
+                            {"env", std::move(env)}};
+}
+
+/// The key meta.json's "key_inputs" describe (schema \p schema), or
+/// nullopt with the reason in \p why.
+std::optional<CacheKey> keyFromJson(const llvm::json::Object *o, int schema,
+                                    std::string &why) {
+  if (!o) {
+    why = "no \"key_inputs\" object";
+    return std::nullopt;
+  }
+  CacheKey key;
+  key.schema = schema;
+  std::pair<const char *, std::string *> strings[] = {
+      {"flashjit", &key.version},
+      {"commit", &key.commit},
+      {"llvm", &key.llvm},
+      {"spec", &key.specText},
+      {"mma", &key.mma},
+      {"cpu", &key.cpu},
+      {"cpu_features", &key.cpuFeatures}};
+  for (auto [name, out] : strings) {
+    std::optional<llvm::StringRef> v = o->getString(name);
+    if (!v) {
+      why = fmt::format("key_inputs lacks \"{}\"", name);
+      return std::nullopt;
+    }
+    *out = v->str();
+  }
+  std::optional<KernelConfig> config =
+      detail::configFromJson(o->get("config"), why);
+  if (!config)
+    return std::nullopt;
+  key.config = std::move(*config);
+  key.env.clear();
+  if (const llvm::json::Object *env = o->getObject("env"))
+    for (const auto &[name, value] : *env)
+      if (std::optional<llvm::StringRef> v = value.getAsString())
+        key.env.emplace_back(name.str(), v->str());
+  return key;
+}
+
+} // namespace
 
 std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
   llvm::json::Object files;
@@ -211,56 +383,127 @@ std::string metaJson(const KernelArtifacts &a, const CacheKey &key) {
   for (const StageTiming &t : a.stageSeconds)
     stages.push_back(
         llvm::json::Object{{"stage", t.name}, {"seconds", t.seconds}});
-  llvm::json::Object keyObj{{"flashjit", key.version},
-                            {"commit", key.commit},
-                            {"llvm", key.llvm},
-                            {"block_n", key.blockN},
-                            {"warps", key.numWarps},
-                            {"min_blocks_per_sm", key.minBlocksPerSM},
-                            {"rows_per_warp", key.rowsPerWarp},
-                            {"mma", key.mma},
-                            {"block_m", key.blockM},
-                            {"opt_level", key.optLevel},
-                            {"count_tiles", key.countTiles},
-                            {"varlen", key.varlen},
-                            {"block_sparse", key.blockSparse},
-                            {"cpu", key.cpu},
-                            {"cpu_features", key.cpuFeatures}};
-  llvm::json::Object env;
-  for (const auto &[name, value] : key.env)
-    env[name] = value;
-  keyObj["env"] = std::move(env);
   llvm::json::Object meta{{"schema", kCacheVersion},
                           {"key", key.hash()},
-                          {"key_inputs", std::move(keyObj)},
+                          {"key_inputs", keyInputsJson(key)},
                           {"spec", a.specText},
-                          {"arch", a.arch},
                           {"entry", a.entry},
-                          {"threads", a.threads},
-                          {"block_m", a.blockM},
-                          {"block_n", a.blockN},
+                          {"config", detail::configToJson(a.config)},
                           {"shared_bytes", a.sharedBytes},
                           {"registers", a.registers},
                           {"spill_bytes", a.spillBytes},
-                          {"count_tiles", a.countTiles},
-                          {"varlen", a.varlen},
-                          {"block_sparse", a.blockSparse},
-                          {"mma", a.mma},
-                          {"opt_level", a.optLevel},
                           {"cpu", a.cpu},
                           {"cpu_features", a.cpuFeatures},
                           {"compile_seconds", std::move(stages)},
-                          {"files", std::move(files)}};
-  return llvm::formatv("{0:2}", llvm::json::Value(std::move(meta))).str() +
-         "\n";
+                          {"files", std::move(files)},
+                          {"manifest_sha256", std::string(64, '0')}};
+  std::string text =
+      llvm::formatv("{0:2}", llvm::json::Value(std::move(meta))).str() + "\n";
+  std::optional<std::pair<std::string, size_t>> digest = manifestDigest(text);
+  if (!digest)
+    throw InternalError("meta.json text without exactly one digest field");
+  text.replace(digest->second, 64, digest->first);
+  return text;
 }
+
+namespace {
+
+/// readEntry's manifest part: schema, digest, key, fields of \p meta,
+/// parsed from \p text (read from \p metaPath).
+std::optional<KernelArtifacts>
+readManifest(const std::string &metaPath, const std::string &text,
+             const llvm::json::Object *meta, const std::string &expectedKey,
+             std::string &why, CacheKey *keyInputs) {
+  if (!meta) {
+    why = fmt::format("{} is not a JSON object", metaPath);
+    return std::nullopt;
+  }
+  std::optional<int64_t> schema = meta->getInteger("schema");
+  if (!schema || *schema != kCacheVersion) {
+    why = fmt::format("{} has schema {} (expected {})", metaPath,
+                      schema ? std::to_string(*schema) : "none", kCacheVersion);
+    return std::nullopt;
+  }
+  std::optional<std::pair<std::string, size_t>> digest = manifestDigest(text);
+  std::optional<llvm::StringRef> recorded = meta->getString("manifest_sha256");
+  if (!digest || !recorded || *recorded != digest->first) {
+    why = fmt::format("{} fails its own checksum (manifest_sha256): it was "
+                      "edited or damaged",
+                      metaPath);
+    return std::nullopt;
+  }
+  std::optional<llvm::StringRef> key = meta->getString("key");
+  if (!key || (!expectedKey.empty() && *key != expectedKey)) {
+    why = fmt::format("{} is for key '{}', not '{}'", metaPath,
+                      key ? key->str() : "", expectedKey);
+    return std::nullopt;
+  }
+  std::optional<CacheKey> inputs =
+      keyFromJson(meta->getObject("key_inputs"), int(*schema), why);
+  if (!inputs) {
+    why = fmt::format("{}: {}", metaPath, why);
+    return std::nullopt;
+  }
+  if (inputs->hash() != *key) {
+    why = fmt::format("{}: its key inputs do not hash to its key", metaPath);
+    return std::nullopt;
+  }
+  KernelArtifacts a;
+  std::optional<KernelConfig> config =
+      detail::configFromJson(meta->get("config"), why);
+  if (!config) {
+    why = fmt::format("{}: {}", metaPath, why);
+    return std::nullopt;
+  }
+  a.config = std::move(*config);
+  auto str = [&](llvm::StringRef name, std::string &out) {
+    std::optional<llvm::StringRef> v = meta->getString(name);
+    if (v)
+      out = v->str();
+    return v.has_value();
+  };
+  auto integer = [&](llvm::StringRef name, int &out) {
+    std::optional<int64_t> v = meta->getInteger(name);
+    if (v)
+      out = int(*v);
+    return v.has_value();
+  };
+  if (!str("spec", a.specText) || !str("entry", a.entry) ||
+      !integer("shared_bytes", a.sharedBytes) ||
+      !integer("registers", a.registers) ||
+      !integer("spill_bytes", a.spillBytes) || !str("cpu", a.cpu) ||
+      !str("cpu_features", a.cpuFeatures)) {
+    why = fmt::format("{} lacks a required field", metaPath);
+    return std::nullopt;
+  }
+  if (a.specText != inputs->specText) {
+    why = fmt::format("{}: its spec is not the one of its key", metaPath);
+    return std::nullopt;
+  }
+  if (keyInputs)
+    *keyInputs = *inputs;
+  if (const llvm::json::Array *stages = meta->getArray("compile_seconds"))
+    for (const llvm::json::Value &v : *stages)
+      if (const llvm::json::Object *o = v.getAsObject()) {
+        StageTiming t;
+        if (auto name = o->getString("stage"))
+          t.name = name->str();
+        t.seconds = o->getNumber("seconds").value_or(0.0);
+        a.stageSeconds.push_back(std::move(t));
+      }
+  return a;
+}
+
+} // namespace
 
 std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
                                          const std::string &expectedKey,
-                                         std::string *whyNot) {
-  auto fail = [&](std::string why) -> std::optional<KernelArtifacts> {
+                                         std::string *whyNot,
+                                         CacheKey *keyInputs) {
+  std::string why;
+  auto fail = [&](std::string reason) -> std::optional<KernelArtifacts> {
     if (whyNot)
-      *whyNot = std::move(why);
+      *whyNot = std::move(reason);
     return std::nullopt;
   };
   std::string metaPath = entryDir + "/" + kMetaFile;
@@ -272,60 +515,10 @@ std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
     return fail(fmt::format("{} is not valid JSON: {}", metaPath,
                             llvm::toString(parsed.takeError())));
   const llvm::json::Object *meta = parsed->getAsObject();
-  if (!meta)
-    return fail(fmt::format("{} is not a JSON object", metaPath));
-  std::optional<int64_t> schema = meta->getInteger("schema");
-  if (!schema || *schema != kCacheVersion)
-    return fail(fmt::format("{} has schema {} (expected {})", metaPath,
-                            schema ? std::to_string(*schema) : "none",
-                            kCacheVersion));
-  std::optional<llvm::StringRef> key = meta->getString("key");
-  if (!key || (!expectedKey.empty() && *key != expectedKey))
-    return fail(fmt::format("{} is for key '{}', not '{}'", metaPath,
-                            key ? key->str() : "", expectedKey));
-
-  KernelArtifacts a;
-  auto str = [&](llvm::StringRef name, std::string &out) {
-    std::optional<llvm::StringRef> v = meta->getString(name);
-    if (!v)
-      return false;
-    out = v->str();
-    return true;
-  };
-  auto integer = [&](llvm::StringRef name, int &out) {
-    std::optional<int64_t> v = meta->getInteger(name);
-    if (!v)
-      return false;
-    out = int(*v);
-    return true;
-  };
-  if (!str("spec", a.specText) || !str("arch", a.arch) ||
-      !str("entry", a.entry) || !integer("threads", a.threads) ||
-      !integer("block_m", a.blockM) || !integer("block_n", a.blockN) ||
-      !integer("shared_bytes", a.sharedBytes) ||
-      !integer("registers", a.registers) ||
-      !integer("spill_bytes", a.spillBytes) ||
-      !integer("opt_level", a.optLevel) || !str("cpu", a.cpu) ||
-      !str("cpu_features", a.cpuFeatures))
-    return fail(fmt::format("{} lacks a required field", metaPath));
-  std::optional<bool> countTiles = meta->getBoolean("count_tiles");
-  if (!countTiles)
-    return fail(fmt::format("{} lacks a required field", metaPath));
-  a.countTiles = *countTiles;
-  // Absent in entries of kernels with neither mode.
-  a.varlen = meta->getBoolean("varlen").value_or(false);
-  a.blockSparse = meta->getBoolean("block_sparse").value_or(false);
-  if (std::optional<llvm::StringRef> mma = meta->getString("mma"))
-    a.mma = mma->str();
-  if (const llvm::json::Array *stages = meta->getArray("compile_seconds"))
-    for (const llvm::json::Value &v : *stages)
-      if (const llvm::json::Object *o = v.getAsObject()) {
-        StageTiming t;
-        if (auto name = o->getString("stage"))
-          t.name = name->str();
-        t.seconds = o->getNumber("seconds").value_or(0.0);
-        a.stageSeconds.push_back(std::move(t));
-      }
+  std::optional<KernelArtifacts> a =
+      readManifest(metaPath, *text, meta, expectedKey, why, keyInputs);
+  if (!a)
+    return fail(why);
   const llvm::json::Object *files = meta->getObject("files");
   if (!files)
     return fail(fmt::format("{} lists no files", metaPath));
@@ -343,9 +536,18 @@ std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
     if (!sum || !size || int64_t(bytes->size()) != *size ||
         sha256Hex(*bytes) != *sum)
       return fail(fmt::format("{} fails its checksum", filePath));
-    a.files[name.str()] = std::move(*bytes);
+    a->files[name.str()] = std::move(*bytes);
   }
   return a;
+}
+
+std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
+                                         const CacheKey &expected,
+                                         std::string *whyNot) {
+  // The key inputs the manifest records hash to its key, which must be the
+  // request's: any difference in spec, target, kind, configuration, build,
+  // host CPU or environment fails there.
+  return readEntry(entryDir, expected.hash(), whyNot);
 }
 
 } // namespace flashjit::runtime

@@ -10,8 +10,11 @@
 #ifndef FLASHJIT_RUNTIME_LIB_CACHEFILES_H
 #define FLASHJIT_RUNTIME_LIB_CACHEFILES_H
 
+#include "flashjit/runtime/KernelAbi.h"
+
 #include <llvm/ADT/StringRef.h>
 #include <llvm/ADT/Twine.h>
+#include <llvm/Support/JSON.h>
 
 #include <chrono>
 #include <memory>
@@ -38,6 +41,18 @@ std::optional<std::string> readFile(const llvm::Twine &p);
 /// Writes \p bytes to \p p through a temporary file in the same directory
 /// and an atomic rename. Returns the error, if any.
 std::error_code writeFileAtomic(const std::string &p, std::string_view bytes);
+
+/// The one writer of a KernelConfig: a JSON object with every field
+/// (arch, kind, block_n, warps, rows_per_warp, min_blocks_per_sm, wgmma,
+/// varlen, block_sparse, cpu_block_m, count_tiles, opt_level). Keys,
+/// manifests and bundle indexes all store configurations through it.
+llvm::json::Object configToJson(const KernelConfig &config);
+
+/// The one reader, configToJson's inverse: nullopt (with the reason in
+/// \p why) unless \p value is an object with exactly those fields, each of
+/// its type, and a known kind.
+std::optional<KernelConfig> configFromJson(const llvm::json::Value *value,
+                                           std::string &why);
 
 } // namespace detail
 

@@ -49,7 +49,7 @@ template <class Decl> std::vector<Decl> sortedByName(std::vector<Decl> d) {
 /// What the host side needs of a kernel.
 struct KernelView {
   const AttentionSpec &spec;
-  const CpuKernelInfo &info;
+  const KernelConfig &info;
   CpuKernelFn fn, builder;
   const std::vector<BufferDecl> &buffers;
   const std::vector<ParamDecl> &params;
@@ -129,7 +129,7 @@ RunStats launch(const KernelView &K, const AttentionCall &c,
                 const Arguments &args, int numThreads) {
   RunStats stats;
   stats.tilesCounted = K.info.countTiles;
-  int64_t nMT = (c.seqlenQ + K.info.blockM - 1) / K.info.blockM;
+  int64_t nMT = (c.seqlenQ + K.info.cpuBlockM - 1) / K.info.cpuBlockM;
   int64_t items = c.batch * K.spec.headsQ * nMT;
   if (items == 0)
     return stats;
@@ -191,7 +191,7 @@ RunStats runDense(const KernelView &K, const TensorRef &q, const TensorRef &k,
   AttentionShape sh = checkAttentionTensors(K.spec, q, k, v, &o, lseUsed);
   checkCommon(K, args, sh.batch, sh.seqlenQ, sh.seqlenK, numThreads);
   if (blockMask)
-    checkBlockMaskFor(*blockMask, K.info.blockM, K.info.blockN, sh.batch,
+    checkBlockMaskFor(*blockMask, K.info.cpuBlockM, K.info.blockN, sh.batch,
                       sh.headsQ, sh.seqlenQ, sh.seqlenK);
   AttentionCall c{&q, &k,       &v,         &o,        lseUsed,
                   {}, sh.batch, sh.seqlenQ, sh.seqlenK};
@@ -216,7 +216,7 @@ BlockMask buildMask(const KernelView &K, int64_t batch, int64_t seqlenQ,
   BlockMaskExtent ext = blockMaskExtent(K.spec.effectiveMask(), batch,
                                         K.spec.headsQ, K.info.varlen);
   BlockMask bm;
-  bm.blockM = K.info.blockM;
+  bm.blockM = K.info.cpuBlockM;
   bm.blockN = K.info.blockN;
   bm.seqlenQ = seqlenQ;
   bm.seqlenK = seqlenK;
@@ -260,7 +260,7 @@ BlockMask buildMask(const KernelView &K, int64_t batch, int64_t seqlenQ,
 
 } // namespace
 
-CpuAttentionKernel::CpuAttentionKernel(AttentionSpec spec, CpuKernelInfo info,
+CpuAttentionKernel::CpuAttentionKernel(AttentionSpec spec, KernelConfig info,
                                        CpuKernelFn fn,
                                        std::shared_ptr<void> owner,
                                        CpuKernelFn blockMaskFn)
@@ -268,10 +268,10 @@ CpuAttentionKernel::CpuAttentionKernel(AttentionSpec spec, CpuKernelInfo info,
       blockMaskFn_(blockMaskFn),
       buffers_(sortedByName(spec_.variant.buffers())),
       params_(sortedByName(spec_.variant.params())) {
-  if (info_.blockM <= 0 || info_.blockN <= 0)
+  if (info_.cpuBlockM <= 0 || info_.blockN <= 0)
     throw UserError(fmt::format("CPU kernel block_m = {}, block_n = {} must "
                                 "be positive",
-                                info_.blockM, info_.blockN));
+                                info_.cpuBlockM, info_.blockN));
   if (!fn_)
     throw InternalError("CpuAttentionKernel: null entry point");
   if (info_.blockSparse && !blockMaskFn_)
@@ -330,7 +330,7 @@ RunStats CpuAttentionKernel::runVarlen(
       checkVarlenTensors(spec_, q, k, v, cuSeqlensQ, cuSeqlensK, &o, lseUsed);
   checkCommon(K, args, sh.batch, sh.maxSeqlenQ, sh.maxSeqlenK, numThreads);
   if (info_.blockSparse)
-    checkBlockMaskFor(*blockMask, info_.blockM, info_.blockN, sh.batch,
+    checkBlockMaskFor(*blockMask, info_.cpuBlockM, info_.blockN, sh.batch,
                       sh.headsQ, sh.maxSeqlenQ, sh.maxSeqlenK, cuSeqlensQ,
                       cuSeqlensK);
   AttentionCall c{

@@ -147,7 +147,7 @@ struct BackwardCall {
 
 struct View {
   const AttentionSpec &spec;
-  const CpuKernelInfo &info;
+  const KernelConfig &config;
   CpuKernelFn dkdv, dq;
   const std::vector<BufferDecl> &buffers;
   const std::vector<ParamDecl> &params;
@@ -174,8 +174,8 @@ DataGradients launch(const View &K, const BackwardCall &c,
   int64_t paramOffset = gradFloats;
   gradFloats += static_cast<int64_t>(K.params.size());
 
-  int64_t nMT = (c.seqlenQ + K.info.blockM - 1) / K.info.blockM;
-  int64_t nNT = (c.seqlenK + K.info.blockN - 1) / K.info.blockN;
+  int64_t nMT = (c.seqlenQ + K.config.blockM() - 1) / K.config.blockM();
+  int64_t nNT = (c.seqlenK + K.config.blockN - 1) / K.config.blockN;
   int64_t qItems = c.batch * K.spec.headsQ * nMT;
   int64_t kvItems = c.batch * K.spec.headsKV * nNT;
   // Fixed ranges of dQ items, each with zeroed gradient arrays; the count
@@ -187,7 +187,7 @@ DataGradients launch(const View &K, const BackwardCall &c,
   std::vector<int32_t> status(std::max<size_t>(K.buffers.size(), 1), 0);
 
   TransposedMask tmask;
-  if (K.info.blockSparse)
+  if (K.config.blockSparse)
     tmask = transpose(*c.blockMask);
 
   auto slots = [&](bool dqKernel, float *grads) {
@@ -209,11 +209,11 @@ DataGradients launch(const View &K, const BackwardCall &c,
       s.push_back(i64Slot(x));
     for (int64_t x : c.strides)
       s.push_back(i64Slot(x));
-    if (K.info.varlen) {
+    if (K.config.varlen) {
       s.push_back(ptrSlot(c.cuSeqlensQ));
       s.push_back(ptrSlot(c.cuSeqlensK));
     }
-    if (K.info.blockSparse) {
+    if (K.config.blockSparse) {
       const BlockMask &bm = *c.blockMask;
       if (dqKernel) {
         for (const std::vector<int32_t> *a :
@@ -235,8 +235,8 @@ DataGradients launch(const View &K, const BackwardCall &c,
     size_t want = abi::bwd::kLeadingPointers +
                   abi::bwd::kPerBuffer * K.buffers.size() + K.params.size() +
                   abi::bwd::kTrailingScalars - 2 +
-                  (K.info.varlen ? abi::kVarlenArgs : 0) +
-                  (K.info.blockSparse ? abi::kBlockSparseArgs : 0);
+                  (K.config.varlen ? abi::kVarlenArgs : 0) +
+                  (K.config.blockSparse ? abi::kBlockSparseArgs : 0);
     if (s.size() != want)
       throw InternalError("backward kernel argument count mismatch");
     return s;
@@ -289,16 +289,17 @@ DataGradients launch(const View &K, const BackwardCall &c,
 
 } // namespace
 
-CpuBackwardKernel::CpuBackwardKernel(AttentionSpec spec, CpuKernelInfo info,
+CpuBackwardKernel::CpuBackwardKernel(AttentionSpec spec, KernelConfig config,
                                      CpuKernelFn dkdvFn, CpuKernelFn dqFn,
                                      std::shared_ptr<void> owner)
-    : spec_(std::move(spec)), info_(info), dkdv_(dkdvFn), dq_(dqFn),
-      owner_(std::move(owner)), buffers_(sortedByName(spec_.variant.buffers())),
+    : spec_(std::move(spec)), config_(std::move(config)), dkdv_(dkdvFn),
+      dq_(dqFn), owner_(std::move(owner)),
+      buffers_(sortedByName(spec_.variant.buffers())),
       params_(sortedByName(spec_.variant.params())) {
-  if (info_.blockM <= 0 || info_.blockN <= 0)
+  if (config_.blockM() <= 0 || config_.blockN <= 0)
     throw UserError(fmt::format("CPU kernel block_m = {}, block_n = {} must "
                                 "be positive",
-                                info_.blockM, info_.blockN));
+                                config_.blockM(), config_.blockN));
   if (!dkdv_ || !dq_)
     throw InternalError("CpuBackwardKernel: null entry point");
 }
@@ -317,7 +318,7 @@ DataGradients runDense(const View &K, const TensorRef &q, const TensorRef &k,
   checkLike("dk", dk, "k", k, K.spec.dtypeK);
   checkLike("dv", dv, "v", v, K.spec.dtypeV);
   if (blockMask)
-    checkBlockMaskFor(*blockMask, K.info.blockM, K.info.blockN, sh.batch,
+    checkBlockMaskFor(*blockMask, K.config.blockM(), K.config.blockN, sh.batch,
                       sh.headsQ, sh.seqlenQ, sh.seqlenK);
   BackwardCall c{&q,  &k,  &v, &o,       &lse,       &dO,       &dq,
                  &dk, &dv, {}, sh.batch, sh.seqlenQ, sh.seqlenK};
@@ -342,14 +343,14 @@ DataGradients CpuBackwardKernel::run(const TensorRef &q, const TensorRef &k,
                                      const TensorRef &dq, const TensorRef &dk,
                                      const TensorRef &dv, const Arguments &args,
                                      int numThreads) const {
-  if (info_.varlen)
+  if (config_.varlen)
     throw UserError("run: this backward kernel was compiled with "
                     "CompileOptions::varlen; call runVarlen");
-  if (info_.blockSparse)
+  if (config_.blockSparse)
     throw UserError("run: this backward kernel was compiled with "
                     "CompileOptions::blockSparse; call runBlockSparse with "
                     "the forward's BlockMask");
-  View K{spec_, info_, dkdv_, dq_, buffers_, params_};
+  View K{spec_, config_, dkdv_, dq_, buffers_, params_};
   return runDense(K, q, k, v, o, lse, dO, dq, dk, dv, nullptr, args,
                   numThreads);
 }
@@ -359,14 +360,14 @@ DataGradients CpuBackwardKernel::runBlockSparse(
     const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
     const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
     const BlockMask &blockMask, const Arguments &args, int numThreads) const {
-  if (!info_.blockSparse)
+  if (!config_.blockSparse)
     throw UserError("runBlockSparse: this backward kernel was compiled "
                     "without CompileOptions::blockSparse");
-  if (info_.varlen)
+  if (config_.varlen)
     throw UserError("runBlockSparse: this backward kernel was compiled with "
                     "CompileOptions::varlen; call runVarlen with the "
                     "BlockMask");
-  View K{spec_, info_, dkdv_, dq_, buffers_, params_};
+  View K{spec_, config_, dkdv_, dq_, buffers_, params_};
   return runDense(K, q, k, v, o, lse, dO, dq, dk, dv, &blockMask, args,
                   numThreads);
 }
@@ -377,33 +378,33 @@ DataGradients CpuBackwardKernel::runVarlen(
     const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
     std::span<const int32_t> cuSeqlensQ, std::span<const int32_t> cuSeqlensK,
     const Arguments &args, const BlockMask *blockMask, int numThreads) const {
-  if (!info_.varlen)
+  if (!config_.varlen)
     throw UserError("runVarlen: this backward kernel was compiled without "
                     "CompileOptions::varlen");
-  if (info_.blockSparse && !blockMask)
+  if (config_.blockSparse && !blockMask)
     throw UserError("runVarlen: this backward kernel was compiled with "
                     "CompileOptions::blockSparse; pass the forward's "
                     "BlockMask");
-  if (!info_.blockSparse && blockMask)
+  if (!config_.blockSparse && blockMask)
     throw UserError("runVarlen: this backward kernel was compiled without "
                     "CompileOptions::blockSparse; pass no BlockMask (it would "
                     "be ignored)");
-  View K{spec_, info_, dkdv_, dq_, buffers_, params_};
+  View K{spec_, config_, dkdv_, dq_, buffers_, params_};
   VarlenShape sh =
       checkVarlenTensors(spec_, q, k, v, cuSeqlensQ, cuSeqlensK, &o, &lse);
   checkLike("dO", dO, "o", o, spec_.dtypeO);
   checkLike("dq", dq, "q", q, spec_.dtypeQ);
   checkLike("dk", dk, "k", k, spec_.dtypeK);
   checkLike("dv", dv, "v", v, spec_.dtypeV);
-  if (info_.blockSparse)
-    checkBlockMaskFor(*blockMask, info_.blockM, info_.blockN, sh.batch,
+  if (config_.blockSparse)
+    checkBlockMaskFor(*blockMask, config_.blockM(), config_.blockN, sh.batch,
                       sh.headsQ, sh.maxSeqlenQ, sh.maxSeqlenK, cuSeqlensQ,
                       cuSeqlensK);
   BackwardCall c{&q,  &k,  &v, &o,       &lse,          &dO,          &dq,
                  &dk, &dv, {}, sh.batch, sh.maxSeqlenQ, sh.maxSeqlenK};
   c.cuSeqlensQ = cuSeqlensQ.data();
   c.cuSeqlensK = cuSeqlensK.data();
-  c.blockMask = info_.blockSparse ? blockMask : nullptr;
+  c.blockMask = config_.blockSparse ? blockMask : nullptr;
   // [total, heads, dim] as the 4-D strides (0, head, token, dim).
   size_t n = 0;
   auto push3 = [&](const TensorRef *t) {

@@ -21,6 +21,7 @@
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -108,10 +109,10 @@ std::shared_ptr<void> dlopenBytes(const std::string &bytes,
 
 std::shared_ptr<const CpuAttentionKernel>
 loadCpuKernel(const KernelArtifacts &a) {
-  if (a.arch != "cpu")
+  if (!a.config.isCpu())
     throw UserError(fmt::format("kernel '{}' is for target '{}', not a CPU "
                                 "kernel",
-                                a.entry, a.arch));
+                                a.entry, a.config.arch));
   const std::string *so = a.file(kSharedObjectFile);
   if (!so)
     throw UserError(fmt::format("CPU kernel '{}' has no {} (made without a "
@@ -135,8 +136,23 @@ loadCpuKernel(const KernelArtifacts &a) {
     throw UserError(fmt::format("CPU kernel shared object lacks the entry "
                                 "'{}'",
                                 symbol));
+  // The configuration the object itself declares, before anything runs: a
+  // manifest that says otherwise (edited, or another entry's) would run the
+  // kernel with a wrong argument list or tile grid.
+  std::string configSymbol = a.entry + abi::kConfigSuffix;
+  const auto *declared =
+      static_cast<const int64_t *>(::dlsym(owner.get(), configSymbol.c_str()));
+  std::vector<int64_t> expected = abi::cpuConfigWords(a.config);
+  if (!declared || !std::equal(expected.begin(), expected.end(), declared))
+    throw UserError(fmt::format(
+        "CPU kernel '{}': its shared object {} the configuration its "
+        "manifest records (block_m {}, block_n {}, count_tiles {}, varlen {}, "
+        "block_sparse {})",
+        a.entry, declared ? "declares another than" : "does not declare",
+        a.config.cpuBlockM, a.config.blockN, a.config.countTiles,
+        a.config.varlen, a.config.blockSparse));
   void *builder = nullptr;
-  if (a.blockSparse) {
+  if (a.config.blockSparse) {
     std::string b = a.entry + abi::kBlockMaskSuffix + abi::kPackedSuffix;
     builder = ::dlsym(owner.get(), b.c_str());
     if (!builder)
@@ -145,10 +161,8 @@ loadCpuKernel(const KernelArtifacts &a) {
                                   b));
   }
   return std::make_shared<const CpuAttentionKernel>(
-      std::move(spec),
-      CpuKernelInfo{a.blockM, a.blockN, a.countTiles, a.varlen, a.blockSparse},
-      reinterpret_cast<CpuKernelFn>(fn), std::move(owner),
-      reinterpret_cast<CpuKernelFn>(builder));
+      std::move(spec), a.config, reinterpret_cast<CpuKernelFn>(fn),
+      std::move(owner), reinterpret_cast<CpuKernelFn>(builder));
 }
 
 } // namespace flashjit::runtime

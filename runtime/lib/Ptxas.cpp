@@ -71,6 +71,62 @@ bool ptxDefinesEntry(std::string_view ptx, std::string_view name) {
   return false;
 }
 
+std::optional<PtxEntryDecl> parsePtxEntry(std::string_view ptx,
+                                          std::string_view name) {
+  if (!ptxDefinesEntry(ptx, name))
+    return std::nullopt;
+  std::string want = ".entry " + std::string(name) + "(";
+  // The defining occurrence: ptxDefinesEntry accepted one; the first whose
+  // declaration has a body is it (a .extern declaration has none).
+  for (size_t at = ptx.find(want); at != std::string_view::npos;
+       at = ptx.find(want, at + 1)) {
+    llvm::StringRef rest(ptx.data() + at + want.size(),
+                         ptx.size() - at - want.size());
+    size_t close = rest.find(')');
+    size_t body = rest.find('{');
+    if (close == llvm::StringRef::npos || body == llvm::StringRef::npos ||
+        body < close || rest.substr(close, body - close).contains(';'))
+      continue;
+    PtxEntryDecl decl;
+    llvm::SmallVector<llvm::StringRef, 64> params;
+    rest.substr(0, close).split(params, ',', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef p : params) {
+      p = p.trim();
+      if (p.empty())
+        continue;
+      if (!p.consume_front(".param"))
+        return std::nullopt;
+      // ".param .u64 .ptr .global .align 1 name": keep the type words.
+      llvm::SmallVector<llvm::StringRef, 8> words;
+      p.split(words, ' ', -1, /*KeepEmpty=*/false);
+      std::string type;
+      for (size_t i = 0; i + 1 < words.size(); ++i) {
+        llvm::StringRef w = words[i].trim();
+        if (w == ".global" || w == ".align" ||
+            (i > 0 && words[i - 1].trim() == ".align"))
+          continue;
+        type += (type.empty() ? "" : " ") + w.str();
+      }
+      decl.params.push_back(type);
+    }
+    llvm::StringRef directives = rest.substr(close + 1, body - close - 1);
+    auto first = [&](llvm::StringRef directive) {
+      size_t d = directives.find(directive);
+      if (d == llvm::StringRef::npos)
+        return 0;
+      llvm::StringRef v = directives.substr(d + directive.size()).ltrim();
+      unsigned n = 0;
+      v.consumeInteger(10, n);
+      return int(n);
+    };
+    decl.maxntid = first(".maxntid");
+    decl.reqntid = first(".reqntid");
+    decl.minnctapersm = first(".minnctapersm");
+    return decl;
+  }
+  return std::nullopt;
+}
+
 PtxasReport parsePtxasReport(std::string_view log) {
   PtxasReport report;
   report.log = std::string(log);

@@ -31,8 +31,8 @@ using flashjit::test::GpuTensor;
 
 namespace {
 
-/// Loads ahead-of-time backward kernel \p id (<dir>/<id>.ptx and .info:
-/// "name arch threads block_m shared_bytes block_n varlen block_sparse").
+/// Loads ahead-of-time backward kernel \p id (<dir>/<id>.ptx and .info, as
+/// test::readKernelInfo reads it).
 std::unique_ptr<GpuAttentionBackwardKernel>
 loadBackward(const std::string &id, const AttentionSpec &spec, Device &dev) {
   std::string base = test::matrixKernelDir() + "/" + id;
@@ -40,10 +40,9 @@ loadBackward(const std::string &id, const AttentionSpec &spec, Device &dev) {
   INFO("kernel files " << base << ".{info,ptx}");
   REQUIRE(infoFile);
   REQUIRE(ptxFile);
-  GpuKernelInfo info;
-  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
-      info.sharedBytes >> info.blockN >> info.varlen >> info.blockSparse;
+  GpuKernelInfo info = test::readKernelInfo(infoFile);
   REQUIRE(infoFile);
+  REQUIRE(info.config.kind == KernelKind::Backward);
   std::stringstream ptx;
   ptx << ptxFile.rdbuf();
   return std::make_unique<GpuAttentionBackwardKernel>(spec, info, ptx.str(),

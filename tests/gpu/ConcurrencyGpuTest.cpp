@@ -48,9 +48,7 @@ std::pair<GpuKernelInfo, std::string> readKernel(const std::string &id) {
   INFO("kernel files " << base << ".{info,ptx}");
   REQUIRE(infoFile);
   REQUIRE(ptxFile);
-  GpuKernelInfo info;
-  infoFile >> info.name >> info.arch >> info.threads >> info.blockM >>
-      info.sharedBytes;
+  GpuKernelInfo info = test::readKernelInfo(infoFile);
   REQUIRE(infoFile);
   std::stringstream ptx;
   ptx << ptxFile.rdbuf();

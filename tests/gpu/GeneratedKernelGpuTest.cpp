@@ -108,13 +108,12 @@ TEST_CASE("generated kernels loaded from a cubin match the float64 reference",
     std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
     REQUIRE(infoFile);
     REQUIRE(ptxFile);
-    GpuKernelInfo info;
-    test::readKernelInfo(infoFile, info, /*sparse=*/false);
+    GpuKernelInfo info = test::readKernelInfo(infoFile);
     std::stringstream ptx;
     ptx << ptxFile.rdbuf();
-    if (info.arch != dev.properties().arch())
+    if (info.config.arch != dev.properties().arch())
       continue;
-    CubinResult cubin = ptxToCubin(ptx.str(), info.arch);
+    CubinResult cubin = ptxToCubin(ptx.str(), info.config.arch);
     std::string bytes(cubin.cubin.begin(), cubin.cubin.end());
     GpuAttentionKernel fromCubin(k.spec, info, ptx.str(), dev, bytes);
     CHECK(fromCubin.loadedFromCubin());

@@ -1,5 +1,4 @@
-//===- GpuTestSupport.h - Tensors on host and device for [gpu] tests -*- C++
-//-*-//
+//===- GpuTestSupport.h - Tensors for [gpu] tests ---------------*- C++ -*-===//
 #ifndef FLASHJIT_TESTS_GPU_GPUTESTSUPPORT_H
 #define FLASHJIT_TESTS_GPU_GPUTESTSUPPORT_H
 
@@ -86,25 +85,19 @@ inline std::string matrixKernelDir() {
   return FLASHJIT_MATRIX_KERNELS_DEFAULT;
 }
 
-/// Reads a gen_matrix_kernels .info line into \p info: "name arch threads
-/// block_m shared_bytes", then "block_n varlen block_sparse" (required when
-/// \p sparse, optional otherwise), then "1" for a TMA kernel (optional).
-inline void readKernelInfo(std::istream &in, runtime::GpuKernelInfo &info,
-                           bool sparse) {
-  in >> info.name >> info.arch >> info.threads >> info.blockM >>
-      info.sharedBytes;
-  if (!in)
-    return;
-  std::string rest;
-  std::getline(in, rest);
-  std::istringstream extra(rest);
-  if (extra >> info.blockN)
-    extra >> info.varlen >> info.blockSparse;
-  else if (sparse)
+/// The GpuKernelInfo a gen_matrix_kernels .info line holds ("name arch warps
+/// rows_per_warp min_blocks_per_sm wgmma block_n varlen block_sparse
+/// shared_bytes kind"); sets \p in's failbit on an unknown kind.
+inline runtime::GpuKernelInfo readKernelInfo(std::istream &in) {
+  runtime::GpuKernelInfo info;
+  KernelConfig &c = info.config;
+  std::string kind;
+  in >> info.name >> c.arch >> c.numWarps >> c.rowsPerWarp >>
+      c.minBlocksPerSM >> c.wgmma >> c.blockN >> c.varlen >> c.blockSparse >>
+      info.sharedBytes >> kind;
+  if (in && !parseKernelKind(kind, c.kind))
     in.setstate(std::ios::failbit);
-  int tma = 0;
-  if (extra >> tma)
-    info.tma = tma == 1;
+  return info;
 }
 
 /// Loads ahead-of-time kernel \p id of \p spec: <dir>/<id>.ptx and
@@ -120,8 +113,8 @@ loadAheadOfTime(const std::string &id, const AttentionSpec &spec, Device &dev,
                        << "FLASHJIT_MATRIX_KERNELS)");
   REQUIRE(infoFile);
   REQUIRE(ptxFile);
-  runtime::GpuKernelInfo info;
-  readKernelInfo(infoFile, info, sparse);
+  (void)sparse;
+  runtime::GpuKernelInfo info = readKernelInfo(infoFile);
   REQUIRE(infoFile);
   std::stringstream ptx;
   ptx << ptxFile.rdbuf();

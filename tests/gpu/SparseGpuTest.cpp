@@ -37,8 +37,8 @@ namespace {
 std::unique_ptr<GpuAttentionKernel> load(const testing::SparseKernel &k,
                                          Device &dev) {
   auto kernel = test::loadAheadOfTime(k.id, k.spec, dev, /*sparse=*/true);
-  REQUIRE(kernel->info().varlen == k.varlen);
-  REQUIRE(kernel->info().blockSparse == k.blockSparse);
+  REQUIRE(kernel->info().config.varlen == k.varlen);
+  REQUIRE(kernel->info().config.blockSparse == k.blockSparse);
   return kernel;
 }
 
@@ -141,9 +141,9 @@ TEST_CASE("GPU block-mask builder equals the reference and runs match",
                    testing::randomDocs(rng, std::max(sh.sq, sh.sk), r++ == 1));
       DeviceBlockMask built =
           kernel->buildBlockMask(sh.batch, sh.sq, sh.sk, args.device);
-      BlockMask want =
-          referenceBlockMask(spec, kernel->info().blockM, kernel->info().blockN,
-                             sh.batch, sh.sq, sh.sk, args.host);
+      BlockMask want = referenceBlockMask(spec, kernel->info().config.blockM(),
+                                          kernel->info().config.blockN,
+                                          sh.batch, sh.sq, sh.sk, args.host);
       BlockMask got = built.toHost();
       CHECK(testing::blockMaskDifference(got, want) == "");
       INFO("partial tiles " << want.numPartial() << ", full " << want.numFull()
@@ -168,7 +168,8 @@ TEST_CASE("GPU block-sparse runs follow user BSR layouts", "[gpu][sparse]") {
     const AttentionSpec &spec = sk.spec;
     uint64_t seed = freshSeed();
     std::mt19937_64 rng(seed);
-    int64_t bm = kernel->info().blockM, bn = kernel->info().blockN;
+    int64_t bm = kernel->info().config.blockM(),
+            bn = kernel->info().config.blockN;
     struct Shape {
       int64_t batch, sq, sk, heads;
     };
@@ -204,13 +205,13 @@ TEST_CASE("GPU block-sparse runs follow user BSR layouts", "[gpu][sparse]") {
     // A block-sparse module described as dense would launch with the wrong
     // arguments: refused when it is loaded.
     GpuKernelInfo dense = kernel->info();
-    dense.blockSparse = false;
+    dense.config.blockSparse = false;
     std::string base = test::matrixKernelDir() + "/" + sk.id;
     std::ifstream ptxFile(base + ".ptx");
     std::stringstream ptx;
     ptx << ptxFile.rdbuf();
     CHECK_THROWS_WITH(GpuAttentionKernel(spec, dense, ptx.str(), dev),
-                      Catch::Contains("has a block-mask builder"));
+                      Catch::Contains("does not match its module"));
   }
 }
 
@@ -272,8 +273,8 @@ TEST_CASE("GPU varlen runs match the varlen reference", "[gpu][sparse]") {
       DeviceBlockMask built;
       if (sk.blockSparse) {
         built = kernel->buildVarlenBlockMask(cu, args.device);
-        want = referenceVarlenBlockMask(spec, kernel->info().blockM,
-                                        kernel->info().blockN, cuQ, cuK,
+        want = referenceVarlenBlockMask(spec, kernel->info().config.blockM(),
+                                        kernel->info().config.blockN, cuQ, cuK,
                                         args.host);
         CHECK(testing::blockMaskDifference(built.toHost(), want) == "");
         hostMask = &want;

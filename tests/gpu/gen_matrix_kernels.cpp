@@ -1,18 +1,18 @@
 //===- gen_matrix_kernels.cpp - Generate the matrix kernels ahead of time -===//
 //
-// Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch threads block_m
-// shared_bytes") for every kernel of tests/support/KernelMatrix.h, so the
-// [gpu] tests run them on a GPU machine that has no MLIR (the ahead-of-time
-// flow a host application uses), and the block-sparse / varlen kernels of
-// sparseKernels(), and (sm_90a) those of optionKernels(). Usage:
-// gen_matrix_kernels DIR [ARCH [MMA]]; MMA (default, mma.sync, wgmma or
-// wgmma.tma) applies to the matrix and sparse kernels (scripts/ptx-matrix.sh
-// uses it to compare the PTX of every instruction kind before and after a
-// change); wgmma.tma applies where wgmma does (head dims multiples of 64;
-// the default elsewhere) and varlen / block-sparse kernels get wgmma's
-// cp.async loads (TilePolicy.h). FLASHJIT_MATRIX_ONLY=<substring> writes
-// only the matrix kernels whose id contains it (the [gpu] tests take the
-// same variable), nothing else.
+// Writes <dir>/<id>.ptx and <dir>/<id>.info (the kernel's configuration; see
+// write(); was "name arch threads block_m shared_bytes") for every kernel of
+// tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
+// that has no MLIR (the ahead-of-time flow a host application uses), and the
+// block-sparse / varlen kernels of sparseKernels(), and (sm_90a) those of
+// optionKernels(). Usage: gen_matrix_kernels DIR [ARCH [MMA]]; MMA (default,
+// mma.sync, wgmma or wgmma.tma) applies to the matrix and sparse kernels
+// (scripts/ptx-matrix.sh uses it to compare the PTX of every instruction kind
+// before and after a change); wgmma.tma applies where wgmma does (head dims
+// multiples of 64; the default elsewhere; compileGpu refuses it for now,
+// issue 16) and varlen / block-sparse kernels get wgmma's cp.async loads.
+// FLASHJIT_MATRIX_ONLY=<substring> writes only the matrix kernels whose id
+// contains it (the [gpu] tests take the same variable), nothing else.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -26,20 +26,20 @@
 #include <string>
 
 namespace {
-/// Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch threads block_m
-/// shared_bytes", then "block_n varlen block_sparse" when \p sparse or
-/// the kernel uses TMA, then "1" for TMA: GpuTestSupport.h reads it).
+/// Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch warps
+/// rows_per_warp min_blocks_per_sm wgmma block_n varlen block_sparse
+/// shared_bytes kind": the whole KernelConfig, read back by
+/// test::readKernelInfo). \p sparse is kept for the callers.
 void write(const std::string &dir, const std::string &id,
            const flashjit::GpuKernelImage &img, bool sparse = false) {
+  (void)sparse;
   std::ofstream(dir + "/" + id + ".ptx") << img.ptx;
   std::ofstream info(dir + "/" + id + ".info");
-  info << img.name << ' ' << img.arch << ' ' << img.threads << ' ' << img.blockM
-       << ' ' << img.sharedBytes;
-  if (sparse || img.tma)
-    info << ' ' << img.blockN << ' ' << img.varlen << ' ' << img.blockSparse;
-  if (img.tma)
-    info << " 1";
-  info << '\n';
+  const flashjit::KernelConfig &c = img.config;
+  info << img.name << ' ' << c.arch << ' ' << c.numWarps << ' ' << c.rowsPerWarp
+       << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' ' << c.blockN << ' '
+       << c.varlen << ' ' << c.blockSparse << ' ' << img.sharedBytes << ' '
+       << flashjit::toString(c.kind) << '\n';
 }
 } // namespace
 

@@ -437,10 +437,12 @@ std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
   }
   GpuResult r;
   r.key = cpuCacheKey(spec, options);
-  r.artifacts = cache.getOrCompile(
-      r.key, [&] { return compileCpuArtifacts(spec, options); }, &r.outcome);
-  if (r.outcome != CacheOutcome::Uncached)
-    r.entryDir = cache.entryDir(r.key.hash());
+  // The library's own verdict on a hit (the kernel.so loads and declares
+  // the manifest's configuration), so the CLI and loadOrCompileCpu agree.
+  LoadReport report;
+  r.artifacts = loadOrCompileCpuArtifacts(spec, options, cache, &report);
+  r.outcome = report.outcome;
+  r.entryDir = report.entryDir;
   return r;
 }
 
@@ -468,10 +470,12 @@ GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
   o.varlen = varlenFlag;
   o.blockSparse = blockSparseFlag;
   r.key = gpuCacheKey(spec, o); // validates first
-  r.artifacts = cache.getOrCompile(
-      r.key, [&] { return compileGpuArtifacts(spec, o); }, &r.outcome);
-  if (r.outcome != CacheOutcome::Uncached)
-    r.entryDir = cache.entryDir(r.key.hash());
+  // The library's own verdict on a hit (configuration and PTX checked), so
+  // the CLI and loadOrCompileGpu agree.
+  LoadReport report;
+  r.artifacts = loadOrCompileGpuArtifacts(spec, o, &cache, &report);
+  r.outcome = report.outcome;
+  r.entryDir = report.entryDir;
   return r;
 }
 
@@ -553,15 +557,18 @@ int runCompile() {
     llvm::outs() << fmt::format(
         "kernel  {} block_m={} block_n={} count_tiles={} opt_level={} "
         "cpu={}{}{}\n",
-        a.entry, a.blockM, a.blockN, a.countTiles ? 1 : 0, a.optLevel, a.cpu,
-        a.varlen ? " varlen" : "", a.blockSparse ? " block_sparse" : "");
+        a.entry, a.config.blockM(), a.config.blockN,
+        a.config.countTiles ? 1 : 0, a.config.optLevel, a.cpu,
+        a.config.varlen ? " varlen" : "",
+        a.config.blockSparse ? " block_sparse" : "");
   else
     llvm::outs() << fmt::format(
         "kernel  {} mma={} threads={} block_m={} block_n={} shared_bytes={} "
         "registers={} spill_bytes={}{}{}\n",
-        a.entry, a.mma, a.threads, a.blockM, a.blockN, a.sharedBytes,
-        a.registers, a.spillBytes, a.varlen ? " varlen" : "",
-        a.blockSparse ? " block_sparse" : "");
+        a.entry, a.config.wgmma ? "wgmma" : "mma.sync", a.config.threads(),
+        a.config.blockM(), a.config.blockN, a.sharedBytes, a.registers,
+        a.spillBytes, a.config.varlen ? " varlen" : "",
+        a.config.blockSparse ? " block_sparse" : "");
   if (a.spillBytes > 0)
     llvm::errs() << fmt::format("flashjit: warning: the kernel spills {} "
                                 "bytes of registers to local memory (see "
@@ -690,7 +697,8 @@ int runInspect() {
     PtxasReport report = runPtxas(*a.file(kPtxFile), target);
     llvm::outs() << fmt::format("kernel {} on {}: threads={} block_m={} "
                                 "block_n={} dynamic_shared_bytes={}\n",
-                                a.entry, target, a.threads, a.blockM, a.blockN,
+                                a.entry, target, a.config.threads(),
+                                a.config.blockM(), a.config.blockN,
                                 a.sharedBytes);
     for (const PtxasFunctionReport &f : report.functions)
       llvm::outs() << fmt::format(
@@ -1077,7 +1085,8 @@ int runRun() {
     auto kernel = loadOrCompileCpu(spec, options, &cache, &report);
     llvm::outs() << fmt::format("kernel   cpu block_m={} block_n={}, {} in "
                                 "{:.1f} ms\n",
-                                kernel->info().blockM, kernel->info().blockN,
+                                kernel->config().blockM(),
+                                kernel->config().blockN,
                                 toString(report.outcome), since(t0) * 1e3);
     for (int i = 0; i < runWarmup; ++i)
       kernel->run(q.ref, k.ref, v.ref, o.ref, lsePtr, args, runThreads);
@@ -1263,10 +1272,10 @@ int main(int argc, char **argv) {
   }
   std::string errors;
   llvm::raw_string_ostream errStream(errors);
-  if (!cl::ParseCommandLineOptions(
-          argc, argv,
-          "flashjit: compile, inspect, run, cache and bundle attention kernels\n",
-          &errStream)) {
+  if (!cl::ParseCommandLineOptions(argc, argv,
+                                   "flashjit: compile, inspect, run, cache and "
+                                   "bundle attention kernels\n",
+                                   &errStream)) {
     llvm::errs() << errors;
     return 1;
   }

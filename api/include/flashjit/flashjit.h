@@ -7,9 +7,11 @@
 //   canonical text and parser, the float64 reference (forward and
 //   backward) and the symbolic derivative of score modifiers;
 // - tensors (TensorRef), run-time arguments and block masks;
-// - the entry points that read the kernel cache before compiling:
+// - the entry point that reads the kernel cache before compiling, for
+//   both targets: loadOrCompile(spec, JitTarget::CPU or GPU, options,
+//   &report) (a JitKernel with its KernelConfig; Jit.h), and its halves
 //   loadOrCompileCpu (a CpuKernel) and loadOrCompileGpu (a
-//   runtime::GpuAttentionKernel), both reporting through one LoadReport;
+//   runtime::GpuAttentionKernel), all reporting through one LoadReport;
 //   compileCpu and compileGpu compile without the cache;
 // - the runtime: devices, device memory, launches and the disk cache.
 //
@@ -40,6 +42,7 @@
 #include "flashjit/compiler/Compiler.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/compiler/Jit.h"
 
 #include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Cache.h"

@@ -28,9 +28,7 @@ using runtime::KernelArtifacts;
 runtime::CacheKey cpuCacheKey(const AttentionSpec &spec,
                               const CompileOptions &options) {
   validateForCpu(spec, options);
-  return runtime::CacheKey::makeCpu(
-      printSpec(spec), cpuBlockM(options), cpuBlockN(options), options.optLevel,
-      options.countTiles, options.varlen, options.blockSparse);
+  return runtime::CacheKey::makeCpu(printSpec(spec), cpuKernelConfig(options));
 }
 
 bool cpuLinkerAvailable(std::string *why) {
@@ -39,8 +37,12 @@ bool cpuLinkerAvailable(std::string *why) {
 
 std::shared_ptr<const CpuKernel>
 CpuKernel::load(const runtime::KernelArtifacts &artifacts) {
-  std::shared_ptr<const runtime::CpuAttentionKernel> kernel =
-      runtime::loadCpuKernel(artifacts);
+  return fromRuntime(*runtime::loadCpuKernel(artifacts), artifacts);
+}
+
+std::shared_ptr<const CpuKernel>
+CpuKernel::fromRuntime(const runtime::CpuAttentionKernel &kernel,
+                       const runtime::KernelArtifacts &artifacts) {
   const char *files[] = {runtime::kAttnFile, runtime::kTiledFile,
                          runtime::kLLVMDialectFile, runtime::kLLVMIRFile,
                          runtime::kLLVMIROptFile};
@@ -48,7 +50,7 @@ CpuKernel::load(const runtime::KernelArtifacts &artifacts) {
   for (size_t i = 0; i < texts.size(); ++i)
     if (const std::string *text = artifacts.file(files[i]))
       texts[i] = *text;
-  return std::make_shared<const CpuKernel>(*kernel, artifacts.stageSeconds,
+  return std::make_shared<const CpuKernel>(kernel, artifacts.stageSeconds,
                                            std::move(texts));
 }
 
@@ -70,6 +72,37 @@ runtime::MemoryTier<CpuKernel> &memoryTier() {
   return tier;
 }
 
+/// Disk cache -> compile through \p cache (usable, a linker found): the
+/// artifacts and the runtime kernel loaded from them. A hit whose kernel does
+/// not load here (another CPU, a kernel.so declaring another configuration
+/// than its manifest) is recompiled and replaced with one warning.
+std::pair<KernelArtifacts, std::shared_ptr<const runtime::CpuAttentionKernel>>
+loadOrCompileEntry(const AttentionSpec &spec, const CompileOptions &options,
+                   runtime::DiskCache &cache, const runtime::CacheKey &key,
+                   LoadReport &report) {
+  KernelArtifacts a = cache.getOrCompile(
+      key, [&] { return compileCpuArtifacts(spec, options); }, &report.outcome);
+  if (report.outcome != CacheOutcome::Uncached)
+    report.entryDir = cache.entryDir(report.key);
+  if (report.outcome != CacheOutcome::Hit)
+    return {a, runtime::loadCpuKernel(a)};
+  try {
+    if (a.config != key.config)
+      throw UserError("its manifest records another configuration than the "
+                      "request's");
+    return {a, runtime::loadCpuKernel(a)};
+  } catch (const UserError &e) {
+    warnOnce("load:" + report.key,
+             fmt::format("flashjit: warning: cached CPU kernel {} does not "
+                         "load ({}); recompiling it",
+                         report.entryDir, e.message()));
+    a = compileCpuArtifacts(spec, options);
+    report.outcome =
+        cache.store(key, a) ? CacheOutcome::Compiled : CacheOutcome::Uncached;
+    return {a, runtime::loadCpuKernel(a)};
+  }
+}
+
 /// Disk cache -> compile, for a kernel not in the memory tier.
 std::shared_ptr<const CpuKernel>
 loadOrCompileUncached(const AttentionSpec &spec, const CompileOptions &options,
@@ -88,31 +121,25 @@ loadOrCompileUncached(const AttentionSpec &spec, const CompileOptions &options,
     report.outcome = CacheOutcome::Uncached;
     return compileCpu(spec, options);
   }
-  KernelArtifacts a = cache.getOrCompile(
-      key, [&] { return compileCpuArtifacts(spec, options); }, &report.outcome);
-  if (report.outcome != CacheOutcome::Uncached)
-    report.entryDir = cache.entryDir(report.key);
-  if (report.outcome != CacheOutcome::Hit)
-    return CpuKernel::load(a);
-  try {
-    return CpuKernel::load(a);
-  } catch (const UserError &e) {
-    // The checksums held but the kernel does not load here (another CPU,
-    // a damaged but consistent entry): compile and replace it.
-    warnOnce("load:" + report.key,
-             fmt::format("flashjit: warning: cached CPU kernel {} does not "
-                         "load ({}); recompiling it",
-                         report.entryDir, e.message()));
-    a = compileCpuArtifacts(spec, options);
-    report.outcome =
-        cache.store(key, a) ? CacheOutcome::Compiled : CacheOutcome::Uncached;
-    return CpuKernel::load(a);
-  }
+  auto [a, kernel] = loadOrCompileEntry(spec, options, cache, key, report);
+  return CpuKernel::fromRuntime(*kernel, a);
 }
 
 } // namespace
 
 void clearCpuMemoryTier() { memoryTier().eraseContext(nullptr); }
+
+KernelArtifacts loadOrCompileCpuArtifacts(const AttentionSpec &spec,
+                                          const CompileOptions &options,
+                                          runtime::DiskCache &cache,
+                                          LoadReport *report) {
+  runtime::CacheKey key = cpuCacheKey(spec, options); // validates first
+  LoadReport local;
+  LoadReport &r = report ? *report : local;
+  r = LoadReport();
+  r.key = key.hash();
+  return loadOrCompileEntry(spec, options, cache, key, r).first;
+}
 
 std::shared_ptr<const CpuKernel> loadOrCompileCpu(const AttentionSpec &spec,
                                                   const CompileOptions &options,

@@ -232,17 +232,27 @@ int cpuBlockN(const CompileOptions &options) {
   return options.blockN ? options.blockN : runtime::kDefaultCpuBlock;
 }
 
+KernelConfig cpuKernelConfig(const CompileOptions &options) {
+  KernelConfig c;
+  c.arch = "cpu";
+  c.cpuBlockM = cpuBlockM(options);
+  c.blockN = cpuBlockN(options);
+  c.countTiles = options.countTiles;
+  c.varlen = options.varlen;
+  c.blockSparse = options.blockSparse;
+  c.optLevel = options.optLevel;
+  return c;
+}
+
 std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
                                             const CompileOptions &options) {
   validateForCpu(spec, options); // every UserError before MLIR/LLVM
   StopWatch total, w;
   std::array<std::string, 5> texts;
   std::vector<StageTiming> timings;
-  runtime::CpuKernelInfo info{cpuBlockM(options), cpuBlockN(options),
-                              options.countTiles, options.varlen,
-                              options.blockSparse};
+  KernelConfig info = cpuKernelConfig(options);
   Lowered l = lowerToLLVMDialect(spec,
-                                 {info.blockM, info.blockN, info.countTiles,
+                                 {info.cpuBlockM, info.blockN, info.countTiles,
                                   info.varlen, info.blockSparse},
                                  texts, timings, w);
   PackedFn builder = nullptr;
@@ -285,16 +295,16 @@ compileCpuBackward(const AttentionSpec &specIn, const CompileOptions &options) {
   StopWatch total, w;
   std::array<std::string, 5> texts;
   std::vector<StageTiming> timings;
-  runtime::CpuKernelInfo info{cpuBlockM(options), cpuBlockN(options), false,
-                              options.varlen, options.blockSparse};
-  TileOptions tile{info.blockM, info.blockN,      false,
-                   info.varlen, info.blockSparse, /*backward=*/true};
+  KernelConfig config = cpuKernelConfig(options);
+  config.kind = KernelKind::Backward;
+  TileOptions tile{config.cpuBlockM, config.blockN,      false,
+                   config.varlen,    config.blockSparse, /*backward=*/true};
   Lowered l = lowerToLLVMDialect(spec, tile, texts, timings, w);
   PackedFn dq = nullptr;
   auto [engine, fn] =
       jit(*l.module, l.symbol, options.optLevel, &texts[3], &texts[4], &timings,
           {{l.symbol + abi::bwd::kDqSuffix, &dq}});
-  runtime::CpuBackwardKernel kernel(spec, info, fn, dq, std::move(engine));
+  runtime::CpuBackwardKernel kernel(spec, config, fn, dq, std::move(engine));
   w.lap();
   dumpStages(spec, options, texts, "_bwd");
   timings.push_back({"total", total.lap()});
@@ -312,11 +322,12 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   StopWatch total, w;
   std::array<std::string, 5> texts;
   std::vector<StageTiming> timings;
-  int blockM = cpuBlockM(options), blockN = cpuBlockN(options);
-  Lowered l = lowerToLLVMDialect(
-      spec,
-      {blockM, blockN, options.countTiles, options.varlen, options.blockSparse},
-      texts, timings, w);
+  KernelConfig config = cpuKernelConfig(options);
+  Lowered l =
+      lowerToLLVMDialect(spec,
+                         {config.cpuBlockM, config.blockN, config.countTiles,
+                          config.varlen, config.blockSparse},
+                         texts, timings, w);
 
   initLLVMOnce();
   std::unique_ptr<llvm::TargetMachine> tm =
@@ -332,6 +343,7 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   addPackedEntry(*m, l.symbol);
   if (options.blockSparse)
     addPackedEntry(*m, l.symbol + abi::kBlockMaskSuffix);
+  addConfigSymbol(*m, l.symbol, config);
   timings.push_back({"translate-to-llvm-ir", w.lap()});
   if (llvm::Error e =
           makeOptimizingTransformer(options.optLevel, 0, tm.get())(m.get()))
@@ -349,14 +361,8 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
 
   runtime::KernelArtifacts a;
   a.entry = l.symbol;
-  a.arch = "cpu";
   a.specText = printSpec(spec);
-  a.blockM = blockM;
-  a.blockN = blockN;
-  a.countTiles = options.countTiles;
-  a.varlen = options.varlen;
-  a.blockSparse = options.blockSparse;
-  a.optLevel = options.optLevel;
+  a.config = config;
   a.cpu = runtime::hostCpu().name;
   a.cpuFeatures = runtime::hostCpu().features;
   for (const StageTiming &t : timings)

@@ -85,6 +85,20 @@ void addPackedEntry(llvm::Module &m, llvm::StringRef symbol) {
   b.CreateRetVoid();
 }
 
+void addConfigSymbol(llvm::Module &m, llvm::StringRef symbol,
+                     const KernelConfig &config) {
+  llvm::Type *i64 = llvm::Type::getInt64Ty(m.getContext());
+  std::vector<int64_t> words = abi::cpuConfigWords(config);
+  llvm::SmallVector<llvm::Constant *> values;
+  for (int64_t w : words)
+    values.push_back(llvm::ConstantInt::get(i64, w, /*IsSigned=*/true));
+  auto *type = llvm::ArrayType::get(i64, words.size());
+  new llvm::GlobalVariable(m, type, /*isConstant=*/true,
+                           llvm::GlobalValue::ExternalLinkage,
+                           llvm::ConstantArray::get(type, values),
+                           (symbol + abi::kConfigSuffix).str());
+}
+
 std::string emitObject(llvm::Module &m, llvm::TargetMachine &tm) {
   llvm::SmallString<0> bytes;
   llvm::raw_svector_ostream os(bytes);

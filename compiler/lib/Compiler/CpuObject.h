@@ -1,5 +1,4 @@
-//===- CpuObject.h - CPU kernels as objects and shared objects ---*- C++
-//-*-===//
+//===- CpuObject.h - CPU kernels as objects and shared objects -*- C++ -*-===//
 //
 // The steps from an optimised LLVM module to a kernel.so the runtime can
 // dlopen: the host target machine (PIC, the host CPU and features that the
@@ -9,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_LIB_COMPILER_CPUOBJECT_H
 #define FLASHJIT_LIB_COMPILER_CPUOBJECT_H
+
+#include "flashjit/runtime/KernelAbi.h"
 
 #include "llvm/ADT/StringRef.h"
 
@@ -29,6 +30,12 @@ std::unique_ptr<llvm::TargetMachine> createHostTargetMachine(int optLevel);
 /// Adds `<symbol>_packed(void **args)` to \p m: loads each argument of
 /// \p symbol from args[i] and calls it (abi::kPackedSuffix).
 void addPackedEntry(llvm::Module &m, llvm::StringRef symbol);
+
+/// Adds `<symbol>_config` (abi::kConfigSuffix), the i64 words of
+/// abi::cpuConfigWords(\p config), which loadCpuKernel compares with the
+/// manifest before running the kernel.
+void addConfigSymbol(llvm::Module &m, llvm::StringRef symbol,
+                     const KernelConfig &config);
 
 /// The relocatable object of \p m for \p tm. Throws CompileError.
 std::string emitObject(llvm::Module &m, llvm::TargetMachine &tm);

@@ -20,8 +20,21 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <chrono>
+#include <mutex>
+#include <set>
 
 namespace flashjit {
+
+namespace {
+/// Prints \p message to stderr once per process and \p what.
+void warnOnce(const std::string &what, const std::string &message) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (warned.insert(what).second)
+    llvm::errs() << message << "\n";
+}
+} // namespace
 
 using runtime::CacheOutcome;
 using runtime::KernelArtifacts;
@@ -39,12 +52,13 @@ std::string gpuTargetFor(const runtime::DeviceProperties &device) {
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options) {
   validateForGpu(spec, options);
-  // The key has no kernel kind yet: a backward entry would collide with
-  // the forward's.
+  // The backward kernels are keyed (the kind is in the key) but not yet
+  // loaded from the cache: runtime::GpuAttentionBackwardKernel is built from
+  // compileGpu's image.
   if (options.kind != KernelKind::Forward)
-    throw UserError("the GPU backward kernels are not cached yet (the cache "
-                    "key has no kernel kind): compile them with compileGpu "
-                    "and load them with runtime::GpuAttentionBackwardKernel");
+    throw UserError("the GPU backward kernels are not cached yet: compile "
+                    "them with compileGpu and load them with "
+                    "runtime::GpuAttentionBackwardKernel");
   return makeGpuCacheKey(spec, options);
 }
 
@@ -54,15 +68,9 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   GpuKernelImage image = compileGpu(spec, options);
   KernelArtifacts a;
   a.entry = image.name;
-  a.arch = image.arch;
   a.specText = printSpec(spec);
-  a.threads = image.threads;
-  a.blockM = image.blockM;
-  a.blockN = image.blockN;
+  a.config = image.config;
   a.sharedBytes = image.sharedBytes;
-  a.varlen = image.varlen;
-  a.blockSparse = image.blockSparse;
-  a.mma = image.tma ? "wgmma.tma" : image.wgmma ? "wgmma" : "mma.sync";
   a.stageSeconds = image.timings;
   a.files[kAttnFile] = image.attnText;
   a.files[kGpuFile] = image.gpuText;
@@ -106,6 +114,28 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   return a;
 }
 
+std::string gpuEntryMismatch(const AttentionSpec &spec,
+                             const GpuCompileOptions &options,
+                             const KernelArtifacts &a) {
+  KernelConfig want = resolveGpuTileConfig(spec, options);
+  if (a.config != want)
+    return fmt::format("its configuration (warps {}, rows per warp {}, "
+                       "block_n {}, {}) is not the {}, {}, {}, {} this "
+                       "request resolves to",
+                       a.config.numWarps, a.config.rowsPerWarp, a.config.blockN,
+                       a.config.wgmma ? "wgmma" : "mma.sync", want.numWarps,
+                       want.rowsPerWarp, want.blockN,
+                       want.wgmma ? "wgmma" : "mma.sync");
+  if (a.entry != spec.variant.name())
+    return fmt::format("its entry is '{}', not '{}'", a.entry,
+                       spec.variant.name());
+  const std::string *ptx = a.file(runtime::kPtxFile);
+  if (!ptx)
+    return fmt::format("it has no {}", runtime::kPtxFile);
+  return runtime::gpuLaunchConfigMismatch(spec, runtime::gpuKernelInfo(a),
+                                          *ptx);
+}
+
 KernelArtifacts loadOrCompileGpuArtifacts(const AttentionSpec &spec,
                                           const GpuCompileOptions &options,
                                           runtime::DiskCache *cache,
@@ -116,10 +146,23 @@ KernelArtifacts loadOrCompileGpuArtifacts(const AttentionSpec &spec,
   LoadReport &r = report ? *report : local;
   r = LoadReport();
   r.key = key.hash();
-  KernelArtifacts a = disk.getOrCompile(
-      key, [&] { return compileGpuArtifacts(spec, options); }, &r.outcome);
+  auto compile = [&] { return compileGpuArtifacts(spec, options); };
+  KernelArtifacts a = disk.getOrCompile(key, compile, &r.outcome);
   if (r.outcome != CacheOutcome::Uncached)
     r.entryDir = disk.entryDir(r.key);
+  if (r.outcome == CacheOutcome::Hit) {
+    // The manifest held its checksums; the configuration must also be the
+    // one this request resolves to, and the one the PTX declares.
+    if (std::string why = gpuEntryMismatch(spec, options, a); !why.empty()) {
+      warnOnce("config:" + r.key,
+               fmt::format("flashjit: warning: cache entry {} is invalid "
+                           "({}); recompiling it",
+                           r.entryDir, why));
+      a = compile();
+      r.outcome =
+          disk.store(key, a) ? CacheOutcome::Compiled : CacheOutcome::Uncached;
+    }
+  }
   return a;
 }
 

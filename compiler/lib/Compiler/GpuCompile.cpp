@@ -13,6 +13,7 @@
 #include "flashjit/FrontendToMLIR/MLIRGen.h"
 #include "flashjit/Pipeline/GpuPipelines.h"
 #include "flashjit/Pipeline/Pipelines.h"
+#include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
@@ -155,13 +156,8 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   validateForGpu(spec, options); // every UserError before MLIR/LLVM
   GpuKernelImage image;
   image.name = spec.variant.name();
-  image.arch = options.arch;
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
-  image.threads = tc.threads();
-  image.blockM = tc.blockM();
-  image.blockN = tc.blockN;
-  image.wgmma = tc.wgmma;
-  image.tma = tc.tma;
+  image.config = tc;
   image.sharedBytes = int(tc.sharedBytes(spec.headDimQK, spec.headDimV));
 
   useCudaToolkitForLibdevice();
@@ -174,8 +170,6 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   image.attnText = printOp(*module, /*withLocations=*/true);
   image.timings.push_back({"mlirgen", w.lap()});
 
-  image.varlen = tc.varlen;
-  image.blockSparse = tc.blockSparse;
   runPipeline(*ctx, *module, "attn-to-nvvm", diag,
               [&](OpPassManager &pm) { buildAttnToNVVMPipeline(pm, tc); });
   image.gpuText = printOp(*module, /*withLocations=*/false);
@@ -230,20 +224,27 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
         fmt::format("{}.{}", image.name, makeGpuCacheKey(spec, options).hash()),
         {{".attn.mlir", image.attnText},
          {".gpu.mlir", image.gpuText},
-         {"." + image.arch + ".ptx", image.ptx}});
+         {"." + image.config.arch + ".ptx", image.ptx}});
   return image;
+}
+
+KernelConfig requestedConfig(const GpuCompileOptions &options) {
+  KernelConfig c;
+  c.arch = options.arch;
+  c.blockN = options.blockN;
+  c.numWarps = options.numWarps;
+  c.minBlocksPerSM = options.minBlocksPerSM;
+  c.rowsPerWarp = options.rowsPerWarp;
+  c.varlen = options.varlen;
+  c.blockSparse = options.blockSparse;
+  c.kind = options.kind;
+  return c;
 }
 
 runtime::CacheKey makeGpuCacheKey(const AttentionSpec &spec,
                                   const GpuCompileOptions &options) {
-  runtime::CacheKey key =
-      runtime::CacheKey::make(printSpec(spec), options.arch, options.blockN,
-                              options.numWarps, options.minBlocksPerSM);
-  key.rowsPerWarp = options.rowsPerWarp;
-  key.varlen = options.varlen;
-  key.blockSparse = options.blockSparse;
-  key.mma = toString(options.mma);
-  return key;
+  return runtime::CacheKey::make(printSpec(spec), requestedConfig(options),
+                                 toString(options.mma));
 }
 
 } // namespace flashjit

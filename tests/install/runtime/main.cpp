@@ -34,9 +34,10 @@ int main(int argc, char **argv) {
     AttentionSpec spec = parseSpec(argv[2]);
     runtime::CacheKey request;
     request.specText = printSpec(spec);
-    request.arch = "cpu";
-    request.blockM = request.blockN = runtime::kDefaultCpuBlock;
-    request.optLevel = runtime::kDefaultCpuOptLevel;
+    request.config.arch = "cpu";
+    request.config.cpuBlockM = request.config.blockN =
+        runtime::kDefaultCpuBlock;
+    request.config.optLevel = runtime::kDefaultCpuOptLevel;
     runtime::Bundle bundle = runtime::Bundle::open(argv[1]);
     std::optional<runtime::KernelArtifacts> artifacts = bundle.find(request);
     if (!artifacts) {
@@ -48,8 +49,8 @@ int main(int argc, char **argv) {
     // The GPU side of the runtime links too (libcuda is dlopened, if any).
     std::string why;
     std::printf("GPU: %s\n", runtime::Device::available(&why)
-                                  ? "available"
-                                  : ("none (" + why + ")").c_str());
+                                 ? "available"
+                                 : ("none (" + why + ")").c_str());
 
     const int64_t batch = 1, hq = spec.headsQ, hk = spec.headsKV, sq = 45,
                   sk = 45, d = spec.headDimQK;
@@ -61,7 +62,8 @@ int main(int argc, char **argv) {
         e = normal(rng);
       return x;
     };
-    // Q [B, Hq, Sq, D]; K, V [B, Hkv, Sk, D]; O [B, Hq, Sq, D]; LSE [B, Hq, Sq].
+    // Q [B, Hq, Sq, D]; K, V [B, Hkv, Sk, D]; O [B, Hq, Sq, D]; LSE [B, Hq,
+    // Sq].
     std::vector<float> qs = random(batch * hq * sq * d),
                        ks = random(batch * hk * sk * d),
                        vs = random(batch * hk * sk * d),
@@ -93,8 +95,7 @@ int main(int argc, char **argv) {
     const bool ok = err <= 1e-4 && lseErr <= 1e-4;
     std::printf("%s: max |O - reference| = %.2e, max |LSE - reference| = "
                 "%.2e: %s\n",
-                request.specText.c_str(), err, lseErr,
-                ok ? "ok" : "MISMATCH");
+                request.specText.c_str(), err, lseErr, ok ? "ok" : "MISMATCH");
     return ok ? 0 : 1;
   } catch (const std::exception &e) {
     std::fprintf(stderr, "consumer_runtime: %s\n", e.what());

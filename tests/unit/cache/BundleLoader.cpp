@@ -38,10 +38,11 @@ int main(int argc, char **argv) {
     std::string arch = argv[3];
     CacheKey request;
     request.specText = spec;
-    request.arch = arch;
+    request.config.arch = arch;
+    request.mma = arch == "cpu" ? "" : "default";
     if (arch == "cpu") { // what `flashjit bundle --target cpu` builds
-      request.blockM = request.blockN = kDefaultCpuBlock;
-      request.optLevel = kDefaultCpuOptLevel;
+      request.config.cpuBlockM = request.config.blockN = kDefaultCpuBlock;
+      request.config.optLevel = kDefaultCpuOptLevel;
     }
     std::optional<KernelArtifacts> a = bundle.find(request);
     if (!a) {
@@ -52,8 +53,9 @@ int main(int argc, char **argv) {
     }
     if (arch != "cpu") {
       const std::string *ptx = a->file(kPtxFile);
-      std::cout << "entry=" << a->entry << " arch=" << a->arch
-                << " threads=" << a->threads << " block_m=" << a->blockM
+      std::cout << "entry=" << a->entry << " arch=" << a->config.arch
+                << " threads=" << a->config.threads()
+                << " block_m=" << a->config.blockM()
                 << " shared_bytes=" << a->sharedBytes
                 << " ptx_bytes=" << (ptx ? ptx->size() : 0) << "\n";
       return 0;
@@ -69,8 +71,9 @@ int main(int argc, char **argv) {
             const auto *lse,
             const auto &args) { kernel->run(q, k, v, o, lse, args); },
         seed, &maxError);
-    std::cout << "entry=" << a->entry << " arch=cpu block_m=" << a->blockM
-              << " block_n=" << a->blockN << " cpu=" << a->cpu
+    std::cout << "entry=" << a->entry
+              << " arch=cpu block_m=" << a->config.blockM()
+              << " block_n=" << a->config.blockN << " cpu=" << a->cpu
               << " so_bytes=" << a->file(kSharedObjectFile)->size()
               << " seed=" << seed << " max_abs_error=" << maxError << "\n";
     if (!mismatch.empty()) {

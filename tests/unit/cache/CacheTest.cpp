@@ -108,17 +108,17 @@ TEST_CASE("every key component changes the key", "[cache]") {
     variants.emplace_back(std::move(what), std::move(k));
   };
   vary("spec", [](CacheKey &k) { k.specText += " "; });
-  vary("arch", [](CacheKey &k) { k.arch = "sm_80"; });
-  vary("block_n", [](CacheKey &k) { k.blockN = 32; });
-  vary("warps", [](CacheKey &k) { k.numWarps = 4; });
-  vary("min_blocks_per_sm", [](CacheKey &k) { k.minBlocksPerSM = 2; });
-  vary("rows_per_warp", [](CacheKey &k) { k.rowsPerWarp = 32; });
+  vary("arch", [](CacheKey &k) { k.config.arch = "sm_80"; });
+  vary("block_n", [](CacheKey &k) { k.config.blockN = 32; });
+  vary("warps", [](CacheKey &k) { k.config.numWarps = 4; });
+  vary("min_blocks_per_sm", [](CacheKey &k) { k.config.minBlocksPerSM = 2; });
+  vary("rows_per_warp", [](CacheKey &k) { k.config.rowsPerWarp = 32; });
   vary("mma", [](CacheKey &k) { k.mma = "wgmma"; });
-  vary("block_m", [](CacheKey &k) { k.blockM = 32; });
-  vary("opt_level", [](CacheKey &k) { k.optLevel = 3; });
-  vary("count_tiles", [](CacheKey &k) { k.countTiles = true; });
-  vary("varlen", [](CacheKey &k) { k.varlen = true; });
-  vary("block_sparse", [](CacheKey &k) { k.blockSparse = true; });
+  vary("block_m", [](CacheKey &k) { k.config.cpuBlockM = 32; });
+  vary("opt_level", [](CacheKey &k) { k.config.optLevel = 3; });
+  vary("count_tiles", [](CacheKey &k) { k.config.countTiles = true; });
+  vary("varlen", [](CacheKey &k) { k.config.varlen = true; });
+  vary("block_sparse", [](CacheKey &k) { k.config.blockSparse = true; });
   vary("cpu", [](CacheKey &k) { k.cpu = "znver4"; });
   vary("cpu_features", [](CacheKey &k) { k.cpuFeatures = "+avx2"; });
   vary("version", [](CacheKey &k) { k.version = "0.1.1"; });
@@ -129,7 +129,7 @@ TEST_CASE("every key component changes the key", "[cache]") {
   vary("env value",
        [](CacheKey &k) { k.env.emplace_back("FLASHJIT_PTXAS", "y"); });
   // Field boundaries cannot be forged by moving text between fields.
-  vary("arch/spec boundary", [](CacheKey &k) { k.arch += "\nspec:0="; });
+  vary("arch/spec boundary", [](CacheKey &k) { k.config.arch += "\nspec:0="; });
 
   std::set<std::string> hashes = {base.hash()};
   for (const auto &[what, k] : variants) {
@@ -180,11 +180,8 @@ TEST_CASE("a stored entry loads back with every field and file", "[cache]") {
   std::optional<KernelArtifacts> b = cache.load(key);
   REQUIRE(b);
   CHECK(b->entry == a.entry);
-  CHECK(b->arch == a.arch);
+  CHECK(b->config == a.config);
   CHECK(b->specText == a.specText);
-  CHECK(b->threads == a.threads);
-  CHECK(b->blockM == a.blockM);
-  CHECK(b->blockN == a.blockN);
   CHECK(b->sharedBytes == a.sharedBytes);
   CHECK(b->registers == a.registers);
   CHECK(b->spillBytes == a.spillBytes);
@@ -740,7 +737,7 @@ TEST_CASE("bundles index precompiled entries by spec and target", "[cache]") {
   Bundle::add(dir, CacheKey::make(causal, "sm_90a"),
               fakeArtifacts(causal, "causal 90"));
   Bundle::add(dir, CacheKey::make(causal, "sm_80"),
-              fakeArtifacts(causal, "causal 80"));
+              fakeArtifacts(causal, "causal 80", "sm_80"));
   Bundle::add(dir, CacheKey::make(plain, "sm_90a"),
               fakeArtifacts(plain, "plain 90"));
   // Adding a kernel again replaces it.

@@ -1,5 +1,4 @@
-//===- CacheTestSupport.h - Temporary directories and fake kernels -*- C++
-//-*-=//
+//===- CacheTestSupport.h - Temporary dirs and fake kernels ---*- C++ -*-===//
 #ifndef FLASHJIT_TESTS_CACHE_CACHETESTSUPPORT_H
 #define FLASHJIT_TESTS_CACHE_CACHETESTSUPPORT_H
 
@@ -43,15 +42,17 @@ private:
 
 /// Artifacts as the GPU compiler would make them, with \p tag in every file
 /// so different compiles give different bytes.
-inline runtime::KernelArtifacts fakeArtifacts(const std::string &spec,
-                                              const std::string &tag) {
+inline runtime::KernelArtifacts
+fakeArtifacts(const std::string &spec, const std::string &tag,
+              const std::string &arch = "sm_90a") {
   runtime::KernelArtifacts a;
   a.entry = "flashjit_attention";
-  a.arch = "sm_90a";
   a.specText = spec;
-  a.threads = 128;
-  a.blockM = 64;
-  a.blockN = 64;
+  a.config.arch = arch;
+  a.config.numWarps = 4;
+  a.config.rowsPerWarp = 16;
+  a.config.blockN = 64;
+  a.config.minBlocksPerSM = 1;
   a.sharedBytes = 49152;
   a.registers = 168;
   a.spillBytes = 0;

@@ -188,10 +188,10 @@ TEST_CASE("a corrupt kernel.so or kernel.o in a CPU entry is recompiled",
 TEST_CASE("every CPU key component changes the key", "[cache]") {
   AttentionSpec spec = parseSpec(kSpecText);
   CacheKey base = cpuCacheKey(spec);
-  CHECK(base.arch == "cpu");
-  CHECK(base.blockM == 64);
-  CHECK(base.blockN == 64);
-  CHECK(base.optLevel == 2);
+  CHECK(base.config.arch == "cpu");
+  CHECK(base.config.cpuBlockM == 64);
+  CHECK(base.config.blockN == 64);
+  CHECK(base.config.optLevel == 2);
   CHECK(base.cpu == hostCpu().name);
   CHECK(base.cpuFeatures == hostCpu().features);
   CHECK(!base.cpuFeatures.empty());
@@ -266,7 +266,7 @@ TEST_CASE("a CPU kernel for features this host lacks is refused", "[cache]") {
   }
   AttentionSpec spec = parseSpec(kSpecText);
   KernelArtifacts a = compileCpuArtifacts(spec);
-  CHECK(a.arch == "cpu");
+  CHECK(a.config.arch == "cpu");
   CHECK(a.entry == "flashjit_swa_cap");
   REQUIRE(a.file(kSharedObjectFile));
   REQUIRE(a.file(kObjectFile));
@@ -278,7 +278,7 @@ TEST_CASE("a CPU kernel for features this host lacks is refused", "[cache]") {
                     Catch::Contains("flashjit-test-feature") &&
                         Catch::Contains("lacks"));
   KernelArtifacts gpu = a;
-  gpu.arch = "sm_90a";
+  gpu.config.arch = "sm_90a";
   CHECK_THROWS_AS(loadCpuKernel(gpu), UserError);
   KernelArtifacts noSo = a;
   noSo.files.erase(kSharedObjectFile);
@@ -351,15 +351,15 @@ TEST_CASE("a CPU bundle holds the kernel with its options", "[cache]") {
   Bundle::add(dir.path(), cpuCacheKey(spec, o), compileCpuArtifacts(spec, o));
   Bundle b = Bundle::open(dir.path());
   REQUIRE(b.items().size() == 1);
-  CHECK(b.items()[0].blockM == 32);
-  CHECK(b.items()[0].countTiles);
+  CHECK(b.items()[0].config.cpuBlockM == 32);
+  CHECK(b.items()[0].config.countTiles);
   CacheKey request = cpuCacheKey(spec, o);
   std::optional<KernelArtifacts> a = b.find(request);
   REQUIRE(a);
   std::shared_ptr<const CpuAttentionKernel> k = loadCpuKernel(*a);
-  CHECK(k->info().blockM == 32);
-  CHECK(k->info().countTiles);
-  request.countTiles = false;
+  CHECK(k->config().cpuBlockM == 32);
+  CHECK(k->config().countTiles);
+  request.config.countTiles = false;
   CHECK(!b.find(request));
   std::string mismatch = flashjit::testing::checkCpuKernel(
       spec,

@@ -81,7 +81,7 @@ TEST_CASE("a GPU disk hit compiles nothing", "[cache]") {
   REQUIRE(a.file(kPtxFile));
   CHECK(a.file(kPtxFile)->find(".entry") != std::string::npos);
   CHECK(a.entry == b.entry);
-  CHECK(a.threads > 0);
+  CHECK(a.config.threads() > 0);
 
   // A corrupt cubin is a miss: regenerated and stored again.
   if (a.file(kCubinFile)) {

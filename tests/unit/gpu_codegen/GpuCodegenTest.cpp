@@ -51,9 +51,9 @@ TEST_CASE("every matrix kernel assembles with no spills for sm_80 and sm_90a",
       o.arch = arch;
       o.mma = mma;
       GpuKernelImage img = compileGpu(k.spec, o);
-      CHECK(img.wgmma ==
+      CHECK(img.config.wgmma ==
             (wgmma && o.arch == "sm_90a" && mma == GpuMma::Default));
-      if (img.wgmma) {
+      if (img.config.wgmma) {
         CHECK(img.ptx.find("wgmma.mma_async.sync.aligned.m64n") !=
               std::string::npos);
         CHECK(img.ptx.find("fence.proxy.async.shared::cta") !=
@@ -93,10 +93,10 @@ TEST_CASE("every block-sparse and varlen kernel assembles with no spills",
       GpuKernelImage img = compileGpu(k.spec, o);
       GpuTileConfig want =
           defaultGpuTileConfig(k.spec, arch, k.varlen, k.blockSparse);
-      CHECK(img.blockM == want.rowsPerWarp * want.numWarps);
-      CHECK(img.blockN == want.blockN);
-      CHECK(img.varlen == k.varlen);
-      CHECK(img.blockSparse == k.blockSparse);
+      CHECK(img.config.blockM() == want.rowsPerWarp * want.numWarps);
+      CHECK(img.config.blockN == want.blockN);
+      CHECK(img.config.varlen == k.varlen);
+      CHECK(img.config.blockSparse == k.blockSparse);
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
       INFO(r.log);
       std::vector<std::string> names{img.name};
@@ -120,11 +120,11 @@ TEST_CASE("every option kernel assembles with no spills", "[gpu-codegen]") {
     INFO(k.id << ": " << printSpec(k.spec));
     GpuCompileOptions o = testing::options(k);
     GpuKernelImage img = compileGpu(k.spec, o);
-    CHECK(img.wgmma == (k.mma != "mma.sync"));
+    CHECK(img.config.wgmma == (k.mma != "mma.sync"));
     if (k.blockN)
-      CHECK(img.blockN == k.blockN);
+      CHECK(img.config.blockN == k.blockN);
     if (k.numWarps)
-      CHECK(img.threads == 32 * k.numWarps);
+      CHECK(img.config.threads() == 32 * k.numWarps);
     runtime::PtxasReport r = runtime::runPtxas(img.ptx, o.arch);
     const runtime::PtxasFunctionReport *f = r.find(img.name);
     REQUIRE(f);
@@ -206,8 +206,8 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
   GpuCompileOptions o;
   o.rowsPerWarp = 32;
   GpuKernelImage img = compileGpu(d128, o);
-  CHECK_FALSE(img.wgmma);
-  CHECK(img.blockM ==
+  CHECK_FALSE(img.config.wgmma);
+  CHECK(img.config.blockM() ==
         32 * defaultGpuTileConfig(d128, "sm_90a", false, false, GpuMma::MmaSync)
                  .numWarps);
   CHECK(std::string(toString(GpuMma::Wgmma)) == "wgmma");
@@ -241,8 +241,8 @@ TEST_CASE("mma = wgmma.tma: TMA tiles in dense kernels only, refused for now",
     o.varlen = varlen;
     o.blockSparse = blockSparse;
     GpuKernelImage img = compileGpu(doc, o);
-    CHECK(img.wgmma);
-    CHECK_FALSE(img.tma);
+    CHECK(img.config.wgmma);
+    CHECK_FALSE(img.config.tma);
     CHECK(img.ptx.find("cp.async.bulk.tensor") == std::string::npos);
   }
   GpuCompileOptions bwd;
@@ -297,11 +297,11 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   AttentionSpec s = testing::matrixSpec("softcap", 64, DType::BF16, 4, 2);
   GpuKernelImage img = compileGpu(s);
   CHECK(img.name == "softcap");
-  CHECK(img.arch == "sm_90a");
-  CHECK(img.threads == 128); // head_dim 64: one warpgroup (wgmma)
-  CHECK(img.blockM == 64);
-  CHECK(img.blockN == 64);
-  CHECK(img.wgmma);
+  CHECK(img.config.arch == "sm_90a");
+  CHECK(img.config.threads() == 128); // head_dim 64: one warpgroup (wgmma)
+  CHECK(img.config.blockM() == 64);
+  CHECK(img.config.blockN == 64);
+  CHECK(img.config.wgmma);
   // Q and two K/V stages, unpadded.
   CHECK(img.sharedBytes == 2 * (64 * 64 + 2 * 64 * (64 + 64)));
   CHECK(img.ptx.find(".minnctapersm 3") != std::string::npos); // softcap
@@ -312,8 +312,8 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   GpuCompileOptions sync;
   sync.mma = GpuMma::MmaSync;
   GpuKernelImage mmaSync = compileGpu(s, sync);
-  CHECK(mmaSync.threads == 128); // 4 warps of 32 query rows
-  CHECK(mmaSync.blockN == 64);
+  CHECK(mmaSync.config.threads() == 128); // 4 warps of 32 query rows
+  CHECK(mmaSync.config.blockN == 64);
   CHECK(mmaSync.sharedBytes == 2 * (128 * 72 + 2 * 64 * (72 + 72)));
   CHECK(img.attnText.find("attn.attention @softcap") != std::string::npos);
   CHECK(img.attnText.find("math.tanh") != std::string::npos);
@@ -341,10 +341,10 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
       GpuKernelImage img = compileGpu(k.spec, o);
       GpuTileConfig tc = resolveGpuTileConfig(k.spec, o);
       CHECK(tc.kind == KernelKind::Backward);
-      CHECK(img.blockM == tc.blockM());
-      CHECK(img.blockN == tc.blockN);
-      CHECK(img.threads == tc.threads());
-      CHECK_FALSE(img.wgmma);
+      CHECK(img.config.blockM() == tc.blockM());
+      CHECK(img.config.blockN == tc.blockN);
+      CHECK(img.config.threads() == tc.threads());
+      CHECK_FALSE(img.config.wgmma);
       CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
       CHECK(img.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") !=
             std::string::npos);

@@ -1,5 +1,4 @@
-//===- Compiler.h - Compiling attention specs to kernels ---------*- C++
-//-*-===//
+//===- Compiler.h - Compiling attention specs to kernels -------*- C++ -*-===//
 //
 // The public entry point of the compiler, free of MLIR and LLVM headers:
 // include it anywhere. compileCpu() turns an AttentionSpec into a
@@ -109,13 +108,13 @@ public:
   CpuKernel &operator=(const CpuKernel &) = delete;
 
   /// Queries per tile it was compiled with.
-  int blockM() const { return info().blockM; }
+  int blockM() const { return config().cpuBlockM; }
   /// Keys per tile it was compiled with.
-  int blockN() const { return info().blockN; }
+  int blockN() const { return config().blockN; }
   /// Whether it was compiled with CompileOptions::varlen.
-  bool varlen() const { return info().varlen; }
+  bool varlen() const { return config().varlen; }
   /// Whether it was compiled with CompileOptions::blockSparse.
-  bool blockSparse() const { return info().blockSparse; }
+  bool blockSparse() const { return config().blockSparse; }
 
   /// Time per compilation step, in order, with a final "total" (for a
   /// kernel loaded from the cache: the times of the compile that made it).
@@ -131,6 +130,10 @@ public:
   /// runtime::loadCpuKernel.
   static std::shared_ptr<const CpuKernel>
   load(const runtime::KernelArtifacts &artifacts);
+  /// \p kernel (loaded from \p artifacts) with their stage texts and times.
+  static std::shared_ptr<const CpuKernel>
+  fromRuntime(const runtime::CpuAttentionKernel &kernel,
+              const runtime::KernelArtifacts &artifacts);
 
 private:
   std::vector<StageTiming> timings_;
@@ -150,6 +153,11 @@ std::shared_ptr<const CpuKernel> compileCpu(const AttentionSpec &spec,
 /// The tile sizes \p options resolve to on the CPU (0 picks 64).
 int cpuBlockM(const CompileOptions &options);
 int cpuBlockN(const CompileOptions &options);
+
+/// The kernel configuration \p options resolve to on the CPU: arch "cpu",
+/// cpuBlockM, blockN, countTiles, varlen, blockSparse and optLevel (the
+/// record cache keys, manifests and CpuAttentionKernel hold).
+KernelConfig cpuKernelConfig(const CompileOptions &options);
 
 /// The disk-cache key of \p spec compiled with \p options on this host:
 /// spec text, resolved block_m/block_n, opt level, count-tiles, varlen,
@@ -223,6 +231,16 @@ std::shared_ptr<const CpuKernel>
 loadOrCompileCpu(const AttentionSpec &spec, const CompileOptions &options = {},
                  runtime::DiskCache *cache = nullptr,
                  LoadReport *report = nullptr);
+
+/// The artifacts of \p spec with \p options through the disk cache \p cache
+/// (usable; a C compiler driver present: cpuLinkerAvailable), with the same
+/// verdict as loadOrCompileCpu: a hit whose kernel.so does not load here or
+/// declares another configuration than its manifest is recompiled and
+/// replaced (one warning). What `flashjit compile --target cpu` runs.
+/// Throws like compileCpuArtifacts.
+runtime::KernelArtifacts loadOrCompileCpuArtifacts(
+    const AttentionSpec &spec, const CompileOptions &options,
+    runtime::DiskCache &cache, LoadReport *report = nullptr);
 
 /// Forgets the kernels loadOrCompileCpu() keeps in memory, so the next
 /// request reads the disk cache (tests, benchmarks). Kernels already

@@ -1,5 +1,4 @@
-//===- GpuCache.h - The cached entry point for GPU kernels -------*- C++
-//-*-===//
+//===- GpuCache.h - The cached entry point for GPU kernels -----*- C++ -*-===//
 //
 // loadOrCompileGpu() is what a host application calls for a GPU kernel:
 // memory tier (per CUDA context and key), then the disk cache
@@ -30,6 +29,21 @@ struct DeviceProperties;
 /// 9.0, "sm_80" for other 8.x and newer devices (forward-compatible PTX).
 /// Throws UserError for compute capability below 8.0.
 std::string gpuTargetFor(const runtime::DeviceProperties &device);
+
+/// The configuration \p options request (CacheKey::config): arch, tile
+/// fields as given (0: the tile policy picks), kernel kind, varlen and
+/// block-sparse.
+KernelConfig requestedConfig(const GpuCompileOptions &options);
+
+/// Empty when the artifacts \p a (a cache entry or a bundle) hold the kernel
+/// \p spec and \p options compile to: the configuration is exactly
+/// resolveGpuTileConfig's, the entry symbol the variant's, and the PTX
+/// declares that configuration (runtime::gpuLaunchConfigMismatch); else
+/// what differs. The cache runs it on every disk hit (a mismatch is a miss,
+/// recompiled with one warning), and `flashjit compile` reports it the same.
+std::string gpuEntryMismatch(const AttentionSpec &spec,
+                             const GpuCompileOptions &options,
+                             const runtime::KernelArtifacts &a);
 
 /// The disk-cache key of \p spec compiled with \p options (arch, block_n,
 /// warps, CTAs per SM, rows per warp, mma, varlen and block-sparse as

@@ -16,6 +16,7 @@
 
 #include "flashjit/compiler/Compiler.h"
 #include "flashjit/compiler/TilePolicy.h"
+#include "flashjit/runtime/AttentionKernel.h"
 
 #include <string>
 #include <vector>
@@ -78,29 +79,21 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
 struct GpuKernelImage {
   /// The kernel's symbol (the variant's name).
   std::string name;
-  /// The target architecture, e.g. "sm_90a".
-  std::string arch;
   /// PTX text (ISA 8.0).
   std::string ptx;
-  /// Threads per CTA, query rows per CTA, keys per tile.
-  int threads = 0;
-  int blockM = 0;
-  int blockN = 0;
-  /// Dynamic shared memory per CTA, bytes.
+  /// The resolved kernel configuration (resolveGpuTileConfig): target
+  /// (config.arch), kind, tiles, instructions (config.wgmma) and modes.
+  KernelConfig config;
+  /// Dynamic shared memory per CTA, bytes (config.sharedBytes(head dims)).
   int sharedBytes = 0;
-  /// The modes it was compiled with (GpuCompileOptions).
-  bool varlen = false;
-  bool blockSparse = false;
-  /// wgmma.mma_async (true) or mma.sync.
-  bool wgmma = false;
-  /// With wgmma: Q, K, V loaded by TMA (KernelConfig::tma); the launcher
-  /// passes tensor maps (abi::gpu::kTensorMapArgs).
-  bool tma = false;
   /// The attn IR (with the user's locations) and the GPU-dialect IR.
   std::string attnText;
   std::string gpuText;
   /// Time per step, with a final "total".
   std::vector<StageTiming> timings;
+
+  /// What runtime::GpuAttentionKernel needs to launch it.
+  runtime::GpuKernelInfo info() const { return {name, config, sharedBytes}; }
 };
 
 /// Checks that the GPU backend supports \p spec and \p options (after

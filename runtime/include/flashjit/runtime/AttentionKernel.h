@@ -1,5 +1,4 @@
-//===- AttentionKernel.h - Running generated attention kernels ---*- C++
-//-*-===//
+//===- AttentionKernel.h - Running generated attention kernels --*- C++ -*-===//
 //
 // Loads a generated forward-attention kernel (PTX or cubin, made by the
 // compiler or read from a cache or bundle) and launches it on strided device
@@ -17,6 +16,8 @@
 #include "flashjit/runtime/Memory.h"
 #include "flashjit/runtime/Module.h"
 
+#include "flashjit/runtime/KernelAbi.h"
+
 #include <cuda.h>
 
 #include <memory>
@@ -33,33 +34,42 @@ class KernelArgs;
 struct KernelArtifacts;
 
 /// Launch facts of a generated kernel (its arguments: abi::gpu in
-/// KernelAbi.h).
+/// KernelAbi.h): the one kernel configuration record plus its symbol and
+/// shared memory. Take it from the GpuKernelImage (GpuKernelImage::info())
+/// or the cache entry (gpuKernelInfo()), never field by field.
 struct GpuKernelInfo {
   /// The kernel's symbol.
   std::string name;
-  /// The architecture it was generated for, e.g. "sm_90a".
-  std::string arch;
-  /// Threads per CTA.
-  int threads = 128;
-  /// Query rows per CTA (grid x = ceil(seqlen_q / blockM)).
-  int blockM = 64;
-  /// Dynamic shared memory per CTA, in bytes.
+  /// The resolved configuration: architecture it was generated for
+  /// (config.arch), kind, tiles (grid x = ceil(seqlen_q /
+  /// config.blockM()), config.threads() per CTA; block-sparse kernels: the
+  /// block mask's block_n is config.blockN) and modes (varlen: runVarlen;
+  /// block-sparse: runBlockSparse, and the module has the builder
+  /// `<name>_block_mask`).
+  KernelConfig config;
+  /// Dynamic shared memory per CTA, in bytes (forward kernels:
+  /// config.sharedBytes(head dims)).
   int sharedBytes = 0;
-  /// Keys per tile (block-sparse kernels: the block mask's block_n).
-  int blockN = 0;
-  /// The kernel's modes (GpuCompileOptions): packed variable-length
-  /// sequences (runVarlen); block-sparse (runBlockSparse, and the module has
-  /// the builder `<name>_block_mask`).
-  bool varlen = false;
-  bool blockSparse = false;
-  /// Q, K and V are loaded by TMA (KernelConfig::tma): the launcher builds
-  /// their tensor maps (abi::gpu::kTensorMapArgs). A cache entry or bundle
-  /// says so with mma "wgmma.tma".
-  bool tma = false;
 };
 
 /// The launch facts of a GPU kernel read from a cache entry or bundle.
 GpuKernelInfo gpuKernelInfo(const KernelArtifacts &artifacts);
+
+/// Empty when \p info can launch the kernel \p ptx defines for \p spec,
+/// else what differs: the PTX targets info.config.arch; entry info.name's
+/// `.entry` parameters are exactly abi::gpu::forwardArgTypes(varlen,
+/// blockSparse) followed by the variant's parameters and buffers; its
+/// `.reqntid`/`.maxntid` is config.threads() and its `.minnctapersm`
+/// config.minBlocksPerSM; a block-sparse kernel's builder
+/// `<name>_block_mask` exists with its own argument list and
+/// abi::gpu::kBlockMaskThreads threads, and a dense kernel has none; a
+/// forward kernel's shared memory is config.sharedBytes(head dims). Needs
+/// no GPU: the cache, bundles and the CLI run it before calling an entry
+/// valid. (rowsPerWarp and blockN are not declared by the PTX; the
+/// manifest's digest and, in the cache, the tile policy cover them.)
+std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
+                                    const GpuKernelInfo &info,
+                                    std::string_view ptx);
 
 /// A BlockMask (frontend/BlockMask.h) whose four lists live in device
 /// memory, as int32 arrays of the same shapes: kv_num_blocks and
@@ -121,10 +131,14 @@ public:
   /// Loads \p ptx for \p device (nvJitLink, else the driver JIT). A
   /// non-empty \p cubin (e.g. from a cache entry) generated for exactly the
   /// device's architecture is loaded instead, skipping the assembly; if it
-  /// does not load, the PTX is. Throws UserError if the kernel was generated
-  /// for another architecture than the device's, if \p info says dense but
-  /// the module has a block-mask builder (or block-sparse without blockN),
-  /// DriverError if loading fails.
+  /// does not load, the PTX is. Before anything can launch, \p info is
+  /// checked against what the module declares (checkGpuLaunchConfig: the
+  /// `.entry` parameters, `.maxntid`/`.reqntid`, `.minnctapersm`, the
+  /// block-mask builder, the loaded function's thread limit and static
+  /// shared memory) and against the spec (shared memory of a forward
+  /// kernel). Throws UserError if the kernel was generated for another
+  /// architecture than the device's or \p info does not match the module
+  /// (naming the fact), DriverError if loading fails.
   GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
                      std::string_view ptx, Device &device,
                      std::string_view cubin = {});

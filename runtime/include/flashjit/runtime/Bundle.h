@@ -18,32 +18,23 @@
 namespace flashjit::runtime {
 
 /// A directory of precompiled kernels a host application ships: entries as
-/// in the disk cache plus bundle.json mapping (spec text, target, block_n,
-/// warps, mma) to entries. Built by `flashjit bundle`; loading needs only this
-/// library.
+/// in the disk cache plus bundle.json mapping (spec text, requested
+/// KernelConfig, mma) to entries. Built by `flashjit bundle`; loading needs
+/// only this library.
 class Bundle {
 public:
-  /// One kernel of the bundle.
+  /// One kernel of the bundle: the request it answers and its entry.
   struct Item {
     /// Canonical spec text.
     std::string specText;
-    /// Target: "sm_80", "sm_90a" or "cpu".
-    std::string arch;
-    /// Keys per tile as requested (0: backend default).
-    int blockN = 0;
-    /// GPU warps per CTA as requested (0: backend default).
-    int numWarps = 0;
-    /// CPU only: queries per tile (see CacheKey).
-    int blockM = 0;
-    /// CPU only: LLVM opt level (see CacheKey).
-    int optLevel = 0;
-    /// CPU only: whether the kernel counts tiles (see CacheKey).
-    bool countTiles = false;
-    /// The entry's directory name (its key at build time).
-    std::string key;
+    /// The configuration as requested (CacheKey::config): target
+    /// (config.arch), kind, tiles (GPU: 0 = the tile policy's) and modes.
+    KernelConfig config;
     /// GPU only: the tensor-core instructions asked for (CacheKey::mma;
     /// empty and "default" are the same request).
     std::string mma;
+    /// The entry's directory name (its key at build time).
+    std::string key;
   };
 
   /// Opens the bundle in \p dir. Throws UserError naming the file if
@@ -58,12 +49,15 @@ public:
   const std::vector<Item> &items() const { return items_; }
   /// The verified artifacts of the kernel for \p specText on \p arch with
   /// the requested tile configuration, or nullopt if the bundle has none.
-  /// Throws UserError if the bundled entry fails verification.
+  /// Throws UserError if the bundled entry fails verification (a checksum,
+  /// the manifest's own digest) or records another request than the index
+  /// says (spec, target, kind, configuration).
   std::optional<KernelArtifacts> find(const std::string &specText,
                                       const std::string &arch, int blockN = 0,
                                       int numWarps = 0) const;
-  /// The same for the kernel \p request describes: spec, target, tile
-  /// configuration and (CPU) block_m, opt level and tile counting; the
+  /// The same for the kernel \p request describes: spec, target, kind,
+  /// requested configuration (CPU: block_m, block_n, opt level, tile
+  /// counting, modes) and mma; the
   /// build, host CPU and environment fields are not compared (a CPU kernel
   /// built on another host is checked when it is loaded:
   /// loadCpuKernel()).

@@ -11,6 +11,7 @@
 #define FLASHJIT_RUNTIME_CACHEENTRY_H
 
 #include "flashjit/runtime/BuildId.h"
+#include "flashjit/runtime/KernelAbi.h"
 
 #include <map>
 #include <optional>
@@ -23,35 +24,22 @@ namespace flashjit::runtime {
 /// Schema version of cache entries and bundles; bumped whenever the layout
 /// or meta.json changes. Entries of another version are misses.
 /// 2: CPU entries (kernel.o, kernel.so) and the CPU key fields.
-inline constexpr int kCacheVersion = 2;
+/// 3: one "config" object (KernelConfig) in keys, manifests and bundle
+///    indexes, the kernel kind, and the manifest's own digest.
+inline constexpr int kCacheVersion = 3;
 
 /// Everything that determines a cache entry's content.
 struct CacheKey {
   /// Canonical spec text (printSpec).
   std::string specText;
-  /// Target: "sm_80", "sm_90a" or "cpu".
-  std::string arch;
-  /// Keys per tile as requested (0: backend default).
-  int blockN = 0;
-  /// GPU warps per CTA as requested (0: backend default).
-  int numWarps = 0;
-  /// GPU CTAs per SM as requested (0: backend default).
-  int minBlocksPerSM = 0;
-  /// GPU query rows per warp as requested (0: backend default).
-  int rowsPerWarp = 0;
+  /// The kernel configuration as requested: config.arch is the target
+  /// ("sm_80", "sm_90a" or "cpu"), config.kind the kernel kind; GPU tile
+  /// fields that are 0 mean "the tile policy picks". config.wgmma is not
+  /// part of a GPU request (mma is).
+  KernelConfig config;
   /// GPU tensor-core instructions as requested: "default", "mma.sync" or
   /// "wgmma" (flashjit::toString(GpuMma)); empty for CPU keys.
   std::string mma;
-  /// CPU only: queries per tile.
-  int blockM = 0;
-  /// CPU only: LLVM opt level (0..3).
-  int optLevel = 0;
-  /// CPU only: whether the kernel counts tiles.
-  bool countTiles = false;
-  /// A packed varlen kernel (another ABI), CPU and GPU.
-  bool varlen = false;
-  /// A block-sparse kernel (another ABI), CPU and GPU.
-  bool blockSparse = false;
   /// CPU only: the host CPU's name (hostCpu()).
   std::string cpu;
   /// CPU only: the host CPU's features (hostCpu()).
@@ -67,19 +55,26 @@ struct CacheKey {
   /// Cache-relevant environment variables (name, value; unset ones absent).
   std::vector<std::pair<std::string, std::string>> env;
 
-  /// A key for the current build and process environment.
+  /// A GPU key for \p requested (the tile fields as asked, 0: pick) with
+  /// tensor-core request \p mma, for the current build and process
+  /// environment.
+  static CacheKey make(std::string specText, KernelConfig requested,
+                       std::string mma = "default");
+  /// make() for target \p arch with the tile fields \p blockN, \p numWarps
+  /// and \p minBlocksPerSM as requested (0: pick) and mma "default".
   static CacheKey make(std::string specText, std::string arch, int blockN = 0,
                        int numWarps = 0, int minBlocksPerSM = 0);
-  /// A CPU key ("cpu") for this host, build and environment: \p blockM and
-  /// \p blockN are the tile sizes the kernel is compiled with, \p optLevel
-  /// LLVM's level (0..3); \p varlen and \p blockSparse the kernel's modes.
-  static CacheKey makeCpu(std::string specText, int blockM, int blockN,
-                          int optLevel, bool countTiles, bool varlen = false,
-                          bool blockSparse = false);
+  /// A CPU key for this host (hostCpu()), build and environment:
+  /// \p config is the resolved CPU configuration (arch "cpu"; cpuBlockM,
+  /// blockN, optLevel, countTiles, varlen, blockSparse, kind).
+  static CacheKey makeCpu(std::string specText, KernelConfig config);
+  /// The target, config.arch.
+  const std::string &arch() const { return config.arch; }
   /// The text that is hashed: one "field=value" line per component.
   std::string canonicalText() const;
   /// Lower-case hex SHA-256 of canonicalText() (64 characters).
   std::string hash() const;
+  bool operator==(const CacheKey &) const = default;
 };
 
 /// Wall time of one compile stage: what compilers report (CpuKernel::timings,
@@ -95,34 +90,18 @@ struct StageTiming {
 struct KernelArtifacts {
   /// The kernel's entry symbol.
   std::string entry;
-  /// Target, e.g. "sm_90a".
-  std::string arch;
   /// Canonical spec text.
   std::string specText;
-  /// Threads per CTA (GPU).
-  int threads = 0;
-  /// Query rows per CTA (GPU) or per tile (CPU).
-  int blockM = 0;
-  /// Keys per tile.
-  int blockN = 0;
-  /// Dynamic shared memory per CTA in bytes.
+  /// The resolved kernel configuration: target (config.arch), kind, tiles
+  /// and modes, every field chosen.
+  KernelConfig config;
+  /// GPU: dynamic shared memory per CTA in bytes
+  /// (config.sharedBytes(head dims)).
   int sharedBytes = 0;
   /// Registers per thread from the ptxas report; -1 when unknown.
   int registers = -1;
   /// Spill bytes (stores + loads) from the ptxas report; -1 when unknown.
   int spillBytes = -1;
-  /// CPU only: whether the kernel counts tiles.
-  bool countTiles = false;
-  /// CPU only: the LLVM opt level it was compiled with.
-  int optLevel = 0;
-  /// A packed varlen kernel.
-  bool varlen = false;
-  /// A block-sparse kernel (CPU: kernel.so then also has the builder
-  /// `<entry>_block_mask_packed`; GPU: the PTX has `<entry>_block_mask`).
-  bool blockSparse = false;
-  /// GPU only: the tensor-core instructions the kernel uses, "mma.sync" or
-  /// "wgmma" (empty for CPU kernels).
-  std::string mma;
   /// CPU only: the CPU name it was compiled for (hostCpu() there).
   std::string cpu;
   /// CPU only: the CPU features it was compiled for (hostCpu() there).
@@ -133,6 +112,8 @@ struct KernelArtifacts {
   /// ([A-Za-z0-9._-], not starting with '.'), never "meta.json".
   std::map<std::string, std::string> files;
 
+  /// The target, config.arch.
+  const std::string &arch() const { return config.arch; }
   /// The bytes of file \p name, or nullptr.
   const std::string *file(const std::string &name) const;
 };
@@ -162,16 +143,36 @@ inline constexpr const char *kSharedObjectFile = "kernel.so";
 inline constexpr const char *kMetaFile = "meta.json";
 
 /// Serialises \p a (without file contents, with their checksums) as
-/// meta.json text for \p key.
+/// meta.json text for \p key: the key's inputs (with the requested
+/// KernelConfig), the resolved KernelConfig, and "manifest_sha256", the
+/// SHA-256 of the text itself with that value written as 64 zeros.
 std::string metaJson(const KernelArtifacts &a, const CacheKey &key);
 
 /// Reads and verifies the entry in directory \p entryDir: meta.json parses,
-/// its schema is kCacheVersion, its key is \p expectedKey (when not empty)
-/// and every file matches its checksum. Returns nullopt with the reason in
-/// \p whyNot otherwise. Never throws.
+/// its schema is kCacheVersion, its own digest (manifest_sha256) holds, its
+/// key inputs hash to its key, that key is \p expectedKey (when not empty),
+/// the recorded spec and target are those of the key, and every file
+/// matches its checksum. Returns nullopt with the reason in \p whyNot
+/// otherwise; on success \p keyInputs (if given) receives the key the
+/// manifest records. Never throws.
 std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
                                          const std::string &expectedKey,
+                                         std::string *whyNot = nullptr,
+                                         CacheKey *keyInputs = nullptr);
+
+/// readEntry() for the request \p expected: also fails unless the key
+/// inputs recorded in the manifest are exactly \p expected's (spec text,
+/// target, kind, requested configuration, build, host CPU, environment).
+std::optional<KernelArtifacts> readEntry(const std::string &entryDir,
+                                         const CacheKey &expected,
                                          std::string *whyNot = nullptr);
+
+/// Empty when the resolved configuration \p a.config can be what \p key
+/// asked for (same target and kind and modes; every non-zero requested
+/// tile field equal; CPU: the whole configuration), else why not. Bundles
+/// run it on every lookup; the compile-or-load layer checks hits more
+/// strictly (the configuration the request resolves to).
+std::string configMismatch(const CacheKey &key, const KernelArtifacts &a);
 
 } // namespace flashjit::runtime
 

@@ -1,5 +1,4 @@
-//===- CpuAttentionKernel.h - Running generated CPU kernels ------*- C++
-//-*-===//
+//===- CpuAttentionKernel.h - Running generated CPU kernels ----*- C++ -*-===//
 //
 // The host side of a generated CPU kernel, without the compiler: checks the
 // caller's tensors and arguments, lays out the kernel's argument list
@@ -18,6 +17,7 @@
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/TileClass.h"
 #include "flashjit/frontend/Variant.h"
+#include "flashjit/runtime/KernelAbi.h"
 
 #include <memory>
 #include <span>
@@ -51,29 +51,16 @@ inline constexpr int kDefaultCpuOptLevel = 2;
 /// KernelAbi.h argument list.
 using CpuKernelFn = void (*)(void **args);
 
-/// What the host side needs to know about a generated CPU kernel.
-struct CpuKernelInfo {
-  /// Queries and keys per tile the kernel was compiled with.
-  int blockM = 64;
-  int blockN = 64;
-  /// Whether the kernel counts tile classes (RunStats::tiles).
-  bool countTiles = false;
-  /// Packed variable-length sequences (runVarlen only).
-  bool varlen = false;
-  /// Block-sparse: runs take a BlockMask; the kernel has a block-mask
-  /// builder.
-  bool blockSparse = false;
-};
-
 /// A runnable CPU kernel. Thread-safe: run() may be called concurrently.
 class CpuAttentionKernel {
 public:
   /// Wraps \p fn, the packed entry of \p spec's kernel, and (block-sparse
   /// kernels) \p blockMaskFn, the packed entry of its block-mask builder;
   /// \p owner keeps their code alive (a JIT engine or a dlopen handle) as
-  /// long as this object. Throws UserError if \p info's tile sizes are not
-  /// positive.
-  CpuAttentionKernel(AttentionSpec spec, CpuKernelInfo info, CpuKernelFn fn,
+  /// long as this object. \p config is the kernel's configuration (arch
+  /// "cpu"; cpuBlockM, blockN, countTiles, varlen, blockSparse). Throws
+  /// UserError if its tile sizes are not positive.
+  CpuAttentionKernel(AttentionSpec spec, KernelConfig config, CpuKernelFn fn,
                      std::shared_ptr<void> owner,
                      CpuKernelFn blockMaskFn = nullptr);
 
@@ -150,11 +137,12 @@ public:
 
   /// The spec this kernel computes.
   const AttentionSpec &spec() const { return spec_; }
-  const CpuKernelInfo &info() const { return info_; }
+  /// The configuration it was compiled with (KernelAbi.h).
+  const KernelConfig &config() const { return info_; }
 
 private:
   AttentionSpec spec_;
-  CpuKernelInfo info_;
+  KernelConfig info_;
   CpuKernelFn fn_;
   std::shared_ptr<void> owner_;
   CpuKernelFn blockMaskFn_ = nullptr;
@@ -168,8 +156,9 @@ private:
 /// kernel.so from memory and looks up the packed entry `<entry>_packed`. No
 /// compiler, no code generation. Throws UserError if the artifacts are not
 /// for "cpu", lack kernel.so, were compiled for CPU features this host
-/// lacks (naming them), or the shared object cannot be loaded or lacks the
-/// entry (with dlerror's text).
+/// lacks (naming them), the shared object cannot be loaded or lacks the
+/// entry (with dlerror's text), or the configuration it declares
+/// (`<entry>_config`, abi::cpuConfigWords) is not artifacts.config.
 std::shared_ptr<const CpuAttentionKernel>
 loadCpuKernel(const KernelArtifacts &artifacts);
 

@@ -53,10 +53,11 @@ namespace runtime {
 class CpuBackwardKernel {
 public:
   /// Wraps \p dkdvFn and \p dqFn, the packed entries `<symbol>` and
-  /// `<symbol>_dq` of \p spec's backward kernel (\p info: its tile sizes,
-  /// varlen and block-sparse flags; countTiles is ignored); \p owner keeps
-  /// their code alive. Throws UserError for non-positive tile sizes.
-  CpuBackwardKernel(AttentionSpec spec, CpuKernelInfo info, CpuKernelFn dkdvFn,
+  /// `<symbol>_dq` of \p spec's backward kernel (\p config: arch "cpu",
+  /// kind Backward, its tile sizes cpuBlockM/blockN, varlen and
+  /// block-sparse flags; countTiles is ignored); \p owner keeps their code
+  /// alive. Throws UserError for non-positive tile sizes.
+  CpuBackwardKernel(AttentionSpec spec, KernelConfig config, CpuKernelFn dkdvFn,
                     CpuKernelFn dqFn, std::shared_ptr<void> owner);
 
   /// Gradients of a dense call: q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk],
@@ -98,11 +99,12 @@ public:
 
   /// The spec whose gradients this kernel computes.
   const AttentionSpec &spec() const { return spec_; }
-  const CpuKernelInfo &info() const { return info_; }
+  /// The configuration it was compiled with (KernelAbi.h).
+  const KernelConfig &config() const { return config_; }
 
 private:
   AttentionSpec spec_;
-  CpuKernelInfo info_;
+  KernelConfig config_;
   CpuKernelFn dkdv_, dq_;
   std::shared_ptr<void> owner_;
   std::vector<BufferDecl> buffers_;

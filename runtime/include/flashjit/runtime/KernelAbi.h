@@ -66,6 +66,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flashjit::abi {
@@ -168,27 +169,61 @@ namespace flashjit {
 /// dK/dV and dQ kernels of CpuBackwardKernel.h). Decode joins them.
 enum class KernelKind { Forward, Backward };
 
-/// The tile and launch facts of one GPU kernel, in one MLIR-free record:
-/// the tile policy fills it (compiler/TilePolicy.h: defaultGpuTileConfig),
-/// the pipeline and the convert-attn-to-nvvm pass build from it, and the
-/// launcher's grid, block and shared memory follow from it. Zero fields
-/// mean "not chosen yet" where a request carries it.
+/// "forward" or "backward" (the name cache keys, manifests and bundles
+/// use).
+inline const char *toString(KernelKind kind) {
+  switch (kind) {
+  case KernelKind::Forward:
+    return "forward";
+  case KernelKind::Backward:
+    return "backward";
+  }
+  return "?";
+}
+
+/// The kind named \p name by toString(KernelKind), or false.
+inline bool parseKernelKind(std::string_view name, KernelKind &kind) {
+  for (KernelKind k : {KernelKind::Forward, KernelKind::Backward})
+    if (name == toString(k)) {
+      kind = k;
+      return true;
+    }
+  return false;
+}
+
+/// The tile and launch facts of one kernel, CPU or GPU, in one MLIR-free
+/// record. It travels unchanged from the compile options to the launcher:
+/// the GPU tile policy fills it (compiler/TilePolicy.h:
+/// defaultGpuTileConfig), the pipeline and the convert-attn-to-nvvm pass
+/// build from it, cache keys hold the requested one and manifests,
+/// bundles, GpuKernelImage, GpuKernelInfo and CpuAttentionKernel the
+/// resolved one (read and written by one function pair, CacheEntry.cpp),
+/// and the launcher's grid, block and shared memory follow from it. Zero
+/// fields mean "not chosen yet" where a request carries it.
+///
+/// GPU kernels use arch ("sm_80", "sm_90a"), kind, blockN, numWarps,
+/// rowsPerWarp, minBlocksPerSM, wgmma, varlen and blockSparse; block_m is
+/// rowsPerWarp * numWarps. CPU kernels (arch "cpu") use the subset kind,
+/// cpuBlockM, blockN, varlen, blockSparse, countTiles and optLevel; their
+/// GPU fields stay 0 / false.
 struct KernelConfig {
-  /// Target architecture: "sm_80" or "sm_90a".
+  /// Target: "sm_80", "sm_90a" or "cpu".
   std::string arch = "sm_90a";
   KernelKind kind = KernelKind::Forward;
-  /// Keys per tile (a multiple of 16, at most 128). Backward: query rows
-  /// per tile of the main kernel's inner loop (the N of S^T = K Q^T).
+  /// Keys per tile (GPU: a multiple of 16, at most 128; CPU: 16 to 128).
+  /// GPU backward: query rows per tile of the main kernel's inner loop (the
+  /// N of S^T = K Q^T).
   int blockN = 0;
-  /// Warps per CTA (4 or 8).
+  /// GPU: warps per CTA (4 or 8).
   int numWarps = 0;
-  /// Query rows per warp: 16 (one m16 tile) or 32 (two, mma.sync only).
+  /// GPU: query rows per warp: 16 (one m16 tile) or 32 (two, mma.sync
+  /// only).
   int rowsPerWarp = 0;
-  /// CTAs per SM the register allocation must allow (ptxas
+  /// GPU: CTAs per SM the register allocation must allow (ptxas
   /// .minnctapersm): registers per thread <= 65536 / (minBlocksPerSM * 32 *
   /// numWarps).
   int minBlocksPerSM = 0;
-  /// wgmma.mma_async per warpgroup (sm_90a) instead of mma.sync.
+  /// GPU: wgmma.mma_async per warpgroup (sm_90a) instead of mma.sync.
   bool wgmma = false;
   /// wgmma kernels only: Q, K and V arrive by TMA (cp.async.bulk.tensor
   /// through host-built tensor maps, abi::gpu::kTensorMapArgs) into a ring
@@ -201,14 +236,22 @@ struct KernelConfig {
   /// Visits only the key tiles of a block mask (block-mask arguments; the
   /// module also holds the block-mask builder).
   bool blockSparse = false;
+  /// CPU: queries per tile (GPU kernels derive theirs: blockM()).
+  int cpuBlockM = 0;
+  /// CPU: the kernel counts tile classes (RunStats::tiles).
+  bool countTiles = false;
+  /// CPU: LLVM optimisation level, 0..3.
+  int optLevel = 0;
 
-  /// Query rows per CTA. Backward: keys per CTA (16 per warp, the M of
-  /// S^T = K Q^T).
-  int blockM() const { return rowsPerWarp * numWarps; }
-  /// Threads per CTA.
+  /// True for a CPU kernel (arch "cpu").
+  bool isCpu() const { return arch == "cpu"; }
+  /// Query rows per CTA (GPU: rowsPerWarp * numWarps) or per tile (CPU).
+  /// GPU backward: keys per CTA (16 per warp, the M of S^T = K Q^T).
+  int blockM() const { return isCpu() ? cpuBlockM : rowsPerWarp * numWarps; }
+  /// Threads per CTA (GPU).
   int threads() const { return 32 * numWarps; }
-  /// Dynamic shared memory of the forward kernel, in bytes: the Q tile and
-  /// kvStages() K/V stages of 16-bit elements, rows padded by kSharedRowPad
+  /// Dynamic shared memory of the GPU forward kernel, in bytes: the Q tile
+  /// and kvStages() K/V stages of 16-bit elements, rows padded by kSharedRowPad
   /// elements for mma.sync (ldmatrix without bank conflicts), unpadded and
   /// 128-byte swizzled for wgmma; with tma, one 8-byte mbarrier for Q and
   /// one per stage after them.
@@ -246,6 +289,35 @@ private:
            (tma ? 8 * (stages + 1) : 0);
   }
 };
+
+namespace abi {
+
+/// A CPU kernel.so declares the configuration it was compiled with:
+/// symbol `<symbol>_config` (kConfigSuffix) is an array of kConfigWords
+/// i64 in ConfigWord order. The loader compares it with the manifest
+/// before anything runs (loadCpuKernel).
+constexpr const char *kConfigSuffix = "_config";
+/// The words of `<symbol>_config`.
+enum ConfigWord : int {
+  kConfigMagic = 0, ///< kConfigMagicValue (the layout's version)
+  kConfigKind,      ///< KernelKind
+  kConfigBlockM,    ///< queries per tile
+  kConfigBlockN,    ///< keys per tile
+  kConfigCountTiles,
+  kConfigVarlen,
+  kConfigBlockSparse,
+  kConfigWords,
+};
+/// "fjcfg" and layout 1.
+inline constexpr int64_t kConfigMagicValue = 0x666a636667'01;
+
+/// The words a CPU kernel of \p c declares.
+inline std::vector<int64_t> cpuConfigWords(const KernelConfig &c) {
+  return {kConfigMagicValue, int64_t(c.kind), c.cpuBlockM,  c.blockN,
+          c.countTiles,      c.varlen,        c.blockSparse};
+}
+
+} // namespace abi
 
 } // namespace flashjit
 

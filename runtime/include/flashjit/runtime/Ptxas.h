@@ -8,6 +8,7 @@
 #ifndef FLASHJIT_RUNTIME_PTXAS_H
 #define FLASHJIT_RUNTIME_PTXAS_H
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,24 @@ PtxasReport parsePtxasReport(std::string_view log);
 
 /// True if \p ptx defines the kernel entry \p name (`.entry name(`).
 bool ptxDefinesEntry(std::string_view ptx, std::string_view name);
+
+/// What a PTX `.entry` declares about how it may be launched.
+struct PtxEntryDecl {
+  /// The parameter types in order, as PTX spells them without names:
+  /// ".u64 .ptr" (a global pointer), ".u64", ".u32", ".f32", ...
+  std::vector<std::string> params;
+  /// `.maxntid` x (0: none), `.reqntid` x (0: none), `.minnctapersm` (0:
+  /// none).
+  int maxntid = 0;
+  int reqntid = 0;
+  int minnctapersm = 0;
+};
+
+/// The declaration of entry \p name in \p ptx (parameters and performance
+/// directives up to its body), or nullopt if \p ptx does not define it or
+/// the declaration does not parse.
+std::optional<PtxEntryDecl> parsePtxEntry(std::string_view ptx,
+                                          std::string_view name);
 
 /// The ptxas executable: $FLASHJIT_PTXAS if set, else the toolkit's ptxas
 /// found at build time.
