@@ -2,7 +2,8 @@
 //
 // Writes <dir>/<variant>_d<D>.ptx and <dir>/manifest.json for the benchmark
 // variants (dense, causal, causal sliding window 1024, causal + softcap 30,
-// ALiBi) at head dims 64, 128 and 256, bf16, for sm_90a. The GPU machine
+// ALiBi) at head dims 64, 128 and 256, and dense with an attention sink
+// (dense_sink) at 128, bf16, for sm_90a. The GPU machine
 // has no MLIR, so kernels are generated here and carried (bench/RESULTS.md).
 // Usage: bench_kernels DIR [--tiles] [--sparse]
 // Beside each dense and causal default kernel: the same with TMA loads
@@ -45,6 +46,8 @@ static AttentionSpec benchSpec(const std::string &name, int d) {
     s.causal = Causal::TopLeft;
   } else if (name == "alibi")
     v.scoreMod(alibi(buffer<float>("slopes")));
+  else if (name == "dense_sink") // issue 22: dense with an attention sink
+    s.sink = true;
   s.variant = v;
   s.headDimQK = s.headDimV = d;
   s.headsQ = s.headsKV = 2048 / d; // hidden 2048
@@ -259,6 +262,9 @@ int main(int argc, char **argv) {
       o.mma = GpuMma::WgmmaTma;
       jobs.push_back({name, d, o, "tma"});
     }
+  // Issue 22: the cost of a sink (run_bench.py --variants dense,dense_sink
+  // --d 128 --n 4096,16384 times it beside the dense kernel).
+  jobs.push_back({"dense_sink", 128, {}, "default"});
   struct Tile {
     int d, warps, rows, blockN, minBlocks;
     GpuMma mma;

@@ -114,7 +114,7 @@ def launch(k, B, H, N, ptrs, extra):
 
 
 def allowed_fraction(variant, N):
-    if variant in ("dense", "alibi"):
+    if variant in ("dense", "alibi", "dense_sink"):
         return 1.0
     full = N * (N + 1) / 2
     if variant == "swa1024":
@@ -145,12 +145,17 @@ for D in [int(x) for x in args.d.split(",")]:
         lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
         status = torch.zeros(4, device="cuda", dtype=torch.int32)
         slopes = torch.tensor([2 ** (-8 * (h + 1) / H) for h in range(H)], device="cuda")
+        # dense_sink: one sink logit per head (the argument after the fixed
+        # ones, abi::gpu::kSinkArgs).
+        sinks = torch.linspace(-2.0, 2.0, H, device="cuda", dtype=torch.float32)
         ptrs = [cp.asarray(t.view(torch.int16)) for t in (q, kk, v, o)] + [cp.asarray(lse), cp.asarray(status)]
         idx = torch.arange(N, device="cuda")
         for variant, k in [(e["variant"], e) for v in args.variants.split(",") for e in manifest
                            if e["variant"] == v and e["D"] == D and (args.labels == "all" or e["label"] in args.labels.split(","))]:
             causal = variant in ("causal", "swa1024", "softcap30")
             extra = [cp.asarray(slopes), np.int64(H)] if variant == "alibi" else []
+            if variant == "dense_sink":
+                extra = [cp.asarray(sinks)]
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
@@ -177,7 +182,11 @@ for D in [int(x) for x in args.d.split(",")]:
             if variant == "swa1024":
                 allow &= (rq[:, None] - idx[None, :]) < 1024
             s0 = s0.masked_fill(~allow, float("-inf"))
-            ref = torch.softmax(s0, -1) @ v[0].float()
+            if variant == "dense_sink":  # the sink: a logit with no value
+                s0 = torch.cat([s0, sinks[:, None, None].expand(H, qi, 1)], -1)
+                ref = torch.softmax(s0, -1)[..., :-1] @ v[0].float()
+            else:
+                ref = torch.softmax(s0, -1) @ v[0].float()
             err = (o[0, :, -qi:].float() - ref).abs().max().item()
             del s0, ref, allow
             fa2 = cud = fx = float("nan")
@@ -190,7 +199,9 @@ for D in [int(x) for x in args.d.split(",")]:
                         cud = bench(sd)
                 except Exception as e:
                     print("cudnn failed:", str(e)[:120])
-            if args.flex == "1" and args.peers == "1":
+            # (dense_sink has no peer here: FA4's learnable_sink is not in
+            # this environment's torch.)
+            if args.flex == "1" and args.peers == "1" and variant != "dense_sink":
                 def mask_mod(b, h, qq, kv):
                     m = qq >= kv
                     if variant == "swa1024":

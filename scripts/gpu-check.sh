@@ -43,7 +43,7 @@ pack() {
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
   ninja -C "$BUILD" -j2 flashjit_gpu_tests flashjit_runtime_tests \
-    gen_matrix_kernels flashjit flashjit_c_runtime \
+    gen_matrix_kernels gen_decode_kernels flashjit flashjit_c_runtime \
     $([[ ${GPU_CHECK_PACK_PYTHON:-0} == 1 ]] && echo flashjit_c)
   mkdir -p "$PACK/bin" "$PACK/lib"
   # The generated kernels travel as PTX (xz: 12 MB -> ~1 MB): the GPU machine
@@ -57,6 +57,9 @@ pack() {
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a backward-only
   else
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a
+    # The decode kernels' [gpu][decode] tests read <matrix dir>/decode.
+    mkdir -p "$kdir/decode"
+    "$BUILD/tests/gpu/gen_decode_kernels" "$kdir/decode" >/dev/null
   fi
   tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
   rm -rf "$kdir" "$PACK/matrix_kernels"
@@ -168,6 +171,10 @@ run() {
   want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
   want bwd && step bwd "$bin/flashjit_gpu_tests" "[backward]" --durations yes
   want bwdbench && step bwdbench "$bin/flashjit_gpu_tests" "[bwdbench]"
+  # Timings (hidden cases): forward with / without an attention sink (issue
+  # 22) and split-KV decode over paged caches (issue 17).
+  want sinkbench && step sinkbench "$bin/flashjit_gpu_tests" "[sinkbench]"
+  want decodebench && step decodebench "$bin/flashjit_gpu_tests" "[decodebench]"
   if command -v compute-sanitizer >/dev/null && want memcheck_bwd; then
     FLASHJIT_MATRIX_ONLY=bwd_causal_br step memcheck_bwd compute-sanitizer \
       --tool memcheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \

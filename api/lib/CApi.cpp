@@ -24,6 +24,7 @@
 #include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/CpuAttentionKernel.h"
+#include "flashjit/runtime/CpuBackwardKernel.h"
 #include "flashjit/runtime/Device.h"
 
 #include <fmt/format.h>
@@ -47,6 +48,9 @@ struct flashjit_kernel {
   /// flashjit_compile_flag set.
   unsigned flags = 0;
   std::shared_ptr<const runtime::CpuAttentionKernel> cpu;
+  /// The bundled backward of a CPU kernel loaded by flashjit_load (when
+  /// the bundle holds one with the forward's tiles), else null.
+  std::shared_ptr<const runtime::CpuBackwardKernel> cpuBackward;
   std::unique_ptr<runtime::GpuAttentionKernel> gpu;
   std::string ptx;
   /// Tile sizes (block masks): from the loaded kernel or its artifacts.
@@ -101,6 +105,15 @@ Arguments toArguments(const flashjit_arg *args, int n) {
       throw UserError(fmt::format("args[{}] '{}' repeats args[{}]: give each "
                                   "argument once",
                                   i, excerpt(a.name), it->second));
+    if (std::string_view(a.name) == FLASHJIT_SINK) {
+      if (a.kind != FLASHJIT_ARG_BUFFER_F32)
+        throw UserError(fmt::format("args[{}] '" FLASHJIT_SINK "': the sink "
+                                    "must be an FLASHJIT_ARG_BUFFER_F32 "
+                                    "(heads_q fp32 logits), got kind {}",
+                                    i, static_cast<int>(a.kind)));
+      out.bindSink(static_cast<const float *>(a.data), a.size);
+      continue;
+    }
     switch (a.kind) {
     case FLASHJIT_ARG_F32:
       if (overflowsF32(a.scalar))
@@ -289,7 +302,8 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
       // the one kernel of this spec and target, whatever its tiles.
       std::vector<const runtime::Bundle::Item *> same;
       for (const runtime::Bundle::Item &item : bundle.items())
-        if (item.specText == canonical && item.config.arch == t)
+        if (item.specText == canonical && item.config.arch == t &&
+            item.config.kind == KernelKind::Forward)
           same.push_back(&item);
       if (same.size() > 1)
         throw UserError(fmt::format(
@@ -313,6 +327,17 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
       k->blockM = config.blockM();
       k->blockN = config.blockN;
       k->flags = modeFlags(config.varlen, config.blockSparse);
+      // The backward bundled beside it (`flashjit bundle --kernel fwd,bwd`):
+      // the spec with LSE, the forward's tiles, kind backward.
+      runtime::CacheKey bwd = request;
+      AttentionSpec withLse = k->spec;
+      withLse.returnLse = true;
+      bwd.specText = printSpec(withLse);
+      bwd.config = config;
+      bwd.config.kind = KernelKind::Backward;
+      bwd.config.countTiles = false;
+      if (std::optional<runtime::KernelArtifacts> b = bundle.find(bwd))
+        k->cpuBackward = runtime::loadCpuBackwardKernel(*b);
       *out = k.release();
       return;
     }
@@ -390,24 +415,39 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
     if (num_grads < 0 || (num_grads > 0 && !grads))
       throw UserError(fmt::format("num_grads = {} with grads = {}", num_grads,
                                   static_cast<const void *>(grads)));
+    std::shared_ptr<const runtime::CpuBackwardKernel> bwd = kernel->cpuBackward;
 #ifndef FLASHJIT_C_WITH_COMPILER
-    (void)qr, (void)kr, (void)vr, (void)orf, (void)lr, (void)dor, (void)dqr,
-        (void)dkr, (void)dvr, (void)a;
-    throw UserError("flashjit_run_backward: this is flashjit_c_runtime, built "
-                    "without the compiler, and backward kernels are not "
-                    "bundled yet; link flashjit_c");
+    if (!bwd)
+      throw UserError("flashjit_run_backward: this is flashjit_c_runtime, "
+                      "built without the compiler, and the bundle holds no "
+                      "backward of this kernel (make it with `flashjit bundle "
+                      "--kernel fwd,bwd`), or link flashjit_c");
 #else
-    CompileOptions options;
-    options.blockM = kernel->cpu->config().blockM();
-    options.blockN = kernel->cpu->config().blockN;
-    std::shared_ptr<const CpuBackward> bwd =
-        loadOrCompileCpuBackward(kernel->spec, options);
+    if (!bwd) {
+      CompileOptions options;
+      options.blockM = kernel->cpu->config().blockM();
+      options.blockN = kernel->cpu->config().blockN;
+      bwd = loadOrCompileCpuBackward(kernel->spec, options);
+    }
+#endif
     DataGradients g = bwd->run(qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a);
     for (int i = 0; i < num_grads; ++i) {
       const flashjit_grad &e = grads[i];
       if (!e.name)
         throw UserError(fmt::format("grads[{}].name is NULL", i));
       std::string name = e.name;
+      if (name == FLASHJIT_SINK) {
+        if (!kernel->spec.sink)
+          throw UserError(fmt::format("grads[{}] '" FLASHJIT_SINK "': the "
+                                      "spec has no sink",
+                                      i));
+        if (e.size != static_cast<int64_t>(g.dSink.size()) || !e.data)
+          throw UserError(fmt::format("grads[{}] '" FLASHJIT_SINK "': size = "
+                                      "{}, expected heads_q = {}, and data",
+                                      i, e.size, g.dSink.size()));
+        std::copy(g.dSink.begin(), g.dSink.end(), e.data);
+        continue;
+      }
       if (auto it = g.dBuffers.find(name); it != g.dBuffers.end()) {
         if (e.size != static_cast<int64_t>(it->second.size()))
           throw UserError(fmt::format("grads[{}] '{}': size = {}, expected {} "
@@ -431,7 +471,6 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
             i, excerpt(name)));
       }
     }
-#endif
   });
 }
 
@@ -453,16 +492,6 @@ flashjit_status flashjit_canonical_expr(const char *text, const char **out) {
       throw UserError("flashjit_canonical_expr: text and out must not be "
                       "NULL");
     canonicalText = printExpr(parseExpr(text));
-    *out = canonicalText.c_str();
-  });
-}
-
-flashjit_status flashjit_canonical_spec(const char *text, const char **out) {
-  return guarded([&] {
-    if (!text || !out)
-      throw UserError("flashjit_canonical_spec: text and out must not be "
-                      "NULL");
-    canonicalText = printSpec(parseSpec(text));
     *out = canonicalText.c_str();
   });
 }

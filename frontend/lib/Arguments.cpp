@@ -119,4 +119,40 @@ void Arguments::validateFor(const Variant &variant) const {
   }
 }
 
+void Arguments::validateSinkFor(const AttentionSpec &spec,
+                                bool hostValues) const {
+  if (!spec.sink) {
+    if (sink.data || sink.size != 0)
+      throw UserError(fmt::format("a sink of {} elements was given, but spec "
+                                  "'{}' declares no sink (set sink = true in "
+                                  "the spec)",
+                                  sink.size, spec.variant.name()));
+    return;
+  }
+  if (!sink.data && sink.size == 0)
+    throw UserError(fmt::format("spec '{}' declares a sink, but none was "
+                                "given (bind sink[heads_q = {}], fp32)",
+                                spec.variant.name(), spec.headsQ));
+  if (sink.elementType != ScalarType::Float32)
+    throw UserError(fmt::format("sink holds {} but must be f32 (one fp32 "
+                                "logit per query head)",
+                                toString(sink.elementType)));
+  if (sink.size != spec.headsQ)
+    throw UserError(fmt::format("sink has {} elements, expected heads_q = {} "
+                                "(one logit per query head)",
+                                sink.size, spec.headsQ));
+  if (!sink.data && sink.size > 0)
+    throw UserError(fmt::format("sink has {} elements but a null data "
+                                "pointer",
+                                sink.size));
+  if (!hostValues)
+    return;
+  const float *v = static_cast<const float *>(sink.data);
+  for (int64_t h = 0; h < sink.size; ++h)
+    if (std::isnan(v[h]) || v[h] == std::numeric_limits<float>::infinity())
+      throw UserError(fmt::format("sink[{}] = {}: a sink must be finite or "
+                                  "-inf (no sink for that head)",
+                                  h, v[h]));
+}
+
 } // namespace flashjit

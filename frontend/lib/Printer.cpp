@@ -124,16 +124,18 @@ std::string printExpr(const Expr &e) {
 }
 
 std::string printSpec(const AttentionSpec &s) {
+  // `sink=true` only when set: specs without a sink keep the text (and the
+  // cache keys) they always had.
   return fmt::format(
       "attention(name={}, mask={}, score={}, head_dim_qk={}, head_dim_v={}, "
       "dtype_q={}, dtype_k={}, dtype_v={}, dtype_o={}, heads_q={}, "
-      "heads_kv={}, causal={}, scale={}, lse={})",
+      "heads_kv={}, causal={}, scale={}, lse={}{})",
       s.variant.name(), printExpr(s.variant.maskExpr()),
       printExpr(s.variant.scoreExpr()), s.headDimQK, s.headDimV,
       toString(s.dtypeQ), toString(s.dtypeK), toString(s.dtypeV),
       toString(s.dtypeO), s.headsQ, s.headsKV, toString(s.causal),
       s.scale ? printFloat(*s.scale) : std::string("default"),
-      s.returnLse ? "true" : "false");
+      s.returnLse ? "true" : "false", s.sink ? ", sink=true" : "");
 }
 
 } // namespace flashjit

@@ -39,6 +39,8 @@ struct Problem {
   const Arguments &args;
   int64_t group; // heads_q / heads_kv
   int64_t headDimQK, headDimV;
+  /// sink[heads_q] of a spec with a sink, else null.
+  const float *sink;
 };
 
 /// Where the operands of one query row live: element d of the query row at
@@ -83,9 +85,12 @@ double attendRow(const Problem &pr, EvalPoint p, const RowOperands &r,
   }
   for (int64_t d = 0; d < pr.headDimV; ++d)
     oRow[d] = 0.0;
-  if (m == kNegInf)
-    return kNegInf; // no allowed key: O = 0, LSE = -inf
-  double l = 0.0;
+  // The sink joins the denominator as one more logit with no value.
+  const double sink = pr.sink ? pr.sink[p.head] : kNegInf;
+  if (m == kNegInf && sink == kNegInf)
+    return kNegInf; // no allowed key and no sink: O = 0, LSE = -inf
+  m = nanMax(m, sink);
+  double l = sink == kNegInf ? 0.0 : std::exp(sink - m);
   for (int64_t j = 0; j < sk; ++j)
     if (use[j])
       l += std::exp(s[j] - m);
@@ -103,10 +108,15 @@ double attendRow(const Problem &pr, EvalPoint p, const RowOperands &r,
 
 Problem problemOf(const AttentionSpec &spec, const Arguments &args,
                   int64_t headsQ, int64_t headsKV) {
-  return {spec.effectiveMask(),  spec.variant.scoreExpr(),
-          spec.effectiveScale(), args,
-          headsQ / headsKV,      spec.headDimQK,
-          spec.headDimV};
+  args.validateSinkFor(spec, /*hostValues=*/true);
+  return {spec.effectiveMask(),
+          spec.variant.scoreExpr(),
+          spec.effectiveScale(),
+          args,
+          headsQ / headsKV,
+          spec.headDimQK,
+          spec.headDimV,
+          spec.sink ? static_cast<const float *>(args.sink.data) : nullptr};
 }
 
 ReferenceOutput denseReference(const AttentionSpec &spec, const TensorRef &q,

@@ -45,6 +45,8 @@ struct Problem {
   int64_t group; // heads_q / heads_kv
   int64_t headDimQK, headDimV;
   ReferenceDataGradients &grads;
+  /// sink[heads_q] of a spec with a sink, else null.
+  const float *sink;
 };
 
 /// Where one query row's operands and gradients live: element d of key j
@@ -93,9 +95,12 @@ void backwardRow(const Problem &pr, EvalPoint p, const RowIO &r,
     else
       m = nanMax(m, sm[j]);
   }
-  if (m == kNegInf)
+  // The sink: one more logit in the denominator, with no value.
+  const double sink = pr.sink ? pr.sink[p.head] : kNegInf;
+  if (m == kNegInf && sink == kNegInf)
     return; // no allowed key: O = 0, LSE = -inf, zero gradient
-  double l = 0.0;
+  m = nanMax(m, sink);
+  double l = sink == kNegInf ? 0.0 : std::exp(sink - m);
   for (int64_t j = 0; j < sk; ++j)
     if (use[j])
       l += std::exp(sm[j] - m);
@@ -115,6 +120,10 @@ void backwardRow(const Problem &pr, EvalPoint p, const RowIO &r,
   double dRow = 0.0;
   for (int64_t d = 0; d < pr.headDimV; ++d)
     dRow += dO[d] * o[d];
+  // d LSE / d sink = exp(sink - LSE), and every P of the row has
+  // d P_j / d sink = -P_j exp(sink - LSE): d sink = -exp(sink - LSE) D.
+  if (sink != kNegInf)
+    pr.grads.dSink[p.head] -= std::exp(sink - lse) * dRow;
 
   for (int64_t j = 0; j < sk; ++j) {
     if (!use[j] || pj[j] == 0.0)
@@ -177,6 +186,9 @@ Problem prepare(const AttentionSpec &spec, const Arguments &args,
                 const std::vector<std::string> &params, int64_t headsQ,
                 int64_t headsKV, ReferenceDataGradients &grads) {
   args.validateFor(spec.variant);
+  args.validateSinkFor(spec, /*hostValues=*/true);
+  if (spec.sink)
+    grads.dSink.assign(headsQ, 0.0);
   ScoreModDerivative deriv =
       differentiateScoreMod(spec.variant.scoreExpr(), params);
   std::function<void(const Expr &)> walk = [&](const Expr &e) {
@@ -198,7 +210,8 @@ Problem prepare(const AttentionSpec &spec, const Arguments &args,
           headsQ / headsKV,
           spec.headDimQK,
           spec.headDimV,
-          grads};
+          grads,
+          spec.sink ? static_cast<const float *>(args.sink.data) : nullptr};
 }
 
 } // namespace

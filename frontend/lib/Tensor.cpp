@@ -2,6 +2,7 @@
 #include "flashjit/frontend/Tensor.h"
 
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Paged.h"
 #include "flashjit/frontend/Variant.h"
 
 #include <fmt/format.h>
@@ -292,6 +293,36 @@ VarlenShape checkVarlenTensors(const AttentionSpec &spec, const TensorRef &q,
     expectDim("lse", *lse, 1, s.totalQ, "total_q of q");
   }
   expectNoAliasing(q, k, v, o, lse);
+  return s;
+}
+
+PagedShape checkPagedTensors(const AttentionSpec &spec, const TensorRef &q,
+                             const TensorRef &kCache, const TensorRef &vCache) {
+  spec.validate();
+  checkTensor("q", q, 4, false);
+  checkTensor("k_cache", kCache, 4, false);
+  checkTensor("v_cache", vCache, 4, false);
+  expectDType("q", q, spec.dtypeQ);
+  expectDType("k_cache", kCache, spec.dtypeK);
+  expectDType("v_cache", vCache, spec.dtypeV);
+  PagedShape s;
+  s.batch = q.shape[0];
+  s.headsQ = q.shape[1];
+  s.qLen = q.shape[2];
+  s.headDimQK = q.shape[3];
+  s.numPages = kCache.shape[0];
+  s.headsKV = kCache.shape[1];
+  s.pageSize = kCache.shape[2];
+  s.headDimV = vCache.shape[3];
+  expectDim("q", q, 1, spec.headsQ, "heads_q of the spec");
+  expectDim("q", q, 3, spec.headDimQK, "head_dim_qk of the spec");
+  expectDim("k_cache", kCache, 1, spec.headsKV, "heads_kv of the spec");
+  expectDim("k_cache", kCache, 3, spec.headDimQK, "head_dim_qk of the spec");
+  expectDim("v_cache", vCache, 0, s.numPages, "num_pages of k_cache");
+  expectDim("v_cache", vCache, 1, spec.headsKV, "heads_kv of the spec");
+  expectDim("v_cache", vCache, 2, s.pageSize, "page_size of k_cache");
+  expectDim("v_cache", vCache, 3, spec.headDimV, "head_dim_v of the spec");
+  checkPageSize(s.pageSize);
   return s;
 }
 

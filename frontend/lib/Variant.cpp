@@ -204,7 +204,8 @@ bool structurallyEqual(const AttentionSpec &a, const AttentionSpec &b) {
          a.dtypeQ == b.dtypeQ && a.dtypeK == b.dtypeK && a.dtypeV == b.dtypeV &&
          a.dtypeO == b.dtypeO && a.headsQ == b.headsQ &&
          a.headsKV == b.headsKV && a.causal == b.causal &&
-         sameScale(a.scale, b.scale) && a.returnLse == b.returnLse;
+         sameScale(a.scale, b.scale) && a.returnLse == b.returnLse &&
+         a.sink == b.sink;
 }
 
 } // namespace flashjit

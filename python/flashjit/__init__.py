@@ -15,7 +15,7 @@ ctypes; see README.md "Python".
 
 from ._errors import (CompileError, DriverError, Error, InternalError,
                       UserError)
-from ._api import (BlockMask, Kernel, attention, attention_backward,
+from ._api import (SINK, BlockMask, Kernel, attention, attention_backward,
                    canonical_expr, canonical_spec, compile, load,
                    spec_text)
 from ._api import version as _library_version
@@ -39,4 +39,4 @@ __version__ = _version()
 __all__ = ["attention", "attention_backward", "compile", "load", "Kernel",
            "BlockMask", "spec_text", "canonical_expr", "canonical_spec",
            "Error", "UserError", "CompileError", "DriverError",
-           "InternalError", "__version__"]
+           "InternalError", "SINK", "__version__"]

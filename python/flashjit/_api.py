@@ -20,7 +20,11 @@ _TAIL = re.compile(
     r", head_dim_qk=(?P<dqk>\d+), head_dim_v=(?P<dv>\d+), "
     r"dtype_q=(?P<tq>\w+), dtype_k=(?P<tk>\w+), dtype_v=(?P<tv>\w+), "
     r"dtype_o=(?P<to>\w+), heads_q=(?P<hq>\d+), heads_kv=(?P<hkv>\d+), "
-    r"causal=(?P<causal>\w+), scale=(?P<scale>[^,]+), lse=(?P<lse>\w+)\)$")
+    r"causal=(?P<causal>\w+), scale=(?P<scale>[^,]+), lse=(?P<lse>\w+)"
+    r"(?:, sink=(?P<sink>\w+))?\)$")
+# The reserved name of the attention sink in the C API's args and grads
+# (FLASHJIT_SINK); ``grads=(flashjit.SINK,)`` asks backward for d sink.
+SINK = "@sink"
 _CAUSAL = {None: None, False: "none", "none": "none", True: "top_left",
            "top_left": "top_left", "bottom_right": "bottom_right"}
 
@@ -53,9 +57,12 @@ def canonical_spec(text):
     if not isinstance(text, str):
         raise UserError(f"a spec must be a str, got {type(text).__name__}")
     lib = _lib()
-    out = ctypes.c_char_p()
-    lib.check(lib.fn("flashjit_canonical_spec")(text.encode(),
-                                                ctypes.byref(out)))
+    canonicalize = lib.fn("flashjit_spec_canonicalize")
+    raw = text.encode()
+    needed = ctypes.c_size_t()
+    lib.check(canonicalize(raw, None, 0, ctypes.byref(needed)))
+    out = ctypes.create_string_buffer(needed.value)
+    lib.check(canonicalize(raw, out, needed.value, ctypes.byref(needed)))
     return out.value.decode()
 
 
@@ -81,12 +88,16 @@ def _f32_text(name, value):
 def spec_text(*, mask=None, score=None, head_dim=None, head_dim_qk=None,
               head_dim_v=None, dtype=None, dtype_q=None, dtype_k=None,
               dtype_v=None, dtype_o=None, heads_q=None, heads_kv=None,
-              causal=None, scale=None, return_lse=None, name=None):
+              causal=None, scale=None, return_lse=None, name=None,
+              sink=None):
     """Spec text from keywords. ``mask`` and ``score`` are expressions in
     the text DSL, checked and canonicalised on their own (so no expression
     can set another field); ``causal``: None/False/"none", True/"top_left"
     or "bottom_right"; dtypes "fp16"/"bf16"/"fp32" (or "float16",
-    "bfloat16", "float32"); ``scale`` None for 1/sqrt(head_dim_qk)."""
+    "bfloat16", "float32"); ``scale`` None for 1/sqrt(head_dim_qk);
+    ``sink`` True for a spec with an attention sink (README "Attention
+    sinks": a per-query-head fp32 logit in the softmax denominator, given
+    per call)."""
     fields = []
     if name is not None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*",
@@ -148,6 +159,11 @@ def spec_text(*, mask=None, score=None, head_dim=None, head_dim_qk=None,
         fields.append(f"scale={_f32_text('scale', scale)}")
     if return_lse is not None:
         fields.append(f"lse={'true' if return_lse else 'false'}")
+    if sink is not None:
+        if not isinstance(sink, bool):
+            raise UserError(f"sink = {sink!r} is not a bool (spec_text's "
+                            f"sink says whether the spec has one)")
+        fields.append(f"sink={'true' if sink else 'false'}")
     return "attention(" + ", ".join(fields) + ")"
 
 
@@ -220,11 +236,26 @@ def _scalar_arg(a, name, value):
 class _Args:
     """flashjit_arg array of params and buffers (keeps them alive)."""
 
-    def __init__(self, params, buffers, device, stream):
+    def __init__(self, params, buffers, device, stream, sink=None):
         self.keep = []
         self.views = {}
         items = []
         seen = set()
+        if sink is not None:
+            a = _capi.Arg()
+            a.name = SINK.encode()
+            v = _dlpack.view(sink, "sink", stream)
+            if v.dtype != "float32" or len(v.shape) != 1:
+                raise UserError(f"sink must be a 1-D float32 array of "
+                                f"heads_q logits, got {v.dtype} of shape "
+                                f"{list(v.shape)}")
+            if v.shape[0] > 1 and v.strides[0] != 1:
+                raise UserError(f"sink must be contiguous (stride "
+                                f"{v.strides[0]})")
+            _same_device(v, device)
+            a.kind, a.data, a.size = _capi.ARG_BUFFER_F32, v.data, v.shape[0]
+            self.keep.append(v)
+            items.append(a)
         for name, value in (params or {}).items():
             a = _capi.Arg()
             a.name = self._name(name, seen)
@@ -461,6 +492,7 @@ class Kernel:
             raise UserError(f"unexpected canonical spec text {self.spec!r}")
         self._fields = m.groupdict()
         self.return_lse = self._fields["lse"] == "true"
+        self.sink = self._fields["sink"] == "true"
         self.heads_q = int(self._fields["hq"])
         self.heads_kv = int(self._fields["hkv"])
         self.head_dim_qk = int(self._fields["dqk"])
@@ -487,7 +519,7 @@ class Kernel:
 
     def run(self, q, k, v, *, out=None, lse=None, params=None, buffers=None,
             cu_seqlens_q=None, cu_seqlens_k=None, block_mask=None,
-            stream=None):
+            stream=None, sink=None):
         """O (and LSE when the spec returns it: then ``(O, LSE)``) from Q,
         K, V, any DLPack tensors on the kernel's device (numpy on the CPU,
         torch, CuPy, ...). Dense: q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk],
@@ -500,8 +532,11 @@ class Kernel:
         ``params``: name -> float (f32) | int (i32) | (int, "i64");
         ``buffers``: name -> 1-D float32/int32/int64 array on the kernel's
         device. ``stream``: a CUstream as an int (default: torch's or
-        CuPy's current stream). Raises UserError (bad tensors, arguments,
-        masks), DriverError (no GPU, launch failure)."""
+        CuPy's current stream). ``sink``: the attention sink, a 1-D float32
+        array of heads_q logits on the kernel's device (required by, and
+        only accepted by, a spec with sink=true). Raises UserError (bad
+        tensors, arguments, masks), DriverError (no GPU, launch
+        failure)."""
         lib = self._lib
         dev_type, dev_id = _dlpack.device_of(q, "q")
         dl_stream, launch = _streams(q, dev_type, dev_id, stream)
@@ -547,7 +582,7 @@ class Kernel:
         elif lse is not None:
             raise UserError("lse given, but the kernel's spec has lse=false "
                             "(compile with return_lse=True)")
-        args = _Args(params, buffers, device, dl_stream)
+        args = _Args(params, buffers, device, dl_stream, sink)
         ref = ctypes.byref
         lse_ref = ref(tl) if tl is not None else None
         mask_handle = None
@@ -641,9 +676,12 @@ class Kernel:
         return BlockMask(self._lib, handle, self.target)
 
     def backward(self, q, k, v, o, lse, d_o, *, dq=None, dk=None, dv=None,
-                 params=None, buffers=None, grads=(), stream=None):
+                 params=None, buffers=None, grads=(), stream=None,
+                 sink=None):
         """dQ, dK, dV (and a dict of fp32 gradients of the buffers and
-        parameters named in ``grads``) of this forward kernel's attention
+        parameters named in ``grads``, and of the sink [heads_q] when
+        ``grads`` names ``flashjit.SINK``; ``sink`` as in ``run``) of this
+        forward kernel's attention
         for upstream gradient ``d_o``, with ``o`` and ``lse`` (fp32
         [B, Hq, Sq]) of the forward. Needs flashjit_run_backward in the C
         library (NotImplementedError otherwise). Returns ``(dq, dk, dv)``
@@ -676,12 +714,17 @@ class Kernel:
         t = {name: _tensor(views[name], name,
                            (3,) if name == "lse" else (4,))
              for name in views}
-        args = _Args(params, buffers, device, dl_stream)
+        args = _Args(params, buffers, device, dl_stream, sink)
         grad_arrays = {}
         items = []
         keep = []
         for name in grads:
-            if name in args.views:
+            if name == SINK:
+                if not self.sink:
+                    raise UserError("grads names flashjit.SINK, but the "
+                                    "spec has no sink")
+                size = self.heads_q
+            elif name in args.views:
                 size = args.views[name].shape[0]
             elif name in (params or {}):
                 size = 1
@@ -708,7 +751,7 @@ class Kernel:
         if grads:
             # A parameter's gradient is a scalar.
             for name in grads:
-                if name not in args.views:
+                if name not in args.views and name != SINK:
                     grad_arrays[name] = grad_arrays[name][0]
             return result + (grad_arrays,)
         return result
@@ -814,7 +857,7 @@ def _split_args(params, buffers):
 def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
               scale=None, return_lse=False, *, causal=None, name=None,
               cu_seqlens_q=None, cu_seqlens_k=None, block_mask=None,
-              target=None, out=None, lse=None, stream=None):
+              target=None, out=None, lse=None, stream=None, sink=None):
     """FlexAttention-like attention of DLPack tensors (numpy on the CPU,
     torch on the CPU or a CUDA GPU, CuPy, ...):
 
@@ -834,7 +877,10 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     ``compile(..., block_sparse=True)``. ``target`` defaults to the
     tensors' device ("cpu" or the GPU's architecture). Returns O, or
     (O, LSE) with ``return_lse`` (LSE fp32 [B, Hq, Sq]; varlen [Hq,
-    total_q]). Dense torch calls (no out=, lse=, stream=, cu_seqlens or
+    total_q]). ``sink``: an attention sink, a 1-D float32 tensor of Hq
+    logits (one per query head) that joins the softmax denominator with no
+    value (README "Attention sinks"); torch calls get its gradient through
+    autograd. Dense torch calls (no out=, lse=, stream=, cu_seqlens or
     block mask) go through the autograd-aware custom op
     ``torch.ops.flashjit.attention`` (flashjit.torch). The kernel is
     compiled once per spec and target (see ``compile``)."""
@@ -847,7 +893,8 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
         return _fjtorch.attention(q, k, v, mask=mask, score=score,
                                   params=params, buffers=buffers,
                                   scale=scale, return_lse=return_lse,
-                                  causal=causal, name=name, target=target)
+                                  causal=causal, name=name, target=target,
+                                  sink=sink)
     dev_type, dev_id = _dlpack.device_of(q, "q")
     dl_stream, _ = _streams(q, dev_type, dev_id, stream)
     qv = _dlpack.view(q, "q", dl_stream)
@@ -857,7 +904,8 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
         target = _target_for(qv)
     text = _infer_spec(qv, kv, vv, varlen, mask=mask, score=score,
                        causal=causal, scale=scale, name=name,
-                       return_lse=bool(return_lse))
+                       return_lse=bool(return_lse),
+                       sink=True if sink is not None else None)
     sparse = block_mask is not None and block_mask is not False
     kernel = compile(text, target=target, varlen=varlen, block_sparse=sparse)
     params, buffers = _split_args(params, buffers)
@@ -876,18 +924,20 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     result = kernel.run(q, k, v, out=out, lse=lse, params=params,
                         buffers=buffers, cu_seqlens_q=cu_seqlens_q,
                         cu_seqlens_k=cu_seqlens_k, block_mask=block_mask,
-                        stream=stream)
+                        stream=stream, sink=sink)
     return result
 
 
 def attention_backward(q, k, v, o, lse, d_o, mask=None, score=None,
                        params=None, buffers=None, scale=None, *, causal=None,
-                       name=None, grads=(), target=None, stream=None):
+                       name=None, grads=(), target=None, stream=None,
+                       sink=None):
     """Gradients of ``attention`` (dense): given the forward's ``o`` and
     ``lse`` (fp32 [B, Hq, Sq], from ``attention(..., return_lse=True)``)
     and the upstream gradient ``d_o`` of O, returns ``(dq, dk, dv)``, plus
     a dict name -> fp32 gradient for the f32 buffers and parameters named
-    in ``grads``. Arguments as ``attention``. NotImplementedError until the
+    in ``grads`` (``flashjit.SINK`` for d sink [Hq] when ``sink`` is
+    given). Arguments as ``attention``. NotImplementedError until the
     C library has flashjit_run_backward."""
     dev_type, dev_id = _dlpack.device_of(q, "q")
     dl_stream, _ = _streams(q, dev_type, dev_id, stream)
@@ -898,8 +948,10 @@ def attention_backward(q, k, v, o, lse, d_o, mask=None, score=None,
         target = _target_for(qv)
     text = _infer_spec(qv, kv, vv, False, mask=mask, score=score,
                        causal=causal, scale=scale, name=name,
-                       return_lse=True)
+                       return_lse=True,
+                       sink=True if sink is not None else None)
     del qv, kv, vv
     kernel = compile(text, target=target)
     return kernel.backward(q, k, v, o, lse, d_o, params=params,
-                           buffers=buffers, grads=grads, stream=stream)
+                           buffers=buffers, grads=grads, stream=stream,
+                           sink=sink)

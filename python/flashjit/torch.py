@@ -14,6 +14,10 @@ tensor, a list of tensors, a str, a list of floats or a list of ints.
 ``AttentionFunction`` is the same forward and backward as a plain
 ``torch.autograd.Function`` (eager autograd without the custom op).
 
+An attention sink (``sink=``, fp32 [Hq]) travels in the ops' buffer list
+under the reserved name ``flashjit.SINK`` ("@sink"), so it gets its gradient
+(d sink = -sum_i exp(sink - LSE_i) D_i) like an f32 buffer does.
+
 LSE is returned but not differentiable (its gradient is ignored);
 parameters (``params``) are constants for autograd: their gradients come
 from ``flashjit.attention_backward(..., grads=[...])``.
@@ -60,14 +64,15 @@ def _decode_params(kinds, floats, ints):
     return params
 
 
-def _spec_keywords(mask, score, causal, scale, name):
+def _spec_keywords(mask, score, causal, scale, name, sink=False):
     """The keyword arguments of _api._infer_spec from the op's strings."""
     return dict(mask=mask or None, score=score or None,
                 causal=causal or None, scale=None if scale is None else scale,
-                name=name or None, return_lse=True)
+                name=name or None, return_lse=True,
+                sink=True if sink else None)
 
 
-def _kernel(q, k, v, mask, score, causal, scale, name, target):
+def _kernel(q, k, v, mask, score, causal, scale, name, target, sink=False):
     from . import _dlpack
     qv = _dlpack.view(q.detach(), "q")
     kv = _dlpack.view(k.detach(), "k")
@@ -75,7 +80,7 @@ def _kernel(q, k, v, mask, score, causal, scale, name, target):
     target = target or _api._target_for(qv)
     text = _api._infer_spec(qv, kv, vv, False,
                             **_spec_keywords(mask, score, causal, scale,
-                                             name))
+                                             name, sink))
     return _api.compile(text, target=target)
 
 
@@ -89,26 +94,30 @@ def _names(buffer_names):
 
 def _forward(q, k, v, buffers, mask, score, causal, scale, name, target,
              kinds, floats, ints, buffer_names):
-    kernel = _kernel(q, k, v, mask, score, causal, scale, name, target)
     names = [n for n, _ in _names(buffer_names)]
+    bufs = {n: b.detach() for n, b in zip(names, buffers)}
+    sink = bufs.pop(_api.SINK, None)
+    kernel = _kernel(q, k, v, mask, score, causal, scale, name, target,
+                     sink is not None)
     o, lse = kernel.run(q.detach(), k.detach(), v.detach(),
                         params=_decode_params(kinds, floats, ints),
-                        buffers={n: b.detach() for n, b in zip(names,
-                                                               buffers)})
+                        buffers=bufs, sink=sink)
     return o, lse
 
 
 def _backward(q, k, v, o, lse, d_o, buffers, mask, score, causal, scale,
               name, target, kinds, floats, ints, buffer_names):
     """(dq, dk, dv, flat fp32 gradients of the marked buffers in order)."""
-    kernel = _kernel(q, k, v, mask, score, causal, scale, name, target)
     marked = _names(buffer_names)
     bufs = {n: b.detach() for (n, _), b in zip(marked, buffers)}
+    sink = bufs.pop(_api.SINK, None)
+    kernel = _kernel(q, k, v, mask, score, causal, scale, name, target,
+                     sink is not None)
     grads = [n for n, want in marked if want]
     result = kernel.backward(q.detach(), k.detach(), v.detach(), o.detach(),
                              lse.detach(), d_o.detach().contiguous(),
                              params=_decode_params(kinds, floats, ints),
-                             buffers=bufs, grads=grads)
+                             buffers=bufs, grads=grads, sink=sink)
     dq, dk, dv = result[:3]
     flat = (torch.cat([result[3][n].reshape(-1) for n in grads])
             if grads else q.new_empty((0,), dtype=torch.float32))
@@ -258,12 +267,17 @@ def _causal_text(causal):
 
 def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
               scale=None, return_lse=False, *, causal=None, name=None,
-              target=None):
+              target=None, sink=None):
     """``flashjit.attention`` for torch tensors [B, H, S, D], through the
-    custom op ``flashjit::attention`` (differentiable in q, k, v and f32
-    buffers; traceable by torch.compile). Returns O, or (O, LSE) with
-    ``return_lse``."""
+    custom op ``flashjit::attention`` (differentiable in q, k, v, f32
+    buffers and the attention sink ``sink``, fp32 [Hq]; traceable by
+    torch.compile). Returns O, or (O, LSE) with ``return_lse``."""
     buffers = dict(buffers or {})
+    if _api.SINK in buffers:
+        raise _api.UserError(f"buffer name {_api.SINK!r} is reserved for "
+                             f"the sink; pass sink=")
+    if sink is not None:
+        buffers[_api.SINK] = sink
     kinds, floats, ints = _encode_params(params)
     # "+" marks the f32 buffers that need a gradient (see _names).
     names = ",".join(

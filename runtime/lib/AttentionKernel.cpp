@@ -10,6 +10,7 @@
 #include "flashjit/runtime/Ptxas.h"
 
 #include "Check.h"
+#include "GpuTensorChecks.h"
 
 #include <fmt/format.h>
 
@@ -19,6 +20,10 @@
 #include <vector>
 
 namespace flashjit::runtime {
+
+using detail::checkFixedArgs;
+using detail::requireAligned;
+using detail::requireUnitInner;
 
 GpuKernelInfo gpuKernelInfo(const KernelArtifacts &a) {
   return GpuKernelInfo{a.entry, a.config, a.sharedBytes};
@@ -102,9 +107,8 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
                        c.numWarps, c.rowsPerWarp, c.blockN);
   if (std::string why = entryMismatch(
           ptx, info.name,
-          expectedParams(spec,
-                         abi::gpu::forwardArgTypes(c.varlen, c.blockSparse,
-                                                   c.tma)),
+          expectedParams(spec, abi::gpu::forwardArgTypes(
+                                   c.varlen, c.blockSparse, spec.sink, c.tma)),
           c.threads(), c.minBlocksPerSM);
       !why.empty())
     return why;
@@ -176,7 +180,7 @@ GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
     status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
 }
 
-namespace {
+namespace detail {
 void requireAligned(const char *name, const TensorRef &t, int bytes,
                     int strideElems) {
   if (reinterpret_cast<uintptr_t>(t.data) % bytes)
@@ -199,7 +203,7 @@ void requireUnitInner(const char *name, const TensorRef &t) {
                                 "head_dim contiguous (stride 1)",
                                 name, d, t.strides[d]));
 }
-} // namespace
+} // namespace detail
 
 /// The launch-level facts of one forward call, whatever its layout.
 struct GpuAttentionKernel::ForwardCall {
@@ -381,12 +385,9 @@ void GpuAttentionKernel::runVarlen(const TensorRef &q, const TensorRef &k,
   launchForward(c, args, stream);
 }
 
-/// The launcher's fixed arguments match the kernel ABI (KernelAbi.h) in
-/// number: a change on one side that the other missed is an internal error
-/// before any launch, not a kernel reading the wrong argument.
-static void checkFixedArgs(const KernelArgs &a,
-                           const std::vector<abi::gpu::ArgType> &abiTypes,
-                           const std::string &kernel) {
+void detail::checkFixedArgs(const KernelArgs &a,
+                            const std::vector<abi::gpu::ArgType> &abiTypes,
+                            const std::string &kernel) {
   if (a.size() != abiTypes.size())
     throw InternalError(fmt::format("kernel '{}': the launcher passes {} "
                                     "fixed arguments, the ABI has {}",
@@ -434,6 +435,11 @@ void GpuAttentionKernel::checkStatus(const Arguments &args,
 void GpuAttentionKernel::launchForward(const ForwardCall &c,
                                        const Arguments &args,
                                        CUstream stream) const {
+  // The sink is device memory: its length and presence are checked, its
+  // values are not (that would need a synchronising copy).
+  args.validateSinkFor(spec_, /*hostValues=*/false);
+  if (spec_.sink && reinterpret_cast<uintptr_t>(args.sink.data) % 4)
+    throw UserError("sink must be 4-byte aligned (fp32 device memory)");
   constexpr int64_t kMaxGridYZ = 65535;
   if (c.batch > kMaxGridYZ)
     throw UserError(
@@ -480,6 +486,8 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
     a.add(static_cast<int32_t>(m.heads == 1 ? 0 : m.numQTiles));
     a.add(static_cast<int32_t>(m.numKvTiles));
   }
+  if (spec_.sink)
+    a.add(const_cast<void *>(args.sink.data));
   if (info_.config.tma) {
     const KernelConfig &k = info_.config;
     bool bf16 = spec_.dtypeQ == DType::BF16;
@@ -493,8 +501,8 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
   checkFixedArgs(a,
                  abi::gpu::forwardArgTypes(info_.config.varlen,
                                            info_.config.blockSparse,
-                                           info_.config.tma),
-      info_.name);
+                                           spec_.sink, info_.config.tma),
+                 info_.name);
   addVariantArgs(a, args);
 
   LaunchConfig cfg;
@@ -660,156 +668,6 @@ DeviceCuSeqlens::DeviceCuSeqlens(std::span<const int32_t> cuSeqlensQ,
   k_ = DeviceBuffer(device, hostK_.size() * sizeof(int32_t));
   q_.copyFromHost(hostQ_.data(), hostQ_.size() * sizeof(int32_t));
   k_.copyFromHost(hostK_.data(), hostK_.size() * sizeof(int32_t));
-}
-
-GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
-                                                       GpuKernelInfo info,
-                                                       std::string_view ptx,
-                                                       Device &device)
-    : spec_(std::move(spec)), info_(std::move(info)), device_(&device) {
-  std::string arch = device.properties().arch();
-  if (!info_.config.arch.empty() && info_.config.arch != arch &&
-      !(info_.config.arch == "sm_80" && arch >= std::string("sm_80")))
-    throw UserError(fmt::format("kernel '{}' was generated for {}, but the "
-                                "device is {}",
-                                info_.name, info_.config.arch, arch));
-  if (info_.config.blockM() <= 0 || info_.config.blockN <= 0)
-    throw UserError(fmt::format("backward kernel '{}': GpuKernelInfo blockM "
-                                "= {} (keys per CTA) and blockN = {} (query "
-                                "rows per tile) must be positive",
-                                info_.name, info_.config.blockM(),
-                                info_.config.blockN));
-  module_ = Module::fromPtx(device, ptx);
-  pre_ = module_.function(info_.name + abi::gpu::kBackwardPreSuffix);
-  main_ = module_.function(info_.name + abi::gpu::kBackwardMainSuffix);
-  post_ = module_.function(info_.name + abi::gpu::kBackwardPostSuffix);
-  main_.setMaxDynamicSharedBytes(info_.sharedBytes);
-  size_t buffers = spec_.variant.buffers().size();
-  if (buffers)
-    status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
-}
-
-void GpuAttentionBackwardKernel::run(const TensorRef &q, const TensorRef &k,
-                                     const TensorRef &v, const TensorRef &o,
-                                     const TensorRef &lse, const TensorRef &dO,
-                                     const TensorRef &dq, const TensorRef &dk,
-                                     const TensorRef &dv, const Arguments &args,
-                                     CUstream stream) const {
-  AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o, &lse);
-  // dO has o's shape and dtype; dq, dk, dv those of q, k, v.
-  AttentionShape sg = checkAttentionTensors(spec_, q, k, v, &dO);
-  AttentionShape sd = checkAttentionTensors(spec_, dq, dk, dv);
-  if (sd.batch != s.batch || sd.seqlenQ != s.seqlenQ || sd.seqlenK != s.seqlenK)
-    throw UserError(fmt::format(
-        "dq/dk/dv have batch {}, seqlen_q {}, seqlen_k {}; q/k/v have {}, {}, "
-        "{}",
-        sd.batch, sd.seqlenQ, sd.seqlenK, s.batch, s.seqlenQ, s.seqlenK));
-  (void)sg;
-  args.validateFor(spec_.variant);
-  for (auto [name, t] :
-       {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v},
-        std::pair{"o", &o}, std::pair{"dO", &dO}, std::pair{"dq", &dq},
-        std::pair{"dk", &dk}, std::pair{"dv", &dv}})
-    requireUnitInner(name, *t);
-  requireAligned("q", q, 16, 8);
-  requireAligned("k", k, 16, 8);
-  requireAligned("v", v, 16, 8);
-  requireAligned("dO", dO, 16, 8);
-  requireAligned("o", o, 4, 2);
-  requireAligned("dq", dq, 4, 2);
-  requireAligned("dk", dk, 4, 2);
-  requireAligned("dv", dv, 4, 2);
-  requireAligned("lse", lse, 4, 1);
-  constexpr int64_t kMaxGridYZ = 65535;
-  if (s.batch > kMaxGridYZ || s.headsQ > kMaxGridYZ)
-    throw UserError(fmt::format("batch = {} / heads_q = {}: at most {} (grid "
-                                "y, z)",
-                                s.batch, s.headsQ, kMaxGridYZ));
-  if (s.seqlenQ > std::numeric_limits<int32_t>::max() ||
-      s.seqlenK > std::numeric_limits<int32_t>::max())
-    throw UserError(fmt::format("seqlen_q = {} / seqlen_k = {}: at most "
-                                "2^31 - 1 positions",
-                                s.seqlenQ, s.seqlenK));
-  if (s.batch == 0 || s.headsQ == 0)
-    return;
-
-  device_->makeCurrent();
-  std::lock_guard<std::mutex> lock(mutex_);
-  size_t rows = static_cast<size_t>(s.batch * s.headsQ * s.seqlenQ);
-  size_t accBytes = rows * static_cast<size_t>(spec_.headDimQK) * 4;
-  if (accum_.size() < accBytes)
-    accum_ = DeviceBuffer(*device_, accBytes);
-  if (delta_.size() < rows * 4)
-    delta_ = DeviceBuffer(*device_, rows * 4);
-  bool hasBuffers = !spec_.variant.buffers().empty();
-  if (hasBuffers)
-    status_.fill(0);
-
-  KernelArgs a;
-  const TensorRef *ts[abi::gpu::kBackwardStridedTensors] = {
-      &q, &k, &v, &o, &dO, &lse, &dq, &dk, &dv};
-  for (const TensorRef *t : ts)
-    a.add(t->data);
-  a.add(reinterpret_cast<void *>(accum_.ptr()))
-      .add(reinterpret_cast<void *>(delta_.ptr()))
-      .add(reinterpret_cast<void *>(status_.ptr()));
-  for (const TensorRef *t : ts)
-    a.add(t->strides[0]).add(t->strides[1]).add(t->strides[2]);
-  a.add(static_cast<int32_t>(s.seqlenQ)).add(static_cast<int32_t>(s.seqlenK));
-  a.add(static_cast<int32_t>(s.headsQ / s.headsKV));
-  float scale = spec_.effectiveScale();
-  a.add(scale).add(static_cast<float>(scale * 1.4426950408889634));
-  checkFixedArgs(a, abi::gpu::backwardArgTypes(), info_.name);
-  // addVariantArgs of the forward, for this spec.
-  for (const ParamDecl &p : spec_.variant.params()) {
-    const Scalar &val = args.params.at(p.name);
-    if (p.type == ScalarType::Int32)
-      a.add(static_cast<int32_t>(val.intValue));
-    else if (p.type == ScalarType::Int64)
-      a.add(static_cast<int64_t>(val.intValue));
-    else
-      a.add(val.floatValue);
-  }
-  for (const BufferDecl &b : spec_.variant.buffers()) {
-    const BufferRef &ref = args.buffers.at(b.name);
-    a.add(ref.data).add(static_cast<int64_t>(ref.size));
-  }
-
-  LaunchConfig rowCfg;
-  rowCfg.grid = {
-      static_cast<unsigned>((s.seqlenQ + abi::gpu::kBackwardRowsPerCta - 1) /
-                            abi::gpu::kBackwardRowsPerCta),
-      static_cast<unsigned>(s.headsQ), static_cast<unsigned>(s.batch)};
-  rowCfg.block = {static_cast<unsigned>(abi::gpu::kBackwardRowThreads), 1, 1};
-  rowCfg.stream = stream;
-  if (s.seqlenQ > 0)
-    launch(pre_, rowCfg, a);
-  if (s.seqlenK > 0) {
-    LaunchConfig cfg;
-    cfg.grid = {static_cast<unsigned>((s.seqlenK + info_.config.blockM() - 1) /
-                                      info_.config.blockM()),
-                static_cast<unsigned>(s.headsKV),
-                static_cast<unsigned>(s.batch)};
-    cfg.block = {static_cast<unsigned>(info_.config.threads()), 1, 1};
-    cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
-    cfg.stream = stream;
-    launch(main_, cfg, a);
-  }
-  if (s.seqlenQ > 0)
-    launch(post_, rowCfg, a);
-  if (hasBuffers) {
-    std::vector<BufferDecl> buffers = spec_.variant.buffers();
-    FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
-    std::vector<int32_t> flags(buffers.size());
-    status_.copyToHost(flags.data(), flags.size() * sizeof(int32_t));
-    for (size_t i = 0; i < buffers.size(); ++i)
-      if (flags[i])
-        throw UserError(fmt::format("buffer '{}' was read outside [0, {}); "
-                                    "the gradients of this run are "
-                                    "unspecified",
-                                    buffers[i].name,
-                                    args.buffers.at(buffers[i].name).size));
-  }
 }
 
 } // namespace flashjit::runtime

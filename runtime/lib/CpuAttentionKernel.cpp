@@ -127,6 +127,7 @@ struct AttentionCall {
 
 RunStats launch(const KernelView &K, const AttentionCall &c,
                 const Arguments &args, int numThreads) {
+  args.validateSinkFor(K.spec, /*hostValues=*/true);
   RunStats stats;
   stats.tilesCounted = K.info.countTiles;
   int64_t nMT = (c.seqlenQ + K.info.cpuBlockM - 1) / K.info.cpuBlockM;
@@ -161,10 +162,13 @@ RunStats launch(const KernelView &K, const AttentionCall &c,
     slots.push_back(i64Slot(bm.heads == 1 ? 0 : bm.numQTiles));
     slots.push_back(i64Slot(bm.numKvTiles));
   }
+  if (K.spec.sink)
+    slots.push_back(ptrSlot(args.sink.data));
   if (slots.size() != abi::kLeadingPointers + 2 * K.buffers.size() +
                           K.params.size() + abi::kTrailingScalars - 2 +
                           (K.info.varlen ? abi::kVarlenArgs : 0) +
-                          (K.info.blockSparse ? abi::kBlockSparseArgs : 0))
+                          (K.info.blockSparse ? abi::kBlockSparseArgs : 0) +
+                          (K.spec.sink ? abi::kSinkArgs : 0))
     throw InternalError("kernel argument count mismatch");
   runItems(K.fn, slots, items, numThreads);
   checkStatus(K, args, status, "");

@@ -9,6 +9,7 @@
 #include "flashjit/runtime/CpuBackwardKernel.h"
 
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Types.h"
 #include "flashjit/runtime/KernelAbi.h"
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -153,9 +155,47 @@ struct View {
   const std::vector<ParamDecl> &params;
 };
 
+/// d sink[h] = -sum over batch and rows i of exp(sink[h] - LSE_i) * D_i,
+/// D_i = dO_i . O_i, from the forward's O and LSE (which includes the sink),
+/// summed in double in a fixed order (deterministic). A sink of -inf has
+/// gradient 0. O(rows * head_dim_v): no kernel needed.
+std::vector<float> sinkGradient(const View &K, const BackwardCall &c,
+                                const Arguments &args) {
+  const float *sink = static_cast<const float *>(args.sink.data);
+  const auto &st = c.strides; // q k v o [4], lse [3], dO dq dk dv [4]
+  const int64_t dv = K.spec.headDimV;
+  std::vector<float> out(K.spec.headsQ, 0.0f);
+  for (int64_t h = 0; h < K.spec.headsQ; ++h) {
+    if (sink[h] == -std::numeric_limits<float>::infinity())
+      continue;
+    double sum = 0.0;
+    for (int64_t b = 0; b < c.batch; ++b) {
+      // Varlen: the sequence's rows start at token cu_seqlens_q[b] (batch
+      // strides are 0); dense: at batch b.
+      int64_t first = c.cuSeqlensQ ? c.cuSeqlensQ[b] : 0;
+      int64_t rows =
+          c.cuSeqlensQ ? c.cuSeqlensQ[b + 1] - c.cuSeqlensQ[b] : c.seqlenQ;
+      for (int64_t i = first; i < first + rows; ++i) {
+        int64_t oAt = b * st[12] + h * st[13] + i * st[14];
+        int64_t dAt = b * st[19] + h * st[20] + i * st[21];
+        double d = 0.0;
+        for (int64_t e = 0; e < dv; ++e)
+          d += double(loadAsFloat(c.o->data, c.o->dtype, oAt + e * st[15])) *
+               double(loadAsFloat(c.dO->data, c.dO->dtype, dAt + e * st[22]));
+        double lse = loadAsFloat(c.lse->data, c.lse->dtype,
+                                 b * st[16] + h * st[17] + i * st[18]);
+        sum -= std::exp(double(sink[h]) - lse) * d;
+      }
+    }
+    out[h] = static_cast<float>(sum);
+  }
+  return out;
+}
+
 DataGradients launch(const View &K, const BackwardCall &c,
                      const Arguments &args, int numThreads) {
   args.validateFor(K.spec.variant);
+  args.validateSinkFor(K.spec, /*hostValues=*/true);
   if (numThreads < 0)
     throw UserError(fmt::format("numThreads = {} must be >= 0", numThreads));
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
@@ -284,6 +324,8 @@ DataGradients launch(const View &K, const BackwardCall &c,
   for (size_t i = 0; i < K.params.size(); ++i)
     if (K.params[i].type == ScalarType::Float32)
       out.dParams[K.params[i].name] = reduce(paramOffset + int64_t(i));
+  if (K.spec.sink)
+    out.dSink = sinkGradient(K, c, args);
   return out;
 }
 

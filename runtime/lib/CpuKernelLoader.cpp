@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/CpuAttentionKernel.h"
+#include "flashjit/runtime/CpuBackwardKernel.h"
 #include "flashjit/runtime/KernelAbi.h"
 
 #include "flashjit/frontend/Error.h"
@@ -107,12 +108,25 @@ std::shared_ptr<void> dlopenBytes(const std::string &bytes,
 
 } // namespace
 
-std::shared_ptr<const CpuAttentionKernel>
-loadCpuKernel(const KernelArtifacts &a) {
+namespace {
+
+/// The shared object of \p a dlopened after every check that needs no
+/// kernel-specific symbol: a CPU kernel of kind \p kind, a kernel.so, the
+/// host has the CPU features it was compiled for, it exports the packed
+/// entry `<entry><suffix>_packed` of each of \p suffixes (returned in
+/// \p fns) and `<entry>_config` equal to the manifest's configuration.
+std::shared_ptr<void> openCpuObject(const KernelArtifacts &a, KernelKind kind,
+                                    const std::vector<std::string> &suffixes,
+                                    std::vector<void *> &fns) {
   if (!a.config.isCpu())
     throw UserError(fmt::format("kernel '{}' is for target '{}', not a CPU "
                                 "kernel",
                                 a.entry, a.config.arch));
+  if (a.config.kind != kind)
+    throw UserError(fmt::format("CPU kernel '{}' is a {} kernel, not a {} "
+                                "kernel",
+                                a.entry, toString(a.config.kind),
+                                toString(kind)));
   const std::string *so = a.file(kSharedObjectFile);
   if (!so)
     throw UserError(fmt::format("CPU kernel '{}' has no {} (made without a "
@@ -124,21 +138,23 @@ loadCpuKernel(const KernelArtifacts &a) {
     throw UserError(fmt::format("CPU kernel '{}' was compiled for CPU '{}' "
                                 "with features this host ('{}') lacks: {}",
                                 a.entry, a.cpu, hostCpu().name, missing));
-  AttentionSpec spec = parseSpec(a.specText);
   std::string error;
   std::shared_ptr<void> owner = dlopenBytes(*so, error);
   if (!owner)
     throw UserError(
         fmt::format("cannot load CPU kernel '{}': {}", a.entry, error));
-  std::string symbol = a.entry + abi::kPackedSuffix;
-  void *fn = ::dlsym(owner.get(), symbol.c_str());
-  if (!fn)
-    throw UserError(fmt::format("CPU kernel shared object lacks the entry "
-                                "'{}'",
-                                symbol));
+  for (const std::string &suffix : suffixes) {
+    std::string symbol = a.entry + suffix + abi::kPackedSuffix;
+    void *fn = ::dlsym(owner.get(), symbol.c_str());
+    if (!fn)
+      throw UserError(fmt::format("CPU kernel shared object lacks the entry "
+                                  "'{}'",
+                                  symbol));
+    fns.push_back(fn);
+  }
   // The configuration the object itself declares, before anything runs: a
   // manifest that says otherwise (edited, or another entry's) would run the
-  // kernel with a wrong argument list or tile grid.
+  // kernel with a wrong argument list, tile grid or kind.
   std::string configSymbol = a.entry + abi::kConfigSuffix;
   const auto *declared =
       static_cast<const int64_t *>(::dlsym(owner.get(), configSymbol.c_str()));
@@ -146,11 +162,23 @@ loadCpuKernel(const KernelArtifacts &a) {
   if (!declared || !std::equal(expected.begin(), expected.end(), declared))
     throw UserError(fmt::format(
         "CPU kernel '{}': its shared object {} the configuration its "
-        "manifest records (block_m {}, block_n {}, count_tiles {}, varlen {}, "
-        "block_sparse {})",
+        "manifest records (kind {}, block_m {}, block_n {}, count_tiles {}, "
+        "varlen {}, block_sparse {})",
         a.entry, declared ? "declares another than" : "does not declare",
-        a.config.cpuBlockM, a.config.blockN, a.config.countTiles,
-        a.config.varlen, a.config.blockSparse));
+        toString(a.config.kind), a.config.cpuBlockM, a.config.blockN,
+        a.config.countTiles, a.config.varlen, a.config.blockSparse));
+  return owner;
+}
+
+} // namespace
+
+std::shared_ptr<const CpuAttentionKernel>
+loadCpuKernel(const KernelArtifacts &a) {
+  std::vector<void *> fns;
+  std::shared_ptr<void> owner =
+      openCpuObject(a, KernelKind::Forward, {""}, fns);
+  AttentionSpec spec = parseSpec(a.specText);
+  void *fn = fns[0];
   void *builder = nullptr;
   if (a.config.blockSparse) {
     std::string b = a.entry + abi::kBlockMaskSuffix + abi::kPackedSuffix;
@@ -163,6 +191,21 @@ loadCpuKernel(const KernelArtifacts &a) {
   return std::make_shared<const CpuAttentionKernel>(
       std::move(spec), a.config, reinterpret_cast<CpuKernelFn>(fn),
       std::move(owner), reinterpret_cast<CpuKernelFn>(builder));
+}
+
+std::shared_ptr<const CpuBackwardKernel>
+loadCpuBackwardKernel(const KernelArtifacts &a) {
+  std::vector<void *> fns;
+  std::shared_ptr<void> owner =
+      openCpuObject(a, KernelKind::Backward, {"", abi::bwd::kDqSuffix}, fns);
+  AttentionSpec spec = parseSpec(a.specText);
+  if (!spec.returnLse)
+    throw UserError(fmt::format("CPU backward kernel '{}': its spec does not "
+                                "return LSE (not a backward spec)",
+                                a.entry));
+  return std::make_shared<const CpuBackwardKernel>(
+      std::move(spec), a.config, reinterpret_cast<CpuKernelFn>(fns[0]),
+      reinterpret_cast<CpuKernelFn>(fns[1]), std::move(owner));
 }
 
 } // namespace flashjit::runtime

@@ -3,10 +3,11 @@
 // Writes <dir>/<id>.ptx and <dir>/<id>.info (the kernel's configuration; see
 // write(); was "name arch threads block_m shared_bytes") for every kernel of
 // tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
-// that has no MLIR (the ahead-of-time flow a host application uses), and the
-// block-sparse / varlen kernels of sparseKernels(), and (sm_90a) those of
-// optionKernels(). Usage: gen_matrix_kernels DIR [ARCH [MMA]]; MMA (default,
-// mma.sync, wgmma or wgmma.tma) applies to the matrix and sparse kernels
+// that has no MLIR (the ahead-of-time flow a host application uses), the
+// block-sparse / varlen kernels of sparseKernels() and sinkKernels(), and
+// (sm_90a) those of optionKernels(). Usage: gen_matrix_kernels DIR [ARCH
+// [MMA]]; MMA (default, mma.sync, wgmma or wgmma.tma) applies to the matrix
+// and sparse kernels
 // (scripts/ptx-matrix.sh uses it to compare the PTX of every instruction kind
 // before and after a change); wgmma.tma applies where wgmma does (head dims
 // multiples of 64; the default elsewhere; compileGpu refuses it for now,
@@ -100,6 +101,16 @@ int main(int argc, char **argv) {
     if (backwardOnly)
       break;
     flashjit::GpuCompileOptions so = forSpec(k.spec);
+    so.varlen = k.varlen;
+    so.blockSparse = k.blockSparse;
+    write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
+    ++n;
+  }
+  // Attention-sink kernels (issue 22), written like the sparse ones.
+  for (const auto &k : flashjit::testing::sinkKernels()) {
+    if (backwardOnly)
+      break;
+    flashjit::GpuCompileOptions so = o;
     so.varlen = k.varlen;
     so.blockSparse = k.blockSparse;
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);

@@ -96,8 +96,11 @@ inline std::vector<MatrixKernel> kernelMatrix() {
 /// test (compiled with GpuCompileOptions::kind = Backward): dense, both
 /// causal alignments, a two-sided window, chunked causal and a document
 /// mask (buffer reads), head dims 64, 96 and 128, both 16-bit dtypes, GQA
-/// ratios 1, 2 and 3. Variants with a score modifier are missing until the
-/// backward op carries its derivative.
+/// ratios 1, 2 and 3; then the score modifiers (their score_grad region):
+/// causal softcap with a runtime cap (a parameter gradient), ALiBi (slope
+/// gradients: an index uniform per head), a relative-position bias table
+/// (an index depending on q_idx and kv_idx) and a literal softcap under a
+/// window.
 inline std::vector<MatrixKernel> backwardKernels() {
   std::vector<MatrixKernel> out;
   const int gqa[][2] = {{2, 2}, {4, 2}, {3, 1}};
@@ -114,18 +117,35 @@ inline std::vector<MatrixKernel> backwardKernels() {
     }
   out.push_back({"bwd_causal_br_d96_bf16_g1", "causal_br",
                  matrixSpec("causal_br", 96, DType::BF16, 2, 2)});
+  const std::pair<const char *, DType> mods[] = {
+      {"softcap", DType::BF16},
+      {"alibi", DType::F16},
+      {"rel_bias", DType::BF16},
+      {"softcap_window", DType::F16}};
+  for (auto [name, t] : mods)
+    for (int d : {64, 128}) {
+      const int *g = gqa[i++ % 3];
+      std::string id = "bwd_" + std::string(name) + "_d" + std::to_string(d) +
+                       "_" + std::string(toString(t)) + "_g" +
+                       std::to_string(g[0] / g[1]);
+      out.push_back({id, name, matrixSpec(name, d, t, g[0], g[1])});
+    }
   return out;
 }
 
 /// The kernels of the [.bwdbench] timing (forward `<id>_fwd` with the
 /// default tiles, backward `<id>`): bf16, dense and causal, head dims 64
-/// and 128, hidden 2048 (heads = 2048 / head dim).
+/// and 128, hidden 2048 (heads = 2048 / head dim); causal softcap and ALiBi
+/// (with their parameter / slope gradients) at head dim 128.
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
     for (int d : {64, 128})
       out.push_back({"bench_" + name + "_d" + std::to_string(d), name,
                      matrixSpec(name, d, DType::BF16, 2048 / d, 2048 / d)});
+  for (std::string name : {"softcap", "alibi"})
+    out.push_back({"bench_" + name + "_d128", name,
+                   matrixSpec(name, 128, DType::BF16, 16, 16)});
   return out;
 }
 
@@ -162,6 +182,35 @@ inline std::vector<SparseKernel> sparseKernels() {
        false},
       {"vl_bs_doc_d128_bf16_g2", spec("doc_id", 128, DType::BF16, 4, 2), true,
        true},
+  };
+}
+
+/// The issue-22 kernels: specs with an attention sink (AttentionSpec::sink)
+/// over dense, causal (top-left: rows with no allowed key), a two-sided
+/// window, softcap (a parameter), a document mask (buffer reads), varlen
+/// and block-sparse; GQA, both 16-bit dtypes, head dims 64 and 128 (wgmma
+/// on sm_90a) and 96 (mma.sync). Written by gen_matrix_kernels in the
+/// sparse format; `sink_bench_d128` is the timing pair's sink kernel (its
+/// twin without a sink is `sink_bench_plain_d128`).
+inline std::vector<SparseKernel> sinkKernels() {
+  auto spec = [](const std::string &v, int d, DType t, int hq, int hkv) {
+    AttentionSpec s = matrixSpec(v, d, t, hq, hkv);
+    s.sink = true;
+    return s;
+  };
+  AttentionSpec plain = matrixSpec("none", 128, DType::BF16, 16, 16);
+  return {
+      {"sink_none_d128_bf16_g2", spec("none", 128, DType::BF16, 4, 2)},
+      {"sink_causal_tl_d64_fp16_g1", spec("causal_tl", 64, DType::F16, 2, 2)},
+      {"sink_window_lr_d96_bf16_g3", spec("window_lr", 96, DType::BF16, 6, 2)},
+      {"sink_softcap_d128_fp16_g2", spec("softcap", 128, DType::F16, 4, 2)},
+      {"sink_doc_d64_bf16_g1", spec("doc_id", 64, DType::BF16, 2, 2)},
+      {"sink_vl_causal_br_d64_bf16_g2",
+       spec("causal_br", 64, DType::BF16, 4, 2), true, false},
+      {"sink_bs_doc_d128_bf16_g2", spec("doc_id", 128, DType::BF16, 4, 2),
+       false, true},
+      {"sink_bench_d128", spec("none", 128, DType::BF16, 16, 16)},
+      {"sink_bench_plain_d128", plain},
   };
 }
 

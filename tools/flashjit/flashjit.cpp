@@ -105,6 +105,12 @@ cl::opt<int> headsKV("heads-kv", cl::desc("Key/value heads, GQA (default: 1)"),
 cl::opt<std::string>
     causal("causal", cl::desc("none | top_left | bottom_right (default: none)"),
            cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
+cl::opt<bool> sinkFlag(
+    "sink",
+    cl::desc("The spec has an attention sink: a per-query-head fp32 logit in "
+             "the softmax denominator (run: random values in [-2, 2] from "
+             "--seed)"),
+    cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string> kernelName("name",
                                 cl::desc("Kernel name (default: attention)"),
                                 cl::sub(compileCmd), cl::sub(runCmd),
@@ -147,8 +153,8 @@ cl::opt<bool> blockSparseFlag(
 cl::opt<std::string> kernelFlag(
     "kernel",
     cl::desc("fwd | bwd: the forward or the backward (gradients) kernel; "
-             "bwd is CPU only, compiled in memory (not cached or bundled "
-             "yet)"),
+             "bwd is CPU only (compile/inspect: in memory, not cached; "
+             "bundle: cached and bundled; bundle also takes fwd,bwd)"),
     cl::init("fwd"), cl::sub(compileCmd), cl::sub(inspectCmd),
     cl::sub(bundleCmd));
 cl::opt<std::string> outDir("out",
@@ -248,13 +254,15 @@ AttentionSpec specFromFlags() {
   bool fields = maskText.getNumOccurrences() || scoreText.getNumOccurrences() ||
                 headDim.getNumOccurrences() || dtype.getNumOccurrences() ||
                 headsQ.getNumOccurrences() || headsKV.getNumOccurrences() ||
-                causal.getNumOccurrences() || kernelName.getNumOccurrences();
+                causal.getNumOccurrences() || kernelName.getNumOccurrences() ||
+                sinkFlag.getNumOccurrences();
   if (specText.size() > 1)
     userError("--spec: give one spec (bundle takes several)");
   if (!specText.empty()) {
     if (fields)
       userError("--spec cannot be combined with --mask/--score/--head-dim/"
-                "--dtype/--heads-q/--heads-kv/--causal/--name");
+                "--dtype/--heads-q/--heads-kv/--causal/--name/--sink (write "
+                "sink=true in the spec)");
     try {
       return parseSpec(specText.front());
     } catch (const UserError &e) {
@@ -350,6 +358,7 @@ AttentionSpec specFromFlags() {
                             quoted(causal)));
     spec.causal = *c;
   }
+  spec.sink = sinkFlag;
   spec.validate();
   return spec;
 }
@@ -866,12 +875,35 @@ int runCache() {
                         action));
 }
 
+/// The backward of \p spec through \p cache as a GpuResult (bundle --kernel
+/// bwd; the caller checked that a linker is available).
+GpuResult cpuBackwardThroughCache(const AttentionSpec &spec,
+                                  const CompileOptions &options,
+                                  DiskCache &cache) {
+  GpuResult r;
+  r.key = cpuBackwardCacheKey(spec, options);
+  LoadReport report;
+  r.artifacts =
+      loadOrCompileCpuBackwardArtifacts(spec, options, cache, &report);
+  r.outcome = report.outcome;
+  r.entryDir = report.entryDir;
+  return r;
+}
+
 int runBundle() {
-  if (kernelFlag != "fwd")
-    userError(fmt::format("bundle: --kernel '{}': only forward kernels are "
-                          "bundled so far (backward kernels compile in "
-                          "memory)",
-                          std::string(kernelFlag)));
+  // --kernel fwd, bwd or fwd,bwd (either order).
+  bool wantFwd = false, wantBwd = false;
+  llvm::SmallVector<llvm::StringRef> kinds;
+  llvm::StringRef(kernelFlag).split(kinds, ',');
+  for (llvm::StringRef k : kinds) {
+    if (k == "fwd")
+      wantFwd = true;
+    else if (k == "bwd")
+      wantBwd = true;
+    else
+      userError(fmt::format("bundle: --kernel '{}': give fwd, bwd or fwd,bwd",
+                            std::string(kernelFlag)));
+  }
   if (outDir.empty())
     userError("bundle: --out DIR is required");
   if (specText.empty())
@@ -883,6 +915,14 @@ int runBundle() {
     if (t != "sm_80" && t != "sm_90a" && t != "cpu")
       userError(
           fmt::format("bundle: --target '{}' is not sm_80, sm_90a or cpu", t));
+  if (wantBwd)
+    for (const std::string &t : archs)
+      if (t != "cpu")
+        userError(fmt::format("bundle --kernel bwd: only CPU backward kernels "
+                              "are cached and bundled (nothing loads a GPU "
+                              "backward from a bundle yet); use --target cpu, "
+                              "not '{}'",
+                              t));
   bool wantCpu = llvm::is_contained(archs, "cpu");
   CompileOptions cpuOpts;
   if (wantCpu) {
@@ -905,6 +945,8 @@ int runBundle() {
       for (const std::string &arch : archs) {
         if (arch == "cpu") {
           validateForCpu(specs.back(), cpuOpts);
+          if (wantBwd)
+            (void)cpuBackwardCacheKey(specs.back(), cpuOpts);
           continue;
         }
         GpuCompileOptions o;
@@ -922,13 +964,19 @@ int runBundle() {
   DiskCache cache(cacheConfig());
   std::vector<std::pair<std::string, GpuResult>> results;
   for (const AttentionSpec &spec : specs)
-    for (const std::string &arch : archs)
-      results.emplace_back(arch, arch == "cpu"
-                                     ? *cpuThroughCache(spec, cpuOpts, cache)
-                                     : gpuThroughCache(spec, arch, cache));
+    for (const std::string &arch : archs) {
+      if (wantFwd)
+        results.emplace_back(arch, arch == "cpu"
+                                       ? *cpuThroughCache(spec, cpuOpts, cache)
+                                       : gpuThroughCache(spec, arch, cache));
+      if (wantBwd)
+        results.emplace_back(arch,
+                             cpuBackwardThroughCache(spec, cpuOpts, cache));
+    }
   for (const auto &[arch, r] : results) {
     Bundle::add(outDir, r.key, r.artifacts);
-    llvm::outs() << fmt::format("{} {} {} ({})\n", arch, r.key.hash(),
+    llvm::outs() << fmt::format("{} {} {} {} ({})\n", arch,
+                                toString(r.key.config.kind), r.key.hash(),
                                 r.artifacts.entry, toString(r.outcome));
   }
   llvm::outs() << fmt::format("bundle {} holds {} kernels\n",
@@ -1064,6 +1112,14 @@ int runRun() {
   std::vector<float> lse(b * hq * sq, std::nanf(""));
   TensorRef l = TensorRef::contiguous3(lse.data(), DType::F32, {b, hq, sq});
   const TensorRef *lsePtr = spec.returnLse ? &l : nullptr;
+  // The attention sink: one random logit per query head.
+  std::vector<float> sink;
+  if (spec.sink) {
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (int64_t h = 0; h < hq; ++h)
+      sink.push_back(u(rng));
+    args.bindSink(sink.data(), hq);
+  }
 
   llvm::outs() << "spec     " << printSpec(spec) << "\n";
   llvm::outs() << fmt::format(
@@ -1125,13 +1181,20 @@ int runRun() {
     go.data = dout->data();
     gl.data = dl.data();
     const TensorRef *glPtr = spec.returnLse ? &gl : nullptr;
+    Arguments gargs = args;
+    std::unique_ptr<runtime::DeviceBuffer> dsink;
+    if (spec.sink) {
+      dsink = std::make_unique<runtime::DeviceBuffer>(dev, hq * sizeof(float));
+      dsink->copyFromHost(sink.data(), hq * sizeof(float));
+      gargs.bindSink(static_cast<const float *>(dsink->data()), hq);
+    }
     for (int i = 0; i < runWarmup; ++i)
-      kernel->run(gq, gk, gv, go, glPtr, args);
+      kernel->run(gq, gk, gv, go, glPtr, gargs);
     dev.synchronize();
     runtime::EventTimer timer(dev);
     for (int i = 0; i < runReps; ++i) {
       timer.start();
-      kernel->run(gq, gk, gv, go, glPtr, args);
+      kernel->run(gq, gk, gv, go, glPtr, gargs);
       seconds.push_back(timer.stopMs() * 1e-3);
     }
     dout->copyToHost(o.bytes.data(), o.bytes.size());
@@ -1180,7 +1243,9 @@ int runRun() {
   const double inf = std::numeric_limits<double>::infinity();
   for (const ReferenceRow &w : want) {
     auto [bi, h, i] = w.row;
-    bool empty = w.lse == -inf;
+    // A row with no allowed key: O = 0 exactly (its LSE is -inf, or the
+    // head's sink).
+    bool empty = w.lse == -inf || (spec.sink && w.lse == double(sink[h]));
     auto bad = [&](const std::string &what) {
       if (firstBad.empty())
         firstBad = what;
@@ -1198,8 +1263,9 @@ int runRun() {
     }
     if (spec.returnLse) {
       double x = lse[(bi * hq + h) * sq + i];
-      if (empty ? x != -inf
-                : !(std::abs(x - w.lse) <= 1e-3 + 1e-4 * std::abs(w.lse)))
+      if (w.lse == -inf
+              ? x != -inf
+              : !(std::abs(x - w.lse) <= 1e-3 + 1e-4 * std::abs(w.lse)))
         bad(fmt::format("lse[{},{},{}] = {}, reference {}", bi, h, i, x,
                         w.lse));
       if (!empty && std::isfinite(x))

@@ -63,6 +63,13 @@ typedef enum flashjit_arg_kind {
   FLASHJIT_ARG_BUFFER_I64 = 5
 } flashjit_arg_kind;
 
+/** The reserved name of the attention sink (a spec with `sink=true`): pass
+ *  it in \p args as an FLASHJIT_ARG_BUFFER_F32 of heads_q fp32 logits (host
+ *  memory on the CPU, device memory on a GPU), and in flashjit_run_backward's
+ *  \p grads with `size` = heads_q to receive d sink. Not an identifier, so
+ *  it never names a variant's buffer or parameter. */
+#define FLASHJIT_SINK "@sink"
+
 /** One runtime parameter or captured buffer, by name. An FLASHJIT_ARG_I32
  *  value outside [-2^31, 2^31 - 1] and an FLASHJIT_ARG_F32 value that
  *  overflows f32 (1e300; inf and NaN pass as given) are FLASHJIT_USER_ERROR,
@@ -147,9 +154,13 @@ typedef struct flashjit_grad {
  *  overwritten. A buffer or parameter not listed gets no gradient; listing
  *  one the score modifier does not read as f32 is FLASHJIT_USER_ERROR.
  *  \p args are the forward's. \p kernel is the forward kernel from
- *  flashjit_compile or flashjit_load; its backward is compiled (through the
- *  in-process memory tier) on the first call, so flashjit_c_runtime, which
- *  has no compiler, reports FLASHJIT_USER_ERROR. CPU kernels only: a GPU
+ *  flashjit_compile or flashjit_load. A CPU kernel from flashjit_load whose
+ *  bundle holds its backward (`flashjit bundle --kernel fwd,bwd`: the spec
+ *  with LSE, the forward's tiles) runs that bundled backward, also in
+ *  flashjit_c_runtime; otherwise the backward is compiled (through the
+ *  memory tier and the disk cache) on the first call, which
+ *  flashjit_c_runtime, having no compiler, reports as
+ *  FLASHJIT_USER_ERROR. CPU kernels only: a GPU
  *  kernel gives FLASHJIT_USER_ERROR (the GPU backward is issue 15).
  *  Deterministic. \p stream is ignored on the CPU. */
 flashjit_status
@@ -174,14 +185,10 @@ const char *flashjit_version(void);
  *  in the text DSL, e.g. "kv_idx <= q_idx"), fully parenthesised, so that
  *  it can be placed in a spec's `mask=` or `score=` field without changing
  *  any other field. On success \p out points at a per-thread string valid
- *  until this thread's next call of flashjit_canonical_expr or
- *  flashjit_canonical_spec. FLASHJIT_USER_ERROR for a parse error (the
- *  message shows the column). */
+ *  until this thread's next call of flashjit_canonical_expr (a spec's
+ *  canonical text: flashjit_spec_canonicalize). FLASHJIT_USER_ERROR for a
+ *  parse error (the message shows the column). */
 flashjit_status flashjit_canonical_expr(const char *text, const char **out);
-
-/** The canonical text of the spec \p text (printSpec(parseSpec(text))),
- *  as flashjit_canonical_expr. */
-flashjit_status flashjit_canonical_spec(const char *text, const char **out);
 
 /** The kernel's spec in canonical text. Owned by the kernel. */
 const char *flashjit_kernel_spec(const flashjit_kernel *kernel);

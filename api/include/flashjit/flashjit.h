@@ -50,5 +50,6 @@
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Launch.h"
 #include "flashjit/runtime/Memory.h"
+#include "flashjit/runtime/SinkGradient.h"
 
 #endif // FLASHJIT_FLASHJIT_H

@@ -35,6 +35,16 @@ struct TileClassifierKernel::Impl {
 std::vector<ParamDecl> sortedParams(const Variant &v);
 std::vector<BufferDecl> sortedBuffers(const Variant &v);
 
+/// Every UserError of a backward compile of \p spec (a backwardSpec), before
+/// MLIR: validateForCpu, options.countTiles, and the score modifier's
+/// differentiability (at the user's line).
+void validateBackwardForCpu(const AttentionSpec &spec,
+                            const CompileOptions &options);
+
+/// Forgets the backward kernels of loadOrCompileCpuBackward's memory tier
+/// (part of clearCpuMemoryTier).
+void clearCpuBackwardMemoryTier();
+
 } // namespace flashjit
 
 #endif // FLASHJIT_LIB_COMPILER_COMPILERIMPL_H

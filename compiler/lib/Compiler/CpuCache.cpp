@@ -127,7 +127,10 @@ loadOrCompileUncached(const AttentionSpec &spec, const CompileOptions &options,
 
 } // namespace
 
-void clearCpuMemoryTier() { memoryTier().eraseContext(nullptr); }
+void clearCpuMemoryTier() {
+  memoryTier().eraseContext(nullptr);
+  clearCpuBackwardMemoryTier();
+}
 
 KernelArtifacts loadOrCompileCpuArtifacts(const AttentionSpec &spec,
                                           const CompileOptions &options,

@@ -278,8 +278,8 @@ AttentionSpec backwardSpec(const AttentionSpec &spec) {
 
 /// Every UserError of a backward compile, before MLIR: the forward's checks
 /// and the score modifier's differentiability (at the user's line).
-static void validateBackwardForCpu(const AttentionSpec &spec,
-                                   const CompileOptions &options) {
+void validateBackwardForCpu(const AttentionSpec &spec,
+                            const CompileOptions &options) {
   validateForCpu(spec, options);
   if (options.countTiles)
     throw UserError("CompileOptions::countTiles is not supported by the "
@@ -312,9 +312,15 @@ compileCpuBackward(const AttentionSpec &specIn, const CompileOptions &options) {
       std::move(kernel), std::move(timings), std::move(texts));
 }
 
-runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
-                                             const CompileOptions &options) {
-  validateForCpu(spec, options); // every UserError before MLIR/LLVM
+/// compileCpuArtifacts and compileCpuBackwardArtifacts: \p spec (the
+/// backward's backwardSpec) lowered with \p tile, its packed entries
+/// \p symbols (suffixes of the kernel's symbol; "" is the symbol itself) and
+/// the `<symbol>_config` export of \p config, as an object and kernel.so.
+static runtime::KernelArtifacts
+compileCpuObject(const AttentionSpec &spec, const CompileOptions &options,
+                 const KernelConfig &config, const TileOptions &tile,
+                 const std::vector<std::string> &suffixes,
+                 const char *dumpSuffix) {
   std::string why;
   std::string cc = findCCompiler(&why);
   if (cc.empty())
@@ -322,12 +328,7 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   StopWatch total, w;
   std::array<std::string, 5> texts;
   std::vector<StageTiming> timings;
-  KernelConfig config = cpuKernelConfig(options);
-  Lowered l =
-      lowerToLLVMDialect(spec,
-                         {config.cpuBlockM, config.blockN, config.countTiles,
-                          config.varlen, config.blockSparse},
-                         texts, timings, w);
+  Lowered l = lowerToLLVMDialect(spec, tile, texts, timings, w);
 
   initLLVMOnce();
   std::unique_ptr<llvm::TargetMachine> tm =
@@ -340,9 +341,8 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   texts[3] = printModule(*m);
   m->setDataLayout(tm->createDataLayout());
   m->setTargetTriple(tm->getTargetTriple());
-  addPackedEntry(*m, l.symbol);
-  if (options.blockSparse)
-    addPackedEntry(*m, l.symbol + abi::kBlockMaskSuffix);
+  for (const std::string &suffix : suffixes)
+    addPackedEntry(*m, l.symbol + suffix);
   addConfigSymbol(*m, l.symbol, config);
   timings.push_back({"translate-to-llvm-ir", w.lap()});
   if (llvm::Error e =
@@ -356,7 +356,7 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   std::string so =
       linkSharedObject(cc, object, referencesUndefinedSymbols(object));
   timings.push_back({"link-shared-object", w.lap()});
-  dumpStages(spec, options, texts);
+  dumpStages(spec, options, texts, dumpSuffix);
   timings.push_back({"total", total.lap()});
 
   runtime::KernelArtifacts a;
@@ -375,6 +375,33 @@ runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
   a.files[runtime::kObjectFile] = std::move(object);
   a.files[runtime::kSharedObjectFile] = std::move(so);
   return a;
+}
+
+runtime::KernelArtifacts compileCpuArtifacts(const AttentionSpec &spec,
+                                             const CompileOptions &options) {
+  validateForCpu(spec, options); // every UserError before MLIR/LLVM
+  KernelConfig config = cpuKernelConfig(options);
+  std::vector<std::string> suffixes = {""};
+  if (options.blockSparse)
+    suffixes.push_back(abi::kBlockMaskSuffix);
+  return compileCpuObject(spec, options, config,
+                          {config.cpuBlockM, config.blockN, config.countTiles,
+                           config.varlen, config.blockSparse},
+                          suffixes, "");
+}
+
+runtime::KernelArtifacts
+compileCpuBackwardArtifacts(const AttentionSpec &specIn,
+                            const CompileOptions &options) {
+  AttentionSpec spec = backwardSpec(specIn);
+  validateBackwardForCpu(spec, options); // every UserError before MLIR/LLVM
+  KernelConfig config = cpuKernelConfig(options);
+  config.kind = KernelKind::Backward;
+  return compileCpuObject(spec, options, config,
+                          {config.cpuBlockM, config.blockN, false,
+                           config.varlen, config.blockSparse,
+                           /*backward=*/true},
+                          {"", abi::bwd::kDqSuffix}, "_bwd");
 }
 
 std::shared_ptr<const TileClassifierKernel>

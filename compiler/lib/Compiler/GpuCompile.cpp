@@ -15,6 +15,7 @@
 #include "flashjit/Pipeline/Pipelines.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
 
@@ -99,12 +100,29 @@ void validateForGpu(const AttentionSpec &spec,
     if (tc.numWarps != 4 && tc.numWarps != 8)
       throw UserError(
           fmt::format("num_warps = {} must be 4 or 8", tc.numWarps));
+    // The score modifier's derivative (UserError at the user's line).
+    const Expr &mod = spec.variant.scoreExpr();
+    (void)differentiateScoreMod(mod, differentiableParams(mod));
     int colGroups = tc.numWarps / (tc.blockN / 16);
     if (spec.headDimQK % (16 * colGroups))
       throw UserError(fmt::format(
           "head_dim_qk = {} with block_n = {} and {} warps: the backward "
           "splits dQ's columns over {} warps (a multiple of {} needed)",
           spec.headDimQK, tc.blockN, tc.numWarps, colGroups, 16 * colGroups));
+  }
+  if (tc.kind == KernelKind::Decode) {
+    if (options.varlen || options.blockSparse)
+      throw UserError("the GPU decode kernel reads K/V through a page table "
+                      "(varlen and block_sparse do not apply)");
+    if (options.mma == GpuMma::Wgmma)
+      throw UserError("mma = wgmma: the GPU decode kernel uses mma.sync only");
+    if (spec.sink)
+      throw UserError("sink = true: the GPU decode kernel has no attention "
+                      "sink yet (it joins the split merge, issue 22)");
+    if (tc.rowsPerWarp != 16)
+      throw UserError(fmt::format("rows_per_warp = {}: the GPU decode kernel "
+                                  "has 16 packed query rows per warp",
+                                  tc.rowsPerWarp));
   }
   int blockN = tc.blockN;
   if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
@@ -164,7 +182,7 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   StopWatch total, w;
   std::unique_ptr<MLIRContext> ctx = makeGpuContext();
   DiagnosticCapture diag(ctx.get());
-  OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec);
+  OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec, tc.kind);
   if (!module)
     throw CompileError("MLIRGen failed:\n" + diag.text());
   image.attnText = printOp(*module, /*withLocations=*/true);
@@ -176,7 +194,8 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   module->walk([&](gpu::GPUFuncOp fn) {
     if (fn.getName().ends_with("_block_mask") ||
         fn.getName().ends_with(abi::gpu::kBackwardPreSuffix) ||
-        fn.getName().ends_with(abi::gpu::kBackwardPostSuffix))
+        fn.getName().ends_with(abi::gpu::kBackwardPostSuffix) ||
+        fn.getName().ends_with(abi::gpu::kDecodeMergeSuffix))
       return; // the builder's shared memory is one byte per key tile; the
               // backward's row kernels need none
     auto bytes = fn->getAttrOfType<IntegerAttr>("flashjit.shared_bytes");

@@ -174,11 +174,46 @@ static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
   c.numWarps = 4;
   int d = std::max(spec.headDimQK, spec.headDimV);
   c.blockN = d <= 64 ? 64 : d <= 128 ? 32 : 16;
+  // A score modifier keeps the raw scores and its derivative's values live
+  // across the dV and dP products: half the query rows per tile keep the
+  // main kernel within 255 registers (measured 2026-12-01: softcap and
+  // ALiBi spilled 32-64 bytes at the plain tiles), where dQ's column split
+  // allows it (head_dim_qk a multiple of 16 * num_warps / (block_n / 16)).
+  if (hasScoreModCode(spec) && c.blockN > 16 &&
+      spec.headDimQK % (16 * c.numWarps / (c.blockN / 32)) == 0)
+    c.blockN /= 2;
+  return c;
+}
+
+/// The decode kernels' tiles: 4 warps of 16 packed query rows (a GQA group
+/// times q_len; warps with only padding rows just load), 64 keys per tile
+/// up to head dim 128, 32 above (two K/V stages: ~87 KB of shared memory
+/// at head dim 128, two CTAs per SM).
+static GpuTileConfig decodeTileConfig(const AttentionSpec &spec,
+                                      const std::string &arch) {
+  GpuTileConfig c = mmaSyncBase(arch);
+  c.kind = KernelKind::Decode;
+  c.numWarps = 4;
+  c.rowsPerWarp = 16;
+  c.minBlocksPerSM = 2;
+  c.blockN = std::max(spec.headDimQK, spec.headDimV) <= 128 ? 64 : 32;
   return c;
 }
 
 GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
                                    const GpuCompileOptions &options) {
+  if (options.kind == KernelKind::Decode) {
+    GpuTileConfig c = decodeTileConfig(spec, options.arch);
+    if (options.blockN)
+      c.blockN = options.blockN;
+    if (options.numWarps)
+      c.numWarps = options.numWarps;
+    if (options.rowsPerWarp)
+      c.rowsPerWarp = options.rowsPerWarp;
+    if (options.minBlocksPerSM)
+      c.minBlocksPerSM = options.minBlocksPerSM;
+    return c;
+  }
   if (options.kind == KernelKind::Backward) {
     GpuTileConfig c = backwardTileConfig(spec, options.arch);
     if (options.blockN)

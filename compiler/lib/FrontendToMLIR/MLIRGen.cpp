@@ -62,7 +62,8 @@ public:
         TypeAttr::get(dtype(spec.dtypeV)), TypeAttr::get(dtype(spec.dtypeO)),
         b.getI64IntegerAttr(spec.headsQ), b.getI64IntegerAttr(spec.headsKV),
         b.getF32FloatAttr(spec.effectiveScale()), b.getBoolAttr(spec.returnLse),
-        b.getDictionaryAttr(params), b.getDictionaryAttr(buffers));
+        b.getDictionaryAttr(params), b.getDictionaryAttr(buffers),
+        spec.sink ? b.getUnitAttr() : UnitAttr());
 
     Type i32 = b.getI32Type();
     SmallVector<Type> idx(6, i32);

@@ -96,6 +96,9 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
   Option<bool> backward{*this, "backward",
                         llvm::cl::desc("the three backward kernels"),
                         llvm::cl::init(false)};
+  Option<bool> decode{*this, "decode",
+                      llvm::cl::desc("the split-KV decode and merge kernels"),
+                      llvm::cl::init(false)};
 };
 struct PtxOptions : public PassPipelineOptions<PtxOptions> {
   Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_80 or sm_90a"),

@@ -49,5 +49,10 @@ check seqlen 1 "--seqlen-q 0 is out of range" -- --causal top_left --seqlen-q 0
 check reps 1 "--reps 0 is out of range" -- --causal top_left --reps 0
 check tolerance 1 "--tolerance -1 must be positive" -- --causal top_left --tolerance -1
 check cpu_warps 1 "--warps is a GPU option" -- --causal top_left --warps 4
+# An attention sink (--sink): causal top-left with seqlen_q > seqlen_k, so
+# rows with no allowed key (O = 0, LSE = the sink) are among those checked.
+check sink 0 "sink=true)" "280 of 280 rows" ": ok" -- \
+  --sink --causal top_left --head-dim 16 --heads-q 4 --heads-kv 2 --seqlen-q 70 --seqlen-k 23 --dtype fp32 --reps 1 --check-rows 1000
+check sink_spec 1 "cannot be combined" -- --spec 'attention(sink=true)' --sink
 [ $fail = 0 ] && echo run-ok
 exit $fail

@@ -8,6 +8,7 @@
 // cores (mma.sync), ldmatrix and cp.async.
 //
 //===----------------------------------------------------------------------===//
+#include "../../gpu/DecodeKernels.h"
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 
@@ -113,6 +114,51 @@ TEST_CASE("every block-sparse and varlen kernel assembles with no spills",
             k.blockSparse);
       CHECK_FALSE(runtime::ptxDefinesEntry(img.ptx, img.name + "_block"));
     }
+}
+
+TEST_CASE("every attention-sink kernel assembles with no spills and takes "
+          "one more argument",
+          "[gpu-codegen]") {
+  int checked = 0;
+  for (const testing::SparseKernel &k : testing::sinkKernels()) {
+    if (!k.spec.sink)
+      continue; // the timing pair's twin without a sink
+    for (auto [arch, mma] : {std::pair{"sm_80", GpuMma::Default},
+                             std::pair{"sm_90a", GpuMma::Default},
+                             std::pair{"sm_90a", GpuMma::MmaSync}}) {
+      INFO(k.id << " " << arch << " " << toString(mma) << ": "
+                << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.mma = mma;
+      o.varlen = k.varlen;
+      o.blockSparse = k.blockSparse;
+      GpuKernelImage img = compileGpu(k.spec, o);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      const runtime::PtxasFunctionReport *f = r.find(img.name);
+      REQUIRE(f);
+      INFO(r.log);
+      CHECK(f->clean());
+      // The same spec without a sink: one parameter fewer, the sink's
+      // pointer right after the fixed (varlen, block-sparse) arguments.
+      AttentionSpec plain = k.spec;
+      plain.sink = false;
+      GpuKernelImage p = compileGpu(plain, o);
+      auto params = [](const std::string &ptx, const std::string &name) {
+        size_t at = ptx.find(".entry " + name + "(");
+        size_t end = ptx.find(')', at);
+        std::string sig = ptx.substr(at, end - at);
+        int n = 0;
+        for (size_t i = sig.find(".param"); i != std::string::npos;
+             i = sig.find(".param", i + 1))
+          ++n;
+        return n;
+      };
+      CHECK(params(img.ptx, img.name) == params(p.ptx, p.name) + 1);
+      ++checked;
+    }
+  }
+  CHECK(checked == 3 * 8);
 }
 
 TEST_CASE("every option kernel assembles with no spills", "[gpu-codegen]") {
@@ -373,9 +419,12 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
 TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions o;
   o.kind = KernelKind::Backward;
-  AttentionSpec softcap = testing::matrixSpec("softcap", 64, DType::BF16, 2, 2);
-  CHECK_THROWS_WITH(compileGpu(softcap, o),
-                    Catch::Contains("score_grad region"));
+  // A step function of the score has no derivative: a UserError before
+  // MLIR, as the CPU backward's.
+  AttentionSpec step = testing::matrixSpec("none", 64, DType::BF16, 2, 2);
+  step.variant.scoreMod(cast<float>(cast<int32_t>(score * 4.0f)));
+  CHECK_THROWS_AS(compileGpu(step, o), UserError);
+  CHECK_THROWS_WITH(compileGpu(step, o), Catch::Contains("not differentiable"));
   AttentionSpec dense = testing::matrixSpec("none", 64, DType::BF16, 2, 2);
   GpuCompileOptions v = o;
   v.varlen = true;
@@ -387,4 +436,56 @@ TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions n = o;
   n.blockN = 48;
   CHECK_THROWS_WITH(compileGpu(dense, n), Catch::Contains("block_n = 48"));
+}
+
+TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
+          "[gpu-codegen][decode]") {
+  // The decode kernels of tests/gpu (variants: dense, causal, window,
+  // softcap, ALiBi; GQA 32/8, MQA, fp16 d64).
+  int checked = 0;
+  for (const testing::DecodeKernel &k : testing::decodeKernels())
+    for (std::string arch : {"sm_80", "sm_90a"}) {
+      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.kind = KernelKind::Decode;
+      GpuKernelImage img = compileGpu(k.spec, o);
+      GpuTileConfig tc = resolveGpuTileConfig(k.spec, o);
+      CHECK(tc.kind == KernelKind::Decode);
+      CHECK(img.config.blockM() == 64);
+      CHECK(img.config.threads() == 128);
+      CHECK(img.config.blockN == (k.spec.headDimQK <= 128 ? 64 : 32));
+      CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      CHECK(img.ptx.find("cp.async") != std::string::npos);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      INFO(r.log);
+      for (const char *suffix : {"_decode", "_decode_merge"}) {
+        const runtime::PtxasFunctionReport *f = r.find(img.name + suffix);
+        REQUIRE(f);
+        CHECK(f->clean());
+        // Two CTAs per SM: at most 65536 / (2 * 128) registers.
+        CHECK(f->registers <= 255);
+      }
+      ++checked;
+    }
+  CHECK(checked == 2 * int(testing::decodeKernels().size()));
+}
+
+TEST_CASE("GPU decode rejects what it cannot generate", "[gpu-codegen]") {
+  GpuCompileOptions o;
+  o.kind = KernelKind::Decode;
+  AttentionSpec dense = testing::matrixSpec("none", 64, DType::BF16, 4, 2);
+  GpuCompileOptions v = o;
+  v.varlen = true;
+  CHECK_THROWS_WITH(compileGpu(dense, v), Catch::Contains("page table"));
+  GpuCompileOptions w = o;
+  w.mma = GpuMma::Wgmma;
+  CHECK_THROWS_WITH(compileGpu(dense, w), Catch::Contains("mma.sync only"));
+  GpuCompileOptions r = o;
+  r.rowsPerWarp = 32;
+  CHECK_THROWS_WITH(compileGpu(dense, r),
+                    Catch::Contains("rows_per_warp = 32"));
+  AttentionSpec sink = dense;
+  sink.sink = true;
+  CHECK_THROWS_WITH(compileGpu(sink, o), Catch::Contains("sink = true"));
 }

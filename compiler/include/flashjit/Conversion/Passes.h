@@ -29,7 +29,9 @@ template <class Options> KernelConfig fromPassOptions(const Options &options) {
   c.blockSparse = options.blockSparse;
   c.wgmma = options.wgmma;
   c.tma = options.tma;
-  c.kind = options.backward ? KernelKind::Backward : KernelKind::Forward;
+  c.kind = options.backward ? KernelKind::Backward
+           : options.decode ? KernelKind::Decode
+                            : KernelKind::Forward;
   return c;
 }
 

@@ -76,6 +76,10 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
            "build the backward kernels @<name>_bwd_pre, @<name>_bwd and "
            "@<name>_bwd_post instead of the forward (mma.sync; block-n: "
            "query rows per tile, num-warps * 16 keys per CTA)">,
+    Option<"decode", "decode", "bool", /*default=*/"false",
+           "build the split-KV decode kernel @<name>_decode over a paged KV "
+           "cache and its merge kernel @<name>_decode_merge instead of the "
+           "forward (mma.sync, rows-per-warp 16)">,
     Option<"wgmma", "wgmma", "bool", /*default=*/"false",
            "sm_90a warpgroup MMA (wgmma.mma_async) instead of mma.sync: "
            "rows-per-warp 16, num-warps 4 or 8, head dims multiples of 64">,

@@ -242,9 +242,10 @@ runtime::KernelArtifacts loadOrCompileCpuArtifacts(
     const AttentionSpec &spec, const CompileOptions &options,
     runtime::DiskCache &cache, LoadReport *report = nullptr);
 
-/// Forgets the kernels loadOrCompileCpu() keeps in memory, so the next
-/// request reads the disk cache (tests, benchmarks). Kernels already
-/// returned stay valid. Thread-safe, even during loadOrCompileCpu().
+/// Forgets the kernels loadOrCompileCpu() and loadOrCompileCpuBackward()
+/// keep in memory, so the next request reads the disk cache (tests,
+/// benchmarks). Kernels already returned stay valid. Thread-safe, even
+/// during loadOrCompileCpu().
 void clearCpuMemoryTier();
 
 /// A compiled CPU backward kernel (gradients; runtime::CpuBackwardKernel
@@ -292,19 +293,53 @@ std::shared_ptr<const CpuBackward>
 compileCpuBackward(const AttentionSpec &spec,
                    const CompileOptions &options = {});
 
-/// compileCpuBackward() once per (backwardSpec(spec), tile sizes, opt
-/// level, varlen, block-sparse) in this process (an in-memory tier; backward
-/// kernels are not written to the disk cache yet). Throws as
-/// compileCpuBackward.
-std::shared_ptr<const CpuBackward>
-loadOrCompileCpuBackward(const AttentionSpec &spec,
-                         const CompileOptions &options = {});
+/// The backward of \p spec through the same tiers as loadOrCompileCpu: the
+/// memory tier (per cache directory and key), then \p cache (default:
+/// runtime::defaultCache()) under cpuBackwardCacheKey, else
+/// compileCpuBackwardArtifacts() and a store. A disk hit runs no MLIR: its
+/// kernel.so is loaded by runtime::loadCpuBackwardKernel, and one that does
+/// not load here (edited, another CPU) is recompiled and replaced with one
+/// warning. Without a C compiler driver, or with the cache disabled, it
+/// compiles in memory (compileCpuBackward) and reports Uncached. \p report,
+/// if given, says which tier served the kernel. Throws as
+/// compileCpuBackward (UserError before any tier is consulted).
+std::shared_ptr<const CpuBackward> loadOrCompileCpuBackward(
+    const AttentionSpec &spec, const CompileOptions &options = {},
+    runtime::DiskCache *cache = nullptr, LoadReport *report = nullptr);
+
+/// The disk-cache key of the backward of \p spec: cpuCacheKey of
+/// backwardSpec(spec) with config.kind = KernelKind::Backward, so the
+/// forward and the backward of one spec never share an entry. Throws
+/// UserError like compileCpuBackward (unsupported spec or option, a score
+/// modifier that cannot be differentiated).
+runtime::CacheKey cpuBackwardCacheKey(const AttentionSpec &spec,
+                                      const CompileOptions &options = {});
+
+/// Compiles the backward of \p spec into the files of a cache entry or a
+/// bundle, as compileCpuArtifacts does for the forward: kernel.so exports
+/// the packed entries `<entry>_packed` (dK/dV) and `<entry>_dq_packed` (dQ
+/// and the buffer/parameter gradients, abi::bwd) and `<entry>_config`
+/// (KernelKind::Backward); the artifacts' config.kind is Backward and their
+/// spec is backwardSpec(spec). Throws like compileCpuBackward, and
+/// CompileError when no C compiler driver is found or the link fails.
+runtime::KernelArtifacts
+compileCpuBackwardArtifacts(const AttentionSpec &spec,
+                            const CompileOptions &options = {});
+
+/// loadOrCompileCpuBackward's disk tier without the memory tier: the
+/// artifacts of the backward of \p spec from \p cache, else compiled and
+/// stored (what `flashjit bundle --kernel bwd` bundles). A hit is checked by
+/// loading it (runtime::loadCpuBackwardKernel); one that does not load is
+/// recompiled and replaced. Throws like compileCpuBackwardArtifacts.
+runtime::KernelArtifacts loadOrCompileCpuBackwardArtifacts(
+    const AttentionSpec &spec, const CompileOptions &options,
+    runtime::DiskCache &cache, LoadReport *report = nullptr);
 
 /// The fused forward and backward of one dense call, for tests and simple
 /// training loops: runs loadOrCompileCpu(backwardSpec(spec)) into \p o and
-/// \p lse (fp32 [B, Hq, Sq]), then the backward (compiled once per
-/// spec/options in this process) into \p dq, \p dk, \p dv, and returns
-/// the buffer and parameter gradients. Shapes and errors as
+/// \p lse (fp32 [B, Hq, Sq]), then the backward
+/// (loadOrCompileCpuBackward with the default cache) into \p dq, \p dk, \p dv,
+/// and returns the buffer and parameter gradients. Shapes and errors as
 /// CpuAttentionKernel::run and CpuBackwardKernel::run; options.varlen and
 /// options.blockSparse must be off (UserError).
 DataGradients forwardBackwardCpu(const AttentionSpec &spec, const TensorRef &q,

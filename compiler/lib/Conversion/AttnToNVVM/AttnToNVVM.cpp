@@ -14,6 +14,7 @@
 #include "RegionEmitter.h"
 
 #include "flashjit/Conversion/AttnToNVVM/FlashBackwardKernel.h"
+#include "flashjit/Conversion/AttnToNVVM/FlashDecodeKernel.h"
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 #include "flashjit/Conversion/Passes.h"
 #include "flashjit/Dialect/Attn/IR/Attn.h"
@@ -80,6 +81,7 @@ struct ConvertAttnToNVVM
       }
       c.bf16 = dq.isBF16();
       c.returnLse = op.getReturnLse();
+      c.sink = op.getSink();
       if (c.wgmma &&
           (c.rowsPerWarp != 16 || c.headDimQK % 64 || c.headDimV % 64)) {
         op.emitOpError("wgmma kernels need rows-per-warp 16 and head dims "
@@ -104,13 +106,37 @@ struct ConvertAttnToNVVM
                          "of 16 * num-warps / (block-n / 16)");
           return signalPassFailure();
         }
-        if (em->hasScoreMod()) {
+        if (em->hasScoreMod() && !op.hasScoreGrad()) {
           op.emitOpError("the GPU backward of a score modifier needs its "
-                         "derivative (the backward op's score_grad region); "
-                         "not supported yet");
+                         "derivative (the op's score_grad region, built by "
+                         "MLIRGen for KernelKind::Backward)");
           return signalPassFailure();
         }
+        if (op.hasScoreGrad()) {
+          int nested = 0;
+          op.getScoreGrad().walk([&](Operation *g) {
+            if (isa<attn::BufferGradOp, attn::ParamGradOp>(g) &&
+                g->getBlock() != &op.getScoreGrad().front())
+              ++nested;
+          });
+          if (nested) {
+            op.emitOpError("the GPU backward takes attn.buffer_grad and "
+                           "attn.param_grad at the top level of score_grad "
+                           "only");
+            return signalPassFailure();
+          }
+        }
         buildFlashBackwardKernels(b, op.getLoc(), gm, c, *em);
+        op.erase();
+        continue;
+      }
+      if (c.kind == KernelKind::Decode) {
+        if (c.wgmma || c.varlen || c.blockSparse || c.rowsPerWarp != 16) {
+          op.emitOpError("unsupported GPU decode shape: mma.sync, dense "
+                         "(paged through the page table), rows-per-warp 16");
+          return signalPassFailure();
+        }
+        buildFlashDecodeKernels(b, op.getLoc(), gm, c, *em);
         op.erase();
         continue;
       }
@@ -138,6 +164,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.wgmma = config.wgmma;
   o.tma = config.tma;
   o.backward = config.kind == KernelKind::Backward;
+  o.decode = config.kind == KernelKind::Decode;
   return o;
 }
 

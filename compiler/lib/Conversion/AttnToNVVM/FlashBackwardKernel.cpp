@@ -5,18 +5,23 @@
 //
 // The algorithm is FlashAttention-2's backward pass (Dao 2023, Algorithm
 // 2), in its simplest mma.sync form:
-//   _bwd_pre:  D_i = dO_i . O_i (fp32), dQaccum_i = 0        (warp per row)
+//   _bwd_pre:  D_i = dO_i . O_i (fp32), dQaccum_i = 0        (warp per row;
+//              BackwardRowKernels.cpp)
 //   _bwd:      one CTA per (key tile, kv head, batch); K and V of its keys
 //              stay in shared memory; for each query head of the group and
 //              each query tile the classifier does not find empty:
 //                S^T = K Q^T                      (rows: keys, 16 per warp)
 //                P^T = exp2(t - LSE log2 e)       (t: VariantTile, the
 //                                                  forward's per-element code)
-//                dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T (dP^T - D)
+//                dV += P^T dO;  dP^T = V dO^T;  dS'^T = P^T (dP^T - D)
+//                dS^T = score_grad(dS'^T, s) (identity without a score
+//                       modifier; BackwardDataGrads: the buffer and
+//                       parameter gradients, reduced per query head)
 //                dK += dS^T Q
 //                dS^T -> shared memory; dQaccum += dS K (fp32 atomics)
 //              then dK * scale and dV are written in the inputs' dtype.
-//   _bwd_post: dQ = scale * dQaccum in the inputs' dtype  (warp per row)
+//   _bwd_post: dQ = scale * dQaccum in the inputs' dtype  (warp per row;
+//              BackwardRowKernels.cpp)
 // Fragment layouts: ../shared/notes/MMA-FRAGMENTS.md; the C fragment of two
 // n8 tiles is the A fragment of one k16 slice (P^T and dS^T stay in
 // registers for dV and dK). Arguments: abi::gpu::backwardArgTypes
@@ -25,16 +30,16 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashBackwardKernel.h"
 
-#include "KernelOps.h"
+#include "BackwardKernelBase.h"
 #include "MmaSync.h"
 #include "SharedTile.h"
 #include "VariantTile.h"
 
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <limits>
+#include <optional>
 
 using namespace mlir;
 
@@ -44,51 +49,35 @@ namespace abi = flashjit::abi::gpu;
 
 namespace {
 
-/// Tensors with pointer and strides (abi::gpu::BackwardArg order).
-enum Tensor : int { TQ = 0, TK, TV, TO, TDO, TLse, TDQ, TDK, TDV };
-
-class BackwardBuilder {
+/// The main kernel `_bwd`.
+class BackwardBuilder : public BackwardKernelBase {
 public:
   BackwardBuilder(ImplicitLocOpBuilder &b, const KernelShape &c,
                   FragmentEmitter &em)
-      : ops(b, c.bf16), b(b), c(c), em(em) {}
+      : BackwardKernelBase(b, c, em) {}
 
   void build(Operation *gpuModule) {
-    rowKernel(gpuModule, /*pre=*/true);
+    buildBackwardRowKernel(b, gpuModule, c, em, /*pre=*/true);
     mainKernel(gpuModule);
-    rowKernel(gpuModule, /*pre=*/false);
+    buildBackwardRowKernel(b, gpuModule, c, em, /*pre=*/false);
   }
 
 private:
-  gpu::GPUFuncOp declare(Operation *gpuModule, StringRef suffix, int threads,
-                         int64_t sharedBytes);
-  void bindArguments(gpu::GPUFuncOp fn);
-  void rowKernel(Operation *gpuModule, bool pre);
   void mainKernel(Operation *gpuModule);
-  /// One non-empty query tile at \p q0 of query head \p head.
+  /// Lane addresses of the shared tiles (ldmatrix operands).
+  void laneAddresses(Value sK, Value sV);
+  /// The loop over the query heads of the group and their query tiles;
+  /// returns dK and dV (unscaled).
+  SmallVector<Value> headLoop(int nK, int nV);
+  /// One non-empty query tile at \p q0 of query head \p head; \p state
+  /// is dK, dV and the data gradients' running sums.
   SmallVector<Value> tileStep(ValueRange state, Value head, Value q0,
                               Value needsMask);
+  /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory).
+  void accumulateDQ(Value head, Value q0);
   void storeRows(int tensor, Value headIdx, ArrayRef<Value> acc, int dim,
                  Value factor);
 
-  /// Element offset (i64) of row \p row of (batch, head) in tensor \p t.
-  Value offset(int t, Value bt, Value h, Value row) {
-    return ops.add(ops.add(ops.mul(ops.ext64(bt), st[t][0]),
-                           ops.mul(ops.ext64(h), st[t][1])),
-                   ops.mul(ops.ext64(row), st[t][2]));
-  }
-  /// Byte address of element \p elem of tensor \p t (16-bit elements, or
-  /// \p bytes per element).
-  Value address(int t, Value elem, int64_t bytes = 2) {
-    return ops.gepBytes(ptr[t], ops.mul(elem, ops.ci64(bytes)));
-  }
-  /// Linear row of (batch, head, row) in the fp32 workspaces.
-  Value workRow(Value headsQ, Value h, Value row) {
-    return ops.ext64(
-        ops.add(ops.mul(ops.add(ops.mul(batch, headsQ), h), seqlenQ), row));
-  }
-  /// Two f32 from an i32 of two 16-bit floats (lo first).
-  std::pair<Value, Value> unpack(Value packed);
   Value loadShared(Type ty, Value base, Value byteOff) {
     return LLVM::LoadOp::create(b, ty, ops.gepBytes(base, ops.ext64(byteOff)),
                                 /*alignment=*/4);
@@ -111,163 +100,13 @@ private:
             ops.pack(x[n1 * 4 + 2], x[n1 * 4 + 3])};
   }
 
-  KernelOps ops;
-  ImplicitLocOpBuilder &b;
-  const KernelShape &c;
-  FragmentEmitter &em;
-
-  // Arguments.
-  Value ptr[abi::kBackwardStridedTensors], dqAccum, delta;
-  Value st[abi::kBackwardStridedTensors][3];
-  Value seqlenQ, seqlenK, group, scale, scaleLog2;
+  std::optional<BackwardDataGrads> grads; // once the arguments are bound
   // The main kernel's indices, shared tiles and lane addresses.
-  Value tid, warp, lane, g, t, batch, headKV, headsQ, k0, kvRow[2];
+  Value tid, warp, lane, g, t, headKV, headsQ, k0, kvRow[2];
   Value sQ, sDO, sDS, sLse, sDelta;
   Value aK, aV, bQt, bDOt, bQn, bDOn, aDS, bKn;
   int rowGroups = 0, colGroups = 0, dqCols = 0;
 };
-
-gpu::GPUFuncOp BackwardBuilder::declare(Operation *gpuModule, StringRef suffix,
-                                        int threads, int64_t sharedBytes) {
-  Region &region = gpuModule->getRegion(0);
-  b.setInsertionPointToStart(&region.front());
-  if (!SymbolTable::lookupSymbolIn(gpuModule, kSharedSymbol))
-    LLVM::GlobalOp::create(b, LLVM::LLVMArrayType::get(ops.i8, 0),
-                           /*isConstant=*/false, LLVM::Linkage::External,
-                           kSharedSymbol, Attribute(), /*alignment=*/1024,
-                           /*addrSpace=*/3);
-  SmallVector<Type> args = abiTypes(ops, abi::backwardArgTypes());
-  for (Type ty : em.extraArgumentTypes(b.getContext()))
-    args.push_back(ty);
-  auto fn = gpu::GPUFuncOp::create(b, c.name + suffix.str(),
-                                   b.getFunctionType(args, {}));
-  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({threads, 1, 1}));
-  fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
-              b.getI32IntegerAttr(c.minBlocksPerSM));
-  fn->setAttr("flashjit.shared_bytes", b.getI64IntegerAttr(sharedBytes));
-  b.setInsertionPointToStart(&fn.getBody().front());
-  bindArguments(fn);
-  return fn;
-}
-
-void BackwardBuilder::bindArguments(gpu::GPUFuncOp fn) {
-  ValueRange a = fn.getArguments();
-  for (int i = 0; i < abi::kBackwardStridedTensors; ++i) {
-    ptr[i] = a[i];
-    for (int d = 0; d < 3; ++d)
-      st[i][d] = a[abi::kBwdStrides + 3 * i + d];
-  }
-  dqAccum = a[abi::kBwdDQAccum];
-  delta = a[abi::kBwdDelta];
-  em.setStatus(a[abi::kBwdStatus]);
-  seqlenQ = a[abi::kBwdSeqlenQ];
-  seqlenK = a[abi::kBwdSeqlenK];
-  group = a[abi::kBwdHeadGroup];
-  scale = a[abi::kBwdScale];
-  scaleLog2 = a[abi::kBwdScaleLog2];
-  em.setArguments(a.drop_front(abi::kBackwardFixedArgs));
-}
-
-std::pair<Value, Value> BackwardBuilder::unpack(Value packed) {
-  Type h = ops.bf16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
-  Value v = LLVM::BitcastOp::create(b, VectorType::get({2}, h), packed);
-  auto half = [&](int i) {
-    Value e = LLVM::ExtractElementOp::create(b, v, ops.ci32(i));
-    return arith::ExtFOp::create(b, ops.f32, e).getResult();
-  };
-  return {half(0), half(1)};
-}
-
-void BackwardBuilder::rowKernel(Operation *gpuModule, bool pre) {
-  OpBuilder::InsertionGuard guard(b);
-  gpu::GPUFuncOp fn = declare(
-      gpuModule, pre ? abi::kBackwardPreSuffix : abi::kBackwardPostSuffix,
-      abi::kBackwardRowThreads, 0);
-  Value tidx = NVVM::ThreadIdXOp::create(b, ops.i32);
-  Value w = arith::DivUIOp::create(b, tidx, ops.ci32(32));
-  Value ln = arith::RemUIOp::create(b, tidx, ops.ci32(32));
-  Value row = ops.add(ops.mul(NVVM::BlockIdXOp::create(b, ops.i32),
-                              ops.ci32(abi::kBackwardRowsPerCta)),
-                      w);
-  Value head = NVVM::BlockIdYOp::create(b, ops.i32);
-  batch = NVVM::BlockIdZOp::create(b, ops.i32);
-  Value hq = NVVM::GridDimYOp::create(b, ops.i32);
-  {
-    OpBuilder::InsertionGuard rg(b);
-    ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, row, seqlenQ));
-    Value wrow = workRow(hq, head, row);
-    // Pairs of elements p = lane + 32 i of a row of `dim` elements.
-    auto forPairs = [&](int dim, llvm::function_ref<void(Value)> body) {
-      const int pairs = dim / 2;
-      for (int i = 0; i * 32 < pairs; ++i) {
-        Value p = ops.add(ln, ops.ci32(32 * i));
-        if ((i + 1) * 32 <= pairs)
-          body(p);
-        else
-          ops.ifThen(ops.cmp(arith::CmpIPredicate::slt, p, ops.ci32(pairs)),
-                     [&] { body(p); });
-      }
-    };
-    Value accRow = ops.mul(wrow, ops.ci64(c.headDimQK));
-    auto accAddr = [&](Value p) {
-      return ops.gepBytes(
-          dqAccum, ops.mul(ops.add(accRow, ops.ext64(ops.mul(p, ops.ci32(2)))),
-                           ops.ci64(4)));
-    };
-    if (pre) {
-      Value oRow = offset(TO, batch, head, row);
-      Value doRow = offset(TDO, batch, head, row);
-      // This lane's partial sum, kept in a one-element local variable so
-      // guarded pairs can add to it.
-      Value sum = ops.cf32(0.0f);
-      const int pairs = c.headDimV / 2;
-      for (int i = 0; i * 32 < pairs; ++i) {
-        Value p = ops.add(ln, ops.ci32(32 * i));
-        auto term = [&]() -> Value {
-          Value e = ops.ext64(ops.mul(p, ops.ci32(2)));
-          Value o = LLVM::LoadOp::create(
-              b, ops.i32, address(TO, ops.add(oRow, e)), /*alignment=*/4);
-          Value d = LLVM::LoadOp::create(
-              b, ops.i32, address(TDO, ops.add(doRow, e)), /*alignment=*/4);
-          auto [o0, o1] = unpack(o);
-          auto [d0, d1] = unpack(d);
-          return ops.fadd(sum, ops.fadd(ops.fmul(o0, d0), ops.fmul(o1, d1)));
-        };
-        if ((i + 1) * 32 <= pairs)
-          sum = term();
-        else
-          sum = ops.guarded(
-              ops.cmp(arith::CmpIPredicate::slt, p, ops.ci32(pairs)), ops.f32,
-              sum, term);
-      }
-      for (int off = 16; off >= 1; off /= 2)
-        sum = ops.fadd(sum, ops.shflXor(sum, off));
-      ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, ln, ops.ci32(0)), [&] {
-        LLVM::StoreOp::create(b, sum,
-                              ops.gepBytes(delta, ops.mul(wrow, ops.ci64(4))),
-                              /*alignment=*/4);
-      });
-      forPairs(c.headDimQK, [&](Value p) {
-        LLVM::StoreOp::create(b, ops.ci64(0), accAddr(p), /*alignment=*/8);
-      });
-    } else {
-      Value dqRow = offset(TDQ, batch, head, row);
-      forPairs(c.headDimQK, [&](Value p) {
-        Value a = accAddr(p);
-        Value x0 = LLVM::LoadOp::create(b, ops.f32, a, /*alignment=*/8);
-        Value x1 = LLVM::LoadOp::create(b, ops.f32, ops.gepBytes(a, 4),
-                                        /*alignment=*/4);
-        Value e = ops.ext64(ops.mul(p, ops.ci32(2)));
-        LLVM::StoreOp::create(
-            b, ops.pack(ops.fmul(x0, scale), ops.fmul(x1, scale)),
-            address(TDQ, ops.add(dqRow, e)), /*alignment=*/4);
-      });
-    }
-  }
-  b.setInsertionPointToEnd(&fn.getBody().front());
-  gpu::ReturnOp::create(b);
-}
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -275,6 +114,7 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   const int D = c.headDimQK, Dv = c.headDimV, P = kPad;
   gpu::GPUFuncOp fn = declare(gpuModule, abi::kBackwardMainSuffix, 32 * W,
                               c.KernelConfig::sharedBytes(D, Dv));
+  grads.emplace(ops, em, gradArgs);
   tid = NVVM::ThreadIdXOp::create(b, ops.i32);
   warp = arith::DivUIOp::create(b, tid, ops.ci32(32));
   lane = arith::RemUIOp::create(b, tid, ops.ci32(32));
@@ -308,7 +148,20 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   loadTileAsync(ops, tid, nthreads, sV, tensorBase(TV, headKV), st[TV][2], k0,
                 seqlenK, BM, Dv, /*swizzled=*/false);
   NVVM::CpAsyncCommitGroupOp::create(b);
+  laneAddresses(sK, sV);
 
+  const int nK = D / 8 * 4, nV = Dv / 8 * 4;
+  SmallVector<Value> fin = headLoop(nK, nV);
+  // K and V are waited for by the first tile; with none, here.
+  NVVM::CpAsyncWaitGroupOp::create(b, 0);
+  storeRows(TDK, headKV, ArrayRef<Value>(fin).take_front(nK), D, scale);
+  storeRows(TDV, headKV, ArrayRef<Value>(fin).drop_front(nK), Dv, Value());
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  gpu::ReturnOp::create(b);
+}
+
+void BackwardBuilder::laneAddresses(Value sK, Value sV) {
+  const int P = kPad, D = c.headDimQK, Dv = c.headDimV, BN = c.blockN;
   // Per-lane ldmatrix addresses (MMA-FRAGMENTS.md): A fragments of a
   // row-major [M x K] tile; B fragments of an [N x K] tile (non-transposed)
   // or a [K x N] tile (transposed). dS (A of dQ = dS K) is read from dS^T,
@@ -336,13 +189,16 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   bQn = at(sQ, tRow, tCol, D);
   bDOn = at(sDO, tRow, tCol, Dv);
   rowGroups = BN / 16;
-  colGroups = W / rowGroups;
+  colGroups = c.numWarps / rowGroups;
   dqCols = D / colGroups;
   Value rg = arith::RemUIOp::create(b, warp, ops.ci32(rowGroups));
   Value cg = arith::DivUIOp::create(b, warp, ops.ci32(rowGroups));
   aDS = at(sDS, ntRow, ops.add(ops.mul(rg, ops.ci32(16)), ntCol), BN);
   bKn = at(sK, tRow, ops.add(tCol, ops.mul(cg, ops.ci32(dqCols))), D);
+}
 
+SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
+  const int BM = c.blockM(), BN = c.blockN;
   Value kLast =
       ops.sub(arith::MinSIOp::create(b, ops.add(k0, ops.ci32(BM)), seqlenK),
               ops.ci32(1));
@@ -350,67 +206,62 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
       ops.cmp(arith::CmpIPredicate::sgt, ops.add(k0, ops.ci32(BM)), seqlenK);
   Value numQ = arith::DivUIOp::create(b, ops.add(seqlenQ, ops.ci32(BN - 1)),
                                       ops.ci32(BN));
-  const int nK = D / 8 * 4, nV = Dv / 8 * 4;
   SmallVector<Value> init(nK + nV, ops.cf32(0.0f));
   Value zeroIdx = arith::ConstantIndexOp::create(b, 0);
   Value one = arith::ConstantIndexOp::create(b, 1);
 
   // Query heads of this kv head's group, then query tiles.
   auto heads = scf::ForOp::create(b, zeroIdx, ops.toIndex(group), one, init);
+  OpBuilder::InsertionGuard hg(b);
+  b.setInsertionPointToStart(heads.getBody());
+  Value head =
+      ops.add(ops.mul(headKV, group),
+              arith::IndexCastOp::create(b, ops.i32, heads.getInductionVar()));
+  // dK, dV and the data gradients' running sums (per query head).
+  SmallVector<Value> carried(heads.getRegionIterArgs());
+  if (grads->active())
+    carried.append(grads->initState());
+  auto tiles = scf::ForOp::create(b, zeroIdx, ops.toIndex(numQ), one, carried);
   {
-    OpBuilder::InsertionGuard hg(b);
-    b.setInsertionPointToStart(heads.getBody());
-    Value head = ops.add(
-        ops.mul(headKV, group),
-        arith::IndexCastOp::create(b, ops.i32, heads.getInductionVar()));
-    auto tiles = scf::ForOp::create(b, zeroIdx, ops.toIndex(numQ), one,
-                                    heads.getRegionIterArgs());
-    {
-      OpBuilder::InsertionGuard tg(b);
-      b.setInsertionPointToStart(tiles.getBody());
-      Value q0 = ops.mul(
-          arith::IndexCastOp::create(b, ops.i32, tiles.getInductionVar()),
-          ops.ci32(BN));
-      Value qLast =
-          ops.sub(arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BN)), seqlenQ),
-                  ops.ci32(1));
-      Value mayBeFalse = ops.cb(false), mayBeTrue = ops.cb(true);
-      if (em.hasMask()) {
-        IndexValues lo{batch, head, q0, k0, seqlenQ, seqlenK};
-        IndexValues hi{batch, head, qLast, kLast, seqlenQ, seqlenK};
-        std::tie(mayBeFalse, mayBeTrue) =
-            em.emitClassify(b, b.getLoc(), lo, hi);
-      }
-      Value qPastEnd = ops.cmp(arith::CmpIPredicate::sgt,
-                               ops.add(q0, ops.ci32(BN)), seqlenQ);
-      Value needsMask = ops.lor(mayBeFalse, ops.lor(kPastEnd, qPastEnd));
-      ValueRange state = tiles.getRegionIterArgs();
-      SmallVector<Type> types(init.size(), ops.f32);
-      auto tileIf = scf::IfOp::create(b, types, mayBeTrue, /*withElse=*/true);
-      {
-        OpBuilder::InsertionGuard ig(b);
-        b.setInsertionPointToStart(tileIf.elseBlock()); // empty: skipped
-        scf::YieldOp::create(b, state);
-        b.setInsertionPointToStart(tileIf.thenBlock());
-        scf::YieldOp::create(b, tileStep(state, head, q0, needsMask));
-      }
-      scf::YieldOp::create(b, tileIf.getResults());
+    OpBuilder::InsertionGuard tg(b);
+    b.setInsertionPointToStart(tiles.getBody());
+    Value q0 =
+        ops.mul(arith::IndexCastOp::create(b, ops.i32, tiles.getInductionVar()),
+                ops.ci32(BN));
+    Value qLast =
+        ops.sub(arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BN)), seqlenQ),
+                ops.ci32(1));
+    Value mayBeFalse = ops.cb(false), mayBeTrue = ops.cb(true);
+    if (em.hasMask()) {
+      IndexValues lo{batch, head, q0, k0, seqlenQ, seqlenK};
+      IndexValues hi{batch, head, qLast, kLast, seqlenQ, seqlenK};
+      std::tie(mayBeFalse, mayBeTrue) = em.emitClassify(b, b.getLoc(), lo, hi);
     }
-    scf::YieldOp::create(b, tiles.getResults());
+    Value qPastEnd =
+        ops.cmp(arith::CmpIPredicate::sgt, ops.add(q0, ops.ci32(BN)), seqlenQ);
+    Value needsMask = ops.lor(mayBeFalse, ops.lor(kPastEnd, qPastEnd));
+    ValueRange state = tiles.getRegionIterArgs();
+    auto tileIf = scf::IfOp::create(b, TypeRange(state), mayBeTrue,
+                                    /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard ig(b);
+      b.setInsertionPointToStart(tileIf.elseBlock()); // empty: skipped
+      scf::YieldOp::create(b, state);
+      b.setInsertionPointToStart(tileIf.thenBlock());
+      scf::YieldOp::create(b, tileStep(state, head, q0, needsMask));
+    }
+    scf::YieldOp::create(b, tileIf.getResults());
   }
-  // K and V are waited for by the first tile; with none, here.
-  NVVM::CpAsyncWaitGroupOp::create(b, 0);
-  SmallVector<Value> fin(heads.getResults());
-  storeRows(TDK, headKV, ArrayRef<Value>(fin).take_front(nK), D, scale);
-  storeRows(TDV, headKV, ArrayRef<Value>(fin).drop_front(nK), Dv, Value());
-  b.setInsertionPointToEnd(&fn.getBody().front());
-  gpu::ReturnOp::create(b);
+  SmallVector<Value> res(tiles.getResults());
+  if (grads->active())
+    grads->flush(ArrayRef<Value>(res).drop_front(nK + nV), lane);
+  scf::YieldOp::create(b, ArrayRef<Value>(res).take_front(nK + nV));
+  return SmallVector<Value>(heads.getResults());
 }
 
 SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
                                              Value q0, Value needsMask) {
-  const int BM = c.blockM(), BN = c.blockN, D = c.headDimQK, Dv = c.headDimV,
-            P = kPad;
+  const int BN = c.blockN, D = c.headDimQK, Dv = c.headDimV, P = kPad;
   const int nS = BN / 8, nK = D / 8 * 4;
   const float log2e = 1.4426950408889634f;
   Value zero32 = ops.ci32(0);
@@ -493,8 +344,10 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
       p.push_back(ops.sel(ops.feq(v, minusInf), ops.cf32(0.0f), e));
     }
 
+  const int nV = Dv / 8 * 4;
   SmallVector<Value> dk(state.begin(), state.begin() + nK);
-  SmallVector<Value> dv(state.begin() + nK, state.end());
+  SmallVector<Value> dv(state.begin() + nK, state.begin() + nK + nV);
+  SmallVector<Value> gradState(state.begin() + nK + nV, state.end());
   // dV += P^T dO.
   for (int kk = 0; kk < BN / 16; ++kk)
     mmaRow(
@@ -514,13 +367,16 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
         },
         false, dp, nS);
   }
-  // dS^T = P^T (dP^T - D).
+  // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
   SmallVector<Value> ds;
   for (int jn = 0; jn < nS; ++jn)
     for (int i = 0; i < 4; ++i) {
       int e = jn * 4 + i;
       ds.push_back(ops.fmul(p[e], ops.fsub(dp[e], colDelta[jn * 2 + (i & 1)])));
     }
+  if (grads->active())
+    ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
+                          {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
   // dK += dS^T Q (scaled at the end).
   for (int kk = 0; kk < BN / 16; ++kk)
     mmaRow(
@@ -542,6 +398,17 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
           ops.gepBytes(sDS, ops.ext64(off)), /*alignment=*/4);
     }
   gpu::BarrierOp::create(b);
+  accumulateDQ(head, q0);
+  // Q, dO, dS^T, LSE and D are free for the next tile.
+  gpu::BarrierOp::create(b);
+  SmallVector<Value> out(dk);
+  out.append(dv);
+  out.append(gradState);
+  return out;
+}
+
+void BackwardBuilder::accumulateDQ(Value head, Value q0) {
+  const int BM = c.blockM(), BN = c.blockN, D = c.headDimQK, P = kPad;
   const int nQ = dqCols / 8;
   SmallVector<Value> dq(nQ * 4, ops.cf32(0.0f));
   for (int kk = 0; kk < BM / 16; ++kk) {
@@ -574,11 +441,6 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
         }
     });
   }
-  // Q, dO, dS^T, LSE and D are free for the next tile.
-  gpu::BarrierOp::create(b);
-  SmallVector<Value> out(dk);
-  out.append(dv);
-  return out;
 }
 
 void BackwardBuilder::storeRows(int tensor, Value headIdx, ArrayRef<Value> acc,

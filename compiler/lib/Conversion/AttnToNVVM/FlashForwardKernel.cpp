@@ -119,6 +119,7 @@ private:
   Value qS[3], kS[3], vS[3], oS[3], lS[3];
   Value seqlenQ, seqlenK, group, scale, scaleLog2, cuQ, cuK;
   Value lists[4], rowBatchStride, rowHeadStride, listPitch;
+  Value sinkPtr; // f32 [heads_q], specs with a sink only
   // Indices and bases.
   Value tid, warp, lane, g, t, qTile, head, batch, q0, qStart, kStart;
   Value kBase, vBase, oBase, sK, sV;
@@ -157,7 +158,7 @@ gpu::GPUFuncOp ForwardKernelBuilder::declare(Operation *gpuModule) {
                            kSharedSymbol, Attribute(), /*alignment=*/1024,
                            /*addrSpace=*/3);
   std::vector<abi::ArgType> abiArgs =
-      abi::forwardArgTypes(c.varlen, c.blockSparse, c.tma);
+      abi::forwardArgTypes(c.varlen, c.blockSparse, c.sink, c.tma);
   SmallVector<Type> args = abiTypes(ops, abiArgs);
   for (Type ty : em.extraArgumentTypes(b.getContext()))
     args.push_back(ty);
@@ -223,6 +224,8 @@ void ForwardKernelBuilder::bindArguments(gpu::GPUFuncOp fn) {
     listPitch = a[next + 6];
     next += abi::kBlockSparseListArgs + abi::kBlockSparseScalarArgs;
   }
+  if (c.sink)
+    sinkPtr = a[next++];
   if (c.tma) {
     tmQ = a[next];
     tmK = a[next + 1];
@@ -581,10 +584,19 @@ SmallVector<Value> ForwardKernelBuilder::tileStep(ValueRange state, Value kv0,
 
 void ForwardKernelBuilder::epilogue(ValueRange fin) {
   const int MT = sh.mTiles(), nO = sh.oTiles();
+  // The attention sink of this head, in the log2 units of m.
+  Value sinkLog2;
+  if (c.sink) {
+    Value at = ops.gepBytes(sinkPtr, ops.mul(ops.ext64(head), ops.ci64(4)));
+    sinkLog2 = ops.fmul(LLVM::LoadOp::create(b, ops.f32, at, /*alignment=*/4),
+                        ops.cf32(1.4426950408889634f));
+  }
   for (int rr = 0; rr < 2 * MT; ++rr) {
     int mt = rr / 2, r = rr % 2;
     SoftmaxFinal f = softmaxFinish(ops, fin[nAcc + 2 * MT + rr]);
     Value m = fin[nAcc + rr];
+    if (c.sink)
+      f = foldSink(ops, m, f, sinkLog2);
     Value row = r == 0 ? at.qRow0[mt] : at.qRow1[mt];
     OpBuilder::InsertionGuard rg(b);
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, row, seqlenQ));

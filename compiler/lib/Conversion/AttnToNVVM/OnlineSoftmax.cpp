@@ -66,6 +66,23 @@ SoftmaxFinal softmaxFinish(KernelOps &ops, Value l) {
   return f;
 }
 
+SoftmaxFinal foldSink(KernelOps &ops, Value &m, const SoftmaxFinal &f,
+                      Value sinkLog2) {
+  Value zero = ops.cf32(0.0f), minusInf = ops.cf32(kNegInf);
+  Value mNew = ops.fmax(m, sinkLog2);
+  // Guarded exponents: an empty row (m = -inf) keeps nothing of its own, a
+  // sink of -inf adds nothing; neither computes (-inf) - (-inf).
+  Value keep = ops.sel(f.empty, zero, ops.exp2(ops.fsub(m, mNew)));
+  Value add = ops.sel(ops.feq(sinkLog2, minusInf), zero,
+                      ops.exp2(ops.fsub(sinkLog2, mNew)));
+  SoftmaxFinal g;
+  g.l = ops.fadd(ops.fmul(f.l, keep), add);
+  g.empty = ops.feq(g.l, zero);
+  g.inv = ops.sel(g.empty, zero, arith::DivFOp::create(ops.b, keep, g.l));
+  m = mNew;
+  return g;
+}
+
 Value logSumExp(KernelOps &ops, Value m, const SoftmaxFinal &f) {
   const float ln2 = 0.6931471805599453f;
   Value log2l = math::Log2Op::create(ops.b, f.l);

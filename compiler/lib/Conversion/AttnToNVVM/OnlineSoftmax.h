@@ -42,6 +42,14 @@ struct SoftmaxFinal {
 };
 /// Sums this thread's partial \p l over the row's 4 threads.
 SoftmaxFinal softmaxFinish(KernelOps &ops, mlir::Value l);
+/// Folds an attention sink into a finished row, exactly, as one more logit
+/// with no value: m' = max(m, s), l' = l exp2(m - m') + exp2(s - m'), and
+/// the output factor becomes exp2(m - m') / l' (the accumulator holds sums
+/// relative to m); \p m becomes m'. \p sinkLog2 is the sink in log2 units
+/// (sink * log2 e); -inf adds nothing. A row with no allowed key gets
+/// l' = 1, m' = s: O = 0 and LSE = sink.
+SoftmaxFinal foldSink(KernelOps &ops, mlir::Value &m, const SoftmaxFinal &f,
+                      mlir::Value sinkLog2);
 /// LSE = (m + log2(l)) * ln(2), natural log; -inf for an empty row.
 mlir::Value logSumExp(KernelOps &ops, mlir::Value m, const SoftmaxFinal &f);
 

@@ -60,6 +60,70 @@ public:
     return readsBuffers(op_.getScore());
   }
 
+  bool hasScoreGrad() const override {
+    if (!op_.hasScoreGrad())
+      return false;
+    Block &body = op_.getScoreGrad().front();
+    auto y = cast<attn::YieldOp>(body.getTerminator());
+    return !(body.getOperations().size() == 1 &&
+             y.getValue() == body.getArgument(0));
+  }
+
+  SmallVector<DataGradSite> dataGradSites() const override {
+    SmallVector<DataGradSite> out;
+    if (!op_.hasScoreGrad())
+      return out;
+    Block &body = op_.getScoreGrad().front();
+    // Which of (scores, q_idx, kv_idx) each value depends on: bits 1, 2, 4.
+    DenseMap<Value, unsigned> dep;
+    dep[body.getArgument(0)] = dep[body.getArgument(1)] = 1;
+    dep[body.getArgument(4)] = 2;
+    dep[body.getArgument(5)] = 4;
+    for (Operation &o : body.without_terminator()) {
+      unsigned d = 0;
+      o.walk([&](Operation *n) {
+        for (Value x : n->getOperands())
+          d |= dep.lookup(x);
+      });
+      for (Value r : o.getResults())
+        dep[r] = d;
+      if (auto g = dyn_cast<attn::BufferGradOp>(o)) {
+        unsigned i = dep.lookup(g.getIndex());
+        out.push_back({false, unsigned(bufferIndex(g.getName())), (i & 3) != 0,
+                       (i & 5) != 0});
+      } else if (auto g = dyn_cast<attn::ParamGradOp>(o)) {
+        out.push_back({true, unsigned(paramIndex(g.getName())), false, false});
+      }
+    }
+    return out;
+  }
+
+  Value emitScoreGrad(OpBuilder &ob, Location loc, const IndexValues &idx,
+                      Value dScore, Value score,
+                      SmallVectorImpl<DataGradValue> &grads) override {
+    Block &body = op_.getScoreGrad().front();
+    IRMapping map;
+    map.map(body.getArgument(0), dScore);
+    map.map(body.getArgument(1), score);
+    mapIndices(map, body, 2, idx);
+    // The gradient ops are reported, not cloned; the rest as cloneBody.
+    Value out = cloneBody(ob, loc, body, map, [&](Operation &o) {
+      if (auto g = dyn_cast<attn::BufferGradOp>(o)) {
+        grads.push_back({map.lookup(g.getIndex()), map.lookup(g.getValue())});
+        return false;
+      }
+      if (auto g = dyn_cast<attn::ParamGradOp>(o)) {
+        grads.push_back({Value(), map.lookup(g.getValue())});
+        return false;
+      }
+      return true;
+    });
+    return out;
+  }
+
+  unsigned numParams() const override { return params_.size(); }
+  unsigned numBuffers() const override { return buffers_.size(); }
+
   SmallVector<Type> extraArgumentTypes(MLIRContext *ctx) const override {
     SmallVector<Type> out;
     for (auto &p : params_)
@@ -282,6 +346,14 @@ private:
       if (params_[i].first == name)
         return args_[i];
     llvm_unreachable("attn.param not declared in the attention's params");
+  }
+
+  size_t paramIndex(StringRef name) const {
+    size_t i = 0;
+    while (i < params_.size() && params_[i].first != name)
+      ++i;
+    assert(i < params_.size() && "parameter not declared");
+    return i;
   }
 
   size_t bufferIndex(StringRef name) const {

@@ -117,4 +117,29 @@ SmallVector<Value> variantScoresKeyRows(KernelOps &ops, FragmentEmitter &em,
   return out;
 }
 
+SmallVector<Value> variantScoresPacked(KernelOps &ops, FragmentEmitter &em,
+                                       ArrayRef<Value> s,
+                                       const PackedRowCoords &at, int mTiles,
+                                       int sTiles, Value scale,
+                                       Value scaleLog2, bool masked) {
+  Value zero = ops.cf32(0.0f);
+  Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
+  SmallVector<Value> kvCols;
+  for (int jn = 0; jn < sTiles; ++jn)
+    for (int cc = 0; cc < 2; ++cc)
+      kvCols.push_back(ops.add(at.kvLane, ops.ci32(jn * 8 + cc)));
+  SmallVector<Value> out;
+  for (int mt = 0; mt < mTiles; ++mt)
+    for (int jn = 0; jn < sTiles; ++jn)
+      for (int i = 0; i < 4; ++i) {
+        Value qi = i < 2 ? at.qRow0[mt] : at.qRow1[mt];
+        Value hi = i < 2 ? at.head0[mt] : at.head1[mt];
+        IndexValues idx{at.batch, hi, qi, kvCols[jn * 2 + (i & 1)],
+                        at.seqlenQ, at.seqlenK};
+        out.push_back(elementScore(ops, em, idx, s[(mt * sTiles + jn) * 4 + i],
+                                   scale, scaleLog2, masked, zero, minusInf));
+      }
+  return out;
+}
+
 } // namespace flashjit::nvvm

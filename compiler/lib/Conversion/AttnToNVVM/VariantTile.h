@@ -59,6 +59,26 @@ variantScoresKeyRows(KernelOps &ops, FragmentEmitter &em,
                      int sTiles, mlir::Value scale, mlir::Value scaleLog2,
                      bool masked);
 
+/// Where a thread's fragments sit when a CTA's rows are several query
+/// heads packed together (decode: the GQA group's heads times q_len): per
+/// m16 tile, the head and query index of the thread's rows g and g + 8
+/// (padding rows: a valid head and q_idx = seqlen_q, so they are out of
+/// range).
+struct PackedRowCoords {
+  mlir::Value batch, seqlenQ, seqlenK;
+  llvm::SmallVector<mlir::Value, 4> head0, head1, qRow0, qRow1;
+  /// Key index of the thread's first column: kv0 + 2 t.
+  mlir::Value kvLane;
+};
+
+/// variantScores for packed rows: each element gets the head of its own
+/// row, through the same per-element code (the mask is not factored).
+llvm::SmallVector<mlir::Value>
+variantScoresPacked(KernelOps &ops, FragmentEmitter &em,
+                    llvm::ArrayRef<mlir::Value> s, const PackedRowCoords &at,
+                    int mTiles, int sTiles, mlir::Value scale,
+                    mlir::Value scaleLog2, bool masked);
+
 } // namespace flashjit::nvvm
 
 #endif // FLASHJIT_CONVERSION_ATTNTONVVM_VARIANTTILE_H

@@ -17,6 +17,7 @@
 namespace flashjit {
 
 class Variant;
+struct AttentionSpec;
 
 /// A typed scalar value (i32, i64 or f32).
 struct Scalar {
@@ -69,12 +70,32 @@ struct Arguments { // are referenced: keep them alive, unchanged, while read)
     return *this;
   }
 
+  /// The attention sink of a spec with AttentionSpec::sink: fp32
+  /// [heads_q], one logit per query head (host memory for the CPU backend
+  /// and the reference, device memory for the GPU). Unset (null data, size
+  /// 0) otherwise.
+  BufferRef sink;
+  /// Binds the sink: \p size fp32 logits, one per query head (chainable).
+  Arguments &bindSink(const float *data, int64_t size) {
+    sink = {data, ScalarType::Float32, size};
+    return *this;
+  }
+
   /// Checks these arguments against what \p variant reads: throws UserError
   /// for a missing, unknown or wrongly typed parameter or buffer, a name
   /// given both as a parameter and as a buffer, a buffer given a scalar (or
   /// a parameter a buffer), an i32 value outside the i32 range, a negative
   /// size, or a null buffer of non-zero size.
   void validateFor(const Variant &variant) const;
+
+  /// Checks the sink against \p spec: a spec with a sink needs one of
+  /// exactly heads_q fp32 elements with non-null data; a spec without one
+  /// must not be given one. With \p hostValues (the sink is host memory:
+  /// CPU backend, reference) also its values: each must be finite or -inf
+  /// (no sink for that head); NaN and +inf are rejected (+inf would take
+  /// every row's whole probability mass and give LSE = +inf). Throws
+  /// UserError naming the field and value (`sink[2] = nan`).
+  void validateSinkFor(const AttentionSpec &spec, bool hostValues) const;
 };
 
 } // namespace flashjit

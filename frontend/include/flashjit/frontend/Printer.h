@@ -24,7 +24,9 @@ std::string printExpr(const Expr &e);
 /// Canonical text of a spec: `attention(name=..., mask=..., score=...,
 /// head_dim_qk=128, head_dim_v=128, dtype_q=bf16, dtype_k=bf16,
 /// dtype_v=bf16, dtype_o=bf16, heads_q=1, heads_kv=1, causal=none,
-/// scale=default, lse=true)`, every field in this order.
+/// scale=default, lse=true)`, every field in this order, then `, sink=true`
+/// for a spec with an attention sink (omitted otherwise, so specs without
+/// one keep their text and cache keys).
 std::string printSpec(const AttentionSpec &spec);
 
 /// Shortest decimal text that reads back as exactly \p value, always with a

@@ -16,6 +16,7 @@
 //   dQ_i  += scale * dS_ij k_j            dK_j += scale * dS_ij q_i
 //   dBuffer[idx] += dS'_ij * d s'/d buffer[idx]   (each f32 buffer read)
 //   dParam       += dS'_ij * d s'/d param         (each parameter asked for)
+//   dSink[h]     -= exp(sink[h] - LSE_i) * D_i    (specs with a sink)
 //
 // with d s'/d ... the symbolic derivatives of Derivative.h. Under GQA, dK
 // and dV of a key/value head sum over the query heads that read it. Masked
@@ -48,6 +49,9 @@ struct ReferenceDataGradients {
   std::map<std::string, std::vector<double>> dBuffers;
   /// dParam for every parameter asked for, by name.
   std::map<std::string, double> dParams;
+  /// d sink [heads_q] of a spec with an attention sink (empty otherwise):
+  /// -sum over batch and rows of exp(sink[h] - LSE_i) * D_i.
+  std::vector<double> dSink;
 };
 
 /// Reference gradients of a dense (or block-sparse) call, contiguous, in

@@ -13,6 +13,10 @@
 //   allowed(q_idx, kv_idx) = mask(batch, head, q_idx, kv_idx) [&& causal]
 //   O   = sum_allowed softmax(s') v ;  LSE = log sum_allowed exp(s')
 // A query row with no allowed key gives O = 0 and LSE = -inf.
+// With an attention sink (AttentionSpec::sink), the softmax denominator
+// gains exp(sink[head]), a logit with no value:
+//   LSE = log(exp(sink[head]) + sum_allowed exp(s')), p = exp(s' - LSE),
+// and a row with no allowed key gives O = 0 and LSE = sink[head].
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_FRONTEND_VARIANT_H
@@ -139,6 +143,12 @@ struct AttentionSpec {
   std::optional<float> scale;
   /// Whether the kernel writes LSE.
   bool returnLse = true;
+  /// Whether the softmax has a learnable attention sink: a per-query-head
+  /// fp32 logit sink[heads_q] (given per call, Arguments::sink) that joins
+  /// the softmax denominator with no value (gpt-oss, FlashAttention-4's
+  /// learnable_sink): LSE = log(exp(sink[h]) + sum_allowed exp(s')). A sink
+  /// of -inf is no sink for that head.
+  bool sink = false;
 
   /// The scale actually applied: *scale or 1/sqrt(headDimQK).
   float effectiveScale() const;

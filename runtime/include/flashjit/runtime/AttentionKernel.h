@@ -13,6 +13,7 @@
 #include "flashjit/frontend/BlockMask.h"
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/Variant.h"
+#include "flashjit/runtime/DataGradients.h"
 #include "flashjit/runtime/Memory.h"
 #include "flashjit/runtime/Module.h"
 
@@ -267,16 +268,23 @@ public:
   /// is 1; q, k, v and dO rows start on 16-byte boundaries (data 16-byte
   /// aligned, other strides multiples of 8 elements); o, dq, dk and dv are
   /// 4-byte aligned with even strides; lse is 4-byte aligned. Buffers in
-  /// \p args must be device memory. Asynchronous on \p stream (a variant
-  /// reading buffers synchronises it to check for out-of-range reads); uses
-  /// fp32 workspaces owned by this object, so calls on one object must not
-  /// run concurrently on different streams. Throws UserError naming the bad
-  /// field (shapes, dtypes, alignment, batch or heads above 65535),
-  /// DriverError if a launch fails.
-  void run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
-           const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
-           const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
-           const Arguments &args = {}, CUstream stream = nullptr) const;
+  /// \p args must be device memory. Returns the gradients of every f32
+  /// buffer and f32 parameter of the variant (CpuBackwardKernel::run's;
+  /// zero where the score modifier does not read them), accumulated with
+  /// fp32 atomics (their summation order, and so their last bits, vary
+  /// between runs). Asynchronous on \p stream, except that a variant with
+  /// buffers or parameters synchronises it (out-of-range reads are checked,
+  /// the gradients copied to the host); uses fp32 workspaces owned by this
+  /// object, so calls on one object must not run concurrently on different
+  /// streams. Throws UserError naming the bad field (shapes, dtypes,
+  /// alignment, batch or heads above 65535) or the buffer read or written
+  /// out of range, DriverError if a launch fails.
+  DataGradients run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+                    const TensorRef &o, const TensorRef &lse,
+                    const TensorRef &dO, const TensorRef &dq,
+                    const TensorRef &dk, const TensorRef &dv,
+                    const Arguments &args = {},
+                    CUstream stream = nullptr) const;
 
   const AttentionSpec &spec() const { return spec_; }
   const GpuKernelInfo &info() const { return info_; }
@@ -289,7 +297,8 @@ private:
   Device *device_;
   Module module_;
   Function pre_, main_, post_;
-  mutable DeviceBuffer status_, accum_, delta_;
+  // Out-of-range flags, dQ accumulator, D, buffer/parameter gradients.
+  mutable DeviceBuffer status_, accum_, delta_, grads_;
   mutable std::mutex mutex_;
 };
 

@@ -155,8 +155,9 @@ private:
 /// the compiler's compileCpuArtifacts): parses its spec text, dlopens
 /// kernel.so from memory and looks up the packed entry `<entry>_packed`. No
 /// compiler, no code generation. Throws UserError if the artifacts are not
-/// for "cpu", lack kernel.so, were compiled for CPU features this host
-/// lacks (naming them), the shared object cannot be loaded or lacks the
+/// for "cpu" or not of KernelKind::Forward (a backward entry:
+/// loadCpuBackwardKernel), lack kernel.so, were compiled for CPU features this
+/// host lacks (naming them), the shared object cannot be loaded or lacks the
 /// entry (with dlerror's text), or the configuration it declares
 /// (`<entry>_config`, abi::cpuConfigWords) is not artifacts.config.
 std::shared_ptr<const CpuAttentionKernel>

@@ -28,6 +28,7 @@
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/Variant.h"
 #include "flashjit/runtime/CpuAttentionKernel.h"
+#include "flashjit/runtime/DataGradients.h"
 
 #include <map>
 #include <memory>
@@ -36,16 +37,6 @@
 #include <vector>
 
 namespace flashjit {
-
-/// Gradients of the f32 buffers and f32 parameters the score modifier
-/// reads (fp32).
-struct DataGradients {
-  /// dBuffer for every f32 buffer the score modifier reads, by name: as
-  /// many elements as the bound buffer, zero where nothing reads it.
-  std::map<std::string, std::vector<float>> dBuffers;
-  /// dParam for every f32 parameter the score modifier reads, by name.
-  std::map<std::string, float> dParams;
-};
 
 namespace runtime {
 
@@ -112,9 +103,13 @@ private:
 };
 
 /// Loads the CPU backward kernel of \p artifacts (made by the compiler's
-/// compileCpuBackwardArtifacts): like loadCpuKernel, looking up
-/// `<entry>_packed` and `<entry>_dq_packed`. Throws UserError like
-/// loadCpuKernel.
+/// compileCpuBackwardArtifacts: a cache entry or a bundle item): like
+/// loadCpuKernel, looking up the packed entries `<entry>_packed` (dK/dV) and
+/// `<entry>_dq_packed` (abi::bwd::kDqSuffix). No compiler. Throws UserError
+/// like loadCpuKernel (not "cpu", no kernel.so, missing CPU features, a
+/// missing entry, `<entry>_config` not artifacts.config), and when
+/// artifacts.config.kind is not KernelKind::Backward or the spec text does
+/// not return LSE (not a backwardSpec).
 std::shared_ptr<const CpuBackwardKernel>
 loadCpuBackwardKernel(const KernelArtifacts &artifacts);
 

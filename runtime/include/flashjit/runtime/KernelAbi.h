@@ -16,6 +16,8 @@
 //   block-sparse only: kv_num_blocks, kv_indices,
 //     full_kv_num_blocks, full_kv_indices               pointers (i32)
 //     row_batch_stride, row_head_stride, num_kv_tiles   i64
+//   sink only: sink                                     pointer (f32
+//                                                       [heads_q])
 //   item_begin, item_end                                i64
 //
 // Strides are in elements. One work item is one (batch, head, q tile):
@@ -79,6 +81,8 @@ constexpr int kTrailingScalars = 3 + 4 * 4 + 3 + 2;
 constexpr int kVarlenArgs = 2;
 /// Extra arguments of block-sparse kernels: 4 list pointers, 3 scalars.
 constexpr int kBlockSparseArgs = 4 + 3;
+/// Extra arguments of kernels with an attention sink: the sink pointer.
+constexpr int kSinkArgs = 1;
 /// Builder arguments besides buffers, parameters and the varlen pointers:
 /// status, 2 seqlens, 4 list pointers, 4 extents, 2 row bounds.
 constexpr int kBuilderFixedArgs = 1 + 2 + 4 + 4 + 2;
@@ -166,8 +170,10 @@ namespace flashjit {
 /// Which kernels of a variant a configuration builds: the forward kernel,
 /// or the backward kernels (GPU: the three of abi::gpu::BackwardArg,
 /// FlashAttention-2's Algorithm 2: preprocess, main, dQ conversion; CPU: the
-/// dK/dV and dQ kernels of CpuBackwardKernel.h). Decode joins them.
-enum class KernelKind { Forward, Backward };
+/// dK/dV and dQ kernels of CpuBackwardKernel.h), or the split-KV decode
+/// kernels over a paged KV cache (GPU: abi::gpu::DecodeArg and
+/// abi::gpu::MergeArg, run by runtime::GpuDecodeKernel).
+enum class KernelKind { Forward, Backward, Decode };
 
 /// "forward" or "backward" (the name cache keys, manifests and bundles
 /// use).
@@ -177,13 +183,16 @@ inline const char *toString(KernelKind kind) {
     return "forward";
   case KernelKind::Backward:
     return "backward";
+  case KernelKind::Decode:
+    return "decode";
   }
   return "?";
 }
 
 /// The kind named \p name by toString(KernelKind), or false.
 inline bool parseKernelKind(std::string_view name, KernelKind &kind) {
-  for (KernelKind k : {KernelKind::Forward, KernelKind::Backward})
+  for (KernelKind k :
+       {KernelKind::Forward, KernelKind::Backward, KernelKind::Decode})
     if (name == toString(k)) {
       kind = k;
       return true;
@@ -370,6 +379,11 @@ enum ForwardArg : int {
   kForwardFixedArgs = 26,
 };
 
+/// Forward kernels of a spec with an attention sink (AttentionSpec::sink),
+/// after the varlen and block-sparse arguments (if any): one pointer to the
+/// f32 sink [heads_q]. Then the variant's arguments.
+inline constexpr int kSinkArgs = 1;
+
 /// Block-sparse forward kernels, after the varlen arguments (if any):
 /// kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices (pointers
 /// to the BlockMask's i32 lists, frontend/BlockMask.h), then
@@ -378,10 +392,11 @@ enum ForwardArg : int {
 inline constexpr int kBlockSparseListArgs = 4;
 inline constexpr int kBlockSparseScalarArgs = 3;
 
-/// The forward kernel's fixed argument types, in order.
-/// \p tma appends the kTensorMapArgs tensor maps (tma kernels are neither
-/// varlen nor block-sparse).
+/// The forward kernel's fixed argument types, in order (\p sink: the spec
+/// has an attention sink; \p tma appends the kTensorMapArgs tensor maps: tma
+/// kernels are neither varlen nor block-sparse).
 inline std::vector<ArgType> forwardArgTypes(bool varlen, bool blockSparse,
+                                            bool sink = false,
                                             bool tma = false) {
   std::vector<ArgType> t(kQStrides, ArgType::Ptr);
   t.insert(t.end(), kSeqlenQ - kQStrides, ArgType::I64);
@@ -393,6 +408,8 @@ inline std::vector<ArgType> forwardArgTypes(bool varlen, bool blockSparse,
     t.insert(t.end(), kBlockSparseListArgs, ArgType::Ptr);
     t.insert(t.end(), kBlockSparseScalarArgs, ArgType::I32);
   }
+  if (sink)
+    t.insert(t.end(), kSinkArgs, ArgType::Ptr);
   if (tma)
     t.insert(t.end(), kTensorMapArgs, ArgType::TensorMap);
   return t;
@@ -442,6 +459,15 @@ inline constexpr int kBlockMaskThreads = 256;
 /// Strides are in elements, three per tensor (batch, head, seq); the
 /// head_dim stride is 1. dQaccum [batch, heads_q, seqlen_q, head_dim_qk]
 /// and D [batch, heads_q, seqlen_q] are contiguous fp32 workspaces.
+/// After the fixed arguments come the variant's (parameters, then (pointer,
+/// i64 size) per buffer, as the forward's), then the gradient arrays of
+/// the score modifier's derivative: one f32 pointer per buffer (sorted by
+/// name; as many elements as the buffer, null for buffers that are not
+/// f32), then, when the variant has parameters, one f32 pointer with one
+/// element per parameter (sorted by name). `_bwd` adds dBuffer[idx] and
+/// dParam into them with fp32 atomics (they must be zero before the run);
+/// a gradient index outside its buffer adds nothing and sets the buffer's
+/// status flag.
 enum BackwardArg : int {
   kBwdQ = 0,          ///< Q [batch, heads_q, seqlen_q, head_dim_qk]
   kBwdK = 1,          ///< K [batch, heads_kv, seqlen_k, head_dim_qk]
@@ -481,6 +507,87 @@ inline std::vector<ArgType> backwardArgTypes() {
   t.insert(t.end(), kBackwardFixedArgs - kBwdScale, ArgType::F32);
   return t;
 }
+
+/// The split-KV decode kernels of a variant `<name>` (KernelKind::Decode),
+/// run in this order on one stream:
+///   `<name>_decode`        one CTA per (split s and row tile, kv head,
+///                          batch): grid (num_splits * num_row_tiles,
+///                          heads_kv, batch), block 32 * num_warps, the
+///                          config's shared memory. The CTA's query rows are
+///                          the group's query heads times q_len packed
+///                          (row r: head hk * group + r / q_len, query
+///                          r % q_len; block_m rows per row tile), its keys
+///                          the tiles [s * T, min((s + 1) * T, n) ) of the
+///                          sequence's n = ceil(seq_len / block_n) key tiles,
+///                          T = ceil(n / num_splits), read through the page
+///                          table. It writes fp32 partial O and LSE;
+///   `<name>_decode_merge`  one CTA of kMergeThreads per (query, head_q,
+///                          batch): grid (q_len, heads_q, batch); merges the
+///                          num_splits partial states into O (the inputs'
+///                          dtype) and LSE.
+/// Partial O [num_splits, batch, heads_q, q_len, head_dim_v] and LSE
+/// [num_splits, batch, heads_q, q_len] are contiguous fp32 workspaces; an
+/// empty split writes O = 0, LSE = -inf and merges as nothing.
+enum DecodeArg : int {
+  kDecQ = 0,          ///< Q [batch, heads_q, q_len, head_dim_qk]
+  kDecKCache = 1,     ///< K cache [pages, heads_kv, page_size, head_dim_qk]
+  kDecVCache = 2,     ///< V cache [pages, heads_kv, page_size, head_dim_v]
+  kDecOPart = 3,      ///< partial O (f32)
+  kDecLsePart = 4,    ///< partial LSE (f32)
+  kDecStatus = 5,     ///< i32 per buffer, set to 1 by an out-of-range read
+  kDecPages = 6,      ///< i32 page ids
+  kDecPageStart = 7,  ///< i32 [batch]: sequence b's first entry in pages
+  kDecSeqLens = 8,    ///< i32 [batch]: tokens of sequence b
+  kDecQStrides = 9,   ///< 3 x i64: batch, head, query
+  kDecKStrides = 12,  ///< 3 x i64: page, head, slot
+  kDecVStrides = 15,  ///< 3 x i64: page, head, slot
+  kDecQLen = 18,      ///< i32: query tokens per sequence
+  kDecGroup = 19,     ///< i32: heads_q / heads_kv
+  kDecPageShift = 20, ///< i32: log2(page_size)
+  kDecNumSplits = 21, ///< i32
+  kDecRowTiles = 22,  ///< i32: ceil(group * q_len / block_m)
+  kDecBatch = 23,     ///< i32
+  kDecHeadsQ = 24,    ///< i32
+  kDecScale = 25,     ///< f32: the softmax scale
+  kDecScaleLog2 = 26, ///< f32: scale * log2(e)
+  kDecodeFixedArgs = 27,
+};
+
+/// The decode kernel's fixed argument types, in order (the variant's
+/// parameters and buffers follow, as for the forward).
+inline std::vector<ArgType> decodeArgTypes() {
+  std::vector<ArgType> t(kDecQStrides, ArgType::Ptr);
+  t.insert(t.end(), kDecQLen - kDecQStrides, ArgType::I64);
+  t.insert(t.end(), kDecScale - kDecQLen, ArgType::I32);
+  t.insert(t.end(), kDecodeFixedArgs - kDecScale, ArgType::F32);
+  return t;
+}
+
+/// The merge kernel's arguments (no variant arguments).
+enum MergeArg : int {
+  kMrgOPart = 0,     ///< partial O (f32), as above
+  kMrgLsePart = 1,   ///< partial LSE (f32)
+  kMrgO = 2,         ///< O [batch, heads_q, q_len, head_dim_v]
+  kMrgLse = 3,       ///< LSE [batch, heads_q, q_len] f32 (may be null)
+  kMrgOStrides = 4,  ///< 3 x i64
+  kMrgLseStrides = 7, ///< 3 x i64
+  kMrgNumSplits = 10, ///< i32
+  kMergeFixedArgs = 11,
+};
+
+/// The merge kernel's argument types, in order.
+inline std::vector<ArgType> mergeArgTypes() {
+  std::vector<ArgType> t(kMrgOStrides, ArgType::Ptr);
+  t.insert(t.end(), kMrgNumSplits - kMrgOStrides, ArgType::I64);
+  t.insert(t.end(), kMergeFixedArgs - kMrgNumSplits, ArgType::I32);
+  return t;
+}
+
+/// Threads per CTA of the merge kernel (two head_dim_v columns each).
+inline constexpr int kMergeThreads = 128;
+/// The suffixes of the decode kernels.
+inline constexpr const char *kDecodeSuffix = "_decode";
+inline constexpr const char *kDecodeMergeSuffix = "_decode_merge";
 
 } // namespace gpu
 

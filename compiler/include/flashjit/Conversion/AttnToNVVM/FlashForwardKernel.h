@@ -34,6 +34,10 @@ struct KernelShape : flashjit::KernelConfig {
   /// bf16 operands, else fp16 (Q, K, V and O share the dtype).
   bool bf16 = true;
   bool returnLse = true;
+  /// The spec has an attention sink (attn.attention's `sink`): one more
+  /// kernel argument (abi::gpu::kSinkArgs), folded into each row's
+  /// statistics in the epilogue.
+  bool sink = false;
   /// Dynamic shared memory the forward kernel needs, in bytes (Q, two K/V
   /// stages).
   int sharedBytes() const {
@@ -42,9 +46,9 @@ struct KernelShape : flashjit::KernelConfig {
 };
 
 /// Adds `gpu.func @<config.name>` to \p gpuModule. Arguments:
-/// abi::gpu::forwardArgTypes(config.varlen, config.blockSparse)
+/// abi::gpu::forwardArgTypes(config.varlen, config.blockSparse, config.sink)
 /// (runtime/KernelAbi.h: tensors, strides, seqlens, scale, cu_seqlens,
-/// block-mask lists), then emitter.extraArgumentTypes(): the variant's
+/// block-mask lists, sink), then emitter.extraArgumentTypes(): the variant's
 /// parameters sorted by name (their scalar types), then each buffer sorted
 /// by name as (!llvm.ptr<1>, i64 element count).
 /// The head_dim stride of every tensor is 1. Grid: (ceil(seqlen_q /

@@ -23,6 +23,25 @@ struct IndexValues {
   mlir::Value batch, head, qIdx, kvIdx, seqlenQ, seqlenK;
 };
 
+/// One attn.buffer_grad or attn.param_grad of the backward's score_grad
+/// region (the gradient of an f32 buffer element or parameter).
+struct DataGradSite {
+  /// A parameter's gradient (no index), else a buffer element's.
+  bool param = false;
+  /// Position of the parameter / buffer among the op's parameters /
+  /// buffers sorted by name.
+  unsigned slot = 0;
+  /// Whether the buffer index depends on q_idx, on kv_idx, or on the
+  /// scores (then it is treated as depending on both indices).
+  bool indexUsesQ = false, indexUsesKV = false;
+};
+
+/// The value of one DataGradSite at one element: its buffer index (the
+/// region's integer type; null for a parameter) and the amount to add (f32).
+struct DataGradValue {
+  mlir::Value index, value;
+};
+
 /// Emits the variant's code inside the kernel.
 class FragmentEmitter {
 public:
@@ -67,6 +86,25 @@ public:
   virtual std::pair<mlir::Value, mlir::Value>
   emitClassify(mlir::OpBuilder &b, mlir::Location loc, const IndexValues &lo,
                const IndexValues &hi, bool bufferRanges = false) = 0;
+  /// True if the op carries a score_grad region that is not the identity
+  /// (dS = dS'): the backward then evaluates it per element.
+  virtual bool hasScoreGrad() const { return false; }
+  /// The buffer and parameter gradients of the score_grad region, in the
+  /// region's order (each at the region's top level).
+  virtual llvm::SmallVector<DataGradSite> dataGradSites() const { return {}; }
+  /// dS (f32) of one element: the score_grad region on \p dScore (dS', the
+  /// gradient of the modified score) and \p score (scale * q.k); appends
+  /// one DataGradValue per dataGradSites() entry to \p grads instead of
+  /// accumulating anything. Only called when hasScoreGrad().
+  virtual mlir::Value
+  emitScoreGrad(mlir::OpBuilder &b, mlir::Location loc, const IndexValues &idx,
+                mlir::Value dScore, mlir::Value score,
+                llvm::SmallVectorImpl<DataGradValue> &grads) {
+    return dScore;
+  }
+  /// How many parameters and buffers extraArgumentTypes() covers.
+  virtual unsigned numParams() const { return 0; }
+  virtual unsigned numBuffers() const { return 0; }
   /// Types of the kernel arguments that follow the fixed ones (parameters
   /// and buffers).
   virtual llvm::SmallVector<mlir::Type>

@@ -19,7 +19,11 @@
 // there is one), mask (only on partial tiles; bounds always), m' = max(m,
 // rowmax S), P = exp2(S - m'), alpha = exp2(m - m'), l = alpha l + rowsum P,
 // acc = alpha acc + P V, m = m'. Then O = acc / l and LSE = (m + log2 l) ln 2,
-// with O = 0 and LSE = -inf on rows with l = 0.
+// with O = 0 and LSE = -inf on rows with l = 0. With a sink (the op's
+// `sink` attribute) the state starts from the sink's logit instead:
+// m = sink[h] log2 e, l = 1 (l = 0 when sink[h] = -inf, no sink), so the
+// final LSE includes exp(sink[h]) and a row with no allowed key ends with
+// O = 0, LSE = sink[h].
 //
 // varlen: items cover the longest sequence; item (b, h, q tile) reads
 // cu_seqlens_q/k[b], [b + 1] for its sequence's first tokens and lengths,
@@ -30,6 +34,7 @@
 // classification, no mask code).
 //
 //===----------------------------------------------------------------------===//
+#include "TileScores.h"
 #include "flashjit/Dialect/Attn/Transforms/KernelRegions.h"
 #include "flashjit/Dialect/Attn/Transforms/Passes.h"
 #include "flashjit/Dialect/Attn/Transforms/TileClassifier.h"
@@ -48,8 +53,6 @@ using namespace mlir;
 using namespace flashjit::attn;
 
 namespace {
-
-constexpr double kLog2e = 1.4426950408889634;
 
 /// Builds the kernel function for one attn.attention op.
 class KernelEmitter : I64Emitter {
@@ -80,6 +83,8 @@ public:
       args.append(4, ptr);
       args.append(3, i64);
     }
+    if (op.getSink())
+      args.push_back(ptr);
     args.append(2, i64);
 
     b.setInsertionPoint(op);
@@ -110,6 +115,9 @@ public:
       bmCap = arg(next + 6);
       next += 7;
     }
+    Value sinkPtr;
+    if (op.getSink())
+      sinkPtr = arg(next++);
     Value begin = arg(next), end = arg(next + 1);
 
     int64_t dqk = op.getHeadDimQk(), dv = op.getHeadDimV();
@@ -156,8 +164,7 @@ public:
     LoadTileOp::create(b, arg(0), qOff, qRows, qs[2], qs[3], qT,
                        op.getDtypeQAttr());
     FillOp::create(b, zeroF, acc);
-    FillOp::create(b, ninf, m);
-    FillOp::create(b, zeroF, l);
+    initSoftmaxState(sinkPtr, ninf, zeroF);
 
     if (blockSparse) {
       // Only the listed tiles: partial ones (still classified, so index
@@ -194,6 +201,29 @@ public:
     b.setInsertionPointToEnd(entry);
     func::ReturnOp::create(b);
     return fn;
+  }
+
+  /// The online softmax's starting row state in m and l: empty (m = -inf,
+  /// l = 0), or with an attention sink the sink as the first "key": m =
+  /// sink log2 e, l = exp2(0) = 1 (the empty state for a sink of -inf).
+  void initSoftmaxState(Value sinkPtr, Value ninf, Value zeroF) {
+    if (sinkPtr) {
+      // The sink is the first "key": m = sink log2 e, l = exp2(0) = 1, or
+      // the empty state (m = -inf, l = 0) for a sink of -inf.
+      Type ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+      Value at = LLVM::GEPOp::create(b, ptrTy, f32, sinkPtr, ValueRange{h});
+      Value sink = LLVM::LoadOp::create(b, f32, at);
+      Value none =
+          arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, sink, ninf);
+      Value oneF = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
+      Value log2e = arith::ConstantOp::create(
+          b, b.getF32FloatAttr(static_cast<float>(kLog2e)));
+      FillOp::create(b, arith::MulFOp::create(b, sink, log2e), m);
+      FillOp::create(b, arith::SelectOp::create(b, none, zeroF, oneF), l);
+    } else {
+      FillOp::create(b, ninf, m);
+      FillOp::create(b, zeroF, l);
+    }
   }
 
 private:
@@ -235,7 +265,8 @@ private:
 
   /// One K/V tile of the current work item: classify (unless the block
   /// mask says it is full), skip if empty, else S = Q K^T, mask, score
-  /// modifier and the online-softmax update.
+  /// modifier (emitMaskedScores, shared with attn-tile-backward) and the
+  /// online-softmax update.
   void emitKvTile(Value kt, bool knownFull) {
     Value kv0 = mul(kt, c(bn));
     Value kvRows = arith::MinSIOp::create(b, c(bn), sub(sk, kv0));
@@ -268,42 +299,9 @@ private:
     LoadTileOp::create(b, arg(2), vOff, kvRows, vs[2], vs[3], vT,
                        op.getDtypeVAttr());
 
-    bool identityScore = isIdentityScore();
-    double scale = op.getScale().convertToDouble();
-    DotOp::create(b, qT, kT, sT, b.getUnitAttr(), UnitAttr(),
-                  b.getF32FloatAttr(identityScore ? scale * kLog2e : scale));
-
-    SmallVector<Value, 8> where{q0, kv0, qRows, kvRows, bb, h, sq, sk};
-    auto maskSelect = [&]() {
-      return MaskSelectOp::create(b, sT, where[0], where[1], where[2], where[3],
-                                  where[4], where[5], where[6], where[7]);
-    };
-    auto boundsOnly = [&]() {
-      auto sel = maskSelect();
-      OpBuilder::InsertionGuard g(b);
-      Block *blk = b.createBlock(&sel.getMask(), {},
-                                 SmallVector<Type>(6, b.getI32Type()),
-                                 SmallVector<Location>(6, b.getLoc()));
-      b.setInsertionPointToStart(blk);
-      YieldOp::create(b, arith::ConstantOp::create(b, b.getBoolAttr(true)));
-    };
-    if (knownFull) {
-      boundsOnly();
-    } else {
-      // Full tiles: bounds only. Partial tiles: the user's mask per element.
-      auto isFull = scf::IfOp::create(b, full, /*withElseRegion=*/true);
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPoint(isFull.thenBlock()->getTerminator());
-      boundsOnly();
-      b.setInsertionPoint(isFull.elseBlock()->getTerminator());
-      cloneRegion(op.getMask(), maskSelect().getMask());
-    }
-    if (!identityScore) {
-      auto mod = ScoreModOp::create(b, sT, where[0], where[1], where[2],
-                                    where[3], where[4], where[5], where[6],
-                                    where[7], b.getF32FloatAttr(kLog2e));
-      cloneRegion(op.getScore(), mod.getMod());
-    }
+    emitMaskedScores(b, op, {qT, kT, sT, Value()},
+                     {q0, kv0, qRows, kvRows, bb, h, sq, sk}, full, knownFull,
+                     [&](Region &from, Region &to) { cloneRegion(from, to); });
     // Online softmax in the exp2 domain.
     RowMaxOp::create(b, sT, m, mNew);
     Exp2Op::create(b, sT, mNew, sT);
@@ -344,12 +342,6 @@ private:
       ++i;
     }
     return Value();
-  }
-
-  bool isIdentityScore() {
-    Block &blk = op.getScore().front();
-    auto y = cast<YieldOp>(blk.getTerminator());
-    return y.getValue() == blk.getArgument(0);
   }
 
   /// counters[full ? 2 : empty ? 0 : 1] += 1 (atomically: items run in

@@ -44,6 +44,7 @@
 // q tiles (built by the host from the BlockMask).
 //
 //===----------------------------------------------------------------------===//
+#include "TileScores.h"
 #include "flashjit/Dialect/Attn/Transforms/KernelRegions.h"
 #include "flashjit/Dialect/Attn/Transforms/Passes.h"
 #include "flashjit/Dialect/Attn/Transforms/TileClassifier.h"
@@ -63,8 +64,6 @@ using namespace mlir;
 using namespace flashjit::attn;
 
 namespace {
-
-constexpr double kLog2e = 1.4426950408889634;
 
 /// Builds one of the two backward kernels of one attn.attention op.
 class BackwardEmitter : I64Emitter {
@@ -130,7 +129,7 @@ public:
     hq = op.getHeadsQ();
     hkv = op.getHeadsKv();
     group = hq / hkv;
-    identityScore = isIdentityScore();
+    identityScore = isIdentityScore(op);
     trivialGrad = isTrivialScoreGrad();
     // Tiles live on the stack, allocated once.
     qT = tileAlloca({bm, dqk}), kT = tileAlloca({bn, dqk}),
@@ -376,44 +375,14 @@ private:
                         dvs[3], op.getDtypeVAttr());
   }
 
-  /// One (q tile, K/V tile) pair whose tiles are loaded (header comment).
+  /// One (q tile, K/V tile) pair whose tiles are loaded (header comment);
+  /// S, the mask and the score modifier as the forward evaluates them
+  /// (emitMaskedScores).
   void emitPair(Value full, bool knownFull) {
     double scale = op.getScale().convertToDouble();
-    DotOp::create(b, qT, kT, sT, b.getUnitAttr(), UnitAttr(),
-                  b.getF32FloatAttr(identityScore ? scale * kLog2e : scale),
-                  UnitAttr());
-    if (!identityScore)
-      memref::CopyOp::create(b, sT, sRaw);
-    SmallVector<Value, 8> where{q0, kv0, qRows, kvRows, bb, h, sq, sk};
-    auto maskSelect = [&]() {
-      return MaskSelectOp::create(b, sT, where[0], where[1], where[2], where[3],
-                                  where[4], where[5], where[6], where[7]);
-    };
-    auto boundsOnly = [&]() {
-      auto sel = maskSelect();
-      OpBuilder::InsertionGuard g(b);
-      Block *blk = b.createBlock(&sel.getMask(), {},
-                                 SmallVector<Type>(6, b.getI32Type()),
-                                 SmallVector<Location>(6, b.getLoc()));
-      b.setInsertionPointToStart(blk);
-      YieldOp::create(b, arith::ConstantOp::create(b, b.getBoolAttr(true)));
-    };
-    if (knownFull) {
-      boundsOnly();
-    } else {
-      auto isFull = scf::IfOp::create(b, full, /*withElseRegion=*/true);
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPoint(isFull.thenBlock()->getTerminator());
-      boundsOnly();
-      b.setInsertionPoint(isFull.elseBlock()->getTerminator());
-      cloneRegion(op.getMask(), maskSelect().getMask());
-    }
-    if (!identityScore) {
-      auto mod = ScoreModOp::create(b, sT, where[0], where[1], where[2],
-                                    where[3], where[4], where[5], where[6],
-                                    where[7], b.getF32FloatAttr(kLog2e));
-      cloneRegion(op.getScore(), mod.getMod());
-    }
+    TilePairWhere where{q0, kv0, qRows, kvRows, bb, h, sq, sk};
+    emitMaskedScores(b, op, {qT, kT, sT, sRaw}, where, full, knownFull,
+                     [&](Region &from, Region &to) { cloneRegion(from, to); });
     // P = exp2(S' - log2(e) LSE); dS' = P * (dO V^T - D).
     Exp2Op::create(b, sT, lse2, sT);
     DotOp::create(b, doT, vT, dpT, b.getUnitAttr(), UnitAttr(),
@@ -423,9 +392,9 @@ private:
       DotOp::create(b, sT, doT, dvAcc, UnitAttr(), b.getUnitAttr(),
                     b.getF32FloatAttr(1.0f), b.getUnitAttr());
     if (!trivialGrad) {
-      auto g = ScoreGradOp::create(b, dpT, sRaw ? sRaw : sT, where[0], where[1],
-                                   where[2], where[3], where[4], where[5],
-                                   where[6], where[7]);
+      auto g = ScoreGradOp::create(
+          b, dpT, sRaw ? sRaw : sT, where.q0, where.kv0, where.qRows,
+          where.kvRows, where.batch, where.head, where.seqlenQ, where.seqlenK);
       cloneRegion(op.getScoreGrad(), g.getBody());
       lowerDataGrads(g.getBody());
     }
@@ -457,11 +426,6 @@ private:
     return i;
   }
 
-  bool isIdentityScore() {
-    Block &blk = op.getScore().front();
-    auto y = cast<YieldOp>(blk.getTerminator());
-    return y.getValue() == blk.getArgument(0);
-  }
   /// score_grad yields d_score and does nothing else.
   bool isTrivialScoreGrad() {
     Block &blk = op.getScoreGrad().front();

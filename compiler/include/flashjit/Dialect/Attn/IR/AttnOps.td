@@ -50,7 +50,11 @@ def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove,
     an i1; the `score` region takes the f32 score followed by the same six
     indices and yields an f32. `params` and `buffers` map the names of the
     runtime parameters and captured buffers read by the regions to their
-    types.
+    types. With the unit attribute `sink`, the kernel takes an attention
+    sink `sink[heads_q]` (f32, one logit per query head, a kernel argument)
+    that joins the softmax denominator with no value:
+    `LSE = log(exp(sink[h]) + sum_allowed exp(s'))`; a row with no allowed
+    key gets O = 0 and LSE = sink[h].
 
     ```mlir
     attn.attention @causal_softcap {dtype_q = bf16, dtype_k = bf16,
@@ -109,7 +113,8 @@ def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove,
                        TypeAttr:$dtype_v, TypeAttr:$dtype_o,
                        I64Attr:$heads_q, I64Attr:$heads_kv,
                        F32Attr:$scale, BoolAttr:$return_lse,
-                       DictionaryAttr:$params, DictionaryAttr:$buffers);
+                       DictionaryAttr:$params, DictionaryAttr:$buffers,
+                       UnitAttr:$sink);
   let regions = (region SizedRegion<1>:$mask, SizedRegion<1>:$score,
                  MaxSizedRegion<1>:$score_grad);
   let assemblyFormat = [{

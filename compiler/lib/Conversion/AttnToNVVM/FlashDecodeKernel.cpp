@@ -1,0 +1,598 @@
+//===- FlashDecodeKernel.cpp - Split-KV decode over a paged KV cache ------===//
+//
+// Pre: a gpu.module. Post: it holds @<name>_decode and @<name>_decode_merge
+// (and the extern shared-memory symbol).
+//
+// The algorithm is flash-decoding (Dao, Haziza, Massa, Sizov 2023,
+// "Flash-Decoding for long-context inference"): the keys of each (sequence,
+// KV head) are split over CTAs; each CTA runs FlashAttention-2's inner loop
+// (Dao 2023, Algorithm 1) over its key tiles and writes a partial O and LSE
+// in fp32; the merge kernel combines the partial states exactly through
+// their LSEs. The query heads sharing a KV head (GQA) and the q_len query
+// tokens of a sequence are packed into the CTA's rows, so K and V are read
+// once per group. K/V rows are gathered through the page table with
+// cp.async (two stages); rows at or past the sequence's length are
+// zero-filled and never read, so garbage in unused page slots cannot reach
+// the result. The pieces are the forward kernel's: MmaSync (S = Q K^T,
+// O += P V), VariantTile (the variant per element, variantScoresPacked),
+// OnlineSoftmax. Arguments: abi::gpu::decodeArgTypes / mergeArgTypes
+// (runtime/KernelAbi.h).
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/Conversion/AttnToNVVM/FlashDecodeKernel.h"
+
+#include "KernelOps.h"
+#include "MmaStrategy.h"
+#include "OnlineSoftmax.h"
+#include "SharedTile.h"
+#include "VariantTile.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <limits>
+
+using namespace mlir;
+
+namespace flashjit::nvvm {
+
+namespace abi = flashjit::abi::gpu;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// Declares the shared-memory symbol once per module.
+void declareShared(KernelOps &ops, Operation *gpuModule) {
+  if (!SymbolTable::lookupSymbolIn(gpuModule, kSharedSymbol))
+    LLVM::GlobalOp::create(ops.b, LLVM::LLVMArrayType::get(ops.i8, 0),
+                           /*isConstant=*/false, LLVM::Linkage::External,
+                           kSharedSymbol, Attribute(), /*alignment=*/1024,
+                           /*addrSpace=*/3);
+}
+
+/// cp.async of a tile of \p rows x \p dim 16-bit elements into the padded
+/// shared layout at \p smem; \p source(row) gives (valid, address of the
+/// row's first element) for a tile row; invalid rows are zero-filled and
+/// not read (source size 0).
+void loadRowsAsync(KernelOps &ops, Value tid, int nthreads, Value smem,
+                   int rows, int dim,
+                   llvm::function_ref<std::pair<Value, Value>(Value)> source) {
+  ImplicitLocOpBuilder &b = ops.b;
+  const int chunksPerRow = dim / 8, total = rows * chunksPerRow;
+  for (int it = 0; it * nthreads < total; ++it) {
+    auto emitOne = [&] {
+      Value cidx = ops.add(tid, ops.ci32(it * nthreads));
+      Value row = arith::DivUIOp::create(b, cidx, ops.ci32(chunksPerRow));
+      Value col = arith::RemUIOp::create(b, cidx, ops.ci32(chunksPerRow));
+      auto [valid, rowPtr] = source(row);
+      Value src = ops.gepBytes(rowPtr, ops.ext64(ops.mul(col, ops.ci32(16))));
+      Value dst = ops.gepBytes(
+          smem, ops.ext64(tileOffset(ops, row, col, rows, dim, false)));
+      Value size = ops.sel(valid, ops.ci32(16), ops.ci32(0));
+      NVVM::CpAsyncOp::create(
+          b, dst, src, b.getI32IntegerAttr(16),
+          NVVM::LoadCacheModifierKindAttr::get(b.getContext(),
+                                               NVVM::LoadCacheModifierKind::CG),
+          size);
+    };
+    if ((it + 1) * nthreads <= total)
+      emitOne();
+    else
+      ops.ifThen(ops.cmp(arith::CmpIPredicate::ult,
+                         ops.add(tid, ops.ci32(it * nthreads)),
+                         ops.ci32(total)),
+                 emitOne);
+  }
+}
+
+/// Runs \p then / \p otherwise in the branches of `scf.if cond`.
+void ifElse(ImplicitLocOpBuilder &b, Value cond,
+            llvm::function_ref<void()> then,
+            llvm::function_ref<void()> otherwise) {
+  auto ifOp = scf::IfOp::create(b, cond, /*withElse=*/true);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  then();
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  otherwise();
+}
+
+class DecodeKernelBuilder {
+public:
+  DecodeKernelBuilder(ImplicitLocOpBuilder &b, const KernelShape &c,
+                      FragmentEmitter &em)
+      : ops(b, c.bf16), b(b), c(c), em(em), nthreads(32 * c.numWarps) {
+    sh.headDimQK = c.headDimQK;
+    sh.headDimV = c.headDimV;
+    sh.blockM = c.blockM();
+    sh.blockN = c.blockN;
+    sh.rowsPerWarp = 16;
+  }
+
+  void build(Operation *gpuModule);
+
+private:
+  void bindArguments(gpu::GPUFuncOp fn);
+  void locate();
+  void planKeyTiles();
+  void loadKV(Value j, Value stage);
+  std::pair<Value, Value> classify(Value j);
+  ValueRange mainLoop();
+  SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask);
+  void epilogue(ValueRange fin);
+
+  KernelOps ops;
+  ImplicitLocOpBuilder &b;
+  const KernelShape &c;
+  FragmentEmitter &em;
+  const int nthreads;
+  TileShape sh;
+  std::unique_ptr<ForwardMma> mma;
+
+  Value qPtr, kPtr, vPtr, oPart, lsePart, pages, pageStartPtr, seqLensPtr;
+  Value qS[3], kS[3], vS[3];
+  Value qLen, group, pageShift, numSplits, rowTiles, batchCount, headsQ;
+  Value scale, scaleLog2;
+  Value tid, warp, lane, g, t, split, rowTile, headKV, batch;
+  Value seqLen, pageStart, rows, r0, rLast, warpActive;
+  Value sK, sV;
+  int64_t stageBytes = 0;
+  PackedRowCoords at;
+  SmallVector<Value, 2> rowIdx; // packed row of the thread's rows g, g + 8
+  SmallVector<Value> init;
+  int nAcc = 0;
+  Value numKv, jBegin, jEnd, one;
+};
+
+void DecodeKernelBuilder::build(Operation *gpuModule) {
+  OpBuilder::InsertionGuard guard(b);
+  Region &region = gpuModule->getRegion(0);
+  b.setInsertionPointToStart(&region.front());
+  declareShared(ops, gpuModule);
+  SmallVector<Type> args = abiTypes(ops, abi::decodeArgTypes());
+  for (Type ty : em.extraArgumentTypes(b.getContext()))
+    args.push_back(ty);
+  auto fn = gpu::GPUFuncOp::create(b, c.name + abi::kDecodeSuffix,
+                                   b.getFunctionType(args, {}));
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({nthreads, 1, 1}));
+  fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
+              b.getI32IntegerAttr(c.minBlocksPerSM));
+  fn->setAttr("flashjit.shared_bytes", b.getI64IntegerAttr(c.sharedBytes()));
+  b.setInsertionPointToStart(&fn.getBody().front());
+  bindArguments(fn);
+  locate();
+  planKeyTiles();
+  // The first K/V tile, then Q's fragments once Q has landed.
+  ifElse(
+      b, ops.cmp(arith::CmpIPredicate::sle, jBegin, jEnd),
+      [&] {
+        loadKV(jBegin, ops.ci32(0));
+        NVVM::CpAsyncWaitGroupOp::create(b, 1);
+      },
+      [&] { NVVM::CpAsyncWaitGroupOp::create(b, 0); });
+  gpu::BarrierOp::create(b);
+  mma->loadQ();
+  epilogue(mainLoop());
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  gpu::ReturnOp::create(b);
+}
+
+void DecodeKernelBuilder::bindArguments(gpu::GPUFuncOp fn) {
+  ValueRange a = fn.getArguments();
+  qPtr = a[abi::kDecQ];
+  kPtr = a[abi::kDecKCache];
+  vPtr = a[abi::kDecVCache];
+  oPart = a[abi::kDecOPart];
+  lsePart = a[abi::kDecLsePart];
+  em.setStatus(a[abi::kDecStatus]);
+  pages = a[abi::kDecPages];
+  pageStartPtr = a[abi::kDecPageStart];
+  seqLensPtr = a[abi::kDecSeqLens];
+  for (int i = 0; i < 3; ++i) {
+    qS[i] = a[abi::kDecQStrides + i];
+    kS[i] = a[abi::kDecKStrides + i];
+    vS[i] = a[abi::kDecVStrides + i];
+  }
+  qLen = a[abi::kDecQLen];
+  group = a[abi::kDecGroup];
+  pageShift = a[abi::kDecPageShift];
+  numSplits = a[abi::kDecNumSplits];
+  rowTiles = a[abi::kDecRowTiles];
+  batchCount = a[abi::kDecBatch];
+  headsQ = a[abi::kDecHeadsQ];
+  scale = a[abi::kDecScale];
+  scaleLog2 = a[abi::kDecScaleLog2];
+  em.setArguments(a.drop_front(abi::kDecodeFixedArgs));
+}
+
+void DecodeKernelBuilder::locate() {
+  tid = NVVM::ThreadIdXOp::create(b, ops.i32);
+  warp = arith::DivUIOp::create(b, tid, ops.ci32(32));
+  lane = arith::RemUIOp::create(b, tid, ops.ci32(32));
+  g = arith::DivUIOp::create(b, lane, ops.ci32(4));
+  t = arith::RemUIOp::create(b, lane, ops.ci32(4));
+  Value bx = NVVM::BlockIdXOp::create(b, ops.i32);
+  split = arith::DivUIOp::create(b, bx, rowTiles);
+  rowTile = arith::RemUIOp::create(b, bx, rowTiles);
+  headKV = NVVM::BlockIdYOp::create(b, ops.i32);
+  batch = NVVM::BlockIdZOp::create(b, ops.i32);
+  seqLen = ops.loadI32(seqLensPtr, batch);
+  pageStart = ops.loadI32(pageStartPtr, batch);
+  rows = ops.mul(group, qLen);
+  r0 = ops.mul(rowTile, ops.ci32(c.blockM()));
+  rLast = ops.sub(
+      arith::MinSIOp::create(b, ops.add(r0, ops.ci32(c.blockM())), rows),
+      ops.ci32(1));
+  warpActive = ops.cmp(arith::CmpIPredicate::slt,
+                       ops.add(r0, ops.mul(warp, ops.ci32(16))), rows);
+  Value head0 = ops.mul(headKV, group);
+
+  // The thread's rows g and g + 8: their query head and index (padding
+  // rows: head0 and q_len, out of range).
+  at.batch = batch;
+  at.seqlenQ = qLen;
+  at.seqlenK = seqLen;
+  for (int r = 0; r < 2; ++r) {
+    Value pr = ops.add(ops.add(r0, ops.mul(warp, ops.ci32(16))),
+                       ops.add(g, ops.ci32(8 * r)));
+    Value valid = ops.cmp(arith::CmpIPredicate::slt, pr, rows);
+    Value h = ops.add(head0, arith::DivUIOp::create(b, pr, qLen));
+    Value qi = arith::RemUIOp::create(b, pr, qLen);
+    (r == 0 ? at.head0 : at.head1).push_back(ops.sel(valid, h, head0));
+    (r == 0 ? at.qRow0 : at.qRow1).push_back(ops.sel(valid, qi, qLen));
+    rowIdx.push_back(pr);
+  }
+
+  Value smem = ops.sharedBase();
+  const int D = c.headDimQK, Dv = c.headDimV;
+  mma = createMmaSyncForward(ops, sh, warp, lane);
+  sK = ops.gepBytes(smem, int64_t(2) * c.blockM() * (D + kPad));
+  sV = ops.gepBytes(sK, int64_t(2) * c.blockN * (D + kPad));
+  stageBytes = int64_t(2) * c.blockN * (D + kPad + Dv + kPad);
+
+  // Q rows, packed: row r of the tile is query r % q_len of head
+  // head0 + r / q_len; padding rows are zero-filled.
+  Value qBatch = ops.gepBytes(
+      qPtr, ops.mul(ops.mul(ops.ext64(batch), qS[0]), ops.ci64(2)));
+  loadRowsAsync(ops, tid, nthreads, smem, c.blockM(), D, [&](Value row) {
+    Value pr = ops.add(r0, row);
+    Value valid = ops.cmp(arith::CmpIPredicate::slt, pr, rows);
+    Value prc = ops.sel(valid, pr, ops.ci32(0));
+    Value h = ops.add(head0, arith::DivUIOp::create(b, prc, qLen));
+    Value qi = arith::RemUIOp::create(b, prc, qLen);
+    Value off =
+        ops.add(ops.mul(ops.ext64(h), qS[1]), ops.mul(ops.ext64(qi), qS[2]));
+    return std::pair{valid, ops.gepBytes(qBatch, ops.mul(off, ops.ci64(2)))};
+  });
+  NVVM::CpAsyncCommitGroupOp::create(b);
+  mma->prepare(smem, sK, sV);
+
+  nAcc = sh.oTiles() * 4;
+  init.append(nAcc, ops.cf32(0.0f));
+  init.append(2, ops.cf32(kNegInf));
+  init.append(2, ops.cf32(0.0f));
+}
+
+std::pair<Value, Value> DecodeKernelBuilder::classify(Value j) {
+  if (!em.hasMask())
+    return {ops.cb(false), ops.cb(true)};
+  const int BN = c.blockN;
+  Value kv0 = ops.mul(j, ops.ci32(BN));
+  Value kvLast =
+      ops.sub(arith::MinSIOp::create(b, ops.add(kv0, ops.ci32(BN)), seqLen),
+              ops.ci32(1));
+  // The box of the CTA's rows: their heads, and their queries (all of them
+  // when the rows span several heads).
+  Value head0 = ops.mul(headKV, group);
+  Value hLo = ops.add(head0, arith::DivUIOp::create(b, r0, qLen));
+  Value hHi = ops.add(head0, arith::DivUIOp::create(b, rLast, qLen));
+  Value same = ops.cmp(arith::CmpIPredicate::eq, hLo, hHi);
+  Value qLo = ops.sel(same, arith::RemUIOp::create(b, r0, qLen), ops.ci32(0));
+  Value qHi = ops.sel(same, arith::RemUIOp::create(b, rLast, qLen),
+                      ops.sub(qLen, ops.ci32(1)));
+  IndexValues lo{batch, hLo, qLo, kv0, qLen, seqLen};
+  IndexValues hi{batch, hHi, qHi, kvLast, qLen, seqLen};
+  return em.emitClassify(b, b.getLoc(), lo, hi);
+}
+
+void DecodeKernelBuilder::planKeyTiles() {
+  const int BN = c.blockN;
+  numKv = arith::DivUIOp::create(b, ops.add(seqLen, ops.ci32(BN - 1)),
+                                 ops.ci32(BN));
+  one = arith::ConstantIndexOp::create(b, 1);
+  Value perSplit = arith::DivUIOp::create(
+      b, ops.sub(ops.add(numKv, numSplits), ops.ci32(1)), numSplits);
+  jBegin = ops.mul(split, perSplit);
+  jEnd = ops.sub(arith::MinSIOp::create(b, numKv, ops.add(jBegin, perSplit)),
+                 ops.ci32(1));
+  if (!em.hasMask())
+    return;
+  // The first and last tiles of the split that are not empty (with none,
+  // first = jEnd + 1 > last = jEnd).
+  auto scan = scf::ForOp::create(
+      b, ops.toIndex(arith::MinSIOp::create(b, jBegin, numKv)),
+      ops.toIndex(ops.add(jEnd, ops.ci32(1))), one,
+      ValueRange{ops.add(jEnd, ops.ci32(1)), jEnd}); // none: first > last
+  {
+    OpBuilder::InsertionGuard sg(b);
+    b.setInsertionPointToStart(scan.getBody());
+    Value j = arith::IndexCastOp::create(b, ops.i32, scan.getInductionVar());
+    Value nonEmpty = classify(j).second;
+    Value first = ops.sel(
+        nonEmpty, arith::MinSIOp::create(b, scan.getRegionIterArgs()[0], j),
+        scan.getRegionIterArgs()[0]);
+    Value last = ops.sel(nonEmpty, j, scan.getRegionIterArgs()[1]);
+    scf::YieldOp::create(b, ValueRange{first, last});
+  }
+  jBegin = scan.getResult(0);
+  jEnd = scan.getResult(1);
+}
+
+void DecodeKernelBuilder::loadKV(Value j, Value stage) {
+  Value kv0 = ops.mul(j, ops.ci32(c.blockN));
+  Value off = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
+  Value slotMask =
+      ops.sub(arith::ShLIOp::create(b, ops.ci32(1), pageShift), ops.ci32(1));
+  auto rowOf = [&](Value ptr, Value *s) {
+    return [&, ptr, s](Value row) {
+      Value kv = ops.add(kv0, row);
+      Value valid = ops.cmp(arith::CmpIPredicate::slt, kv, seqLen);
+      Value kvc = ops.sel(valid, kv, ops.ci32(0)); // seqLen > 0 here
+      Value page = ops.loadI32(
+          pages, ops.add(pageStart, arith::ShRUIOp::create(b, kvc, pageShift)));
+      Value slot = ops.land(kvc, slotMask);
+      Value e = ops.add(ops.add(ops.mul(ops.ext64(page), s[0]),
+                                ops.mul(ops.ext64(headKV), s[1])),
+                        ops.mul(ops.ext64(slot), s[2]));
+      return std::pair{valid, ops.gepBytes(ptr, ops.mul(e, ops.ci64(2)))};
+    };
+  };
+  loadRowsAsync(ops, tid, nthreads, ops.gepBytes(sK, off), c.blockN,
+                c.headDimQK, rowOf(kPtr, kS));
+  loadRowsAsync(ops, tid, nthreads, ops.gepBytes(sV, off), c.blockN, c.headDimV,
+                rowOf(vPtr, vS));
+  NVVM::CpAsyncCommitGroupOp::create(b);
+}
+
+ValueRange DecodeKernelBuilder::mainLoop() {
+  Value lb = ops.toIndex(jBegin);
+  Value ub = ops.toIndex(arith::MaxSIOp::create(
+      b, ops.add(jEnd, ops.ci32(1)), jBegin)); // empty when jEnd < jBegin
+  auto loop = scf::ForOp::create(b, lb, ub, one, init);
+  OpBuilder::InsertionGuard lg(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value j = arith::IndexCastOp::create(b, ops.i32, loop.getInductionVar());
+  ValueRange state = loop.getRegionIterArgs();
+  Value stage = ops.land(ops.sub(j, jBegin), ops.ci32(1));
+  Value nextStage = arith::XOrIOp::create(b, stage, ops.ci32(1));
+  ifElse(
+      b, ops.cmp(arith::CmpIPredicate::slt, j, jEnd),
+      [&] {
+        loadKV(ops.add(j, ops.ci32(1)), nextStage);
+        NVVM::CpAsyncWaitGroupOp::create(b, 1);
+      },
+      [&] { NVVM::CpAsyncWaitGroupOp::create(b, 0); });
+  mma->publishStage();
+  gpu::BarrierOp::create(b);
+  mma->selectStage(ops.mul(ops.ext64(stage), ops.ci64(stageBytes)));
+  Value kv0 = ops.mul(j, ops.ci32(c.blockN));
+  auto [mayBeFalse, mayBeTrue] = classify(j);
+  Value pastEnd = ops.cmp(arith::CmpIPredicate::sgt,
+                          ops.add(kv0, ops.ci32(c.blockN)), seqLen);
+  Value needsMask = ops.lor(mayBeFalse, pastEnd);
+  SmallVector<Type> stateTypes(init.size(), ops.f32);
+  auto tileIf =
+      scf::IfOp::create(b, stateTypes, ops.land(mayBeTrue, warpActive),
+                        /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard eg(b);
+    b.setInsertionPointToStart(tileIf.elseBlock());
+    scf::YieldOp::create(b, state);
+    b.setInsertionPointToStart(tileIf.thenBlock());
+    scf::YieldOp::create(b, tileStep(state, kv0, needsMask));
+  }
+  gpu::BarrierOp::create(b); // this stage is free for the next prefetch
+  scf::YieldOp::create(b, tileIf.getResults());
+  return loop.getResults();
+}
+
+SmallVector<Value> DecodeKernelBuilder::tileStep(ValueRange state, Value kv0,
+                                                 Value needsMask) {
+  const int nS = sh.sTiles(), nO = sh.oTiles();
+  SmallVector<Value> s = mma->computeS();
+  at.kvLane = ops.add(kv0, ops.mul(t, ops.ci32(2)));
+  SmallVector<Type> sTypes(nS * 4, ops.f32);
+  auto maskIf = scf::IfOp::create(b, sTypes, needsMask, /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard mg(b);
+    for (bool masked : {true, false}) {
+      b.setInsertionPointToStart(masked ? maskIf.thenBlock()
+                                        : maskIf.elseBlock());
+      scf::YieldOp::create(b, variantScoresPacked(ops, em, s, at, 1, nS, scale,
+                                                  scaleLog2, masked));
+    }
+  }
+  SmallVector<Value> st(maskIf.getResults());
+  SmallVector<Value> o(state.begin(), state.begin() + nAcc);
+  SoftmaxRows old;
+  old.m.assign(state.begin() + nAcc, state.begin() + nAcc + 2);
+  old.l.assign(state.begin() + nAcc + 2, state.begin() + nAcc + 4);
+  SmallVector<Value> alpha;
+  SoftmaxRows next = softmaxStep(ops, st, 1, nS, old, alpha);
+  rescaleRows(ops, o, 1, nO, alpha);
+  o = mma->accumulatePV(o, st);
+  o.append(next.m.begin(), next.m.end());
+  o.append(next.l.begin(), next.l.end());
+  return o;
+}
+
+void DecodeKernelBuilder::epilogue(ValueRange fin) {
+  const int nO = sh.oTiles(), Dv = c.headDimV;
+  Value rowsTotal = ops.mul(ops.mul(ops.ext64(batchCount), ops.ext64(headsQ)),
+                            ops.ext64(qLen));
+  for (int r = 0; r < 2; ++r) {
+    SoftmaxFinal f = softmaxFinish(ops, fin[nAcc + 2 + r]);
+    Value m = fin[nAcc + r];
+    OpBuilder::InsertionGuard rg(b);
+    ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, rowIdx[r], rows));
+    Value h = r == 0 ? at.head0[0] : at.head1[0];
+    Value qi = r == 0 ? at.qRow0[0] : at.qRow1[0];
+    // Partial row (split, batch, head, query), contiguous.
+    Value part = ops.add(
+        ops.mul(ops.ext64(split), rowsTotal),
+        ops.add(ops.mul(ops.add(ops.mul(ops.ext64(batch), ops.ext64(headsQ)),
+                                ops.ext64(h)),
+                        ops.ext64(qLen)),
+                ops.ext64(qi)));
+    Value rowBase = ops.gepBytes(oPart, ops.mul(part, ops.ci64(4 * Dv)));
+    for (int jd = 0; jd < nO; ++jd) {
+      int a0 = jd * 4 + 2 * r;
+      Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jd * 8));
+      Value p = ops.gepBytes(rowBase, ops.ext64(ops.mul(col, ops.ci32(4))));
+      LLVM::StoreOp::create(b, ops.fmul(fin[a0], f.inv), p, /*alignment=*/4);
+      LLVM::StoreOp::create(b, ops.fmul(fin[a0 + 1], f.inv),
+                            ops.gepBytes(p, int64_t(4)), /*alignment=*/4);
+    }
+    ops.enterIf(ops.cmp(arith::CmpIPredicate::eq, t, ops.ci32(0)));
+    Value lse = logSumExp(ops, m, f);
+    LLVM::StoreOp::create(b, lse,
+                          ops.gepBytes(lsePart, ops.mul(part, ops.ci64(4))),
+                          /*alignment=*/4);
+  }
+}
+
+/// The merge kernel: one CTA per (query, head_q, batch) row.
+void buildMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
+                      const KernelShape &c) {
+  KernelOps ops(b, c.bf16);
+  OpBuilder::InsertionGuard guard(b);
+  Region &region = gpuModule->getRegion(0);
+  b.setInsertionPointToEnd(&region.front());
+  // The gpu.module's terminator, if any, stays last.
+  if (!region.front().empty() &&
+      region.front().back().hasTrait<OpTrait::IsTerminator>())
+    b.setInsertionPoint(&region.front().back());
+  SmallVector<Type> args = abiTypes(ops, abi::mergeArgTypes());
+  auto fn = gpu::GPUFuncOp::create(b, c.name + abi::kDecodeMergeSuffix,
+                                   b.getFunctionType(args, {}));
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({abi::kMergeThreads, 1, 1}));
+  b.setInsertionPointToStart(&fn.getBody().front());
+  ValueRange a = fn.getArguments();
+  Value oPart = a[abi::kMrgOPart], lsePart = a[abi::kMrgLsePart];
+  Value o = a[abi::kMrgO], lse = a[abi::kMrgLse];
+  Value oS[3], lS[3];
+  for (int i = 0; i < 3; ++i) {
+    oS[i] = a[abi::kMrgOStrides + i];
+    lS[i] = a[abi::kMrgLseStrides + i];
+  }
+  Value numSplits = a[abi::kMrgNumSplits];
+  const int Dv = c.headDimV;
+
+  Value tid = NVVM::ThreadIdXOp::create(b, ops.i32);
+  Value qi = NVVM::BlockIdXOp::create(b, ops.i32);
+  Value h = NVVM::BlockIdYOp::create(b, ops.i32);
+  Value bt = NVVM::BlockIdZOp::create(b, ops.i32);
+  Value qLen = NVVM::GridDimXOp::create(b, ops.i32);
+  Value heads = NVVM::GridDimYOp::create(b, ops.i32);
+  Value batches = NVVM::GridDimZOp::create(b, ops.i32);
+  Value row = ops.add(
+      ops.mul(ops.add(ops.mul(ops.ext64(bt), ops.ext64(heads)), ops.ext64(h)),
+              ops.ext64(qLen)),
+      ops.ext64(qi));
+  Value rowsTotal =
+      ops.mul(ops.mul(ops.ext64(batches), ops.ext64(heads)), ops.ext64(qLen));
+  Value zero = ops.cf32(0.0f), minusInf = ops.cf32(kNegInf);
+  Value c0 = arith::ConstantIndexOp::create(b, 0);
+  Value c1 = arith::ConstantIndexOp::create(b, 1);
+  Value ns = ops.toIndex(numSplits);
+  auto lseOf = [&](Value s) { // log2 units; -inf for an empty split
+    Value i = ops.add(ops.mul(ops.ext64(s), rowsTotal), row);
+    Value p = ops.gepBytes(lsePart, ops.mul(i, ops.ci64(4)));
+    return ops.fmul(LLVM::LoadOp::create(b, ops.f32, p, 4).getResult(),
+                    ops.cf32(kLog2e));
+  };
+  // Pass 1: the largest partial LSE.
+  auto maxLoop = scf::ForOp::create(b, c0, ns, c1, ValueRange{minusInf});
+  {
+    OpBuilder::InsertionGuard lg(b);
+    b.setInsertionPointToStart(maxLoop.getBody());
+    Value s = arith::IndexCastOp::create(b, ops.i32, maxLoop.getInductionVar());
+    scf::YieldOp::create(
+        b, ValueRange{ops.fmax(maxLoop.getRegionIterArgs()[0], lseOf(s))});
+  }
+  Value m = maxLoop.getResult(0);
+  Value mUse = ops.sel(ops.feq(m, minusInf), zero, m);
+  // Pass 2: weights exp2(lse_s - m) (0 for empty splits, whose O is not
+  // used) and this thread's two columns.
+  const int pairs = Dv / 2;
+  Value col = ops.mul(tid, ops.ci32(2));
+  Value active = ops.cmp(arith::CmpIPredicate::slt, tid, ops.ci32(pairs));
+  Value colc = ops.sel(active, col, ops.ci32(0));
+  auto sumLoop =
+      scf::ForOp::create(b, c0, ns, c1, ValueRange{zero, zero, zero});
+  {
+    OpBuilder::InsertionGuard lg(b);
+    b.setInsertionPointToStart(sumLoop.getBody());
+    Value s = arith::IndexCastOp::create(b, ops.i32, sumLoop.getInductionVar());
+    Value l = lseOf(s);
+    Value live =
+        arith::CmpFOp::create(b, arith::CmpFPredicate::ONE, l, minusInf);
+    Value w = ops.sel(live, ops.exp2(ops.fsub(l, mUse)), zero);
+    Value i = ops.add(ops.mul(ops.ext64(s), rowsTotal), row);
+    Value p = ops.gepBytes(
+        oPart, ops.mul(ops.add(ops.mul(i, ops.ci64(Dv)), ops.ext64(colc)),
+                       ops.ci64(4)));
+    Value x0 = LLVM::LoadOp::create(b, ops.f32, p, 4).getResult();
+    Value x1 = LLVM::LoadOp::create(b, ops.f32, ops.gepBytes(p, int64_t(4)), 4)
+                   .getResult();
+    ValueRange acc = sumLoop.getRegionIterArgs();
+    scf::YieldOp::create(
+        b, ValueRange{ops.fadd(acc[0], w),
+                      ops.fadd(acc[1], ops.sel(live, ops.fmul(w, x0), zero)),
+                      ops.fadd(acc[2], ops.sel(live, ops.fmul(w, x1), zero))});
+  }
+  Value sum = sumLoop.getResult(0);
+  Value empty = ops.feq(sum, zero);
+  Value inv =
+      ops.sel(empty, zero, arith::DivFOp::create(b, ops.cf32(1.0f), sum));
+  ops.ifThen(active, [&] {
+    Value off = ops.add(
+        ops.add(ops.mul(ops.ext64(bt), oS[0]), ops.mul(ops.ext64(h), oS[1])),
+        ops.add(ops.mul(ops.ext64(qi), oS[2]), ops.ext64(col)));
+    Value v = ops.pack(ops.fmul(sumLoop.getResult(1), inv),
+                       ops.fmul(sumLoop.getResult(2), inv));
+    LLVM::StoreOp::create(b, v, ops.gepBytes(o, ops.mul(off, ops.ci64(2))),
+                          /*alignment=*/4);
+  });
+  if (c.returnLse)
+    ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0)), [&] {
+      const float ln2 = 0.6931471805599453f;
+      Value log2l = math::Log2Op::create(b, sum);
+      Value v = ops.sel(empty, minusInf,
+                        ops.fmul(ops.fadd(mUse, log2l), ops.cf32(ln2)));
+      Value off = ops.add(
+          ops.add(ops.mul(ops.ext64(bt), lS[0]), ops.mul(ops.ext64(h), lS[1])),
+          ops.mul(ops.ext64(qi), lS[2]));
+      LLVM::StoreOp::create(b, v, ops.gepBytes(lse, ops.mul(off, ops.ci64(4))),
+                            /*alignment=*/4);
+    });
+  gpu::ReturnOp::create(b);
+}
+
+} // namespace
+
+void buildFlashDecodeKernels(OpBuilder &builder, Location loc,
+                             Operation *gpuModule, const KernelShape &config,
+                             FragmentEmitter &emitter) {
+  ImplicitLocOpBuilder b(loc, builder);
+  DecodeKernelBuilder(b, config, emitter).build(gpuModule);
+  buildMergeKernel(b, gpuModule, config);
+}
+
+} // namespace flashjit::nvvm

@@ -1,0 +1,336 @@
+//===- DecodeKernel.cpp - Split-KV decoding over paged KV caches ----------===//
+#include "flashjit/runtime/DecodeKernel.h"
+
+#include "flashjit/frontend/Error.h"
+#include "flashjit/runtime/Device.h"
+#include "flashjit/runtime/Driver.h"
+#include "flashjit/runtime/KernelAbi.h"
+#include "flashjit/runtime/Launch.h"
+
+#include "Check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace flashjit::runtime {
+
+namespace {
+
+[[noreturn]] void fail(const std::string &message) {
+  throw UserError(message, std::source_location());
+}
+
+DeviceBuffer upload(Device &device, const std::vector<int32_t> &v) {
+  DeviceBuffer buf(device, std::max<size_t>(v.size(), 1) * sizeof(int32_t));
+  if (!v.empty())
+    buf.copyFromHost(v.data(), v.size() * sizeof(int32_t));
+  return buf;
+}
+
+void requireUnitInner(const char *name, const TensorRef &t) {
+  if (t.shape[3] > 1 && t.strides[3] != 1)
+    fail(fmt::format("{}.strides[3] = {}: the GPU kernel needs head_dim "
+                     "contiguous (stride 1)",
+                     name, t.strides[3]));
+}
+
+void requireAligned(const char *name, const TensorRef &t, int bytes,
+                    int strideElems) {
+  if (reinterpret_cast<uintptr_t>(t.data) % bytes)
+    fail(fmt::format("{}.data = {} is not {}-byte aligned (the GPU kernel "
+                     "loads {}-byte vectors)",
+                     name, t.data, bytes, bytes));
+  for (int i = 0; i + 1 < t.rank; ++i)
+    if (t.shape[i] > 1 && t.strides[i] % strideElems)
+      fail(fmt::format("{}.strides[{}] = {} is not a multiple of {} elements "
+                       "(rows must stay {}-byte aligned)",
+                       name, i, t.strides[i], strideElems, bytes));
+}
+
+} // namespace
+
+DevicePageTable::DevicePageTable(const PageList &pages, Device &device)
+    : seqLens_(pages.seqLens), pageSize_(pages.pageSize),
+      numPages_(pages.numPages), maxSeqLen_(pages.maxSeqLen()) {
+  std::vector<int32_t> ids(pages.pages.begin(), pages.pages.end()), start, lens;
+  for (int64_t b = 0; b < pages.batch(); ++b) {
+    if (pages.pageStart[b] > std::numeric_limits<int32_t>::max() ||
+        pages.seqLens[b] > std::numeric_limits<int32_t>::max())
+      fail(fmt::format("page table entry {}: start {} / length {} beyond "
+                       "int32",
+                       b, pages.pageStart[b], pages.seqLens[b]));
+    start.push_back(static_cast<int32_t>(pages.pageStart[b]));
+    lens.push_back(static_cast<int32_t>(pages.seqLens[b]));
+  }
+  pages_ = upload(device, ids);
+  start_ = upload(device, start);
+  lens_ = upload(device, lens);
+}
+
+DevicePageTable DevicePageTable::contiguous(std::span<const int32_t> seqLens,
+                                            int64_t capacity, Device &device) {
+  if (capacity < 0 || capacity > (int64_t(1) << 30))
+    fail(fmt::format("capacity = {}, expected 0..2^30 tokens", capacity));
+  DevicePageTable t;
+  t.contiguous_ = true;
+  t.pageSize_ = capacity;
+  t.numPages_ = static_cast<int64_t>(seqLens.size());
+  std::vector<int32_t> ids, lens(seqLens.begin(), seqLens.end());
+  for (size_t b = 0; b < seqLens.size(); ++b) {
+    if (seqLens[b] < 0 || seqLens[b] > capacity)
+      fail(fmt::format("seq_lens[{}] = {}, expected 0..capacity = {}", b,
+                       seqLens[b], capacity));
+    ids.push_back(static_cast<int32_t>(b));
+    t.seqLens_.push_back(seqLens[b]);
+    t.maxSeqLen_ = std::max<int64_t>(t.maxSeqLen_, seqLens[b]);
+  }
+  t.pages_ = upload(device, ids);
+  t.start_ = upload(device, ids);
+  t.lens_ = upload(device, lens);
+  return t;
+}
+
+int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
+                    int64_t maxSeqLen, int blockN, int smCount) {
+  const int64_t ctas = batch * headsKV * rowTiles;
+  const int64_t tiles = (maxSeqLen + blockN - 1) / blockN;
+  const int64_t slots = 2 * int64_t(std::max(smCount, 1));
+  const int64_t most = std::clamp<int64_t>(
+      tiles / 4, 1,
+      std::min<int64_t>(256, 65535 / std::max<int64_t>(rowTiles, 1)));
+  if (ctas <= 0 || ctas >= slots)
+    return 1;
+  auto efficiency = [&](int64_t n) {
+    const double waves = double(ctas * n) / double(slots);
+    return waves / std::ceil(waves);
+  };
+  double best = 0.0;
+  for (int64_t n = 1; n <= most; ++n)
+    best = std::max(best, efficiency(n));
+  for (int64_t n = 1; n <= most; ++n)
+    if (efficiency(n) >= 0.95 * best)
+      return static_cast<int>(n);
+  return 1;
+}
+
+GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
+                                 std::string_view ptx, Device &device)
+    : spec_(std::move(spec)), info_(std::move(info)), device_(&device) {
+  std::string arch = device.properties().arch();
+  if (!info_.config.arch.empty() && info_.config.arch != arch &&
+      !(info_.config.arch == "sm_80" && arch >= std::string("sm_80")))
+    fail(fmt::format("kernel '{}' was generated for {}, but the device is {}",
+                     info_.name, info_.config.arch, arch));
+  if (info_.config.blockM() <= 0 || info_.config.blockN <= 0 ||
+      info_.config.threads() <= 0)
+    fail(fmt::format("decode kernel '{}': GpuKernelInfo blockM = {}, blockN "
+                     "= {} and threads = {} must be positive",
+                     info_.name, info_.config.blockM(), info_.config.blockN,
+                     info_.config.threads()));
+  if (info_.config.kind != KernelKind::Decode)
+    fail(fmt::format("kernel '{}' has kind '{}'; GpuDecodeKernel runs "
+                     "'decode' kernels (GpuCompileOptions::kind)",
+                     info_.name, toString(info_.config.kind)));
+  module_ = Module::fromPtx(device, ptx);
+  decode_ = module_.function(info_.name + abi::gpu::kDecodeSuffix);
+  merge_ = module_.function(info_.name + abi::gpu::kDecodeMergeSuffix);
+  decode_.setMaxDynamicSharedBytes(info_.sharedBytes);
+  size_t buffers = spec_.variant.buffers().size();
+  if (buffers)
+    status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
+}
+
+int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
+                                      int64_t maxSeqLen) const {
+  const int64_t rows = int64_t(spec_.headsQ / spec_.headsKV) * qLen;
+  const int64_t rowTiles =
+      (rows + info_.config.blockM() - 1) / info_.config.blockM();
+  return decodeNumSplits(batch, spec_.headsKV, rowTiles, maxSeqLen,
+                         info_.config.blockN, device_->properties().smCount);
+}
+
+void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
+                          const TensorRef &vCache, const DevicePageTable &table,
+                          const TensorRef &o, const TensorRef *lse,
+                          const Arguments &args, int numSplits,
+                          CUstream stream) const {
+  // Shapes: the paged check, or (contiguous) the same fields by hand.
+  PagedShape s;
+  if (table.isContiguous()) {
+    TensorRef kp = kCache, vp = vCache;
+    // Checked as a cache of one "page" per sequence, page_size 1 stand-in
+    // for the capacity (checkPageSize would refuse it).
+    kp.shape[2] = vp.shape[2] = 1;
+    s = checkPagedTensors(spec_, q, kp, vp);
+    if (kCache.shape[2] != table.pageSize() ||
+        vCache.shape[2] != table.pageSize())
+      fail(fmt::format("k.shape[2] = {} / v.shape[2] = {}, expected the "
+                       "table's capacity {}",
+                       kCache.shape[2], vCache.shape[2], table.pageSize()));
+    s.pageSize = table.pageSize();
+  } else {
+    s = checkPagedTensors(spec_, q, kCache, vCache);
+  }
+  if (table.batch() != s.batch)
+    fail(fmt::format("the page table has {} sequences, q.shape[0] = {}",
+                     table.batch(), s.batch));
+  if (s.numPages != table.numPages())
+    fail(fmt::format("k_cache.shape[0] = {} pages, the page table was "
+                     "validated for {}",
+                     s.numPages, table.numPages()));
+  if (!table.isContiguous() && s.pageSize != table.pageSize())
+    fail(fmt::format("k_cache.shape[2] = {} (page_size), the page table's is "
+                     "{}",
+                     s.pageSize, table.pageSize()));
+  if (s.qLen < 1 || s.qLen > kMaxQLen)
+    fail(fmt::format("q.shape[2] = {} (q_len), expected 1..{}", s.qLen,
+                     kMaxQLen));
+  // o and lse: [batch, heads_q, q_len, ...].
+  if (o.rank != 4 || o.shape[0] != s.batch || o.shape[1] != s.headsQ ||
+      o.shape[2] != s.qLen || o.shape[3] != s.headDimV)
+    fail(fmt::format("o.shape = [{}, {}, {}, {}], expected [{}, {}, {}, {}]",
+                     o.shape[0], o.shape[1], o.shape[2], o.shape[3], s.batch,
+                     s.headsQ, s.qLen, s.headDimV));
+  if (o.dtype != spec_.dtypeO)
+    fail(fmt::format("o.dtype = {}, but the spec says {}", toString(o.dtype),
+                     toString(spec_.dtypeO)));
+  const bool writeLse = spec_.returnLse && lse;
+  if (writeLse) {
+    if (lse->rank != 3 || lse->dtype != DType::F32 ||
+        lse->shape[0] != s.batch || lse->shape[1] != s.headsQ ||
+        lse->shape[2] != s.qLen)
+      fail(fmt::format("lse: rank {}, dtype {}, shape [{}, {}, {}]; expected "
+                       "fp32 [{}, {}, {}]",
+                       lse->rank, toString(lse->dtype), lse->shape[0],
+                       lse->shape[1], lse->shape[2], s.batch, s.headsQ,
+                       s.qLen));
+    requireAligned("lse", *lse, 4, 1);
+  }
+  args.validateFor(spec_.variant);
+  for (auto [name, t] : {std::pair{"q", &q}, std::pair{"k_cache", &kCache},
+                         std::pair{"v_cache", &vCache}, std::pair{"o", &o}})
+    requireUnitInner(name, *t);
+  requireAligned("q", q, 16, 8);
+  requireAligned("k_cache", kCache, 16, 8);
+  requireAligned("v_cache", vCache, 16, 8);
+  requireAligned("o", o, 4, 2);
+  if (s.batch > 65535 || s.headsKV > 65535)
+    fail(fmt::format("batch = {} / heads_kv = {}: at most 65535 (grid z, y)",
+                     s.batch, s.headsKV));
+  if (numSplits < 0 || numSplits > 1024)
+    fail(fmt::format("num_splits = {}, expected 0 (automatic) or 1..1024",
+                     numSplits));
+  if (s.batch == 0 || s.headsQ == 0)
+    return;
+
+  const int64_t group = s.headsQ / s.headsKV;
+  const int64_t rowTiles =
+      (group * s.qLen + info_.config.blockM() - 1) / info_.config.blockM();
+  const int splits = numSplits
+                         ? numSplits
+                         : defaultNumSplits(s.batch, s.qLen, table.maxSeqLen());
+  if (splits * rowTiles > std::numeric_limits<int32_t>::max())
+    fail(fmt::format("num_splits = {} x {} row tiles overflows the grid",
+                     splits, rowTiles));
+  const int pageShift =
+      table.isContiguous()
+          ? 30
+          : std::countr_zero(static_cast<uint64_t>(table.pageSize()));
+
+  device_->makeCurrent();
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t rows = static_cast<size_t>(s.batch * s.headsQ * s.qLen);
+  const size_t oBytes = size_t(splits) * rows * size_t(s.headDimV) * 4;
+  if (oPart_.size() < oBytes)
+    oPart_ = DeviceBuffer(*device_, oBytes);
+  // Partial LSEs, then a scratch LSE for a merge whose caller wants none.
+  if (lsePart_.size() < size_t(splits + 1) * rows * 4)
+    lsePart_ = DeviceBuffer(*device_, size_t(splits + 1) * rows * 4);
+  const bool hasBuffers = !spec_.variant.buffers().empty();
+  if (hasBuffers)
+    status_.fill(0);
+
+  KernelArgs a;
+  a.add(q.data).add(kCache.data).add(vCache.data);
+  a.add(reinterpret_cast<void *>(oPart_.ptr()))
+      .add(reinterpret_cast<void *>(lsePart_.ptr()))
+      .add(reinterpret_cast<void *>(status_.ptr()))
+      .add(reinterpret_cast<void *>(table.pages()))
+      .add(reinterpret_cast<void *>(table.pageStart()))
+      .add(reinterpret_cast<void *>(table.deviceSeqLens()));
+  for (const TensorRef *t : {&q, &kCache, &vCache})
+    a.add(t->strides[0]).add(t->strides[1]).add(t->strides[2]);
+  a.add(static_cast<int32_t>(s.qLen))
+      .add(static_cast<int32_t>(group))
+      .add(static_cast<int32_t>(pageShift))
+      .add(static_cast<int32_t>(splits))
+      .add(static_cast<int32_t>(rowTiles))
+      .add(static_cast<int32_t>(s.batch))
+      .add(static_cast<int32_t>(s.headsQ));
+  float scale = spec_.effectiveScale();
+  a.add(scale).add(static_cast<float>(scale * 1.4426950408889634));
+  if (a.size() != abi::gpu::decodeArgTypes().size())
+    throw InternalError(fmt::format("decode kernel '{}': {} fixed arguments, "
+                                    "the ABI has {}",
+                                    info_.name, a.size(),
+                                    abi::gpu::decodeArgTypes().size()));
+  for (const ParamDecl &p : spec_.variant.params()) {
+    const Scalar &val = args.params.at(p.name);
+    if (p.type == ScalarType::Int32)
+      a.add(static_cast<int32_t>(val.intValue));
+    else if (p.type == ScalarType::Int64)
+      a.add(static_cast<int64_t>(val.intValue));
+    else
+      a.add(val.floatValue);
+  }
+  for (const BufferDecl &b : spec_.variant.buffers()) {
+    const BufferRef &ref = args.buffers.at(b.name);
+    a.add(ref.data).add(static_cast<int64_t>(ref.size));
+  }
+  LaunchConfig cfg;
+  cfg.grid = {static_cast<unsigned>(splits * rowTiles),
+              static_cast<unsigned>(s.headsKV), static_cast<unsigned>(s.batch)};
+  cfg.block = {static_cast<unsigned>(info_.config.threads()), 1, 1};
+  cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
+  cfg.stream = stream;
+  launch(decode_, cfg, a);
+
+  KernelArgs m;
+  m.add(reinterpret_cast<void *>(oPart_.ptr()))
+      .add(reinterpret_cast<void *>(lsePart_.ptr()))
+      .add(o.data)
+      .add(writeLse ? lse->data
+                    : reinterpret_cast<void *>(lsePart_.ptr() +
+                                               size_t(splits) * rows * 4));
+  m.add(o.strides[0]).add(o.strides[1]).add(o.strides[2]);
+  const int64_t scratch[3] = {s.headsQ * s.qLen, s.qLen, 1};
+  for (int i = 0; i < 3; ++i)
+    m.add(writeLse ? lse->strides[i] : scratch[i]);
+  m.add(static_cast<int32_t>(splits));
+  LaunchConfig mc;
+  mc.grid = {static_cast<unsigned>(s.qLen), static_cast<unsigned>(s.headsQ),
+             static_cast<unsigned>(s.batch)};
+  mc.block = {static_cast<unsigned>(abi::gpu::kMergeThreads), 1, 1};
+  mc.stream = stream;
+  launch(merge_, mc, m);
+
+  if (hasBuffers) {
+    std::vector<BufferDecl> buffers = spec_.variant.buffers();
+    FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
+    std::vector<int32_t> flags(buffers.size());
+    status_.copyToHost(flags.data(), flags.size() * sizeof(int32_t));
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (flags[i])
+        fail(fmt::format("buffer '{}' was read outside [0, {}); the output "
+                         "of this run is unspecified",
+                         buffers[i].name,
+                         args.buffers.at(buffers[i].name).size));
+  }
+}
+
+} // namespace flashjit::runtime

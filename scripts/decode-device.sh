@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The decode kernels on the GPU machine, in one device call:
+#   here:   scripts/decode-device.sh pack DEST   # DEST: e.g. /work/main/.device/decode
+#   there:  bash DEST/decode-device.sh run DEST  # writes logs under $OUT
+# run: the [gpu][decode] tests, compute-sanitizer memcheck on one paged
+# masked kernel, the [.decodebench] timings, and torch sdpa peers
+# (bench/decode_peers.py) at the same shapes.
+set -uo pipefail
+cmd=${1:?usage: decode-device.sh pack|run DIR}
+dir=${2:?usage: decode-device.sh pack|run DIR}
+build=${FLASHJIT_BUILD_DIR:-build/ci}
+case $cmd in
+pack)
+  set -e
+  mkdir -p "$dir/bin" "$dir/lib" "$dir/kernels"
+  "$build/tests/gpu/gen_decode_kernels" "$dir/kernels"
+  objcopy --strip-debug "$build/tests/gpu/flashjit_gpu_tests" \
+    "$dir/bin/flashjit_gpu_tests"
+  cp scripts/decode-device.sh bench/decode_peers.py "$dir/"
+  skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libnvrtc|libnvJitLink|libcuda\.so)'
+  ldd "$build/tests/gpu/flashjit_gpu_tests" | awk '/=> \//{print $1, $3}' |
+    sort -u | while read -r name path; do
+      [[ $name =~ $skip ]] && continue
+      if (($(stat -L -c %s "$path") > 4000000)); then
+        [[ -f $dir/lib/$name.xz ]] || xz -T2 -6 -c "$path" >"$dir/lib/$name.xz"
+      else
+        objcopy --strip-debug "$path" "$dir/lib/$name" 2>/dev/null ||
+          cp -L "$path" "$dir/lib/$name"
+      fi
+    done
+  du -sh "$dir"
+  ;;
+run)
+  out=${OUT:-/tmp/decode-out}
+  lib=/tmp/decode-lib
+  mkdir -p "$out" "$lib/compat"
+  for f in "$dir"/lib/*; do
+    case $f in
+    *.xz) xz -dc "$f" >"$lib/$(basename "${f%.xz}")" ;;
+    *) cp "$f" "$lib/" ;;
+    esac
+  done
+  mv -f "$lib"/libstdc++.so.6 "$lib"/libgcc_s.so.1 "$lib/compat/" 2>/dev/null
+  export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  bin=$dir/bin/flashjit_gpu_tests
+  if ! "$bin" --list-tests >/dev/null 2>&1; then
+    export LD_LIBRARY_PATH="$lib/compat:$LD_LIBRARY_PATH"
+  fi
+  export FLASHJIT_DECODE_KERNELS=$dir/kernels
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  echo "=== tests"
+  timeout 100 "$bin" "[decode]" -d yes 2>&1 | tee "$out/tests.log" | tail -60
+  echo "=== memcheck (dec_window_g4, paged)"
+  FLASHJIT_MATRIX_ONLY=dec_window_g4 timeout 60 compute-sanitizer \
+    --tool memcheck "$bin" "decode kernels match the float64 paged reference" \
+    2>&1 | tee "$out/memcheck.log" | tail -8
+  echo "=== bench"
+  timeout 80 "$bin" "[.decodebench]" 2>&1 | tee "$out/bench.log" |
+    grep -E "DECODE|FAIL|error" | head -60
+  echo "=== peers"
+  timeout 40 python3 "$dir/decode_peers.py" 2>&1 | tee "$out/peers.log" | tail -12
+  ;;
+esac

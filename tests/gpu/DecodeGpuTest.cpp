@@ -1,0 +1,387 @@
+//===- DecodeGpuTest.cpp - Split-KV decode kernels on the GPU -------------===//
+//
+// The decode kernels of DecodeKernels.h (compiled ahead of time by
+// gen_decode_kernels into $FLASHJIT_DECODE_KERNELS, else the matrix
+// directory's decode/) against referencePagedAttention: random page order,
+// a page shared by two sequences, both page-table layouts, the [pages,
+// page_size, heads, dim] cache layout, NaN in every unused slot and page,
+// forced split counts (with empty splits), q_len 1..64, a contiguous
+// cache. The [.decodebench] case times K+V bandwidth.
+//
+//===----------------------------------------------------------------------===//
+#include "DecodeKernels.h"
+#include "GpuTestSupport.h"
+
+#include "flashjit/frontend/Paged.h"
+#include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/DecodeKernel.h"
+#include "flashjit/runtime/Driver.h"
+#include "flashjit/runtime/Launch.h"
+
+#include <fmt/format.h>
+
+#include <numeric>
+
+using namespace flashjit;
+using namespace flashjit::runtime;
+using test::GpuTensor;
+
+namespace {
+
+std::string decodeKernelDir() {
+  if (const char *env = std::getenv("FLASHJIT_DECODE_KERNELS"))
+    return env;
+  return test::matrixKernelDir() + "/decode";
+}
+
+std::unique_ptr<GpuDecodeKernel> loadDecode(const testing::DecodeKernel &k,
+                                            Device &dev) {
+  std::string base = decodeKernelDir() + "/" + k.id;
+  std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
+  INFO("kernel files " << base << ".{info,ptx} (gen_decode_kernels DIR)");
+  REQUIRE(infoFile);
+  REQUIRE(ptxFile);
+  GpuKernelInfo info = test::readKernelInfo(infoFile);
+  REQUIRE(infoFile);
+  REQUIRE(info.config.kind == KernelKind::Decode);
+  std::stringstream ptx;
+  ptx << ptxFile.rdbuf();
+  return std::make_unique<GpuDecodeKernel>(k.spec, info, ptx.str(), dev);
+}
+
+/// A random paged cache on the device: sequence lengths \p lens, pages in
+/// random order, sequence 1 sharing sequence 0's first page when both have
+/// a full one, every unused slot and page NaN (0xFFFF).
+struct PagedCase {
+  int64_t pageSize;
+  std::vector<int64_t> lens;
+  std::vector<std::vector<int32_t>> pagesOf;
+  int64_t numPages = 0, maxPages = 0;
+  std::vector<int32_t> indptr, indices, lastLen, table, seqLens;
+
+  PagedCase(std::mt19937_64 &rng, int64_t ps, std::vector<int64_t> l)
+      : pageSize(ps), lens(std::move(l)) {
+    for (int64_t n : lens)
+      numPages += (n + ps - 1) / ps;
+    numPages += 2;
+    std::vector<int32_t> perm(static_cast<size_t>(numPages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    size_t next = 0;
+    for (int64_t n : lens) {
+      std::vector<int32_t> p;
+      for (int64_t i = 0; i < (n + ps - 1) / ps; ++i)
+        p.push_back(perm[next++]);
+      maxPages = std::max<int64_t>(maxPages, static_cast<int64_t>(p.size()));
+      pagesOf.push_back(p);
+    }
+    if (lens.size() > 1 && lens[0] >= ps && lens[1] >= ps)
+      pagesOf[1][0] = pagesOf[0][0];
+    indptr.push_back(0);
+    for (size_t b = 0; b < lens.size(); ++b) {
+      indices.insert(indices.end(), pagesOf[b].begin(), pagesOf[b].end());
+      indptr.push_back(static_cast<int32_t>(indices.size()));
+      lastLen.push_back(lens[b] ? static_cast<int32_t>((lens[b] - 1) % ps + 1)
+                                : 0);
+      for (int64_t c = 0; c < maxPages; ++c)
+        table.push_back(
+            c < static_cast<int64_t>(pagesOf[b].size()) ? pagesOf[b][c] : -1);
+      seqLens.push_back(static_cast<int32_t>(lens[b]));
+    }
+  }
+  PageList list(bool csr) const {
+    int64_t batch = static_cast<int64_t>(lens.size());
+    return csr ? checkPagedCsr({indptr, indices, lastLen}, batch, numPages,
+                               pageSize)
+               : checkBlockTable({table, maxPages, seqLens}, batch, numPages,
+                                 pageSize);
+  }
+};
+
+/// Fills the used slots of \p c with random values (shared pages once) and
+/// every other element with NaN, then uploads.
+void fillPaged(GpuTensor &c, const PagedCase &pc, std::mt19937_64 &rng) {
+  std::fill(c.host.begin(), c.host.end(), uint8_t(0xFF));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const TensorRef &r = c.hostRef;
+  for (size_t b = 0; b < pc.lens.size(); ++b)
+    for (int64_t j = 0; j < pc.lens[b]; ++j)
+      for (int64_t h = 0; h < r.shape[1]; ++h)
+        for (int64_t d = 0; d < r.shape[3]; ++d) {
+          int64_t at =
+              r.offset(pc.pagesOf[b][j / pc.pageSize], h, j % pc.pageSize, d);
+          if (std::isnan(loadAsFloat(r.data, r.dtype, at)))
+            storeFromFloat(r.data, r.dtype, at, u(rng));
+        }
+  c.device.copyFromHost(c.host.data(), c.host.size());
+}
+
+/// Runs \p kernel on one paged case and checks O and LSE against the
+/// float64 paged reference.
+void checkPaged(Device &dev, const GpuDecodeKernel &kernel,
+                const AttentionSpec &spec, std::vector<int64_t> lens,
+                int64_t pageSize, int64_t qLen, bool csr, bool nhd,
+                int numSplits, uint64_t seed) {
+  INFO("lens " << lens[0] << (lens.size() > 1 ? "," : "")
+               << (lens.size() > 1 ? lens[1] : 0) << " ... page_size "
+               << pageSize << " q_len " << qLen << (csr ? " csr" : " table")
+               << (nhd ? " [pages, page_size, heads, dim]" : "") << " splits "
+               << numSplits << " seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int64_t batch = static_cast<int64_t>(lens.size());
+  PagedCase pc(rng, pageSize, lens);
+  GpuTensor q(dev, spec.dtypeQ, {batch, spec.headsQ, qLen, spec.headDimQK});
+  GpuTensor kc(dev, spec.dtypeK,
+               {pc.numPages, spec.headsKV, pageSize, spec.headDimQK}, 4, nhd);
+  GpuTensor vc(dev, spec.dtypeV,
+               {pc.numPages, spec.headsKV, pageSize, spec.headDimV}, 4, nhd);
+  GpuTensor o(dev, spec.dtypeO, {batch, spec.headsQ, qLen, spec.headDimV});
+  GpuTensor lse(dev, DType::F32, {batch, spec.headsQ, qLen, 1}, 3);
+  q.randomize(rng);
+  fillPaged(kc, pc, rng);
+  fillPaged(vc, pc, rng);
+  o.poison();
+  lse.poison();
+  PageList list = pc.list(csr);
+  DevicePageTable table(list, dev);
+  test::VariantArgs va(dev, spec, qLen, list.maxSeqLen());
+  kernel.run(q.deviceRef, kc.deviceRef, vc.deviceRef, table, o.deviceRef,
+             &lse.deviceRef, va.device, numSplits);
+  o.download();
+  lse.download();
+  ReferenceOutput want = referencePagedAttention(spec, q.hostRef, kc.hostRef,
+                                                 vc.hostRef, list, va.host);
+  test::compareOutputs(spec, o, lse, want, batch, qLen);
+}
+
+bool selected(const std::string &id) {
+  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
+  return !only || id.find(only) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("decode kernels match the float64 paged reference", "[gpu][decode]") {
+  Device &dev = Device::get(0);
+  uint64_t seed = std::random_device{}();
+  int i = 0;
+  for (const testing::DecodeKernel &k : testing::decodeKernels()) {
+    if (!selected(k.id))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = loadDecode(k, dev);
+    CHECK(kernel->function().localBytes() == 0);
+    const std::vector<int64_t> lens[] = {
+        {700, 300, 1, 0}, {1037}, {65, 64, 63, 1, 2, 129}};
+    const int64_t qLens[] = {1, 4, 16, 64};
+    for (int r = 0; r < 4; ++r, ++i) {
+      const int64_t ps = i % 2 ? 64 : 16;
+      const int splits = r == 0 ? 0 : r == 1 ? 1 : r == 2 ? 3 : 9;
+      checkPaged(dev, *kernel, k.spec, lens[i % 3], ps, qLens[(i + r) % 4],
+                 r % 2 == 0, i % 3 == 1, splits, seed + i);
+    }
+  }
+}
+
+TEST_CASE("decode over a contiguous cache and with many empty splits",
+          "[gpu][decode]") {
+  Device &dev = Device::get(0);
+  const testing::DecodeKernel k = testing::decodeKernels().at(1); // causal
+  auto kernel = loadDecode(k, dev);
+  const AttentionSpec &spec = k.spec;
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t batch = 3, cap = 500, qLen = 2;
+  std::vector<int32_t> lens{500, 77, 0};
+  GpuTensor q(dev, DType::BF16, {batch, spec.headsQ, qLen, 128});
+  GpuTensor kt(dev, DType::BF16, {batch, spec.headsKV, cap, 128}, 4, true);
+  GpuTensor vt(dev, DType::BF16, {batch, spec.headsKV, cap, 128}, 4, true);
+  GpuTensor o(dev, DType::BF16, {batch, spec.headsQ, qLen, 128});
+  GpuTensor lse(dev, DType::F32, {batch, spec.headsQ, qLen, 1}, 3);
+  q.randomize(rng);
+  kt.randomize(rng);
+  vt.randomize(rng);
+  DevicePageTable table = DevicePageTable::contiguous(lens, cap, dev);
+  // The paged reference of the same cache: one page per sequence, read as
+  // pages of 1 token (page b * cap + t).
+  std::vector<int32_t> ids, indptr{0}, last;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < lens[b]; ++t)
+      ids.push_back(static_cast<int32_t>(b * cap + t));
+    indptr.push_back(static_cast<int32_t>(ids.size()));
+    last.push_back(lens[b] ? 1 : 0);
+  }
+  auto asPages = [&](const TensorRef &t) {
+    TensorRef r = t;
+    r.shape = {batch * cap, spec.headsKV, 1, 128};
+    r.strides = {t.strides[2], t.strides[1], t.strides[2], 1};
+    return r;
+  };
+  PageList list = checkPagedCsr({indptr, ids, last}, batch, batch * cap, 1);
+  ReferenceOutput want = referencePagedAttention(
+      spec, q.hostRef, asPages(kt.hostRef), asPages(vt.hostRef), list);
+  for (int splits : {0, 1, 40}) {
+    INFO("splits " << splits);
+    o.poison();
+    lse.poison();
+    kernel->run(q.deviceRef, kt.deviceRef, vt.deviceRef, table, o.deviceRef,
+                &lse.deviceRef, {}, splits);
+    o.download();
+    lse.download();
+    test::compareOutputs(spec, o, lse, want, batch, qLen);
+  }
+}
+
+TEST_CASE("decode errors name the field", "[gpu][decode]") {
+  Device &dev = Device::get(0);
+  const testing::DecodeKernel k = testing::decodeKernels().at(0);
+  auto kernel = loadDecode(k, dev);
+  std::mt19937_64 rng(1);
+  PagedCase pc(rng, 16, {40, 3});
+  DevicePageTable table(pc.list(true), dev);
+  GpuTensor q(dev, DType::BF16, {2, 32, 65, 128});
+  GpuTensor kc(dev, DType::BF16, {pc.numPages, 8, 16, 128});
+  GpuTensor o(dev, DType::BF16, {2, 32, 65, 128});
+  GpuTensor o1(dev, DType::BF16, {2, 32, 1, 128});
+  GpuTensor q1(dev, DType::BF16, {2, 32, 1, 128});
+  GpuTensor kBig(dev, DType::BF16, {pc.numPages + 1, 8, 16, 128});
+  auto expectError = [](auto &&f, const char *needle) {
+    bool threw = false;
+    try {
+      f();
+    } catch (const UserError &e) {
+      threw = true;
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    }
+    CHECK(threw);
+  };
+  expectError(
+      [&] {
+        kernel->run(q.deviceRef, kc.deviceRef, kc.deviceRef, table, o.deviceRef,
+                    nullptr);
+      },
+      "q.shape[2] = 65");
+  expectError(
+      [&] {
+        kernel->run(q1.deviceRef, kBig.deviceRef, kBig.deviceRef, table,
+                    o1.deviceRef, nullptr);
+      },
+      "k_cache.shape[0]");
+  expectError(
+      [&] {
+        kernel->run(q1.deviceRef, kc.deviceRef, kc.deviceRef, table,
+                    o1.deviceRef, nullptr, {}, 5000);
+      },
+      "num_splits = 5000");
+}
+
+TEST_CASE("decode bandwidth", "[.decodebench]") {
+  // bf16, D = 128, GQA 32/8, q_len 1 (and 4, 16): TB/s of K + V bytes read
+  // (B * Nk * heads_kv * 128 * 2 bytes * 2), median of 20 runs.
+  Device &dev = Device::get(0);
+  std::mt19937_64 rng(7);
+  auto find = [](const std::string &id) {
+    for (const auto &k : testing::decodeKernels())
+      if (k.id == id)
+        return k;
+    throw std::runtime_error(id);
+  };
+  struct Shape {
+    int64_t batch, nk;
+  };
+  const Shape shapes[] = {{8, 32768}, {1, 131072}, {64, 4096}};
+  // Random bf16 from one 64 MiB host block, copied to fill big caches.
+  std::vector<uint16_t> block(32u << 20);
+  {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto &x : block)
+      x = floatToBf16(u(rng));
+  }
+  auto fillRandom = [&](DeviceBuffer &buf) {
+    const size_t chunk = block.size() * 2;
+    for (size_t off = 0; off < buf.size(); off += chunk)
+      if (Driver::get().cuMemcpyHtoD(buf.ptr() + off, block.data(),
+                                     std::min(chunk, buf.size() - off)) !=
+          CUDA_SUCCESS)
+        FAIL("cuMemcpyHtoD");
+  };
+  auto time = [&](auto &&call) {
+    call(); // warm-up
+    std::vector<float> ms;
+    EventTimer timer(dev);
+    for (int r = 0; r < 20; ++r) {
+      timer.start();
+      call();
+      ms.push_back(timer.stopMs());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  for (const char *id :
+       {"dec_dense_g4", "dec_softcap_g4", "dec_alibi_g4", "dec_window_g4"}) {
+    testing::DecodeKernel k = find(id);
+    if (!selected(k.id))
+      continue;
+    auto kernel = loadDecode(k, dev);
+    test::VariantArgs va(dev, k.spec, 1, 1);
+    for (Shape s : shapes) {
+      const int64_t hk = 8, d = 128;
+      const double kvBytes = double(s.batch) * s.nk * hk * d * 2 * 2;
+      for (int64_t qLen : {1, 4, 16}) {
+        if (qLen > 1 && (s.batch != 8 || std::string(id) != "dec_dense_g4"))
+          continue;
+        GpuTensor q(dev, DType::BF16, {s.batch, 32, qLen, d});
+        GpuTensor o(dev, DType::BF16, {s.batch, 32, qLen, d});
+        q.randomize(rng);
+        for (int64_t ps : {0, 16, 64}) { // 0: contiguous [B, Nk, Hkv, D]
+          if (ps == 16 && std::string(id) != "dec_dense_g4")
+            continue;
+          if (ps == 0 && std::string(id) != "dec_dense_g4")
+            continue;
+          const int64_t pages = ps ? s.batch * s.nk / ps : s.batch;
+          const int64_t pageLen = ps ? ps : s.nk;
+          DeviceBuffer kb(dev, size_t(pages * pageLen * hk * d * 2)),
+              vb(dev, size_t(pages * pageLen * hk * d * 2));
+          fillRandom(kb);
+          fillRandom(vb);
+          auto view = [&](DeviceBuffer &buf) {
+            TensorRef t;
+            t.data = buf.data();
+            t.dtype = DType::BF16;
+            t.shape = {pages, hk, pageLen, d};
+            t.strides = {pageLen * hk * d, d, hk * d, 1};
+            return t;
+          };
+          std::vector<int32_t> lens(static_cast<size_t>(s.batch),
+                                    static_cast<int32_t>(s.nk));
+          std::unique_ptr<DevicePageTable> table;
+          if (ps) {
+            std::vector<int32_t> perm(static_cast<size_t>(pages));
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), rng);
+            std::vector<int32_t> blk(perm);
+            PageList list =
+                checkBlockTable({blk, s.nk / ps, lens}, s.batch, pages, ps);
+            table = std::make_unique<DevicePageTable>(list, dev);
+          } else {
+            table = std::make_unique<DevicePageTable>(
+                DevicePageTable::contiguous(lens, s.nk, dev));
+          }
+          TensorRef kv = view(kb), vv = view(vb);
+          int splits = kernel->defaultNumSplits(s.batch, qLen, s.nk);
+          float ms = time([&] {
+            kernel->run(q.deviceRef, kv, vv, *table, o.deviceRef, nullptr,
+                        va.device);
+          });
+          const double flops = 4.0 * s.batch * 32 * qLen * double(s.nk) * d;
+          std::printf("DECODE %-15s B=%-3lld Nk=%-6lld q_len=%-2lld %-10s "
+                      "splits=%-3d %8.3f ms %6.2f TB/s %7.1f TF/s\n",
+                      id, (long long)s.batch, (long long)s.nk, (long long)qLen,
+                      ps ? fmt::format("page {}", ps).c_str() : "contiguous",
+                      splits, ms, kvBytes / (ms * 1e-3) / 1e12,
+                      flops / (ms * 1e-3) / 1e12);
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,39 @@
+//===- gen_decode_kernels.cpp - The decode kernels, ahead of time ---------===//
+//
+// Writes DIR/<id>.ptx and DIR/<id>.info (gen_matrix_kernels' line, read
+// by test::readKernelInfo) for every kernel of decodeKernels(), compiled with
+// GpuCompileOptions::kind = KernelKind::Decode for sm_90a.
+//
+//===----------------------------------------------------------------------===//
+#include "DecodeKernels.h"
+
+#include "flashjit/compiler/GpuCompiler.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 1;
+  }
+  std::string dir = argv[1];
+  flashjit::GpuCompileOptions o;
+  o.arch = "sm_90a";
+  o.kind = flashjit::KernelKind::Decode;
+  for (const auto &k : flashjit::testing::decodeKernels()) {
+    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, o);
+    std::ofstream(dir + "/" + k.id + ".ptx") << img.ptx;
+    // The .info line of gen_matrix_kernels (test::readKernelInfo).
+    const flashjit::KernelConfig &c = img.config;
+    std::ofstream(dir + "/" + k.id + ".info")
+        << img.name << ' ' << c.arch << ' ' << c.numWarps << ' '
+        << c.rowsPerWarp << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' '
+        << c.blockN << ' ' << c.varlen << ' ' << c.blockSparse << ' '
+        << img.sharedBytes << ' ' << flashjit::toString(c.kind) << '\n';
+  }
+  std::printf("%zu decode kernels in %s\n",
+              flashjit::testing::decodeKernels().size(), dir.c_str());
+  return 0;
+}
