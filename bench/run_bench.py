@@ -73,9 +73,10 @@ def tensor_map(t, box_rows):
     return buf, addr
 
 
-def launch_tma(k, B, H, N, tensors, ptrs, extra, maps):
+def launch_tma(k, B, H, N, tensors, ptrs, extra, maps, sink=None):
     """launch() for a TMA kernel: cuLaunchKernel through ctypes (the
-    tensor maps are 128-byte by-value parameters)."""
+    tensor maps are 128-byte by-value parameters after the fixed ones and
+    the sink pointer, before the variant's arguments)."""
     key = k["ptx"]
     if key not in modules:
         m = cp.RawModule(path=os.path.join(args.kernels, k["ptx"]))
@@ -88,10 +89,12 @@ def launch_tma(k, B, H, N, tensors, ptrs, extra, maps):
     vals += [ctypes.c_int64(x) for x in [H * N * D, N * D, D] * 4 + [H * N, N, 1]]
     vals += [ctypes.c_int32(N), ctypes.c_int32(N), ctypes.c_int32(1),
              ctypes.c_float(k["scale"]), ctypes.c_float(k["scale"] * LOG2E)]
+    if sink is not None:
+        vals.append(ctypes.c_void_p(sink))
     addrs = [ctypes.addressof(v) for v in vals] + [a for _, a in maps] + [ctypes.addressof(v) for v in extra]
     params = (ctypes.c_void_p * len(addrs))(*addrs)
     grid = ((N + k["block_m"] - 1) // k["block_m"], H, B)
-    r = _cuda.cuLaunchKernel(ctypes.c_void_p(f.ptr), *grid, k["threads"], 1, 1, k["smem"],
+    r = _cuda.cuLaunchKernel(ctypes.c_void_p(f.kernel.ptr), *grid, k["threads"], 1, 1, k["smem"],
                              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), params, None)
     assert r == 0, f"cuLaunchKernel: {r}"
 
@@ -164,7 +167,8 @@ for D in [int(x) for x in args.d.split(",")]:
                 raw = [q.data_ptr(), kk.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), status.data_ptr()]
                 cextra = [ctypes.c_void_p(slopes.data_ptr()), ctypes.c_int64(H)] if variant == "alibi" else []
                 o.fill_(float("nan"))
-                ours = bench(lambda: launch_tma(k, B, H, N, (q, kk, v), raw, cextra, maps))
+                sink = sinks.data_ptr() if variant == "dense_sink" else None
+                ours = bench(lambda: launch_tma(k, B, H, N, (q, kk, v), raw, cextra, maps, sink))
             else:
                 ours = bench(lambda: launch(k, B, H, N, ptrs, extra))
             extra_bytes = torch.cuda.max_memory_allocated() - base

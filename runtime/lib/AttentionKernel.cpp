@@ -43,7 +43,7 @@ const char *ptxType(abi::gpu::ArgType t) {
   case abi::gpu::ArgType::F32:
     return ".f32";
   case abi::gpu::ArgType::TensorMap:
-    return ".align 64 .b8";
+    return ".b8[128]"; // parsePtxEntry drops ".align 64"
   }
   return "?";
 }
@@ -500,8 +500,8 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
   }
   checkFixedArgs(a,
                  abi::gpu::forwardArgTypes(info_.config.varlen,
-                                           info_.config.blockSparse,
-                                           spec_.sink, info_.config.tma),
+                                           info_.config.blockSparse, spec_.sink,
+                                           info_.config.tma),
                  info_.name);
   addVariantArgs(a, args);
 

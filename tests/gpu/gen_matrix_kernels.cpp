@@ -29,7 +29,8 @@
 namespace {
 /// Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch warps
 /// rows_per_warp min_blocks_per_sm wgmma block_n varlen block_sparse
-/// shared_bytes kind": the whole KernelConfig, read back by
+/// shared_bytes kind", then " tma" on TMA kernels: the whole KernelConfig,
+/// read back by
 /// test::readKernelInfo). \p sparse is kept for the callers.
 void write(const std::string &dir, const std::string &id,
            const flashjit::GpuKernelImage &img, bool sparse = false) {
@@ -40,7 +41,7 @@ void write(const std::string &dir, const std::string &id,
   info << img.name << ' ' << c.arch << ' ' << c.numWarps << ' ' << c.rowsPerWarp
        << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' ' << c.blockN << ' '
        << c.varlen << ' ' << c.blockSparse << ' ' << img.sharedBytes << ' '
-       << flashjit::toString(c.kind) << '\n';
+       << flashjit::toString(c.kind) << (c.tma ? " tma" : "") << '\n';
 }
 } // namespace
 

@@ -156,11 +156,6 @@ void validateForGpu(const AttentionSpec &spec,
                                   "mma = wgmma (16: a warpgroup's 64 rows)",
                                   tc.rowsPerWarp));
   }
-  if (tc.tma)
-    throw UserError(
-        "mma = wgmma.tma is not available yet: its tensor-map parameters "
-        "need nvvm.grid_constant, which MLIR accepts only on the llvm.func "
-        "kernel after gpu-to-nvvm (issue 16); use mma = wgmma");
   int64_t smem = tc.sharedBytes(spec.headDimQK, spec.headDimV);
   const int64_t limit = options.arch == "sm_80" ? 166912 : 232448;
   if (smem > limit)

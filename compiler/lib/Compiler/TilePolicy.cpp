@@ -115,8 +115,12 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     // 166-230).
     GpuTileConfig c = mmaSyncBase(arch);
     c.wgmma = true;
-    // TMA: one tensor map per tensor; varlen and block-sparse keep cp.async.
-    c.tma = mma == GpuMma::WgmmaTma && !varlen && !blockSparse;
+    // TMA (the default since session 8: 1.05-1.18x cp.async on the H200,
+    // dense and causal at head dims 64 and 128, bench/RESULTS.md): one
+    // tensor map per tensor; varlen and block-sparse keep cp.async, and
+    // mma = wgmma asks for cp.async everywhere.
+    c.tma = (mma == GpuMma::WgmmaTma || mma == GpuMma::Default) && !varlen &&
+            !blockSparse;
     c.rowsPerWarp = 16;
     int d = std::max(spec.headDimQK, spec.headDimV);
     if (d <= 64) {

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace flashjit;
@@ -212,6 +213,8 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
        {std::pair{false, false}, {true, false}, {false, true}}) {
     GpuTileConfig c = defaultGpuTileConfig(d128, "sm_90a", varlen, blockSparse);
     CHECK(c.wgmma);
+    // TMA loads where one tensor map covers the tensor (dense calls).
+    CHECK(c.tma == (!varlen && !blockSparse));
     CHECK(c.numWarps == 8);
     CHECK(c.rowsPerWarp == 16);
     CHECK(c.blockN == 128);
@@ -234,6 +237,10 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
     CHECK(c.minBlocksPerSM == 3);
   }
   CHECK_FALSE(defaultGpuTileConfig(d128, "sm_80").wgmma);
+  CHECK_FALSE(defaultGpuTileConfig(d128, "sm_80").tma);
+  // mma = wgmma: the cp.async loads of sessions 4-7.
+  CHECK_FALSE(
+      defaultGpuTileConfig(d128, "sm_90a", false, false, GpuMma::Wgmma).tma);
   AttentionSpec d96 = testing::matrixSpec("none", 96, DType::BF16, 1, 1);
   CHECK_FALSE(defaultGpuTileConfig(d96, "sm_90a").wgmma);
   // Buffer reads with a mask and a score modifier, or varlen / block lists:
@@ -259,28 +266,57 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
   CHECK(std::string(toString(GpuMma::Wgmma)) == "wgmma");
 }
 
-TEST_CASE("mma = wgmma.tma: TMA tiles in dense kernels only, refused for now",
+TEST_CASE("mma = wgmma.tma: TMA loads in dense kernels that assemble clean",
           "[gpu-codegen]") {
-  // The instruction kind and the tile rule: dense kernels get tma with 2-3
-  // K/V stages and their mbarriers in shared memory; varlen and
-  // block-sparse keep cp.async. compileGpu refuses tma until the tensor-map
-  // parameters can be marked grid_constant (issue 16).
+  // Dense kernels get tma with 2-3 K/V stages and their mbarriers in shared
+  // memory, cp.async.bulk.tensor loads through tensor maps that are
+  // by-value grid constants (`.param .align 64 .b8 [128]`, read in place),
+  // no cp.async; varlen and block-sparse keep cp.async.
   CHECK(std::string(toString(GpuMma::WgmmaTma)) == "wgmma.tma");
   GpuCompileOptions o;
   o.mma = GpuMma::WgmmaTma;
-  for (auto [variant, d] :
-       {std::pair{"causal_tl", 128}, {"none", 64}, {"softcap", 256}}) {
+  for (auto [variant, d, dv] : {std::tuple{"causal_tl", 128, 128},
+                                {"none", 64, 64},
+                                {"softcap", 256, 256},
+                                {"window_lr", 64, 128}}) {
     AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 2, 2);
-    INFO(variant << " d" << d);
+    s.headDimV = dv;
+    INFO(variant << " d" << d << " dv" << dv);
     GpuTileConfig c = resolveGpuTileConfig(s, o);
     CHECK(c.wgmma);
     CHECK(c.tma);
     // Three K/V stages where they fit beside the CTAs per SM, else two.
-    int stages = c.kvStages(d, d);
+    int stages = c.kvStages(d, dv);
     CHECK(stages == (d == 256 ? 2 : 3));
-    CHECK(c.sharedBytes(d, d) ==
-          2 * (c.blockM() * d + stages * c.blockN * 2 * d) + 8 * (stages + 1));
-    CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("wgmma.tma"));
+    CHECK(c.sharedBytes(d, dv) ==
+          2 * (c.blockM() * d + stages * c.blockN * (d + dv)) +
+              8 * (stages + 1));
+    GpuKernelImage img = compileGpu(s, o);
+    CHECK(img.config.tma);
+    const std::string &p = img.ptx;
+    // Q once, then K and V per tile, 64 head_dim columns per copy.
+    CHECK(p.find("cp.async.bulk.tensor.4d.shared::cluster.global.tile."
+                 "mbarrier::complete_tx::bytes") != std::string::npos);
+    CHECK(p.find("mbarrier.init.shared::cta.b64") != std::string::npos);
+    CHECK(p.find("mbarrier.arrive.expect_tx.shared::cta.b64") !=
+          std::string::npos);
+    CHECK(p.find("mbarrier.try_wait.parity.shared::cta.b64") !=
+          std::string::npos);
+    CHECK(p.find("wgmma.mma_async.sync.aligned.m64n") != std::string::npos);
+    CHECK(p.find("cp.async.cg") == std::string::npos);
+    CHECK(p.find("cp.async.ca") == std::string::npos);
+    // Three tensor maps, by value and in place (no copy to local memory).
+    size_t maps = 0;
+    for (size_t at = p.find(".param .align 64 .b8 "); at != std::string::npos;
+         at = p.find(".param .align 64 .b8 ", at + 1))
+      ++maps;
+    CHECK(maps == 3);
+    runtime::PtxasReport r = runtime::runPtxas(p, "sm_90a");
+    const runtime::PtxasFunctionReport *f = r.find(img.name);
+    REQUIRE(f);
+    INFO(r.log);
+    CHECK(f->clean());
+    CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit("sm_90a"));
   }
   AttentionSpec doc = testing::matrixSpec("doc_id", 128, DType::BF16, 2, 2);
   for (auto [varlen, blockSparse] : {std::pair{true, false}, {false, true}}) {

@@ -32,7 +32,8 @@ enum class GpuMma {
   /// of 128-byte-swizzled stages, mbarrier completion; KernelConfig::tma).
   /// Dense kernels only: varlen and block-sparse kernels asking for it get
   /// Wgmma's cp.async loads (their per-sequence offsets and listed tiles
-  /// are not in one tensor map yet).
+  /// are not in one tensor map yet). What Default picks where wgmma
+  /// applies.
   WgmmaTma,
 };
 

@@ -22,6 +22,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
+#include "flashjit/Conversion/GridConstantArgs.h"
 
 #include "KernelOps.h"
 #include "MmaStrategy.h"
@@ -164,22 +165,17 @@ gpu::GPUFuncOp ForwardKernelBuilder::declare(Operation *gpuModule) {
     args.push_back(ty);
   auto fn = gpu::GPUFuncOp::create(b, c.name, b.getFunctionType(args, {}));
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  // Tensor maps: by value in parameter space (64-byte aligned), read there
-  // by the TMA unit through their generic address (grid_constant: no copy).
-  // TODO(issue 16): the NVVM verifier accepts nvvm.grid_constant only on
-  // llvm.func kernels (after gpu-to-nvvm), so compileGpu refuses tma until
-  // the NVVM-to-PTX pipeline marks these arguments after that conversion.
-  for (auto [i, t] : llvm::enumerate(abiArgs)) {
-    if (t != abi::ArgType::TensorMap)
-      continue;
-    fn.setArgAttr(i, LLVM::LLVMDialect::getByValAttrName(),
-                  TypeAttr::get(LLVM::LLVMArrayType::get(
-                      ops.i8, flashjit::abi::gpu::kTensorMapBytes)));
-    fn.setArgAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
-                  b.getI64IntegerAttr(64));
-    fn.setArgAttr(i, NVVM::NVVMDialect::getGridConstantAttrName(),
-                  b.getUnitAttr());
-  }
+  // Tensor maps: by value in parameter space, read there by the TMA unit
+  // through their generic address (grid constants: no local copy). The
+  // NVVM dialect takes nvvm.grid_constant only on llvm.func kernels, so the
+  // kernel names the arguments and the NVVM-to-PTX pipeline marks them
+  // after convert-gpu-to-nvvm (GridConstantArgs.cpp).
+  SmallVector<int32_t> tensorMaps;
+  for (auto [i, t] : llvm::enumerate(abiArgs))
+    if (t == abi::ArgType::TensorMap)
+      tensorMaps.push_back(int32_t(i));
+  if (!tensorMaps.empty())
+    fn->setAttr(kGridConstantArgsAttr, b.getDenseI32ArrayAttr(tensorMaps));
   fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({nthreads, 1, 1}));
   // Without an explicit minimum ptxas caps registers to fit more CTAs and
   // spills (seen at 80 registers for head_dim 32); 1 leaves it all registers.
