@@ -137,8 +137,8 @@ cl::opt<std::string> mmaFlag(
     "mma",
     cl::desc("default | mma.sync | wgmma | wgmma.tma: the tensor-core "
              "instructions (default: wgmma on sm_90a where head dims are "
-             "multiples of 64; wgmma.tma: wgmma with TMA loads, dense "
-             "kernels; GPU targets only)"),
+             "multiples of 64, with TMA loads in dense kernels = wgmma.tma; "
+             "wgmma: cp.async loads; GPU targets only)"),
     cl::init("default"), cl::sub(compileCmd), cl::sub(runCmd),
     cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<bool> varlenFlag(
