@@ -384,8 +384,9 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   CHECK(img.config.blockM() == 64);
   CHECK(img.config.blockN == 64);
   CHECK(img.config.wgmma);
-  // Q and two K/V stages, unpadded.
-  CHECK(img.sharedBytes == 2 * (64 * 64 + 2 * 64 * (64 + 64)));
+  CHECK(img.config.tma);
+  // Q and three K/V stages (TMA), unpadded, then four 8-byte mbarriers.
+  CHECK(img.sharedBytes == 2 * (64 * 64 + 3 * 64 * (64 + 64)) + 8 * 4);
   CHECK(img.ptx.find(".minnctapersm 3") != std::string::npos); // softcap
   // Other tiles than the default drop its CTAs-per-SM bound.
   GpuCompileOptions eight;
