@@ -6,6 +6,9 @@
 // (dense_sink) at 128, bf16, for sm_90a. The GPU machine
 // has no MLIR, so kernels are generated here and carried (bench/RESULTS.md).
 // Usage: bench_kernels DIR [--tiles] [--sparse]
+// The sm_90a defaults load by TMA (the manifest's "tma": 1 tells
+// run_bench.py to pass tensor maps); beside each dense and causal default
+// kernel: the same with cp.async loads (mma wgmma, label "cpasync").
 //
 // --sparse also writes the issue-7 kernels and <dir>/block_sparse.json for
 // bench/run_block_sparse.py: the document-causal mask with and without a
@@ -253,6 +256,12 @@ int main(int argc, char **argv) {
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
     for (int d : {64, 128, 256})
       jobs.push_back({name, d, {}, "default"});
+  for (std::string name : {"dense", "causal"})
+    for (int d : {64, 128, 256}) {
+      GpuCompileOptions o;
+      o.mma = GpuMma::Wgmma;
+      jobs.push_back({name, d, o, "cpasync"});
+    }
   // Issue 22: the cost of a sink (run_bench.py --variants dense,dense_sink
   // --d 128 --n 4096,16384 times it beside the dense kernel).
   jobs.push_back({"dense_sink", 128, {}, "default"});
@@ -322,6 +331,7 @@ int main(int argc, char **argv) {
                << ", \"spill_bytes\": "
                << (f ? f->spillStoreBytes + f->spillLoadBytes : -1)
                << ", \"label\": \"" << job.label << "\""
+               << ", \"tma\": " << (img.config.tma ? 1 : 0)
                << ", \"compile_s\": " << img.timings.back().seconds
                << ", \"scale\": " << spec.effectiveScale() << ", \"spec\": \""
                << printSpec(spec) << "\"}";

@@ -10,7 +10,7 @@ Writes JSON, a markdown table and one PNG per head dim under --out.
 
   python3 bench/run_bench.py --kernels DIR --out DIR [--n 512,4096] [--d 128]
 """
-import argparse, json, math, os, sys, time
+import argparse, ctypes, json, math, os, sys, time
 
 import numpy as np
 import cupy as cp
@@ -42,6 +42,61 @@ modules = {}
 
 def bench(fn):
     return tt.do_bench(fn, warmup=25, rep=args.rep, return_mode="median")
+
+
+_cuda = None
+
+
+def tensor_map(t, box_rows):
+    """The TMA tensor map of a contiguous bf16 [B, H, N, D] tensor t as the
+    runtime builds it (abi::gpu::kTensorMapArgs: boxes of 64 head_dim
+    elements x box_rows rows, 128-byte swizzle)."""
+    global _cuda
+    if _cuda is None:
+        _cuda = ctypes.CDLL("libcuda.so.1")
+    B, H, N, D = t.shape
+    # A CUtensorMap is 128 bytes, 64-byte aligned: an aligned slice of a
+    # larger buffer (kept alive with its address).
+    buf = (ctypes.c_uint8 * 192)()
+    addr = (ctypes.addressof(buf) + 63) // 64 * 64
+    u64x4 = ctypes.c_uint64 * 4
+    u64x3 = ctypes.c_uint64 * 3
+    u32x4 = ctypes.c_uint32 * 4
+    dims = u64x4(D, N, H, B)
+    strides = u64x3(*(s * 2 for s in (t.stride(2), t.stride(1), t.stride(0))))
+    # BFLOAT16 = 9, INTERLEAVE_NONE = 0, SWIZZLE_128B = 3, L2_256B = 3,
+    # OOB_FILL_NONE = 0 (cuda.h).
+    r = _cuda.cuTensorMapEncodeTiled(ctypes.c_void_p(addr), 9, 4, ctypes.c_void_p(t.data_ptr()),
+                                     dims, strides, u32x4(64, box_rows, 1, 1), u32x4(1, 1, 1, 1),
+                                     0, 3, 3, 0)
+    assert r == 0, f"cuTensorMapEncodeTiled: {r}"
+    return buf, addr
+
+
+def launch_tma(k, B, H, N, tensors, ptrs, extra, maps, sink=None):
+    """launch() for a TMA kernel: cuLaunchKernel through ctypes (the
+    tensor maps are 128-byte by-value parameters after the fixed ones and
+    the sink pointer, before the variant's arguments)."""
+    key = k["ptx"]
+    if key not in modules:
+        m = cp.RawModule(path=os.path.join(args.kernels, k["ptx"]))
+        f = m.get_function(k["kernel"])
+        f.max_dynamic_shared_size_bytes = k["smem"]
+        modules[key] = (m, f)
+    f = modules[key][1]
+    D = k["D"]
+    vals = [ctypes.c_void_p(p) for p in ptrs]
+    vals += [ctypes.c_int64(x) for x in [H * N * D, N * D, D] * 4 + [H * N, N, 1]]
+    vals += [ctypes.c_int32(N), ctypes.c_int32(N), ctypes.c_int32(1),
+             ctypes.c_float(k["scale"]), ctypes.c_float(k["scale"] * LOG2E)]
+    if sink is not None:
+        vals.append(ctypes.c_void_p(sink))
+    addrs = [ctypes.addressof(v) for v in vals] + [a for _, a in maps] + [ctypes.addressof(v) for v in extra]
+    params = (ctypes.c_void_p * len(addrs))(*addrs)
+    grid = ((N + k["block_m"] - 1) // k["block_m"], H, B)
+    r = _cuda.cuLaunchKernel(ctypes.c_void_p(f.kernel.ptr), *grid, k["threads"], 1, 1, k["smem"],
+                             ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), params, None)
+    assert r == 0, f"cuLaunchKernel: {r}"
 
 
 def launch(k, B, H, N, ptrs, extra):
@@ -107,7 +162,15 @@ for D in [int(x) for x in args.d.split(",")]:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
-            ours = bench(lambda: launch(k, B, H, N, ptrs, extra))
+            if k.get("tma"):
+                maps = [tensor_map(t, k["block_m"] if i == 0 else k["block_n"]) for i, t in enumerate((q, kk, v))]
+                raw = [q.data_ptr(), kk.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), status.data_ptr()]
+                cextra = [ctypes.c_void_p(slopes.data_ptr()), ctypes.c_int64(H)] if variant == "alibi" else []
+                o.fill_(float("nan"))
+                sink = sinks.data_ptr() if variant == "dense_sink" else None
+                ours = bench(lambda: launch_tma(k, B, H, N, (q, kk, v), raw, cextra, maps, sink))
+            else:
+                ours = bench(lambda: launch(k, B, H, N, ptrs, extra))
             extra_bytes = torch.cuda.max_memory_allocated() - base
             # Correctness on one batch element, fp32 reference.
             qi = min(N, 2048)

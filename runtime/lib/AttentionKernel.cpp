@@ -42,6 +42,8 @@ const char *ptxType(abi::gpu::ArgType t) {
     return ".u32";
   case abi::gpu::ArgType::F32:
     return ".f32";
+  case abi::gpu::ArgType::TensorMap:
+    return ".b8[128]"; // parsePtxEntry drops ".align 64"
   }
   return "?";
 }
@@ -158,7 +160,7 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
   if (std::string why = entryMismatch(
           ptx, info.name,
           expectedParams(spec, abi::gpu::forwardArgTypes(
-                                   c.varlen, c.blockSparse, spec.sink)),
+                                   c.varlen, c.blockSparse, spec.sink, c.tma)),
           c.threads(), c.minBlocksPerSM);
       !why.empty())
     return why;
@@ -265,6 +267,48 @@ struct GpuAttentionKernel::ForwardCall {
   const DeviceCuSeqlens *cu = nullptr;
   const DeviceBlockMask *mask = nullptr;
 };
+
+namespace {
+/// The TMA tensor map (abi::gpu::kTensorMapArgs) of the 16-bit tensor
+/// \p name [batch, heads, seqlen, head_dim] at \p data with (batch, head,
+/// seq) element strides \p strides: boxes of 64 head_dim elements x
+/// \p boxRows rows, 128-byte swizzle, rows past seqlen zero-filled.
+/// checkGpuTensors has checked the 16-byte alignment of the base and of
+/// every stride of an extent above 1 (TMA's rules); a dimension of extent 1
+/// is never stepped and gets the stride of a contiguous layout.
+CUtensorMap tensorMap(const char *name, const void *data, bool bf16,
+                      int64_t batch, int64_t heads, int64_t seqlen,
+                      int64_t headDim, const int64_t strides[3], int boxRows) {
+  cuuint64_t dims[4] = {cuuint64_t(headDim),
+                        cuuint64_t(std::max<int64_t>(seqlen, 1)),
+                        cuuint64_t(heads), cuuint64_t(batch)};
+  const int64_t elems[3] = {strides[2], strides[1], strides[0]};
+  cuuint64_t byteStrides[3];
+  int64_t span = headDim * 2; // bytes of one step of the dimension below
+  for (int i = 0; i < 3; ++i) {
+    int64_t s = dims[i + 1] > 1 ? elems[i] * 2 : (span + 15) / 16 * 16;
+    byteStrides[i] = cuuint64_t(s);
+    span = s * int64_t(dims[i + 1]);
+  }
+  cuuint32_t box[4] = {64, cuuint32_t(boxRows), 1, 1};
+  cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  CUresult r = Driver::get().cuTensorMapEncodeTiled(
+      &map,
+      bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      4, const_cast<void *>(data), dims, byteStrides, box, elementStrides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw UserError(fmt::format(
+        "{}: cuTensorMapEncodeTiled refused the tensor (dims {}x{}x{}x{}, "
+        "byte strides {}/{}/{}): {}; a TMA kernel (mma = wgmma.tma) needs "
+        "16-byte-aligned strides below 2^40 (mma = wgmma loads any layout)",
+        name, batch, heads, seqlen, headDim, byteStrides[2], byteStrides[1],
+        byteStrides[0], detail::resultName(r)));
+  return map;
+}
+} // namespace
 
 void GpuAttentionKernel::checkGpuTensors(const TensorRef &q, const TensorRef &k,
                                          const TensorRef &v, const TensorRef &o,
@@ -496,9 +540,20 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
   }
   if (spec_.sink)
     a.add(const_cast<void *>(args.sink.data));
+  if (info_.config.tma) {
+    const KernelConfig &k = info_.config;
+    bool bf16 = spec_.dtypeQ == DType::BF16;
+    a.add(tensorMap("q", c.q->data, bf16, c.batch, c.headsQ, c.seqlenQ,
+                    spec_.headDimQK, c.strides[0], k.blockM()));
+    a.add(tensorMap("k", c.k->data, bf16, c.batch, c.headsKV, c.seqlenK,
+                    spec_.headDimQK, c.strides[1], k.blockN));
+    a.add(tensorMap("v", c.v->data, bf16, c.batch, c.headsKV, c.seqlenK,
+                    spec_.headDimV, c.strides[2], k.blockN));
+  }
   checkFixedArgs(a,
-                 abi::gpu::forwardArgTypes(
-                     info_.config.varlen, info_.config.blockSparse, spec_.sink),
+                 abi::gpu::forwardArgTypes(info_.config.varlen,
+                                           info_.config.blockSparse, spec_.sink,
+                                           info_.config.tma),
                  info_.name);
   addVariantArgs(a, args);
 

@@ -132,18 +132,22 @@ KeyLock::~KeyLock() {
 //===----------------------------------------------------------------------===//
 
 llvm::json::Object detail::configToJson(const KernelConfig &c) {
-  return llvm::json::Object{{"arch", c.arch},
-                            {"kind", toString(c.kind)},
-                            {"block_n", c.blockN},
-                            {"warps", c.numWarps},
-                            {"rows_per_warp", c.rowsPerWarp},
-                            {"min_blocks_per_sm", c.minBlocksPerSM},
-                            {"wgmma", c.wgmma},
-                            {"varlen", c.varlen},
-                            {"block_sparse", c.blockSparse},
-                            {"cpu_block_m", c.cpuBlockM},
-                            {"count_tiles", c.countTiles},
-                            {"opt_level", c.optLevel}};
+  llvm::json::Object o{{"arch", c.arch},
+                       {"kind", toString(c.kind)},
+                       {"block_n", c.blockN},
+                       {"warps", c.numWarps},
+                       {"rows_per_warp", c.rowsPerWarp},
+                       {"min_blocks_per_sm", c.minBlocksPerSM},
+                       {"wgmma", c.wgmma},
+                       {"varlen", c.varlen},
+                       {"block_sparse", c.blockSparse},
+                       {"cpu_block_m", c.cpuBlockM},
+                       {"count_tiles", c.countTiles},
+                       {"opt_level", c.optLevel}};
+  // Only where set: the manifests of every other kernel stay as they were.
+  if (c.tma)
+    o["tma"] = true;
+  return o;
 }
 
 std::optional<KernelConfig>
@@ -189,7 +193,17 @@ detail::configFromJson(const llvm::json::Value *value, std::string &why) {
     }
     *out = *v;
   }
-  if (o->size() != 2 + std::size(ints) + std::size(flags)) {
+  size_t optional = 0;
+  if (const llvm::json::Value *tma = o->get("tma")) {
+    std::optional<bool> v = tma->getAsBoolean();
+    if (!v || !*v || !c.wgmma) {
+      why = "config field \"tma\" is not true on a wgmma kernel";
+      return std::nullopt;
+    }
+    c.tma = true;
+    optional = 1;
+  }
+  if (o->size() != 2 + std::size(ints) + std::size(flags) + optional) {
     why = "config has unknown fields";
     return std::nullopt;
   }
@@ -289,9 +303,12 @@ std::string configMismatch(const CacheKey &key, const KernelArtifacts &a) {
     if (v.first != 0 && v.first != v.second)
       return differs(name, v.first, v.second);
   }
-  if ((key.mma == "wgmma" && !got.wgmma) ||
+  const char *gotMma = got.tma ? "wgmma.tma" : got.wgmma ? "wgmma" : "mma.sync";
+  if ((key.mma == "wgmma" && (!got.wgmma || got.tma)) ||
+      (key.mma == "wgmma.tma" && !got.tma && !want.varlen &&
+       !want.blockSparse) ||
       (key.mma == "mma.sync" && got.wgmma))
-    return differs("mma", key.mma, got.wgmma ? "wgmma" : "mma.sync");
+    return differs("mma", key.mma, gotMma);
   return {};
 }
 

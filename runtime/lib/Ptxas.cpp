@@ -107,6 +107,10 @@ std::optional<PtxEntryDecl> parsePtxEntry(std::string_view ptx,
           continue;
         type += (type.empty() ? "" : " ") + w.str();
       }
+      // A byte array (a by-value CUtensorMap): "name[128]" keeps "[128]".
+      if (!words.empty())
+        if (size_t open = words.back().find('['); open != llvm::StringRef::npos)
+          type += words.back().substr(open).trim().str();
       decl.params.push_back(type);
     }
     llvm::StringRef directives = rest.substr(close + 1, body - close - 1);

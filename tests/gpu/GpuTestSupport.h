@@ -87,16 +87,24 @@ inline std::string matrixKernelDir() {
 
 /// The GpuKernelInfo a gen_matrix_kernels .info line holds ("name arch warps
 /// rows_per_warp min_blocks_per_sm wgmma block_n varlen block_sparse
-/// shared_bytes kind"); sets \p in's failbit on an unknown kind.
+/// shared_bytes kind", then "tma" for TMA kernels); sets \p in's failbit on
+/// an unknown kind or trailing word.
 inline runtime::GpuKernelInfo readKernelInfo(std::istream &in) {
   runtime::GpuKernelInfo info;
   KernelConfig &c = info.config;
-  std::string kind;
-  in >> info.name >> c.arch >> c.numWarps >> c.rowsPerWarp >>
-      c.minBlocksPerSM >> c.wgmma >> c.blockN >> c.varlen >> c.blockSparse >>
-      info.sharedBytes >> kind;
-  if (in && !parseKernelKind(kind, c.kind))
+  std::string line, kind, flag;
+  std::getline(in, line);
+  std::istringstream s(line);
+  s >> info.name >> c.arch >> c.numWarps >> c.rowsPerWarp >> c.minBlocksPerSM >>
+      c.wgmma >> c.blockN >> c.varlen >> c.blockSparse >> info.sharedBytes >>
+      kind;
+  if (!s || !parseKernelKind(kind, c.kind))
     in.setstate(std::ios::failbit);
+  if (s >> flag) {
+    c.tma = flag == "tma";
+    if (!c.tma)
+      in.setstate(std::ios::failbit);
+  }
   return info;
 }
 

@@ -8,10 +8,14 @@
 // backward kernels (backwardKernels(), backwardVarlenKernels(), the timing
 // pairs of benchKernels()), and
 // (sm_90a) those of optionKernels(). Usage: gen_matrix_kernels DIR [ARCH
-// [MMA]]; MMA (default, mma.sync or wgmma) applies to the matrix and sparse
-// kernels
+// [MMA]]; MMA (default, mma.sync, wgmma or wgmma.tma) applies to the matrix
+// and sparse kernels
 // (scripts/ptx-matrix.sh uses it to compare the PTX of every instruction kind
-// before and after a change).
+// before and after a change); wgmma.tma applies where wgmma does (head dims
+// multiples of 64; the default elsewhere; compileGpu refuses it for now,
+// issue 16) and varlen / block-sparse kernels get wgmma's cp.async loads.
+// FLASHJIT_MATRIX_ONLY=<substring> writes only the matrix kernels whose id
+// contains it (the [gpu] tests take the same variable), nothing else.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -20,13 +24,15 @@
 #include "flashjit/compiler/GpuCompiler.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
 namespace {
 /// Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch warps
 /// rows_per_warp min_blocks_per_sm wgmma block_n varlen block_sparse
-/// shared_bytes kind": the whole KernelConfig, read back by
+/// shared_bytes kind", then " tma" on TMA kernels: the whole KernelConfig,
+/// read back by
 /// test::readKernelInfo). \p sparse is kept for the callers.
 void write(const std::string &dir, const std::string &id,
            const flashjit::GpuKernelImage &img, bool sparse = false) {
@@ -37,7 +43,7 @@ void write(const std::string &dir, const std::string &id,
   info << img.name << ' ' << c.arch << ' ' << c.numWarps << ' ' << c.rowsPerWarp
        << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' ' << c.blockN << ' '
        << c.varlen << ' ' << c.blockSparse << ' ' << img.sharedBytes << ' '
-       << flashjit::toString(c.kind) << '\n';
+       << flashjit::toString(c.kind) << (c.tma ? " tma" : "") << '\n';
 }
 } // namespace
 
@@ -45,7 +51,7 @@ int main(int argc, char **argv) {
   if (argc < 2 || argc > 4) {
     std::fprintf(stderr,
                  "usage: %s DIR [sm_80|sm_90a "
-                 "[default|mma.sync|wgmma|backward-only]]\n",
+                 "[default|mma.sync|wgmma|wgmma.tma|backward-only]]\n",
                  argv[0]);
     return 1;
   }
@@ -55,7 +61,7 @@ int main(int argc, char **argv) {
   // MMA "backward-only": only the backward and timing kernels (a quick pack
   // for the [backward] tests: scripts/gpu-check.sh with
   // GPU_CHECK_PACK=backward).
-  bool backwardOnly = false;
+  bool backwardOnly = false, tma = false;
   if (argc > 3) {
     std::string mma = argv[3];
     if (mma == "backward-only")
@@ -64,24 +70,40 @@ int main(int argc, char **argv) {
       o.mma = flashjit::GpuMma::MmaSync;
     else if (mma == "wgmma")
       o.mma = flashjit::GpuMma::Wgmma;
+    else if (mma == "wgmma.tma")
+      tma = true;
     else if (mma != "default") {
       std::fprintf(stderr, "unknown MMA '%s'\n", mma.c_str());
       return 1;
     }
   }
+  // wgmma.tma: where wgmma applies, else the default.
+  auto forSpec = [&](const flashjit::AttentionSpec &spec) {
+    flashjit::GpuCompileOptions so = o;
+    if (tma && spec.headDimQK % 64 == 0 && spec.headDimV % 64 == 0)
+      so.mma = flashjit::GpuMma::WgmmaTma;
+    return so;
+  };
+  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
   int n = 0;
   for (const auto &k : flashjit::testing::kernelMatrix()) {
     if (backwardOnly)
       break;
-    write(dir, k.id, flashjit::compileGpu(k.spec, o));
+    if (only && k.id.find(only) == std::string::npos)
+      continue;
+    write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
     ++n;
+  }
+  if (only) {
+    std::printf("%d kernels written to %s\n", n, dir.c_str());
+    return 0;
   }
   // Block-sparse / varlen kernels: the .info line also has block_n, varlen
   // and block_sparse.
   for (const auto &k : flashjit::testing::sparseKernels()) {
     if (backwardOnly)
       break;
-    flashjit::GpuCompileOptions so = o;
+    flashjit::GpuCompileOptions so = forSpec(k.spec);
     so.varlen = k.varlen;
     so.blockSparse = k.blockSparse;
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
@@ -126,7 +148,7 @@ int main(int argc, char **argv) {
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).
   for (const auto &k : flashjit::testing::optionKernels()) {
     if (o.arch != "sm_90a" || o.mma != flashjit::GpuMma::Default ||
-        backwardOnly)
+        backwardOnly || tma)
       break;
     write(dir, k.id,
           flashjit::compileGpu(k.spec, flashjit::testing::options(k)));

@@ -139,9 +139,10 @@ cl::opt<int> rowsPerWarp(
     cl::init(0), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string> mmaFlag(
     "mma",
-    cl::desc("default | mma.sync | wgmma: the tensor-core instructions "
-             "(default: wgmma on sm_90a where head dims are multiples of "
-             "64; GPU targets only)"),
+    cl::desc("default | mma.sync | wgmma | wgmma.tma: the tensor-core "
+             "instructions (default: wgmma on sm_90a where head dims are "
+             "multiples of 64, with TMA loads in dense kernels = wgmma.tma; "
+             "wgmma: cp.async loads; GPU targets only)"),
     cl::init("default"), cl::sub(compileCmd), cl::sub(runCmd),
     cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<bool> varlenFlag(
@@ -492,10 +493,12 @@ std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
 /// --mma as a GpuMma.
 GpuMma gpuMma() {
   checkGpuFlags();
-  for (GpuMma m : {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma})
+  for (GpuMma m :
+       {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma, GpuMma::WgmmaTma})
     if (mmaFlag == toString(m))
       return m;
-  userError(fmt::format("--mma '{}' is not one of default, mma.sync, wgmma",
+  userError(fmt::format("--mma '{}' is not one of default, mma.sync, wgmma, "
+                        "wgmma.tma",
                         excerpt(mmaFlag)));
 }
 

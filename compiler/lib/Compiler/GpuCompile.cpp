@@ -86,8 +86,10 @@ void validateForGpu(const AttentionSpec &spec,
       throw UserError("block_sparse = true: the GPU backward supports dense "
                       "and varlen calls only (block-sparse backward runs on "
                       "the CPU: CpuBackwardKernel::runBlockSparse)");
-    if (options.mma == GpuMma::Wgmma)
-      throw UserError("mma = wgmma: the GPU backward uses mma.sync only");
+    if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma)
+      throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
+                                  "only",
+                                  toString(options.mma)));
     if (options.rowsPerWarp && options.rowsPerWarp != 16)
       throw UserError(fmt::format("rows_per_warp = {}: the GPU backward "
                                   "has 16 keys per warp",
@@ -113,8 +115,10 @@ void validateForGpu(const AttentionSpec &spec,
     if (options.varlen || options.blockSparse)
       throw UserError("the GPU decode kernel reads K/V through a page table "
                       "(varlen and block_sparse do not apply)");
-    if (options.mma == GpuMma::Wgmma)
-      throw UserError("mma = wgmma: the GPU decode kernel uses mma.sync only");
+    if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma)
+      throw UserError(fmt::format("mma = {}: the GPU decode kernel uses "
+                                  "mma.sync only",
+                                  toString(options.mma)));
     if (tc.rowsPerWarp != 16)
       throw UserError(fmt::format("rows_per_warp = {}: the GPU decode kernel "
                                   "has 16 packed query rows per warp",

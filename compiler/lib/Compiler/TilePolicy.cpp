@@ -74,6 +74,8 @@ const char *toString(GpuMma mma) {
     return "mma.sync";
   case GpuMma::Wgmma:
     return "wgmma";
+  case GpuMma::WgmmaTma:
+    return "wgmma.tma";
   }
   return "?";
 }
@@ -101,7 +103,7 @@ static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
 static GpuTileConfig chooseTiles(const AttentionSpec &spec,
                                  const std::string &arch, bool varlen,
                                  bool blockSparse, GpuMma mma) {
-  if (mma == GpuMma::Wgmma ||
+  if (mma == GpuMma::Wgmma || mma == GpuMma::WgmmaTma ||
       (mma == GpuMma::Default && wgmmaApplies(spec, arch))) {
     // Measured on the H200 (bench/RESULTS.md, session 4 tile experiment):
     // above head_dim 64 two warpgroups of 64 query rows (FlashAttention-3's
@@ -113,6 +115,12 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     // 166-230).
     GpuTileConfig c = mmaSyncBase(arch);
     c.wgmma = true;
+    // TMA (the default since session 8: 1.05-1.18x cp.async on the H200,
+    // dense and causal at head dims 64 and 128, bench/RESULTS.md): one
+    // tensor map per tensor; varlen and block-sparse keep cp.async, and
+    // mma = wgmma asks for cp.async everywhere.
+    c.tma = (mma == GpuMma::WgmmaTma || mma == GpuMma::Default) && !varlen &&
+            !blockSparse;
     c.rowsPerWarp = 16;
     int d = std::max(spec.headDimQK, spec.headDimV);
     if (d <= 64) {

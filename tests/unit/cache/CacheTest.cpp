@@ -209,6 +209,29 @@ TEST_CASE("a stored entry loads back with every field and file", "[cache]") {
   }
 }
 
+TEST_CASE("a TMA configuration survives the manifest", "[cache]") {
+  // meta.json names "tma" only where it is set: the manifests of cp.async
+  // kernels are what they were before TMA existed.
+  for (bool tma : {false, true}) {
+    INFO("tma " << tma);
+    TempDir tmp;
+    DiskCache cache(configIn(tmp / "cache"));
+    REQUIRE(cache.usable());
+    CacheKey key = CacheKey::make(kSpec, "sm_90a", 64, 8);
+    KernelArtifacts a = fakeArtifacts(kSpec, "one");
+    a.config.wgmma = true;
+    a.config.tma = tma;
+    REQUIRE(cache.store(key, a));
+    std::string meta = readAll(cache.entryDir(key.hash()) + "/" + kMetaFile);
+    CHECK((meta.find("\"tma\": true") != std::string::npos) == tma);
+    CHECK((meta.find("\"tma\"") != std::string::npos) == tma);
+    std::optional<KernelArtifacts> b = cache.load(key);
+    REQUIRE(b);
+    CHECK(b->config.tma == tma);
+    CHECK(b->config == a.config);
+  }
+}
+
 TEST_CASE("getOrCompile compiles on a miss and loads on a hit", "[cache]") {
   TempDir tmp;
   DiskCache cache(configIn(tmp.path()));

@@ -225,7 +225,6 @@ TEST_CASE("an edited CPU bundle is a UserError naming the entry",
   CHECK_THROWS_WITH(Bundle::open(dir).find(key), Catch::Contains("is broken"));
 }
 
-
 TEST_CASE("a GPU launch configuration must match what its PTX declares",
           "[cache][errors]") {
   struct Case {
@@ -243,6 +242,9 @@ TEST_CASE("a GPU launch configuration must match what its PTX declares",
        "sm_90a", GpuMma::Default, false, false},
       {"attention(name=t_sparse, causal=top_left, head_dim=64)", "sm_90a",
        GpuMma::MmaSync, true, true},
+      // TMA: three by-value tensor maps (.b8[128]) after the fixed ones.
+      {"attention(name=t_tma, causal=top_left, head_dim=128)", "sm_90a",
+       GpuMma::WgmmaTma, false, false},
   };
   for (const Case &c : cases) {
     INFO(c.spec << " on " << c.arch);
@@ -281,6 +283,9 @@ TEST_CASE("a GPU launch configuration must match what its PTX declares",
     refused(
         "block-sparse",
         [](GpuKernelInfo &i) { i.config.blockSparse = !i.config.blockSparse; },
+        "parameters");
+    refused(
+        "tma", [](GpuKernelInfo &i) { i.config.tma = !i.config.tma; },
         "parameters");
     refused(
         "CTAs per SM", [](GpuKernelInfo &i) { i.config.minBlocksPerSM += 1; },

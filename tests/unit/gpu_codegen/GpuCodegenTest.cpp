@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace flashjit;
@@ -217,6 +218,8 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
        {std::pair{false, false}, {true, false}, {false, true}}) {
     GpuTileConfig c = defaultGpuTileConfig(d128, "sm_90a", varlen, blockSparse);
     CHECK(c.wgmma);
+    // TMA loads where one tensor map covers the tensor (dense calls).
+    CHECK(c.tma == (!varlen && !blockSparse));
     CHECK(c.numWarps == 8);
     CHECK(c.rowsPerWarp == 16);
     CHECK(c.blockN == 128);
@@ -239,6 +242,10 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
     CHECK(c.minBlocksPerSM == 3);
   }
   CHECK_FALSE(defaultGpuTileConfig(d128, "sm_80").wgmma);
+  CHECK_FALSE(defaultGpuTileConfig(d128, "sm_80").tma);
+  // mma = wgmma: the cp.async loads of sessions 4-7.
+  CHECK_FALSE(
+      defaultGpuTileConfig(d128, "sm_90a", false, false, GpuMma::Wgmma).tma);
   AttentionSpec d96 = testing::matrixSpec("none", 96, DType::BF16, 1, 1);
   CHECK_FALSE(defaultGpuTileConfig(d96, "sm_90a").wgmma);
   // Buffer reads with a mask and a score modifier, or varlen / block lists:
@@ -262,6 +269,73 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
         32 * defaultGpuTileConfig(d128, "sm_90a", false, false, GpuMma::MmaSync)
                  .numWarps);
   CHECK(std::string(toString(GpuMma::Wgmma)) == "wgmma");
+}
+
+TEST_CASE("mma = wgmma.tma: TMA loads in dense kernels that assemble clean",
+          "[gpu-codegen]") {
+  // Dense kernels get tma with 2-3 K/V stages and their mbarriers in shared
+  // memory, cp.async.bulk.tensor loads through tensor maps that are
+  // by-value grid constants (`.param .align 64 .b8 [128]`, read in place),
+  // no cp.async; varlen and block-sparse keep cp.async.
+  CHECK(std::string(toString(GpuMma::WgmmaTma)) == "wgmma.tma");
+  GpuCompileOptions o;
+  o.mma = GpuMma::WgmmaTma;
+  for (auto [variant, d, dv] : {std::tuple{"causal_tl", 128, 128},
+                                {"none", 64, 64},
+                                {"softcap", 256, 256},
+                                {"window_lr", 64, 128}}) {
+    AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 2, 2);
+    s.headDimV = dv;
+    INFO(variant << " d" << d << " dv" << dv);
+    GpuTileConfig c = resolveGpuTileConfig(s, o);
+    CHECK(c.wgmma);
+    CHECK(c.tma);
+    // Three K/V stages where they fit beside the CTAs per SM, else two.
+    int stages = c.kvStages(d, dv);
+    CHECK(stages == (d == 256 ? 2 : 3));
+    CHECK(c.sharedBytes(d, dv) ==
+          2 * (c.blockM() * d + stages * c.blockN * (d + dv)) +
+              8 * (stages + 1));
+    GpuKernelImage img = compileGpu(s, o);
+    CHECK(img.config.tma);
+    const std::string &p = img.ptx;
+    // Q once, then K and V per tile, 64 head_dim columns per copy.
+    CHECK(p.find("cp.async.bulk.tensor.4d.shared::cluster.global.tile."
+                 "mbarrier::complete_tx::bytes") != std::string::npos);
+    CHECK(p.find("mbarrier.init.shared::cta.b64") != std::string::npos);
+    CHECK(p.find("mbarrier.arrive.expect_tx.shared::cta.b64") !=
+          std::string::npos);
+    CHECK(p.find("mbarrier.try_wait.parity.shared::cta.b64") !=
+          std::string::npos);
+    CHECK(p.find("wgmma.mma_async.sync.aligned.m64n") != std::string::npos);
+    CHECK(p.find("cp.async.cg") == std::string::npos);
+    CHECK(p.find("cp.async.ca") == std::string::npos);
+    // Three tensor maps, by value and in place (no copy to local memory).
+    size_t maps = 0;
+    for (size_t at = p.find(".param .align 64 .b8 "); at != std::string::npos;
+         at = p.find(".param .align 64 .b8 ", at + 1))
+      ++maps;
+    CHECK(maps == 3);
+    runtime::PtxasReport r = runtime::runPtxas(p, "sm_90a");
+    const runtime::PtxasFunctionReport *f = r.find(img.name);
+    REQUIRE(f);
+    INFO(r.log);
+    CHECK(f->clean());
+    CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit("sm_90a"));
+  }
+  AttentionSpec doc = testing::matrixSpec("doc_id", 128, DType::BF16, 2, 2);
+  for (auto [varlen, blockSparse] : {std::pair{true, false}, {false, true}}) {
+    o.varlen = varlen;
+    o.blockSparse = blockSparse;
+    GpuKernelImage img = compileGpu(doc, o);
+    CHECK(img.config.wgmma);
+    CHECK_FALSE(img.config.tma);
+    CHECK(img.ptx.find("cp.async.bulk.tensor") == std::string::npos);
+  }
+  GpuCompileOptions bwd;
+  bwd.kind = KernelKind::Backward;
+  bwd.mma = GpuMma::WgmmaTma;
+  CHECK_THROWS_WITH(compileGpu(doc, bwd), Catch::Contains("wgmma.tma"));
 }
 
 TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
@@ -315,8 +389,9 @@ TEST_CASE("GPU kernel images carry their launch facts and stage texts",
   CHECK(img.config.blockM() == 64);
   CHECK(img.config.blockN == 64);
   CHECK(img.config.wgmma);
-  // Q and two K/V stages, unpadded.
-  CHECK(img.sharedBytes == 2 * (64 * 64 + 2 * 64 * (64 + 64)));
+  CHECK(img.config.tma);
+  // Q and three K/V stages (TMA), unpadded, then four 8-byte mbarriers.
+  CHECK(img.sharedBytes == 2 * (64 * 64 + 3 * 64 * (64 + 64)) + 8 * 4);
   CHECK(img.ptx.find(".minnctapersm 3") != std::string::npos); // softcap
   // Other tiles than the default drop its CTAs-per-SM bound.
   GpuCompileOptions eight;

@@ -28,6 +28,7 @@ template <class Options> KernelConfig fromPassOptions(const Options &options) {
   c.varlen = options.varlen;
   c.blockSparse = options.blockSparse;
   c.wgmma = options.wgmma;
+  c.tma = options.tma;
   c.kind = options.backward ? KernelKind::Backward
            : options.decode ? KernelKind::Decode
                             : KernelKind::Forward;

@@ -82,7 +82,11 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
            "forward (mma.sync, rows-per-warp 16)">,
     Option<"wgmma", "wgmma", "bool", /*default=*/"false",
            "sm_90a warpgroup MMA (wgmma.mma_async) instead of mma.sync: "
-           "rows-per-warp 16, num-warps 4 or 8, head dims multiples of 64">
+           "rows-per-warp 16, num-warps 4 or 8, head dims multiples of 64">,
+    Option<"tma", "tma", "bool", /*default=*/"false",
+           "with wgmma, dense forward only: Q, K and V loaded by TMA "
+           "(cp.async.bulk.tensor, mbarrier completion) through tensor-map "
+           "arguments">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::NVVM::NVVMDialect",

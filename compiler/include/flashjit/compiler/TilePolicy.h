@@ -28,9 +28,16 @@ enum class GpuMma {
   /// (FlashAttention-3's instructions, Shah et al. 2024, section 3). Needs
   /// head dims that are multiples of 64 and rowsPerWarp 16.
   Wgmma,
+  /// Wgmma with Q, K and V loaded by TMA (cp.async.bulk.tensor into a ring
+  /// of 128-byte-swizzled stages, mbarrier completion; KernelConfig::tma).
+  /// Dense kernels only: varlen and block-sparse kernels asking for it get
+  /// Wgmma's cp.async loads (their per-sequence offsets and listed tiles
+  /// are not in one tensor map yet). What Default picks where wgmma
+  /// applies.
+  WgmmaTma,
 };
 
-/// "default", "mma.sync" or "wgmma".
+/// "default", "mma.sync", "wgmma" or "wgmma.tma".
 const char *toString(GpuMma mma);
 
 /// The tile configuration of a GPU kernel: the one kernel configuration

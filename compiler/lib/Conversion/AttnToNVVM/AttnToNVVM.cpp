@@ -88,6 +88,12 @@ struct ConvertAttnToNVVM
                        "that are multiples of 64");
         return signalPassFailure();
       }
+      if (c.tma && (!c.wgmma || c.varlen || c.blockSparse ||
+                    c.kind == KernelKind::Backward)) {
+        op.emitOpError("tma kernels are dense wgmma forward kernels (not "
+                       "varlen, block-sparse or backward)");
+        return signalPassFailure();
+      }
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);
       if (c.kind == KernelKind::Backward) {
         int rowGroups = c.blockN / 16;
@@ -157,6 +163,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.varlen = config.varlen;
   o.blockSparse = config.blockSparse;
   o.wgmma = config.wgmma;
+  o.tma = config.tma;
   o.backward = config.kind == KernelKind::Backward;
   o.decode = config.kind == KernelKind::Decode;
   return o;

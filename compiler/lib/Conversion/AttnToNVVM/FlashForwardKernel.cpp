@@ -6,8 +6,9 @@
 //
 // The algorithm is FlashAttention-2's forward pass (Dao 2023, Algorithm 1):
 // one CTA per (query tile, head, batch), longest query tiles first; Q is
-// loaded once, K/V tiles are double-buffered with cp.async; for each key
-// tile that is not empty:
+// loaded once, K/V tiles are double-buffered with cp.async (or, tma
+// kernels, loaded by one thread with TMA into a ring of stages that
+// complete on mbarriers, Tma.cpp); for each key tile that is not empty:
 //   S = Q K^T                        (ForwardMma: MmaSync.cpp or Wgmma.cpp)
 //   t = score_mod(scale * S) log2(e), masked where the tile is partial
 //                                    (VariantTile.cpp)
@@ -21,11 +22,13 @@
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
+#include "flashjit/Conversion/GridConstantArgs.h"
 
 #include "KernelOps.h"
 #include "MmaStrategy.h"
 #include "OnlineSoftmax.h"
 #include "SharedTile.h"
+#include "Tma.h"
 #include "VariantTile.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -65,8 +68,20 @@ private:
   void prologue();
   /// [jBegin, jEnd]: the positions of the key tiles the loop visits.
   void planKeyTiles();
-  /// Loads key tile \p j into K/V stage \p stage (cp.async, one group).
+  /// Loads key tile \p j into K/V stage \p stage (cp.async, one group; tma:
+  /// the caller is one thread, the stage's mbarrier completes the copy).
   void loadKV(Value j, Value stage);
+  /// tma: the mbarrier of K/V stage \p stage (i32), or Q's (stage -1).
+  Value barrier(Value stage) {
+    return ops.gepBytes(
+        bars, ops.mul(ops.ext64(ops.add(stage, ops.ci32(1))), ops.ci64(8)));
+  }
+  /// tma: thread 0 arms stage \p stage's mbarrier and loads key tile \p j
+  /// into it, when tile position \p pos is at most jEnd.
+  void issueKV(Value pos, Value stage);
+  /// tma: waits for the stage of loop position \p pos (the (pos - jBegin) /
+  /// stages-th use of that stage: parity its lowest bit).
+  void waitKV(Value pos);
   /// The first K/V tile, then Q's fragments once Q has landed.
   void firstLoad();
   /// The loop over key tiles; returns the final state.
@@ -110,6 +125,9 @@ private:
   Value tid, warp, lane, g, t, qTile, head, batch, q0, qStart, kStart;
   Value kBase, vBase, oBase, sK, sV;
   int64_t stageBytes = 0;
+  // tma: the tensor maps of Q, K, V, the mbarriers, the K/V head, stages.
+  Value tmQ, tmK, tmV, bars, headKV, isLeader;
+  int stages = 2;
   FragmentCoords at;
   Value qLast;
   // Loop state: O fragments (nAcc), m (2 MT rows), l (2 MT).
@@ -140,12 +158,24 @@ gpu::GPUFuncOp ForwardKernelBuilder::declare(Operation *gpuModule) {
                            /*isConstant=*/false, LLVM::Linkage::External,
                            kSharedSymbol, Attribute(), /*alignment=*/1024,
                            /*addrSpace=*/3);
-  SmallVector<Type> args =
-      abiTypes(ops, abi::forwardArgTypes(c.varlen, c.blockSparse, c.sink));
+  std::vector<abi::ArgType> abiArgs =
+      abi::forwardArgTypes(c.varlen, c.blockSparse, c.sink, c.tma);
+  SmallVector<Type> args = abiTypes(ops, abiArgs);
   for (Type ty : em.extraArgumentTypes(b.getContext()))
     args.push_back(ty);
   auto fn = gpu::GPUFuncOp::create(b, c.name, b.getFunctionType(args, {}));
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  // Tensor maps: by value in parameter space, read there by the TMA unit
+  // through their generic address (grid constants: no local copy). The
+  // NVVM dialect takes nvvm.grid_constant only on llvm.func kernels, so the
+  // kernel names the arguments and the NVVM-to-PTX pipeline marks them
+  // after convert-gpu-to-nvvm (GridConstantArgs.cpp).
+  SmallVector<int32_t> tensorMaps;
+  for (auto [i, t] : llvm::enumerate(abiArgs))
+    if (t == abi::ArgType::TensorMap)
+      tensorMaps.push_back(int32_t(i));
+  if (!tensorMaps.empty())
+    fn->setAttr(kGridConstantArgsAttr, b.getDenseI32ArrayAttr(tensorMaps));
   fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({nthreads, 1, 1}));
   // Without an explicit minimum ptxas caps registers to fit more CTAs and
   // spills (seen at 80 registers for head_dim 32); 1 leaves it all registers.
@@ -192,6 +222,12 @@ void ForwardKernelBuilder::bindArguments(gpu::GPUFuncOp fn) {
   }
   if (c.sink)
     sinkPtr = a[next++];
+  if (c.tma) {
+    tmQ = a[next];
+    tmK = a[next + 1];
+    tmV = a[next + 2];
+    next += abi::kTensorMapArgs;
+  }
   em.setArguments(a.drop_front(next));
 }
 
@@ -207,7 +243,7 @@ void ForwardKernelBuilder::locate() {
       ops.sub(ops.sub(nqt, ops.ci32(1)), NVVM::BlockIdXOp::create(b, ops.i32));
   head = NVVM::BlockIdYOp::create(b, ops.i32);
   batch = NVVM::BlockIdZOp::create(b, ops.i32);
-  Value headKV = arith::DivUIOp::create(b, head, group);
+  headKV = arith::DivUIOp::create(b, head, group);
   q0 = ops.mul(qTile, ops.ci32(c.blockM()));
 
   // varlen: this CTA's sequence is query tokens [qStart, qStart + seqlenQ)
@@ -239,11 +275,33 @@ void ForwardKernelBuilder::locate() {
   sK = ops.gepBytes(smem, int64_t(2) * c.blockM() * (D + pad));
   sV = ops.gepBytes(sK, int64_t(2) * c.blockN * (D + pad));
   stageBytes = int64_t(2) * c.blockN * (D + pad + Dv + pad);
+  stages = c.kvStages(D, Dv);
 
-  // Q tile: loaded once.
-  loadTileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ, c.blockM(),
-                D, mma->swizzled());
-  NVVM::CpAsyncCommitGroupOp::create(b);
+  if (!c.tma) {
+    // Q tile: loaded once.
+    loadTileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ, c.blockM(),
+                  D, mma->swizzled());
+    NVVM::CpAsyncCommitGroupOp::create(b);
+    mma->prepare(sQ, sK, sV);
+    return;
+  }
+  // tma: [Q | stages x (K V) | mbarriers: Q, then one per stage]. Thread 0
+  // initialises them (one arrival each: its expect_tx) and loads Q, 64
+  // head_dim columns (one swizzled column block) per copy.
+  bars = ops.gepBytes(sK, int64_t(stages) * stageBytes);
+  isLeader = ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0));
+  ops.ifThen(isLeader, [&] {
+    for (int s = -1; s < stages; ++s)
+      mbarrierInit(ops, barrier(ops.ci32(s)), 1);
+  });
+  gpu::BarrierOp::create(b);
+  ops.ifThen(isLeader, [&] {
+    Value bar = barrier(ops.ci32(-1));
+    mbarrierArriveExpectTx(ops, bar, int64_t(2) * c.blockM() * D);
+    for (int cb = 0; cb < D / 64; ++cb)
+      tmaLoad4d(ops, ops.gepBytes(sQ, int64_t(cb) * c.blockM() * 128), tmQ,
+                {ops.ci32(cb * 64), q0, head, batch}, bar);
+  });
   mma->prepare(sQ, sK, sV);
 }
 
@@ -344,6 +402,21 @@ void ForwardKernelBuilder::planKeyTiles() {
 void ForwardKernelBuilder::loadKV(Value j, Value stage) {
   Value kv0 = ops.mul(j, ops.ci32(c.blockN));
   Value off = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
+  if (c.tma) {
+    Value bar = barrier(stage);
+    mbarrierArriveExpectTx(ops, bar,
+                           int64_t(2) * c.blockN * (c.headDimQK + c.headDimV));
+    auto copy = [&](Value sTile, Value map, int dim) {
+      for (int cb = 0; cb < dim / 64; ++cb)
+        tmaLoad4d(ops,
+                  ops.gepBytes(ops.gepBytes(sTile, off),
+                               int64_t(cb) * c.blockN * 128),
+                  map, {ops.ci32(cb * 64), kv0, headKV, batch}, bar);
+    };
+    copy(sK, tmK, c.headDimQK);
+    copy(sV, tmV, c.headDimV);
+    return;
+  }
   loadTileAsync(ops, tid, nthreads, ops.gepBytes(sK, off), kBase, kS[2], kv0,
                 seqlenK, c.blockN, c.headDimQK, mma->swizzled());
   loadTileAsync(ops, tid, nthreads, ops.gepBytes(sV, off), vBase, vS[2], kv0,
@@ -364,7 +437,27 @@ static void ifElse(ImplicitLocOpBuilder &b, Value cond,
   otherwise();
 }
 
+void ForwardKernelBuilder::issueKV(Value pos, Value stage) {
+  ops.ifThen(ops.land(isLeader, ops.cmp(arith::CmpIPredicate::sle, pos, jEnd)),
+             [&] { loadKV(pos, stage); });
+}
+
+void ForwardKernelBuilder::waitKV(Value pos) {
+  Value use = ops.sub(pos, jBegin);
+  Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
+  Value parity =
+      ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)), ops.ci32(1));
+  mbarrierWait(ops, barrier(stage), parity);
+}
+
 void ForwardKernelBuilder::firstLoad() {
+  if (c.tma) {
+    // The first stages - 1 tiles; the loop issues one more per tile.
+    for (int s = 0; s + 1 < stages; ++s)
+      issueKV(ops.add(jBegin, ops.ci32(s)), ops.ci32(s));
+    mbarrierWait(ops, barrier(ops.ci32(-1)), ops.ci32(0)); // Q has landed
+    return;
+  }
   ifElse(
       b, ops.cmp(arith::CmpIPredicate::sle, jBegin, jEnd),
       [&] {
@@ -395,20 +488,31 @@ ValueRange ForwardKernelBuilder::mainLoop() {
   Value j = c.blockSparse ? loop.getRegionIterArgs()[init.size()] : it;
   Value jNext = c.blockSparse ? loop.getRegionIterArgs()[init.size() + 1]
                               : ops.add(it, ops.ci32(1));
-  Value stage = ops.land(ops.sub(it, jBegin), ops.ci32(1));
-  Value nextStage = arith::XOrIOp::create(b, stage, ops.ci32(1));
-  // Prefetch the next tile into the other stage, then wait for this one.
-  ifElse(
-      b, ops.cmp(arith::CmpIPredicate::slt, it, jEnd),
-      [&] {
-        loadKV(jNext, nextStage);
-        NVVM::CpAsyncWaitGroupOp::create(b, 1);
-      },
-      [&] { NVVM::CpAsyncWaitGroupOp::create(b, 0); });
-  Value jAfter =
-      c.blockSparse ? tileAtIfAny(ops.add(it, ops.ci32(2))) : Value();
-  mma->publishStage();
-  gpu::BarrierOp::create(b);
+  Value stage;
+  Value jAfter;
+  if (c.tma) {
+    // Dense: position = tile. Issue the tile stages - 1 ahead into the
+    // stage the last iteration's closing barrier freed; wait for this one.
+    stage = arith::RemUIOp::create(b, ops.sub(it, jBegin), ops.ci32(stages));
+    Value ahead = ops.add(it, ops.ci32(stages - 1));
+    issueKV(ahead, arith::RemUIOp::create(b, ops.sub(ahead, jBegin),
+                                          ops.ci32(stages)));
+    waitKV(it);
+  } else {
+    stage = ops.land(ops.sub(it, jBegin), ops.ci32(1));
+    Value nextStage = arith::XOrIOp::create(b, stage, ops.ci32(1));
+    // Prefetch the next tile into the other stage, then wait for this one.
+    ifElse(
+        b, ops.cmp(arith::CmpIPredicate::slt, it, jEnd),
+        [&] {
+          loadKV(jNext, nextStage);
+          NVVM::CpAsyncWaitGroupOp::create(b, 1);
+        },
+        [&] { NVVM::CpAsyncWaitGroupOp::create(b, 0); });
+    jAfter = c.blockSparse ? tileAtIfAny(ops.add(it, ops.ci32(2))) : Value();
+    mma->publishStage();
+    gpu::BarrierOp::create(b);
+  }
   mma->selectStage(ops.mul(ops.ext64(stage), ops.ci64(stageBytes)));
   Value kv0 = ops.mul(j, ops.ci32(c.blockN));
   auto [mayBeFalse, mayBeTrue] = classify(j);

@@ -112,6 +112,11 @@ SmallVector<Type> abiTypes(KernelOps &ops,
     case abi::gpu::ArgType::F32:
       out.push_back(ops.f32);
       break;
+    case abi::gpu::ArgType::TensorMap:
+      // A generic pointer to the parameter (byval, grid_constant:
+      // FlashForwardKernel.cpp declares it).
+      out.push_back(LLVM::LLVMPointerType::get(ops.b.getContext()));
+      break;
     }
   }
   return out;

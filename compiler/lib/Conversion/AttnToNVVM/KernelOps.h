@@ -149,7 +149,8 @@ VarlenSequence loadVarlenSequence(KernelOps &ops, mlir::Value cuQ,
                                   mlir::Value cuK, mlir::Value batch);
 
 /// The MLIR types of GPU kernel arguments of the ABI (KernelAbi.h):
-/// !llvm.ptr<1>, i64, i32, f32.
+/// !llvm.ptr<1>, i64, i32, f32; a tensor map: !llvm.ptr (generic, the
+/// address of the by-value parameter).
 llvm::SmallVector<mlir::Type>
 abiTypes(KernelOps &ops, const std::vector<abi::gpu::ArgType> &types);
 

@@ -59,7 +59,8 @@ namespace flashjit::runtime {
   X(cuEventRecord)                                                             \
   X(cuEventSynchronize)                                                        \
   X(cuEventElapsedTime)                                                        \
-  X(cuEventDestroy)
+  X(cuEventDestroy)                                                            \
+  X(cuTensorMapEncodeTiled)
 
 /// The loaded CUDA driver: one function pointer per entry point.
 class Driver {

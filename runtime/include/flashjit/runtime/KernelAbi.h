@@ -234,6 +234,12 @@ struct KernelConfig {
   int minBlocksPerSM = 0;
   /// GPU: wgmma.mma_async per warpgroup (sm_90a) instead of mma.sync.
   bool wgmma = false;
+  /// wgmma kernels only: Q, K and V arrive by TMA (cp.async.bulk.tensor
+  /// through host-built tensor maps, abi::gpu::kTensorMapArgs) into a ring
+  /// of K/V stages (kvStages()), each completing on its own mbarrier, instead
+  /// of cp.async issued by every thread. Dense kernels only (not varlen or
+  /// block-sparse).
+  bool tma = false;
   /// Packed variable-length sequences (cu_seqlens arguments).
   bool varlen = false;
   /// Visits only the key tiles of a block mask (block-mask arguments; the
@@ -254,9 +260,10 @@ struct KernelConfig {
   /// Threads per CTA (GPU).
   int threads() const { return 32 * numWarps; }
   /// Dynamic shared memory of the GPU forward kernel, in bytes: the Q tile
-  /// and two K/V stages of 16-bit elements, rows padded by kSharedRowPad
+  /// and kvStages() K/V stages of 16-bit elements, rows padded by kSharedRowPad
   /// elements for mma.sync (ldmatrix without bank conflicts), unpadded and
-  /// 128-byte swizzled for wgmma.
+  /// 128-byte swizzled for wgmma; with tma, one 8-byte mbarrier for Q and
+  /// one per stage after them.
   /// Backward (main kernel): K and V of its blockM() keys, Q and dO of
   /// blockN query rows, dS^T [blockM() x blockN] (padded rows of 16-bit
   /// elements), then LSE and D of the query rows (fp32).
@@ -267,14 +274,29 @@ struct KernelConfig {
                   n * (headDimQK + p) + n * (headDimV + p) + m * (n + p)) +
              8 * n;
     }
-    int64_t pad = wgmma ? 0 : kSharedRowPad;
-    return 2 * (int64_t(blockM()) * (headDimQK + pad) +
-                2 * int64_t(blockN) * (headDimQK + pad + headDimV + pad));
+    return forwardBytes(headDimQK, headDimV, kvStages(headDimQK, headDimV));
+  }
+  /// K/V stages of the forward kernel's shared-memory ring: 2 (double
+  /// buffering); tma kernels 3 where minBlocksPerSM CTAs of them still fit
+  /// in an SM's 228 KiB (each CTA also reserves 1 KiB).
+  int kvStages(int headDimQK, int headDimV) const {
+    if (!tma)
+      return 2;
+    int64_t three = forwardBytes(headDimQK, headDimV, 3);
+    return minBlocksPerSM * (three + 1024) <= 233472 ? 3 : 2;
   }
   bool operator==(const KernelConfig &) const = default;
 
   /// Elements of padding per shared-memory row of mma.sync tiles.
   static constexpr int kSharedRowPad = 8;
+
+private:
+  int64_t forwardBytes(int headDimQK, int headDimV, int stages) const {
+    int64_t pad = wgmma ? 0 : kSharedRowPad;
+    return 2 * (int64_t(blockM()) * (headDimQK + pad) +
+                stages * int64_t(blockN) * (headDimQK + pad + headDimV + pad)) +
+           (tma ? 8 * (stages + 1) : 0);
+  }
 };
 
 namespace abi {
@@ -317,8 +339,19 @@ namespace flashjit::abi {
 /// buffer sorted by name as (pointer, i64 element count).
 namespace gpu {
 
-/// The type of one GPU kernel argument: a global pointer, i64, i32 or f32.
-enum class ArgType { Ptr, I64, I32, F32 };
+/// The type of one GPU kernel argument: a global pointer, i64, i32, f32 or
+/// a CUtensorMap passed by value (kTensorMapBytes, 64-byte aligned; the
+/// kernel reads it in parameter space, `.param .align 64 .b8 [128]`).
+enum class ArgType { Ptr, I64, I32, F32, TensorMap };
+
+/// Bytes of a CUtensorMap (cuda.h: CU_TENSOR_MAP_NUM_QWORDS * 8).
+inline constexpr int kTensorMapBytes = 128;
+/// tma forward kernels, after the fixed arguments: the tensor maps of Q, K
+/// and V, each rank 4 over [batch, heads, seqlen, head_dim] (innermost
+/// first in the map: head_dim, seqlen, heads, batch), boxes of 64 head_dim
+/// elements (128 bytes, the 128-byte swizzle) x block_m (Q) or block_n
+/// (K, V) rows, out-of-range rows zero-filled.
+inline constexpr int kTensorMapArgs = 3;
 
 /// Positions of the forward kernel's fixed arguments. Strides are in
 /// elements, three per tensor: (batch, head, seq); the head_dim stride is 1.
@@ -360,9 +393,11 @@ inline constexpr int kBlockSparseListArgs = 4;
 inline constexpr int kBlockSparseScalarArgs = 3;
 
 /// The forward kernel's fixed argument types, in order (\p sink: the spec
-/// has an attention sink).
+/// has an attention sink; \p tma appends the kTensorMapArgs tensor maps: tma
+/// kernels are neither varlen nor block-sparse).
 inline std::vector<ArgType> forwardArgTypes(bool varlen, bool blockSparse,
-                                            bool sink = false) {
+                                            bool sink = false,
+                                            bool tma = false) {
   std::vector<ArgType> t(kQStrides, ArgType::Ptr);
   t.insert(t.end(), kSeqlenQ - kQStrides, ArgType::I64);
   t.insert(t.end(), kScale - kSeqlenQ, ArgType::I32);
@@ -375,6 +410,8 @@ inline std::vector<ArgType> forwardArgTypes(bool varlen, bool blockSparse,
   }
   if (sink)
     t.insert(t.end(), kSinkArgs, ArgType::Ptr);
+  if (tma)
+    t.insert(t.end(), kTensorMapArgs, ArgType::TensorMap);
   return t;
 }
 

@@ -53,7 +53,8 @@ bool ptxDefinesEntry(std::string_view ptx, std::string_view name);
 /// What a PTX `.entry` declares about how it may be launched.
 struct PtxEntryDecl {
   /// The parameter types in order, as PTX spells them without names:
-  /// ".u64 .ptr" (a global pointer), ".u64", ".u32", ".f32", ...
+  /// ".u64 .ptr" (a global pointer), ".u64", ".u32", ".f32", ".b8[128]" (a
+  /// byte array, e.g. a by-value CUtensorMap; its .align is dropped), ...
   std::vector<std::string> params;
   /// `.maxntid` x (0: none), `.reqntid` x (0: none), `.minnctapersm` (0:
   /// none).
