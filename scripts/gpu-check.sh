@@ -36,7 +36,7 @@
 #   here:   GPU_CHECK_PACK=python GPU_CHECK_PACK_DIR=.device/gpu-python \
 #             scripts/gpu-check.sh pack
 #   device: run(command="GPU_CHECK_PACK_DIR=.device/gpu-python
-#               GPU_CHECK_STEPS='cli python' bash scripts/gpu-check.sh run",
+#               GPU_CHECK_STEPS='cli python peers' bash scripts/gpu-check.sh run",
 #               carry=[".device/gpu-python"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,9 +57,12 @@ pack() {
     # Only the C API with the compiler and what it loads (for
     # GPU_CHECK_STEPS=python): it does not fit beside the test binaries and
     # kernels in one call's 64 MiB.
-    ninja -C "$BUILD" -j2 flashjit_c flashjit
+    ninja -C "$BUILD" -j2 flashjit_c flashjit bench_kernels
     rm -rf "$PACK"
     mkdir -p "$PACK/lib" "$PACK/bin"
+    # The forward benchmark's kernels (the `peers` step: bench/run_bench.py
+    # beside FA2, cuDNN and FlexAttention).
+    "$BUILD/bench/bench_kernels" "$PACK/bench" >/dev/null
     objcopy --strip-debug "$BUILD/api/libflashjit_c.so" \
       "$PACK/lib/libflashjit_c.so"
     objcopy --strip-debug "$BUILD/tools/flashjit/flashjit" "$PACK/bin/flashjit"
@@ -263,6 +266,13 @@ run() {
       return $rc
     }
     step cli cliRuns
+  fi
+  # The forward beside FA2 (sdpa FLASH), cuDNN (sdpa CUDNN) and
+  # FlexAttention in one process (bench/run_bench.py; N and D reduced).
+  if want peers && [[ -f $PACK/bench/manifest.json ]]; then
+    step peers python3 bench/run_bench.py --kernels "$PACK/bench" \
+      --out "$out/bench" --n "${GPU_CHECK_BENCH_N:-4096,16384}" \
+      --d "${GPU_CHECK_BENCH_D:-64,128}"
   fi
   if want python; then
     if [[ -f $lib/libflashjit_c.so ]]; then
