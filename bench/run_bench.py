@@ -31,12 +31,21 @@ ap.add_argument("--flex", default="1", help="0 to skip FlexAttention")
 ap.add_argument("--rep", type=int, default=100, help="timing window, ms")
 ap.add_argument("--labels", default="default", help="tile configurations to time (bench_kernels --tiles), or all")
 ap.add_argument("--peers", default="1", help="0 to time flashjit only")
+ap.add_argument("--fa4", default="1", help="0 to skip FlashAttention-4 (timed "
+                "when flash_attn.cute imports: ../shared/tools/fa4-pack.sh)")
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 torch._dynamo.config.recompile_limit = 10000
 torch._dynamo.config.cache_size_limit = 10000
 flex = torch.compile(flex_attention)
 manifest = json.load(open(os.path.join(args.kernels, "manifest.json")))
+fa4_func = None
+if args.fa4 == "1" and args.peers == "1":
+    try:
+        from flash_attn.cute.interface import flash_attn_func as fa4_func
+        print("FlashAttention-4 (flash_attn.cute) found", flush=True)
+    except Exception as e:
+        print("no FlashAttention-4:", str(e)[:160], flush=True)
 modules = {}
 
 
@@ -203,8 +212,23 @@ for D in [int(x) for x in args.d.split(",")]:
                         cud = bench(sd)
                 except Exception as e:
                     print("cudnn failed:", str(e)[:120])
-            # (dense_sink has no peer here: FA4's learnable_sink is not in
-            # this environment's torch.)
+            fa4 = float("nan")
+            if fa4_func is not None and variant != "alibi":
+                # FA4 takes [B, N, H, D]; its window is (left, right)
+                # inclusive, its sink FA4's learnable_sink (fp32 [H]).
+                kw = dict(causal=causal)
+                if variant == "swa1024":
+                    kw["window_size"] = (1023, 0)
+                if variant == "softcap30":
+                    kw["softcap"] = 30.0
+                if variant == "dense_sink":
+                    kw["learnable_sink"] = sinks
+                qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, kk, v))
+                try:
+                    fa4 = bench(lambda: fa4_func(qt, kt, vt, **kw))
+                except Exception as e:
+                    print("fa4 failed:", variant, D, N, str(e)[:160])
+                del qt, kt, vt
             if args.flex == "1" and args.peers == "1" and variant != "dense_sink":
                 def mask_mod(b, h, qq, kv):
                     m = qq >= kv
@@ -224,12 +248,12 @@ for D in [int(x) for x in args.d.split(",")]:
             flops = 4 * B * H * N * N * D * allowed_fraction(variant, N)
             tf = lambda ms: flops / ms / 1e9
             r = dict(variant=variant, D=D, N=N, B=B, H=H, ours=tf(ours), fa2=tf(fa2), cudnn=tf(cud),
-                     flex=tf(fx), ours_ms=ours, max_err=err, extra_bytes=extra_bytes,
+                     flex=tf(fx), fa4=tf(fa4), ours_ms=ours, max_err=err, extra_bytes=extra_bytes,
                      registers=k["registers"], smem=k["smem"], block_m=k["block_m"], label=k["label"],
                      block_n=k["block_n"], threads=k["threads"], ceiling_frac=tf(ours) / ceiling)
             rows.append(r)
             print(f"| {variant} {k['label']} | {D} | {N} | {r['ours']:.0f} | {r['fa2']:.0f} | {r['cudnn']:.0f} | "
-                  f"{r['flex']:.0f} | {err:.2g} |", flush=True)
+                  f"{r['flex']:.0f} | {r['fa4']:.0f} | {err:.2g} |", flush=True)
         del q, kk, v, o, lse, ptrs
         torch.cuda.empty_cache()
 
@@ -237,11 +261,12 @@ tag = f"d{args.d.replace(',', '-')}_n{args.n.replace(',', '-')}"
 json.dump(dict(ceiling_tfs=ceiling, gpu=torch.cuda.get_device_name(), rows=rows),
           open(os.path.join(args.out, f"bench_{tag}.json"), "w"), indent=1)
 with open(os.path.join(args.out, f"bench_{tag}.md"), "w") as f:
-    f.write("| variant | D | N | flashjit TF/s | FA2 | cuDNN | Flex | vs FA2 | vs Flex | regs | smem | max err |\n")
-    f.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    f.write("| variant | D | N | flashjit TF/s | FA2 | cuDNN | Flex | FA4 | vs FA2 | vs Flex | vs FA4 | regs | smem | max err |\n")
+    f.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:
         f.write(f"| {r['variant']} | {r['D']} | {r['N']} | {r['ours']:.0f} | {r['fa2']:.0f} | {r['cudnn']:.0f} | "
-                f"{r['flex']:.0f} | {r['ours'] / r['fa2']:.2f} | {r['ours'] / r['flex']:.2f} | {r['registers']} | "
+                f"{r['flex']:.0f} | {r['fa4']:.0f} | {r['ours'] / r['fa2']:.2f} | {r['ours'] / r['flex']:.2f} | "
+                f"{r['ours'] / r['fa4']:.2f} | {r['registers']} | "
                 f"{r['smem']} | {r['max_err']:.2g} |\n")
 try:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
