@@ -62,6 +62,7 @@ pack() {
     mkdir -p "$PACK/lib" "$PACK/bin"
     # The forward benchmark's kernels (the `peers` step: bench/run_bench.py
     # beside FA2, cuDNN and FlexAttention).
+    mkdir -p "$PACK/bench"
     "$BUILD/bench/bench_kernels" "$PACK/bench" >/dev/null
     objcopy --strip-debug "$BUILD/api/libflashjit_c.so" \
       "$PACK/lib/libflashjit_c.so"
