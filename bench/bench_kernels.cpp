@@ -261,6 +261,10 @@ int main(int argc, char **argv) {
       GpuCompileOptions o;
       o.mma = GpuMma::Wgmma;
       jobs.push_back({name, d, o, "cpasync"});
+      if (d > 64) { // warp-specialised (two consumer warpgroups)
+        o.mma = GpuMma::WgmmaTmaWs;
+        jobs.push_back({name, d, o, "ws"});
+      }
     }
   // Issue 22: the cost of a sink (run_bench.py --variants dense,dense_sink
   // --d 128 --n 4096,16384 times it beside the dense kernel).
@@ -332,6 +336,7 @@ int main(int argc, char **argv) {
                << (f ? f->spillStoreBytes + f->spillLoadBytes : -1)
                << ", \"label\": \"" << job.label << "\""
                << ", \"tma\": " << (img.config.tma ? 1 : 0)
+               << ", \"ws\": " << (img.config.warpSpecialized ? 1 : 0)
                << ", \"compile_s\": " << img.timings.back().seconds
                << ", \"scale\": " << spec.effectiveScale() << ", \"spec\": \""
                << printSpec(spec) << "\"}";

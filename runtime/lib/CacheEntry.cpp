@@ -147,6 +147,8 @@ llvm::json::Object detail::configToJson(const KernelConfig &c) {
   // Only where set: the manifests of every other kernel stay as they were.
   if (c.tma)
     o["tma"] = true;
+  if (c.warpSpecialized)
+    o["warp_specialized"] = true;
   return o;
 }
 
@@ -202,6 +204,15 @@ detail::configFromJson(const llvm::json::Value *value, std::string &why) {
     }
     c.tma = true;
     optional = 1;
+  }
+  if (const llvm::json::Value *ws = o->get("warp_specialized")) {
+    std::optional<bool> v = ws->getAsBoolean();
+    if (!v || !*v || !c.tma) {
+      why = "config field \"warp_specialized\" is not true on a tma kernel";
+      return std::nullopt;
+    }
+    c.warpSpecialized = true;
+    ++optional;
   }
   if (o->size() != 2 + std::size(ints) + std::size(flags) + optional) {
     why = "config has unknown fields";
@@ -303,11 +314,15 @@ std::string configMismatch(const CacheKey &key, const KernelArtifacts &a) {
     if (v.first != 0 && v.first != v.second)
       return differs(name, v.first, v.second);
   }
-  const char *gotMma = got.tma ? "wgmma.tma" : got.wgmma ? "wgmma" : "mma.sync";
-  if ((key.mma == "wgmma" && (!got.wgmma || got.tma)) ||
-      (key.mma == "wgmma.tma" && !got.tma && !want.varlen &&
-       !want.blockSparse) ||
-      (key.mma == "mma.sync" && got.wgmma))
+  // wgmma.tma(.ws) falls back to wgmma (varlen, block-sparse) and to
+  // wgmma.tma (tiles without two consumer warpgroups): the resolved
+  // configuration, which the compiler compares whole, says which.
+  const char *gotMma = got.warpSpecialized ? "wgmma.tma.ws"
+                       : got.tma           ? "wgmma.tma"
+                       : got.wgmma         ? "wgmma"
+                                           : "mma.sync";
+  if ((key.mma.rfind("wgmma", 0) == 0 && !got.wgmma) ||
+      (key.mma == "wgmma" && got.tma) || (key.mma == "mma.sync" && got.wgmma))
     return differs("mma", key.mma, gotMma);
   return {};
 }

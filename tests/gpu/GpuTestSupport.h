@@ -87,8 +87,9 @@ inline std::string matrixKernelDir() {
 
 /// The GpuKernelInfo a gen_matrix_kernels .info line holds ("name arch warps
 /// rows_per_warp min_blocks_per_sm wgmma block_n varlen block_sparse
-/// shared_bytes kind", then "tma" for TMA kernels); sets \p in's failbit on
-/// an unknown kind or trailing word.
+/// shared_bytes kind", then "tma" for TMA kernels and "ws" for
+/// warp-specialised ones); sets \p in's failbit on an unknown kind or
+/// trailing word.
 inline runtime::GpuKernelInfo readKernelInfo(std::istream &in) {
   runtime::GpuKernelInfo info;
   KernelConfig &c = info.config;
@@ -100,9 +101,12 @@ inline runtime::GpuKernelInfo readKernelInfo(std::istream &in) {
       kind;
   if (!s || !parseKernelKind(kind, c.kind))
     in.setstate(std::ios::failbit);
-  if (s >> flag) {
-    c.tma = flag == "tma";
-    if (!c.tma)
+  while (s >> flag) {
+    if (flag == "tma")
+      c.tma = true;
+    else if (flag == "ws" && c.tma)
+      c.warpSpecialized = true;
+    else
       in.setstate(std::ios::failbit);
   }
   return info;

@@ -31,7 +31,8 @@
 namespace {
 /// Writes <dir>/<id>.ptx and <dir>/<id>.info ("name arch warps
 /// rows_per_warp min_blocks_per_sm wgmma block_n varlen block_sparse
-/// shared_bytes kind", then " tma" on TMA kernels: the whole KernelConfig,
+/// shared_bytes kind", then " tma" on TMA kernels and " ws" on
+/// warp-specialised ones: the whole KernelConfig,
 /// read back by
 /// test::readKernelInfo). \p sparse is kept for the callers.
 void write(const std::string &dir, const std::string &id,
@@ -43,16 +44,18 @@ void write(const std::string &dir, const std::string &id,
   info << img.name << ' ' << c.arch << ' ' << c.numWarps << ' ' << c.rowsPerWarp
        << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' ' << c.blockN << ' '
        << c.varlen << ' ' << c.blockSparse << ' ' << img.sharedBytes << ' '
-       << flashjit::toString(c.kind) << (c.tma ? " tma" : "") << '\n';
+       << flashjit::toString(c.kind) << (c.tma ? " tma" : "")
+       << (c.warpSpecialized ? " ws" : "") << '\n';
 }
 } // namespace
 
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 4) {
-    std::fprintf(stderr,
-                 "usage: %s DIR [sm_80|sm_90a "
-                 "[default|mma.sync|wgmma|wgmma.tma|backward-only]]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s DIR [sm_80|sm_90a "
+        "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|backward-only]]\n",
+        argv[0]);
     return 1;
   }
   std::string dir = argv[1];
@@ -61,7 +64,7 @@ int main(int argc, char **argv) {
   // MMA "backward-only": only the backward and timing kernels (a quick pack
   // for the [backward] tests: scripts/gpu-check.sh with
   // GPU_CHECK_PACK=backward).
-  bool backwardOnly = false, tma = false;
+  bool backwardOnly = false, tma = false, ws = false;
   if (argc > 3) {
     std::string mma = argv[3];
     if (mma == "backward-only")
@@ -72,6 +75,8 @@ int main(int argc, char **argv) {
       o.mma = flashjit::GpuMma::Wgmma;
     else if (mma == "wgmma.tma")
       tma = true;
+    else if (mma == "wgmma.tma.ws")
+      tma = ws = true;
     else if (mma != "default") {
       std::fprintf(stderr, "unknown MMA '%s'\n", mma.c_str());
       return 1;
@@ -81,7 +86,7 @@ int main(int argc, char **argv) {
   auto forSpec = [&](const flashjit::AttentionSpec &spec) {
     flashjit::GpuCompileOptions so = o;
     if (tma && spec.headDimQK % 64 == 0 && spec.headDimV % 64 == 0)
-      so.mma = flashjit::GpuMma::WgmmaTma;
+      so.mma = ws ? flashjit::GpuMma::WgmmaTmaWs : flashjit::GpuMma::WgmmaTma;
     return so;
   };
   const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");

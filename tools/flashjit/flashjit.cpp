@@ -139,10 +139,11 @@ cl::opt<int> rowsPerWarp(
     cl::init(0), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string> mmaFlag(
     "mma",
-    cl::desc("default | mma.sync | wgmma | wgmma.tma: the tensor-core "
-             "instructions (default: wgmma on sm_90a where head dims are "
-             "multiples of 64, with TMA loads in dense kernels = wgmma.tma; "
-             "wgmma: cp.async loads; GPU targets only)"),
+    cl::desc("default | mma.sync | wgmma | wgmma.tma | wgmma.tma.ws: the "
+             "tensor-core instructions (default: wgmma on sm_90a where head "
+             "dims are multiples of 64, with TMA loads in dense kernels = "
+             "wgmma.tma; wgmma: cp.async loads; wgmma.tma.ws: warp-specialised "
+             "TMA kernel, experimental; GPU targets only)"),
     cl::init("default"), cl::sub(compileCmd), cl::sub(runCmd),
     cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<bool> varlenFlag(
@@ -493,12 +494,12 @@ std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
 /// --mma as a GpuMma.
 GpuMma gpuMma() {
   checkGpuFlags();
-  for (GpuMma m :
-       {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma, GpuMma::WgmmaTma})
+  for (GpuMma m : {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma,
+                   GpuMma::WgmmaTma, GpuMma::WgmmaTmaWs})
     if (mmaFlag == toString(m))
       return m;
   userError(fmt::format("--mma '{}' is not one of default, mma.sync, wgmma, "
-                        "wgmma.tma",
+                        "wgmma.tma, wgmma.tma.ws",
                         excerpt(mmaFlag)));
 }
 

@@ -86,7 +86,8 @@ void validateForGpu(const AttentionSpec &spec,
       throw UserError("block_sparse = true: the GPU backward supports dense "
                       "and varlen calls only (block-sparse backward runs on "
                       "the CPU: CpuBackwardKernel::runBlockSparse)");
-    if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma)
+    if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma ||
+        options.mma == GpuMma::WgmmaTmaWs)
       throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
                                   "only",
                                   toString(options.mma)));
@@ -156,6 +157,12 @@ void validateForGpu(const AttentionSpec &spec,
                                   "mma = wgmma (16: a warpgroup's 64 rows)",
                                   tc.rowsPerWarp));
   }
+  if (tc.warpSpecialized && (tc.numWarps != 8 || tc.minBlocksPerSM != 1))
+    throw UserError(fmt::format(
+        "mma = wgmma.tma.ws needs num_warps = 8 and min_blocks_per_sm = 1 "
+        "(two consumer warpgroups beside the producer, 240 and 24 "
+        "registers per thread), not {} and {}",
+        tc.numWarps, tc.minBlocksPerSM));
   int64_t smem = tc.sharedBytes(spec.headDimQK, spec.headDimV);
   const int64_t limit = options.arch == "sm_80" ? 166912 : 232448;
   if (smem > limit)

@@ -76,6 +76,8 @@ const char *toString(GpuMma mma) {
     return "wgmma";
   case GpuMma::WgmmaTma:
     return "wgmma.tma";
+  case GpuMma::WgmmaTmaWs:
+    return "wgmma.tma.ws";
   }
   return "?";
 }
@@ -103,7 +105,8 @@ static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
 static GpuTileConfig chooseTiles(const AttentionSpec &spec,
                                  const std::string &arch, bool varlen,
                                  bool blockSparse, GpuMma mma) {
-  if (mma == GpuMma::Wgmma || mma == GpuMma::WgmmaTma ||
+  bool tma = mma == GpuMma::WgmmaTma || mma == GpuMma::WgmmaTmaWs;
+  if (mma == GpuMma::Wgmma || tma ||
       (mma == GpuMma::Default && wgmmaApplies(spec, arch))) {
     // Measured on the H200 (bench/RESULTS.md, session 4 tile experiment):
     // above head_dim 64 two warpgroups of 64 query rows (FlashAttention-3's
@@ -119,8 +122,7 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     // dense and causal at head dims 64 and 128, bench/RESULTS.md): one
     // tensor map per tensor; varlen and block-sparse keep cp.async, and
     // mma = wgmma asks for cp.async everywhere.
-    c.tma = (mma == GpuMma::WgmmaTma || mma == GpuMma::Default) && !varlen &&
-            !blockSparse;
+    c.tma = (tma || mma == GpuMma::Default) && !varlen && !blockSparse;
     c.rowsPerWarp = 16;
     int d = std::max(spec.headDimQK, spec.headDimV);
     if (d <= 64) {
@@ -142,6 +144,8 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
            blockSparse))
         c.blockN /= 2;
     }
+    // Warp specialisation: two consumer warpgroups beside the producer.
+    c.warpSpecialized = c.tma && mma == GpuMma::WgmmaTmaWs && c.numWarps == 8;
     return c;
   }
   GpuTileConfig c = denseTileConfig(spec, arch);

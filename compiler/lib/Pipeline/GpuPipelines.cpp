@@ -141,6 +141,10 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
   Option<bool> tma{*this, "tma",
                    llvm::cl::desc("with wgmma: TMA loads of Q, K and V"),
                    llvm::cl::init(false)};
+  Option<bool> warpSpecialized{
+      *this, "warp-specialized",
+      llvm::cl::desc("with tma: producer and consumer warpgroups"),
+      llvm::cl::init(false)};
   Option<bool> backward{*this, "backward",
                         llvm::cl::desc("the three backward kernels"),
                         llvm::cl::init(false)};

@@ -338,6 +338,63 @@ TEST_CASE("mma = wgmma.tma: TMA loads in dense kernels that assemble clean",
   CHECK_THROWS_WITH(compileGpu(doc, bwd), Catch::Contains("wgmma.tma"));
 }
 
+TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
+          "[gpu-codegen]") {
+  // Two consumer warpgroups (head dims above 64) get the producer
+  // warpgroup: 384 threads, full/empty mbarrier pairs per stage,
+  // setmaxnreg 24 / 240 that ptxas honours (no C7508 warning); one
+  // warpgroup's tiles (head dim 64) stay wgmma.tma.
+  CHECK(std::string(toString(GpuMma::WgmmaTmaWs)) == "wgmma.tma.ws");
+  GpuCompileOptions o;
+  o.mma = GpuMma::WgmmaTmaWs;
+  for (auto [variant, d] : {std::pair{"causal_tl", 128},
+                            {"none", 128},
+                            {"softcap", 256},
+                            {"window_lr", 192}}) {
+    AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 2, 2);
+    INFO(variant << " d" << d);
+    GpuKernelImage img = compileGpu(s, o);
+    const KernelConfig &c = img.config;
+    CHECK(c.tma);
+    CHECK(c.warpSpecialized);
+    CHECK(c.threads() == 32 * c.numWarps + 128);
+    int stages = c.kvStages(d, d);
+    CHECK(img.sharedBytes == 2 * (c.blockM() * d + stages * c.blockN * 2 * d) +
+                                 8 * (2 * stages + 1));
+    const std::string &p = img.ptx;
+    CHECK(p.find(".maxntid 384, 1, 1") != std::string::npos);
+    CHECK(p.find("setmaxnreg.dec.sync.aligned.u32 24") != std::string::npos);
+    CHECK(p.find("setmaxnreg.inc.sync.aligned.u32 240") != std::string::npos);
+    CHECK(p.find("mbarrier.arrive.shared::cta.b64") != std::string::npos);
+    CHECK(p.find("cp.async.bulk.tensor.4d") != std::string::npos);
+    // One CTA barrier (after the mbarriers' initialisation), none in the
+    // loop: stages are released through the empty mbarriers.
+    size_t bars = 0;
+    for (size_t at = p.find("bar.sync"); at != std::string::npos;
+         at = p.find("bar.sync", at + 1))
+      ++bars;
+    CHECK(bars == 1);
+    runtime::PtxasReport r = runtime::runPtxas(p, "sm_90a");
+    const runtime::PtxasFunctionReport *f = r.find(img.name);
+    REQUIRE(f);
+    INFO(r.log);
+    CHECK(f->clean());
+    CHECK(r.log.find("C7508") == std::string::npos);
+    CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit("sm_90a"));
+  }
+  AttentionSpec d64 = testing::matrixSpec("causal_tl", 64, DType::BF16, 2, 2);
+  GpuKernelImage one = compileGpu(d64, o);
+  CHECK(one.config.tma);
+  CHECK_FALSE(one.config.warpSpecialized);
+  CHECK(one.ptx.find("setmaxnreg") == std::string::npos);
+  GpuCompileOptions four = o;
+  four.numWarps = 4;
+  AttentionSpec d128 = testing::matrixSpec("none", 128, DType::BF16, 2, 2);
+  // The user's tiles win; warp specialisation needs two consumer
+  // warpgroups (the policy asked for it, the override took one away).
+  CHECK_THROWS_WITH(compileGpu(d128, four), Catch::Contains("num_warps = 8"));
+}
+
 TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
           "[gpu-codegen]") {
   AttentionSpec s = testing::matrixSpec("causal_tl", 128, DType::BF16, 2, 2);

@@ -29,6 +29,7 @@ template <class Options> KernelConfig fromPassOptions(const Options &options) {
   c.blockSparse = options.blockSparse;
   c.wgmma = options.wgmma;
   c.tma = options.tma;
+  c.warpSpecialized = options.warpSpecialized;
   c.kind = options.backward ? KernelKind::Backward
            : options.decode ? KernelKind::Decode
                             : KernelKind::Forward;

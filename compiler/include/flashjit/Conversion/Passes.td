@@ -86,7 +86,11 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
     Option<"tma", "tma", "bool", /*default=*/"false",
            "with wgmma, dense forward only: Q, K and V loaded by TMA "
            "(cp.async.bulk.tensor, mbarrier completion) through tensor-map "
-           "arguments">
+           "arguments">,
+    Option<"warpSpecialized", "warp-specialized", "bool", /*default=*/"false",
+           "with tma: one producer warpgroup issues the TMA loads into the "
+           "K/V ring (mbarrier full/empty pairs per stage), the num-warps "
+           "consumer warps compute; setmaxnreg 24 / 240">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::NVVM::NVVMDialect",

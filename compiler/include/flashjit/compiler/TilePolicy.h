@@ -35,9 +35,14 @@ enum class GpuMma {
   /// are not in one tensor map yet). What Default picks where wgmma
   /// applies.
   WgmmaTma,
+  /// WgmmaTma, warp-specialised (KernelConfig::warpSpecialized): a producer
+  /// warpgroup issues the TMA loads, two consumer warpgroups compute, with
+  /// setmaxnreg 24 / 240. Where the tiles have one warpgroup (head dims up
+  /// to 64) it is WgmmaTma; varlen and block-sparse get Wgmma.
+  WgmmaTmaWs,
 };
 
-/// "default", "mma.sync", "wgmma" or "wgmma.tma".
+/// "default", "mma.sync", "wgmma", "wgmma.tma" or "wgmma.tma.ws".
 const char *toString(GpuMma mma);
 
 /// The tile configuration of a GPU kernel: the one kernel configuration

@@ -94,6 +94,11 @@ struct ConvertAttnToNVVM
                        "varlen, block-sparse or backward)");
         return signalPassFailure();
       }
+      if (c.warpSpecialized && (!c.tma || c.numWarps != 8)) {
+        op.emitOpError("warp-specialized kernels are tma kernels with "
+                       "num-warps 8 (two consumer warpgroups)");
+        return signalPassFailure();
+      }
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);
       if (c.kind == KernelKind::Backward) {
         int rowGroups = c.blockN / 16;
@@ -164,6 +169,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.blockSparse = config.blockSparse;
   o.wgmma = config.wgmma;
   o.tma = config.tma;
+  o.warpSpecialized = config.warpSpecialized;
   o.backward = config.kind == KernelKind::Backward;
   o.decode = config.kind == KernelKind::Decode;
   return o;

@@ -8,7 +8,9 @@
 // one CTA per (query tile, head, batch), longest query tiles first; Q is
 // loaded once, K/V tiles are double-buffered with cp.async (or, tma
 // kernels, loaded by one thread with TMA into a ring of stages that
-// complete on mbarriers, Tma.cpp); for each key tile that is not empty:
+// complete on mbarriers, Tma.cpp; warp-specialised kernels: a producer
+// warpgroup loads, the consumer warps compute, buildWarpSpecialized); for
+// each key tile that is not empty:
 //   S = Q K^T                        (ForwardMma: MmaSync.cpp or Wgmma.cpp)
 //   t = score_mod(scale * S) log2(e), masked where the tile is partial
 //                                    (VariantTile.cpp)
@@ -84,6 +86,16 @@ private:
   void waitKV(Value pos);
   /// The first K/V tile, then Q's fragments once Q has landed.
   void firstLoad();
+  /// warpSpecialized: the producer warpgroup (setmaxnreg down; its first
+  /// thread loads every K/V tile into the ring, each stage once the
+  /// consumers have released it) and the consumer warps (setmaxnreg up;
+  /// the loop and the epilogue) as the two branches of one scf.if.
+  void buildWarpSpecialized();
+  /// warpSpecialized: stage \p stage's "empty" mbarrier (numWarps * 32
+  /// arrivals: every consumer thread once it has read the stage).
+  Value emptyBarrier(Value stage) {
+    return ops.gepBytes(barrier(stage), ops.ci64(8 * int64_t(stages)));
+  }
   /// The loop over key tiles; returns the final state.
   ValueRange mainLoop();
   /// One non-empty key tile at \p kv0: the new loop state from \p state.
@@ -144,8 +156,12 @@ void ForwardKernelBuilder::build(Operation *gpuModule) {
   locate();
   prologue();
   planKeyTiles();
-  firstLoad();
-  epilogue(mainLoop());
+  if (c.warpSpecialized) {
+    buildWarpSpecialized();
+  } else {
+    firstLoad();
+    epilogue(mainLoop());
+  }
   b.setInsertionPointToEnd(&fn.getBody().front());
   gpu::ReturnOp::create(b);
 }
@@ -176,7 +192,7 @@ gpu::GPUFuncOp ForwardKernelBuilder::declare(Operation *gpuModule) {
       tensorMaps.push_back(int32_t(i));
   if (!tensorMaps.empty())
     fn->setAttr(kGridConstantArgsAttr, b.getDenseI32ArrayAttr(tensorMaps));
-  fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({nthreads, 1, 1}));
+  fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({c.threads(), 1, 1}));
   // Without an explicit minimum ptxas caps registers to fit more CTAs and
   // spills (seen at 80 registers for head_dim 32); 1 leaves it all registers.
   fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
@@ -285,14 +301,18 @@ void ForwardKernelBuilder::locate() {
     mma->prepare(sQ, sK, sV);
     return;
   }
-  // tma: [Q | stages x (K V) | mbarriers: Q, then one per stage]. Thread 0
-  // initialises them (one arrival each: its expect_tx) and loads Q, 64
-  // head_dim columns (one swizzled column block) per copy.
+  // tma: [Q | stages x (K V) | mbarriers: Q, then one per stage (then,
+  // warp-specialised, one "empty" per stage)]. Thread 0 initialises them
+  // (one arrival each: its expect_tx; empty: every consumer thread) and
+  // loads Q, 64 head_dim columns (one swizzled column block) per copy.
   bars = ops.gepBytes(sK, int64_t(stages) * stageBytes);
   isLeader = ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0));
   ops.ifThen(isLeader, [&] {
     for (int s = -1; s < stages; ++s)
       mbarrierInit(ops, barrier(ops.ci32(s)), 1);
+    if (c.warpSpecialized)
+      for (int s = 0; s < stages; ++s)
+        mbarrierInit(ops, emptyBarrier(ops.ci32(s)), nthreads);
   });
   gpu::BarrierOp::create(b);
   ops.ifThen(isLeader, [&] {
@@ -494,9 +514,11 @@ ValueRange ForwardKernelBuilder::mainLoop() {
     // Dense: position = tile. Issue the tile stages - 1 ahead into the
     // stage the last iteration's closing barrier freed; wait for this one.
     stage = arith::RemUIOp::create(b, ops.sub(it, jBegin), ops.ci32(stages));
-    Value ahead = ops.add(it, ops.ci32(stages - 1));
-    issueKV(ahead, arith::RemUIOp::create(b, ops.sub(ahead, jBegin),
-                                          ops.ci32(stages)));
+    if (!c.warpSpecialized) {
+      Value ahead = ops.add(it, ops.ci32(stages - 1));
+      issueKV(ahead, arith::RemUIOp::create(b, ops.sub(ahead, jBegin),
+                                            ops.ci32(stages)));
+    }
     waitKV(it);
   } else {
     stage = ops.land(ops.sub(it, jBegin), ops.ci32(1));
@@ -537,12 +559,58 @@ ValueRange ForwardKernelBuilder::mainLoop() {
     b.setInsertionPointToStart(tileIf.thenBlock());
     scf::YieldOp::create(b, tileStep(state, kv0, needsMask));
   }
-  gpu::BarrierOp::create(b); // this stage is free for the prefetch after next
+  if (c.warpSpecialized) // this thread has read the stage (wgmma waited)
+    mbarrierArrive(ops, emptyBarrier(stage));
+  else // this stage is free for the prefetch after next
+    gpu::BarrierOp::create(b);
   SmallVector<Value> carried(tileIf.getResults());
   if (c.blockSparse)
     carried.append({jNext, jAfter});
   scf::YieldOp::create(b, carried);
   return loop.getResults();
+}
+
+void ForwardKernelBuilder::buildWarpSpecialized() {
+  // FlashAttention-3's register split for two consumer warpgroups: the
+  // producer keeps 24 registers per thread, the consumers get 240
+  // (128 * 24 + 256 * 240 <= 65536).
+  constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  Value isProducer =
+      ops.cmp(arith::CmpIPredicate::sge, tid, ops.ci32(nthreads));
+  ifElse(
+      b, isProducer,
+      [&] {
+        NVVM::SetMaxRegisterOp::create(b, kProducerRegs,
+                                       NVVM::SetMaxRegisterAction::decrease);
+        // Use u of a stage waits for the consumers' release of use u - 1:
+        // parity (u & 1) ^ 1 of its empty barrier (use 0: the phase before
+        // the first, complete from the start).
+        ops.ifThen(
+            ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(nthreads)), [&] {
+              auto loop = scf::ForOp::create(
+                  b, ops.toIndex(jBegin),
+                  ops.toIndex(ops.add(jEnd, ops.ci32(1))), one);
+              OpBuilder::InsertionGuard lg(b);
+              b.setInsertionPointToStart(loop.getBody());
+              Value pos = arith::IndexCastOp::create(b, ops.i32,
+                                                     loop.getInductionVar());
+              Value use = ops.sub(pos, jBegin);
+              Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
+              Value parity = arith::XOrIOp::create(
+                  b,
+                  ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)),
+                           ops.ci32(1)),
+                  ops.ci32(1));
+              mbarrierWait(ops, emptyBarrier(stage), parity);
+              loadKV(tileAt(pos), stage);
+            });
+      },
+      [&] {
+        NVVM::SetMaxRegisterOp::create(b, kConsumerRegs,
+                                       NVVM::SetMaxRegisterAction::increase);
+        mbarrierWait(ops, barrier(ops.ci32(-1)), ops.ci32(0)); // Q has landed
+        epilogue(mainLoop());
+      });
 }
 
 SmallVector<Value> ForwardKernelBuilder::tileStep(ValueRange state, Value kv0,

@@ -26,6 +26,13 @@ void mbarrierArriveExpectTx(KernelOps &ops, Value bar, int64_t bytes) {
                 "r,r");
 }
 
+void mbarrierArrive(KernelOps &ops, Value bar) {
+  ops.inlineAsm(Type(), {sharedAddr(ops, bar)},
+                "{\n.reg .b64 state;\n"
+                "mbarrier.arrive.shared::cta.b64 state, [$0];\n}",
+                "r");
+}
+
 void mbarrierWait(KernelOps &ops, Value bar, Value parity) {
   // Labels inside a { } block are local to it, so the block can appear
   // any number of times in a kernel.

@@ -29,6 +29,9 @@ void mbarrierInit(KernelOps &ops, mlir::Value bar, int count);
 /// \p bytes (i32 constant) of TMA transactions in the current phase.
 void mbarrierArriveExpectTx(KernelOps &ops, mlir::Value bar, int64_t bytes);
 
+/// mbarrier.arrive: one arrival of the calling thread at \p bar.
+void mbarrierArrive(KernelOps &ops, mlir::Value bar);
+
 /// Spins on mbarrier.try_wait.parity until the phase of \p bar with parity
 /// \p parity (i32, 0 or 1) has completed; the data its transactions wrote
 /// is visible to the calling thread after.

@@ -240,6 +240,14 @@ struct KernelConfig {
   /// of cp.async issued by every thread. Dense kernels only (not varlen or
   /// block-sparse).
   bool tma = false;
+  /// tma kernels only: warp-specialised (FlashAttention-3's structure, Shah
+  /// et al. 2024, section 3.1): one more warpgroup, the producer, beside
+  /// the numWarps consumer warps; one of its threads issues the TMA loads
+  /// into the K/V ring, each stage freed by the consumers' arrivals on its
+  /// "empty" mbarrier (no CTA barrier in the loop), and setmaxnreg moves
+  /// registers from the producer to the consumers. threads() counts the
+  /// producer; blockM() does not.
+  bool warpSpecialized = false;
   /// Packed variable-length sequences (cu_seqlens arguments).
   bool varlen = false;
   /// Visits only the key tiles of a block mask (block-mask arguments; the
@@ -257,13 +265,15 @@ struct KernelConfig {
   /// Query rows per CTA (GPU: rowsPerWarp * numWarps) or per tile (CPU).
   /// GPU backward: keys per CTA (16 per warp, the M of S^T = K Q^T).
   int blockM() const { return isCpu() ? cpuBlockM : rowsPerWarp * numWarps; }
-  /// Threads per CTA (GPU).
-  int threads() const { return 32 * numWarps; }
+  /// Threads per CTA (GPU): numWarps warps, and the producer warpgroup of
+  /// a warp-specialised kernel.
+  int threads() const { return 32 * numWarps + (warpSpecialized ? 128 : 0); }
   /// Dynamic shared memory of the GPU forward kernel, in bytes: the Q tile
   /// and kvStages() K/V stages of 16-bit elements, rows padded by kSharedRowPad
   /// elements for mma.sync (ldmatrix without bank conflicts), unpadded and
   /// 128-byte swizzled for wgmma; with tma, one 8-byte mbarrier for Q and
-  /// one per stage after them.
+  /// one per stage after them (warpSpecialized: then one "empty" mbarrier
+  /// per stage).
   /// Backward (main kernel): K and V of its blockM() keys, Q and dO of
   /// blockN query rows, dS^T [blockM() x blockN] (padded rows of 16-bit
   /// elements), then LSE and D of the query rows (fp32).
@@ -295,7 +305,7 @@ private:
     int64_t pad = wgmma ? 0 : kSharedRowPad;
     return 2 * (int64_t(blockM()) * (headDimQK + pad) +
                 stages * int64_t(blockN) * (headDimQK + pad + headDimV + pad)) +
-           (tma ? 8 * (stages + 1) : 0);
+           (tma ? 8 * (stages + 1) : 0) + (warpSpecialized ? 8 * stages : 0);
   }
 };
 
