@@ -261,10 +261,14 @@ int main(int argc, char **argv) {
       GpuCompileOptions o;
       o.mma = GpuMma::Wgmma;
       jobs.push_back({name, d, o, "cpasync"});
-      if (d > 64) { // warp-specialised (two consumer warpgroups)
-        o.mma = GpuMma::WgmmaTmaWs;
-        jobs.push_back({name, d, o, "ws"});
-      }
+    }
+  // Issue 16: the warp-specialised forward where its tiles have two
+  // consumer warpgroups (head dims above 64), labelled "ws".
+  for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
+    for (int d : {128, 256}) {
+      GpuCompileOptions o;
+      o.mma = GpuMma::WgmmaTmaWs;
+      jobs.push_back({name, d, o, "ws"});
     }
   // Issue 22: the cost of a sink (run_bench.py --variants dense,dense_sink
   // --d 128 --n 4096,16384 times it beside the dense kernel).

@@ -24,6 +24,11 @@
 # sanitizers, not in the default). Exit status: 0 iff every selected test
 # step passed.
 #
+# GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix
+# with another MMA, e.g. wgmma.tma.ws. GPU_CHECK_BENCH_N, _D and _ARGS (run)
+# pass N, D and more options (e.g. "--labels default,ws --flex 0") to
+# bench/run_bench.py in the `peers` step.
+#
 # GPU_CHECK_PACK_PYTHON=1 at `pack` also carries libflashjit_c.so (the C API
 # with the compiler, so libMLIR too, xz-compressed); the `python` step then
 # runs tests/python (flashjit package: torch CUDA tensors, autograd,
@@ -95,7 +100,10 @@ pack() {
   if [[ $only == backward ]]; then
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a backward-only
   else
-    "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a
+    # GPU_CHECK_MATRIX_MMA=wgmma.tma.ws (say): the matrix built with that
+    # MMA (gen_matrix_kernels' third argument) instead of the default.
+    "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a \
+      ${GPU_CHECK_MATRIX_MMA:-default}
     # The decode kernels' [gpu][decode] tests read <matrix dir>/decode.
     mkdir -p "$kdir/decode"
     "$BUILD/tests/gpu/gen_decode_kernels" "$kdir/decode" >/dev/null
@@ -273,7 +281,7 @@ run() {
   if want peers && [[ -f $PACK/bench/manifest.json ]]; then
     step peers python3 bench/run_bench.py --kernels "$PACK/bench" \
       --out "$out/bench" --n "${GPU_CHECK_BENCH_N:-4096,16384}" \
-      --d "${GPU_CHECK_BENCH_D:-64,128}"
+      --d "${GPU_CHECK_BENCH_D:-64,128}" ${GPU_CHECK_BENCH_ARGS:-}
   fi
   if want python; then
     if [[ -f $lib/libflashjit_c.so ]]; then
