@@ -141,9 +141,10 @@ cl::opt<std::string> mmaFlag(
     "mma",
     cl::desc("default | mma.sync | wgmma | wgmma.tma | wgmma.tma.ws: the "
              "tensor-core instructions (default: wgmma on sm_90a where head "
-             "dims are multiples of 64, with TMA loads in dense kernels = "
-             "wgmma.tma; wgmma: cp.async loads; wgmma.tma.ws: warp-specialised "
-             "TMA kernel, experimental; GPU targets only)"),
+             "dims are multiples of 64, with TMA loads in dense kernels, "
+             "warp-specialised above head dim 64 = wgmma.tma.ws; wgmma.tma: "
+             "TMA without warp specialisation; wgmma: cp.async loads; GPU "
+             "targets only)"),
     cl::init("default"), cl::sub(compileCmd), cl::sub(runCmd),
     cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<bool> varlenFlag(

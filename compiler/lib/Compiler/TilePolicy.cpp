@@ -144,8 +144,17 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
            blockSparse))
         c.blockN /= 2;
     }
-    // Warp specialisation: two consumer warpgroups beside the producer.
-    c.warpSpecialized = c.tma && mma == GpuMma::WgmmaTmaWs && c.numWarps == 8;
+    // Warp specialisation (the default where TMA tiles have two consumer
+    // warpgroups: 0.98-1.18x the TMA kernel without it on the H200, session
+    // 9, bench/RESULTS.md); mma = wgmma.tma asks for TMA without it. Its
+    // consumers have 240 registers, not 255: buffer reads in a mask above
+    // head_dim 128 (a document mask at 256 spilled 12 bytes) keep the TMA
+    // kernel without it unless asked for by name.
+    bool wsFits =
+        d <= 128 || spec.variant.buffers().empty() || !hasMaskCode(spec);
+    c.warpSpecialized =
+        c.tma && c.numWarps == 8 &&
+        (mma == GpuMma::WgmmaTmaWs || (mma == GpuMma::Default && wsFits));
     return c;
   }
   GpuTileConfig c = denseTileConfig(spec, arch);
@@ -255,6 +264,12 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
     c.minBlocksPerSM = options.minBlocksPerSM;
   if (options.rowsPerWarp)
     c.rowsPerWarp = options.rowsPerWarp;
+  // Tiles the user reshaped away from two consumer warpgroups of all
+  // registers lose the default's warp specialisation (asked for by name,
+  // validateForGpu refuses them).
+  if (c.warpSpecialized && mma == GpuMma::Default &&
+      (c.numWarps != 8 || c.minBlocksPerSM != 1 || c.rowsPerWarp != 16))
+    c.warpSpecialized = false;
   return c;
 }
 

@@ -218,8 +218,11 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
        {std::pair{false, false}, {true, false}, {false, true}}) {
     GpuTileConfig c = defaultGpuTileConfig(d128, "sm_90a", varlen, blockSparse);
     CHECK(c.wgmma);
-    // TMA loads where one tensor map covers the tensor (dense calls).
+    // TMA loads where one tensor map covers the tensor (dense calls), warp
+    // specialised (two consumer warpgroups and the producer).
     CHECK(c.tma == (!varlen && !blockSparse));
+    CHECK(c.warpSpecialized == c.tma);
+    CHECK(c.threads() == (c.tma ? 384 : 256));
     CHECK(c.numWarps == 8);
     CHECK(c.rowsPerWarp == 16);
     CHECK(c.blockN == 128);
@@ -234,6 +237,8 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
   CHECK(plain.numWarps == 4);
   CHECK(plain.blockN == 128);
   CHECK(plain.minBlocksPerSM == 1);
+  CHECK(plain.tma);
+  CHECK_FALSE(plain.warpSpecialized); // one warpgroup: no producer
   for (const char *variant : {"causal_tl", "softcap"}) {
     GpuTileConfig c = defaultGpuTileConfig(
         testing::matrixSpec(variant, 64, DType::BF16, 1, 1), "sm_90a");
@@ -243,9 +248,20 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
   }
   CHECK_FALSE(defaultGpuTileConfig(d128, "sm_80").wgmma);
   CHECK_FALSE(defaultGpuTileConfig(d128, "sm_80").tma);
-  // mma = wgmma: the cp.async loads of sessions 4-7.
+  // mma = wgmma: the cp.async loads of sessions 4-7; mma = wgmma.tma: TMA
+  // without warp specialisation (session 8's default).
   CHECK_FALSE(
       defaultGpuTileConfig(d128, "sm_90a", false, false, GpuMma::Wgmma).tma);
+  GpuTileConfig tmaOnly =
+      defaultGpuTileConfig(d128, "sm_90a", false, false, GpuMma::WgmmaTma);
+  CHECK(tmaOnly.tma);
+  CHECK_FALSE(tmaOnly.warpSpecialized);
+  // Reshaped default tiles lose warp specialisation rather than fail.
+  GpuCompileOptions fourWarps;
+  fourWarps.numWarps = 4;
+  GpuTileConfig reshaped = resolveGpuTileConfig(d128, fourWarps);
+  CHECK(reshaped.tma);
+  CHECK_FALSE(reshaped.warpSpecialized);
   AttentionSpec d96 = testing::matrixSpec("none", 96, DType::BF16, 1, 1);
   CHECK_FALSE(defaultGpuTileConfig(d96, "sm_90a").wgmma);
   // Buffer reads with a mask and a score modifier, or varlen / block lists:
@@ -258,6 +274,14 @@ TEST_CASE("sm_90a defaults to wgmma tiles where head dims allow",
   AttentionSpec docSoftcap = doc;
   docSoftcap.variant.scoreMod(softcap(20.0f));
   CHECK(defaultGpuTileConfig(docSoftcap, "sm_90a").blockN == 64);
+  // Warp specialisation's 240 consumer registers: buffer reads in a mask
+  // above head_dim 128 keep the TMA kernel without it.
+  CHECK(defaultGpuTileConfig(doc, "sm_90a").warpSpecialized);
+  AttentionSpec doc256 = testing::matrixSpec("doc_id", 256, DType::BF16, 2, 2);
+  CHECK(defaultGpuTileConfig(doc256, "sm_90a").tma);
+  CHECK_FALSE(defaultGpuTileConfig(doc256, "sm_90a").warpSpecialized);
+  CHECK(defaultGpuTileConfig(doc256, "sm_90a", false, false, GpuMma::WgmmaTmaWs)
+            .warpSpecialized);
   AttentionSpec alibi = testing::matrixSpec("alibi", 128, DType::BF16, 2, 2);
   CHECK(defaultGpuTileConfig(alibi, "sm_90a").blockN == 128);
   // Asking for two m16 tiles per warp picks mma.sync.
@@ -363,8 +387,19 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
                                  8 * (2 * stages + 1));
     const std::string &p = img.ptx;
     CHECK(p.find(".maxntid 384, 1, 1") != std::string::npos);
-    CHECK(p.find("setmaxnreg.dec.sync.aligned.u32 24") != std::string::npos);
-    CHECK(p.find("setmaxnreg.inc.sync.aligned.u32 240") != std::string::npos);
+    // The instruction and its operand (ptxas text puts a tab between).
+    auto operandOf = [&](const std::string &op) {
+      size_t at = p.find(op);
+      if (at == std::string::npos)
+        return std::string("absent");
+      at += op.size();
+      size_t end = p.find(';', at);
+      std::string arg = p.substr(at, end - at);
+      arg.erase(0, arg.find_first_not_of(" \t"));
+      return arg;
+    };
+    CHECK(operandOf("setmaxnreg.dec.sync.aligned.u32") == "24");
+    CHECK(operandOf("setmaxnreg.inc.sync.aligned.u32") == "240");
     CHECK(p.find("mbarrier.arrive.shared::cta.b64") != std::string::npos);
     CHECK(p.find("cp.async.bulk.tensor.4d") != std::string::npos);
     // One CTA barrier (after the mbarriers' initialisation), none in the

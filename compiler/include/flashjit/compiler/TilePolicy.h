@@ -33,12 +33,14 @@ enum class GpuMma {
   /// Dense kernels only: varlen and block-sparse kernels asking for it get
   /// Wgmma's cp.async loads (their per-sequence offsets and listed tiles
   /// are not in one tensor map yet). What Default picks where wgmma
-  /// applies.
+  /// applies and the tiles have one warpgroup (head dim 64); asked for by
+  /// name, TMA without warp specialisation at every head dim.
   WgmmaTma,
   /// WgmmaTma, warp-specialised (KernelConfig::warpSpecialized): a producer
   /// warpgroup issues the TMA loads, two consumer warpgroups compute, with
   /// setmaxnreg 24 / 240. Where the tiles have one warpgroup (head dims up
-  /// to 64) it is WgmmaTma; varlen and block-sparse get Wgmma.
+  /// to 64) it is WgmmaTma; varlen and block-sparse get Wgmma. What Default
+  /// picks where TMA tiles have two warpgroups (head dims above 64).
   WgmmaTmaWs,
 };
 
