@@ -23,6 +23,8 @@
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Ptxas.h"
 
+#include "OutputFiles.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -170,7 +172,7 @@ static int writeSparseKernels(const std::string &dir) {
         continue;
       }
       std::string file = c.variant + "_d" + std::to_string(d) + ".ptx";
-      std::ofstream(dir + "/" + file) << img.ptx;
+      testing::writeOutputFile(dir + "/" + file, img.ptx);
       runtime::PtxasReport r;
       try { // the report is informative here; a ptxas failure is printed
         r = runtime::runPtxas(img.ptx, img.config.arch);
@@ -222,6 +224,7 @@ static int writeSparseKernels(const std::string &dir) {
                   builder.empty() ? "" : "  builder ", builder.c_str());
     }
   manifest << "\n]\n";
+  testing::checkOutputStream(manifest, dir + "/block_sparse.json");
   return failed ? 3 : 0;
 }
 
@@ -231,6 +234,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::string dir = argv[1];
+  testing::makeOutputDir(argv[0], dir);
   // --tiles: also each tile configuration of the experiment list for every
   // variant, labelled w<warps>r<rows per warp>n<block_n>m<min CTAs per SM>
   // (mma.sync) or wgw..n..m.. (wgmma).
@@ -325,7 +329,7 @@ int main(int argc, char **argv) {
       }
       std::string file =
           name + "_d" + std::to_string(d) + "_" + job.label + ".ptx";
-      std::ofstream(dir + "/" + file) << img.ptx;
+      testing::writeOutputFile(dir + "/" + file, img.ptx);
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, img.config.arch);
       const runtime::PtxasFunctionReport *f = r.find(img.name);
       manifest << (first ? "" : ",\n") << "  {\"variant\": \"" << name
@@ -354,6 +358,7 @@ int main(int argc, char **argv) {
     }
   }
   manifest << "\n]\n";
+  testing::checkOutputStream(manifest, dir + "/manifest.json");
   manifest.close();
   return sparse ? writeSparseKernels(dir) : 0;
 }

@@ -6,11 +6,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "DecodeKernels.h"
+#include "OutputFiles.h"
 
 #include "flashjit/compiler/GpuCompiler.h"
 
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <string>
 
 int main(int argc, char **argv) {
@@ -19,19 +20,21 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::string dir = argv[1];
+  flashjit::testing::makeOutputDir(argv[0], dir);
   flashjit::GpuCompileOptions o;
   o.arch = "sm_90a";
   o.kind = flashjit::KernelKind::Decode;
   for (const auto &k : flashjit::testing::decodeKernels()) {
     flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, o);
-    std::ofstream(dir + "/" + k.id + ".ptx") << img.ptx;
+    flashjit::testing::writeOutputFile(dir + "/" + k.id + ".ptx", img.ptx);
     // The .info line of gen_matrix_kernels (test::readKernelInfo).
     const flashjit::KernelConfig &c = img.config;
-    std::ofstream(dir + "/" + k.id + ".info")
-        << img.name << ' ' << c.arch << ' ' << c.numWarps << ' '
-        << c.rowsPerWarp << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' '
-        << c.blockN << ' ' << c.varlen << ' ' << c.blockSparse << ' '
-        << img.sharedBytes << ' ' << flashjit::toString(c.kind) << '\n';
+    std::ostringstream info;
+    info << img.name << ' ' << c.arch << ' ' << c.numWarps << ' '
+         << c.rowsPerWarp << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' '
+         << c.blockN << ' ' << c.varlen << ' ' << c.blockSparse << ' '
+         << img.sharedBytes << ' ' << flashjit::toString(c.kind) << '\n';
+    flashjit::testing::writeOutputFile(dir + "/" + k.id + ".info", info.str());
   }
   std::printf("%zu decode kernels in %s\n",
               flashjit::testing::decodeKernels().size(), dir.c_str());

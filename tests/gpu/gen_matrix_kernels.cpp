@@ -20,12 +20,14 @@
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
+#include "OutputFiles.h"
 
 #include "flashjit/compiler/GpuCompiler.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -38,14 +40,15 @@ namespace {
 void write(const std::string &dir, const std::string &id,
            const flashjit::GpuKernelImage &img, bool sparse = false) {
   (void)sparse;
-  std::ofstream(dir + "/" + id + ".ptx") << img.ptx;
-  std::ofstream info(dir + "/" + id + ".info");
+  flashjit::testing::writeOutputFile(dir + "/" + id + ".ptx", img.ptx);
+  std::ostringstream info;
   const flashjit::KernelConfig &c = img.config;
   info << img.name << ' ' << c.arch << ' ' << c.numWarps << ' ' << c.rowsPerWarp
        << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' ' << c.blockN << ' '
        << c.varlen << ' ' << c.blockSparse << ' ' << img.sharedBytes << ' '
        << flashjit::toString(c.kind) << (c.tma ? " tma" : "")
        << (c.warpSpecialized ? " ws" : "") << '\n';
+  flashjit::testing::writeOutputFile(dir + "/" + id + ".info", info.str());
 }
 } // namespace
 
@@ -59,6 +62,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::string dir = argv[1];
+  flashjit::testing::makeOutputDir(argv[0], dir);
   flashjit::GpuCompileOptions o;
   o.arch = argc > 2 ? argv[2] : "sm_90a";
   // MMA "backward-only": only the backward and timing kernels (a quick pack
