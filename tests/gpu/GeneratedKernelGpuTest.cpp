@@ -57,7 +57,7 @@ TEST_CASE("generated kernels match the float64 reference on the matrix",
       continue;
     INFO(k.id << ": " << printSpec(k.spec));
     auto kernel = load(k, dev);
-    CHECK(kernel->function().localBytes() == 0);
+    test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), k.id);
     // Two shapes per kernel, rotating through the list and the layouts.
     for (int r = 0; r < 2; ++r, ++i) {
       auto [sq, sk] = shapes[i % std::size(shapes)];
@@ -81,7 +81,7 @@ TEST_CASE("kernels compiled with non-default options match the float64 "
   for (const testing::OptionKernel &k : testing::optionKernels()) {
     INFO(k.id << ": " << printSpec(k.spec));
     auto kernel = test::loadAheadOfTime(k.id, k.spec, dev);
-    CHECK(kernel->function().localBytes() == 0);
+    test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), k.id);
     for (auto [sq, sk] : shapes) {
       test::checkShape(dev, test::runWith(*kernel), k.spec, 1 + i % 2, sq, sk,
                        i % 2, seed + i);
@@ -117,7 +117,7 @@ TEST_CASE("generated kernels loaded from a cubin match the float64 reference",
     std::string bytes(cubin.cubin.begin(), cubin.cubin.end());
     GpuAttentionKernel fromCubin(k.spec, info, ptx.str(), dev, bytes);
     CHECK(fromCubin.loadedFromCubin());
-    CHECK(fromCubin.function().localBytes() == 0);
+    test::checkNoLocalMemory(fromCubin, ptx.str());
     test::checkShape(dev, test::runWith(fromCubin), k.spec, 2, 130, 77, i % 2,
                      seed + i);
     ++i;

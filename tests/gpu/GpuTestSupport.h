@@ -10,6 +10,7 @@
 #include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Memory.h"
+#include "flashjit/runtime/Ptxas.h"
 
 #include <algorithm>
 #include <array>
@@ -83,6 +84,37 @@ inline std::string matrixKernelDir() {
   if (const char *env = std::getenv("FLASHJIT_MATRIX_KERNELS"))
     return env;
   return FLASHJIT_MATRIX_KERNELS_DEFAULT;
+}
+
+/// Checks that \p kernel (made from \p ptx) keeps its values in registers
+/// and shared memory: the driver reports no local memory for it.
+/// Warp-specialised kernels (setmaxnreg) are judged by ptxas instead: on the
+/// H200 (driver 580, CUDA 13.0) the driver reports 24-496 local bytes for
+/// them where `ptxas -v` on the same PTX on the same machine reports no
+/// stack frame and no spills (session 9, bench/RESULTS.md).
+inline void checkNoLocalMemory(const runtime::GpuAttentionKernel &kernel,
+                               const std::string &ptx) {
+  int local = kernel.function().localBytes();
+  INFO("driver-reported local bytes " << local);
+  if (local == 0 || !kernel.info().config.warpSpecialized) {
+    CHECK(local == 0);
+    return;
+  }
+  runtime::PtxasReport r = runtime::runPtxas(ptx, kernel.info().config.arch);
+  const runtime::PtxasFunctionReport *f = r.find(kernel.info().name);
+  REQUIRE(f);
+  INFO(r.log);
+  CHECK(f->clean());
+}
+
+/// checkNoLocalMemory for the matrix kernel \p id (its PTX read from
+/// matrixKernelDir()).
+inline void checkNoLocalMemory(const runtime::GpuAttentionKernel &kernel,
+                               const std::string &dir, const std::string &id) {
+  std::ifstream file(dir + "/" + id + ".ptx");
+  std::stringstream ptx;
+  ptx << file.rdbuf();
+  checkNoLocalMemory(kernel, ptx.str());
 }
 
 /// The GpuKernelInfo a gen_matrix_kernels .info line holds ("name arch warps
