@@ -251,8 +251,8 @@ run() {
       --json "$out/torch_compare.json"
   fi
   # `flashjit run --device gpu` (the CLI compiles there: the python pack
-  # carries it): dense, buffers, varlen, block-sparse, a sink, and the GPU
-  # backward through the cache.
+  # carries it): dense, buffers, varlen, block-sparse, a sink, paged decode
+  # (--kernel decode), and the GPU backward and decode through the cache.
   if want cli && [[ -x $PACK/bin/flashjit ]]; then
     cliRuns() {
       local - f="$PACK/bin/flashjit" c=--cache-dir=/tmp/flashjit-cli-cache rc=0
@@ -269,6 +269,20 @@ run() {
         # shellcheck disable=SC2086
         "$f" run $c --device gpu --reps 5 --check-rows 512 $args || rc=1
       done
+      # Split-KV decode over paged caches (issue 17): both table layouts,
+      # page sizes 16 and 64, GQA, q_len 1 and 4, a sink, forced splits;
+      # checked against the float64 paged reference on sampled sequences.
+      for args in \
+        "--paged csr --page-size 16 --batch 8 --seqlen-k 4096 --seqlen-q 1 --causal bottom_right --head-dim 128 --heads-q 32 --heads-kv 8 --dtype bf16" \
+        "--paged block-table --page-size 64 --batch 3 --seqlen-k 1000 --seqlen-q 4 --sink --causal bottom_right --head-dim 64 --heads-q 6 --heads-kv 2 --dtype fp16 --num-splits 5" \
+        "--paged csr --page-size 16 --batch 2 --seqlen-k 3000 --seqlen-q 1 --spec attention(name=dsc,causal=bottom_right,head_dim=128,heads_q=16,heads_kv=2,dtype=bf16,score=softcap(param<f32>(cap))) --param cap=30"; do
+        echo "--- flashjit run --kernel decode --device gpu $args"
+        # shellcheck disable=SC2086
+        "$f" run $c --kernel decode --device gpu --reps 5 --check-rows 512 $args || rc=1
+      done
+      echo "--- flashjit compile --kernel decode (GPU decode through the cache)"
+      "$f" compile $c --kernel decode --target sm_90a --causal bottom_right --head-dim 128 --heads-q 32 --heads-kv 8 || rc=1
+      "$f" compile $c --kernel decode --target sm_90a --causal bottom_right --head-dim 128 --heads-q 32 --heads-kv 8 | grep "cache   hit" || rc=1
       echo "--- flashjit compile --kernel bwd (GPU backward through the cache)"
       "$f" compile $c --kernel bwd --target sm_90a --causal top_left --head-dim 128 || rc=1
       "$f" compile $c --kernel bwd --target sm_90a --causal top_left --head-dim 128 | grep "cache   hit" || rc=1

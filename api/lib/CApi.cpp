@@ -62,6 +62,10 @@ struct flashjit_kernel {
   /// The bundled backward of a GPU kernel loaded by flashjit_load (when
   /// the bundle holds one and a GPU is present), else null.
   std::shared_ptr<const runtime::GpuAttentionBackwardKernel> gpuBackward;
+  /// The bundled split-KV decode kernels of a GPU kernel loaded by
+  /// flashjit_load (when the bundle holds them and a GPU is present), else
+  /// null (flashjit_run_paged compiles them through the cache).
+  std::shared_ptr<const runtime::GpuDecodeKernel> gpuDecode;
   std::string ptx;
   /// Tile sizes (block masks): from the loaded kernel or its artifacts.
   int64_t blockM = 0, blockN = 0;
@@ -176,8 +180,13 @@ const flashjit_kernel &need(const flashjit_kernel *kernel, const char *entry) {
   return *kernel;
 }
 
-/// A DriverError for a GPU kernel that could not be loaded (no GPU).
-[[noreturn]] void noGpu() {
+/// A DriverError for a GPU kernel that could not be loaded (no GPU), or a
+/// UserError for \p kernel when it holds only bundled decode kernels.
+[[noreturn]] void noGpu(const flashjit_kernel *kernel = nullptr) {
+  if (kernel && kernel->gpuDecode)
+    throw UserError("the kernel was loaded from a bundle that holds only its "
+                    "decode kernels (`flashjit bundle --kernel decode`): run "
+                    "it with flashjit_run_paged, or bundle fwd,decode");
   std::string why;
   runtime::Device::available(&why);
   throw DriverError("no GPU to run this kernel on (its tensors were not "
@@ -246,6 +255,120 @@ PageList toPageList(const flashjit_page_table *t, int64_t numPages,
   throw UserError(fmt::format("table.layout = {} is not a "
                               "flashjit_paged_layout (0 CSR, 1 block table)",
                               static_cast<int>(t->layout)));
+}
+
+/// Whether \p p is device memory of the current context's address space
+/// (cuPointerGetAttribute; host memory, pinned or not, is not).
+bool isDeviceMemory(const void *p) {
+  CUmemorytype type{};
+  CUresult r = runtime::Driver::get().cuPointerGetAttribute(
+      &type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+      reinterpret_cast<CUdeviceptr>(p));
+  return r == CUDA_SUCCESS && type == CU_MEMORYTYPE_DEVICE;
+}
+
+/// \p t with every int32 array that lives in device memory of \p device
+/// replaced by a host copy in \p storage (synchronous copies); host arrays
+/// are kept as they are. The sizes are checked first (UserError naming the
+/// field); the entries are checked by toPageList on the host copy.
+flashjit_page_table hostPageTable(const flashjit_page_table *t,
+                                  runtime::Device &device,
+                                  std::vector<std::vector<int32_t>> &storage) {
+  if (!t)
+    throw UserError("table is NULL");
+  constexpr int64_t kMost = int64_t(1) << 31;
+  if (t->batch < 0 || t->batch >= kMost)
+    throw UserError(
+        fmt::format("table.batch = {}, expected 0..2^31 - 1", t->batch));
+  flashjit_page_table h = *t;
+  device.makeCurrent();
+  auto host = [&](const int32_t *&p, int64_t n, const char *name) {
+    if (n < 0 || n >= kMost)
+      throw UserError(
+          fmt::format("table.{}: {} entries, expected 0..2^31 - 1", name, n));
+    if (!p || n == 0 || !isDeviceMemory(p))
+      return;
+    storage.emplace_back(static_cast<size_t>(n));
+    runtime::copyDeviceToHost(device, storage.back().data(), p,
+                              static_cast<size_t>(n) * sizeof(int32_t));
+    p = storage.back().data();
+  };
+  if (t->layout == FLASHJIT_PAGED_CSR) {
+    host(h.kv_indptr, t->batch + 1, "kv_indptr");
+    host(h.kv_indices, t->num_indices, "kv_indices");
+    host(h.kv_last_page_len, t->batch, "kv_last_page_len");
+  } else if (t->layout == FLASHJIT_PAGED_BLOCK_TABLE) {
+    if (t->max_pages < 0 || t->max_pages >= kMost)
+      throw UserError(fmt::format("table.max_pages = {}, expected "
+                                  "0..2^31 - 1",
+                                  t->max_pages));
+    host(h.block_table, t->batch * t->max_pages, "block_table");
+    host(h.seq_lens, t->batch, "seq_lens");
+  }
+  return h;
+}
+
+/// The decode kernels of \p canonical for \p request's target in \p bundle
+/// (kind decode, any tiles), checked against the spec like a forward
+/// (gpuLaunchConfigMismatch), or nullopt. UserError for a broken entry or
+/// more than one.
+std::optional<runtime::KernelArtifacts>
+bundledDecode(const runtime::Bundle &bundle, const runtime::CacheKey &request,
+              const std::string &canonical, const char *bundleDir) {
+  std::optional<runtime::KernelArtifacts> found;
+  for (const runtime::Bundle::Item &item : bundle.items()) {
+    if (item.config.kind != KernelKind::Decode ||
+        item.config.arch != request.config.arch || item.specText != canonical)
+      continue;
+    if (found)
+      throw UserError(fmt::format("flashjit_load: bundle '{}' has several {} "
+                                  "decode kernels for spec '{}' with "
+                                  "different tile options; keep one",
+                                  bundleDir, request.config.arch, canonical));
+    runtime::CacheKey key = request;
+    key.specText = item.specText;
+    key.config = item.config;
+    key.mma = item.mma;
+    found = bundle.find(key);
+    const std::string *ptx = found ? found->file(runtime::kPtxFile) : nullptr;
+    if (!ptx)
+      throw UserError(fmt::format("flashjit_load: the bundled {} decode "
+                                  "kernel for '{}' in '{}' has no {}",
+                                  request.config.arch, canonical, bundleDir,
+                                  runtime::kPtxFile));
+    // Checked here too, so a bundle is refused the same with or without a
+    // GPU (GpuDecodeKernel checks it again before loading).
+    if (std::string why = runtime::gpuLaunchConfigMismatch(
+            parseSpec(canonical), runtime::gpuKernelInfo(*found), *ptx);
+        !why.empty())
+      throw UserError(fmt::format("flashjit_load: the bundled {} decode "
+                                  "kernel for '{}' in '{}' is broken: {}",
+                                  request.config.arch, canonical, bundleDir,
+                                  why));
+  }
+  return found;
+}
+
+/// The loaded decode kernels of bundled artifacts \p a (device 0).
+std::shared_ptr<const runtime::GpuDecodeKernel>
+loadDecode(const AttentionSpec &spec, const runtime::KernelArtifacts &a) {
+  return std::make_shared<const runtime::GpuDecodeKernel>(
+      spec, runtime::gpuKernelInfo(a), *a.file(runtime::kPtxFile),
+      runtime::Device::get(0));
+}
+
+/// Serialises the GPU decode calls on one runtime::GpuDecodeKernel (its
+/// workspaces are shared by every caller of the same kernel): the lock of
+/// \p kernel.
+std::mutex &decodeLock(const runtime::GpuDecodeKernel *kernel) {
+  static std::mutex mu;
+  static std::map<const runtime::GpuDecodeKernel *, std::unique_ptr<std::mutex>>
+      locks;
+  std::lock_guard<std::mutex> lock(mu);
+  auto &slot = locks[kernel];
+  if (!slot)
+    slot = std::make_unique<std::mutex>();
+  return *slot;
 }
 
 /// The GPU merge / append kernels of device \p ordinal, made once.
@@ -372,6 +495,44 @@ void runGpuBackward(const flashjit_kernel &kernel, const TensorRef &q,
         sinkGradient().run(kernel.spec, o, dO, lse, args, dSink, stream);
       });
 }
+
+/// flashjit_run_paged for a GPU kernel: the bundled decode kernels, else
+/// (with the compiler) loadOrCompileGpuDecode of the kernel's spec; the
+/// table (host or device memory) checked on the host and uploaded; the
+/// call synchronises \p stream before the table and the workspaces are
+/// released.
+void runGpuPaged(const flashjit_kernel &kernel, const TensorRef &q,
+                 const TensorRef &kCache, const TensorRef &vCache,
+                 const flashjit_page_table *table, const TensorRef &o,
+                 const TensorRef *lse, const Arguments &args, int numSplits,
+                 CUstream stream) {
+  if (!kernel.gpu && !kernel.gpuDecode)
+    noGpu();
+  runtime::Device &device = runtime::Device::get(0);
+  std::shared_ptr<const runtime::GpuDecodeKernel> decode = kernel.gpuDecode;
+#ifndef FLASHJIT_C_WITH_COMPILER
+  if (!decode)
+    throw UserError("flashjit_run_paged: this is flashjit_c_runtime, built "
+                    "without the compiler, and the bundle holds no GPU "
+                    "decode kernel of this spec (make it with `flashjit "
+                    "bundle --kernel fwd,decode --target sm_90a`), or link "
+                    "flashjit_c");
+#else
+  if (!decode)
+    decode = loadOrCompileGpuDecode(kernel.spec, device);
+#endif
+  std::vector<std::vector<int32_t>> copies;
+  flashjit_page_table h = hostPageTable(table, device, copies);
+  runtime::DevicePageTable t(toPageList(&h, kCache.shape[0], kCache.shape[2]),
+                             device);
+  std::lock_guard<std::mutex> lock(decodeLock(decode.get()));
+  decode->run(q, kCache, vCache, t, o, lse, args, numSplits, stream);
+  // The table's device copy is freed when t goes, and the next call may
+  // reuse the kernel's workspaces: wait for this one.
+  if (runtime::Driver::get().cuStreamSynchronize(stream) != CUDA_SUCCESS)
+    throw DriverError("flashjit_run_paged: the decode kernels failed "
+                      "(cuStreamSynchronize)");
+}
 } // namespace
 
 extern "C" {
@@ -487,6 +648,20 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
         a = bundle.find(request);
       }
     }
+    // The decode kernels bundled for this spec and target (`flashjit
+    // bundle --kernel decode` or fwd,decode), if any.
+    std::optional<runtime::KernelArtifacts> decode;
+    if (t != "cpu")
+      decode = bundledDecode(bundle, request, canonical, bundle_dir);
+    if (!a && decode) {
+      // Decode kernels only: flashjit_run_paged runs them.
+      if (runtime::Device::available())
+        k->gpuDecode = loadDecode(k->spec, *decode);
+      else
+        k->ptx = *decode->file(runtime::kPtxFile);
+      *out = k.release();
+      return;
+    }
     if (!a)
       throw UserError(fmt::format("flashjit_load: bundle '{}' has no {} "
                                   "kernel for spec '{}' ({} kernels in it)",
@@ -533,6 +708,8 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
     if (runtime::Device::available()) {
       k->gpu = std::make_unique<runtime::GpuAttentionKernel>(
           k->spec, info, k->ptx, runtime::Device::get(0));
+      if (decode)
+        k->gpuDecode = loadDecode(k->spec, *decode);
       // The backward bundled beside it (`flashjit bundle --kernel fwd,bwd
       // --target <arch>`): the spec with LSE, kind backward, its own tiles.
       for (const runtime::Bundle::Item &item : bundle.items()) {
@@ -584,7 +761,7 @@ flashjit_status flashjit_run(const flashjit_kernel *kernel,
       return;
     }
     if (!kernel->gpu)
-      noGpu();
+      noGpu(kernel);
     kernel->gpu->run(qr, kr, vr, orf, lse ? &lr : nullptr, a,
                      static_cast<CUstream>(stream));
   });
@@ -694,7 +871,7 @@ flashjit_status flashjit_build_block_mask(const flashjit_kernel *kernel,
       m->device = k.gpu->buildBlockMask(batch, seqlen_q, seqlen_k, a,
                                         static_cast<CUstream>(stream));
     else
-      noGpu();
+      noGpu(&k);
     *out = m.release();
   });
 }
@@ -718,7 +895,7 @@ flashjit_status flashjit_build_varlen_block_mask(
       m->device =
           k.gpu->buildVarlenBlockMask(cu, a, static_cast<CUstream>(stream));
     } else {
-      noGpu();
+      noGpu(&k);
     }
     *out = m.release();
   });
@@ -760,7 +937,7 @@ flashjit_status flashjit_block_mask_from_bsr(
     else if (k.gpu)
       m->device.emplace(host, runtime::Device::get(0));
     else
-      noGpu();
+      noGpu(&k);
     *out = m.release();
   });
 }
@@ -820,7 +997,7 @@ flashjit_status flashjit_run_block_sparse(
       lr = toRef(lse, "lse");
     Arguments a = toArguments(args, num_args);
     if (!kern.cpu && !kern.gpu)
-      noGpu();
+      noGpu(&kern);
     const flashjit_block_mask &m =
         maskFor(kern, mask, "flashjit_run_block_sparse");
     if (kern.cpu)
@@ -850,7 +1027,7 @@ flashjit_run_varlen(const flashjit_kernel *kernel, const flashjit_tensor *q,
     auto ck = cuSpan(cu_seqlens_k, num_seqs, "cu_seqlens_k");
     Arguments a = toArguments(args, num_args);
     if (!kern.cpu && !kern.gpu)
-      noGpu();
+      noGpu(&kern);
     const flashjit_block_mask *m =
         mask ? &maskFor(kern, mask, "flashjit_run_varlen") : nullptr;
     if (kern.cpu) {
@@ -912,16 +1089,20 @@ flashjit_status flashjit_paged_append(const flashjit_tensor *k_new,
               kc = toRef(k_cache, "k_cache", 4),
               vc = toRef(v_cache, "v_cache", 4);
     checkPageSize(kc.shape[2]);
-    PageList pages = toPageList(table, kc.shape[0], kc.shape[2]);
     if (device < -1)
       throw UserError(fmt::format("flashjit_paged_append: device = {}, "
                                   "expected -1 (host) or a CUDA ordinal",
                                   device));
     if (device == -1) {
-      appendPagedKV(kn, vn, kc, vc, pages);
+      appendPagedKV(kn, vn, kc, vc,
+                    toPageList(table, kc.shape[0], kc.shape[2]));
       return;
     }
     const runtime::GpuPagedOps &ops = pagedOps(device);
+    std::vector<std::vector<int32_t>> copies;
+    flashjit_page_table h =
+        hostPageTable(table, runtime::Device::get(device), copies);
+    PageList pages = toPageList(&h, kc.shape[0], kc.shape[2]);
     runtime::DevicePageTable t(pages, runtime::Device::get(device));
     ops.append(kn, vn, kc, vc, t, static_cast<CUstream>(stream));
     // The table's device copy is freed when t goes: wait for the append.
@@ -937,6 +1118,16 @@ flashjit_status flashjit_run_paged(
     const flashjit_tensor *k_cache, const flashjit_tensor *v_cache,
     const flashjit_page_table *table, const flashjit_tensor *o,
     const flashjit_tensor *lse, const flashjit_arg *args, int num_args) {
+  return flashjit_run_paged_ex(kernel, q, k_cache, v_cache, table, o, lse, args,
+                               num_args, 0, nullptr);
+}
+
+flashjit_status flashjit_run_paged_ex(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k_cache, const flashjit_tensor *v_cache,
+    const flashjit_page_table *table, const flashjit_tensor *o,
+    const flashjit_tensor *lse, const flashjit_arg *args, int num_args,
+    int num_splits, void *stream) {
   return guarded([&] {
     const flashjit_kernel &kern = need(kernel, "flashjit_run_paged");
     TensorRef qr = toRef(q, "q", 4), kc = toRef(k_cache, "k_cache", 4),
@@ -945,14 +1136,21 @@ flashjit_status flashjit_run_paged(
     if (lse)
       lr = toRef(lse, "lse");
     Arguments a = toArguments(args, num_args);
-    if (!kern.cpu)
-      throw UserError("flashjit_run_paged: the kernel runs on a GPU; the C "
-                      "API decodes with CPU kernels (compiled with "
-                      "FLASHJIT_COMPILE_VARLEN) only so far");
+    if (!table)
+      throw UserError("flashjit_run_paged: table is NULL");
+    if (num_splits < 0 || num_splits > 1024)
+      throw UserError(fmt::format("flashjit_run_paged: num_splits = {}, "
+                                  "expected 0 (automatic) or 1..1024",
+                                  num_splits));
     checkPageSize(kc.shape[2]);
-    PageList pages = toPageList(table, kc.shape[0], kc.shape[2]);
-    runtime::cpuPagedDecode(*kern.cpu, qr, kc, vc, pages, orf,
-                            lse ? &lr : nullptr, a);
+    if (kern.cpu) {
+      PageList pages = toPageList(table, kc.shape[0], kc.shape[2]);
+      runtime::cpuPagedDecode(*kern.cpu, qr, kc, vc, pages, orf,
+                              lse ? &lr : nullptr, a);
+      return;
+    }
+    runGpuPaged(kern, qr, kc, vc, table, orf, lse ? &lr : nullptr, a,
+                num_splits, static_cast<CUstream>(stream));
   });
 }
 

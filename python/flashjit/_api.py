@@ -622,35 +622,48 @@ class Kernel:
     def run_paged(self, q, k_cache, v_cache, *, kv_indptr=None,
                   kv_indices=None, kv_last_page_len=None, block_table=None,
                   seq_lens=None, out=None, lse=None, params=None,
-                  buffers=None, sink=None):
-        """Paged decoding (README "Serving") with a CPU kernel compiled with
-        ``varlen=True``: q [B, Hq, q_len, Dqk] (the last q_len positions of
-        each sequence; use causal="bottom_right") against k_cache
-        [num_pages, Hkv, page_size, Dqk] and v_cache (any strides) through
-        a CSR (``kv_indptr``, ``kv_indices``, ``kv_last_page_len``) or
-        block-table (``block_table``, ``seq_lens``) page table (int32,
-        copied to the host, checked). Returns O [B, Hq, q_len, Dv] (and
+                  buffers=None, sink=None, num_splits=0, stream=None):
+        """Paged decoding (README "Serving"): q [B, Hq, q_len, Dqk] (the
+        last q_len positions of each sequence; use causal="bottom_right")
+        against k_cache [num_pages, Hkv, page_size, Dqk] and v_cache (any
+        strides) through a CSR (``kv_indptr``, ``kv_indices``,
+        ``kv_last_page_len``) or block-table (``block_table`` [B,
+        max_pages], ``seq_lens``) page table (int32 arrays on any device,
+        copied to the host and checked). Returns O [B, Hq, q_len, Dv] (and
         LSE [B, Hq, q_len] when the spec returns it). ``params``,
-        ``buffers``, ``sink`` as in ``run``. GPU decode kernels are not
-        reachable from Python yet. Raises UserError naming the field."""
-        if self.target != "cpu" or not self.varlen or self.block_sparse:
-            raise UserError("run_paged needs a CPU kernel compiled with "
-                            "varlen=True (GPU decode kernels are not in the "
-                            "Python API yet)")
+        ``buffers``, ``sink`` as in ``run``. CPU: a kernel compiled with
+        ``varlen=True``, numpy tensors. GPU (any kernel for sm_80/sm_90a,
+        CUDA tensors on device 0, head_dim contiguous, 16-byte aligned):
+        the split-KV decode kernels of the spec (bundled with
+        ``flashjit bundle --kernel fwd,decode``, else compiled through the
+        cache on the first call), q_len 1..64, ``num_splits`` key splits
+        (0: automatic; 1..1024), on ``stream`` (default: torch's or CuPy's
+        current stream), which the call synchronises. Raises UserError
+        naming the field, DriverError (no GPU, launch failure)."""
+        if self.target == "cpu" and (not self.varlen or self.block_sparse):
+            raise UserError("run_paged on the CPU needs a kernel compiled "
+                            "with varlen=True (and not block_sparse)")
+        if isinstance(num_splits, bool) or not isinstance(num_splits, int) \
+                or not 0 <= num_splits <= 1024:
+            raise UserError(f"num_splits = {num_splits!r}, expected 0 "
+                            f"(automatic) or 1..1024")
         lib = self._lib
-        qv = _dlpack.view(q, "q")
-        kv = _dlpack.view(k_cache, "k_cache")
-        vv = _dlpack.view(v_cache, "v_cache")
+        device = self._device()
+        dev_type, dev_id = _dlpack.device_of(q, "q")
+        dl_stream, launch = _streams(q, dev_type, dev_id, stream)
+        qv = _dlpack.view(q, "q", dl_stream)
+        kv = _dlpack.view(k_cache, "k_cache", dl_stream)
+        vv = _dlpack.view(v_cache, "v_cache", dl_stream)
         for x in (qv, kv, vv):
-            _same_device(x, "cpu")
+            _same_device(x, device)
         tq, tk, tv = (_tensor(qv, "q", (4,)), _tensor(kv, "k_cache", (4,)),
                       _tensor(vv, "v_cache", (4,)))
         if out is None:
             out = _empty(q, (qv.shape[0], qv.shape[1], qv.shape[2],
                              vv.shape[3]), self.dtype_o, qv.device_type,
                          qv.device_id)
-        ov = _dlpack.view(out, "out")
-        _same_device(ov, "cpu")
+        ov = _dlpack.view(out, "out", dl_stream)
+        _same_device(ov, device)
         if ov.readonly:
             raise UserError("out is read-only")
         to = _tensor(ov, "out", (4,))
@@ -659,18 +672,21 @@ class Kernel:
             if lse is None:
                 lse = _empty(q, tuple(qv.shape[:3]), "float32",
                              qv.device_type, qv.device_id)
-            lv = _dlpack.view(lse, "lse")
-            _same_device(lv, "cpu")
+            lv = _dlpack.view(lse, "lse", dl_stream)
+            _same_device(lv, device)
+            if lv.readonly:
+                raise UserError("lse is read-only")
             tl = _tensor(lv, "lse", (3,))
         elif lse is not None:
             raise UserError("lse given, but the kernel's spec has lse=false")
         table, keep = _page_table(kv_indptr, kv_indices, kv_last_page_len,
                                   block_table, seq_lens)
-        args = _Args(params, buffers, "cpu", None, sink)
+        args = _Args(params, buffers, device, dl_stream, sink)
         ref = ctypes.byref
-        lib.check(lib.fn("flashjit_run_paged")(
+        lib.check(lib.fn("flashjit_run_paged_ex")(
             self._handle, ref(tq), ref(tk), ref(tv), ref(table), ref(to),
-            ref(tl) if tl is not None else None, args.array, args.n))
+            ref(tl) if tl is not None else None, args.array, args.n,
+            num_splits, ctypes.c_void_p(launch)))
         del keep
         return (out, lse) if self.return_lse else out
 

@@ -164,3 +164,27 @@ def test_run_paged_matches_attention_over_gathered_pages(layout):
         wo = np.where(np.isfinite(wl), np.exp(wl - wl2), 0.0)[..., None] * wo
         ref.assert_close(o[bi:bi + 1], wo, 2e-5, what=f"o[{bi}]")
         ref.assert_close(lse[bi:bi + 1], wl2, 2e-5, 2e-6, what=f"lse[{bi}]")
+
+
+def test_run_paged_errors_name_the_field():
+    k = flashjit.compile(head_dim=16, dtype="fp32", heads_q=2, heads_kv=1,
+                         causal="bottom_right", varlen=True)
+    q = np.zeros((1, 2, 1, 16), np.float32)
+    kc = np.zeros((2, 1, 4, 16), np.float32)
+    table = dict(block_table=np.array([[1]], np.int32),
+                 seq_lens=np.array([3], np.int32))
+    with pytest.raises(flashjit.UserError, match=r"num_splits = -1"):
+        k.run_paged(q, kc, kc, num_splits=-1, **table)
+    with pytest.raises(flashjit.UserError,
+                       match=r"block_table\[0\]\[0\] = 5"):
+        k.run_paged(q, kc, kc, block_table=np.array([[5]], np.int32),
+                    seq_lens=np.array([3], np.int32))
+    # The page count of the table is the cache's: O of the one sequence
+    # over its 3 keys (all zero: uniform weights over zero values).
+    o = k.run_paged(q, kc, kc, **table)[0]
+    assert np.all(o == 0)
+    # A CPU kernel without varlen cannot decode.
+    dense = flashjit.compile(head_dim=16, dtype="fp32", heads_q=2,
+                             heads_kv=1, causal="bottom_right")
+    with pytest.raises(flashjit.UserError, match=r"varlen=True"):
+        dense.run_paged(q, kc, kc, **table)

@@ -121,7 +121,12 @@ flashjit_status flashjit_spec_canonicalize(const char *spec_text, char *out,
  *  CPU kernel (the bundle's kernel.so, default tile sizes) runs anywhere
  *  with the CPU features it was built for. Fails with FLASHJIT_USER_ERROR
  *  when the bundle is missing, unreadable or has no such kernel, an entry
- *  fails its checksums, or a CPU kernel needs features this CPU lacks. */
+ *  fails its checksums, or a CPU kernel needs features this CPU lacks.
+ *  For a GPU target the bundled backward (`--kernel fwd,bwd`) and decode
+ *  kernels (`--kernel fwd,decode`) of the spec are picked up too; a bundle
+ *  holding only the decode kernels of the spec (`--kernel decode`) gives a
+ *  kernel that only flashjit_run_paged runs (other runs:
+ *  FLASHJIT_USER_ERROR). */
 flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
                               const char *target, flashjit_kernel **out);
 
@@ -332,8 +337,11 @@ typedef enum flashjit_paged_layout {
 
 /** A page table of \p batch sequences over a paged cache k_cache
  *  [num_pages, heads_kv, page_size, head_dim] (any strides: the [pages,
- *  page_size, heads, dim] layout is a view). Host memory, int32, validated
- *  entry by entry on every call (FLASHJIT_USER_ERROR naming the entry).
+ *  page_size, heads, dim] layout is a view). int32 arrays in host memory;
+ *  for GPU calls (flashjit_run_paged with a GPU kernel, flashjit_paged_append
+ *  with \p device >= 0) each array may also be device memory, which is
+ *  copied to the host (synchronously). Validated entry by entry on every
+ *  call (FLASHJIT_USER_ERROR naming the entry).
  *  CSR: sequence b owns pages kv_indices[kv_indptr[b] .. kv_indptr[b+1]),
  *  the last holding kv_last_page_len[b] tokens (kv_indptr has batch + 1
  *  entries, kv_indices num_indices). Block table: row b of the row-major
@@ -375,10 +383,10 @@ flashjit_status flashjit_merge_states(const flashjit_tensor *os,
  *  the last n_new tokens of each sequence of \p table, which already counts
  *  them (update the table first), into k_cache [num_pages, heads_kv,
  *  page_size, head_dim_qk] and v_cache. \p device -1: host memory; >= 0:
- *  tensors in that CUDA device's memory (the table is checked on the host
- *  and uploaded; asynchronous on \p stream). FLASHJIT_USER_ERROR naming the
- *  field and value (a page id outside the cache, a sequence shorter than
- *  n_new, mismatched shapes or dtypes). */
+ *  tensors in that CUDA device's memory (the table, host or device memory,
+ *  is checked on the host and uploaded; the call synchronises \p stream).
+ *  FLASHJIT_USER_ERROR naming the field and value (a page id outside the
+ *  cache, a sequence shorter than n_new, mismatched shapes or dtypes). */
 flashjit_status flashjit_paged_append(const flashjit_tensor *k_new,
                                       const flashjit_tensor *v_new,
                                       const flashjit_tensor *k_cache,
@@ -386,19 +394,47 @@ flashjit_status flashjit_paged_append(const flashjit_tensor *k_new,
                                       const flashjit_page_table *table,
                                       int device, void *stream);
 
-/** Paged decoding with a CPU kernel compiled with FLASHJIT_COMPILE_VARLEN
- *  (runtime::cpuPagedDecode): q [batch, heads_q, q_len, head_dim_qk]
- *  against the paged caches through \p table; o [batch, heads_q, q_len,
- *  head_dim_v], lse [batch, heads_q, q_len] (fp32, rank 3; may be NULL).
- *  Semantics: README "Serving" (the query tokens are the last q_len
- *  positions of each sequence; use a bottom-right causal mask). GPU decode
- *  kernels are not reachable through the C API yet. FLASHJIT_USER_ERROR
- *  naming the field and value. */
+/** Paged decoding: q [batch, heads_q, q_len, head_dim_qk] against the
+ *  paged caches through \p table; o [batch, heads_q, q_len, head_dim_v],
+ *  lse [batch, heads_q, q_len] (fp32, rank 3; may be NULL). Semantics:
+ *  README "Serving" (the query tokens are the last q_len positions of each
+ *  sequence; use a bottom-right causal mask). flashjit_run_paged_ex with
+ *  \p num_splits 0 and the default stream.
+ *
+ *  CPU: a kernel compiled with FLASHJIT_COMPILE_VARLEN
+ *  (runtime::cpuPagedDecode); host memory.
+ *
+ *  GPU (any kernel for sm_80 / sm_90a, device 0): the split-KV decode
+ *  kernels of the kernel's spec (runtime::GpuDecodeKernel; q_len 1..64,
+ *  page_size a power of two 1..256): a kernel from flashjit_load whose
+ *  bundle holds them (`flashjit bundle --kernel fwd,decode`; also with
+ *  flashjit_c_runtime) runs those, otherwise they are compiled on the
+ *  first call through the memory tier and the disk cache (flashjit_c
+ *  only; flashjit_c_runtime reports FLASHJIT_USER_ERROR). q, the caches,
+ *  o, lse and the sink are device memory (q, k_cache, v_cache 16-byte
+ *  aligned with head_dim contiguous); the table may be host or device
+ *  memory (it is checked on the host and uploaded each call). Calls on
+ *  kernels of one spec are serialised, and each synchronises its stream
+ *  before returning. FLASHJIT_USER_ERROR naming the field and value (shapes,
+ *  dtypes, alignment, q_len, table entries); FLASHJIT_DRIVER_ERROR
+ *  without a GPU. */
 flashjit_status flashjit_run_paged(
     const flashjit_kernel *kernel, const flashjit_tensor *q,
     const flashjit_tensor *k_cache, const flashjit_tensor *v_cache,
     const flashjit_page_table *table, const flashjit_tensor *o,
     const flashjit_tensor *lse, const flashjit_arg *args, int num_args);
+
+/** flashjit_run_paged with the GPU's key-split count \p num_splits (0:
+ *  the heuristic of runtime::decodeNumSplits; 1..1024 forces it; every
+ *  count gives the same result up to rounding; ignored on the CPU) and
+ *  \p stream (a CUstream; NULL: the default stream; ignored on the CPU).
+ *  FLASHJIT_USER_ERROR for \p num_splits outside 0..1024. */
+flashjit_status flashjit_run_paged_ex(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k_cache, const flashjit_tensor *v_cache,
+    const flashjit_page_table *table, const flashjit_tensor *o,
+    const flashjit_tensor *lse, const flashjit_arg *args, int num_args,
+    int num_splits, void *stream);
 
 #ifdef __cplusplus
 }

@@ -53,12 +53,7 @@ std::string gpuTargetFor(const runtime::DeviceProperties &device) {
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options) {
   validateForGpu(spec, options);
-  // Forward and backward kernels are cached (the kind is in the key); the
-  // decode kernels are not yet.
-  if (options.kind == KernelKind::Decode)
-    throw UserError("the GPU decode kernels are not cached yet: compile "
-                    "them with compileGpu and load them with "
-                    "runtime::GpuDecodeKernel");
+  // Forward, backward and decode kernels are cached; the kind is in the key.
   return makeGpuCacheKey(spec, options);
 }
 
@@ -84,9 +79,12 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   auto start = clock::now();
   bool haveReport = false;
   auto takeReport = [&](const PtxasReport &report) {
-    // The backward's resources are those of its main kernel `<name>_bwd`.
+    // The backward's resources are those of its main kernel `<name>_bwd`,
+    // the decode's those of its split kernel `<name>_decode`.
     std::string entry = options.kind == KernelKind::Backward
                             ? image.name + abi::gpu::kBackwardMainSuffix
+                        : options.kind == KernelKind::Decode
+                            ? image.name + abi::gpu::kDecodeSuffix
                             : image.name;
     if (const PtxasFunctionReport *f = report.find(entry)) {
       a.registers = f->registers;
@@ -224,6 +222,22 @@ loadOrCompileGpuBackward(const AttentionSpec &spec, runtime::Device &device,
           const std::string *) {
         return std::make_shared<const runtime::GpuAttentionBackwardKernel>(
             bwd, std::move(info), ptx, device);
+      });
+}
+
+std::shared_ptr<const runtime::GpuDecodeKernel>
+loadOrCompileGpuDecode(const AttentionSpec &spec, runtime::Device &device,
+                       GpuCompileOptions options, runtime::DiskCache *cache,
+                       LoadReport *report) {
+  static runtime::MemoryTier<runtime::GpuDecodeKernel> tier;
+  options.arch = gpuTargetFor(device.properties());
+  options.kind = KernelKind::Decode;
+  return loadGpuKernel(
+      tier, spec, device, options, cache, report,
+      [&](runtime::GpuKernelInfo info, const std::string &ptx,
+          const std::string *) {
+        return std::make_shared<const runtime::GpuDecodeKernel>(
+            spec, std::move(info), ptx, device);
       });
 }
 

@@ -166,10 +166,105 @@ TEST_CASE("GPU backward kernels are cached under their own key", "[cache]") {
              Catch::Contains("parameters"));
 }
 
-TEST_CASE("GPU decode kernels are refused by the cache", "[cache]") {
-  AttentionSpec spec = parseSpec("attention(head_dim_qk=64, head_dim_v=64)");
+TEST_CASE("GPU decode kernels are cached under their own key", "[cache]") {
+  TempDir tmp;
+  // A variant with a parameter and a sink: the decode kernel's argument
+  // list carries the parameter, its merge kernel the sink pointer.
+  AttentionSpec spec =
+      parseSpec("attention(name=t_dec, causal=bottom_right, head_dim=64, "
+                "heads_q=6, heads_kv=2, sink=true, "
+                "score=softcap(param<f32>(cap)))");
   GpuCompileOptions o;
+  o.arch = GENERATE("sm_80", "sm_90a");
+  INFO("arch " << o.arch);
+  runtime::CacheKey fwdKey = gpuCacheKey(spec, o);
+  o.kind = KernelKind::Backward;
+  runtime::CacheKey bwdKey = gpuCacheKey(backwardSpec(spec), o);
   o.kind = KernelKind::Decode;
-  CHECK_THROWS_AS(gpuCacheKey(spec, o), UserError);
-  CHECK_THROWS_WITH(gpuCacheKey(spec, o), Catch::Contains("not cached yet"));
+  runtime::CacheKey decKey = gpuCacheKey(spec, o);
+  CHECK(decKey.hash() != fwdKey.hash());
+  CHECK(decKey.hash() != bwdKey.hash());
+  CHECK(decKey.config.kind == KernelKind::Decode);
+  // Its own tiles change the key too.
+  GpuCompileOptions tiles = o;
+  tiles.blockN = 32;
+  CHECK(gpuCacheKey(spec, tiles).hash() != decKey.hash());
+
+  LoadReport cold, warm;
+  KernelArtifacts a, b;
+  {
+    DiskCache cache(configIn(tmp.path()));
+    a = loadOrCompileGpuArtifacts(spec, o, &cache, &cold);
+  }
+  CHECK(cold.outcome == CacheOutcome::Compiled);
+  CHECK(cold.key == decKey.hash());
+  REQUIRE(a.file(kPtxFile));
+  CHECK(a.config.kind == KernelKind::Decode);
+  CHECK(a.entry == "t_dec");
+  const std::string &ptx = *a.file(kPtxFile);
+  CHECK(ptx.find(".entry t_dec_decode(") != std::string::npos);
+  CHECK(ptx.find(".entry t_dec_decode_merge(") != std::string::npos);
+  CHECK(gpuEntryMismatch(spec, o, a).empty());
+  // ptxas's report is the split kernel's (`t_dec_decode`).
+  if (a.file(kCubinFile))
+    CHECK(a.registers > 0);
+  {
+    DiskCache cache(configIn(tmp.path()));
+    b = loadOrCompileGpuArtifacts(spec, o, &cache, &warm);
+  }
+  CHECK(warm.outcome == CacheOutcome::Hit);
+  CHECK(warm.entryDir == cold.entryDir);
+  CHECK(b.files == a.files);
+
+  // The launch check reads both entries of the decode module.
+  GpuKernelInfo good = gpuKernelInfo(a);
+  CHECK(gpuLaunchConfigMismatch(spec, good, ptx).empty());
+  GpuKernelInfo bad = good;
+  bad.config.numWarps ^= 12; // 4 <-> 8
+  CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
+             Catch::Contains("threads per CTA"));
+  // Without the sink the merge kernel's parameters differ.
+  AttentionSpec noSink = spec;
+  noSink.sink = false;
+  CHECK_FALSE(gpuLaunchConfigMismatch(noSink, good, ptx).empty());
+  // Read as a forward kernel, the module has no entry `t_dec`.
+  bad = good;
+  bad.config.kind = KernelKind::Forward;
+  CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
+             Catch::Contains("defines no entry"));
+
+  // A corrupted PTX is a miss (the checksum), recompiled and stored again.
+  {
+    std::ofstream(cold.entryDir + "/" + kPtxFile,
+                  std::ios::binary | std::ios::trunc)
+        << "garbage";
+    DiskCache cache(configIn(tmp.path()));
+    LoadReport again;
+    KernelArtifacts c = loadOrCompileGpuArtifacts(spec, o, &cache, &again);
+    CHECK(again.outcome == CacheOutcome::Compiled);
+    CHECK(*c.file(kPtxFile) == ptx);
+  }
+  // An entry whose configuration is not the one the request resolves to
+  // (another decode kernel stored under this key) is a miss too.
+  {
+    GpuCompileOptions other = o;
+    other.blockN = 32;
+    KernelArtifacts wrong = compileGpuArtifacts(spec, other);
+    CHECK_THAT(gpuEntryMismatch(spec, o, wrong),
+               Catch::Contains("configuration"));
+    DiskCache cache(configIn(tmp.path()));
+    REQUIRE(cache.store(decKey, wrong));
+    LoadReport again;
+    KernelArtifacts c = loadOrCompileGpuArtifacts(spec, o, &cache, &again);
+    CHECK(again.outcome == CacheOutcome::Compiled);
+    CHECK(c.config == a.config);
+    CHECK(*c.file(kPtxFile) == ptx);
+  }
+  // Options the decode kernel does not take are refused by the key.
+  GpuCompileOptions varlen = o;
+  varlen.varlen = true;
+  CHECK_THROWS_WITH(gpuCacheKey(spec, varlen), Catch::Contains("page table"));
+  GpuCompileOptions wgmma = o;
+  wgmma.mma = GpuMma::Wgmma;
+  CHECK_THROWS_WITH(gpuCacheKey(spec, wgmma), Catch::Contains("mma.sync"));
 }

@@ -16,6 +16,7 @@
 
 #include "capi_check.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -78,6 +79,73 @@ int main(int argc, char **argv) {
   CHECK(kernel && strstr(flashjit_kernel_ptx(kernel), "mma.sync") &&
         !strstr(flashjit_kernel_ptx(kernel), "wgmma"));
   flashjit_kernel_destroy(kernel);
+
+  /* The GPU decode kernels bundled beside a forward (--kernel fwd,decode)
+   * and alone (--kernel decode): found without the compiler; paged decoding
+   * without a GPU is a driver error, bad input a user error naming it. */
+  {
+    kernel = NULL;
+    CHECK(flashjit_load(dir,
+                        "attention(name=dec64, causal=bottom_right, "
+                        "head_dim=64, dtype=bf16, heads_q=8, heads_kv=2)",
+                        "sm_90a", &kernel) == FLASHJIT_OK);
+    CHECK(kernel && strstr(flashjit_kernel_ptx(kernel), ".entry dec64(") &&
+          !strstr(flashjit_kernel_ptx(kernel), "dec64_decode"));
+    flashjit_kernel_destroy(kernel);
+    kernel = NULL;
+    CHECK(flashjit_load(dir,
+                        "attention(name=deconly, causal=bottom_right, "
+                        "head_dim=128, dtype=fp16, heads_q=4, heads_kv=1)",
+                        "sm_90a", &kernel) == FLASHJIT_OK);
+    /* Without a GPU the decode-only kernel carries the decode module. */
+    CHECK(kernel &&
+          strstr(flashjit_kernel_ptx(kernel), ".entry deconly_decode(") &&
+          strstr(flashjit_kernel_ptx(kernel), ".entry deconly_decode_merge("));
+    static uint16_t q[4 * 128], kc[2 * 16 * 128], o[4 * 128];
+    flashjit_tensor tq, tk, to;
+    memset(&tq, 0, sizeof tq);
+    tq.data = q;
+    tq.dtype = FLASHJIT_FP16;
+    tq.rank = 4;
+    const int64_t qs[4] = {1, 4, 1, 128}, ks[4] = {2, 1, 16, 128};
+    for (int i = 0; i < 4; ++i)
+      tq.shape[i] = qs[i];
+    tq.strides[3] = 1, tq.strides[2] = 128, tq.strides[1] = 128,
+    tq.strides[0] = 512;
+    tk = tq;
+    tk.data = kc;
+    for (int i = 0; i < 4; ++i)
+      tk.shape[i] = ks[i];
+    tk.strides[2] = 128, tk.strides[1] = 16 * 128, tk.strides[0] = 16 * 128;
+    to = tq;
+    to.data = o;
+    const int32_t indptr[2] = {0, 1}, indices[1] = {1}, last[1] = {5};
+    flashjit_page_table table;
+    memset(&table, 0, sizeof table);
+    table.layout = FLASHJIT_PAGED_CSR;
+    table.batch = 1;
+    table.kv_indptr = indptr;
+    table.kv_indices = indices;
+    table.num_indices = 1;
+    table.kv_last_page_len = last;
+    flashjit_status s =
+        flashjit_run_paged(kernel, &tq, &tk, &tk, &table, &to, NULL, NULL, 0);
+    CHECK(s == FLASHJIT_DRIVER_ERROR || s == FLASHJIT_USER_ERROR);
+    CHECK(flashjit_run_paged_ex(kernel, &tq, &tk, &tk, &table, &to, NULL, NULL,
+                                0, 2000, NULL) == FLASHJIT_USER_ERROR);
+    CHECK(strstr(flashjit_last_error(), "num_splits = 2000") != NULL);
+    CHECK(flashjit_run_paged(kernel, &tq, &tk, &tk, NULL, &to, NULL, NULL, 0) ==
+          FLASHJIT_USER_ERROR);
+    CHECK(strstr(flashjit_last_error(), "table is NULL") != NULL);
+    flashjit_kernel_destroy(kernel);
+    /* No sm_80 decode (nor forward) of that spec in the bundle. */
+    kernel = NULL;
+    CHECK(flashjit_load(dir,
+                        "attention(name=deconly, causal=bottom_right, "
+                        "head_dim=128, dtype=fp16, heads_q=4, heads_kv=1)",
+                        "sm_80", &kernel) == FLASHJIT_USER_ERROR);
+    CHECK(kernel == NULL);
+  }
 
   /* The bundled CPU kernel (a kernel.so): loaded and run without the
    * compiler, checked against naive attention on fresh random inputs. */

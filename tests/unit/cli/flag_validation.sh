@@ -53,5 +53,11 @@ want="spec    attention(name=swa, mask=((kv_idx >= (q_idx - 8)) && (kv_idx <= q_
 if [ "$out" != "$want" ]; then
   echo "FAIL: flags gave the spec"; echo "  $out"; echo "wanted"; echo "  $want"; fail=1
 fi
+# bundle --kernel: a comma list of fwd, bwd and decode; decode is GPU only.
+expect_error "bundle: --kernel 'fwd,dec': give a comma list of fwd, bwd and decode" \
+  bundle --out /tmp/flashjit-flag-bundle --spec 'attention(head_dim=64)' --kernel fwd,dec
+expect_error "bundle: --kernel decode is for GPU targets" \
+  bundle --out /tmp/flashjit-flag-bundle --spec 'attention(head_dim=64)' --kernel fwd,decode --target sm_90a,cpu
+expect_error "--kernel decode --target cpu" compile --kernel decode --target cpu --causal bottom_right
 [ $fail = 0 ] && echo flags-ok
 exit $fail

@@ -88,11 +88,19 @@ check sink_spec 1 "cannot be combined" -- --spec 'attention(sink=true)' --sink
 # Paged decoding on the CPU (--kernel decode, issue 17): both page-table
 # layouts, a sink, GQA, every row checked against the float64 paged
 # reference; bad --paged / --page-size / q_len are refused.
-check decode_csr 0 "table=csr" "72 rows against the float64 paged reference" ": ok" -- \
+check decode_csr 0 "table=csr" "72 of 72 rows (3 of 3 sequences) against the float64 paged reference" ": ok" -- \
   --kernel decode --sink --causal bottom_right --head-dim 16 --heads-q 6 --heads-kv 2 --dtype fp32 \
   --batch 3 --seqlen-q 4 --seqlen-k 77 --page-size 16 --paged csr --reps 1
 check decode_table 0 "table=block-table" "page_size=1 " ": ok" -- \
   --kernel decode --spec "$spec" --param cap=3 --batch 2 --seqlen-q 1 --seqlen-k 50 --page-size 1 --paged block-table --reps 1
+# More rows than --check-rows: the first and the last sequence (24 rows).
+check decode_sampled 0 "24 of 60 rows (2 of 5 sequences)" ": ok" -- \
+  --kernel decode --causal bottom_right --head-dim 16 --heads-q 6 --heads-kv 2 --dtype fp32 \
+  --batch 5 --seqlen-q 2 --seqlen-k 77 --page-size 16 --reps 1 --check-rows 20
+check decode_splits_cpu 1 "--num-splits is a GPU option" -- \
+  --kernel decode --causal bottom_right --seqlen-q 1 --num-splits 4
+check decode_device 1 "--device 'tpu' is not cpu or gpu" -- \
+  --kernel decode --causal bottom_right --seqlen-q 1 --device tpu
 check decode_page_size 1 "page_size = 12, expected a power of two" -- \
   --kernel decode --causal bottom_right --page-size 12
 check decode_paged 1 "--paged 'bsr' is not csr or block-table" -- \

@@ -14,6 +14,7 @@
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Cache.h"
+#include "flashjit/runtime/DecodeKernel.h"
 
 #include <memory>
 #include <string>
@@ -47,9 +48,9 @@ std::string gpuEntryMismatch(const AttentionSpec &spec,
 
 /// The disk-cache key of \p spec compiled with \p options (arch, block_n,
 /// warps, CTAs per SM, rows per warp, mma, varlen and block-sparse as
-/// requested) and kernel kind (forward or backward) for this build and
-/// environment (CacheKey::make). Throws UserError like validateForGpu, and
-/// for KernelKind::Decode (not cached yet).
+/// requested) and kernel kind (forward, backward or decode: each has its
+/// own key) for this build and environment (CacheKey::make). Throws
+/// UserError like validateForGpu.
 runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options);
 
@@ -101,6 +102,26 @@ loadOrCompileGpuBackward(const AttentionSpec &spec, runtime::Device &device,
                          GpuCompileOptions options = {},
                          runtime::DiskCache *cache = nullptr,
                          LoadReport *report = nullptr);
+
+/// The loaded split-KV decode kernels (`<name>_decode`,
+/// `<name>_decode_merge`) of \p spec for \p device, through the same tiers
+/// as loadOrCompileGpu: memory (per context, cache directory and key), the
+/// disk cache (key with kind decode; a hit whose configuration or PTX
+/// entries do not match the request, gpuEntryMismatch, is a miss recompiled
+/// with one warning), else a compile. options.kind is set to
+/// KernelKind::Decode and options.arch to gpuTargetFor(device); the other
+/// options pick the decode tiles (0: its tile rule). The kernel object is
+/// shared by every caller of the same key in this process: its run() uses
+/// workspaces of that object (see runtime::GpuDecodeKernel::run), so
+/// callers on several streams serialise their calls and the stream.
+/// Throws UserError (unsupported spec, options or device, e.g. varlen,
+/// block_sparse or a wgmma mma, which the decode kernel does not take),
+/// CompileError, or DriverError when loading fails.
+std::shared_ptr<const runtime::GpuDecodeKernel>
+loadOrCompileGpuDecode(const AttentionSpec &spec, runtime::Device &device,
+                       GpuCompileOptions options = {},
+                       runtime::DiskCache *cache = nullptr,
+                       LoadReport *report = nullptr);
 
 } // namespace flashjit
 

@@ -49,6 +49,7 @@ namespace flashjit::runtime {
   X(cuMemGetInfo)                                                              \
   X(cuMemcpyHtoD)                                                              \
   X(cuMemcpyDtoH)                                                              \
+  X(cuPointerGetAttribute)                                                     \
   X(cuMemcpyHtoDAsync)                                                         \
   X(cuMemsetD8)                                                                \
   X(cuMemsetD8Async)                                                           \
