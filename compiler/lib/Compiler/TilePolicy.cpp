@@ -147,11 +147,11 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     // Warp specialisation (the default where TMA tiles have two consumer
     // warpgroups: 0.98-1.18x the TMA kernel without it on the H200, session
     // 9, bench/RESULTS.md); mma = wgmma.tma asks for TMA without it. Its
-    // consumers have 240 registers, not 255: buffer reads in a mask above
-    // head_dim 128 (a document mask at 256 spilled 12 bytes) keep the TMA
-    // kernel without it unless asked for by name.
-    bool wsFits =
-        d <= 128 || spec.variant.buffers().empty() || !hasMaskCode(spec);
+    // consumers have 240 registers, not 255: masked kernels above head_dim
+    // 128 (a document mask at 256 spilled 12 bytes; causal + softcap at 256
+    // 16 bytes with issue 21's masked-value guard, measured on its branch)
+    // keep the TMA kernel without it unless asked for by name.
+    bool wsFits = d <= 128 || !hasMaskCode(spec);
     c.warpSpecialized =
         c.tma && c.numWarps == 8 &&
         (mma == GpuMma::WgmmaTmaWs || (mma == GpuMma::Default && wsFits));
