@@ -9,8 +9,8 @@
 // loaded once, K/V tiles are double-buffered with cp.async (or, tma
 // kernels, loaded by one thread with TMA into a ring of stages that
 // complete on mbarriers, Tma.cpp; warp-specialised kernels: a producer
-// warpgroup loads, the consumer warps compute, buildWarpSpecialized); for
-// each key tile that is not empty:
+// warpgroup loads, the consumer warps compute; all loads: ForwardLoads.cpp);
+// for each key tile that is not empty:
 //   S = Q K^T                        (ForwardMma: MmaSync.cpp or Wgmma.cpp)
 //   t = score_mod(scale * S) log2(e), masked where the tile is partial
 //                                    (VariantTile.cpp)
@@ -26,14 +26,10 @@
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 #include "flashjit/Conversion/GridConstantArgs.h"
 
-#include "KernelOps.h"
-#include "MmaStrategy.h"
-#include "OnlineSoftmax.h"
+#include "ForwardKernelBuilder.h"
 #include "SharedTile.h"
 #include "Tma.h"
-#include "VariantTile.h"
 
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
@@ -43,110 +39,7 @@ using namespace mlir;
 
 namespace flashjit::nvvm {
 
-namespace abi = flashjit::abi::gpu;
-
-namespace {
-
-class ForwardKernelBuilder {
-public:
-  ForwardKernelBuilder(ImplicitLocOpBuilder &b, const KernelShape &c,
-                       FragmentEmitter &em)
-      : ops(b, c.bf16), b(b), c(c), em(em), nthreads(32 * c.numWarps) {
-    sh.headDimQK = c.headDimQK;
-    sh.headDimV = c.headDimV;
-    sh.blockM = c.blockM();
-    sh.blockN = c.blockN;
-    sh.rowsPerWarp = c.rowsPerWarp;
-  }
-
-  void build(Operation *gpuModule);
-
-private:
-  gpu::GPUFuncOp declare(Operation *gpuModule);
-  void bindArguments(gpu::GPUFuncOp fn);
-  /// Indices of this CTA and thread, the sequence (varlen), tensor bases.
-  void locate();
-  /// Shared memory, the Q load, the MMA's addresses, the loop state.
-  void prologue();
-  /// [jBegin, jEnd]: the positions of the key tiles the loop visits.
-  void planKeyTiles();
-  /// Loads key tile \p j into K/V stage \p stage (cp.async, one group; tma:
-  /// the caller is one thread, the stage's mbarrier completes the copy).
-  void loadKV(Value j, Value stage);
-  /// tma: the mbarrier of K/V stage \p stage (i32), or Q's (stage -1).
-  Value barrier(Value stage) {
-    return ops.gepBytes(
-        bars, ops.mul(ops.ext64(ops.add(stage, ops.ci32(1))), ops.ci64(8)));
-  }
-  /// tma: thread 0 arms stage \p stage's mbarrier and loads key tile \p j
-  /// into it, when tile position \p pos is at most jEnd.
-  void issueKV(Value pos, Value stage);
-  /// tma: waits for the stage of loop position \p pos (the (pos - jBegin) /
-  /// stages-th use of that stage: parity its lowest bit).
-  void waitKV(Value pos);
-  /// The first K/V tile, then Q's fragments once Q has landed.
-  void firstLoad();
-  /// warpSpecialized: the producer warpgroup (setmaxnreg down; its first
-  /// thread loads every K/V tile into the ring, each stage once the
-  /// consumers have released it) and the consumer warps (setmaxnreg up;
-  /// the loop and the epilogue) as the two branches of one scf.if.
-  void buildWarpSpecialized();
-  /// warpSpecialized: stage \p stage's "empty" mbarrier (numWarps * 32
-  /// arrivals: every consumer thread once it has read the stage).
-  Value emptyBarrier(Value stage) {
-    return ops.gepBytes(barrier(stage), ops.ci64(8 * int64_t(stages)));
-  }
-  /// The loop over key tiles; returns the final state.
-  ValueRange mainLoop();
-  /// One non-empty key tile at \p kv0: the new loop state from \p state.
-  SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask);
-  /// O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
-  void epilogue(ValueRange fin);
-
-  /// (mayBeFalse, mayBeTrue) of key tile \p j for this CTA's query tile.
-  std::pair<Value, Value> classify(Value j);
-  /// The key tile at loop position \p it (block-sparse: from the lists).
-  Value tileAt(Value it);
-  /// tileAt(it) where it <= jEnd, else 0 (nothing read).
-  Value tileAtIfAny(Value it) {
-    return ops.guarded(ops.cmp(arith::CmpIPredicate::sle, it, jEnd), ops.i32,
-                       ops.ci32(0), [&] { return tileAt(it); });
-  }
-  /// Element offset of this sequence in a tensor with strides \p s: batch *
-  /// s[0], or (varlen) its first token * s[2].
-  Value seqOff(Value *s, Value start) {
-    return c.varlen ? ops.mul(ops.ext64(start), s[2])
-                    : ops.mul(ops.ext64(batch), s[0]);
-  }
-
-  KernelOps ops;
-  ImplicitLocOpBuilder &b;
-  const KernelShape &c;
-  FragmentEmitter &em;
-  const int nthreads;
-  TileShape sh;
-  std::unique_ptr<ForwardMma> mma;
-
-  // Arguments.
-  Value qPtr, kPtr, vPtr, oPtr, lsePtr;
-  Value qS[3], kS[3], vS[3], oS[3], lS[3];
-  Value seqlenQ, seqlenK, group, scale, scaleLog2, cuQ, cuK;
-  Value lists[4], rowBatchStride, rowHeadStride, listPitch;
-  Value sinkPtr; // f32 [heads_q], specs with a sink only
-  // Indices and bases.
-  Value tid, warp, lane, g, t, qTile, head, batch, q0, qStart, kStart;
-  Value kBase, vBase, oBase, sK, sV;
-  int64_t stageBytes = 0;
-  // tma: the tensor maps of Q, K, V, the mbarriers, the K/V head, stages.
-  Value tmQ, tmK, tmV, bars, headKV, isLeader;
-  int stages = 2;
-  FragmentCoords at;
-  Value qLast;
-  // Loop state: O fragments (nAcc), m (2 MT rows), l (2 MT).
-  SmallVector<Value> init;
-  int nAcc = 0;
-  Value numKv, jBegin, jEnd, numPartial, listRow, one;
-};
+namespace detail {
 
 void ForwardKernelBuilder::build(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -247,84 +140,6 @@ void ForwardKernelBuilder::bindArguments(gpu::GPUFuncOp fn) {
   em.setArguments(a.drop_front(next));
 }
 
-void ForwardKernelBuilder::locate() {
-  tid = NVVM::ThreadIdXOp::create(b, ops.i32);
-  warp = arith::DivUIOp::create(b, tid, ops.ci32(32));
-  lane = arith::RemUIOp::create(b, tid, ops.ci32(32));
-  g = arith::DivUIOp::create(b, lane, ops.ci32(4));
-  t = arith::RemUIOp::create(b, lane, ops.ci32(4));
-  // Longest query tiles first: causal rows near the end see the most keys.
-  Value nqt = NVVM::GridDimXOp::create(b, ops.i32);
-  qTile =
-      ops.sub(ops.sub(nqt, ops.ci32(1)), NVVM::BlockIdXOp::create(b, ops.i32));
-  head = NVVM::BlockIdYOp::create(b, ops.i32);
-  batch = NVVM::BlockIdZOp::create(b, ops.i32);
-  headKV = arith::DivUIOp::create(b, head, group);
-  q0 = ops.mul(qTile, ops.ci32(c.blockM()));
-
-  // varlen: this CTA's sequence is query tokens [qStart, qStart + seqlenQ)
-  // and key tokens [kStart, kStart + seqlenK); nothing to do past its end.
-  if (c.varlen) {
-    VarlenSequence s = loadVarlenSequence(ops, cuQ, cuK, batch);
-    qStart = s.qStart;
-    kStart = s.kStart;
-    seqlenQ = s.seqlenQ;
-    seqlenK = s.seqlenK;
-    ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, q0, seqlenQ));
-  }
-  auto base = [&](Value ptr, Value *s, Value h, Value start) {
-    Value off = ops.add(seqOff(s, start), ops.mul(ops.ext64(h), s[1]));
-    return ops.gepBytes(ptr, ops.mul(off, ops.ci64(2)));
-  };
-  Value qBase = base(qPtr, qS, head, qStart);
-  kBase = base(kPtr, kS, headKV, kStart);
-  vBase = base(vPtr, vS, headKV, kStart);
-  oBase = base(oPtr, oS, head, qStart);
-
-  Value smem = ops.sharedBase();
-  Value sQ = smem;
-  // [Q | K0 V0 | K1 V1]: stage s of K/V starts at sK + s * stageBytes.
-  mma = c.wgmma ? createWgmmaForward(ops, sh, warp)
-                : createMmaSyncForward(ops, sh, warp, lane);
-  const int D = c.headDimQK, Dv = c.headDimV;
-  const int pad = mma->swizzled() ? 0 : kPad;
-  sK = ops.gepBytes(smem, int64_t(2) * c.blockM() * (D + pad));
-  sV = ops.gepBytes(sK, int64_t(2) * c.blockN * (D + pad));
-  stageBytes = int64_t(2) * c.blockN * (D + pad + Dv + pad);
-  stages = c.kvStages(D, Dv);
-
-  if (!c.tma) {
-    // Q tile: loaded once.
-    loadTileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ, c.blockM(),
-                  D, mma->swizzled());
-    NVVM::CpAsyncCommitGroupOp::create(b);
-    mma->prepare(sQ, sK, sV);
-    return;
-  }
-  // tma: [Q | stages x (K V) | mbarriers: Q, then one per stage (then,
-  // warp-specialised, one "empty" per stage)]. Thread 0 initialises them
-  // (one arrival each: its expect_tx; empty: every consumer thread) and
-  // loads Q, 64 head_dim columns (one swizzled column block) per copy.
-  bars = ops.gepBytes(sK, int64_t(stages) * stageBytes);
-  isLeader = ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0));
-  ops.ifThen(isLeader, [&] {
-    for (int s = -1; s < stages; ++s)
-      mbarrierInit(ops, barrier(ops.ci32(s)), 1);
-    if (c.warpSpecialized)
-      for (int s = 0; s < stages; ++s)
-        mbarrierInit(ops, emptyBarrier(ops.ci32(s)), nthreads);
-  });
-  gpu::BarrierOp::create(b);
-  ops.ifThen(isLeader, [&] {
-    Value bar = barrier(ops.ci32(-1));
-    mbarrierArriveExpectTx(ops, bar, int64_t(2) * c.blockM() * D);
-    for (int cb = 0; cb < D / 64; ++cb)
-      tmaLoad4d(ops, ops.gepBytes(sQ, int64_t(cb) * c.blockM() * 128), tmQ,
-                {ops.ci32(cb * 64), q0, head, batch}, bar);
-  });
-  mma->prepare(sQ, sK, sV);
-}
-
 void ForwardKernelBuilder::prologue() {
   const int MT = sh.mTiles();
   // Rows g and g + 8 of each of the warp's m16 tiles.
@@ -419,76 +234,6 @@ void ForwardKernelBuilder::planKeyTiles() {
   }
 }
 
-void ForwardKernelBuilder::loadKV(Value j, Value stage) {
-  Value kv0 = ops.mul(j, ops.ci32(c.blockN));
-  Value off = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
-  if (c.tma) {
-    Value bar = barrier(stage);
-    mbarrierArriveExpectTx(ops, bar,
-                           int64_t(2) * c.blockN * (c.headDimQK + c.headDimV));
-    auto copy = [&](Value sTile, Value map, int dim) {
-      for (int cb = 0; cb < dim / 64; ++cb)
-        tmaLoad4d(ops,
-                  ops.gepBytes(ops.gepBytes(sTile, off),
-                               int64_t(cb) * c.blockN * 128),
-                  map, {ops.ci32(cb * 64), kv0, headKV, batch}, bar);
-    };
-    copy(sK, tmK, c.headDimQK);
-    copy(sV, tmV, c.headDimV);
-    return;
-  }
-  loadTileAsync(ops, tid, nthreads, ops.gepBytes(sK, off), kBase, kS[2], kv0,
-                seqlenK, c.blockN, c.headDimQK, mma->swizzled());
-  loadTileAsync(ops, tid, nthreads, ops.gepBytes(sV, off), vBase, vS[2], kv0,
-                seqlenK, c.blockN, c.headDimV, mma->swizzled());
-  NVVM::CpAsyncCommitGroupOp::create(b);
-}
-
-/// Runs \p then in the then-block and \p otherwise in the else-block of
-/// `scf.if cond` (no results).
-static void ifElse(ImplicitLocOpBuilder &b, Value cond,
-                   llvm::function_ref<void()> then,
-                   llvm::function_ref<void()> otherwise) {
-  auto ifOp = scf::IfOp::create(b, cond, /*withElse=*/true);
-  OpBuilder::InsertionGuard g(b);
-  b.setInsertionPointToStart(ifOp.thenBlock());
-  then();
-  b.setInsertionPointToStart(ifOp.elseBlock());
-  otherwise();
-}
-
-void ForwardKernelBuilder::issueKV(Value pos, Value stage) {
-  ops.ifThen(ops.land(isLeader, ops.cmp(arith::CmpIPredicate::sle, pos, jEnd)),
-             [&] { loadKV(pos, stage); });
-}
-
-void ForwardKernelBuilder::waitKV(Value pos) {
-  Value use = ops.sub(pos, jBegin);
-  Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
-  Value parity =
-      ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)), ops.ci32(1));
-  mbarrierWait(ops, barrier(stage), parity);
-}
-
-void ForwardKernelBuilder::firstLoad() {
-  if (c.tma) {
-    // The first stages - 1 tiles; the loop issues one more per tile.
-    for (int s = 0; s + 1 < stages; ++s)
-      issueKV(ops.add(jBegin, ops.ci32(s)), ops.ci32(s));
-    mbarrierWait(ops, barrier(ops.ci32(-1)), ops.ci32(0)); // Q has landed
-    return;
-  }
-  ifElse(
-      b, ops.cmp(arith::CmpIPredicate::sle, jBegin, jEnd),
-      [&] {
-        loadKV(tileAt(jBegin), ops.ci32(0));
-        NVVM::CpAsyncWaitGroupOp::create(b, 1); // Q has landed
-      },
-      [&] { NVVM::CpAsyncWaitGroupOp::create(b, 0); });
-  gpu::BarrierOp::create(b);
-  mma->loadQ();
-}
-
 ValueRange ForwardKernelBuilder::mainLoop() {
   // Block-sparse: the loop carries the current and the next listed tile,
   // and reads the one after while this one computes (no list read stalls a
@@ -570,49 +315,6 @@ ValueRange ForwardKernelBuilder::mainLoop() {
   return loop.getResults();
 }
 
-void ForwardKernelBuilder::buildWarpSpecialized() {
-  // FlashAttention-3's register split for two consumer warpgroups: the
-  // producer keeps 24 registers per thread, the consumers get 240
-  // (128 * 24 + 256 * 240 <= 65536).
-  constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  Value isProducer =
-      ops.cmp(arith::CmpIPredicate::sge, tid, ops.ci32(nthreads));
-  ifElse(
-      b, isProducer,
-      [&] {
-        NVVM::SetMaxRegisterOp::create(b, kProducerRegs,
-                                       NVVM::SetMaxRegisterAction::decrease);
-        // Use u of a stage waits for the consumers' release of use u - 1:
-        // parity (u & 1) ^ 1 of its empty barrier (use 0: the phase before
-        // the first, complete from the start).
-        ops.ifThen(
-            ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(nthreads)), [&] {
-              auto loop = scf::ForOp::create(
-                  b, ops.toIndex(jBegin),
-                  ops.toIndex(ops.add(jEnd, ops.ci32(1))), one);
-              OpBuilder::InsertionGuard lg(b);
-              b.setInsertionPointToStart(loop.getBody());
-              Value pos = arith::IndexCastOp::create(b, ops.i32,
-                                                     loop.getInductionVar());
-              Value use = ops.sub(pos, jBegin);
-              Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
-              Value parity = arith::XOrIOp::create(
-                  b,
-                  ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)),
-                           ops.ci32(1)),
-                  ops.ci32(1));
-              mbarrierWait(ops, emptyBarrier(stage), parity);
-              loadKV(tileAt(pos), stage);
-            });
-      },
-      [&] {
-        NVVM::SetMaxRegisterOp::create(b, kConsumerRegs,
-                                       NVVM::SetMaxRegisterAction::increase);
-        mbarrierWait(ops, barrier(ops.ci32(-1)), ops.ci32(0)); // Q has landed
-        epilogue(mainLoop());
-      });
-}
-
 SmallVector<Value> ForwardKernelBuilder::tileStep(ValueRange state, Value kv0,
                                                   Value needsMask) {
   const int MT = sh.mTiles(), nS = sh.sTiles(), nO = sh.oTiles();
@@ -686,13 +388,13 @@ void ForwardKernelBuilder::epilogue(ValueRange fin) {
   }
 }
 
-} // namespace
+} // namespace detail
 
 void buildFlashForwardKernel(OpBuilder &builder, Location loc,
                              Operation *gpuModule, const KernelShape &config,
                              FragmentEmitter &emitter) {
   ImplicitLocOpBuilder b(loc, builder);
-  ForwardKernelBuilder(b, config, emitter).build(gpuModule);
+  detail::ForwardKernelBuilder(b, config, emitter).build(gpuModule);
 }
 
 } // namespace flashjit::nvvm

@@ -1,0 +1,138 @@
+//===- ForwardKernelBuilder.h - The GPU forward kernel's builder -*- C++
+//-*-===//
+//
+// Internal to the AttnToNVVM conversion: the builder of the forward kernel
+// (FlashForwardKernel.cpp). Its members are defined in two files:
+// FlashForwardKernel.cpp (arguments, tile planning, the loop over key tiles,
+// the tile step, the epilogue) and ForwardLoads.cpp (where Q, K and V live
+// in shared memory and how they get there: cp.async, TMA, and the
+// warp-specialised producer).
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_CONVERSION_ATTNTONVVM_FORWARDKERNELBUILDER_H
+#define FLASHJIT_CONVERSION_ATTNTONVVM_FORWARDKERNELBUILDER_H
+
+#include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
+
+#include "KernelOps.h"
+#include "MmaStrategy.h"
+#include "OnlineSoftmax.h"
+#include "VariantTile.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+namespace flashjit::nvvm::detail {
+
+using namespace mlir;
+namespace abi = flashjit::abi::gpu;
+
+class ForwardKernelBuilder {
+public:
+  ForwardKernelBuilder(ImplicitLocOpBuilder &b, const KernelShape &c,
+                       FragmentEmitter &em)
+      : ops(b, c.bf16), b(b), c(c), em(em), nthreads(32 * c.numWarps) {
+    sh.headDimQK = c.headDimQK;
+    sh.headDimV = c.headDimV;
+    sh.blockM = c.blockM();
+    sh.blockN = c.blockN;
+    sh.rowsPerWarp = c.rowsPerWarp;
+  }
+
+  void build(Operation *gpuModule);
+
+private:
+  gpu::GPUFuncOp declare(Operation *gpuModule);
+  void bindArguments(gpu::GPUFuncOp fn);
+  /// Indices of this CTA and thread, the sequence (varlen), tensor bases.
+  void locate();
+  /// Shared memory, the Q load, the MMA's addresses, the loop state.
+  void prologue();
+  /// [jBegin, jEnd]: the positions of the key tiles the loop visits.
+  void planKeyTiles();
+  /// Loads key tile \p j into K/V stage \p stage (cp.async, one group; tma:
+  /// the caller is one thread, the stage's mbarrier completes the copy).
+  void loadKV(Value j, Value stage);
+  /// tma: the mbarrier of K/V stage \p stage (i32), or Q's (stage -1).
+  Value barrier(Value stage) {
+    return ops.gepBytes(
+        bars, ops.mul(ops.ext64(ops.add(stage, ops.ci32(1))), ops.ci64(8)));
+  }
+  /// tma: thread 0 arms stage \p stage's mbarrier and loads key tile \p j
+  /// into it, when tile position \p pos is at most jEnd.
+  void issueKV(Value pos, Value stage);
+  /// tma: waits for the stage of loop position \p pos (the (pos - jBegin) /
+  /// stages-th use of that stage: parity its lowest bit).
+  void waitKV(Value pos);
+  /// The first K/V tile, then Q's fragments once Q has landed.
+  void firstLoad();
+  /// warpSpecialized: the producer warpgroup (setmaxnreg down; its first
+  /// thread loads every K/V tile into the ring, each stage once the
+  /// consumers have released it) and the consumer warps (setmaxnreg up;
+  /// the loop and the epilogue) as the two branches of one scf.if.
+  void buildWarpSpecialized();
+  /// warpSpecialized: stage \p stage's "empty" mbarrier (numWarps * 32
+  /// arrivals: every consumer thread once it has read the stage).
+  Value emptyBarrier(Value stage) {
+    return ops.gepBytes(barrier(stage), ops.ci64(8 * int64_t(stages)));
+  }
+  /// The loop over key tiles; returns the final state.
+  ValueRange mainLoop();
+  /// One non-empty key tile at \p kv0: the new loop state from \p state.
+  SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask);
+  /// O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
+  void epilogue(ValueRange fin);
+
+  /// (mayBeFalse, mayBeTrue) of key tile \p j for this CTA's query tile.
+  std::pair<Value, Value> classify(Value j);
+  /// The key tile at loop position \p it (block-sparse: from the lists).
+  Value tileAt(Value it);
+  /// tileAt(it) where it <= jEnd, else 0 (nothing read).
+  Value tileAtIfAny(Value it) {
+    return ops.guarded(ops.cmp(arith::CmpIPredicate::sle, it, jEnd), ops.i32,
+                       ops.ci32(0), [&] { return tileAt(it); });
+  }
+  /// Element offset of this sequence in a tensor with strides \p s: batch *
+  /// s[0], or (varlen) its first token * s[2].
+  Value seqOff(Value *s, Value start) {
+    return c.varlen ? ops.mul(ops.ext64(start), s[2])
+                    : ops.mul(ops.ext64(batch), s[0]);
+  }
+
+  KernelOps ops;
+  ImplicitLocOpBuilder &b;
+  const KernelShape &c;
+  FragmentEmitter &em;
+  const int nthreads;
+  TileShape sh;
+  std::unique_ptr<ForwardMma> mma;
+
+  // Arguments.
+  Value qPtr, kPtr, vPtr, oPtr, lsePtr;
+  Value qS[3], kS[3], vS[3], oS[3], lS[3];
+  Value seqlenQ, seqlenK, group, scale, scaleLog2, cuQ, cuK;
+  Value lists[4], rowBatchStride, rowHeadStride, listPitch;
+  Value sinkPtr; // f32 [heads_q], specs with a sink only
+  // Indices and bases.
+  Value tid, warp, lane, g, t, qTile, head, batch, q0, qStart, kStart;
+  Value kBase, vBase, oBase, sK, sV;
+  int64_t stageBytes = 0;
+  // tma: the tensor maps of Q, K, V, the mbarriers, the K/V head, stages.
+  Value tmQ, tmK, tmV, bars, headKV, isLeader;
+  int stages = 2;
+  FragmentCoords at;
+  Value qLast;
+  // Loop state: O fragments (nAcc), m (2 MT rows), l (2 MT).
+  SmallVector<Value> init;
+  int nAcc = 0;
+  Value numKv, jBegin, jEnd, numPartial, listRow, one;
+};
+
+/// Runs \p then in the then-block and \p otherwise in the else-block of
+/// `scf.if cond` (no results).
+void ifElse(ImplicitLocOpBuilder &b, Value cond,
+            llvm::function_ref<void()> then,
+            llvm::function_ref<void()> otherwise);
+
+} // namespace flashjit::nvvm::detail
+
+#endif // FLASHJIT_CONVERSION_ATTNTONVVM_FORWARDKERNELBUILDER_H

@@ -1,0 +1,209 @@
+//===- ForwardLoads.cpp - Q, K and V into shared memory (GPU forward) -----===//
+//
+// The forward kernel's loads (ForwardKernelBuilder.h): the shared-memory
+// layout of Q and the K/V stages, cp.async double buffering, TMA into a
+// ring of stages completing on mbarriers (Tma.cpp), and the
+// warp-specialised structure (a producer warpgroup issuing the TMA loads,
+// the consumer warps computing, setmaxnreg between them).
+//
+//===----------------------------------------------------------------------===//
+#include "ForwardKernelBuilder.h"
+
+#include "SharedTile.h"
+#include "Tma.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace flashjit::nvvm::detail {
+
+void ForwardKernelBuilder::locate() {
+  tid = NVVM::ThreadIdXOp::create(b, ops.i32);
+  warp = arith::DivUIOp::create(b, tid, ops.ci32(32));
+  lane = arith::RemUIOp::create(b, tid, ops.ci32(32));
+  g = arith::DivUIOp::create(b, lane, ops.ci32(4));
+  t = arith::RemUIOp::create(b, lane, ops.ci32(4));
+  // Longest query tiles first: causal rows near the end see the most keys.
+  Value nqt = NVVM::GridDimXOp::create(b, ops.i32);
+  qTile =
+      ops.sub(ops.sub(nqt, ops.ci32(1)), NVVM::BlockIdXOp::create(b, ops.i32));
+  head = NVVM::BlockIdYOp::create(b, ops.i32);
+  batch = NVVM::BlockIdZOp::create(b, ops.i32);
+  headKV = arith::DivUIOp::create(b, head, group);
+  q0 = ops.mul(qTile, ops.ci32(c.blockM()));
+
+  // varlen: this CTA's sequence is query tokens [qStart, qStart + seqlenQ)
+  // and key tokens [kStart, kStart + seqlenK); nothing to do past its end.
+  if (c.varlen) {
+    VarlenSequence s = loadVarlenSequence(ops, cuQ, cuK, batch);
+    qStart = s.qStart;
+    kStart = s.kStart;
+    seqlenQ = s.seqlenQ;
+    seqlenK = s.seqlenK;
+    ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, q0, seqlenQ));
+  }
+  auto base = [&](Value ptr, Value *s, Value h, Value start) {
+    Value off = ops.add(seqOff(s, start), ops.mul(ops.ext64(h), s[1]));
+    return ops.gepBytes(ptr, ops.mul(off, ops.ci64(2)));
+  };
+  Value qBase = base(qPtr, qS, head, qStart);
+  kBase = base(kPtr, kS, headKV, kStart);
+  vBase = base(vPtr, vS, headKV, kStart);
+  oBase = base(oPtr, oS, head, qStart);
+
+  Value smem = ops.sharedBase();
+  Value sQ = smem;
+  // [Q | K0 V0 | K1 V1]: stage s of K/V starts at sK + s * stageBytes.
+  mma = c.wgmma ? createWgmmaForward(ops, sh, warp)
+                : createMmaSyncForward(ops, sh, warp, lane);
+  const int D = c.headDimQK, Dv = c.headDimV;
+  const int pad = mma->swizzled() ? 0 : kPad;
+  sK = ops.gepBytes(smem, int64_t(2) * c.blockM() * (D + pad));
+  sV = ops.gepBytes(sK, int64_t(2) * c.blockN * (D + pad));
+  stageBytes = int64_t(2) * c.blockN * (D + pad + Dv + pad);
+  stages = c.kvStages(D, Dv);
+
+  if (!c.tma) {
+    // Q tile: loaded once.
+    loadTileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ, c.blockM(),
+                  D, mma->swizzled());
+    NVVM::CpAsyncCommitGroupOp::create(b);
+    mma->prepare(sQ, sK, sV);
+    return;
+  }
+  // tma: [Q | stages x (K V) | mbarriers: Q, then one per stage (then,
+  // warp-specialised, one "empty" per stage)]. Thread 0 initialises them
+  // (one arrival each: its expect_tx; empty: every consumer thread) and
+  // loads Q, 64 head_dim columns (one swizzled column block) per copy.
+  bars = ops.gepBytes(sK, int64_t(stages) * stageBytes);
+  isLeader = ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0));
+  ops.ifThen(isLeader, [&] {
+    for (int s = -1; s < stages; ++s)
+      mbarrierInit(ops, barrier(ops.ci32(s)), 1);
+    if (c.warpSpecialized)
+      for (int s = 0; s < stages; ++s)
+        mbarrierInit(ops, emptyBarrier(ops.ci32(s)), nthreads);
+  });
+  gpu::BarrierOp::create(b);
+  ops.ifThen(isLeader, [&] {
+    Value bar = barrier(ops.ci32(-1));
+    mbarrierArriveExpectTx(ops, bar, int64_t(2) * c.blockM() * D);
+    for (int cb = 0; cb < D / 64; ++cb)
+      tmaLoad4d(ops, ops.gepBytes(sQ, int64_t(cb) * c.blockM() * 128), tmQ,
+                {ops.ci32(cb * 64), q0, head, batch}, bar);
+  });
+  mma->prepare(sQ, sK, sV);
+}
+
+void ForwardKernelBuilder::loadKV(Value j, Value stage) {
+  Value kv0 = ops.mul(j, ops.ci32(c.blockN));
+  Value off = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
+  if (c.tma) {
+    Value bar = barrier(stage);
+    mbarrierArriveExpectTx(ops, bar,
+                           int64_t(2) * c.blockN * (c.headDimQK + c.headDimV));
+    auto copy = [&](Value sTile, Value map, int dim) {
+      for (int cb = 0; cb < dim / 64; ++cb)
+        tmaLoad4d(ops,
+                  ops.gepBytes(ops.gepBytes(sTile, off),
+                               int64_t(cb) * c.blockN * 128),
+                  map, {ops.ci32(cb * 64), kv0, headKV, batch}, bar);
+    };
+    copy(sK, tmK, c.headDimQK);
+    copy(sV, tmV, c.headDimV);
+    return;
+  }
+  loadTileAsync(ops, tid, nthreads, ops.gepBytes(sK, off), kBase, kS[2], kv0,
+                seqlenK, c.blockN, c.headDimQK, mma->swizzled());
+  loadTileAsync(ops, tid, nthreads, ops.gepBytes(sV, off), vBase, vS[2], kv0,
+                seqlenK, c.blockN, c.headDimV, mma->swizzled());
+  NVVM::CpAsyncCommitGroupOp::create(b);
+}
+
+void ifElse(ImplicitLocOpBuilder &b, Value cond,
+            llvm::function_ref<void()> then,
+            llvm::function_ref<void()> otherwise) {
+  auto ifOp = scf::IfOp::create(b, cond, /*withElse=*/true);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  then();
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  otherwise();
+}
+
+void ForwardKernelBuilder::issueKV(Value pos, Value stage) {
+  ops.ifThen(ops.land(isLeader, ops.cmp(arith::CmpIPredicate::sle, pos, jEnd)),
+             [&] { loadKV(pos, stage); });
+}
+
+void ForwardKernelBuilder::waitKV(Value pos) {
+  Value use = ops.sub(pos, jBegin);
+  Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
+  Value parity =
+      ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)), ops.ci32(1));
+  mbarrierWait(ops, barrier(stage), parity);
+}
+
+void ForwardKernelBuilder::firstLoad() {
+  if (c.tma) {
+    // The first stages - 1 tiles; the loop issues one more per tile.
+    for (int s = 0; s + 1 < stages; ++s)
+      issueKV(ops.add(jBegin, ops.ci32(s)), ops.ci32(s));
+    mbarrierWait(ops, barrier(ops.ci32(-1)), ops.ci32(0)); // Q has landed
+    return;
+  }
+  ifElse(
+      b, ops.cmp(arith::CmpIPredicate::sle, jBegin, jEnd),
+      [&] {
+        loadKV(tileAt(jBegin), ops.ci32(0));
+        NVVM::CpAsyncWaitGroupOp::create(b, 1); // Q has landed
+      },
+      [&] { NVVM::CpAsyncWaitGroupOp::create(b, 0); });
+  gpu::BarrierOp::create(b);
+  mma->loadQ();
+}
+
+void ForwardKernelBuilder::buildWarpSpecialized() {
+  // FlashAttention-3's register split for two consumer warpgroups: the
+  // producer keeps 24 registers per thread, the consumers get 240
+  // (128 * 24 + 256 * 240 <= 65536).
+  constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  Value isProducer =
+      ops.cmp(arith::CmpIPredicate::sge, tid, ops.ci32(nthreads));
+  ifElse(
+      b, isProducer,
+      [&] {
+        NVVM::SetMaxRegisterOp::create(b, kProducerRegs,
+                                       NVVM::SetMaxRegisterAction::decrease);
+        // Use u of a stage waits for the consumers' release of use u - 1:
+        // parity (u & 1) ^ 1 of its empty barrier (use 0: the phase before
+        // the first, complete from the start).
+        ops.ifThen(
+            ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(nthreads)), [&] {
+              auto loop = scf::ForOp::create(
+                  b, ops.toIndex(jBegin),
+                  ops.toIndex(ops.add(jEnd, ops.ci32(1))), one);
+              OpBuilder::InsertionGuard lg(b);
+              b.setInsertionPointToStart(loop.getBody());
+              Value pos = arith::IndexCastOp::create(b, ops.i32,
+                                                     loop.getInductionVar());
+              Value use = ops.sub(pos, jBegin);
+              Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
+              Value parity = arith::XOrIOp::create(
+                  b,
+                  ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)),
+                           ops.ci32(1)),
+                  ops.ci32(1));
+              mbarrierWait(ops, emptyBarrier(stage), parity);
+              loadKV(tileAt(pos), stage);
+            });
+      },
+      [&] {
+        NVVM::SetMaxRegisterOp::create(b, kConsumerRegs,
+                                       NVVM::SetMaxRegisterAction::increase);
+        mbarrierWait(ops, barrier(ops.ci32(-1)), ops.ci32(0)); // Q has landed
+        epilogue(mainLoop());
+      });
+}
+
+} // namespace flashjit::nvvm::detail
