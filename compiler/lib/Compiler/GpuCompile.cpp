@@ -82,10 +82,6 @@ void validateForGpu(const AttentionSpec &spec,
                                   field, d));
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
   if (tc.kind == KernelKind::Backward) {
-    if (options.blockSparse)
-      throw UserError("block_sparse = true: the GPU backward supports dense "
-                      "and varlen calls only (block-sparse backward runs on "
-                      "the CPU: CpuBackwardKernel::runBlockSparse)");
     if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma)
       throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
                                   "only",
