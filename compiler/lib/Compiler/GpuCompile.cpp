@@ -186,9 +186,10 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
     if (fn.getName().ends_with("_block_mask") ||
         fn.getName().ends_with(abi::gpu::kBackwardPreSuffix) ||
         fn.getName().ends_with(abi::gpu::kBackwardPostSuffix) ||
+        fn.getName().ends_with(abi::gpu::kBackwardMaskSuffix) ||
         fn.getName().ends_with(abi::gpu::kDecodeMergeSuffix))
       return; // the builder's shared memory is one byte per key tile; the
-              // backward's row kernels need none
+              // backward's row kernels and mask transposer need none
     auto bytes = fn->getAttrOfType<IntegerAttr>("flashjit.shared_bytes");
     if (!bytes || bytes.getInt() != image.sharedBytes)
       throw InternalError(fmt::format(
