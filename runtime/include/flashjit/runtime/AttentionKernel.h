@@ -295,8 +295,8 @@ public:
   /// object, so calls on one object must not run concurrently on different
   /// streams. Throws UserError naming the bad field (shapes, dtypes,
   /// alignment, batch or heads above 65535) or the buffer read or written
-  /// out of range, or for a kernel compiled varlen (use runVarlen);
-  /// DriverError if a launch fails.
+  /// out of range, or for a kernel compiled varlen (use runVarlen) or
+  /// block-sparse (use runBlockSparse); DriverError if a launch fails.
   DataGradients run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
                     const TensorRef &o, const TensorRef &lse,
                     const TensorRef &dO, const TensorRef &dq,
@@ -324,7 +324,8 @@ public:
   /// queries get dK = dV = 0, queries of one with no keys dQ = 0. The
   /// gradients are referenceVarlenAttentionBackward's. Alignment, stride
   /// and synchronisation rules as run(). Throws UserError for a kernel
-  /// compiled without varlen (and run() for one compiled with it), bad
+  /// compiled without varlen (and run() for one compiled with it) or
+  /// block-sparse (the overload below takes the block mask), bad
   /// tensors (checkVarlenTensors), sequences above 2^31 - 1 tokens, batch or
   /// heads above 65535, bad arguments or options, out-of-range buffer
   /// accesses; DriverError if a launch fails.
