@@ -86,6 +86,10 @@ private:
   SmallVector<Value> tileStep(ValueRange state, Value head, Value q0,
                               Value qLast, Value needsMask,
                               Value boundsOnly = Value());
+  /// Where \p boundsOnly holds: -inf for the elements of \p scores (S^T
+  /// fragments; first query column \p qLane) past seqlen_q or seqlen_k.
+  void maskPastEnds(MutableArrayRef<Value> scores, Value qLane,
+                    Value boundsOnly);
   /// (mayBeFalse, mayBeTrue) of the key tile at \p kFirst for the query
   /// tile [q0, qLast] of query head \p head: the tile is visited where
   /// mayBeTrue holds.
@@ -98,6 +102,9 @@ private:
   /// Deterministic mode: thread 0 increments the query tile's counter once
   /// the CTA's dQ adds are done (after a barrier).
   void releaseTurn(Value head, Value q0);
+  /// accumulateDQ, in key-tile order in the deterministic mode (waitTurn,
+  /// releaseTurn); then Q, dO, dS^T, LSE and D are free for the next tile.
+  void addDQ(Value head, Value q0, Value qLast);
   /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory).
   void accumulateDQ(Value head, Value q0);
   void storeRows(int tensor, Value headIdx, ArrayRef<Value> acc, int dim,
@@ -355,6 +362,21 @@ SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
   return SmallVector<Value>(tiles.getResults());
 }
 
+void BackwardBuilder::maskPastEnds(MutableArrayRef<Value> scores, Value qLane,
+                                   Value boundsOnly) {
+  Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
+  // Element (key row g or g + 8, query column q0 + 2t + 8jn + (i & 1)).
+  for (int jn = 0; jn < c.blockN / 8; ++jn)
+    for (int i = 0; i < 4; ++i) {
+      Value col = ops.add(qLane, ops.ci32(jn * 8 + (i & 1)));
+      Value out =
+          ops.lor(ops.cmp(arith::CmpIPredicate::sge, kvRow[i / 2], seqlenK),
+                  ops.cmp(arith::CmpIPredicate::sge, col, seqlenQ));
+      Value &v = scores[jn * 4 + i];
+      v = ops.sel(ops.land(boundsOnly, out), minusInf, v);
+    }
+}
+
 std::pair<Value, Value> BackwardBuilder::classify(Value head, Value q0,
                                                   Value qLast, Value kFirst) {
   if (!em.hasMask())
@@ -486,18 +508,8 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   }
   SmallVector<Value> scores(maskIf.getResults());
   Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
-  if (boundsOnly) {
-    // Element (key row g or g + 8, query column q0 + 2t + 8jn + (i & 1)).
-    for (int jn = 0; jn < nS; ++jn)
-      for (int i = 0; i < 4; ++i) {
-        Value col = ops.add(coords.qLane, ops.ci32(jn * 8 + (i & 1)));
-        Value out =
-            ops.lor(ops.cmp(arith::CmpIPredicate::sge, kvRow[i / 2], seqlenK),
-                    ops.cmp(arith::CmpIPredicate::sge, col, seqlenQ));
-        Value &v = scores[jn * 4 + i];
-        v = ops.sel(ops.land(boundsOnly, out), minusInf, v);
-      }
-  }
+  if (boundsOnly)
+    maskPastEnds(scores, coords.qLane, boundsOnly);
   // P^T = exp2(t - LSE log2 e), exactly 0 where masked (also for rows with
   // LSE = -inf, which have no allowed key).
   SmallVector<Value> colLse, colDelta;
@@ -570,6 +582,11 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
           ops.gepBytes(sDS, ops.ext64(off)), /*alignment=*/4);
     }
   gpu::BarrierOp::create(b);
+  addDQ(head, q0, qLast);
+  return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
+}
+
+void BackwardBuilder::addDQ(Value head, Value q0, Value qLast) {
   // Deterministic mode: dQaccum of this query tile in key-tile order.
   // (Block-sparse kernels have no deterministic mode yet: the turn counts
   // would have to follow the lists, not the classifier.)
@@ -580,7 +597,6 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   gpu::BarrierOp::create(b);
   if (!c.blockSparse)
     releaseTurn(head, q0);
-  return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
 }
 
 void BackwardBuilder::releaseTurn(Value head, Value q0) {
