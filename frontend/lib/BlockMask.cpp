@@ -241,4 +241,67 @@ BlockMask blockMaskFromBsr(const BsrLayout &layout, int64_t seqlenQ,
   return bm;
 }
 
+void checkBackwardBlockTiles(const BlockMask &mask, int64_t qTile,
+                             int64_t kvTile) {
+  if (qTile <= 0 || kvTile <= 0)
+    fail(fmt::format("backward tiles {} x {} must be positive", qTile, kvTile));
+  if (mask.blockN % kvTile != 0)
+    fail(fmt::format("block_mask.block_n = {} (keys per mask tile) is not a "
+                     "multiple of the backward kernel's {} keys per tile "
+                     "(its block_m): the backward needs each of its tiles "
+                     "inside one mask tile (build the mask with block_n a "
+                     "multiple of {})",
+                     mask.blockN, kvTile, kvTile));
+  if (mask.blockM % qTile != 0)
+    fail(fmt::format("block_mask.block_m = {} (queries per mask tile) is not "
+                     "a multiple of the backward kernel's {} query rows per "
+                     "tile (its block_n): the backward needs each of its "
+                     "tiles inside one mask tile",
+                     mask.blockM, qTile));
+}
+
+TransposedBlockMask transposeBlockMask(const BlockMask &mask, int64_t qTile,
+                                       int64_t kvTile) {
+  checkBackwardBlockTiles(mask, qTile, kvTile);
+  TransposedBlockMask t;
+  t.qTile = qTile;
+  t.kvTile = kvTile;
+  t.batch = mask.batch;
+  t.heads = mask.heads;
+  t.numQTiles = (mask.seqlenQ + qTile - 1) / qTile;
+  t.numKvTiles = (mask.seqlenK + kvTile - 1) / kvTile;
+  int64_t rows = t.batch * t.heads * t.numKvTiles;
+  t.qNumBlocks.assign(rows, 0);
+  t.fullQNumBlocks.assign(rows, 0);
+  t.qIndices.assign(rows * t.numQTiles, 0);
+  t.fullQIndices.assign(rows * t.numQTiles, 0);
+  const int64_t rq = mask.blockM / qTile, rk = mask.blockN / kvTile;
+  // Per mask row: the class of each mask key tile (0 unlisted, 1 partial,
+  // 2 full); query tiles i of mask row m are visited in increasing order,
+  // so every transposed list comes out increasing.
+  std::vector<int8_t> cls(mask.numKvTiles);
+  for (int64_t b = 0; b < mask.batch; ++b)
+    for (int64_t h = 0; h < mask.heads; ++h)
+      for (int64_t m = 0; m < mask.numQTiles; ++m) {
+        int64_t row = mask.row(b, h, m);
+        std::fill(cls.begin(), cls.end(), 0);
+        for (int32_t e = 0; e < mask.kvNumBlocks[row]; ++e)
+          cls[mask.kvIndices[row * mask.numKvTiles + e]] = 1;
+        for (int32_t e = 0; e < mask.fullKvNumBlocks[row]; ++e)
+          cls[mask.fullKvIndices[row * mask.numKvTiles + e]] = 2;
+        int64_t iEnd = std::min((m + 1) * rq, t.numQTiles);
+        for (int64_t i = m * rq; i < iEnd; ++i)
+          for (int64_t j = 0; j < t.numKvTiles; ++j) {
+            int8_t c = cls[j / rk];
+            if (!c)
+              continue;
+            int64_t trow = (b * t.heads + h) * t.numKvTiles + j;
+            std::vector<int32_t> &n = c == 1 ? t.qNumBlocks : t.fullQNumBlocks;
+            std::vector<int32_t> &ix = c == 1 ? t.qIndices : t.fullQIndices;
+            ix[trow * t.numQTiles + n[trow]++] = static_cast<int32_t>(i);
+          }
+      }
+  return t;
+}
+
 } // namespace flashjit

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <vector>
 
 namespace flashjit::runtime {
@@ -57,6 +58,8 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
   pre_ = module_.function(info_.name + abi::gpu::kBackwardPreSuffix);
   main_ = module_.function(info_.name + abi::gpu::kBackwardMainSuffix);
   post_ = module_.function(info_.name + abi::gpu::kBackwardPostSuffix);
+  if (info_.config.blockSparse)
+    transpose_ = module_.function(info_.name + abi::gpu::kBackwardMaskSuffix);
   main_.setMaxDynamicSharedBytes(info_.sharedBytes);
   size_t buffers = spec_.variant.buffers().size();
   if (buffers)
@@ -74,6 +77,8 @@ struct GpuAttentionBackwardKernel::BackwardCall {
   int64_t seqlenQ = 0, seqlenK = 0, batch = 0, headsQ = 0, headsKV = 0;
   int64_t rowsQ = 0;
   const DeviceCuSeqlens *cu = nullptr;
+  /// block-sparse: the forward's block mask (checked against the call).
+  const DeviceBlockMask *mask = nullptr;
 };
 
 namespace {
@@ -119,6 +124,35 @@ DataGradients GpuAttentionBackwardKernel::run(
     throw UserError(fmt::format("run: backward kernel '{}' was compiled "
                                 "varlen; use runVarlen",
                                 info_.name));
+  if (info_.config.blockSparse)
+    throw UserError(fmt::format("run: backward kernel '{}' was compiled "
+                                "block-sparse; use runBlockSparse",
+                                info_.name));
+  return runDense(q, k, v, o, lse, dO, dq, dk, dv, nullptr, args, options,
+                  stream);
+}
+
+DataGradients GpuAttentionBackwardKernel::runBlockSparse(
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const DeviceBlockMask &blockMask, const Arguments &args,
+    const GpuBackwardOptions &options, CUstream stream) const {
+  if (!info_.config.blockSparse || info_.config.varlen)
+    throw UserError(fmt::format(
+        "runBlockSparse: backward kernel '{}' was compiled {}; use {}",
+        info_.name, info_.config.varlen ? "varlen" : "without block_sparse",
+        info_.config.varlen ? "runVarlen" : "run"));
+  return runDense(q, k, v, o, lse, dO, dq, dk, dv, &blockMask, args, options,
+                  stream);
+}
+
+DataGradients GpuAttentionBackwardKernel::runDense(
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const DeviceBlockMask *blockMask, const Arguments &args,
+    const GpuBackwardOptions &options, CUstream stream) const {
   AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o, &lse);
   // dO has o's shape and dtype; dq, dk, dv those of q, k, v.
   AttentionShape sg = checkAttentionTensors(spec_, q, k, v, &dO);
@@ -145,6 +179,7 @@ DataGradients GpuAttentionBackwardKernel::run(
   c.headsQ = s.headsQ;
   c.headsKV = s.headsKV;
   c.rowsQ = s.batch * s.seqlenQ;
+  c.mask = blockMask;
   return launchBackward(c, args, options, stream);
 }
 
@@ -154,6 +189,36 @@ DataGradients GpuAttentionBackwardKernel::runVarlen(
     const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
     const DeviceCuSeqlens &cuSeqlens, const Arguments &args,
     const GpuBackwardOptions &options, CUstream stream) const {
+  if (info_.config.blockSparse)
+    throw UserError(fmt::format("runVarlen: backward kernel '{}' is "
+                                "block-sparse and needs a block mask",
+                                info_.name));
+  return runPacked(q, k, v, o, lse, dO, dq, dk, dv, cuSeqlens, nullptr, args,
+                   options, stream);
+}
+
+DataGradients GpuAttentionBackwardKernel::runVarlen(
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const DeviceCuSeqlens &cuSeqlens, const DeviceBlockMask &blockMask,
+    const Arguments &args, const GpuBackwardOptions &options,
+    CUstream stream) const {
+  if (!info_.config.blockSparse)
+    throw UserError(fmt::format("runVarlen: backward kernel '{}' is not "
+                                "block-sparse; pass no block mask",
+                                info_.name));
+  return runPacked(q, k, v, o, lse, dO, dq, dk, dv, cuSeqlens, &blockMask, args,
+                   options, stream);
+}
+
+DataGradients GpuAttentionBackwardKernel::runPacked(
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const DeviceCuSeqlens &cuSeqlens, const DeviceBlockMask *blockMask,
+    const Arguments &args, const GpuBackwardOptions &options,
+    CUstream stream) const {
   if (!info_.config.varlen)
     throw UserError(fmt::format("runVarlen: backward kernel '{}' was not "
                                 "compiled varlen; use run",
@@ -184,7 +249,81 @@ DataGradients GpuAttentionBackwardKernel::runVarlen(
   c.headsKV = s.headsKV;
   c.rowsQ = s.totalQ;
   c.cu = &cuSeqlens;
+  c.mask = blockMask;
   return launchBackward(c, args, options, stream);
+}
+
+TransposedBlockMask
+GpuAttentionBackwardKernel::launchTranspose(const DeviceBlockMask &mask,
+                                            CUstream stream) const {
+  const KernelConfig &k = info_.config;
+  const BlockMask &m = mask.shape();
+  // The rule (UserError naming both tile sizes); the extents of the result.
+  TransposedBlockMask t;
+  checkBackwardBlockTiles(m, k.blockN, k.blockM());
+  t.qTile = k.blockN;
+  t.kvTile = k.blockM();
+  t.batch = m.batch;
+  t.heads = m.heads;
+  t.numQTiles = (m.seqlenQ + t.qTile - 1) / t.qTile;
+  t.numKvTiles = (m.seqlenK + t.kvTile - 1) / t.kvTile;
+  int64_t rows = t.batch * t.heads * t.numKvTiles;
+  size_t countBytes = static_cast<size_t>(std::max<int64_t>(rows, 1)) * 4;
+  size_t indexBytes =
+      static_cast<size_t>(std::max<int64_t>(rows * t.numQTiles, 1)) * 4;
+  for (int i = 0; i < 4; ++i) {
+    size_t want = i % 2 ? indexBytes : countBytes;
+    if (qLists_[i].size() < want)
+      qLists_[i] = DeviceBuffer(*device_, want);
+  }
+  if (rows == 0)
+    return t;
+  constexpr int64_t kMaxGridYZ = 65535;
+  if (t.batch > kMaxGridYZ || t.heads > kMaxGridYZ)
+    throw UserError(fmt::format("block_mask.batch = {} / heads = {}: at most "
+                                "{} (grid y, z)",
+                                t.batch, t.heads, kMaxGridYZ));
+  KernelArgs a;
+  for (CUdeviceptr p : {mask.kvNumBlocks(), mask.kvIndices(),
+                        mask.fullKvNumBlocks(), mask.fullKvIndices()})
+    a.add(reinterpret_cast<void *>(p));
+  for (const DeviceBuffer &l : qLists_)
+    a.add(reinterpret_cast<void *>(l.ptr()));
+  a.add(static_cast<int32_t>(m.numQTiles))
+      .add(static_cast<int32_t>(m.numKvTiles))
+      .add(static_cast<int32_t>(m.blockM / t.qTile))
+      .add(static_cast<int32_t>(m.blockN / t.kvTile))
+      .add(static_cast<int32_t>(t.numQTiles));
+  checkFixedArgs(a, abi::gpu::backwardMaskArgTypes(), info_.name);
+  LaunchConfig cfg;
+  cfg.grid = {static_cast<unsigned>(t.numKvTiles),
+              static_cast<unsigned>(t.heads), static_cast<unsigned>(t.batch)};
+  cfg.block = {static_cast<unsigned>(abi::gpu::kBackwardMaskThreads), 1, 1};
+  cfg.stream = stream;
+  launch(transpose_, cfg, a);
+  return t;
+}
+
+TransposedBlockMask
+GpuAttentionBackwardKernel::transposeOnDevice(const DeviceBlockMask &blockMask,
+                                              CUstream stream) const {
+  if (!info_.config.blockSparse)
+    throw UserError(fmt::format("transposeOnDevice: backward kernel '{}' was "
+                                "not compiled block-sparse",
+                                info_.name));
+  device_->makeCurrent();
+  std::lock_guard<std::mutex> lock(mutex_);
+  TransposedBlockMask t = launchTranspose(blockMask, stream);
+  FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
+  int64_t rows = t.batch * t.heads * t.numKvTiles;
+  std::vector<int32_t> *host[4] = {&t.qNumBlocks, &t.qIndices,
+                                   &t.fullQNumBlocks, &t.fullQIndices};
+  for (int i = 0; i < 4; ++i) {
+    host[i]->assign(i % 2 ? rows * t.numQTiles : rows, 0);
+    if (!host[i]->empty())
+      qLists_[i].copyToHost(host[i]->data(), host[i]->size() * 4);
+  }
+  return t;
 }
 
 DataGradients GpuAttentionBackwardKernel::launchBackward(
@@ -219,6 +358,23 @@ DataGradients GpuAttentionBackwardKernel::launchBackward(
   }
   const int64_t paramOffset = gradFloats;
   gradFloats += static_cast<int64_t>(params.size());
+  if (c.mask) {
+    if (options.deterministic)
+      throw UserError(fmt::format(
+          "deterministic = true: backward kernel '{}' is block-sparse; the "
+          "deterministic GPU backward takes dense and varlen kernels (its dQ "
+          "turn counts follow the tile classifier, not a block mask's lists)",
+          info_.name));
+    const BlockMask &m = c.mask->shape();
+    checkBackwardBlockTiles(m, info_.config.blockN, info_.config.blockM());
+    std::span<const int32_t> cuQ, cuK;
+    if (c.cu) {
+      cuQ = c.cu->hostQ();
+      cuK = c.cu->hostK();
+    }
+    checkBlockMaskFits(m, m.blockM, m.blockN, s.batch, s.headsQ, s.seqlenQ,
+                       s.seqlenK, cuQ, cuK);
+  }
   if (options.deterministic && gradFloats > 0)
     throw UserError(fmt::format(
         "deterministic = true: variant '{}' has f32 buffers or parameters "
@@ -287,6 +443,15 @@ DataGradients GpuAttentionBackwardKernel::launchBackward(
   if (c.cu)
     a.add(reinterpret_cast<void *>(c.cu->deviceQ()))
         .add(reinterpret_cast<void *>(c.cu->deviceK()));
+  if (c.mask) {
+    // The transposed lists (KernelAbi.h): rows (b, h, key tile).
+    TransposedBlockMask t = launchTranspose(*c.mask, stream);
+    for (const DeviceBuffer &l : qLists_)
+      a.add(reinterpret_cast<void *>(l.ptr()));
+    a.add(static_cast<int32_t>(t.batch == 1 ? 0 : t.heads * t.numKvTiles));
+    a.add(static_cast<int32_t>(t.heads == 1 ? 0 : t.numKvTiles));
+    a.add(static_cast<int32_t>(t.numQTiles));
+  }
   checkFixedArgs(a, abi::gpu::backwardArgTypes(info_.config), info_.name);
   // addVariantArgs of the forward, for this spec.
   for (const ParamDecl &p : spec_.variant.params()) {

@@ -84,7 +84,8 @@ std::string entryMismatch(std::string_view ptx, const std::string &name,
 /// (abi::gpu::BackwardArg): every one takes the fixed arguments, the
 /// variant's, then one gradient pointer per buffer and one for the
 /// parameters (if any); `_bwd` runs the configuration's threads, `_bwd_pre`
-/// and `_bwd_post` kBackwardRowThreads.
+/// and `_bwd_post` kBackwardRowThreads; a block-sparse configuration also
+/// has `_bwd_mask` (abi::gpu::backwardMaskArgTypes, kBackwardMaskThreads).
 std::string backwardLaunchMismatch(const AttentionSpec &spec,
                                    const GpuKernelInfo &info,
                                    std::string_view ptx) {
@@ -105,6 +106,22 @@ std::string backwardLaunchMismatch(const AttentionSpec &spec,
                                         abi::gpu::kBackwardRowThreads, -1);
         !why.empty())
       return why;
+  // A block-sparse backward also has its mask transposer (no variant
+  // arguments); a dense one has none.
+  std::string transposer = info.name + abi::gpu::kBackwardMaskSuffix;
+  if (info.config.blockSparse) {
+    std::vector<std::string> maskParams;
+    for (ArgType t : abi::gpu::backwardMaskArgTypes())
+      maskParams.push_back(ptxType(t));
+    if (std::string why = entryMismatch(ptx, transposer, maskParams,
+                                        abi::gpu::kBackwardMaskThreads, -1);
+        !why.empty())
+      return why;
+  } else if (parsePtxEntry(ptx, transposer)) {
+    return fmt::format("the PTX defines '{}', but the configuration is not "
+                       "block-sparse",
+                       transposer);
+  }
   if (info.sharedBytes !=
       info.config.sharedBytes(spec.headDimQK, spec.headDimV))
     return fmt::format("shared memory {} bytes is not the {} bytes the "

@@ -5,7 +5,8 @@
 // tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
 // that has no MLIR (the ahead-of-time flow a host application uses), the
 // block-sparse / varlen kernels of sparseKernels() and sinkKernels(), the
-// backward kernels (backwardKernels(), backwardVarlenKernels(), the timing
+// backward kernels (backwardKernels(), backwardVarlenKernels(),
+// backwardSparseKernels(), the timing
 // pairs of benchKernels()), and
 // (sm_90a) those of optionKernels(). Usage: gen_matrix_kernels DIR [ARCH
 // [MMA]]; MMA (default, mma.sync, wgmma or wgmma.tma) applies to the matrix
@@ -142,6 +143,16 @@ int main(int argc, char **argv) {
     bo.arch = o.arch;
     bo.kind = flashjit::KernelKind::Backward;
     bo.varlen = true;
+    write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    ++n;
+  }
+  // Block-sparse backward kernels (varlen too for ids bwdbsvl_).
+  for (const auto &k : flashjit::testing::backwardSparseKernels()) {
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.kind = flashjit::KernelKind::Backward;
+    bo.blockSparse = true;
+    bo.varlen = k.id.rfind("bwdbsvl_", 0) == 0;
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     ++n;
   }

@@ -154,6 +154,32 @@ inline std::vector<MatrixKernel> backwardVarlenKernels() {
   };
 }
 
+/// The block-sparse backward kernels (GpuCompileOptions::blockSparse with
+/// kind Backward) of the [gpu][backward][block-sparse] tests, the ptxas
+/// test and scripts/ptx-matrix.sh: a document mask (block masks built from
+/// the mask), a sliding window, no mask and causal (random BSR layouts), a
+/// document mask with a softcap (score_grad on listed tiles); head dims 64
+/// and 128, both 16-bit dtypes, GQA ratios 1, 2 and 3. Ids starting
+/// `bwdbsvl_` are varlen and block-sparse.
+inline std::vector<MatrixKernel> backwardSparseKernels() {
+  std::vector<MatrixKernel> out = {
+      {"bwdbs_doc_id_d64_bf16_g2", "doc_id",
+       matrixSpec("doc_id", 64, DType::BF16, 4, 2)},
+      {"bwdbs_window_lr_d128_fp16_g3", "window_lr",
+       matrixSpec("window_lr", 128, DType::F16, 3, 1)},
+      {"bwdbs_none_d64_fp16_g1", "none",
+       matrixSpec("none", 64, DType::F16, 2, 2)},
+      {"bwdbs_causal_br_d128_bf16_g2", "causal_br",
+       matrixSpec("causal_br", 128, DType::BF16, 4, 2)},
+      {"bwdbsvl_doc_id_d64_fp16_g2", "doc_id",
+       matrixSpec("doc_id", 64, DType::F16, 4, 2)},
+  };
+  AttentionSpec capped = matrixSpec("doc_id", 64, DType::BF16, 2, 2);
+  capped.variant.scoreMod(softcap(20.0f));
+  out.push_back({"bwdbs_doc_softcap_d64_bf16_g1", "doc_softcap", capped});
+  return out;
+}
+
 /// The kernels of the [.bwdbench] timing (forward `<id>_fwd` with the
 /// default tiles, backward `<id>`): bf16, dense and causal, head dims 64
 /// and 128, hidden 2048 (heads = 2048 / head dim); causal softcap and ALiBi

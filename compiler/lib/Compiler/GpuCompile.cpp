@@ -82,10 +82,6 @@ void validateForGpu(const AttentionSpec &spec,
                                   field, d));
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
   if (tc.kind == KernelKind::Backward) {
-    if (options.blockSparse)
-      throw UserError("block_sparse = true: the GPU backward supports dense "
-                      "and varlen calls only (block-sparse backward runs on "
-                      "the CPU: CpuBackwardKernel::runBlockSparse)");
     if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma ||
         options.mma == GpuMma::WgmmaTmaWs)
       throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
@@ -197,9 +193,10 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
     if (fn.getName().ends_with("_block_mask") ||
         fn.getName().ends_with(abi::gpu::kBackwardPreSuffix) ||
         fn.getName().ends_with(abi::gpu::kBackwardPostSuffix) ||
+        fn.getName().ends_with(abi::gpu::kBackwardMaskSuffix) ||
         fn.getName().ends_with(abi::gpu::kDecodeMergeSuffix))
       return; // the builder's shared memory is one byte per key tile; the
-              // backward's row kernels need none
+              // backward's row kernels and mask transposer need none
     auto bytes = fn->getAttrOfType<IntegerAttr>("flashjit.shared_bytes");
     if (!bytes || bytes.getInt() != image.sharedBytes)
       throw InternalError(fmt::format(

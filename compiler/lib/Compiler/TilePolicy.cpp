@@ -234,6 +234,7 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
   if (options.kind == KernelKind::Backward) {
     GpuTileConfig c = backwardTileConfig(spec, options.arch);
     c.varlen = options.varlen;
+    c.blockSparse = options.blockSparse;
     if (options.blockN)
       c.blockN = options.blockN;
     if (options.numWarps)

@@ -611,6 +611,60 @@ TEST_CASE("varlen backward kernels assemble with no spills and carry the "
   CHECK(checked == 2 * int(testing::backwardVarlenKernels().size()));
 }
 
+TEST_CASE("block-sparse backward kernels assemble with no spills and carry "
+          "the mask transposer",
+          "[gpu-codegen][backward][block-sparse]") {
+  int checked = 0, maxRegs = 0;
+  for (const testing::MatrixKernel &k : testing::backwardSparseKernels())
+    for (std::string arch : {"sm_80", "sm_90a"}) {
+      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.kind = KernelKind::Backward;
+      o.blockSparse = true;
+      o.varlen = k.id.rfind("bwdbsvl_", 0) == 0;
+      GpuKernelImage img = compileGpu(k.spec, o);
+      CHECK(img.config.blockSparse);
+      CHECK(img.config.varlen == o.varlen);
+      // The backward's tiles are the dense kernel's (block-sparse takes no
+      // tiles of its own).
+      GpuCompileOptions dense = o;
+      dense.blockSparse = false;
+      CHECK(resolveGpuTileConfig(k.spec, dense).blockN == img.config.blockN);
+      CHECK(resolveGpuTileConfig(k.spec, dense).numWarps ==
+            img.config.numWarps);
+      // The launch check accepts the image and its transposer's entry.
+      runtime::GpuKernelInfo info = img.info();
+      CHECK(runtime::gpuLaunchConfigMismatch(k.spec, info, img.ptx) == "");
+      runtime::GpuKernelInfo noSparse = info;
+      noSparse.config.blockSparse = false;
+      CHECK_THAT(runtime::gpuLaunchConfigMismatch(k.spec, noSparse, img.ptx),
+                 Catch::Contains("parameters") ||
+                     Catch::Contains("_bwd_mask"));
+      // The transposer: one warp, ballots over the query tiles.
+      const std::string mask = img.name + abi::gpu::kBackwardMaskSuffix;
+      CHECK(img.ptx.find(".entry " + mask + "(") != std::string::npos);
+      CHECK(img.ptx.find("vote.sync.ballot.b32") != std::string::npos);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      INFO(r.log);
+      for (const char *suffix : {"_bwd_pre", "_bwd", "_bwd_post", "_bwd_mask"}) {
+        INFO(suffix);
+        const runtime::PtxasFunctionReport *f = r.find(img.name + suffix);
+        REQUIRE(f);
+        CHECK(f->clean());
+        CHECK(f->registers <= 255);
+        if (std::string(suffix) == "_bwd") {
+          CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit(arch));
+          maxRegs = std::max(maxRegs, f->registers);
+        }
+      }
+      ++checked;
+    }
+  WARN("assembled " << checked << " block-sparse backward kernel sets; most "
+                    << "registers (main kernel): " << maxRegs);
+  CHECK(checked == 2 * int(testing::backwardSparseKernels().size()));
+}
+
 TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions o;
   o.kind = KernelKind::Backward;
@@ -621,12 +675,6 @@ TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   CHECK_THROWS_AS(compileGpu(step, o), UserError);
   CHECK_THROWS_WITH(compileGpu(step, o), Catch::Contains("not differentiable"));
   AttentionSpec dense = testing::matrixSpec("none", 64, DType::BF16, 2, 2);
-  GpuCompileOptions v = o;
-  v.blockSparse = true;
-  CHECK_THROWS_AS(compileGpu(dense, v), UserError);
-  CHECK_THROWS_WITH(compileGpu(dense, v),
-                    Catch::Contains("block_sparse = true: the GPU backward "
-                                    "supports dense and varlen calls only"));
   GpuCompileOptions w = o;
   w.mma = GpuMma::Wgmma;
   CHECK_THROWS_WITH(compileGpu(dense, w), Catch::Contains("mma.sync only"));

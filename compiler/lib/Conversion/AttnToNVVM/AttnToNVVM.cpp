@@ -5,12 +5,14 @@
 // Pre:  a module holding attn.attention ops (the IR MLIRGen builds).
 // Post: each attn.attention @f is replaced by gpu.func @f (kernel) in one
 //       gpu.module @flashjit_kernels, built by buildFlashForwardKernel (and,
-//       block-sparse, @f_block_mask by buildBlockMaskKernel); the module is
+//       block-sparse, @f_block_mask by buildBlockMaskKernel; a block-sparse
+//       backward, @f_bwd_mask by buildBackwardBlockMaskKernel); the module is
 //       a gpu.container_module. The mask and score regions reach the
 //       kernels through the RegionEmitter (RegionEmitter.cpp), once per
 //       accumulator element.
 //
 //===----------------------------------------------------------------------===//
+#include "BackwardBlockMask.h"
 #include "RegionEmitter.h"
 
 #include "flashjit/Conversion/AttnToNVVM/FlashBackwardKernel.h"
@@ -102,11 +104,10 @@ struct ConvertAttnToNVVM
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);
       if (c.kind == KernelKind::Backward) {
         int rowGroups = c.blockN / 16;
-        if (c.wgmma || c.blockSparse || c.rowsPerWarp != 16 || c.blockN > 64 ||
+        if (c.wgmma || c.rowsPerWarp != 16 || c.blockN > 64 ||
             c.numWarps % rowGroups ||
             c.headDimQK % (16 * (c.numWarps / rowGroups))) {
-          op.emitOpError("unsupported GPU backward shape: mma.sync, dense "
-                         "or varlen (not block-sparse), "
+          op.emitOpError("unsupported GPU backward shape: mma.sync, "
                          "rows-per-warp 16, block-n (query rows) 16, 32 or "
                          "64 dividing 16 * num-warps, head_dim_qk a multiple "
                          "of 16 * num-warps / (block-n / 16)");
@@ -133,6 +134,8 @@ struct ConvertAttnToNVVM
           }
         }
         buildFlashBackwardKernels(b, op.getLoc(), gm, c, *em);
+        if (c.blockSparse)
+          buildBackwardBlockMaskKernel(b, op.getLoc(), gm, c);
         op.erase();
         continue;
       }

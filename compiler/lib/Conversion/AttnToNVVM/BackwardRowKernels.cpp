@@ -29,7 +29,7 @@ gpu::GPUFuncOp BackwardKernelBase::declare(Operation *gpuModule,
                            /*isConstant=*/false, LLVM::Linkage::External,
                            kSharedSymbol, Attribute(), /*alignment=*/1024,
                            /*addrSpace=*/3);
-  SmallVector<Type> args = abiTypes(ops, abi::backwardArgTypes(c.varlen));
+  SmallVector<Type> args = abiTypes(ops, abi::backwardArgTypes(c));
   for (Type ty : em.extraArgumentTypes(b.getContext()))
     args.push_back(ty);
   // The gradient arrays: one per buffer, then one for the parameters.
@@ -67,6 +67,14 @@ void BackwardKernelBase::bindArguments(gpu::GPUFuncOp fn) {
     cuQ = a[next];
     cuK = a[next + 1];
     next += flashjit::abi::kVarlenArgs;
+  }
+  if (c.blockSparse) {
+    for (int i = 0; i < abi::kBlockSparseListArgs; ++i)
+      qLists[i] = a[next + i];
+    rowBatchStride = a[next + abi::kBlockSparseListArgs];
+    rowHeadStride = a[next + abi::kBlockSparseListArgs + 1];
+    listPitch = a[next + abi::kBlockSparseListArgs + 2];
+    next += abi::kBlockSparseListArgs + abi::kBlockSparseScalarArgs;
   }
   ValueRange extra = a.drop_front(next);
   em.setArguments(extra);

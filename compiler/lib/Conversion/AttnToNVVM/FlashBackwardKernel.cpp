@@ -73,10 +73,23 @@ private:
   /// The loop over the query heads of the group and their query tiles;
   /// returns dK and dV (unscaled).
   SmallVector<Value> headLoop(int nK, int nV);
+  /// block-sparse: the loop over the query tiles the transposed block mask
+  /// lists for this key tile and query \p head (partial ones classified and
+  /// masked as the dense loop's tiles, full ones with no mask code; tiles
+  /// past the sequence's queries skipped); returns the final \p carried.
+  SmallVector<Value> listedTileLoop(Value head, ValueRange carried,
+                                    Value kPastEnd);
   /// One non-empty query tile at \p q0 of query head \p head; \p state
-  /// is dK, dV and the data gradients' running sums.
+  /// is dK, dV and the data gradients' running sums. \p boundsOnly
+  /// (block-sparse; i1): a listed full tile at a sequence end, whose
+  /// out-of-range elements are masked without the mask code.
   SmallVector<Value> tileStep(ValueRange state, Value head, Value q0,
-                              Value qLast, Value needsMask);
+                              Value qLast, Value needsMask,
+                              Value boundsOnly = Value());
+  /// Where \p boundsOnly holds: -inf for the elements of \p scores (S^T
+  /// fragments; first query column \p qLane) past seqlen_q or seqlen_k.
+  void maskPastEnds(MutableArrayRef<Value> scores, Value qLane,
+                    Value boundsOnly);
   /// (mayBeFalse, mayBeTrue) of the key tile at \p kFirst for the query
   /// tile [q0, qLast] of query head \p head: the tile is visited where
   /// mayBeTrue holds.
@@ -89,6 +102,9 @@ private:
   /// Deterministic mode: thread 0 increments the query tile's counter once
   /// the CTA's dQ adds are done (after a barrier).
   void releaseTurn(Value head, Value q0);
+  /// accumulateDQ, in key-tile order in the deterministic mode (waitTurn,
+  /// releaseTurn); then Q, dO, dS^T, LSE and D are free for the next tile.
+  void addDQ(Value head, Value q0, Value qLast);
   /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory).
   void accumulateDQ(Value head, Value q0);
   void storeRows(int tensor, Value headIdx, ArrayRef<Value> acc, int dim,
@@ -247,6 +263,13 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
   SmallVector<Value> carried(heads.getRegionIterArgs());
   if (grads->active())
     carried.append(grads->initState());
+  if (c.blockSparse) {
+    SmallVector<Value> res = listedTileLoop(head, carried, kPastEnd);
+    if (grads->active())
+      grads->flush(ArrayRef<Value>(res).drop_front(nK + nV), lane);
+    scf::YieldOp::create(b, ArrayRef<Value>(res).take_front(nK + nV));
+    return SmallVector<Value>(heads.getResults());
+  }
   auto tiles = scf::ForOp::create(b, zeroIdx, ops.toIndex(numQ), one, carried);
   {
     OpBuilder::InsertionGuard tg(b);
@@ -278,6 +301,80 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
     grads->flush(ArrayRef<Value>(res).drop_front(nK + nV), lane);
   scf::YieldOp::create(b, ArrayRef<Value>(res).take_front(nK + nV));
   return SmallVector<Value>(heads.getResults());
+}
+
+SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
+                                                   ValueRange carried,
+                                                   Value kPastEnd) {
+  const int BN = c.blockN;
+  // Row (batch, head, key tile) of the transposed lists (KernelAbi.h).
+  Value row = ops.add(
+      ops.add(ops.mul(batch, rowBatchStride), ops.mul(head, rowHeadStride)),
+      kTile);
+  Value listRow = ops.mul(ops.ext64(row), ops.ext64(listPitch));
+  Value numPartial = ops.loadI32(qLists[0], row);
+  Value numListed = ops.add(numPartial, ops.loadI32(qLists[2], row));
+  auto tiles = scf::ForOp::create(
+      b, arith::ConstantIndexOp::create(b, 0), ops.toIndex(numListed),
+      arith::ConstantIndexOp::create(b, 1), carried);
+  OpBuilder::InsertionGuard tg(b);
+  b.setInsertionPointToStart(tiles.getBody());
+  Value it = arith::IndexCastOp::create(b, ops.i32, tiles.getInductionVar());
+  // Both reads stay inside the row: partial + full <= num_q_tiles.
+  auto read = [&](Value list, Value i) {
+    Value p = LLVM::GEPOp::create(b, ops.ptrG, ops.i32, list,
+                                  ValueRange{ops.add(listRow, ops.ext64(i))});
+    return LLVM::LoadOp::create(b, ops.i32, p, /*alignment=*/4).getResult();
+  };
+  Value listedFull = ops.cmp(arith::CmpIPredicate::sge, it, numPartial);
+  Value fi = arith::MaxSIOp::create(b, ops.sub(it, numPartial), ops.ci32(0));
+  Value qTile = ops.sel(listedFull, read(qLists[3], fi), read(qLists[1], it));
+  Value q0 = ops.mul(qTile, ops.ci32(BN));
+  Value qLast =
+      ops.sub(arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BN)), seqlenQ),
+              ops.ci32(1));
+  // Listed partial: classified as the dense loop's tiles (skipped where the
+  // mask holds nowhere); listed full: no mask code. Tiles past this
+  // sequence's queries (a layout shared by shorter sequences): skipped.
+  auto [mayBeFalse, mayBeTrue] = classify(head, q0, qLast, k0);
+  mayBeFalse = ops.land(mayBeFalse, ops.lnot(listedFull));
+  mayBeTrue = ops.land(ops.lor(mayBeTrue, listedFull),
+                       ops.cmp(arith::CmpIPredicate::slt, q0, seqlenQ));
+  Value qPastEnd =
+      ops.cmp(arith::CmpIPredicate::sgt, ops.add(q0, ops.ci32(BN)), seqlenQ);
+  // A listed full tile at a sequence end masks only what lies past it (the
+  // mask is not evaluated on a full tile).
+  Value atEnd = ops.lor(kPastEnd, qPastEnd);
+  Value needsMask = ops.land(ops.lor(mayBeFalse, atEnd), ops.lnot(listedFull));
+  Value boundsOnly = ops.land(atEnd, listedFull);
+  ValueRange state = tiles.getRegionIterArgs();
+  auto tileIf = scf::IfOp::create(b, TypeRange(state), mayBeTrue,
+                                  /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard ig(b);
+    b.setInsertionPointToStart(tileIf.elseBlock()); // empty: skipped
+    scf::YieldOp::create(b, state);
+    b.setInsertionPointToStart(tileIf.thenBlock());
+    scf::YieldOp::create(
+        b, tileStep(state, head, q0, qLast, needsMask, boundsOnly));
+  }
+  scf::YieldOp::create(b, tileIf.getResults());
+  return SmallVector<Value>(tiles.getResults());
+}
+
+void BackwardBuilder::maskPastEnds(MutableArrayRef<Value> scores, Value qLane,
+                                   Value boundsOnly) {
+  Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
+  // Element (key row g or g + 8, query column q0 + 2t + 8jn + (i & 1)).
+  for (int jn = 0; jn < c.blockN / 8; ++jn)
+    for (int i = 0; i < 4; ++i) {
+      Value col = ops.add(qLane, ops.ci32(jn * 8 + (i & 1)));
+      Value out =
+          ops.lor(ops.cmp(arith::CmpIPredicate::sge, kvRow[i / 2], seqlenK),
+                  ops.cmp(arith::CmpIPredicate::sge, col, seqlenQ));
+      Value &v = scores[jn * 4 + i];
+      v = ops.sel(ops.land(boundsOnly, out), minusInf, v);
+    }
 }
 
 std::pair<Value, Value> BackwardBuilder::classify(Value head, Value q0,
@@ -343,7 +440,8 @@ void BackwardBuilder::waitTurn(Value head, Value q0, Value qLast) {
 
 SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
                                              Value q0, Value qLast,
-                                             Value needsMask) {
+                                             Value needsMask,
+                                             Value boundsOnly) {
   const int BN = c.blockN, D = c.headDimQK, Dv = c.headDimV, P = kPad;
   const int nS = BN / 8, nK = D / 8 * 4;
   const float log2e = 1.4426950408889634f;
@@ -408,9 +506,12 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
                                                    scale, scaleLog2, masked));
     }
   }
+  SmallVector<Value> scores(maskIf.getResults());
+  Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
+  if (boundsOnly)
+    maskPastEnds(scores, coords.qLane, boundsOnly);
   // P^T = exp2(t - LSE log2 e), exactly 0 where masked (also for rows with
   // LSE = -inf, which have no allowed key).
-  Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
   SmallVector<Value> colLse, colDelta;
   for (int jn = 0; jn < nS; ++jn)
     for (int cc = 0; cc < 2; ++cc) {
@@ -422,7 +523,7 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   SmallVector<Value> p;
   for (int jn = 0; jn < nS; ++jn)
     for (int i = 0; i < 4; ++i) {
-      Value v = maskIf.getResult(jn * 4 + i);
+      Value v = scores[jn * 4 + i];
       Value e = ops.exp2(ops.fsub(v, colLse[jn * 2 + (i & 1)]));
       p.push_back(ops.sel(ops.feq(v, minusInf), ops.cf32(0.0f), e));
     }
@@ -481,13 +582,21 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
           ops.gepBytes(sDS, ops.ext64(off)), /*alignment=*/4);
     }
   gpu::BarrierOp::create(b);
+  addDQ(head, q0, qLast);
+  return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
+}
+
+void BackwardBuilder::addDQ(Value head, Value q0, Value qLast) {
   // Deterministic mode: dQaccum of this query tile in key-tile order.
-  ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
+  // (Block-sparse kernels have no deterministic mode yet: the turn counts
+  // would have to follow the lists, not the classifier.)
+  if (!c.blockSparse)
+    ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
   accumulateDQ(head, q0);
   // Q, dO, dS^T, LSE and D are free for the next tile.
   gpu::BarrierOp::create(b);
-  releaseTurn(head, q0);
-  return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
+  if (!c.blockSparse)
+    releaseTurn(head, q0);
 }
 
 void BackwardBuilder::releaseTurn(Value head, Value q0) {

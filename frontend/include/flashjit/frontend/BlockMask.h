@@ -113,6 +113,48 @@ void checkBlockMaskFits(const BlockMask &mask, int64_t blockM, int64_t blockN,
                         std::span<const int32_t> cuSeqlensQ = {},
                         std::span<const int32_t> cuSeqlensK = {});
 
+/// A BlockMask transposed for a key-tile-outer backward kernel (the GPU
+/// backward's `_bwd_mask` kernel writes it on the device): for each (b, h,
+/// key tile j of kvTile keys), the query tiles of qTile rows whose mask
+/// tile the BlockMask lists, partial and full separately, increasing.
+/// Row (b, h, j) = (b * heads + h) * numKvTiles + j; its lists at
+/// row * numQTiles.
+struct TransposedBlockMask {
+  /// Query rows per query tile and keys per key tile (the backward's).
+  int64_t qTile = 0;
+  int64_t kvTile = 0;
+  /// The mask's extents.
+  int64_t batch = 1;
+  int64_t heads = 1;
+  /// ceil(seqlenQ / qTile) and ceil(seqlenK / kvTile) of the mask.
+  int64_t numQTiles = 0;
+  int64_t numKvTiles = 0;
+  /// [batch, heads, numKvTiles]: partial query tiles per row.
+  std::vector<int32_t> qNumBlocks;
+  /// [batch, heads, numKvTiles, numQTiles]: their indices.
+  std::vector<int32_t> qIndices;
+  /// [batch, heads, numKvTiles]: full query tiles per row.
+  std::vector<int32_t> fullQNumBlocks;
+  /// [batch, heads, numKvTiles, numQTiles]: their indices.
+  std::vector<int32_t> fullQIndices;
+};
+
+/// The backward's block-sparse rule: \p mask's tiles must be unions of the
+/// backward's tiles of \p qTile query rows x \p kvTile keys (mask.blockM a
+/// multiple of qTile, mask.blockN a multiple of kvTile), so that each
+/// backward tile lies in one mask tile and takes its class. Throws
+/// UserError naming both values otherwise.
+void checkBackwardBlockTiles(const BlockMask &mask, int64_t qTile,
+                             int64_t kvTile);
+
+/// The host twin of the GPU backward's mask transposer: \p mask (validated
+/// by the caller) transposed to tiles of \p qTile x \p kvTile
+/// (checkBackwardBlockTiles): query tile i of key tile j is listed partial
+/// (full) when mask tile (i * qTile / mask.blockM, j * kvTile / mask.blockN)
+/// is. Throws UserError as checkBackwardBlockTiles.
+TransposedBlockMask transposeBlockMask(const BlockMask &mask, int64_t qTile,
+                                       int64_t kvTile);
+
 /// The batch and head extents of the block mask a kernel builds for \p mask:
 /// batch is 1 unless the mask reads `batch` or the call is varlen (each
 /// sequence has its own tile grid), heads is 1 unless it reads `head`.

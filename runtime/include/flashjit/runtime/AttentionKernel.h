@@ -295,8 +295,8 @@ public:
   /// object, so calls on one object must not run concurrently on different
   /// streams. Throws UserError naming the bad field (shapes, dtypes,
   /// alignment, batch or heads above 65535) or the buffer read or written
-  /// out of range, or for a kernel compiled varlen (use runVarlen);
-  /// DriverError if a launch fails.
+  /// out of range, or for a kernel compiled varlen (use runVarlen) or
+  /// block-sparse (use runBlockSparse); DriverError if a launch fails.
   DataGradients run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
                     const TensorRef &o, const TensorRef &lse,
                     const TensorRef &dO, const TensorRef &dq,
@@ -324,7 +324,8 @@ public:
   /// queries get dK = dV = 0, queries of one with no keys dQ = 0. The
   /// gradients are referenceVarlenAttentionBackward's. Alignment, stride
   /// and synchronisation rules as run(). Throws UserError for a kernel
-  /// compiled without varlen (and run() for one compiled with it), bad
+  /// compiled without varlen (and run() for one compiled with it) or
+  /// block-sparse (the overload below takes the block mask), bad
   /// tensors (checkVarlenTensors), sequences above 2^31 - 1 tokens, batch or
   /// heads above 65535, bad arguments or options, out-of-range buffer
   /// accesses; DriverError if a launch fails.
@@ -337,6 +338,53 @@ public:
                           const GpuBackwardOptions &options = {},
                           CUstream stream = nullptr) const;
 
+  /// run() for a kernel compiled with GpuCompileOptions::blockSparse (not
+  /// varlen): the gradients of GpuAttentionKernel::runBlockSparse with the
+  /// same \p blockMask (referenceAttentionBackward with that mask). Each
+  /// call transposes the mask on the device (`<name>_bwd_mask`, into
+  /// workspaces of this object: per key tile, the listed query tiles) and
+  /// the main kernel visits only those: listed partial ones classified and
+  /// masked per element as the dense kernel's tiles, listed full ones with
+  /// no mask code, unlisted ones never loaded. The backward's block-sparse
+  /// rule: the mask's tiles must be unions of the backward's
+  /// (checkBackwardBlockTiles: block_mask.block_n a multiple of
+  /// info().config.blockM() keys, block_mask.block_m a multiple of
+  /// info().config.blockN query rows). Throws UserError for a kernel not
+  /// compiled block-sparse or compiled varlen (runVarlen takes the mask),
+  /// a mask that does not fit the call (checkBlockMaskFits with the mask's
+  /// own tiles) or the rule, options.deterministic (no deterministic
+  /// block-sparse backward yet), plus everything run() throws.
+  DataGradients runBlockSparse(const TensorRef &q, const TensorRef &k,
+                               const TensorRef &v, const TensorRef &o,
+                               const TensorRef &lse, const TensorRef &dO,
+                               const TensorRef &dq, const TensorRef &dk,
+                               const TensorRef &dv,
+                               const DeviceBlockMask &blockMask,
+                               const Arguments &args = {},
+                               const GpuBackwardOptions &options = {},
+                               CUstream stream = nullptr) const;
+  /// runVarlen() for a kernel compiled varlen and block-sparse: the
+  /// gradients of GpuAttentionKernel::runVarlen with the same \p blockMask
+  /// (tiles local to each sequence; listed tiles past a sequence's end are
+  /// skipped), under runBlockSparse's rule and errors.
+  DataGradients runVarlen(const TensorRef &q, const TensorRef &k,
+                          const TensorRef &v, const TensorRef &o,
+                          const TensorRef &lse, const TensorRef &dO,
+                          const TensorRef &dq, const TensorRef &dk,
+                          const TensorRef &dv, const DeviceCuSeqlens &cuSeqlens,
+                          const DeviceBlockMask &blockMask,
+                          const Arguments &args = {},
+                          const GpuBackwardOptions &options = {},
+                          CUstream stream = nullptr) const;
+  /// The transposed lists runBlockSparse gives the main kernel, built on
+  /// the device by `<name>_bwd_mask` from \p blockMask and copied back
+  /// (synchronous; for tests: equal to transposeBlockMask(blockMask's host
+  /// copy, info().config.blockN, info().config.blockM()) on the used
+  /// entries). Throws UserError for a kernel not compiled block-sparse or
+  /// a mask that breaks the tile rule.
+  TransposedBlockMask transposeOnDevice(const DeviceBlockMask &blockMask,
+                                        CUstream stream = nullptr) const;
+
   const AttentionSpec &spec() const { return spec_; }
   const GpuKernelInfo &info() const { return info_; }
   /// The main kernel `<name>_bwd` (registers, local memory: see Function).
@@ -344,18 +392,42 @@ public:
 
 private:
   struct BackwardCall;
+  DataGradients runDense(const TensorRef &q, const TensorRef &k,
+                         const TensorRef &v, const TensorRef &o,
+                         const TensorRef &lse, const TensorRef &dO,
+                         const TensorRef &dq, const TensorRef &dk,
+                         const TensorRef &dv, const DeviceBlockMask *blockMask,
+                         const Arguments &args,
+                         const GpuBackwardOptions &options,
+                         CUstream stream) const;
+  DataGradients runPacked(const TensorRef &q, const TensorRef &k,
+                          const TensorRef &v, const TensorRef &o,
+                          const TensorRef &lse, const TensorRef &dO,
+                          const TensorRef &dq, const TensorRef &dk,
+                          const TensorRef &dv, const DeviceCuSeqlens &cuSeqlens,
+                          const DeviceBlockMask *blockMask,
+                          const Arguments &args,
+                          const GpuBackwardOptions &options,
+                          CUstream stream) const;
   DataGradients launchBackward(const BackwardCall &call, const Arguments &args,
                                const GpuBackwardOptions &options,
                                CUstream stream) const;
+  /// Launches `<name>_bwd_mask` on \p mask into qLists_ (under mutex_);
+  /// returns the transposed extents (lists empty).
+  TransposedBlockMask launchTranspose(const DeviceBlockMask &mask,
+                                      CUstream stream) const;
 
   AttentionSpec spec_;
   GpuKernelInfo info_;
   Device *device_;
   Module module_;
   Function pre_, main_, post_;
+  Function transpose_; // block-sparse kernels: <name>_bwd_mask
   // Out-of-range flags, dQ accumulator, D, buffer/parameter gradients,
   // the deterministic mode's turn counters.
   mutable DeviceBuffer status_, accum_, delta_, grads_, turns_;
+  // block-sparse: the transposed block mask's four lists.
+  mutable DeviceBuffer qLists_[4];
   mutable std::mutex mutex_;
 };
 

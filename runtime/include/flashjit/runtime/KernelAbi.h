@@ -536,9 +536,29 @@ inline constexpr const char *kBackwardPreSuffix = "_bwd_pre";
 inline constexpr const char *kBackwardMainSuffix = "_bwd";
 inline constexpr const char *kBackwardPostSuffix = "_bwd_post";
 
-/// The backward kernels' fixed argument types, in order (\p varlen: the
-/// configuration is varlen, KernelConfig::varlen).
-inline std::vector<ArgType> backwardArgTypes(bool varlen = false) {
+/// Block-sparse backward kernels (KernelConfig::blockSparse), after the
+/// varlen arguments (if any): the block mask transposed for the key-tile-
+/// outer main kernel by `<name>_bwd_mask` (BackwardMaskArg below):
+/// q_num_blocks, q_indices, full_q_num_blocks, full_q_indices (pointers to
+/// i32), then row_batch_stride, row_head_stride, num_q_tiles (i32): row (b,
+/// h, key tile j) is b * row_batch_stride + h * row_head_stride + j (h a
+/// query head; a stride is 0 where the mask is shared) and lists
+/// q_num_blocks[row] partial and full_q_num_blocks[row] full query tiles of
+/// block_n rows, increasing, at row * num_q_tiles. The same counts as the
+/// forward's (kBlockSparseListArgs, kBlockSparseScalarArgs).
+///
+/// The backward's block-sparse rule: the block mask's tiles must be unions
+/// of the backward's: mask block_n (keys) a multiple of the backward's
+/// block_m (keys per CTA) and mask block_m (queries) a multiple of its
+/// block_n (query rows per tile). Backward tile (key tile j, query tile i)
+/// then lies in mask tile (i * block_n / mask block_m, j * block_m / mask
+/// block_n) and takes its class (listed partial, listed full, or not
+/// listed: never loaded).
+///
+/// The backward kernels' fixed argument types, in order (\p varlen,
+/// \p blockSparse: KernelConfig::varlen, KernelConfig::blockSparse).
+inline std::vector<ArgType> backwardArgTypes(bool varlen = false,
+                                             bool blockSparse = false) {
   std::vector<ArgType> t(kBwdStrides, ArgType::Ptr);
   t.insert(t.end(), kBwdSeqlenQ - kBwdStrides, ArgType::I64);
   t.insert(t.end(), kBwdScale - kBwdSeqlenQ, ArgType::I32);
@@ -546,12 +566,48 @@ inline std::vector<ArgType> backwardArgTypes(bool varlen = false) {
   t.push_back(ArgType::Ptr); // kBwdSemaphores
   if (varlen)
     t.insert(t.end(), kVarlenArgs, ArgType::Ptr);
+  if (blockSparse) {
+    t.insert(t.end(), kBlockSparseListArgs, ArgType::Ptr);
+    t.insert(t.end(), kBlockSparseScalarArgs, ArgType::I32);
+  }
   return t;
 }
 /// backwardArgTypes of the kernels built from \p c.
 inline std::vector<ArgType> backwardArgTypes(const KernelConfig &c) {
-  return backwardArgTypes(c.varlen);
+  return backwardArgTypes(c.varlen, c.blockSparse);
 }
+
+/// The block-sparse backward's mask transposer `<name>_bwd_mask`
+/// (kBackwardMaskSuffix; no variant arguments): writes, for each key tile
+/// of the backward's block_m keys, the query tiles of block_n rows whose
+/// mask tile the BlockMask lists (partial and full separately, increasing),
+/// under the rule above. Grid: (ceil(seqlen_k / block_m), mask heads, mask
+/// batch), block kBackwardMaskThreads threads (one warp), no shared
+/// memory; output row (b, h, j) = (b * gridDim.y + h) * gridDim.x + j.
+/// Host twin: flashjit::transposeBlockMask (frontend/BlockMask.h).
+enum BackwardMaskArg : int {
+  /// 4 pointers (i32): the BlockMask's kv_num_blocks, kv_indices,
+  /// full_kv_num_blocks, full_kv_indices.
+  kBmIn = 0,
+  /// 4 pointers (i32): the transposed q_num_blocks, q_indices,
+  /// full_q_num_blocks, full_q_indices.
+  kBmOut = 4,
+  kBmMaskQTiles = 8,  ///< i32: the mask's num_q_tiles
+  kBmMaskKvTiles = 9, ///< i32: the mask's num_kv_tiles (its list pitch)
+  kBmQRatio = 10,     ///< i32: mask block_m / backward block_n
+  kBmKvRatio = 11,    ///< i32: mask block_n / backward block_m
+  kBmQTiles = 12,     ///< i32: ceil(seqlen_q / block_n), the output pitch
+  kBackwardMaskArgs = 13,
+};
+/// The mask transposer's argument types, in order.
+inline std::vector<ArgType> backwardMaskArgTypes() {
+  std::vector<ArgType> t(kBmMaskQTiles, ArgType::Ptr);
+  t.insert(t.end(), kBackwardMaskArgs - kBmMaskQTiles, ArgType::I32);
+  return t;
+}
+/// Threads per CTA of `<name>_bwd_mask`.
+inline constexpr int kBackwardMaskThreads = 32;
+inline constexpr const char *kBackwardMaskSuffix = "_bwd_mask";
 
 /// The split-KV decode kernels of a variant `<name>` (KernelKind::Decode),
 /// run in this order on one stream:

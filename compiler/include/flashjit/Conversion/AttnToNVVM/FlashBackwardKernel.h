@@ -23,11 +23,15 @@ namespace flashjit::nvvm {
 /// kind Backward: blockM() keys per CTA (16 per warp), blockN query rows per
 /// inner tile, with blockN / 16 dividing numWarps and head_dim_qk a multiple
 /// of 16 * numWarps / (blockN / 16). The variant must have no score modifier
-/// (its derivative needs the backward op's score_grad region), and
-/// blockSparse is not set. With varlen the kernels take cu_seqlens (as the
-/// forward's) and work per sequence. All three support the deterministic
-/// mode at run time (a non-null semaphores argument: dQ added in a fixed
-/// key-tile order; KernelAbi.h).
+/// (its derivative needs the backward op's score_grad region). With
+/// varlen the kernels take cu_seqlens (as the forward's) and work per
+/// sequence. With blockSparse they take the transposed block mask
+/// (abi::gpu::backwardArgTypes; `<name>_bwd_mask` writes it, built
+/// separately by buildBackwardBlockMaskKernel) and the main kernel visits
+/// only the listed query tiles: partial ones as below, full ones with no
+/// mask code. All three support the deterministic mode at run time (a
+/// non-null semaphores argument: dQ added in a fixed key-tile order;
+/// KernelAbi.h), except block-sparse kernels.
 ///
 /// Per (query head of the kv head's group, query tile that the mask's
 /// interval classification does not find empty), each warp of the main
