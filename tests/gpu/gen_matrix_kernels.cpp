@@ -15,6 +15,10 @@
 // before and after a change); wgmma.tma applies where wgmma does (head dims
 // multiples of 64; the default elsewhere; compileGpu refuses it for now,
 // issue 16) and varlen / block-sparse kernels get wgmma's cp.async loads.
+// The backward kernels take the default instruction kind (wgmma on sm_90a
+// where the tile policy picks it) except under MMA mma.sync, which forces
+// mma.sync on them too; MMA backward-only.mma.sync writes only the backward
+// and timing kernels that way (the old kernels, for timing beside the new).
 // FLASHJIT_MATRIX_ONLY=<substring> writes only the matrix kernels whose id
 // contains it (the [gpu] tests take the same variable), nothing else.
 //
@@ -55,11 +59,11 @@ void write(const std::string &dir, const std::string &id,
 
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 4) {
-    std::fprintf(
-        stderr,
-        "usage: %s DIR [sm_80|sm_90a "
-        "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|backward-only]]\n",
-        argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s DIR [sm_80|sm_90a "
+                 "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|backward-only|"
+                 "backward-only.mma.sync]]\n",
+                 argv[0]);
     return 1;
   }
   std::string dir = argv[1];
@@ -74,7 +78,10 @@ int main(int argc, char **argv) {
     std::string mma = argv[3];
     if (mma == "backward-only")
       backwardOnly = true;
-    else if (mma == "mma.sync")
+    else if (mma == "backward-only.mma.sync") {
+      backwardOnly = true;
+      o.mma = flashjit::GpuMma::MmaSync;
+    } else if (mma == "mma.sync")
       o.mma = flashjit::GpuMma::MmaSync;
     else if (mma == "wgmma")
       o.mma = flashjit::GpuMma::Wgmma;
@@ -94,7 +101,17 @@ int main(int argc, char **argv) {
       so.mma = ws ? flashjit::GpuMma::WgmmaTmaWs : flashjit::GpuMma::WgmmaTma;
     return so;
   };
+  // The backward kernels: mma.sync when asked for, else the default.
+  const flashjit::GpuMma bwdMma = o.mma == flashjit::GpuMma::MmaSync
+                                      ? flashjit::GpuMma::MmaSync
+                                      : flashjit::GpuMma::Default;
   const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
+  // FLASHJIT_BACKWARD_ONLY=<substring> (with MMA backward-only...): only
+  // the backward and timing kernels whose id contains it.
+  const char *bwdOnly = std::getenv("FLASHJIT_BACKWARD_ONLY");
+  auto skip = [&](const std::string &id) {
+    return backwardOnly && bwdOnly && id.find(bwdOnly) == std::string::npos;
+  };
   int n = 0;
   for (const auto &k : flashjit::testing::kernelMatrix()) {
     if (backwardOnly)
@@ -129,28 +146,37 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
     ++n;
   }
-  // Backward kernels (mma.sync on every target; .info as the sparse ones).
+  // Backward kernels (bwdMma; .info as the sparse ones).
   for (const auto &k : flashjit::testing::backwardKernels()) {
+    if (skip(k.id))
+      continue;
     flashjit::GpuCompileOptions bo;
     bo.arch = o.arch;
     bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     ++n;
   }
   // Varlen backward kernels.
   for (const auto &k : flashjit::testing::backwardVarlenKernels()) {
+    if (skip(k.id))
+      continue;
     flashjit::GpuCompileOptions bo;
     bo.arch = o.arch;
     bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
     bo.varlen = true;
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     ++n;
   }
   // Block-sparse backward kernels (varlen too for ids bwdbsvl_).
   for (const auto &k : flashjit::testing::backwardSparseKernels()) {
+    if (skip(k.id))
+      continue;
     flashjit::GpuCompileOptions bo;
     bo.arch = o.arch;
     bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
     bo.blockSparse = true;
     bo.varlen = k.id.rfind("bwdbsvl_", 0) == 0;
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
@@ -158,10 +184,13 @@ int main(int argc, char **argv) {
   }
   // Timing kernels: forward <id>_fwd and backward <id>.
   for (const auto &k : flashjit::testing::benchKernels()) {
+    if (skip(k.id))
+      continue;
     flashjit::GpuCompileOptions bo;
     bo.arch = o.arch;
     write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
     bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     n += 2;
   }

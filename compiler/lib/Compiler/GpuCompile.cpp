@@ -82,11 +82,25 @@ void validateForGpu(const AttentionSpec &spec,
                                   field, d));
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
   if (tc.kind == KernelKind::Backward) {
-    if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma ||
-        options.mma == GpuMma::WgmmaTmaWs)
+    if (options.mma == GpuMma::WgmmaTma || options.mma == GpuMma::WgmmaTmaWs)
       throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
-                                  "only",
+                                  "or wgmma (cp.async, no TMA)",
                                   toString(options.mma)));
+    if (tc.wgmma) {
+      if (tc.blockN != 64 || tc.numWarps != 8)
+        throw UserError(fmt::format(
+            "block_n = {} and num_warps = {}: the wgmma backward takes "
+            "block_n = 64 and num_warps = 8 (two warpgroups of 64 keys, "
+            "query tiles of wgmma's 64 rows)",
+            tc.blockN, tc.numWarps));
+      for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
+                              std::pair{"head_dim_v", spec.headDimV}})
+        if (d != 64 && d != 128)
+          throw UserError(fmt::format("{} = {} is not supported by the wgmma "
+                                      "backward (64 or 128; mma.sync takes "
+                                      "multiples of 16)",
+                                      field, d));
+    }
     if (options.rowsPerWarp && options.rowsPerWarp != 16)
       throw UserError(fmt::format("rows_per_warp = {}: the GPU backward "
                                   "has 16 keys per warp",

@@ -180,14 +180,37 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
   return c;
 }
 
-/// The backward kernels' tiles: 4 warps of 16 keys; 64 query rows per
-/// tile up to head dim 64, 32 up to 128 and 16 above (per warp, dK and dV
-/// hold head_dim fp32 accumulators per thread beside S^T and dP^T of
-/// block_n / 2 each: 255 registers without spills).
+/// Whether the default backward on \p arch uses wgmma: sm_90a, head dims
+/// 64 or 128 (dK and dV of 128 columns, S^T, dP^T and dQ fit in 255
+/// registers; above, dK and dV alone take 256), no score modifier (its raw
+/// scores and derivative values stay live across the products) and not
+/// block-sparse (its block masks' key tiles would have to be multiples of
+/// the wgmma kernel's 128 keys per CTA).
+static bool backwardWgmmaApplies(const AttentionSpec &spec,
+                                 const std::string &arch, bool blockSparse) {
+  return arch == "sm_90a" && !blockSparse && !hasScoreModCode(spec) &&
+         (spec.headDimQK == 64 || spec.headDimQK == 128) &&
+         (spec.headDimV == 64 || spec.headDimV == 128);
+}
+
+/// The backward kernels' tiles. mma.sync: 4 warps of 16 keys; 64 query
+/// rows per tile up to head dim 64, 32 up to 128 and 16 above (per warp, dK
+/// and dV hold head_dim fp32 accumulators per thread beside S^T and dP^T of
+/// block_n / 2 each: 255 registers without spills). wgmma (\p mma, or the
+/// default where backwardWgmmaApplies): two warpgroups of 64 keys (8 warps,
+/// 128 keys per CTA) and 64 query rows per tile (wgmma's M for dQ = dS K).
 static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
-                                        const std::string &arch) {
+                                        const std::string &arch,
+                                        bool blockSparse, GpuMma mma) {
   GpuTileConfig c = mmaSyncBase(arch);
   c.kind = KernelKind::Backward;
+  if (mma == GpuMma::Wgmma || (mma == GpuMma::Default &&
+                               backwardWgmmaApplies(spec, arch, blockSparse))) {
+    c.wgmma = true;
+    c.numWarps = 8;
+    c.blockN = 64;
+    return c;
+  }
   c.numWarps = 4;
   int d = std::max(spec.headDimQK, spec.headDimV);
   c.blockN = d <= 64 ? 64 : d <= 128 ? 32 : 16;
@@ -195,7 +218,7 @@ static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
   // across the dV and dP products: half the query rows per tile keep the
   // main kernel within 255 registers (measured 2026-12-01: softcap and
   // ALiBi spilled 32-64 bytes at the plain tiles), where dQ's column split
-  // allows it (head_dim_qk a multiple of 16 * num_warps / (block_n / 16)).
+  // allows it (head_dim_qk a multiple of 16 * num_warps / (block_n / 32)).
   if (hasScoreModCode(spec) && c.blockN > 16 &&
       spec.headDimQK % (16 * c.numWarps / (c.blockN / 32)) == 0)
     c.blockN /= 2;
@@ -232,7 +255,15 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
     return c;
   }
   if (options.kind == KernelKind::Backward) {
-    GpuTileConfig c = backwardTileConfig(spec, options.arch);
+    // The default's wgmma tiles are 8 warps and 64 query rows: other tiles
+    // asked for pick mma.sync (mma = wgmma asked for too: validateForGpu
+    // refuses them).
+    GpuMma mma = options.mma;
+    if (mma == GpuMma::Default && ((options.blockN && options.blockN != 64) ||
+                                   (options.numWarps && options.numWarps != 8)))
+      mma = GpuMma::MmaSync;
+    GpuTileConfig c =
+        backwardTileConfig(spec, options.arch, options.blockSparse, mma);
     c.varlen = options.varlen;
     c.blockSparse = options.blockSparse;
     if (options.blockN)

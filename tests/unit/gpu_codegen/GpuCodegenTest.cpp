@@ -532,10 +532,29 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
       CHECK(img.config.blockM() == tc.blockM());
       CHECK(img.config.blockN == tc.blockN);
       CHECK(img.config.threads() == tc.threads());
-      CHECK_FALSE(img.config.wgmma);
-      CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
-      CHECK(img.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") !=
-            std::string::npos);
+      // wgmma on sm_90a at head dims 64 and 128 without a score modifier
+      // (the matrix's plain and masked kernels), else mma.sync.
+      const bool wgmma =
+          arch == "sm_90a" &&
+          (k.spec.headDimQK == 64 || k.spec.headDimQK == 128) &&
+          (k.variant == "none" || k.variant == "causal_tl" ||
+           k.variant == "causal_br" || k.variant == "window_lr" ||
+           k.variant == "chunked_causal" || k.variant == "doc_id");
+      CHECK(img.config.wgmma == wgmma);
+      if (wgmma) {
+        CHECK(img.config.threads() == 256);
+        CHECK(img.config.blockM() == 128);
+        CHECK(img.config.blockN == 64);
+        CHECK(img.ptx.find("wgmma.mma_async.sync.aligned.m64n64k16") !=
+              std::string::npos);
+        CHECK(img.ptx.find("fence.proxy.async.shared::cta") !=
+              std::string::npos);
+        CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") == std::string::npos);
+      } else {
+        CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+        CHECK(img.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans") !=
+              std::string::npos);
+      }
       CHECK(img.ptx.find("cp.async") != std::string::npos);
       CHECK((img.ptx.find("atom.global.add.f32") != std::string::npos ||
              img.ptx.find("red.global.add.f32") != std::string::npos));
@@ -628,8 +647,12 @@ TEST_CASE("block-sparse backward kernels assemble with no spills and carry "
       CHECK(img.config.varlen == o.varlen);
       // The backward's tiles are the dense kernel's (block-sparse takes no
       // tiles of its own).
+      // (mma.sync: the wgmma kernel's 128 keys per CTA would need block
+      // masks of 128-key tiles.)
       GpuCompileOptions dense = o;
       dense.blockSparse = false;
+      dense.mma = GpuMma::MmaSync;
+      CHECK_FALSE(img.config.wgmma);
       CHECK(resolveGpuTileConfig(k.spec, dense).blockN == img.config.blockN);
       CHECK(resolveGpuTileConfig(k.spec, dense).numWarps ==
             img.config.numWarps);
@@ -639,15 +662,15 @@ TEST_CASE("block-sparse backward kernels assemble with no spills and carry "
       runtime::GpuKernelInfo noSparse = info;
       noSparse.config.blockSparse = false;
       CHECK_THAT(runtime::gpuLaunchConfigMismatch(k.spec, noSparse, img.ptx),
-                 Catch::Contains("parameters") ||
-                     Catch::Contains("_bwd_mask"));
+                 Catch::Contains("parameters") || Catch::Contains("_bwd_mask"));
       // The transposer: one warp, ballots over the query tiles.
       const std::string mask = img.name + abi::gpu::kBackwardMaskSuffix;
       CHECK(img.ptx.find(".entry " + mask + "(") != std::string::npos);
       CHECK(img.ptx.find("vote.sync.ballot.b32") != std::string::npos);
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
       INFO(r.log);
-      for (const char *suffix : {"_bwd_pre", "_bwd", "_bwd_post", "_bwd_mask"}) {
+      for (const char *suffix :
+           {"_bwd_pre", "_bwd", "_bwd_post", "_bwd_mask"}) {
         INFO(suffix);
         const runtime::PtxasFunctionReport *f = r.find(img.name + suffix);
         REQUIRE(f);
@@ -676,11 +699,94 @@ TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   CHECK_THROWS_WITH(compileGpu(step, o), Catch::Contains("not differentiable"));
   AttentionSpec dense = testing::matrixSpec("none", 64, DType::BF16, 2, 2);
   GpuCompileOptions w = o;
-  w.mma = GpuMma::Wgmma;
-  CHECK_THROWS_WITH(compileGpu(dense, w), Catch::Contains("mma.sync only"));
+  w.mma = GpuMma::WgmmaTmaWs;
+  CHECK_THROWS_WITH(compileGpu(dense, w), Catch::Contains("no TMA"));
   GpuCompileOptions n = o;
   n.blockN = 48;
   CHECK_THROWS_WITH(compileGpu(dense, n), Catch::Contains("block_n = 48"));
+}
+
+TEST_CASE("the sm_90a backward uses wgmma where the tile policy picks it",
+          "[gpu-codegen][backward]") {
+  // The default on sm_90a at head dims 64 and 128 without a score
+  // modifier: two warpgroups of 64 keys (256 threads), 64-row query tiles,
+  // 128-byte-swizzled shared tiles, the five products on wgmma (dQ with dS
+  // read MN-major: imm-trans-a), no spills.
+  GpuCompileOptions o;
+  o.kind = KernelKind::Backward;
+  for (auto [variant, d] : {std::pair{"causal_br", 128}, {"none", 64}}) {
+    AttentionSpec s = testing::matrixSpec(variant, d, DType::F16, 4, 2);
+    INFO(variant << " d" << d);
+    GpuKernelImage img = compileGpu(s, o);
+    CHECK(img.config.wgmma);
+    CHECK(img.config.threads() == 256);
+    CHECK(img.config.blockN == 64);
+    // Shared memory: the padded layout's bytes (the swizzled tiles use
+    // 8 KiB less).
+    const int64_t m = 128, n = 64, p = 8;
+    CHECK(img.sharedBytes ==
+          2 * (2 * m * (d + p) + 2 * n * (d + p) + m * (n + p)) + 8 * n);
+    // dQ = dS K: N = D / 2 per warpgroup, both operands MN-major.
+    size_t end = img.ptx.find(", 1, 1, 1, 1;");
+    REQUIRE(end != std::string::npos);
+    size_t at = img.ptx.rfind("wgmma.mma_async", end);
+    CHECK(img.ptx.substr(at, end - at)
+              .find("m64n" + std::to_string(d / 2) + "k16.f32.f16.f16") !=
+          std::string::npos);
+    CHECK(runtime::gpuLaunchConfigMismatch(s, img.info(), img.ptx) == "");
+    runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
+    const runtime::PtxasFunctionReport *f = r.find(img.name + "_bwd");
+    REQUIRE(f);
+    INFO(r.log);
+    CHECK(f->clean());
+    CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit("sm_90a"));
+    // mma = mma.sync: the old kernel (4 warps, padded tiles).
+    GpuCompileOptions sync = o;
+    sync.mma = GpuMma::MmaSync;
+    GpuKernelImage old = compileGpu(s, sync);
+    CHECK_FALSE(old.config.wgmma);
+    CHECK(old.config.threads() == 128);
+    CHECK(old.ptx.find("wgmma") == std::string::npos);
+  }
+  // Fallbacks to mma.sync: sm_80, head dims other than 64 / 128, a score
+  // modifier, block-sparse, other tiles asked for.
+  auto picks = [](const AttentionSpec &s, const GpuCompileOptions &opt) {
+    return resolveGpuTileConfig(s, opt).wgmma;
+  };
+  AttentionSpec dense = testing::matrixSpec("none", 128, DType::BF16, 2, 2);
+  CHECK(picks(dense, o));
+  GpuCompileOptions a80 = o;
+  a80.arch = "sm_80";
+  CHECK_FALSE(picks(dense, a80));
+  CHECK_FALSE(picks(testing::matrixSpec("none", 96, DType::BF16, 2, 2), o));
+  CHECK_FALSE(picks(testing::matrixSpec("none", 256, DType::BF16, 2, 2), o));
+  CHECK_FALSE(picks(testing::matrixSpec("softcap", 128, DType::BF16, 2, 2), o));
+  CHECK_FALSE(picks(testing::matrixSpec("alibi", 64, DType::BF16, 2, 2), o));
+  GpuCompileOptions bs = o;
+  bs.blockSparse = true;
+  CHECK_FALSE(picks(dense, bs));
+  GpuCompileOptions vl = o;
+  vl.varlen = true;
+  CHECK(picks(dense, vl));
+  GpuCompileOptions n32 = o;
+  n32.blockN = 32;
+  CHECK_FALSE(picks(dense, n32));
+  GpuCompileOptions w4 = o;
+  w4.numWarps = 4;
+  CHECK_FALSE(picks(dense, w4));
+  // mma = wgmma asked for: taken where it can be built, else refused.
+  GpuCompileOptions w = o;
+  w.mma = GpuMma::Wgmma;
+  CHECK(picks(testing::matrixSpec("softcap", 128, DType::BF16, 2, 2), w));
+  CHECK_THROWS_WITH(
+      compileGpu(testing::matrixSpec("none", 96, DType::BF16, 2, 2), w),
+      Catch::Contains("head_dim_qk = 96"));
+  GpuCompileOptions w32 = w;
+  w32.blockN = 32;
+  CHECK_THROWS_WITH(compileGpu(dense, w32), Catch::Contains("block_n = 32"));
+  GpuCompileOptions w80 = w;
+  w80.arch = "sm_80";
+  CHECK_THROWS_WITH(compileGpu(dense, w80), Catch::Contains("sm_90a"));
 }
 
 TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",

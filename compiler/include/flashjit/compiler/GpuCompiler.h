@@ -57,10 +57,11 @@ struct GpuCompileOptions {
   bool blockSparse = false;
   /// Forward: the kernel `<name>`. Backward: the three kernels of
   /// abi::gpu::BackwardArg (runtime/KernelAbi.h; run by
-  /// runtime::GpuAttentionBackwardKernel) in one PTX module, mma.sync on
-  /// both targets, dense calls only (not varlen or blockSparse), masks but
-  /// no score modifier yet. The image's threads, blockM (keys per CTA),
-  /// blockN (query rows per tile) and sharedBytes describe `<name>_bwd`.
+  /// runtime::GpuAttentionBackwardKernel) in one PTX module: mma.sync, or
+  /// on sm_90a wgmma (the default at head dims 64 and 128 without a score
+  /// modifier, not block-sparse; mma = Wgmma / MmaSync force either). The
+  /// image's threads, blockM (keys per CTA), blockN (query rows per tile)
+  /// and sharedBytes describe `<name>_bwd`.
   KernelKind kind = KernelKind::Forward;
   /// Directory that receives <name>.<key>.attn.mlir, .gpu.mlir and
   /// .<arch>.ptx (<key>: gpuCacheKey's hash, so compiles never overwrite each

@@ -104,13 +104,18 @@ struct ConvertAttnToNVVM
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);
       if (c.kind == KernelKind::Backward) {
         int rowGroups = c.blockN / 16;
-        if (c.wgmma || c.rowsPerWarp != 16 || c.blockN > 64 ||
-            c.numWarps % rowGroups ||
+        if (c.rowsPerWarp != 16 || c.blockN > 64 || c.numWarps % rowGroups ||
             c.headDimQK % (16 * (c.numWarps / rowGroups))) {
-          op.emitOpError("unsupported GPU backward shape: mma.sync, "
-                         "rows-per-warp 16, block-n (query rows) 16, 32 or "
-                         "64 dividing 16 * num-warps, head_dim_qk a multiple "
-                         "of 16 * num-warps / (block-n / 16)");
+          op.emitOpError("unsupported GPU backward shape: rows-per-warp 16, "
+                         "block-n (query rows) 16, 32 or 64 dividing 16 * "
+                         "num-warps, head_dim_qk a multiple of 16 * "
+                         "num-warps / (block-n / 16)");
+          return signalPassFailure();
+        }
+        if (c.wgmma && (c.blockN != 64 || c.numWarps != 8 ||
+                        c.headDimQK > 128 || c.headDimV > 128)) {
+          op.emitOpError("unsupported wgmma GPU backward shape: block-n 64, "
+                         "num-warps 8, head dims 64 or 128");
           return signalPassFailure();
         }
         if (em->hasScoreMod() && !op.hasScoreGrad()) {

@@ -4,7 +4,10 @@
 // FlashBackwardKernel.h, built from nvvm, llvm, arith and scf ops.
 //
 // The algorithm is FlashAttention-2's backward pass (Dao 2023, Algorithm
-// 2), in its simplest mma.sync form:
+// 2); its five products come from a BackwardMma (BackwardMma.h: mma.sync
+// with 4 warps of 16 keys, or on sm_90a wgmma with two warpgroups of 64
+// keys and 64-row query tiles in 128-byte-swizzled shared tiles, which the
+// padded layout's sharedBytes covers):
 //   _bwd_pre:  D_i = dO_i . O_i (fp32), dQaccum_i = 0        (warp per row;
 //              BackwardRowKernels.cpp)
 //   _bwd:      one CTA per (key tile, kv head, batch); K and V of its keys
@@ -28,14 +31,15 @@
 //              BackwardRowKernels.cpp)
 // Fragment layouts: ../shared/notes/MMA-FRAGMENTS.md; the C fragment of two
 // n8 tiles is the A fragment of one k16 slice (P^T and dS^T stay in
-// registers for dV and dK). Arguments: abi::gpu::backwardArgTypes
-// (runtime/KernelAbi.h).
+// registers for dV and dK); both instruction kinds give each warp its 16
+// keys in that layout, so everything between the products is shared. Arguments:
+// abi::gpu::backwardArgTypes (runtime/KernelAbi.h).
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashBackwardKernel.h"
 
 #include "BackwardKernelBase.h"
-#include "MmaSync.h"
+#include "BackwardMma.h"
 #include "SharedTile.h"
 #include "VariantTile.h"
 
@@ -68,8 +72,6 @@ public:
 
 private:
   void mainKernel(Operation *gpuModule);
-  /// Lane addresses of the shared tiles (ldmatrix operands).
-  void laneAddresses(Value sK, Value sV);
   /// The loop over the query heads of the group and their query tiles;
   /// returns dK and dV (unscaled).
   SmallVector<Value> headLoop(int nK, int nV);
@@ -110,42 +112,47 @@ private:
   void storeRows(int tensor, Value headIdx, ArrayRef<Value> acc, int dim,
                  Value factor);
 
+  /// Q and dO of the tile at \p q0 (cp.async), LSE (log2 units) and D of
+  /// its rows into shared memory; waited for and published to the products.
+  void loadQueryTile(Value head, Value q0);
+  /// P^T = exp2(t - LSE log2 e), exactly 0 where \p scores is -inf (also
+  /// for rows with LSE = -inf, which have no allowed key). With
+  /// \p colDelta, D of this thread's query columns is read beside LSE into
+  /// it (2 per n8 tile of S^T).
+  SmallVector<Value> probabilities(ArrayRef<Value> scores,
+                                   SmallVectorImpl<Value> *colDelta);
+  /// dS'^T = P^T (dP^T - D) with D of this thread's query columns
+  /// (\p colDelta, or read from shared memory here when it is empty).
+  SmallVector<Value> scoreGradients(ArrayRef<Value> p, ArrayRef<Value> dp,
+                                    ArrayRef<Value> colDelta);
+  /// This thread's query column \p jn * 8 + 2 t + \p cc (byte offset in
+  /// the fp32 LSE / D rows).
+  Value columnOffset(int jn, int cc) {
+    return ops.mul(ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jn * 8 + cc)),
+                   ops.ci32(4));
+  }
+
   Value loadShared(Type ty, Value base, Value byteOff) {
     return LLVM::LoadOp::create(b, ty, ops.gepBytes(base, ops.ext64(byteOff)),
                                 /*alignment=*/4);
   }
-  /// acc[tile n8 pair] += a * (x4 B fragment at \p bAddr) over \p nTiles.
-  void mmaRow(ArrayRef<Value> a, llvm::function_ref<Value(int)> bAddr,
-              bool trans, MutableArrayRef<Value> acc, int nTiles) {
-    for (int jn = 0; jn < nTiles; jn += 2) {
-      auto bf = ldmatrixX4(ops, bAddr(jn), trans);
-      mmaM16N8K16(ops, a, bf[0], bf[1], acc.slice(jn * 4, 4));
-      mmaM16N8K16(ops, a, bf[2], bf[3], acc.slice((jn + 1) * 4, 4));
-    }
-  }
-  /// The A fragment of k16 step \p kk of a C-layout tile (two n8 tiles).
-  SmallVector<Value, 4> packA(ArrayRef<Value> x, int kk) {
-    int n0 = 2 * kk, n1 = 2 * kk + 1;
-    return {ops.pack(x[n0 * 4 + 0], x[n0 * 4 + 1]),
-            ops.pack(x[n0 * 4 + 2], x[n0 * 4 + 3]),
-            ops.pack(x[n1 * 4 + 0], x[n1 * 4 + 1]),
-            ops.pack(x[n1 * 4 + 2], x[n1 * 4 + 3])};
-  }
 
   std::optional<BackwardDataGrads> grads; // once the arguments are bound
-  // The main kernel's indices, shared tiles and lane addresses.
+  /// The products (mma.sync or wgmma; c.wgmma).
+  std::unique_ptr<BackwardMma> mma;
+  BackwardTileShape shape;
+  // The main kernel's indices and shared tiles.
   Value tid, warp, lane, g, t, headKV, headsQ, kTile, k0, kvRow[2];
   /// i1: the semaphores argument is not null (deterministic mode).
   Value deterministic;
   Value sQ, sDO, sDS, sLse, sDelta;
-  Value aK, aV, bQt, bDOt, bQn, bDOn, aDS, bKn;
-  int rowGroups = 0, colGroups = 0, dqCols = 0;
 };
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
   const int W = c.numWarps, BM = c.blockM(), BN = c.blockN;
-  const int D = c.headDimQK, Dv = c.headDimV, P = kPad;
+  const int D = c.headDimQK, Dv = c.headDimV;
+  shape = BackwardTileShape{D, Dv, BM, BN, W};
   gpu::GPUFuncOp fn = declare(gpuModule, abi::kBackwardMainSuffix, 32 * W,
                               c.KernelConfig::sharedBytes(D, Dv));
   grads.emplace(ops, em, gradArgs);
@@ -154,6 +161,10 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   lane = arith::RemUIOp::create(b, tid, ops.ci32(32));
   g = arith::DivUIOp::create(b, lane, ops.ci32(4));
   t = arith::RemUIOp::create(b, lane, ops.ci32(4));
+  mma = c.wgmma ? createWgmmaBackward(ops, shape, warp, lane)
+                : createMmaSyncBackward(ops, shape, warp, lane);
+  const bool swz = mma->swizzled();
+  const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).
   deterministic = LLVM::ICmpOp::create(b, LLVM::ICmpPredicate::ne, semaphores,
                                        LLVM::ZeroOp::create(b, ops.ptrG));
@@ -189,11 +200,11 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
     return address(tn, offset(tn, batch, h, zero32));
   };
   loadTileAsync(ops, tid, nthreads, sK, tensorBase(TK, headKV), st[TK][2], k0,
-                seqlenK, BM, D, /*swizzled=*/false);
+                seqlenK, BM, D, swz);
   loadTileAsync(ops, tid, nthreads, sV, tensorBase(TV, headKV), st[TV][2], k0,
-                seqlenK, BM, Dv, /*swizzled=*/false);
+                seqlenK, BM, Dv, swz);
   NVVM::CpAsyncCommitGroupOp::create(b);
-  laneAddresses(sK, sV);
+  mma->prepare(sK, sV, sQ, sDO, sDS);
 
   const int nK = D / 8 * 4, nV = Dv / 8 * 4;
   SmallVector<Value> fin = headLoop(nK, nV);
@@ -203,43 +214,6 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   storeRows(TDV, headKV, ArrayRef<Value>(fin).drop_front(nK), Dv, Value());
   b.setInsertionPointToEnd(&fn.getBody().front());
   gpu::ReturnOp::create(b);
-}
-
-void BackwardBuilder::laneAddresses(Value sK, Value sV) {
-  const int P = kPad, D = c.headDimQK, Dv = c.headDimV, BN = c.blockN;
-  // Per-lane ldmatrix addresses (MMA-FRAGMENTS.md): A fragments of a
-  // row-major [M x K] tile; B fragments of an [N x K] tile (non-transposed)
-  // or a [K x N] tile (transposed). dS (A of dQ = dS K) is read from dS^T,
-  // a [K x M] tile, with the transposing ldmatrix.
-  Value l16 = arith::RemUIOp::create(b, lane, ops.ci32(16));
-  Value l8 = arith::RemUIOp::create(b, lane, ops.ci32(8));
-  Value hi16 = arith::DivUIOp::create(b, lane, ops.ci32(16));
-  Value mid8 = arith::RemUIOp::create(
-      b, arith::DivUIOp::create(b, lane, ops.ci32(8)), ops.ci32(2));
-  auto at = [&](Value base, Value row, Value col, int ld) {
-    return ops.gepBytes(
-        base, ops.ext64(ops.mul(ops.add(ops.mul(row, ops.ci32(ld + P)), col),
-                                ops.ci32(2))));
-  };
-  Value w16 = ops.mul(warp, ops.ci32(16));
-  Value aRow = ops.add(w16, l16), aCol = ops.mul(hi16, ops.ci32(8));
-  Value ntRow = ops.add(ops.mul(hi16, ops.ci32(8)), l8),
-        ntCol = ops.mul(mid8, ops.ci32(8));
-  Value tRow = ops.add(l8, ops.mul(mid8, ops.ci32(8))),
-        tCol = ops.mul(hi16, ops.ci32(8));
-  aK = at(sK, aRow, aCol, D);
-  aV = at(sV, aRow, aCol, Dv);
-  bQt = at(sQ, ntRow, ntCol, D);
-  bDOt = at(sDO, ntRow, ntCol, Dv);
-  bQn = at(sQ, tRow, tCol, D);
-  bDOn = at(sDO, tRow, tCol, Dv);
-  rowGroups = BN / 16;
-  colGroups = c.numWarps / rowGroups;
-  dqCols = D / colGroups;
-  Value rg = arith::RemUIOp::create(b, warp, ops.ci32(rowGroups));
-  Value cg = arith::DivUIOp::create(b, warp, ops.ci32(rowGroups));
-  aDS = at(sDS, ntRow, ops.add(ops.mul(rg, ops.ci32(16)), ntCol), BN);
-  bKn = at(sK, tRow, ops.add(tCol, ops.mul(cg, ops.ci32(dqCols))), D);
 }
 
 SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
@@ -438,21 +412,16 @@ void BackwardBuilder::waitTurn(Value head, Value q0, Value qLast) {
   gpu::BarrierOp::create(b);
 }
 
-SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
-                                             Value q0, Value qLast,
-                                             Value needsMask,
-                                             Value boundsOnly) {
-  const int BN = c.blockN, D = c.headDimQK, Dv = c.headDimV, P = kPad;
-  const int nS = BN / 8, nK = D / 8 * 4;
+void BackwardBuilder::loadQueryTile(Value head, Value q0) {
+  const int BN = c.blockN;
   const float log2e = 1.4426950408889634f;
   Value zero32 = ops.ci32(0);
-  // Q and dO of the tile (cp.async), LSE (log2 units) and D of its rows.
   loadTileAsync(ops, tid, 32 * c.numWarps, sQ,
                 address(TQ, offset(TQ, batch, head, zero32)), st[TQ][2], q0,
-                seqlenQ, BN, D, /*swizzled=*/false);
+                seqlenQ, BN, c.headDimQK, mma->swizzled());
   loadTileAsync(ops, tid, 32 * c.numWarps, sDO,
                 address(TDO, offset(TDO, batch, head, zero32)), st[TDO][2], q0,
-                seqlenQ, BN, Dv, /*swizzled=*/false);
+                seqlenQ, BN, c.headDimV, mma->swizzled());
   NVVM::CpAsyncCommitGroupOp::create(b);
   ops.ifThen(ops.cmp(arith::CmpIPredicate::slt, tid, ops.ci32(BN)), [&] {
     Value row = ops.add(q0, tid);
@@ -474,19 +443,56 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
     LLVM::StoreOp::create(b, dl, ops.gepBytes(sDelta, off), /*alignment=*/4);
   });
   NVVM::CpAsyncWaitGroupOp::create(b, 0);
+  mma->publish(); // K, V (first tile), Q and dO are read by the products
   gpu::BarrierOp::create(b);
+}
 
+SmallVector<Value>
+BackwardBuilder::probabilities(ArrayRef<Value> scores,
+                               SmallVectorImpl<Value> *colDelta) {
+  const int nS = c.blockN / 8;
+  Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
+  SmallVector<Value> colLse;
+  for (int jn = 0; jn < nS; ++jn)
+    for (int cc = 0; cc < 2; ++cc) {
+      colLse.push_back(loadShared(ops.f32, sLse, columnOffset(jn, cc)));
+      if (colDelta)
+        colDelta->push_back(loadShared(ops.f32, sDelta, columnOffset(jn, cc)));
+    }
+  SmallVector<Value> p;
+  for (int jn = 0; jn < nS; ++jn)
+    for (int i = 0; i < 4; ++i) {
+      Value v = scores[jn * 4 + i];
+      Value e = ops.exp2(ops.fsub(v, colLse[jn * 2 + (i & 1)]));
+      p.push_back(ops.sel(ops.feq(v, minusInf), ops.cf32(0.0f), e));
+    }
+  return p;
+}
+
+SmallVector<Value> BackwardBuilder::scoreGradients(ArrayRef<Value> p,
+                                                   ArrayRef<Value> dp,
+                                                   ArrayRef<Value> colDelta) {
+  SmallVector<Value> d(colDelta.begin(), colDelta.end());
+  for (int jn = 0; colDelta.empty() && jn < c.blockN / 8; ++jn)
+    for (int cc = 0; cc < 2; ++cc)
+      d.push_back(loadShared(ops.f32, sDelta, columnOffset(jn, cc)));
+  SmallVector<Value> ds;
+  for (int jn = 0; jn < c.blockN / 8; ++jn)
+    for (int i = 0; i < 4; ++i)
+      ds.push_back(ops.fmul(p[jn * 4 + i],
+                            ops.fsub(dp[jn * 4 + i], d[jn * 2 + (i & 1)])));
+  return ds;
+}
+
+SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
+                                             Value q0, Value qLast,
+                                             Value needsMask,
+                                             Value boundsOnly) {
+  const int nS = c.blockN / 8, nK = c.headDimQK / 8 * 4;
+  const int nV = c.headDimV / 8 * 4;
+  loadQueryTile(head, q0);
   // S^T = K Q^T (this warp's 16 keys x BN queries).
-  SmallVector<Value> s(nS * 4, ops.cf32(0.0f));
-  for (int kk = 0; kk < D / 16; ++kk) {
-    auto a = ldmatrixX4(ops, ops.gepBytes(aK, int64_t(2) * kk * 16), false);
-    mmaRow(
-        a,
-        [&](int jn) {
-          return ops.gepBytes(bQt, 2 * (int64_t(jn) * 8 * (D + P) + kk * 16));
-        },
-        false, s, nS);
-  }
+  SmallVector<Value> s = mma->computeS();
   // Scores in log2 units, masked where the tile needs it.
   KeyRowCoords coords{batch,
                       head,
@@ -507,80 +513,29 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
     }
   }
   SmallVector<Value> scores(maskIf.getResults());
-  Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
   if (boundsOnly)
     maskPastEnds(scores, coords.qLane, boundsOnly);
-  // P^T = exp2(t - LSE log2 e), exactly 0 where masked (also for rows with
-  // LSE = -inf, which have no allowed key).
-  SmallVector<Value> colLse, colDelta;
-  for (int jn = 0; jn < nS; ++jn)
-    for (int cc = 0; cc < 2; ++cc) {
-      Value off = ops.mul(
-          ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jn * 8 + cc)), ops.ci32(4));
-      colLse.push_back(loadShared(ops.f32, sLse, off));
-      colDelta.push_back(loadShared(ops.f32, sDelta, off));
-    }
-  SmallVector<Value> p;
-  for (int jn = 0; jn < nS; ++jn)
-    for (int i = 0; i < 4; ++i) {
-      Value v = scores[jn * 4 + i];
-      Value e = ops.exp2(ops.fsub(v, colLse[jn * 2 + (i & 1)]));
-      p.push_back(ops.sel(ops.feq(v, minusInf), ops.cf32(0.0f), e));
-    }
+  // mma.sync reads D with LSE; wgmma, whose accumulators leave fewer
+  // registers, after dP (scoreGradients).
+  SmallVector<Value> colDelta;
+  SmallVector<Value> p = probabilities(scores, c.wgmma ? nullptr : &colDelta);
 
-  const int nV = Dv / 8 * 4;
   SmallVector<Value> dk(state.begin(), state.begin() + nK);
   SmallVector<Value> dv(state.begin() + nK, state.begin() + nK + nV);
   SmallVector<Value> gradState(state.begin() + nK + nV, state.end());
-  // dV += P^T dO.
-  for (int kk = 0; kk < BN / 16; ++kk)
-    mmaRow(
-        packA(p, kk),
-        [&](int jd) {
-          return ops.gepBytes(bDOn, 2 * (int64_t(kk) * 16 * (Dv + P) + jd * 8));
-        },
-        true, dv, Dv / 8);
-  // dP^T = V dO^T.
-  SmallVector<Value> dp(nS * 4, ops.cf32(0.0f));
-  for (int kk = 0; kk < Dv / 16; ++kk) {
-    auto a = ldmatrixX4(ops, ops.gepBytes(aV, int64_t(2) * kk * 16), false);
-    mmaRow(
-        a,
-        [&](int jn) {
-          return ops.gepBytes(bDOt, 2 * (int64_t(jn) * 8 * (Dv + P) + kk * 16));
-        },
-        false, dp, nS);
-  }
+  // dV += P^T dO; dP^T = V dO^T.
+  dv = mma->accumulateDV(dv, p);
+  SmallVector<Value> dp = mma->computeDP();
   // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
-  SmallVector<Value> ds;
-  for (int jn = 0; jn < nS; ++jn)
-    for (int i = 0; i < 4; ++i) {
-      int e = jn * 4 + i;
-      ds.push_back(ops.fmul(p[e], ops.fsub(dp[e], colDelta[jn * 2 + (i & 1)])));
-    }
+  SmallVector<Value> ds = scoreGradients(p, dp, colDelta);
   if (grads->active())
     ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
                           {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
   // dK += dS^T Q (scaled at the end).
-  for (int kk = 0; kk < BN / 16; ++kk)
-    mmaRow(
-        packA(ds, kk),
-        [&](int jd) {
-          return ops.gepBytes(bQn, 2 * (int64_t(kk) * 16 * (D + P) + jd * 8));
-        },
-        true, dk, D / 8);
+  dk = mma->accumulateDK(dk, ds);
   // dS^T into shared memory, then dQaccum += dS K.
-  for (int jn = 0; jn < nS; ++jn)
-    for (int r = 0; r < 2; ++r) {
-      Value row =
-          ops.add(ops.add(ops.mul(warp, ops.ci32(16)), g), ops.ci32(8 * r));
-      Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jn * 8));
-      Value off =
-          ops.mul(ops.add(ops.mul(row, ops.ci32(BN + P)), col), ops.ci32(2));
-      LLVM::StoreOp::create(
-          b, ops.pack(ds[jn * 4 + 2 * r], ds[jn * 4 + 2 * r + 1]),
-          ops.gepBytes(sDS, ops.ext64(off)), /*alignment=*/4);
-    }
+  mma->storeDS(ds);
+  mma->publish();
   gpu::BarrierOp::create(b);
   addDQ(head, q0, qLast);
   return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
@@ -612,19 +567,9 @@ void BackwardBuilder::releaseTurn(Value head, Value q0) {
 }
 
 void BackwardBuilder::accumulateDQ(Value head, Value q0) {
-  const int BM = c.blockM(), BN = c.blockN, D = c.headDimQK, P = kPad;
-  const int nQ = dqCols / 8;
-  SmallVector<Value> dq(nQ * 4, ops.cf32(0.0f));
-  for (int kk = 0; kk < BM / 16; ++kk) {
-    auto a = ldmatrixX4(ops, ops.gepBytes(aDS, int64_t(2) * kk * 16 * (BN + P)),
-                        true);
-    mmaRow(
-        a,
-        [&](int jd) {
-          return ops.gepBytes(bKn, 2 * (int64_t(kk) * 16 * (D + P) + jd * 8));
-        },
-        true, dq, nQ);
-  }
+  const int D = c.headDimQK, rowGroups = shape.rowGroups();
+  const int dqCols = shape.dqCols(), nQ = dqCols / 8;
+  SmallVector<Value> dq = mma->computeDQ();
   Value rg = arith::RemUIOp::create(b, warp, ops.ci32(rowGroups));
   Value cg = arith::DivUIOp::create(b, warp, ops.ci32(rowGroups));
   for (int r = 0; r < 2; ++r) {

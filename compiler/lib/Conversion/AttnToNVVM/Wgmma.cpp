@@ -80,6 +80,67 @@ SmallVector<Value> wgmmaChain(KernelOps &ops, ArrayRef<Value> acc, int n,
   return out;
 }
 
+SmallVector<Value> wgmmaChainOffsets(KernelOps &ops, ArrayRef<Value> acc, int n,
+                                     Value aBase, ArrayRef<int64_t> aSteps,
+                                     ArrayRef<Value> aRegs, Value bBase,
+                                     ArrayRef<int64_t> bSteps, bool transB,
+                                     bool transA) {
+  const int nAccum = n / 2;
+  const bool accumulate = !acc.empty(), regsA = !aRegs.empty();
+  SmallVector<Value> operands(acc.begin(), acc.end());
+  std::string cons;
+  for (int i = 0; i < nAccum; ++i)
+    cons += "=f,";
+  for (int i = 0; accumulate && i < nAccum; ++i)
+    cons += std::to_string(i) + ",";
+  int next = accumulate ? 2 * nAccum : nAccum;
+  auto ref = [&](Value v, const char *constraint) {
+    operands.push_back(v);
+    cons += std::string(constraint) + ",";
+    return "$" + std::to_string(next++);
+  };
+  std::string dlist = "{";
+  for (int i = 0; i < nAccum; ++i)
+    dlist += (i ? ", $" : "$") + std::to_string(i);
+  dlist += "}";
+  const char *ty = ops.bf16 ? "bf16" : "f16";
+  std::string one = ref(ops.ci32(1), "r");
+  std::string aB = regsA ? "" : ref(aBase, "l");
+  std::string bB = ref(bBase, "l");
+  std::string asmStr = "{\n.reg .pred p, z;\n.reg .b64 da, db;\n"
+                       "setp.ne.b32 p, " +
+                       one + ", 0;\nsetp.eq.b32 z, " + one +
+                       ", 0;\nwgmma.fence.sync.aligned;\n";
+  for (size_t st = 0; st < bSteps.size(); ++st) {
+    std::string a = "da";
+    if (regsA) {
+      a = "{";
+      for (int r = 0; r < 4; ++r)
+        a += (r ? ", " : "") + ref(aRegs[4 * st + r], "r");
+      a += "}";
+    } else {
+      asmStr += "add.s64 da, " + aB + ", " + std::to_string(aSteps[st]) + ";\n";
+    }
+    asmStr += "add.s64 db, " + bB + ", " + std::to_string(bSteps[st]) + ";\n";
+    asmStr += "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
+              "k16.f32." + ty + "." + ty + " " + dlist + ", " + a + ", db" +
+              (st == 0 && !accumulate ? ", z" : ", p") + ", 1, 1" +
+              (regsA ? "" : (transA ? ", 1" : ", 0")) +
+              (transB ? ", 1" : ", 0") + ";\n";
+  }
+  asmStr += "wgmma.commit_group.sync.aligned;\n"
+            "wgmma.wait_group.sync.aligned 0;\n}";
+  cons.pop_back();
+  SmallVector<Type> fields(nAccum, ops.f32);
+  auto op = ops.inlineAsm(
+      LLVM::LLVMStructType::getLiteral(ops.b.getContext(), fields), operands,
+      asmStr, cons);
+  SmallVector<Value> out;
+  for (int i = 0; i < nAccum; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(ops.b, op.getResult(0), i));
+  return out;
+}
+
 void fenceProxyAsync(KernelOps &ops) {
   ops.inlineAsm(Type(), {}, "fence.proxy.async.shared::cta;", "");
 }

@@ -40,6 +40,19 @@ wgmmaChain(KernelOps &ops, llvm::ArrayRef<mlir::Value> acc, int n,
            llvm::ArrayRef<mlir::Value> aDesc, llvm::ArrayRef<mlir::Value> aRegs,
            llvm::ArrayRef<mlir::Value> bDesc, bool transB);
 
+/// wgmmaChain with each step's descriptors formed inside the asm block:
+/// A_s = \p aBase + \p aSteps[s] (unless \p aRegs is given, as in
+/// wgmmaChain), B_s = \p bBase + \p bSteps[s] (offsets in the
+/// descriptors' 16-byte units). Only the two bases are values, so a loop
+/// around the chain keeps two 64-bit registers live instead of one per step
+/// (LLVM hoists loop-invariant descriptors out of the loop). A descriptor
+/// A is MN-major when \p transA (imm-trans-a = 1; bf16 / f16).
+llvm::SmallVector<mlir::Value>
+wgmmaChainOffsets(KernelOps &ops, llvm::ArrayRef<mlir::Value> acc, int n,
+                  mlir::Value aBase, llvm::ArrayRef<int64_t> aSteps,
+                  llvm::ArrayRef<mlir::Value> aRegs, mlir::Value bBase,
+                  llvm::ArrayRef<int64_t> bSteps, bool transB, bool transA);
+
 /// fence.proxy.async.shared::cta: this thread's shared-memory writes
 /// (cp.async) become visible to the async proxy (wgmma's operand reads).
 void fenceProxyAsync(KernelOps &ops);
