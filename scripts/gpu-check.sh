@@ -21,7 +21,8 @@
 # [sparse] tests, which gpu includes), bwd (only the [backward] tests, which
 # gpu includes), bwdbench (forward and backward TF/s, not in the default),
 # memcheck_bwd and racecheck_bwd (a few backward kernels under the
-# sanitizers, not in the default). Exit status: 0 iff every selected test
+# sanitizers, not in the default), memcheck_bwd_sparse and
+# racecheck_bwd_sparse (the block-sparse backward under them, likewise). Exit status: 0 iff every selected test
 # step passed.
 #
 # GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix
@@ -243,6 +244,15 @@ run() {
       --tool racecheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "generated backward kernels match the float64 reference backward"
   fi
+  if command -v compute-sanitizer >/dev/null && want memcheck_bwd_sparse; then
+    step memcheck_bwd_sparse compute-sanitizer --tool memcheck \
+      --error-exitcode 3 "$bin/flashjit_gpu_tests" "[block-sparse]"
+  fi
+  if command -v compute-sanitizer >/dev/null && want racecheck_bwd_sparse; then
+    step racecheck_bwd_sparse compute-sanitizer --tool racecheck \
+      --error-exitcode 3 "$bin/flashjit_gpu_tests" \
+      "varlen block-sparse backward kernels match the float64 varlen*"
+  fi
   want large && step large "$bin/flashjit_gpu_tests" "[large]"
   if want torch; then
     tar -C /tmp -xJf "$PACK/torch_bundle.tar.xz"
@@ -349,7 +359,7 @@ run() {
   local failed=0
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
     racecheck_generated sparse memcheck_sparse racecheck_sparse bwd bwdbench \
-    memcheck_bwd racecheck_bwd; do
+    memcheck_bwd racecheck_bwd memcheck_bwd_sparse racecheck_bwd_sparse; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
       "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|[0-9]+/[0-9]+ cases passed)' "$out/$s.log" | tail -1)"
