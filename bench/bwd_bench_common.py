@@ -245,7 +245,7 @@ def make_row(variant, d, n, batch, heads, pairs, timings, check=None):
     or dict(error=...) (not timed). Adds TF/s (fwd, bwd, fwd+bwd), the
     bwd / fwd time ratio per impl, and for plot_bench.py the keys ours,
     fa2, cudnn, flex, fa4 = fwd+bwd TF/s. ``check``: the correctness
-    check's dict (``valid`` False marks the row invalid)."""
+    check's dict (``valid`` False marks the row invalid: ``ours`` NaN)."""
     f = flops(batch, heads, d, pairs)
     row = {"variant": variant, "D": d, "N": n, "B": batch, "H": heads,
            "pairs": pairs, "allowed_fraction": pairs / float(n * n),
@@ -262,6 +262,8 @@ def make_row(variant, d, n, batch, heads, pairs, timings, check=None):
     for impl in IMPLS:
         key = "ours" if impl == "flashjit" else impl
         row[key] = row["impls"].get(impl, {}).get("total_tfs", float("nan"))
+    if not row["valid"]:
+        row["ours"] = float("nan")  # a wrong kernel's speed is not plotted
     return row
 
 

@@ -179,7 +179,8 @@ def test_rows_json_and_markdown(tmp_path):
                       {"flashjit": _timing(1.0, 2.0)},
                       {"valid": False, "worst": 0.5,
                        "failures": ["dK: max 0.5 norm 0.3 NaN 0"]})
-    assert not bad["valid"]
+    assert not bad["valid"] and math.isnan(bad["ours"])
+    assert bad["impls"]["flashjit"]["total_ms"] == 3.0  # kept in the JSON
     meta = {"gpu": "test GPU", "commit": "abc1234", "dtype": "bf16"}
     jpath, mpath = rb.write_outputs(str(tmp_path), "t", meta, [ok, bad])
     data = json.load(open(jpath))
@@ -314,3 +315,18 @@ def test_a_wrong_flashjit_variant_is_caught(tmp_path, monkeypatch, capsys):
         ("causal", True), ("swa1024", False)]
     text = open(tmp_path / "bwd_d16_n48.md").read()
     assert text.count("WRONG") == 1
+
+
+def test_plot_takes_the_rows(tmp_path):
+    pytest.importorskip("matplotlib")
+    import plot_bench
+    rows = [rb.make_row(v, 128, n, *rb.shape(n, 128),
+                        rb.allowed_pairs(v, n, [n]),
+                        {"flashjit": _timing(1.0, 2.0),
+                         "fa4": _timing(0.5, 1.0)},
+                        {"valid": v != "alibi"})
+            for v in ("causal", "alibi") for n in (1024, 4096)]
+    paths = plot_bench.plot(rows, ["causal", "alibi"], str(tmp_path),
+                            "bwd_t", ylabel="fwd+bwd TF/s")
+    assert [os.path.basename(p) for p in paths] == ["bwd_t_d128.png"]
+    assert os.path.getsize(paths[0]) > 1000
