@@ -23,9 +23,11 @@ BWD_FACTOR = 2.5  # backward FLOPs / forward FLOPs (issue 15)
 # a row passes when within these or within 2x the checked peer's own error.
 TOLERANCES = {"bf16": (1.5e-2, 7.5e-3), "fp16": (2.5e-3, 1.2e-3),
               "fp32": (1e-3, 5e-4)}
-# d slopes (a sum over every pair weighted by |i - j|): relative to the
-# largest reference slope gradient of the checked heads.
-SLOPE_TOL = 5e-2
+# d slope_h = -sum over the batch and pairs of dS_ij |i - j|, a sum whose
+# terms cancel (each row of dS sums to 0): its error is bounded relative to
+# sum |dS_ij| |i - j| (the sum's condition), by about 2.5x the unit roundoff
+# of the dtype P and dS enter the tensor cores in (bf16 2^-8, fp16 2^-11).
+SLOPE_TOL = {"bf16": 1e-2, "fp16": 1.5e-3, "fp32": 1e-5}
 
 
 class UserError(ValueError):

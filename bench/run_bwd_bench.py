@@ -262,24 +262,29 @@ def time_impl(torch, impl, warmup, reps, device):
 
 def reference_head(torch, case, b, h):
     """fp32 torch autograd of the variant's formula on (batch b, head h):
-    (O, dQ, dK, dV [N, D], d slope (a 0-d tensor) or None)."""
+    (O, dQ, dK, dV [N, D], d slope or None, sum |dS_ij| |i - j| or None):
+    ALiBi's slope gradient and the condition of that sum (floats)."""
     q, k, v = (t[b, h].float().detach().requires_grad_(True)
                for t in (case.q, case.k, case.v))
     idx = torch.arange(case.n, device=q.device)
     s = (q @ k.transpose(0, 1)) / math.sqrt(case.d)
-    slope = None
+    slope = dist = None
     if case.variant == "softcap30":
         s = SOFTCAP * torch.tanh(s / SOFTCAP)
     if case.variant == "alibi":
         slope = case.slopes[h].detach().clone().requires_grad_(True)
-        s = s - slope * (idx[:, None] - idx[None, :]).abs().float()
+        dist = (idx[:, None] - idx[None, :]).abs().float()
+        s = s - slope * dist
     allow = allowed(case.variant, idx[:, None], idx[None, :], case.doc)
-    s = s.masked_fill(~allow, float("-inf"))
-    o = torch.softmax(s, -1) @ v
-    leaves = [q, k, v] + ([slope] if slope is not None else [])
+    z = s.masked_fill(~allow, float("-inf"))
+    o = torch.softmax(z, -1) @ v
+    leaves = [q, k, v] + ([slope, s] if slope is not None else [])
     grads = torch.autograd.grad(o, leaves, case.d_o[b, h].float())
-    return (o.detach(),) + tuple(g.detach() for g in grads[:3]) + (
-        grads[3].detach() if slope is not None else None,)
+    out = (o.detach(),) + tuple(g.detach() for g in grads[:3])
+    if slope is None:
+        return out + (None, None)
+    cond = (grads[4].abs() * dist).sum().item()  # grads[4]: dS
+    return out + (grads[3].item(), cond)
 
 
 def _rel(torch, got, want):
@@ -297,7 +302,7 @@ def check_case(torch, case, impls, ctx):
     (name -> Impl, in order; Unsupported ones absent) that runs, compared
     on batch element 0, heads ``check_heads`` with the fp32 reference: O,
     dQ, dK, dV, and for ALiBi d slopes (the reference summed over the
-    batch). Returns the check dict: valid, worst (flashjit's largest
+    batch; the error relative to the sum's condition, see SLOPE_TOL). Returns the check dict: valid, worst (flashjit's largest
     relative norm error), failures, heads, peer, errors (per impl, per
     tensor: [max rel, norm rel, NaN count])."""
     heads = check_heads(case.heads, ctx["check_heads"])
@@ -326,13 +331,14 @@ def check_case(torch, case, impls, ctx):
                 "peer": None, "errors": {}}
     names = ["O", "dQ", "dK", "dV"]
     errs = {n: {} for n in results}
-    slope_want, slope_got = [], {n: [] for n in results}
+    slope_want, slope_cond, slope_got = [], [], {n: [] for n in results}
     for h in heads:
         ref = reference_head(torch, case, 0, h)
         if ref[4] is not None:  # d slope_h sums over the whole batch
-            slope_want.append(ref[4].item() + sum(
-                reference_head(torch, case, b, h)[4].item()
-                for b in range(1, case.batch)))
+            rest = [reference_head(torch, case, b, h)[4:]
+                    for b in range(1, case.batch)]
+            slope_want.append(ref[4] + sum(r[0] for r in rest))
+            slope_cond.append(ref[5] + sum(r[1] for r in rest))
         for n, (got, slope_g) in results.items():
             for i, t in enumerate(names):
                 m, nrm, nan = _rel(torch, got[i][0, h], ref[i])
@@ -341,14 +347,12 @@ def check_case(torch, case, impls, ctx):
             if ref[4] is not None and slope_g is not None:
                 slope_got[n].append(slope_g[h].item())
         del ref
-    # d slopes: max |err| over the checked heads / max |ref| (a head's own
-    # gradient may be near 0).
-    scale = max((abs(x) for x in slope_want), default=0.0) or 1.0
+    # d slopes: |err| / sum |dS_ij| |i - j| (SLOPE_TOL), worst head.
     for n, got in slope_got.items():
         if got:
             nan = sum(g != g for g in got)
-            err = max(abs(g - w) if g == g else float("inf")
-                      for g, w in zip(got, slope_want)) / scale
+            err = max((abs(g - w) if g == g else float("inf")) / (c or 1.0)
+                      for g, w, c in zip(got, slope_want, slope_cond))
             errs[n]["dslopes"] = [err, err, nan]
     tol_max, tol_norm = TOLERANCES[ctx["dtype"]]
     peer = next((n for n in results if n != "flashjit"), None)
@@ -356,8 +360,9 @@ def check_case(torch, case, impls, ctx):
     for t, (m, nrm, nan) in errs["flashjit"].items():
         pm, pn = (errs[peer][t][:2] if peer and t in errs[peer]
                   else (0.0, 0.0))
-        lim_m = max(SLOPE_TOL if t == "dslopes" else tol_max, 2 * pm)
-        lim_n = max(SLOPE_TOL if t == "dslopes" else tol_norm, 2 * pn)
+        slope_tol = SLOPE_TOL[ctx["dtype"]]
+        lim_m = max(slope_tol if t == "dslopes" else tol_max, 2 * pm)
+        lim_n = max(slope_tol if t == "dslopes" else tol_norm, 2 * pn)
         if nan or not m <= lim_m or not nrm <= lim_n:
             failures.append(f"{t}: max {m:.3g} norm {nrm:.3g} NaN {nan} "
                             f"(bound max {lim_m:.3g}, norm {lim_n:.3g})")

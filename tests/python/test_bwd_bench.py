@@ -330,3 +330,33 @@ def test_plot_takes_the_rows(tmp_path):
                             "bwd_t", ylabel="fwd+bwd TF/s")
     assert [os.path.basename(p) for p in paths] == ["bwd_t_d128.png"]
     assert os.path.getsize(paths[0]) > 1000
+
+
+@pytest.mark.parametrize("factor, valid", [(1.0, True), (1.02, False)])
+def test_check_catches_a_wrong_slope_gradient(factor, valid):
+    # check_case on a torch "flashjit" (fp32 ALiBi attention) whose slope
+    # gradient is scaled by ``factor`` while O, dQ, dK and dV stay exact:
+    # only d slopes may fail, and must at 2%.
+    torch = pytest.importorskip("torch")
+    args = rb.parse_args(["--device", "cpu", "--tokens", "64", "--hidden",
+                          "32", "--d", "16", "--n", "32"])
+    case = runner.Case(torch, args, "alibi", 16, 32)
+    q, k, v = (t.detach().clone().requires_grad_() for t in
+               (case.q, case.k, case.v))
+    slopes = case.slopes.detach().clone().requires_grad_()
+    idx = torch.arange(32)
+    dist = (idx[:, None] - idx[None, :]).abs().float()
+
+    def run():
+        s = slopes + (factor - 1.0) * (slopes - slopes.detach())
+        z = q @ k.transpose(-1, -2) / 4.0 - s[None, :, None, None] * dist
+        return torch.softmax(z, -1) @ v
+    impl = runner.Impl(run, [q, k, v, slopes], case.d_o)
+    chk = runner.check_case(torch, case, {"flashjit": impl},
+                            {"dtype": "fp32", "check_heads": 2})
+    assert chk["heads"] == [0, 1] and chk["peer"] is None
+    assert chk["valid"] == valid, chk
+    errs = chk["errors"]["flashjit"]
+    assert all(errs[t][1] < 1e-5 for t in ("O", "dQ", "dK", "dV")), errs
+    if not valid:
+        assert [f.split(":")[0] for f in chk["failures"]] == ["dslopes"]
