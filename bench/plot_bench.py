@@ -19,12 +19,14 @@ KERNELS = [
     ("fa2", "FlashAttention-2", "tab:orange", "s"),
     ("cudnn", "cuDNN", "tab:green", "^"),
     ("flex", "FlexAttention", "tab:red", "D"),
+    ("fa4", "FlashAttention-4", "tab:purple", "v"),
 ]
 
 
-def plot(rows, variants, out, prefix="bench"):
+def plot(rows, variants, out, prefix="bench", ylabel="TF/s (allowed pairs)"):
     """Writes <out>/<prefix>_d<D>.png for each head dim D in rows; returns the
-    paths. rows: run_bench.py's JSON rows; variants: panel order."""
+    paths. rows: run_bench.py's (or run_bwd_bench.py's: fwd+bwd TF/s) JSON
+    rows; variants: panel order."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -47,7 +49,7 @@ def plot(rows, variants, out, prefix="bench"):
             ax.grid(True, alpha=0.3)
             if ax.get_lines():
                 ax.legend(fontsize=8, loc="best")
-        axes[0][0].set_ylabel("TF/s (allowed pairs)")
+        axes[0][0].set_ylabel(ylabel)
         fig.tight_layout()
         path = os.path.join(out, f"{prefix}_d{D}.png")
         fig.savefig(path, dpi=80)
@@ -58,16 +60,21 @@ def plot(rows, variants, out, prefix="bench"):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("json", nargs="+", help="run_bench.py's bench_*.json")
+    ap.add_argument("json", nargs="+",
+                    help="run_bench.py's bench_*.json or run_bwd_bench.py's "
+                         "bwd_*.json")
     ap.add_argument("--out", help="directory for the PNGs (default: beside each JSON)")
-    ap.add_argument("--variants", default="dense,causal,swa1024,softcap30,alibi")
+    ap.add_argument("--variants",
+                    default="dense,causal,swa1024,softcap30,alibi,doc")
     a = ap.parse_args()
     for path in a.json:
         rows = json.load(open(path))["rows"]
         out = a.out or os.path.dirname(os.path.abspath(path))
         os.makedirs(out, exist_ok=True)
         prefix = os.path.splitext(os.path.basename(path))[0]
-        for p in plot(rows, a.variants.split(","), out, prefix):
+        ylabel = ("fwd+bwd TF/s (allowed pairs)" if prefix.startswith("bwd_")
+                  else "TF/s (allowed pairs)")
+        for p in plot(rows, a.variants.split(","), out, prefix, ylabel):
             print(p)
 
 

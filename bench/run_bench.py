@@ -9,8 +9,17 @@ TF/s count only the (q, k) pairs the mask allows: 4 * B * H * N^2 * D * f.
 Writes JSON, a markdown table and one PNG per head dim under --out.
 
   python3 bench/run_bench.py --kernels DIR --out DIR [--n 512,4096] [--d 128]
+
+--backward: the training path (forward + backward) instead, flashjit through
+its Python package beside the peers: bench/run_bwd_bench.py with the other
+options (no --kernels).
 """
 import argparse, ctypes, json, math, os, sys, time
+
+if __name__ == "__main__" and "--backward" in sys.argv[1:]:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import run_bwd_bench
+    sys.exit(run_bwd_bench.main([a for a in sys.argv[1:] if a != "--backward"]))
 
 import numpy as np
 import cupy as cp

@@ -21,13 +21,26 @@
 # [sparse] tests, which gpu includes), bwd (only the [backward] tests, which
 # gpu includes), bwdbench (forward and backward TF/s, not in the default),
 # memcheck_bwd and racecheck_bwd (a few backward kernels under the
-# sanitizers, not in the default). Exit status: 0 iff every selected test
+# sanitizers, not in the default), memcheck_bwd_sparse and
+# racecheck_bwd_sparse (the block-sparse backward under them, likewise). Exit status: 0 iff every selected test
 # step passed.
 #
 # GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix
 # with another MMA, e.g. wgmma.tma.ws. GPU_CHECK_BENCH_N, _D and _ARGS (run)
 # pass N, D and more options (e.g. "--labels default,ws --flex 0") to
 # bench/run_bench.py in the `peers` step.
+#
+# `bwdpeers` (not in the default; needs the python pack's libflashjit_c.so):
+# the training path, forward + backward, of flashjit's Python package
+# (autograd, JIT-compiled kernels) beside FA2, cuDNN, FlexAttention and
+# FlashAttention-4 (when $HOME/fa4 holds ../shared/tools/fa4-pack.sh's
+# site), each (variant, shape) checked against an fp32 reference first
+# (bench/run_bwd_bench.py; exit 1 on a mismatch). GPU_CHECK_BWD_N (default
+# 16384), _D (128), _VARIANTS (all: dense,causal,swa1024,softcap30,alibi,
+# doc), _TIME_LIMIT (seconds after which no new row starts; 420) and _ARGS
+# (more options, e.g. "--impls flashjit,flex --reps 5"). Outputs under
+# $OUT/bwd (JSON, markdown, PNG). A short run (~1-2 min):
+# GPU_CHECK_BWD_VARIANTS=dense,causal.
 #
 # GPU_CHECK_PACK_PYTHON=1 at `pack` also carries libflashjit_c.so (the C API
 # with the compiler, so libMLIR too, xz-compressed); the `python` step then
@@ -43,6 +56,7 @@
 #   device: run(command="GPU_CHECK_PACK_DIR=.device/gpu-python
 #               GPU_CHECK_STEPS='cli python peers' bash scripts/gpu-check.sh run",
 #               carry=[".device/gpu-python"])
+# (add bwdpeers to GPU_CHECK_STEPS for the forward + backward benchmark).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=${GPU_CHECK_PACK_DIR:-.device/gpu-check}
@@ -243,6 +257,15 @@ run() {
       --tool racecheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "generated backward kernels match the float64 reference backward"
   fi
+  if command -v compute-sanitizer >/dev/null && want memcheck_bwd_sparse; then
+    step memcheck_bwd_sparse compute-sanitizer --tool memcheck \
+      --error-exitcode 3 "$bin/flashjit_gpu_tests" "[block-sparse]"
+  fi
+  if command -v compute-sanitizer >/dev/null && want racecheck_bwd_sparse; then
+    step racecheck_bwd_sparse compute-sanitizer --tool racecheck \
+      --error-exitcode 3 "$bin/flashjit_gpu_tests" \
+      "varlen block-sparse backward kernels match the float64 varlen*"
+  fi
   want large && step large "$bin/flashjit_gpu_tests" "[large]"
   if want torch; then
     tar -C /tmp -xJf "$PACK/torch_bundle.tar.xz"
@@ -297,6 +320,25 @@ run() {
       --out "$out/bench" --n "${GPU_CHECK_BENCH_N:-4096,16384}" \
       --d "${GPU_CHECK_BENCH_D:-64,128}" ${GPU_CHECK_BENCH_ARGS:-}
   fi
+  # The training path (forward + backward) beside the peers: flashjit's
+  # Python package through autograd (bench/run_bwd_bench.py).
+  if want bwdpeers; then
+    if [[ -f $lib/libflashjit_c.so ]]; then
+      local pp=python
+      [[ -d $HOME/fa4/fa4site ]] &&
+        pp="$pp:$HOME/fa4/fa4site:$HOME/fa4/fa4site/nvidia_cutlass_dsl/dsl_packages"
+      # shellcheck disable=SC2086
+      FLASHJIT_LIBRARY=$lib/libflashjit_c.so PYTHONPATH=$pp \
+        FLASHJIT_CACHE_DIR=/tmp/flashjit-python-cache \
+        step bwdpeers python3 bench/run_bwd_bench.py --out "$out/bwd" \
+        --n "${GPU_CHECK_BWD_N:-16384}" --d "${GPU_CHECK_BWD_D:-128}" \
+        --variants "${GPU_CHECK_BWD_VARIANTS:-all}" \
+        --time-limit "${GPU_CHECK_BWD_TIME_LIMIT:-420}" \
+        ${GPU_CHECK_BWD_ARGS:-}
+    else
+      echo "=== bwdpeers: skipped (pack with GPU_CHECK_PACK=python)"
+    fi
+  fi
   if want python; then
     if [[ -f $lib/libflashjit_c.so ]]; then
       FLASHJIT_LIBRARY=$lib/libflashjit_c.so PYTHONPATH=python \
@@ -349,10 +391,11 @@ run() {
   local failed=0
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
     racecheck_generated sparse memcheck_sparse racecheck_sparse bwd bwdbench \
-    memcheck_bwd racecheck_bwd; do
+    memcheck_bwd racecheck_bwd memcheck_bwd_sparse racecheck_bwd_sparse \
+    bwdpeers; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
-      "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|[0-9]+/[0-9]+ cases passed)' "$out/$s.log" | tail -1)"
+      "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|[0-9]+/[0-9]+ cases passed|run_bwd_bench:)' "$out/$s.log" | tail -1)"
     [[ ${status[$s]} == rc=0* ]] || failed=1
   done
   ((failed == 0))

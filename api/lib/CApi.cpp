@@ -463,11 +463,6 @@ void runGpuBackward(const flashjit_kernel &kernel, const TensorRef &q,
                     const TensorRef &dv, const Arguments &args,
                     const flashjit_grad *grads, int num_grads,
                     CUstream stream) {
-  if (kernel.flags & (FLASHJIT_COMPILE_VARLEN | FLASHJIT_COMPILE_BLOCK_SPARSE))
-    throw UserError(fmt::format(
-        "flashjit_run_backward: the GPU backward does not take {} kernels "
-        "yet; use a dense-call kernel or target 'cpu'",
-        kernel.flags & FLASHJIT_COMPILE_VARLEN ? "varlen" : "block-sparse"));
   if (!runtime::Device::available())
     noGpu();
   std::shared_ptr<const runtime::GpuAttentionBackwardKernel> bwd =
@@ -786,6 +781,20 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
     if (num_grads < 0 || (num_grads > 0 && !grads))
       throw UserError(fmt::format("num_grads = {} with grads = {}", num_grads,
                                   static_cast<const void *>(grads)));
+    // Its calls take cu_seqlens or a block mask, which this entry point
+    // has no argument for: a dense backward would ignore them.
+    if (kernel->flags &
+        (FLASHJIT_COMPILE_VARLEN | FLASHJIT_COMPILE_BLOCK_SPARSE))
+      throw UserError(fmt::format(
+          "flashjit_run_backward: kernel '{}' was compiled {}: the C API's "
+          "backward takes dense-call kernels only (the {} backward is in "
+          "the C++ API: runtime::CpuBackwardKernel / "
+          "GpuAttentionBackwardKernel::{})",
+          kernel->spec.variant.name(),
+          kernel->flags & FLASHJIT_COMPILE_VARLEN ? "varlen" : "block-sparse",
+          kernel->flags & FLASHJIT_COMPILE_VARLEN ? "varlen" : "block-sparse",
+          kernel->flags & FLASHJIT_COMPILE_VARLEN ? "runVarlen"
+                                                  : "runBlockSparse"));
     if (!kernel->cpu) {
       runGpuBackward(*kernel, qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a, grads,
                      num_grads, static_cast<CUstream>(stream));

@@ -352,11 +352,22 @@ private:
     case UnaryOp::Sqrt:
       return sel(cmp(BinaryOp::Eq, a, lit(0.0f, loc), loc), lit(0.0f, loc),
                  div(da, mul(lit(2.0f, loc), e, loc), loc), loc);
-    case UnaryOp::Abs:
-      return sel(cmp(BinaryOp::Gt, a, lit(0.0f, loc), loc), da,
-                 sel(cmp(BinaryOp::Lt, a, lit(0.0f, loc), loc), neg(da, loc),
-                     lit(0.0f, loc), loc),
+    case UnaryOp::Abs: {
+      Expr zero = lit(0.0f, loc);
+      Expr pos = cmp(BinaryOp::Gt, a, zero, loc);
+      Expr negative = cmp(BinaryOp::Lt, a, zero, loc);
+      // A literal da: its two branches fold into literals.
+      if (llvm::isa<ConstantExpr>(da.get()))
+        return sel(pos, da, sel(negative, neg(da, loc), zero, loc), loc);
+      // Else sign(a) * da, exactly 0 where a is 0 or NaN (whatever da is),
+      // with da once: as two branches, each nested abs doubled the printed
+      // derivative (and the backward spec's text, its cache key and the
+      // compile).
+      Expr sign = sel(pos, lit(1.0f, loc),
+                      sel(negative, lit(-1.0f, loc), zero, loc), loc);
+      return sel(cmp(BinaryOp::Eq, sign, zero, loc), zero, mul(sign, da, loc),
                  loc);
+    }
     case UnaryOp::Not:
       break;
     }

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 
@@ -72,11 +73,16 @@ void runItems(CpuKernelFn fn, const std::vector<Slot> &slots, int64_t items,
     runRange(0, items);
     return;
   }
+  // At most `threads` tasks, each taking chunks in turn: the pool has a
+  // thread per core, so one task per chunk would run on more threads than
+  // asked for.
+  std::atomic<int64_t> next{0};
   llvm::ThreadPoolTaskGroup group(pool);
-  for (int64_t c = 0; c < chunks; ++c) {
-    int64_t begin = items * c / chunks, end = items * (c + 1) / chunks;
-    group.async([&runRange, begin, end] { runRange(begin, end); });
-  }
+  for (int64_t w = 0; w < std::min(threads, chunks); ++w)
+    group.async([&] {
+      for (int64_t c; (c = next.fetch_add(1)) < chunks;)
+        runRange(items * c / chunks, items * (c + 1) / chunks);
+    });
   group.wait();
 }
 

@@ -9,16 +9,19 @@
 // backwardSparseKernels(), the timing
 // pairs of benchKernels()), and
 // (sm_90a) those of optionKernels(). Usage: gen_matrix_kernels DIR [ARCH
-// [MMA]]; MMA (default, mma.sync, wgmma or wgmma.tma) applies to the matrix
-// and sparse kernels
-// (scripts/ptx-matrix.sh uses it to compare the PTX of every instruction kind
-// before and after a change); wgmma.tma applies where wgmma does (head dims
-// multiples of 64; the default elsewhere; compileGpu refuses it for now,
-// issue 16) and varlen / block-sparse kernels get wgmma's cp.async loads.
+// [MMA]]; MMA (default, mma.sync, wgmma, wgmma.tma or wgmma.tma.ws) applies
+// to the matrix and sparse kernels (scripts/ptx-matrix.sh uses it to
+// compare the PTX of every instruction kind before and after a change);
+// wgmma.tma applies where wgmma does (head dims multiples of 64; the
+// default elsewhere), wgmma.tma.ws where two consumer warpgroups exist
+// (wgmma.tma at head dim 64), and varlen / block-sparse kernels get wgmma's
+// cp.async loads.
 // The backward kernels take the default instruction kind (wgmma on sm_90a
 // where the tile policy picks it) except under MMA mma.sync, which forces
 // mma.sync on them too; MMA backward-only.mma.sync writes only the backward
-// and timing kernels that way (the old kernels, for timing beside the new).
+// and timing kernels that way (the old kernels, for timing beside the new);
+// FLASHJIT_BACKWARD_ONLY=<substring> with backward-only... writes only the
+// backward and timing kernels whose id contains it.
 // FLASHJIT_MATRIX_ONLY=<substring> writes only the matrix kernels whose id
 // contains it (the [gpu] tests take the same variable), nothing else.
 //
@@ -29,6 +32,7 @@
 
 #include "flashjit/compiler/GpuCompiler.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -94,11 +98,21 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  // wgmma.tma: where wgmma applies, else the default.
-  auto forSpec = [&](const flashjit::AttentionSpec &spec) {
+  // wgmma.tma: where wgmma applies, else the default; varlen and
+  // block-sparse kernels take wgmma (cp.async: TMA asked for by name is
+  // refused there); wgmma.tma.ws: where two consumer warpgroups exist (head
+  // dims above 64), else wgmma.tma.
+  auto forSpec = [&](const flashjit::AttentionSpec &spec, bool varlen = false,
+                     bool blockSparse = false) {
     flashjit::GpuCompileOptions so = o;
-    if (tma && spec.headDimQK % 64 == 0 && spec.headDimV % 64 == 0)
-      so.mma = ws ? flashjit::GpuMma::WgmmaTmaWs : flashjit::GpuMma::WgmmaTma;
+    so.varlen = varlen;
+    so.blockSparse = blockSparse;
+    if (tma && spec.headDimQK % 64 == 0 && spec.headDimV % 64 == 0) {
+      bool twoWarpgroups = std::max(spec.headDimQK, spec.headDimV) > 64;
+      so.mma = varlen || blockSparse ? flashjit::GpuMma::Wgmma
+               : ws && twoWarpgroups ? flashjit::GpuMma::WgmmaTmaWs
+                                     : flashjit::GpuMma::WgmmaTma;
+    }
     return so;
   };
   // The backward kernels: mma.sync when asked for, else the default.
@@ -130,9 +144,7 @@ int main(int argc, char **argv) {
   for (const auto &k : flashjit::testing::sparseKernels()) {
     if (backwardOnly)
       break;
-    flashjit::GpuCompileOptions so = forSpec(k.spec);
-    so.varlen = k.varlen;
-    so.blockSparse = k.blockSparse;
+    flashjit::GpuCompileOptions so = forSpec(k.spec, k.varlen, k.blockSparse);
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
     ++n;
   }

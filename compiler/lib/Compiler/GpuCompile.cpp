@@ -126,7 +126,8 @@ void validateForGpu(const AttentionSpec &spec,
     if (options.varlen || options.blockSparse)
       throw UserError("the GPU decode kernel reads K/V through a page table "
                       "(varlen and block_sparse do not apply)");
-    if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma)
+    if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma ||
+        options.mma == GpuMma::WgmmaTmaWs)
       throw UserError(fmt::format("mma = {}: the GPU decode kernel uses "
                                   "mma.sync only",
                                   toString(options.mma)));
@@ -163,10 +164,29 @@ void validateForGpu(const AttentionSpec &spec,
                                     "multiples of 16)",
                                     field, d));
     if (tc.rowsPerWarp != 16)
-      throw UserError(fmt::format("rows_per_warp = {} is not supported by "
-                                  "mma = wgmma (16: a warpgroup's 64 rows)",
-                                  tc.rowsPerWarp));
+      throw UserError(fmt::format(
+          "rows_per_warp = {} is not supported by "
+          "mma = {} (16: a warpgroup's 64 rows)",
+          tc.rowsPerWarp,
+          options.mma == GpuMma::Default ? "wgmma" : toString(options.mma)));
   }
+  // An MMA asked for by name is built as asked or refused, never replaced
+  // by another one that would sit under its own cache key.
+  bool askedTma =
+      options.mma == GpuMma::WgmmaTma || options.mma == GpuMma::WgmmaTmaWs;
+  if (tc.kind == KernelKind::Forward && askedTma &&
+      (options.varlen || options.blockSparse))
+    throw UserError(fmt::format(
+        "mma = {}: TMA loads take dense calls only ({} kernels load with "
+        "cp.async: mma = wgmma, or the default)",
+        toString(options.mma), options.varlen ? "varlen" : "block-sparse"));
+  if (tc.kind == KernelKind::Forward && options.mma == GpuMma::WgmmaTmaWs &&
+      !tc.warpSpecialized)
+    throw UserError(fmt::format(
+        "mma = wgmma.tma.ws needs two consumer warpgroups (num_warps = 8: "
+        "head_dim above 64), not num_warps = {} at head_dim {}/{} (mma = "
+        "wgmma.tma is the TMA kernel without warp specialisation)",
+        tc.numWarps, spec.headDimQK, spec.headDimV));
   if (tc.warpSpecialized && (tc.numWarps != 8 || tc.minBlocksPerSM != 1))
     throw UserError(fmt::format(
         "mma = wgmma.tma.ws needs num_warps = 8 and min_blocks_per_sm = 1 "

@@ -144,5 +144,34 @@ int main(void) {
                               NULL) == FLASHJIT_USER_ERROR);
   CHECK(strstr(flashjit_last_error(), "lse is NULL") != NULL);
   flashjit_kernel_destroy(kernel);
+
+  /* A block-sparse or varlen kernel: this entry point has no block mask or
+   * cu_seqlens argument, so a dense backward would ignore them (it did
+   * before 2026-12-02): refused, naming the mode. */
+  const char *modes[2] = {"block-sparse", "varlen"};
+  unsigned flags[2] = {FLASHJIT_COMPILE_BLOCK_SPARSE, FLASHJIT_COMPILE_VARLEN};
+  for (int m = 0; m < 2; ++m) {
+    flashjit_kernel *moded = NULL;
+    CHECK(flashjit_compile_ex("attention(name=capi_bwd_mode, head_dim=4, "
+                              "dtype=fp32)",
+                              "cpu", flags[m], &moded) == FLASHJIT_OK);
+    if (!moded)
+      continue;
+    flashjit_tensor mq = tensor(q, 1, 1, SQ, D), mk = tensor(k, 1, 1, SK, D),
+                    mv = tensor(v, 1, 1, SK, D), mo = tensor(o, 1, 1, SQ, D),
+                    mdo = tensor(dO, 1, 1, SQ, D),
+                    mdq = tensor(dq, 1, 1, SQ, D),
+                    mdk = tensor(dk, 1, 1, SK, D),
+                    mdv = tensor(dv, 1, 1, SK, D);
+    flashjit_tensor ml = tensor(lse, 1, 1, SQ, 1);
+    ml.rank = 3;
+    ml.strides[2] = 1, ml.strides[1] = SQ, ml.strides[0] = SQ;
+    CHECK(flashjit_run_backward(moded, &mq, &mk, &mv, &mo, &ml, &mdo, &mdq,
+                                &mdk, &mdv, NULL, 0, NULL, 0,
+                                NULL) == FLASHJIT_USER_ERROR);
+    CHECK(strstr(flashjit_last_error(), modes[m]) != NULL);
+    CHECK(strstr(flashjit_last_error(), "dense-call kernels only") != NULL);
+    flashjit_kernel_destroy(moded);
+  }
   return CHECK_SUMMARY();
 }

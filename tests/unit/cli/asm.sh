@@ -30,4 +30,10 @@ if command -v objdump > /dev/null; then
   echo "objdump of kernel.o: $m instructions; asm: $n"
   test $((n * 100)) -ge $((m * 98)) && test $((n * 100)) -le $((m * 102))
 fi
+# --kernel bwd: the backward's functions, not the forward's (it printed
+# the forward before 2026-12-02).
+"$f" inspect --stage resources --kernel bwd --target cpu "$spec" $c > "$w/b.txt"
+grep -q '^# flashjit_swa_bwd: instructions=' "$w/b.txt"
+grep -q '^# flashjit_swa_bwd_dq: instructions=' "$w/b.txt"
+! grep -q '^# flashjit_swa: ' "$w/b.txt"
 echo asm-ok

@@ -107,5 +107,23 @@ check decode_paged 1 "--paged 'bsr' is not csr or block-table" -- \
   --kernel decode --causal bottom_right --paged bsr
 check decode_qlen 1 "--seqlen-q 65 (q_len) is out of range [1, 64]" -- \
   --kernel decode --causal bottom_right --seqlen-q 65
+# Decode with a buffer: --buffer binds it (it was dropped before
+# 2026-12-02: "missing buffer"); checked against the paged reference.
+check decode_buffer 0 ": ok" -- \
+  --kernel decode --score 'score - buffer<f32>(s)[head]' --buffer s=0.5,-1.25 \
+  --head-dim 16 --heads-q 2 --dtype fp32 --batch 2 --seqlen-q 2 --seqlen-k 40 --reps 1
+# Flags of the other kind are errors, not ignored.
+check fwd_paged 1 "--paged applies to run --kernel decode only" -- \
+  --head-dim 16 --seqlen-q 8 --paged block-table
+check fwd_page_size 1 "--page-size applies to run --kernel decode only" -- \
+  --head-dim 16 --seqlen-q 8 --page-size 7
+check decode_seqlens 1 "--seqlens-q does not apply to run --kernel decode" -- \
+  --kernel decode --seqlens-q 1,1 --head-dim 16
+check decode_block_sparse 1 "--block-sparse does not apply to run --kernel decode" -- \
+  --kernel decode --block-sparse --head-dim 16
+# NaN where the float64 reference is NaN too (log of negative scores) is
+# the right output, not a mismatch (it exited 3 before 2026-12-02).
+check nan_both 0 ": ok" -- \
+  --score 'log(score)' --seqlen-q 8 --head-dim 32 --reps 1 --dtype fp32 --seed 1
 [ $fail = 0 ] && echo run-ok
 exit $fail

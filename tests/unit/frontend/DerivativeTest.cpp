@@ -157,6 +157,39 @@ TEST_CASE("derivative: conventions at kinks", "[derivative]") {
   CHECK(dScoreAt(cast<float>(score > 0.0f) * 7.0f, 0.5) == 0.0);
 }
 
+TEST_CASE("derivative: nested abs grows the printed derivative "
+          "polynomially, not exponentially",
+          "[derivative]") {
+  // Each abs once doubled its operand's derivative in the printed text
+  // (found 2026-12-02: 70 MB at depth 20, a hang at 999).
+  auto nested = [](int depth) {
+    Expr e = score - 0.25f;
+    for (int i = 0; i < depth; ++i)
+      e = abs(e) - 0.5f;
+    return e;
+  };
+  auto printedSize = [&](int depth) {
+    return printExpr(differentiate(nested(depth), DiffVar::score())).size();
+  };
+  size_t s8 = printedSize(8), s20 = printedSize(20);
+  INFO("printed derivative: depth 8 " << s8 << " chars, depth 20 " << s20);
+  // Quadratic in the depth at most (each level repeats its operand, whose
+  // text is linear): 2.5^2 = 6.25x from 8 to 20, where doubling gave
+  // 2^12x.
+  CHECK(s20 < 10 * s8);
+  // Still the right values: the product of the signs of the levels'
+  // operands, at points where none of them is 0.
+  for (double x : {-3.1, -0.6, 0.1, 0.4, 0.8, 2.7}) {
+    double v = x - 0.25, sign = 1;
+    for (int i = 0; i < 5; ++i) {
+      sign *= v > 0 ? 1 : -1;
+      v = std::fabs(v) - 0.5;
+    }
+    INFO("x = " << x);
+    CHECK(dScoreAt(nested(5), x) == sign);
+  }
+}
+
 TEST_CASE("derivative: index-only subexpressions have derivative 0",
           "[derivative]") {
   Expr idx = cast<float>(q_idx - kv_idx) * 2.0f + cast<float>(head);

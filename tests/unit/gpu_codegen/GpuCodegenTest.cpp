@@ -347,11 +347,25 @@ TEST_CASE("mma = wgmma.tma: TMA loads in dense kernels that assemble clean",
     CHECK(f->clean());
     CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit("sm_90a"));
   }
+  // Varlen and block-sparse kernels load with cp.async: asked for TMA by
+  // name, they are refused (before 2026-12-02 they compiled the cp.async
+  // kernel under the wgmma.tma cache key); the default gives them cp.async.
   AttentionSpec doc = testing::matrixSpec("doc_id", 128, DType::BF16, 2, 2);
   for (auto [varlen, blockSparse] : {std::pair{true, false}, {false, true}}) {
-    o.varlen = varlen;
-    o.blockSparse = blockSparse;
-    GpuKernelImage img = compileGpu(doc, o);
+    for (GpuMma asked : {GpuMma::WgmmaTma, GpuMma::WgmmaTmaWs}) {
+      GpuCompileOptions named = o;
+      named.mma = asked;
+      named.varlen = varlen;
+      named.blockSparse = blockSparse;
+      CHECK_THROWS_WITH(
+          compileGpu(doc, named),
+          Catch::Contains(std::string("mma = ") + toString(asked)) &&
+              Catch::Contains(varlen ? "varlen" : "block-sparse"));
+    }
+    GpuCompileOptions dflt;
+    dflt.varlen = varlen;
+    dflt.blockSparse = blockSparse;
+    GpuKernelImage img = compileGpu(doc, dflt);
     CHECK(img.config.wgmma);
     CHECK_FALSE(img.config.tma);
     CHECK(img.ptx.find("cp.async.bulk.tensor") == std::string::npos);
@@ -367,7 +381,8 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
   // Two consumer warpgroups (head dims above 64) get the producer
   // warpgroup: 384 threads, full/empty mbarrier pairs per stage,
   // setmaxnreg 24 / 240 that ptxas honours (no C7508 warning); one
-  // warpgroup's tiles (head dim 64) stay wgmma.tma.
+  // warpgroup's tiles (head dim 64) are refused (before 2026-12-02 they
+  // compiled wgmma.tma silently), the default gives them wgmma.tma.
   CHECK(std::string(toString(GpuMma::WgmmaTmaWs)) == "wgmma.tma.ws");
   GpuCompileOptions o;
   o.mma = GpuMma::WgmmaTmaWs;
@@ -426,7 +441,10 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
     CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit("sm_90a"));
   }
   AttentionSpec d64 = testing::matrixSpec("causal_tl", 64, DType::BF16, 2, 2);
-  GpuKernelImage one = compileGpu(d64, o);
+  CHECK_THROWS_WITH(compileGpu(d64, o),
+                    Catch::Contains("two consumer warpgroups") &&
+                        Catch::Contains("head_dim 64/64"));
+  GpuKernelImage one = compileGpu(d64, GpuCompileOptions{});
   CHECK(one.config.tma);
   CHECK_FALSE(one.config.warpSpecialized);
   CHECK(one.ptx.find("setmaxnreg") == std::string::npos);
@@ -470,6 +488,22 @@ TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
   o.mma = GpuMma::Wgmma;
   CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("rows_per_warp = 32") &&
                                           Catch::Contains("wgmma"));
+  // The message names the MMA asked for.
+  o.mma = GpuMma::WgmmaTmaWs;
+  CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("rows_per_warp = 32") &&
+                                          Catch::Contains("wgmma.tma.ws"));
+  o.mma = GpuMma::Wgmma;
+  // The decode kernel is mma.sync only: every wgmma form is refused by
+  // name (wgmma.tma.ws compiled mma.sync silently before 2026-12-02).
+  for (GpuMma asked : {GpuMma::Wgmma, GpuMma::WgmmaTma, GpuMma::WgmmaTmaWs}) {
+    GpuCompileOptions dec;
+    dec.kind = KernelKind::Decode;
+    dec.mma = asked;
+    CHECK_THROWS_WITH(
+        compileGpu(s, dec),
+        Catch::Contains(std::string("mma = ") + toString(asked)) &&
+            Catch::Contains("decode"));
+  }
   o.rowsPerWarp = 0;
   o.arch = "sm_80";
   CHECK_THROWS_WITH(compileGpu(s, o), Catch::Contains("needs arch sm_90a"));

@@ -135,19 +135,8 @@ void BackwardMaskBuilder::build(Operation *gpuModule) {
     SmallVector<Value, 2> counts;
     for (int kind = 0; kind < 2; ++kind) { // partial, full
       Value want = ops.cmp(arith::CmpIPredicate::eq, code, ops.ci32(1 + kind));
-      Value ballot = NVVM::VoteSyncOp::create(b, ops.i32, ops.ci32(-1), want,
-                                              NVVM::VoteSyncKind::ballot);
-      Value base = chunks.getRegionIterArgs()[kind];
-      Value pos = ops.add(
-          base, LLVM::CtPopOp::create(b, ops.i32, ops.land(ballot, ltMask)));
-      ops.ifThen(want, [&] {
-        Value p =
-            LLVM::GEPOp::create(b, ops.ptrG, ops.i32, out[1 + 2 * kind],
-                                ValueRange{ops.add(outBase, ops.ext64(pos))});
-        LLVM::StoreOp::create(b, i, p, 4);
-      });
-      counts.push_back(
-          ops.add(base, LLVM::CtPopOp::create(b, ops.i32, ballot)));
+      counts.push_back(warpAppend(ops, want, i, out[1 + 2 * kind], outBase,
+                                  chunks.getRegionIterArgs()[kind], ltMask));
     }
     scf::YieldOp::create(b, counts);
   }

@@ -265,19 +265,8 @@ void BlockMaskBuilder::writeLists() {
     for (int kind = 0; kind < 2; ++kind) { // partial, full
       Value want =
           ops.cmp(arith::CmpIPredicate::eq, code, code8(kPartial + kind));
-      Value ballot = NVVM::VoteSyncOp::create(b, ops.i32, ops.ci32(-1), want,
-                                              NVVM::VoteSyncKind::ballot);
-      Value base = chunks.getRegionIterArgs()[kind];
-      Value pos = ops.add(
-          base, LLVM::CtPopOp::create(b, ops.i32, ops.land(ballot, ltMask)));
-      ops.ifThen(want, [&] {
-        Value p =
-            LLVM::GEPOp::create(b, ops.ptrG, ops.i32, lists[1 + 2 * kind],
-                                ValueRange{ops.add(rowBase, ops.ext64(pos))});
-        LLVM::StoreOp::create(b, j, p, 4);
-      });
-      counts.push_back(
-          ops.add(base, LLVM::CtPopOp::create(b, ops.i32, ballot)));
+      counts.push_back(warpAppend(ops, want, j, lists[1 + 2 * kind], rowBase,
+                                  chunks.getRegionIterArgs()[kind], ltMask));
     }
     scf::YieldOp::create(b, counts);
   }

@@ -122,4 +122,19 @@ SmallVector<Type> abiTypes(KernelOps &ops,
   return out;
 }
 
+Value warpAppend(KernelOps &ops, Value want, Value value, Value list,
+                 Value rowBase, Value count, Value ltMask) {
+  ImplicitLocOpBuilder &b = ops.b;
+  Value ballot = NVVM::VoteSyncOp::create(b, ops.i32, ops.ci32(-1), want,
+                                          NVVM::VoteSyncKind::ballot);
+  Value pos = ops.add(
+      count, LLVM::CtPopOp::create(b, ops.i32, ops.land(ballot, ltMask)));
+  ops.ifThen(want, [&] {
+    Value p = LLVM::GEPOp::create(b, ops.ptrG, ops.i32, list,
+                                  ValueRange{ops.add(rowBase, ops.ext64(pos))});
+    LLVM::StoreOp::create(b, value, p, 4);
+  });
+  return ops.add(count, LLVM::CtPopOp::create(b, ops.i32, ballot));
+}
+
 } // namespace flashjit::nvvm

@@ -140,6 +140,16 @@ public:
                                     llvm::StringRef constraints);
 };
 
+/// Warp-wide append (stream compaction) to a global i32 list: each lane
+/// whose \p want (i1) holds stores \p value (i32) at element \p rowBase
+/// (i64) + \p count + the number of lower lanes that want, so the values
+/// keep lane order; returns \p count plus the number of lanes that want.
+/// All 32 lanes of the warp must reach it (vote.sync.ballot, full mask);
+/// \p ltMask is the lane's %lanemask_lt.
+mlir::Value warpAppend(KernelOps &ops, mlir::Value want, mlir::Value value,
+                       mlir::Value list, mlir::Value rowBase, mlir::Value count,
+                       mlir::Value ltMask);
+
 /// Sequence \p batch of a varlen batch: its first query and key tokens and
 /// its lengths, from cu_seqlens_q/k[batch] and [batch + 1] (i32 arrays).
 struct VarlenSequence {
