@@ -172,8 +172,8 @@ DecodeWorkspaceLayout decodeWorkspaceLayout(int64_t rows, int64_t numSplits,
   };
   auto roundUp = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
   DecodeWorkspaceLayout l;
-  const size_t oBytes = mulChecked(
-      mulChecked(size_t(numSplits), size_t(rows)), size_t(headDimV) * 4);
+  const size_t oBytes = mulChecked(mulChecked(size_t(numSplits), size_t(rows)),
+                                   size_t(headDimV) * 4);
   const size_t lseBytes = mulChecked(size_t(numSplits) + 1, size_t(rows) * 4);
   l.oPart = 0;
   l.lsePart = roundUp(oBytes);
@@ -321,8 +321,8 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   const std::vector<BufferDecl> &buffers = spec_.variant.buffers();
   const bool hasBuffers = !buffers.empty();
   const size_t rows = static_cast<size_t>(s.batch * s.headsQ * s.qLen);
-  const DecodeWorkspaceLayout ws = decodeWorkspaceLayout(
-      int64_t(rows), splits, s.headDimV, buffers.size());
+  const DecodeWorkspaceLayout ws =
+      decodeWorkspaceLayout(int64_t(rows), splits, s.headDimV, buffers.size());
   device_->makeCurrent();
   StreamBuffer work(*device_, ws.bytes, stream);
   const CUdeviceptr oPart = work.ptr() + ws.oPart,
@@ -381,9 +381,9 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   m.add(reinterpret_cast<void *>(oPart))
       .add(reinterpret_cast<void *>(lsePart))
       .add(o.data)
-      .add(writeLse ? lse->data
-                    : reinterpret_cast<void *>(lsePart +
-                                               size_t(splits) * rows * 4));
+      .add(writeLse
+               ? lse->data
+               : reinterpret_cast<void *>(lsePart + size_t(splits) * rows * 4));
   m.add(o.strides[0]).add(o.strides[1]).add(o.strides[2]);
   const int64_t scratch[3] = {s.headsQ * s.qLen, s.qLen, 1};
   for (int i = 0; i < 3; ++i)

@@ -64,9 +64,9 @@ CUmemoryPool workspacePool(Device &device) {
   props.location.id = ordinal;
   CUmemoryPool pool = nullptr;
   device.makeCurrent();
-  FLASHJIT_CHECK(Driver::get().cuMemPoolCreate(&pool, &props),
-                 fmt::format("creating the workspace pool of device {}",
-                             ordinal));
+  FLASHJIT_CHECK(
+      Driver::get().cuMemPoolCreate(&pool, &props),
+      fmt::format("creating the workspace pool of device {}", ordinal));
   // Freed workspaces stay in the pool up to this size instead of going back
   // to the driver at every synchronisation.
   cuuint64_t keep = cuuint64_t(256) << 20;

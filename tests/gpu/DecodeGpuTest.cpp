@@ -270,8 +270,7 @@ struct StreamCase {
     o.poison();
     lse.poison();
     table = std::make_unique<DevicePageTable>(list, dev);
-    va = std::make_unique<test::VariantArgs>(dev, spec, qLen,
-                                             list.maxSeqLen());
+    va = std::make_unique<test::VariantArgs>(dev, spec, qLen, list.maxSeqLen());
   }
   void launch(const GpuDecodeKernel &kernel, CUstream stream) {
     kernel.run(q.deviceRef, kc.deviceRef, vc.deviceRef, *table, o.deviceRef,
@@ -280,8 +279,8 @@ struct StreamCase {
   void check(const AttentionSpec &spec) {
     o.download();
     lse.download();
-    ReferenceOutput want = referencePagedAttention(
-        spec, q.hostRef, kc.hostRef, vc.hostRef, list, va->host);
+    ReferenceOutput want = referencePagedAttention(spec, q.hostRef, kc.hostRef,
+                                                   vc.hostRef, list, va->host);
     test::compareOutputs(spec, o, lse, want, int64_t(pc.lens.size()), qLen);
   }
 };
@@ -311,8 +310,7 @@ TEST_CASE("one decode kernel object on several streams and threads at once",
     auto makeCases = [&] {
       std::vector<std::unique_ptr<StreamCase>> cases;
       cases.push_back(std::make_unique<StreamCase>(
-          dev, k.spec, rng, std::vector<int64_t>{3000, 1700, 2500}, 16, 1,
-          8));
+          dev, k.spec, rng, std::vector<int64_t>{3000, 1700, 2500}, 16, 1, 8));
       cases.push_back(std::make_unique<StreamCase>(
           dev, k.spec, rng, std::vector<int64_t>{4100, 64}, 64, 4, 5));
       cases.push_back(std::make_unique<StreamCase>(

@@ -325,8 +325,7 @@ TEST_CASE("a GPU decode launch configuration must match its PTX and tiles",
   CHECK(good.sharedBytes == good.config.sharedBytes(64, 64));
   CHECK(gpuLaunchConfigMismatch(spec, good, ptx).empty());
   CHECK(gpuEntryMismatch(spec, o, a).empty());
-  auto refused = [&](const char *what, auto change,
-                     const std::string &expect) {
+  auto refused = [&](const char *what, auto change, const std::string &expect) {
     INFO(what);
     GpuKernelInfo bad = good;
     change(bad);

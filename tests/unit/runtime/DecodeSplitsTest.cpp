@@ -68,9 +68,9 @@ TEST_CASE("a decode call's workspace parts are aligned, disjoint and sized",
                     Catch::Contains("num_splits = 0"));
   CHECK_THROWS_WITH(decodeWorkspaceLayout(-1, 2, 128, 0),
                     Catch::Contains("rows = -1"));
-  CHECK_THROWS_WITH(decodeWorkspaceLayout(int64_t(1) << 40, 1 << 20, 1 << 20,
-                                          0),
-                    Catch::Contains("overflows"));
+  CHECK_THROWS_WITH(
+      decodeWorkspaceLayout(int64_t(1) << 40, 1 << 20, 1 << 20, 0),
+      Catch::Contains("overflows"));
   CHECK_THROWS_WITH(decodeWorkspaceLayout(int64_t(1) << 50, 1, 1, 0),
                     Catch::Contains("too large"));
 }

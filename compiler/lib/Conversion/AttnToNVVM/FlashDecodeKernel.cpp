@@ -409,8 +409,7 @@ ValueRange DecodeKernelBuilder::mainLoop() {
   Value stage = ops.land(ops.sub(j, jBegin), ops.ci32(1));
   Value nextStage = arith::XOrIOp::create(b, stage, ops.ci32(1));
   ValueRange kIds = state.slice(init.size() - nKIds - nVIds, nKIds);
-  ValueRange vIds =
-      nVIds ? state.slice(init.size() - nVIds, nVIds) : kIds;
+  ValueRange vIds = nVIds ? state.slice(init.size() - nVIds, nVIds) : kIds;
   state = state.take_front(init.size() - nKIds - nVIds);
   ifElse(
       b, ops.cmp(arith::CmpIPredicate::slt, j, jEnd),

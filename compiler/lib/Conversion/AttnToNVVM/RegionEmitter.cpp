@@ -199,8 +199,8 @@ public:
         SmallVector<Type> types;
         for (Value v : scoreRowOut_)
           types.push_back(v.getType());
-        Value inRange =
-            arith::CmpIOp::create(b, arith::CmpIPredicate::slt, q, base.seqlenQ);
+        Value inRange = arith::CmpIOp::create(b, arith::CmpIPredicate::slt, q,
+                                              base.seqlenQ);
         auto ifOp = scf::IfOp::create(b, types, inRange, /*withElse=*/true);
         {
           OpBuilder::InsertionGuard g(b);
