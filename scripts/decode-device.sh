@@ -4,7 +4,11 @@
 #   there:  bash DEST/decode-device.sh run DEST  # writes logs under $OUT
 # run: the [gpu][decode] tests, compute-sanitizer memcheck on one paged
 # masked kernel, the [.decodebench] timings, and torch sdpa peers
-# (bench/decode_peers.py) at the same shapes.
+# (bench/decode_peers.py) at the same shapes. DECODE_STEPS (run; default
+# "tests memcheck bench peers") picks steps. DECODE_BASE_KERNELS (pack) names
+# a directory of decode kernels made by an earlier build's
+# gen_decode_kernels: they travel too and `bench` times them first, with
+# the same test binary (before/after numbers of a kernel change).
 set -uo pipefail
 cmd=${1:?usage: decode-device.sh pack|run DIR}
 dir=${2:?usage: decode-device.sh pack|run DIR}
@@ -14,6 +18,10 @@ pack)
   set -e
   mkdir -p "$dir/bin" "$dir/lib" "$dir/kernels"
   "$build/tests/gpu/gen_decode_kernels" "$dir/kernels"
+  rm -rf "$dir/kernels-base"
+  if [[ -n ${DECODE_BASE_KERNELS:-} ]]; then
+    cp -r "$DECODE_BASE_KERNELS" "$dir/kernels-base"
+  fi
   objcopy --strip-debug "$build/tests/gpu/flashjit_gpu_tests" \
     "$dir/bin/flashjit_gpu_tests"
   cp scripts/decode-device.sh bench/decode_peers.py "$dir/"
@@ -48,16 +56,32 @@ run)
   fi
   export FLASHJIT_DECODE_KERNELS=$dir/kernels
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  echo "=== tests"
-  timeout 100 "$bin" "[decode]" -d yes 2>&1 | tee "$out/tests.log" | tail -60
-  echo "=== memcheck (dec_window_g4, paged)"
-  FLASHJIT_MATRIX_ONLY=dec_window_g4 timeout 60 compute-sanitizer \
-    --tool memcheck "$bin" "decode kernels match the float64 paged reference" \
-    2>&1 | tee "$out/memcheck.log" | tail -8
-  echo "=== bench"
-  timeout 80 "$bin" "[.decodebench]" 2>&1 | tee "$out/bench.log" |
-    grep -E "DECODE|FAIL|error" | head -60
-  echo "=== peers"
-  timeout 40 python3 "$dir/decode_peers.py" 2>&1 | tee "$out/peers.log" | tail -12
+  steps=" ${DECODE_STEPS:-tests memcheck bench peers} "
+  if [[ $steps == *" tests "* ]]; then
+    echo "=== tests"
+    timeout 100 "$bin" "[decode]" -d yes 2>&1 | tee "$out/tests.log" | tail -60
+  fi
+  if [[ $steps == *" memcheck "* ]]; then
+    # DECODE_MEMCHECK_TEST: another [decode] test case to run under it.
+    t=${DECODE_MEMCHECK_TEST:-decode kernels match the float64 paged reference}
+    echo "=== memcheck (dec_window_g4: $t)"
+    FLASHJIT_MATRIX_ONLY=dec_window_g4 timeout 60 compute-sanitizer \
+      --tool memcheck "$bin" "$t" 2>&1 | tee "$out/memcheck.log" | tail -8
+  fi
+  if [[ $steps == *" bench "* ]]; then
+    if [[ -d $dir/kernels-base ]]; then
+      echo "=== bench (base kernels)"
+      FLASHJIT_DECODE_KERNELS=$dir/kernels-base timeout 80 "$bin" \
+        "[.decodebench]" 2>&1 | tee "$out/bench-base.log" |
+        grep -E "DECODE|FAIL|error" | head -60
+    fi
+    echo "=== bench"
+    timeout 80 "$bin" "[.decodebench]" 2>&1 | tee "$out/bench.log" |
+      grep -E "DECODE|FAIL|error" | head -60
+  fi
+  if [[ $steps == *" peers "* ]]; then
+    echo "=== peers"
+    timeout 40 python3 "$dir/decode_peers.py" 2>&1 | tee "$out/peers.log" | tail -12
+  fi
   ;;
 esac

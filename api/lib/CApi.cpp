@@ -357,20 +357,6 @@ loadDecode(const AttentionSpec &spec, const runtime::KernelArtifacts &a) {
       runtime::Device::get(0));
 }
 
-/// Serialises the GPU decode calls on one runtime::GpuDecodeKernel (its
-/// workspaces are shared by every caller of the same kernel): the lock of
-/// \p kernel.
-std::mutex &decodeLock(const runtime::GpuDecodeKernel *kernel) {
-  static std::mutex mu;
-  static std::map<const runtime::GpuDecodeKernel *, std::unique_ptr<std::mutex>>
-      locks;
-  std::lock_guard<std::mutex> lock(mu);
-  auto &slot = locks[kernel];
-  if (!slot)
-    slot = std::make_unique<std::mutex>();
-  return *slot;
-}
-
 /// The GPU merge / append kernels of device \p ordinal, made once.
 const runtime::GpuPagedOps &pagedOps(int ordinal) {
   static std::mutex mu;
@@ -520,10 +506,10 @@ void runGpuPaged(const flashjit_kernel &kernel, const TensorRef &q,
   flashjit_page_table h = hostPageTable(table, device, copies);
   runtime::DevicePageTable t(toPageList(&h, kCache.shape[0], kCache.shape[2]),
                              device);
-  std::lock_guard<std::mutex> lock(decodeLock(decode.get()));
+  // No lock: every run() takes its own stream-ordered workspace, so calls
+  // from several threads on several streams may overlap.
   decode->run(q, kCache, vCache, t, o, lse, args, numSplits, stream);
-  // The table's device copy is freed when t goes, and the next call may
-  // reuse the kernel's workspaces: wait for this one.
+  // The table's device copy is freed when t goes: wait for the kernels.
   if (runtime::Driver::get().cuStreamSynchronize(stream) != CUDA_SUCCESS)
     throw DriverError("flashjit_run_paged: the decode kernels failed "
                       "(cuStreamSynchronize)");

@@ -148,6 +148,42 @@ int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
   return 1;
 }
 
+DecodeWorkspaceLayout decodeWorkspaceLayout(int64_t rows, int64_t numSplits,
+                                            int64_t headDimV,
+                                            size_t numBuffers) {
+  if (rows < 0 || numSplits < 1 || headDimV < 1)
+    fail(fmt::format("decode workspace: rows = {}, num_splits = {}, "
+                     "head_dim_v = {} (expected rows >= 0, the others >= 1)",
+                     rows, numSplits, headDimV));
+  constexpr size_t kAlign = 256;
+  constexpr size_t kMax = std::numeric_limits<size_t>::max() / 2;
+  // Every product below stays under 2^63 when these hold.
+  if (size_t(rows) > (size_t(1) << 40) || size_t(numSplits) > (1u << 20) ||
+      size_t(headDimV) > (1u << 20) || numBuffers > (1u << 20))
+    fail(fmt::format("decode workspace: rows = {}, num_splits = {}, "
+                     "head_dim_v = {}, {} buffers: too large",
+                     rows, numSplits, headDimV, numBuffers));
+  auto mulChecked = [&](size_t a, size_t b) {
+    if (a && b > kMax / a)
+      fail(fmt::format("decode workspace of {} rows x {} splits x head_dim_v "
+                       "{} overflows",
+                       rows, numSplits, headDimV));
+    return a * b;
+  };
+  auto roundUp = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  DecodeWorkspaceLayout l;
+  const size_t oBytes = mulChecked(mulChecked(size_t(numSplits), size_t(rows)),
+                                   size_t(headDimV) * 4);
+  const size_t lseBytes = mulChecked(size_t(numSplits) + 1, size_t(rows) * 4);
+  l.oPart = 0;
+  l.lsePart = roundUp(oBytes);
+  l.status = l.lsePart + roundUp(lseBytes);
+  l.bytes = l.status + roundUp(numBuffers * sizeof(int32_t));
+  if (l.bytes > kMax)
+    fail(fmt::format("decode workspace of {} bytes overflows", l.bytes));
+  return l;
+}
+
 GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
                                  std::string_view ptx, Device &device)
     : spec_(std::move(spec)), info_(std::move(info)), device_(&device) {
@@ -175,9 +211,6 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
   decode_ = module_.function(info_.name + abi::gpu::kDecodeSuffix);
   merge_ = module_.function(info_.name + abi::gpu::kDecodeMergeSuffix);
   decode_.setMaxDynamicSharedBytes(info_.sharedBytes);
-  size_t buffers = spec_.variant.buffers().size();
-  if (buffers)
-    status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
 }
 
 int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
@@ -283,24 +316,27 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
           ? 30
           : std::countr_zero(static_cast<uint64_t>(table.pageSize()));
 
-  device_->makeCurrent();
-  std::lock_guard<std::mutex> lock(mutex_);
+  // This call's own workspace, ordered on its stream: calls on other
+  // streams (or threads) never share it.
+  const std::vector<BufferDecl> &buffers = spec_.variant.buffers();
+  const bool hasBuffers = !buffers.empty();
   const size_t rows = static_cast<size_t>(s.batch * s.headsQ * s.qLen);
-  const size_t oBytes = size_t(splits) * rows * size_t(s.headDimV) * 4;
-  if (oPart_.size() < oBytes)
-    oPart_ = DeviceBuffer(*device_, oBytes);
-  // Partial LSEs, then a scratch LSE for a merge whose caller wants none.
-  if (lsePart_.size() < size_t(splits + 1) * rows * 4)
-    lsePart_ = DeviceBuffer(*device_, size_t(splits + 1) * rows * 4);
-  const bool hasBuffers = !spec_.variant.buffers().empty();
+  const DecodeWorkspaceLayout ws =
+      decodeWorkspaceLayout(int64_t(rows), splits, s.headDimV, buffers.size());
+  device_->makeCurrent();
+  StreamBuffer work(*device_, ws.bytes, stream);
+  const CUdeviceptr oPart = work.ptr() + ws.oPart,
+                    lsePart = work.ptr() + ws.lsePart,
+                    status = work.ptr() + ws.status;
   if (hasBuffers)
-    status_.fill(0);
+    FLASHJIT_CHECK(Driver::get().cuMemsetD8Async(
+        status, 0, buffers.size() * sizeof(int32_t), stream));
 
   KernelArgs a;
   a.add(q.data).add(kCache.data).add(vCache.data);
-  a.add(reinterpret_cast<void *>(oPart_.ptr()))
-      .add(reinterpret_cast<void *>(lsePart_.ptr()))
-      .add(reinterpret_cast<void *>(status_.ptr()))
+  a.add(reinterpret_cast<void *>(oPart))
+      .add(reinterpret_cast<void *>(lsePart))
+      .add(reinterpret_cast<void *>(hasBuffers ? status : 0))
       .add(reinterpret_cast<void *>(table.pages()))
       .add(reinterpret_cast<void *>(table.pageStart()))
       .add(reinterpret_cast<void *>(table.deviceSeqLens()));
@@ -342,12 +378,12 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   launch(decode_, cfg, a);
 
   KernelArgs m;
-  m.add(reinterpret_cast<void *>(oPart_.ptr()))
-      .add(reinterpret_cast<void *>(lsePart_.ptr()))
+  m.add(reinterpret_cast<void *>(oPart))
+      .add(reinterpret_cast<void *>(lsePart))
       .add(o.data)
-      .add(writeLse ? lse->data
-                    : reinterpret_cast<void *>(lsePart_.ptr() +
-                                               size_t(splits) * rows * 4));
+      .add(writeLse
+               ? lse->data
+               : reinterpret_cast<void *>(lsePart + size_t(splits) * rows * 4));
   m.add(o.strides[0]).add(o.strides[1]).add(o.strides[2]);
   const int64_t scratch[3] = {s.headsQ * s.qLen, s.qLen, 1};
   for (int i = 0; i < 3; ++i)
@@ -363,10 +399,11 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   launch(merge_, mc, m);
 
   if (hasBuffers) {
-    std::vector<BufferDecl> buffers = spec_.variant.buffers();
     FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
     std::vector<int32_t> flags(buffers.size());
-    status_.copyToHost(flags.data(), flags.size() * sizeof(int32_t));
+    copyDeviceToHost(*device_, flags.data(),
+                     reinterpret_cast<const void *>(status),
+                     flags.size() * sizeof(int32_t));
     for (size_t i = 0; i < buffers.size(); ++i)
       if (flags[i])
         fail(fmt::format("buffer '{}' was read outside [0, {}); the output "

@@ -4,7 +4,9 @@
 // cache entry, a bundle, an AOT .info file) may launch with a configuration
 // the module does not declare. The forward, backward and decode kernels'
 // entries are parsed from the PTX (parameter types, .reqntid/.maxntid,
-// .minnctapersm) and compared with what the launcher would pass.
+// .minnctapersm) and compared with what the launcher would pass, and the
+// dynamic shared memory each kind's configuration takes with what the
+// manifest says (forward, backward and decode).
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/runtime/AttentionKernel.h"
@@ -160,8 +162,19 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
     std::vector<std::string> merge;
     for (abi::gpu::ArgType t : abi::gpu::mergeArgTypes(spec.sink))
       merge.push_back(ptxType(t));
-    return entryMismatch(ptx, info.name + abi::gpu::kDecodeMergeSuffix, merge,
-                         abi::gpu::kMergeThreads, -1);
+    if (std::string why =
+            entryMismatch(ptx, info.name + abi::gpu::kDecodeMergeSuffix, merge,
+                          abi::gpu::kMergeThreads, -1);
+        !why.empty())
+      return why;
+    // The split kernel's dynamic shared memory: the packed Q tile and two
+    // padded K/V stages (KernelConfig::sharedBytes), as for the forward.
+    if (info.sharedBytes != c.sharedBytes(spec.headDimQK, spec.headDimV))
+      return fmt::format("shared memory {} bytes is not the {} bytes the "
+                         "decode configuration's tiles take",
+                         info.sharedBytes,
+                         c.sharedBytes(spec.headDimQK, spec.headDimV));
+    return {};
   }
   if (std::string why = entryMismatch(
           ptx, info.name,

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <mutex>
 #include <utility>
 
 namespace flashjit::runtime {
@@ -41,6 +43,58 @@ DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&other) noexcept {
     bytes_ = std::exchange(other.bytes_, 0);
   }
   return *this;
+}
+
+namespace {
+
+/// The workspace pool of \p device (StreamBuffer), made on first use and
+/// kept for the process's lifetime (like the primary context).
+CUmemoryPool workspacePool(Device &device) {
+  static std::mutex mu;
+  static std::map<int, CUmemoryPool> pools;
+  const int ordinal = device.properties().ordinal;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = pools.find(ordinal);
+  if (it != pools.end())
+    return it->second;
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = ordinal;
+  CUmemoryPool pool = nullptr;
+  device.makeCurrent();
+  FLASHJIT_CHECK(
+      Driver::get().cuMemPoolCreate(&pool, &props),
+      fmt::format("creating the workspace pool of device {}", ordinal));
+  // Freed workspaces stay in the pool up to this size instead of going back
+  // to the driver at every synchronisation.
+  cuuint64_t keep = cuuint64_t(256) << 20;
+  FLASHJIT_CHECK(Driver::get().cuMemPoolSetAttribute(
+      pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+  pools.emplace(ordinal, pool);
+  return pool;
+}
+
+} // namespace
+
+StreamBuffer::StreamBuffer(Device &device, size_t bytes, CUstream stream)
+    : device_(&device), stream_(stream), bytes_(bytes) {
+  if (bytes == 0)
+    return;
+  CUmemoryPool pool = workspacePool(device);
+  device.makeCurrent();
+  FLASHJIT_CHECK(
+      Driver::get().cuMemAllocFromPoolAsync(&ptr_, bytes, pool, stream),
+      fmt::format("allocating a {}-byte workspace on a stream", bytes));
+}
+
+StreamBuffer::~StreamBuffer() {
+  if (ptr_) {
+    // Never throw from a destructor: a failing free is ignored.
+    device_->makeCurrent();
+    (void)Driver::get().cuMemFreeAsync(ptr_, stream_);
+  }
 }
 
 static void checkSize(size_t want, size_t have, const char *what) {

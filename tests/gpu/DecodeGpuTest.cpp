@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include <numeric>
+#include <thread>
 
 using namespace flashjit;
 using namespace flashjit::runtime;
@@ -234,6 +235,150 @@ TEST_CASE("decode errors name the field", "[gpu][decode]") {
                     o1.deviceRef, nullptr, {}, 5000);
       },
       "num_splits = 5000");
+}
+
+namespace {
+
+/// One paged decode problem with its own inputs, outputs and reference,
+/// launched asynchronously (no synchronisation) and checked later.
+struct StreamCase {
+  PagedCase pc;
+  PageList list;
+  GpuTensor q, kc, vc, o, lse;
+  std::unique_ptr<DevicePageTable> table;
+  std::unique_ptr<test::VariantArgs> va;
+  int64_t qLen;
+  int splits;
+
+  StreamCase(Device &dev, const AttentionSpec &spec, std::mt19937_64 &rng,
+             std::vector<int64_t> lens, int64_t pageSize, int64_t qLen,
+             int splits)
+      : pc(rng, pageSize, lens), list(pc.list(true)),
+        q(dev, spec.dtypeQ,
+          {int64_t(lens.size()), spec.headsQ, qLen, spec.headDimQK}),
+        kc(dev, spec.dtypeK,
+           {pc.numPages, spec.headsKV, pageSize, spec.headDimQK}),
+        vc(dev, spec.dtypeV,
+           {pc.numPages, spec.headsKV, pageSize, spec.headDimV}),
+        o(dev, spec.dtypeO,
+          {int64_t(lens.size()), spec.headsQ, qLen, spec.headDimV}),
+        lse(dev, DType::F32, {int64_t(lens.size()), spec.headsQ, qLen, 1}, 3),
+        qLen(qLen), splits(splits) {
+    q.randomize(rng);
+    fillPaged(kc, pc, rng);
+    fillPaged(vc, pc, rng);
+    o.poison();
+    lse.poison();
+    table = std::make_unique<DevicePageTable>(list, dev);
+    va = std::make_unique<test::VariantArgs>(dev, spec, qLen, list.maxSeqLen());
+  }
+  void launch(const GpuDecodeKernel &kernel, CUstream stream) {
+    kernel.run(q.deviceRef, kc.deviceRef, vc.deviceRef, *table, o.deviceRef,
+               &lse.deviceRef, va->device, splits, stream);
+  }
+  void check(const AttentionSpec &spec) {
+    o.download();
+    lse.download();
+    ReferenceOutput want = referencePagedAttention(spec, q.hostRef, kc.hostRef,
+                                                   vc.hostRef, list, va->host);
+    test::compareOutputs(spec, o, lse, want, int64_t(pc.lens.size()), qLen);
+  }
+};
+
+} // namespace
+
+TEST_CASE("one decode kernel object on several streams and threads at once",
+          "[gpu][decode][concurrency]") {
+  // Every call must have its own partial O / LSE workspace: four calls on
+  // one GpuDecodeKernel, on four non-blocking streams, with different
+  // inputs, split counts and q_len, all held behind one gate (an event
+  // after a long memset) so their split and merge kernels overlap on the
+  // GPU; then the same from four threads at once. Each output is checked
+  // against the float64 paged reference. Shared workspaces would mix the
+  // calls' partial results.
+  Device &dev = Device::get(0);
+  for (const char *id : {"dec_causal_g4", "dec_alibi_g4"}) {
+    testing::DecodeKernel k;
+    for (const auto &c : testing::decodeKernels())
+      if (c.id == id)
+        k = c;
+    INFO(k.id);
+    auto kernel = loadDecode(k, dev);
+    const uint64_t seed = std::random_device{}();
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    auto makeCases = [&] {
+      std::vector<std::unique_ptr<StreamCase>> cases;
+      cases.push_back(std::make_unique<StreamCase>(
+          dev, k.spec, rng, std::vector<int64_t>{3000, 1700, 2500}, 16, 1, 8));
+      cases.push_back(std::make_unique<StreamCase>(
+          dev, k.spec, rng, std::vector<int64_t>{4100, 64}, 64, 4, 5));
+      cases.push_back(std::make_unique<StreamCase>(
+          dev, k.spec, rng, std::vector<int64_t>{900, 2000, 1, 3333}, 16, 2,
+          0));
+      cases.push_back(std::make_unique<StreamCase>(
+          dev, k.spec, rng, std::vector<int64_t>{5000}, 64, 1, 16));
+      return cases;
+    };
+    std::vector<Stream> streams;
+    for (int i = 0; i < 4; ++i)
+      streams.emplace_back(dev);
+    Driver &drv = Driver::get();
+    {
+      // Streams: one gate holds all four launches until they are queued.
+      auto cases = makeCases();
+      Stream gate(dev);
+      DeviceBuffer big(dev, size_t(2) << 30);
+      CUevent opened = nullptr;
+      REQUIRE(drv.cuEventCreate(&opened, CU_EVENT_DISABLE_TIMING) ==
+              CUDA_SUCCESS);
+      REQUIRE(drv.cuMemsetD8Async(big.ptr(), 0, big.size(), gate.handle()) ==
+              CUDA_SUCCESS);
+      REQUIRE(drv.cuEventRecord(opened, gate.handle()) == CUDA_SUCCESS);
+      for (size_t i = 0; i < cases.size(); ++i) {
+        REQUIRE(drv.cuStreamWaitEvent(streams[i].handle(), opened, 0) ==
+                CUDA_SUCCESS);
+        cases[i]->launch(*kernel, streams[i].handle());
+      }
+      // And a second round on the same streams, reversed: stream-ordered
+      // reuse of the first round's workspaces.
+      auto again = makeCases();
+      for (size_t i = 0; i < again.size(); ++i)
+        again[i]->launch(*kernel, streams[3 - i].handle());
+      for (const Stream &st : streams)
+        st.synchronize();
+      gate.synchronize();
+      (void)drv.cuEventDestroy(opened);
+      for (size_t i = 0; i < cases.size(); ++i) {
+        INFO("stream case " << i);
+        cases[i]->check(k.spec);
+        again[i]->check(k.spec);
+      }
+    }
+    {
+      // Threads: each calls run() on its own stream, three times, at once.
+      auto cases = makeCases();
+      std::vector<std::string> errors(cases.size());
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < cases.size(); ++i)
+        threads.emplace_back([&, i] {
+          try {
+            for (int r = 0; r < 3; ++r)
+              cases[i]->launch(*kernel, streams[i].handle());
+            streams[i].synchronize();
+          } catch (const std::exception &e) {
+            errors[i] = e.what();
+          }
+        });
+      for (std::thread &t : threads)
+        t.join();
+      for (size_t i = 0; i < cases.size(); ++i) {
+        INFO("thread case " << i);
+        CHECK(errors[i] == "");
+        cases[i]->check(k.spec);
+      }
+    }
+  }
 }
 
 TEST_CASE("decode bandwidth", "[.decodebench]") {

@@ -413,11 +413,12 @@ flashjit_status flashjit_paged_append(const flashjit_tensor *k_new,
  *  only; flashjit_c_runtime reports FLASHJIT_USER_ERROR). q, the caches,
  *  o, lse and the sink are device memory (q, k_cache, v_cache 16-byte
  *  aligned with head_dim contiguous); the table may be host or device
- *  memory (it is checked on the host and uploaded each call). Calls on
- *  kernels of one spec are serialised, and each synchronises its stream
- *  before returning. FLASHJIT_USER_ERROR naming the field and value (shapes,
- *  dtypes, alignment, q_len, table entries); FLASHJIT_DRIVER_ERROR
- *  without a GPU. */
+ *  memory (it is checked on the host and uploaded each call). Each call
+ *  has its own workspace (no lock): threads may call it at once, on the
+ *  same or different streams, for the same kernel; each call synchronises
+ *  its stream before returning. FLASHJIT_USER_ERROR naming the field and
+ *  value (shapes, dtypes, alignment, q_len, table entries);
+ *  FLASHJIT_DRIVER_ERROR without a GPU. */
 flashjit_status flashjit_run_paged(
     const flashjit_kernel *kernel, const flashjit_tensor *q,
     const flashjit_tensor *k_cache, const flashjit_tensor *v_cache,

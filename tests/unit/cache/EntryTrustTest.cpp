@@ -306,6 +306,55 @@ TEST_CASE("a GPU launch configuration must match what its PTX declares",
   }
 }
 
+TEST_CASE("a GPU decode launch configuration must match its PTX and tiles",
+          "[cache][errors][decode]") {
+  // The decode module (`_decode` and `_decode_merge`): a manifest whose
+  // shared memory, rows per warp or key tile disagrees with the tiles the
+  // split kernel was generated for is refused like the forward's.
+  AttentionSpec spec =
+      parseSpec("attention(name=t_dec, causal=bottom_right, head_dim=64, "
+                "heads_q=6, heads_kv=2, score=softcap(30.0))");
+  GpuCompileOptions o;
+  o.arch = GENERATE("sm_80", "sm_90a");
+  o.kind = KernelKind::Decode;
+  INFO("arch " << o.arch);
+  KernelArtifacts a = compileGpuArtifacts(spec, o);
+  const std::string &ptx = *a.file(kPtxFile);
+  GpuKernelInfo good = gpuKernelInfo(a);
+  REQUIRE(good.config.kind == KernelKind::Decode);
+  CHECK(good.sharedBytes == good.config.sharedBytes(64, 64));
+  CHECK(gpuLaunchConfigMismatch(spec, good, ptx).empty());
+  CHECK(gpuEntryMismatch(spec, o, a).empty());
+  auto refused = [&](const char *what, auto change, const std::string &expect) {
+    INFO(what);
+    GpuKernelInfo bad = good;
+    change(bad);
+    CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
+               Catch::Contains(expect));
+  };
+  refused(
+      "shared memory + 16", [](GpuKernelInfo &i) { i.sharedBytes += 16; },
+      "shared memory");
+  refused(
+      "shared memory - 1024", [](GpuKernelInfo &i) { i.sharedBytes -= 1024; },
+      "shared memory");
+  // Same threads, same entries: only the shared memory tells.
+  refused(
+      "rows per warp 16 -> 32",
+      [](GpuKernelInfo &i) { i.config.rowsPerWarp *= 2; }, "shared memory");
+  refused(
+      "key tile halved", [](GpuKernelInfo &i) { i.config.blockN /= 2; },
+      "shared memory");
+  refused(
+      "warps", [](GpuKernelInfo &i) { i.config.numWarps ^= 12; },
+      "threads per CTA");
+  refused(
+      "CTAs per SM", [](GpuKernelInfo &i) { i.config.minBlocksPerSM += 1; },
+      "minnctapersm");
+  refused(
+      "entry", [](GpuKernelInfo &i) { i.name += "_x"; }, "defines no entry");
+}
+
 TEST_CASE("an edited GPU cache entry is a miss in the library and the CLI",
           "[cache][errors]") {
   TempDir tmp;

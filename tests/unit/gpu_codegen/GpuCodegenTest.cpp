@@ -915,3 +915,40 @@ TEST_CASE("a decode kernel with a sink reads it in the merge only",
   CHECK_THAT(runtime::gpuLaunchConfigMismatch(withParam, a.info(), a.ptx),
              Catch::Contains("_decode'"));
 }
+
+TEST_CASE("a decode kernel reads a score modifier's per-head buffer once per "
+          "row in full tiles",
+          "[gpu-codegen][decode]") {
+  // ALiBi's slopes[head] depends on neither the score nor kv_idx: in a full
+  // tile (every element of an in-range row allowed) the split kernel reads
+  // it once per row of the thread (2) instead of once per element (32 of a
+  // 64-key tile), and the per-element rest is branch-free. Masked tiles
+  // keep the per-element reads (only allowed elements read). Each
+  // bounds-checked read has one out-of-range store of its status flag.
+  testing::DecodeKernel alibi;
+  for (const testing::DecodeKernel &k : testing::decodeKernels())
+    if (k.id == "dec_alibi_g4")
+      alibi = k;
+  REQUIRE(alibi.id == "dec_alibi_g4");
+  for (std::string arch : {"sm_80", "sm_90a"}) {
+    INFO(arch);
+    GpuCompileOptions o;
+    o.arch = arch;
+    o.kind = KernelKind::Decode;
+    GpuKernelImage img = compileGpu(alibi.spec, o);
+    size_t at = img.ptx.find(".entry " + img.name + "_decode(");
+    REQUIRE(at != std::string::npos);
+    size_t end = img.ptx.find(".entry ", at + 1);
+    std::string body = img.ptx.substr(at, end - at);
+    int flagStores = 0;
+    for (size_t p = body.find("st.global.b32"); p != std::string::npos;
+         p = body.find("st.global.b32", p + 1)) {
+      size_t eol = body.find('\n', p);
+      if (body.substr(p, eol - p).find("], 1;") != std::string::npos)
+        ++flagStores;
+    }
+    // 32 per-element reads in the masked path, 2 per-row reads in the
+    // full-tile path (64 + 0 before the row factoring).
+    CHECK(flagStores == 34);
+  }
+}

@@ -111,9 +111,10 @@ loadOrCompileGpuBackward(const AttentionSpec &spec, runtime::Device &device,
 /// with one warning), else a compile. options.kind is set to
 /// KernelKind::Decode and options.arch to gpuTargetFor(device); the other
 /// options pick the decode tiles (0: its tile rule). The kernel object is
-/// shared by every caller of the same key in this process: its run() uses
-/// workspaces of that object (see runtime::GpuDecodeKernel::run), so
-/// callers on several streams serialise their calls and the stream.
+/// shared by every caller of the same key in this process; its run() takes
+/// a per-call workspace on the caller's stream (see
+/// runtime::GpuDecodeKernel::run), so callers on several threads and
+/// streams need no lock.
 /// Throws UserError (unsupported spec, options or device, e.g. varlen,
 /// block_sparse or a wgmma mma, which the decode kernel does not take),
 /// CompileError, or DriverError when loading fails.

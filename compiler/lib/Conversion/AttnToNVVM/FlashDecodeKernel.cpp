@@ -55,12 +55,14 @@ void declareShared(KernelOps &ops, Operation *gpuModule) {
 }
 
 /// cp.async of a tile of \p rows x \p dim 16-bit elements into the padded
-/// shared layout at \p smem; \p source(row) gives (valid, address of the
-/// row's first element) for a tile row; invalid rows are zero-filled and
-/// not read (source size 0).
-void loadRowsAsync(KernelOps &ops, Value tid, int nthreads, Value smem,
-                   int rows, int dim,
-                   llvm::function_ref<std::pair<Value, Value>(Value)> source) {
+/// shared layout at \p smem; \p source(row, it) gives (valid, address of
+/// the row's first element) for a tile row, copied in the thread's
+/// iteration \p it (its chunk tid + it * nthreads: row
+/// (tid + it * nthreads) / (dim / 8)); invalid rows are zero-filled and not
+/// read (source size 0).
+void loadRowsAsync(
+    KernelOps &ops, Value tid, int nthreads, Value smem, int rows, int dim,
+    llvm::function_ref<std::pair<Value, Value>(Value, int)> source) {
   ImplicitLocOpBuilder &b = ops.b;
   const int chunksPerRow = dim / 8, total = rows * chunksPerRow;
   for (int it = 0; it * nthreads < total; ++it) {
@@ -68,7 +70,7 @@ void loadRowsAsync(KernelOps &ops, Value tid, int nthreads, Value smem,
       Value cidx = ops.add(tid, ops.ci32(it * nthreads));
       Value row = arith::DivUIOp::create(b, cidx, ops.ci32(chunksPerRow));
       Value col = arith::RemUIOp::create(b, cidx, ops.ci32(chunksPerRow));
-      auto [valid, rowPtr] = source(row);
+      auto [valid, rowPtr] = source(row, it);
       Value src = ops.gepBytes(rowPtr, ops.ext64(ops.mul(col, ops.ci32(16))));
       Value dst = ops.gepBytes(
           smem, ops.ext64(tileOffset(ops, row, col, rows, dim, false)));
@@ -119,7 +121,8 @@ private:
   void bindArguments(gpu::GPUFuncOp fn);
   void locate();
   void planKeyTiles();
-  void loadKV(Value j, Value stage);
+  SmallVector<Value> pageIdsOf(Value j, int dim);
+  void loadKV(Value j, Value stage, ValueRange kIds, ValueRange vIds);
   std::pair<Value, Value> classify(Value j);
   ValueRange mainLoop();
   SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask);
@@ -145,6 +148,9 @@ private:
   SmallVector<Value, 2> rowIdx; // packed row of the thread's rows g, g + 8
   SmallVector<Value> init;
   int nAcc = 0;
+  // Page ids carried through the main loop: those of the next tile's K (and,
+  // with head_dim_v != head_dim_qk, V) rows.
+  int nKIds = 0, nVIds = 0;
   Value numKv, jBegin, jEnd, one;
 };
 
@@ -167,14 +173,28 @@ void DecodeKernelBuilder::build(Operation *gpuModule) {
   bindArguments(fn);
   locate();
   planKeyTiles();
-  // The first K/V tile, then Q's fragments once Q has landed.
+  // The first K/V tile, then Q's fragments once Q has landed. The page ids
+  // of a tile are loaded one tile ahead of its copies (the loop carries
+  // them), so a page-table miss does not hold up the cp.async issue.
+  SmallVector<Value> kIds = pageIdsOf(jBegin, c.headDimQK), vIds;
+  if (c.headDimV != c.headDimQK)
+    vIds = pageIdsOf(jBegin, c.headDimV);
   ifElse(
       b, ops.cmp(arith::CmpIPredicate::sle, jBegin, jEnd),
       [&] {
-        loadKV(jBegin, ops.ci32(0));
+        loadKV(jBegin, ops.ci32(0), kIds, vIds.empty() ? kIds : vIds);
         NVVM::CpAsyncWaitGroupOp::create(b, 1);
       },
       [&] { NVVM::CpAsyncWaitGroupOp::create(b, 0); });
+  Value jNext = ops.add(jBegin, ops.ci32(1));
+  SmallVector<Value> nextIds = pageIdsOf(jNext, c.headDimQK);
+  nKIds = static_cast<int>(nextIds.size());
+  if (c.headDimV != c.headDimQK) {
+    SmallVector<Value> v = pageIdsOf(jNext, c.headDimV);
+    nVIds = static_cast<int>(v.size());
+    nextIds.append(v.begin(), v.end());
+  }
+  init.append(nextIds.begin(), nextIds.end());
   gpu::BarrierOp::create(b);
   mma->loadQ();
   epilogue(mainLoop());
@@ -259,7 +279,7 @@ void DecodeKernelBuilder::locate() {
   // head0 + r / q_len; padding rows are zero-filled.
   Value qBatch = ops.gepBytes(
       qPtr, ops.mul(ops.mul(ops.ext64(batch), qS[0]), ops.ci64(2)));
-  loadRowsAsync(ops, tid, nthreads, smem, c.blockM(), D, [&](Value row) {
+  loadRowsAsync(ops, tid, nthreads, smem, c.blockM(), D, [&](Value row, int) {
     Value pr = ops.add(r0, row);
     Value valid = ops.cmp(arith::CmpIPredicate::slt, pr, rows);
     Value prc = ops.sel(valid, pr, ops.ci32(0));
@@ -333,29 +353,47 @@ void DecodeKernelBuilder::planKeyTiles() {
   jEnd = scan.getResult(1);
 }
 
-void DecodeKernelBuilder::loadKV(Value j, Value stage) {
+SmallVector<Value> DecodeKernelBuilder::pageIdsOf(Value j, int dim) {
+  // The rows loadRowsAsync gives this thread, one per iteration; a row at or
+  // past the sequence's end reads entry 0 (the table has at least one), so
+  // no read leaves the table whatever j is.
+  const int chunksPerRow = dim / 8, total = c.blockN * chunksPerRow;
+  Value kv0 = ops.mul(j, ops.ci32(c.blockN));
+  SmallVector<Value> ids;
+  for (int it = 0; it * nthreads < total; ++it) {
+    Value row = arith::DivUIOp::create(b, ops.add(tid, ops.ci32(it * nthreads)),
+                                       ops.ci32(chunksPerRow));
+    Value kv = ops.add(kv0, row);
+    Value valid = ops.cmp(arith::CmpIPredicate::slt, kv, seqLen);
+    Value entry = ops.sel(
+        valid, ops.add(pageStart, arith::ShRUIOp::create(b, kv, pageShift)),
+        ops.ci32(0));
+    ids.push_back(ops.loadI32(pages, entry));
+  }
+  return ids;
+}
+
+void DecodeKernelBuilder::loadKV(Value j, Value stage, ValueRange kIds,
+                                 ValueRange vIds) {
   Value kv0 = ops.mul(j, ops.ci32(c.blockN));
   Value off = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
   Value slotMask =
       ops.sub(arith::ShLIOp::create(b, ops.ci32(1), pageShift), ops.ci32(1));
-  auto rowOf = [&](Value ptr, Value *s) {
-    return [&, ptr, s](Value row) {
+  auto rowOf = [&](Value ptr, Value *s, ValueRange ids) {
+    return [&, ptr, s, ids](Value row, int it) {
       Value kv = ops.add(kv0, row);
       Value valid = ops.cmp(arith::CmpIPredicate::slt, kv, seqLen);
-      Value kvc = ops.sel(valid, kv, ops.ci32(0)); // seqLen > 0 here
-      Value page = ops.loadI32(
-          pages, ops.add(pageStart, arith::ShRUIOp::create(b, kvc, pageShift)));
-      Value slot = ops.land(kvc, slotMask);
-      Value e = ops.add(ops.add(ops.mul(ops.ext64(page), s[0]),
+      Value slot = ops.land(ops.sel(valid, kv, ops.ci32(0)), slotMask);
+      Value e = ops.add(ops.add(ops.mul(ops.ext64(ids[it]), s[0]),
                                 ops.mul(ops.ext64(headKV), s[1])),
                         ops.mul(ops.ext64(slot), s[2]));
       return std::pair{valid, ops.gepBytes(ptr, ops.mul(e, ops.ci64(2)))};
     };
   };
   loadRowsAsync(ops, tid, nthreads, ops.gepBytes(sK, off), c.blockN,
-                c.headDimQK, rowOf(kPtr, kS));
+                c.headDimQK, rowOf(kPtr, kS, kIds));
   loadRowsAsync(ops, tid, nthreads, ops.gepBytes(sV, off), c.blockN, c.headDimV,
-                rowOf(vPtr, vS));
+                rowOf(vPtr, vS, vIds));
   NVVM::CpAsyncCommitGroupOp::create(b);
 }
 
@@ -370,13 +408,22 @@ ValueRange DecodeKernelBuilder::mainLoop() {
   ValueRange state = loop.getRegionIterArgs();
   Value stage = ops.land(ops.sub(j, jBegin), ops.ci32(1));
   Value nextStage = arith::XOrIOp::create(b, stage, ops.ci32(1));
+  ValueRange kIds = state.slice(init.size() - nKIds - nVIds, nKIds);
+  ValueRange vIds = nVIds ? state.slice(init.size() - nVIds, nVIds) : kIds;
+  state = state.take_front(init.size() - nKIds - nVIds);
   ifElse(
       b, ops.cmp(arith::CmpIPredicate::slt, j, jEnd),
       [&] {
-        loadKV(ops.add(j, ops.ci32(1)), nextStage);
+        loadKV(ops.add(j, ops.ci32(1)), nextStage, kIds, vIds);
         NVVM::CpAsyncWaitGroupOp::create(b, 1);
       },
       [&] { NVVM::CpAsyncWaitGroupOp::create(b, 0); });
+  // The page ids of tile j + 2, in flight during this tile's math.
+  SmallVector<Value> nextIds = pageIdsOf(ops.add(j, ops.ci32(2)), c.headDimQK);
+  if (nVIds) {
+    SmallVector<Value> v = pageIdsOf(ops.add(j, ops.ci32(2)), c.headDimV);
+    nextIds.append(v.begin(), v.end());
+  }
   mma->publishStage();
   gpu::BarrierOp::create(b);
   mma->selectStage(ops.mul(ops.ext64(stage), ops.ci64(stageBytes)));
@@ -385,7 +432,7 @@ ValueRange DecodeKernelBuilder::mainLoop() {
   Value pastEnd = ops.cmp(arith::CmpIPredicate::sgt,
                           ops.add(kv0, ops.ci32(c.blockN)), seqLen);
   Value needsMask = ops.lor(mayBeFalse, pastEnd);
-  SmallVector<Type> stateTypes(init.size(), ops.f32);
+  SmallVector<Type> stateTypes(state.size(), ops.f32);
   auto tileIf =
       scf::IfOp::create(b, stateTypes, ops.land(mayBeTrue, warpActive),
                         /*withElse=*/true);
@@ -397,7 +444,9 @@ ValueRange DecodeKernelBuilder::mainLoop() {
     scf::YieldOp::create(b, tileStep(state, kv0, needsMask));
   }
   gpu::BarrierOp::create(b); // this stage is free for the next prefetch
-  scf::YieldOp::create(b, tileIf.getResults());
+  SmallVector<Value> yield(tileIf.getResults());
+  yield.append(nextIds.begin(), nextIds.end());
+  scf::YieldOp::create(b, yield);
   return loop.getResults();
 }
 

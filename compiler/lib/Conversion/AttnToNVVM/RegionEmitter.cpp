@@ -146,7 +146,88 @@ public:
     IRMapping map;
     map.map(body.getArgument(0), score);
     mapIndices(map, body, 1, idx);
-    return cloneBody(b, loc, body, map);
+    auto row = scoreRows_.find({idx.head, idx.qIdx});
+    if (row == scoreRows_.end())
+      return cloneBody(b, loc, body, map);
+    // Only the ops that vary along the row; the others are the row's.
+    for (auto [v, f] : llvm::zip(scoreRowOut_, row->second))
+      map.map(v, f);
+    return cloneBody(b, loc, body, map,
+                     [&](Operation &o) { return scoreVaries_.lookup(&o); });
+  }
+
+  void beginScoreRowFactors(OpBuilder &ob, Location loc,
+                            const IndexValues &base, ArrayRef<Value> heads,
+                            ArrayRef<Value> qIdx) override {
+    Block &body = op_.getScore().front();
+    analyzeScore(body);
+    ImplicitLocOpBuilder b(loc, ob);
+    auto rowOnly = [&](Operation &o) { return !scoreVaries_.lookup(&o); };
+    scoreRowOut_.clear();
+    bool reads = false;
+    for (Operation &o : body.without_terminator()) {
+      if (!rowOnly(o))
+        continue;
+      reads |= readsBuffers(o);
+      // Users inside a nested region count as their top-level op.
+      for (Value r : o.getResults())
+        if (llvm::any_of(r.getUsers(), [&](Operation *u) {
+              Operation *top = body.findAncestorOpInBlock(*u);
+              return isa<attn::YieldOp>(top) || scoreVaries_.lookup(top);
+            }))
+          scoreRowOut_.push_back(r);
+    }
+    for (auto [h, q] : llvm::zip(heads, qIdx)) {
+      if (scoreRows_.count({h, q}))
+        continue;
+      IndexValues idx = base;
+      idx.head = h;
+      idx.qIdx = q;
+      auto compute = [&] {
+        IRMapping map;
+        mapIndices(map, body, 1, idx, /*skip=kv_idx*/ 3);
+        cloneBody(b, loc, body, map, rowOnly);
+        SmallVector<Value> vals;
+        for (Value v : scoreRowOut_)
+          vals.push_back(map.lookup(v));
+        return vals;
+      };
+      SmallVector<Value> vals;
+      if (!reads || scoreRowOut_.empty()) {
+        vals = compute();
+      } else {
+        SmallVector<Type> types;
+        for (Value v : scoreRowOut_)
+          types.push_back(v.getType());
+        Value inRange = arith::CmpIOp::create(b, arith::CmpIPredicate::slt, q,
+                                              base.seqlenQ);
+        auto ifOp = scf::IfOp::create(b, types, inRange, /*withElse=*/true);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          scf::YieldOp::create(b, compute());
+          b.setInsertionPointToStart(ifOp.elseBlock());
+          SmallVector<Value> zeros;
+          for (Type t : types)
+            zeros.push_back(zeroOf(b, t));
+          scf::YieldOp::create(b, zeros);
+        }
+        vals.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+      }
+      scoreRows_[{h, q}] = vals;
+    }
+    ob.setInsertionPoint(b.getInsertionBlock(), b.getInsertionPoint());
+  }
+
+  void endScoreRowFactors() override { scoreRows_.clear(); }
+
+  bool scoreElementReadsBuffers() const override {
+    if (scoreRows_.empty())
+      return scoreReadsBuffers();
+    for (Operation &o : op_.getScore().front().without_terminator())
+      if (scoreVaries_.lookup(&o) && readsBuffers(o))
+        return true;
+    return false;
   }
 
   Value emitMask(OpBuilder &b, Location loc, const IndexValues &idx) override {
@@ -334,6 +415,26 @@ private:
     }
   }
 
+  /// Which ops of the score modifier depend on the score or kv_idx.
+  void analyzeScore(Block &body) {
+    if (scoreAnalyzed_)
+      return;
+    scoreAnalyzed_ = true;
+    DenseMap<Value, bool> varies;
+    varies[body.getArgument(0)] = true; // the score
+    varies[body.getArgument(4)] = true; // kv_idx
+    for (Operation &o : body.without_terminator()) {
+      bool v = false;
+      o.walk([&](Operation *n) {
+        for (Value x : n->getOperands())
+          v |= varies.lookup(x);
+      });
+      scoreVaries_[&o] = v;
+      for (Value r : o.getResults())
+        varies[r] = v;
+    }
+  }
+
   static Value zeroOf(OpBuilder &b, Type t) {
     Location loc = b.getUnknownLoc();
     if (isa<FloatType>(t))
@@ -466,6 +567,13 @@ private:
   DenseMap<Operation *, unsigned> dep_;
   SmallVector<Value> factorOut_[2];
   DenseMap<Value, SmallVector<Value>> rowFactors_, colFactors_;
+  // Score row factoring (beginScoreRowFactors): which ops vary along a row,
+  // the row values the rest uses, and their emitted values per (head,
+  // q_idx).
+  bool scoreAnalyzed_ = false;
+  DenseMap<Operation *, bool> scoreVaries_;
+  SmallVector<Value> scoreRowOut_;
+  DenseMap<std::pair<Value, Value>, SmallVector<Value>> scoreRows_;
 };
 
 } // namespace

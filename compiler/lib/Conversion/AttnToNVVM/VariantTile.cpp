@@ -36,7 +36,8 @@ static Value elementScore(KernelOps &ops, FragmentEmitter &em,
     auto mod = [&] {
       return em.emitScore(ops.b, ops.b.getLoc(), idx, ops.fmul(acc, scale));
     };
-    v = em.scoreReadsBuffers() ? ops.guarded(ok, ops.f32, zero, mod) : mod();
+    v = em.scoreElementReadsBuffers() ? ops.guarded(ok, ops.f32, zero, mod)
+                                      : mod();
     v = ops.fmul(v, ops.cf32(log2e));
   } else {
     v = ops.fmul(acc, scaleLog2);
@@ -128,6 +129,21 @@ SmallVector<Value> variantScoresPacked(KernelOps &ops, FragmentEmitter &em,
   for (int jn = 0; jn < sTiles; ++jn)
     for (int cc = 0; cc < 2; ++cc)
       kvCols.push_back(ops.add(at.kvLane, ops.ci32(jn * 8 + cc)));
+  // A full tile: every element of an in-range row is allowed, so the score
+  // modifier's row-only part (ALiBi's slopes[head]) is evaluated once per
+  // row, reading what per-element evaluation would read.
+  bool factored = !masked && em.hasScoreMod();
+  if (factored) {
+    SmallVector<Value> heads, rows;
+    for (int mt = 0; mt < mTiles; ++mt) {
+      heads.append({at.head0[mt], at.head1[mt]});
+      rows.append({at.qRow0[mt], at.qRow1[mt]});
+    }
+    em.beginScoreRowFactors(
+        ops.b, ops.b.getLoc(),
+        {at.batch, Value(), Value(), Value(), at.seqlenQ, at.seqlenK}, heads,
+        rows);
+  }
   SmallVector<Value> out;
   for (int mt = 0; mt < mTiles; ++mt)
     for (int jn = 0; jn < sTiles; ++jn)
@@ -139,6 +155,8 @@ SmallVector<Value> variantScoresPacked(KernelOps &ops, FragmentEmitter &em,
         out.push_back(elementScore(ops, em, idx, s[(mt * sTiles + jn) * 4 + i],
                                    scale, scaleLog2, masked, zero, minusInf));
       }
+  if (factored)
+    em.endScoreRowFactors();
   return out;
 }
 

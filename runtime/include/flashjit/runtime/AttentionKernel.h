@@ -48,8 +48,8 @@ struct GpuKernelInfo {
   /// block-sparse: runBlockSparse, and the module has the builder
   /// `<name>_block_mask`).
   KernelConfig config;
-  /// Dynamic shared memory per CTA, in bytes (forward kernels:
-  /// config.sharedBytes(head dims)).
+  /// Dynamic shared memory per CTA, in bytes (forward, backward and
+  /// decode kernels: config.sharedBytes(head dims)).
   int sharedBytes = 0;
 };
 
@@ -68,7 +68,9 @@ GpuKernelInfo gpuKernelInfo(const KernelArtifacts &artifacts);
 /// decode kernel (KernelKind::Decode) has `<name>_decode` with
 /// abi::gpu::decodeArgTypes() plus the variant's arguments, config.threads()
 /// and config.minBlocksPerSM, and `<name>_decode_merge` with
-/// abi::gpu::mergeArgTypes(spec.sink) and abi::gpu::kMergeThreads. Needs
+/// abi::gpu::mergeArgTypes(spec.sink) and abi::gpu::kMergeThreads, and
+/// shared memory config.sharedBytes(head dims) (the backward's: its
+/// configuration's too). Needs
 /// no GPU: the cache, bundles and the CLI run it before calling an entry
 /// valid. (rowsPerWarp and blockN are not declared by the PTX; the
 /// manifest's digest and, in the cache, the tile policy cover them.)

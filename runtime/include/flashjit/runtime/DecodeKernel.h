@@ -70,6 +70,31 @@ private:
 int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
                     int64_t maxSeqLen, int blockN, int smCount);
 
+/// Where the parts of one GpuDecodeKernel::run() call's workspace lie in
+/// its one stream-ordered allocation (StreamBuffer): byte offsets, each
+/// 256-byte aligned, the parts in this order and disjoint.
+struct DecodeWorkspaceLayout {
+  /// fp32 partial O [num_splits, rows, head_dim_v] (abi::gpu::DecodeArg).
+  size_t oPart = 0;
+  /// fp32 partial LSE [num_splits, rows], then a scratch LSE [rows] the
+  /// merge writes when the caller wants no LSE.
+  size_t lsePart = 0;
+  /// One int32 out-of-range flag per variant buffer (none: 0 bytes).
+  size_t status = 0;
+  /// The whole allocation, bytes (the end of the last part, rounded up to
+  /// 256).
+  size_t bytes = 0;
+};
+
+/// The workspace of a decode call over \p rows = batch * heads_q * q_len
+/// query rows, \p numSplits key splits, head dim \p headDimV and
+/// \p numBuffers variant buffers. Throws UserError for a negative or zero
+/// count where one is needed (rows >= 0, numSplits >= 1, headDimV >= 1) or
+/// a size that overflows.
+DecodeWorkspaceLayout decodeWorkspaceLayout(int64_t rows, int64_t numSplits,
+                                            int64_t headDimV,
+                                            size_t numBuffers);
+
 /// The loaded decode kernels of one spec on one device.
 class GpuDecodeKernel {
 public:
@@ -100,8 +125,16 @@ public:
   /// every split count gives the same result and a row with no allowed key
   /// gets O = 0, LSE = sink[h]. \p numSplits 0 picks decodeNumSplits.
   /// Asynchronous on \p stream (a variant reading buffers synchronises it
-  /// to check for out-of-range reads); uses workspaces owned by this
-  /// object, so calls on one object must not run concurrently. Throws
+  /// to check for out-of-range reads).
+  ///
+  /// Thread and stream safety: each call takes its own workspace (partial
+  /// O / LSE, the buffers' status flags; decodeWorkspaceLayout) from the
+  /// device's stream-ordered pool on \p stream and frees it there after the
+  /// merge (StreamBuffer), and the object holds no per-call state, so any
+  /// number of threads may call run() on one object at once, on the same
+  /// or different streams, with no lock; calls on different streams may
+  /// overlap on the GPU. The caller's tensors and \p table must stay valid
+  /// until \p stream has run the call. Throws
   /// UserError naming the bad field (shapes, dtypes, alignment, q_len,
   /// numSplits, a table that does not fit the cache), DriverError if a
   /// launch fails.
@@ -127,8 +160,6 @@ private:
   Device *device_;
   Module module_;
   Function decode_, merge_;
-  mutable DeviceBuffer status_, oPart_, lsePart_;
-  mutable std::mutex mutex_;
 };
 
 } // namespace flashjit::runtime

@@ -47,6 +47,39 @@ private:
   size_t bytes_ = 0;
 };
 
+/// Device memory ordered on a stream: allocated with
+/// cuMemAllocFromPoolAsync on \p stream from the device's workspace pool
+/// (one per device, made on first use, keeping up to 256 MiB of freed
+/// memory for reuse instead of returning it at each synchronisation) and
+/// freed with cuMemFreeAsync on the same stream by the destructor. Work
+/// enqueued on that stream after the constructor may use it, and the host
+/// after synchronising the stream; work of other streams must not (the
+/// driver may hand the same memory to another stream's allocation once this
+/// one's free has run there). Two allocations that are live at once on
+/// different streams never overlap, so per-call workspaces made this way
+/// let calls on different streams run concurrently. Also valid inside CUDA
+/// graph capture (a memory node). Not copyable or movable. Throws
+/// DriverError if the pool cannot be made or the allocation fails.
+class StreamBuffer {
+public:
+  /// Allocates \p bytes (nothing for 0: ptr() is 0) on \p stream of
+  /// \p device (nullptr: the legacy default stream).
+  StreamBuffer(Device &device, size_t bytes, CUstream stream);
+  ~StreamBuffer();
+  StreamBuffer(const StreamBuffer &) = delete;
+  StreamBuffer &operator=(const StreamBuffer &) = delete;
+
+  /// The device address (0 when empty).
+  CUdeviceptr ptr() const { return ptr_; }
+  size_t size() const { return bytes_; }
+
+private:
+  Device *device_;
+  CUstream stream_;
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
 /// Copies \p bytes from host memory \p src to device memory \p dst of
 /// \p device (synchronous; for small results such as gradient vectors
 /// written into a caller's device array). Throws UserError for a null

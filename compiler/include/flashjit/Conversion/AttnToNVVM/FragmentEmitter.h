@@ -78,6 +78,24 @@ public:
   /// True if emitMask of one element reads buffers (after beginMaskFactors:
   /// only the parts depending on both indices count).
   virtual bool maskElementReadsBuffers() const { return maskReadsBuffers(); }
+  /// Emits, at \p b's insertion point, the parts of the score modifier that
+  /// depend on neither the score nor kv_idx once per row (\p heads[i],
+  /// \p qIdx[i]; the other indices from \p base), buffer reads there
+  /// guarded by q_idx < seqlen_q. Until endScoreRowFactors(), emitScore of
+  /// an element whose head and q_idx are one of these pairs emits only the
+  /// rest (ALiBi's slopes[head] is read once per row instead of once per
+  /// element). Only for elements that are all allowed when their row is in
+  /// range (a full tile), so the same buffer elements are read as by
+  /// per-element evaluation.
+  virtual void beginScoreRowFactors(mlir::OpBuilder &b, mlir::Location loc,
+                                    const IndexValues &base,
+                                    llvm::ArrayRef<mlir::Value> heads,
+                                    llvm::ArrayRef<mlir::Value> qIdx) {}
+  virtual void endScoreRowFactors() {}
+  /// True if emitScore of one element reads buffers (after
+  /// beginScoreRowFactors: only the parts depending on the score or kv_idx
+  /// count).
+  virtual bool scoreElementReadsBuffers() const { return scoreReadsBuffers(); }
   /// Interval classification of a tile whose inclusive index ranges are
   /// [lo, hi] (seqlens exact): (mayBeFalse, mayBeTrue), both i1. With
   /// \p bufferRanges, integer buffer reads over short in-range index
