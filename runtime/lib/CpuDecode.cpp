@@ -80,6 +80,10 @@ void cpuPagedDecode(const CpuAttentionKernel &kernel, const TensorRef &q,
                      "fp32 [{}, {}, {}]",
                      lse->rank, toString(lse->dtype), lse->shape[0],
                      lse->shape[1], lse->shape[2], s.batch, s.headsQ, s.qLen));
+  const MemoryRegion table[] = {memoryOf("the page table's page ids",
+                                         pages.pages.data(),
+                                         pages.pages.size_bytes())};
+  checkPagedOutputs(q, kCache, vCache, o, writeLse ? lse : nullptr, table);
   int64_t totalK = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t len = pages.seqLens[b];
