@@ -90,8 +90,10 @@ TensorRef toRef(const flashjit_tensor *t, const char *name, int minRank = 3) {
     throw UserError(fmt::format("{}.dtype = {} is not a flashjit_dtype", name,
                                 static_cast<int>(t->dtype)));
   if (t->rank < minRank || t->rank > 4)
-    throw UserError(
-        fmt::format("{}.rank = {}, expected {} to 4", name, t->rank, minRank));
+    throw UserError(minRank == 4
+                        ? fmt::format("{}.rank = {}, expected 4", name, t->rank)
+                        : fmt::format("{}.rank = {}, expected {} to 4", name,
+                                      t->rank, minRank));
   TensorRef r;
   r.data = t->data;
   r.dtype = t->dtype == FLASHJIT_FP16   ? DType::F16
@@ -1245,6 +1247,13 @@ flashjit_status flashjit_run_paged_ex(
     checkPageSize(kc.shape[2]);
     checkNumPages("k_cache", kc.shape[0]);
     if (kern.cpu) {
+      // The CLI refuses --num-splits on the CPU; so does the C API rather
+      // than ignore it.
+      if (num_splits > 1)
+        throw UserError(fmt::format("flashjit_run_paged: num_splits = {} on "
+                                    "a CPU kernel, which does not split the "
+                                    "keys (give 0 or 1)",
+                                    num_splits));
       PageList pages = toPageList(table, kc.shape[0], kc.shape[2]);
       checkPagedOutputs(qr, kc, vc, orf, lse ? &lr : nullptr,
                         pageTableMemory(*table));

@@ -180,8 +180,8 @@ PageList checkBlockTable(const BlockTable &table, int64_t batch,
     const int64_t len = table.seqLens[b];
     if (len < 0 || len > capacity)
       fail(fmt::format("seq_lens[{}] = {}, expected 0..max_pages * page_size "
-                       "= {} * {}",
-                       b, len, table.maxPages, pageSize));
+                       "= {} * {} = {}",
+                       b, len, table.maxPages, pageSize, capacity));
     const int64_t used = (len + pageSize - 1) / pageSize;
     for (int64_t p = 0; p < used; ++p) {
       const int64_t at = b * table.maxPages + p;

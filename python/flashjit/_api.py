@@ -566,6 +566,14 @@ class Kernel:
                                 "kernels (compile(..., varlen=True))")
             o_shape = (qv.shape[0], qv.shape[1], qv.shape[2], vv.shape[3])
             lse_shape = qv.shape[:3]
+        # The spec's dtypes first: allocating a bf16 O for fp16 inputs
+        # would complain about ml_dtypes instead of the mismatch.
+        for x, key in ((qv, "tq"), (kv, "tk"), (vv, "tv")):
+            want = _SPEC_DTYPE[self._fields[key]]
+            if x.dtype != want:
+                raise UserError(f"{x.name}: dtype {x.dtype}, but the "
+                                f"kernel's spec says {want} (dtype_"
+                                f"{x.name}={self._fields[key]})")
         if out is None:
             out = _empty(q, o_shape, self.dtype_o, qv.device_type,
                          qv.device_id)

@@ -72,6 +72,11 @@ void cpuPagedDecode(const CpuAttentionKernel &kernel, const TensorRef &q,
   if (o.dtype != spec.dtypeO)
     fail(fmt::format("o.dtype = {}, but the spec says {}", toString(o.dtype),
                      toString(spec.dtypeO)));
+  if (spec.returnLse && !lse)
+    fail(fmt::format("lse is NULL: kernel '{}' returns LSE (spec.returnLse); "
+                     "pass an fp32 tensor [batch, heads_q, q_len] = [{}, {}, "
+                     "{}]",
+                     spec.variant.name(), s.batch, s.headsQ, s.qLen));
   const bool writeLse = spec.returnLse && lse;
   if (writeLse &&
       (lse->rank != 3 || lse->dtype != DType::F32 || lse->shape[0] != s.batch ||

@@ -299,6 +299,26 @@ TEST_CASE("run_paged: o and lse overlap neither each other, q, the caches "
   CHECK(p.q == q);
   CHECK(p.seqLens == std::vector<int32_t>{3, 4});
 
+  SECTION("the messages of the paged entry point name what to pass") {
+    // Once "pass an fp32 tensor [heads_q, total_q]" (the packed layout).
+    expectRefused(flashjit_run_paged(kernel, &tq, &tk, &tv, &table, &to,
+                                     nullptr, nullptr, 0),
+                  {"lse is NULL", "[batch, heads_q, q_len] = [2, 2, 1]"});
+    // Once "q.rank = 5, expected 4 to 4".
+    flashjit_tensor rank5 = tq;
+    rank5.rank = 5;
+    expectRefused(flashjit_run_paged(kernel, &rank5, &tk, &tv, &table, &to, &tl,
+                                     nullptr, 0),
+                  {"q.rank = 5, expected 4"});
+    CHECK(std::string(flashjit_last_error()).find("to 4") == std::string::npos);
+    // num_splits on the CPU was ignored; the CLI refuses it.
+    expectRefused(flashjit_run_paged_ex(kernel, &tq, &tk, &tv, &table, &to, &tl,
+                                        nullptr, 0, 2, nullptr),
+                  {"num_splits = 2 on a CPU kernel"});
+    CHECK(flashjit_run_paged_ex(kernel, &tq, &tk, &tv, &table, &to, &tl,
+                                nullptr, 0, 1, nullptr) == FLASHJIT_OK);
+  }
+
   SECTION("block-table sizes that overflow are named, not wrapped") {
     flashjit_page_table huge = table;
     huge.max_pages = int64_t{1} << 62; // once "max_pages * page_size = 0"

@@ -178,6 +178,30 @@ def test_values_and_keywords_get_typed_errors():
     assert mask is not None
 
 
+def test_a_dtype_mismatch_is_named_before_outputs_are_allocated():
+    kern = flashjit.compile(head_dim=16, dtype="bf16", target="cpu")
+    q = np.zeros((1, 1, 4, 16), np.float16)
+    # Once "bf16 outputs in numpy need ml_dtypes".
+    with pytest.raises(flashjit.UserError,
+                       match=r"q: dtype float16, but the kernel's spec says "
+                             r"bfloat16"):
+        kern.run(q, q, q)
+    ok = _kernel(head_dim=16)
+    qf = np.zeros((1, 1, 4, 16), np.float32)
+    o, _ = ok.run(qf, qf, qf)
+    assert o.shape == (1, 1, 4, 16)
+
+
+def test_num_splits_on_the_cpu_is_refused_not_ignored():
+    rng = ref.rng()
+    kern, q, kc, vc, table = _paged(rng)
+    with pytest.raises(flashjit.UserError,
+                       match=r"num_splits = 4 on a CPU kernel"):
+        kern.run_paged(q, kc, vc, num_splits=4, **table)
+    o, _ = kern.run_paged(q, kc, vc, num_splits=1, **table)
+    ref.assert_close(o, _paged_reference(q, kc, vc, table), 1e-5, what="o")
+
+
 class _FakeTorchTensor:
     """Stands in for a torch tensor (``__module__`` "torch") that
     requires grad: the autograd refusal runs before any data is read."""
