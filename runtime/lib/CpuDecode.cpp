@@ -72,11 +72,6 @@ void cpuPagedDecode(const CpuAttentionKernel &kernel, const TensorRef &q,
   if (o.dtype != spec.dtypeO)
     fail(fmt::format("o.dtype = {}, but the spec says {}", toString(o.dtype),
                      toString(spec.dtypeO)));
-  if (spec.returnLse && !lse)
-    fail(fmt::format("lse is NULL: kernel '{}' returns LSE (spec.returnLse); "
-                     "pass an fp32 tensor [batch, heads_q, q_len] = [{}, {}, "
-                     "{}]",
-                     spec.variant.name(), s.batch, s.headsQ, s.qLen));
   const bool writeLse = spec.returnLse && lse;
   if (writeLse &&
       (lse->rank != 3 || lse->dtype != DType::F32 || lse->shape[0] != s.batch ||
@@ -117,6 +112,11 @@ void cpuPagedDecode(const CpuAttentionKernel &kernel, const TensorRef &q,
                      totalK, totalQ));
   if (s.batch == 0 || s.headsQ == 0)
     return;
+  if (spec.returnLse && !lse)
+    fail(fmt::format("lse is NULL: kernel '{}' returns LSE (spec.returnLse); "
+                     "pass an fp32 tensor [batch, heads_q, q_len] = [{}, {}, "
+                     "{}]",
+                     spec.variant.name(), s.batch, s.headsQ, s.qLen));
 
   const int64_t hq = s.headsQ, hk = s.headsKV;
   std::vector<char> qb, kb, vb, ob, lb;
