@@ -21,6 +21,7 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
+#include "flashjit/frontend/Tensor.h"
 #include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/CpuAttentionKernel.h"
@@ -89,8 +90,10 @@ TensorRef toRef(const flashjit_tensor *t, const char *name, int minRank = 3) {
     throw UserError(fmt::format("{}.dtype = {} is not a flashjit_dtype", name,
                                 static_cast<int>(t->dtype)));
   if (t->rank < minRank || t->rank > 4)
-    throw UserError(
-        fmt::format("{}.rank = {}, expected {} to 4", name, t->rank, minRank));
+    throw UserError(minRank == 4
+                        ? fmt::format("{}.rank = {}, expected 4", name, t->rank)
+                        : fmt::format("{}.rank = {}, expected {} to 4", name,
+                                      t->rank, minRank));
   TensorRef r;
   r.data = t->data;
   r.dtype = t->dtype == FLASHJIT_FP16   ? DType::F16
@@ -227,8 +230,9 @@ PageList toPageList(const flashjit_page_table *t, int64_t numPages,
                     int64_t pageSize) {
   if (!t)
     throw UserError("table is NULL");
-  if (t->batch < 0)
-    throw UserError(fmt::format("table.batch = {} is negative", t->batch));
+  if (t->batch < 0 || t->batch > std::numeric_limits<int32_t>::max())
+    throw UserError(
+        fmt::format("table.batch = {}, expected 0..2^31 - 1", t->batch));
   auto span = [](const int32_t *p, int64_t n, const char *name) {
     if (n < 0)
       throw UserError(fmt::format("table.{}: {} entries", name, n));
@@ -247,14 +251,36 @@ PageList toPageList(const flashjit_page_table *t, int64_t numPages,
     if (t->max_pages < 0)
       throw UserError(
           fmt::format("table.max_pages = {} is negative", t->max_pages));
-    return checkBlockTable(
-        {span(t->block_table, t->batch * t->max_pages, "block_table"),
-         t->max_pages, span(t->seq_lens, t->batch, "seq_lens")},
-        t->batch, numPages, pageSize);
+    int64_t entries = 0;
+    if (__builtin_mul_overflow(t->batch, t->max_pages, &entries) ||
+        entries > std::numeric_limits<int32_t>::max())
+      throw UserError(fmt::format(
+          "table.batch = {} times table.max_pages = {} block_table entries "
+          "is past 2^31 - 1",
+          t->batch, t->max_pages));
+    return checkBlockTable({span(t->block_table, entries, "block_table"),
+                            t->max_pages,
+                            span(t->seq_lens, t->batch, "seq_lens")},
+                           t->batch, numPages, pageSize);
   }
   throw UserError(fmt::format("table.layout = {} is not a "
                               "flashjit_paged_layout (0 CSR, 1 block table)",
                               static_cast<int>(t->layout)));
+}
+
+/// The int32 arrays of \p t (sizes checked by toPageList / hostPageTable),
+/// as inputs of checkPagedOutputs.
+std::vector<MemoryRegion> pageTableMemory(const flashjit_page_table &t) {
+  auto array = [](const char *name, const int32_t *p, int64_t n) {
+    return memoryOf(fmt::format("table.{}", name), p,
+                    n > 0 ? uint64_t(n) * sizeof(int32_t) : 0);
+  };
+  if (t.layout == FLASHJIT_PAGED_CSR)
+    return {array("kv_indptr", t.kv_indptr, t.batch + 1),
+            array("kv_indices", t.kv_indices, t.num_indices),
+            array("kv_last_page_len", t.kv_last_page_len, t.batch)};
+  return {array("block_table", t.block_table, t.batch * t.max_pages),
+          array("seq_lens", t.seq_lens, t.batch)};
 }
 
 /// Whether \p p is device memory of the current context's address space
@@ -424,6 +450,67 @@ void writeGrads(const AttentionSpec &spec, const DataGradients &g,
   }
 }
 
+/// The bytes of one FLASHJIT_ARG_BUFFER_* element; 0 for scalars.
+uint64_t argElementBytes(flashjit_arg_kind kind) {
+  switch (kind) {
+  case FLASHJIT_ARG_BUFFER_F32:
+  case FLASHJIT_ARG_BUFFER_I32:
+    return 4;
+  case FLASHJIT_ARG_BUFFER_I64:
+    return 8;
+  default:
+    return 0;
+  }
+}
+
+/// The memory of \p n elements of \p elementBytes at \p data; sizes that
+/// are negative or absurd (past 2^56 elements) are left to the size checks
+/// and counted as empty here.
+MemoryRegion arrayMemory(std::string name, const void *data, int64_t n,
+                         uint64_t elementBytes) {
+  if (n <= 0 || n > (int64_t{1} << 56))
+    return memoryOf(std::move(name), nullptr, 0);
+  return memoryOf(std::move(name), data, uint64_t(n) * elementBytes);
+}
+
+/// flashjit_run_backward's aliasing rule, checked before anything is
+/// written: q, k, v, o, lse, dO and the bound buffers are inputs (they may
+/// share memory); dq, dk, dv and every grads[i].data are outputs, disjoint
+/// from all inputs and from each other; no name appears twice in grads.
+void checkBackwardOutputs(const AttentionSpec &spec, const TensorRef &q,
+                          const TensorRef &k, const TensorRef &v,
+                          const TensorRef &o, const TensorRef &lse,
+                          const TensorRef &dO, const TensorRef &dq,
+                          const TensorRef &dk, const TensorRef &dv,
+                          const flashjit_arg *args, int numArgs,
+                          const flashjit_grad *grads, int numGrads) {
+  (void)checkBackwardTensors(spec, q, k, v, o, lse, dO, dq, dk, dv);
+  std::vector<MemoryRegion> outs = {memoryOf("dq", dq), memoryOf("dk", dk),
+                                    memoryOf("dv", dv)};
+  std::vector<MemoryRegion> ins = {memoryOf("q", q),     memoryOf("k", k),
+                                   memoryOf("v", v),     memoryOf("o", o),
+                                   memoryOf("lse", lse), memoryOf("dO", dO)};
+  for (int i = 0; i < numArgs; ++i)
+    if (uint64_t bytes = argElementBytes(args[i].kind); bytes && args[i].name)
+      ins.push_back(
+          arrayMemory(fmt::format("args[{}] '{}'", i, excerpt(args[i].name)),
+                      args[i].data, args[i].size, bytes));
+  std::map<std::string, int> seen; // name -> first index
+  for (int i = 0; i < numGrads; ++i) {
+    const flashjit_grad &e = grads[i];
+    if (!e.name)
+      throw UserError(fmt::format("grads[{}].name is NULL", i));
+    if (auto [it, inserted] = seen.emplace(e.name, i); !inserted)
+      throw UserError(fmt::format("grads[{}] '{}' repeats grads[{}]: give "
+                                  "each gradient once",
+                                  i, excerpt(e.name), it->second));
+    outs.push_back(
+        arrayMemory(fmt::format("grads[{}] '{}'", i, excerpt(e.name)), e.data,
+                    e.size, sizeof(float)));
+  }
+  checkOutputsDisjoint(outs, ins);
+}
+
 void hostCopy(float *dst, const std::vector<float> &src) {
   std::copy(src.begin(), src.end(), dst);
 }
@@ -447,8 +534,11 @@ void runGpuBackward(const flashjit_kernel &kernel, const TensorRef &q,
                     const TensorRef &lse, const TensorRef &dO,
                     const TensorRef &dq, const TensorRef &dk,
                     const TensorRef &dv, const Arguments &args,
+                    const flashjit_arg *rawArgs, int numArgs,
                     const flashjit_grad *grads, int num_grads,
                     CUstream stream) {
+  checkBackwardOutputs(kernel.spec, q, k, v, o, lse, dO, dq, dk, dv, rawArgs,
+                       numArgs, grads, num_grads);
   if (!runtime::Device::available())
     noGpu();
   std::shared_ptr<const runtime::GpuAttentionBackwardKernel> bwd =
@@ -504,8 +594,9 @@ void runGpuPaged(const flashjit_kernel &kernel, const TensorRef &q,
 #endif
   std::vector<std::vector<int32_t>> copies;
   flashjit_page_table h = hostPageTable(table, device, copies);
-  runtime::DevicePageTable t(toPageList(&h, kCache.shape[0], kCache.shape[2]),
-                             device);
+  PageList pages = toPageList(&h, kCache.shape[0], kCache.shape[2]);
+  checkPagedOutputs(q, kCache, vCache, o, lse, pageTableMemory(*table));
+  runtime::DevicePageTable t(pages, device);
   // No lock: every run() takes its own stream-ordered workspace, so calls
   // from several threads on several streams may overlap.
   decode->run(q, kCache, vCache, t, o, lse, args, numSplits, stream);
@@ -782,10 +873,12 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
           kernel->flags & FLASHJIT_COMPILE_VARLEN ? "runVarlen"
                                                   : "runBlockSparse"));
     if (!kernel->cpu) {
-      runGpuBackward(*kernel, qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a, grads,
-                     num_grads, static_cast<CUstream>(stream));
+      runGpuBackward(*kernel, qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a, args,
+                     num_args, grads, num_grads, static_cast<CUstream>(stream));
       return;
     }
+    checkBackwardOutputs(kernel->spec, qr, kr, vr, orf, lr, dor, dqr, dkr, dvr,
+                         args, num_args, grads, num_grads);
     std::shared_ptr<const runtime::CpuBackwardKernel> bwd = kernel->cpuBackward;
 #ifndef FLASHJIT_C_WITH_COMPILER
     if (!bwd)
@@ -1138,8 +1231,18 @@ flashjit_status flashjit_run_paged_ex(
                                   "expected 0 (automatic) or 1..1024",
                                   num_splits));
     checkPageSize(kc.shape[2]);
+    checkNumPages("k_cache", kc.shape[0]);
     if (kern.cpu) {
+      // The CLI refuses --num-splits on the CPU; so does the C API rather
+      // than ignore it.
+      if (num_splits > 1)
+        throw UserError(fmt::format("flashjit_run_paged: num_splits = {} on "
+                                    "a CPU kernel, which does not split the "
+                                    "keys (give 0 or 1)",
+                                    num_splits));
       PageList pages = toPageList(table, kc.shape[0], kc.shape[2]);
+      checkPagedOutputs(qr, kc, vc, orf, lse ? &lr : nullptr,
+                        pageTableMemory(*table));
       runtime::cpuPagedDecode(*kern.cpu, qr, kc, vc, pages, orf,
                               lse ? &lr : nullptr, a);
       return;

@@ -82,6 +82,14 @@ void checkState(const std::string &oName, const TensorRef &o,
 
 } // namespace
 
+void checkNumPages(const char *name, int64_t numPages) {
+  constexpr int64_t kMost = int64_t{1} << 31;
+  if (numPages < 0 || numPages > kMost)
+    fail(fmt::format("{}.shape[0] = {} pages, expected 0..2^31 (page ids are "
+                     "int32)",
+                     name, numPages));
+}
+
 void checkPageSize(int64_t pageSize) {
   if (pageSize < 1 || pageSize > kMaxPageSize ||
       (pageSize & (pageSize - 1)) != 0)
@@ -148,10 +156,19 @@ PageList checkBlockTable(const BlockTable &table, int64_t batch,
     fail(fmt::format("num_pages = {} is negative", numPages));
   if (table.maxPages < 0)
     fail(fmt::format("max_pages = {} is negative", table.maxPages));
-  if (static_cast<int64_t>(table.table.size()) != batch * table.maxPages)
+  int64_t entries = 0, capacity = 0;
+  if (__builtin_mul_overflow(batch, table.maxPages, &entries))
+    fail(fmt::format("batch = {} times max_pages = {} block_table entries "
+                     "overflows 64 bits",
+                     batch, table.maxPages));
+  if (static_cast<int64_t>(table.table.size()) != entries)
     fail(fmt::format("block_table has {} entries, expected batch * max_pages "
                      "= {} * {}",
                      table.table.size(), batch, table.maxPages));
+  // A sequence holds at most max_pages * page_size tokens (no bound when
+  // that overflows: seq_lens entries are int32).
+  if (__builtin_mul_overflow(table.maxPages, pageSize, &capacity))
+    capacity = std::numeric_limits<int64_t>::max();
   if (static_cast<int64_t>(table.seqLens.size()) != batch)
     fail(fmt::format("seq_lens has {} entries, expected batch = {}",
                      table.seqLens.size(), batch));
@@ -161,10 +178,10 @@ PageList checkBlockTable(const BlockTable &table, int64_t batch,
   list.pages = table.table;
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = table.seqLens[b];
-    if (len < 0 || len > table.maxPages * pageSize)
+    if (len < 0 || len > capacity)
       fail(fmt::format("seq_lens[{}] = {}, expected 0..max_pages * page_size "
-                       "= {}",
-                       b, len, table.maxPages * pageSize));
+                       "= {} * {} = {}",
+                       b, len, table.maxPages, pageSize, capacity));
     const int64_t used = (len + pageSize - 1) / pageSize;
     for (int64_t p = 0; p < used; ++p) {
       const int64_t at = b * table.maxPages + p;
@@ -299,11 +316,30 @@ void checkMergeStates(std::span<const TensorRef> os,
     checkState(fmt::format("o[{}]", i), os[i], fmt::format("lse[{}]", i),
                lses[i], shape);
   checkState("o_out", o, "lse_out", lse, shape);
-  for (int i = 0; i < 4; ++i)
-    if (o.shape[i] > 1 && o.strides[i] == 0)
-      fail(fmt::format("o_out.strides[{}] = 0 on a dim of size {}: output "
-                       "elements would overlap",
-                       i, o.shape[i]));
+  checkNoSelfOverlap("o_out", o);
+  checkNoSelfOverlap("lse_out", lse);
+  // In place is allowed: an output may be exactly one of the inputs (the
+  // same view; each row is read whole before it is written). Any other
+  // overlap (a shifted or re-strided view, o_out over an LSE) is refused.
+  auto same = [](const TensorRef &a, const TensorRef &b) {
+    return a.data == b.data && a.dtype == b.dtype && a.rank == b.rank &&
+           a.shape == b.shape && a.strides == b.strides;
+  };
+  const MemoryRegion oOut[] = {memoryOf("o_out", o)},
+                     lseOut[] = {memoryOf("lse_out", lse)};
+  std::vector<MemoryRegion> forO, forLse = {oOut[0]};
+  for (size_t i = 0; i < os.size(); ++i) {
+    MemoryRegion oi = memoryOf(fmt::format("o[{}]", i), os[i]),
+                 li = memoryOf(fmt::format("lse[{}]", i), lses[i]);
+    if (!same(o, os[i]))
+      forO.push_back(oi);
+    forO.push_back(li);
+    forLse.push_back(oi);
+    if (!same(lse, lses[i]))
+      forLse.push_back(li);
+  }
+  checkOutputsDisjoint(oOut, forO);
+  checkOutputsDisjoint(lseOut, forLse);
 }
 
 void mergeStates(std::span<const TensorRef> os, std::span<const TensorRef> lses,
@@ -417,6 +453,26 @@ int64_t checkPagedAppend(const TensorRef &kNew, const TensorRef &vNew,
   for (auto [name, t] : all)
     if (writes > 0 && t->shape[3] > 0 && !t->data)
       fail(fmt::format("{}.data is null", name));
+  checkNumPages("k_cache", kCache.shape[0]);
+  // The caches are written: they overlap neither the new tokens nor the
+  // page ids. k_cache and v_cache may interleave (FlashInfer's [pages, 2,
+  // page_size, heads, dim] cache gives two views with equal strides), but
+  // not be one tensor or overlap with other strides.
+  checkNoSelfOverlap("k_cache", kCache);
+  checkNoSelfOverlap("v_cache", vCache);
+  const MemoryRegion ins[] = {memoryOf("k_new", kNew), memoryOf("v_new", vNew),
+                              memoryOf("the page table's page ids",
+                                       pages.pages.data(),
+                                       pages.pages.size_bytes())};
+  const MemoryRegion kOut[] = {memoryOf("k_cache", kCache)},
+                     vOut[] = {memoryOf("v_cache", vCache)};
+  checkOutputsDisjoint(kOut, ins);
+  checkOutputsDisjoint(vOut, ins);
+  if (kCache.data && kCache.data == vCache.data && writes > 0)
+    fail("v_cache and k_cache are the same memory (v_cache.data == "
+         "k_cache.data): the values would overwrite the keys");
+  if (kCache.strides != vCache.strides || kCache.dtype != vCache.dtype)
+    checkOutputsDisjoint(vOut, kOut);
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = pages.seqLens[b];
     if (len < nNew)

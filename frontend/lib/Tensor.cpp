@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <utility>
+#include <vector>
 
 namespace flashjit {
 
@@ -72,14 +74,9 @@ void checkTensor(const char *name, const TensorRef &t, int rank,
                                   "strides are not supported)",
                                   name, i, t.strides[i]),
                       std::source_location());
-    // An output with no elements cannot overlap (contiguous strides of an
-    // empty tensor are 0).
-    if (isOutput && t.shape[i] > 1 && t.strides[i] == 0 && t.numel() > 0)
-      throw UserError(fmt::format("{}.strides[{}] = 0 on a dim of size {}: "
-                                  "output elements would overlap",
-                                  name, i, t.shape[i]),
-                      std::source_location());
   }
+  if (isOutput)
+    checkNoSelfOverlap(name, t);
   // The farthest element, in bytes, must be addressable without wrapping:
   // strides near 2^63 would otherwise read before the buffer.
   if (t.numel() > 0) {
@@ -108,47 +105,58 @@ void checkTensor(const char *name, const TensorRef &t, int rank,
                     std::source_location());
 }
 
-/// The bytes [first, last) that \p t's elements span; empty for an empty
-/// tensor. checkTensor has ruled out overflow.
-std::pair<uintptr_t, uintptr_t> byteSpan(const TensorRef &t) {
-  if (t.numel() == 0)
-    return {0, 0};
-  int64_t far = 0;
-  for (int i = 0; i < t.rank; ++i)
-    far += (t.shape[i] - 1) * t.strides[i];
-  auto first = reinterpret_cast<uintptr_t>(t.data);
-  return {first, first + uintptr_t(far + 1) * byteSize(t.dtype)};
-}
-
-/// Throws when output \p outName and tensor \p inName share memory: their
-/// byte spans overlap (a strided interleaving counts as overlapping too: a
-/// kernel writing one while reading the other would race with itself).
-void expectDisjoint(const char *outName, const TensorRef &out,
-                    const char *inName, const TensorRef &in) {
-  auto [o0, o1] = byteSpan(out);
-  auto [i0, i1] = byteSpan(in);
-  if (o0 == o1 || i0 == i1 || o1 <= i0 || i1 <= o0)
-    return;
-  throw UserError(fmt::format("{} overlaps {} in memory ({} spans bytes "
-                              "[{:#x}, {:#x}), {} [{:#x}, {:#x})): outputs "
-                              "must not alias inputs or each other",
-                              outName, inName, outName, o0, o1, inName, i0, i1),
-                  std::source_location());
-}
-
 /// O and LSE must not share memory with Q, K, V or each other.
 void expectNoAliasing(const TensorRef &q, const TensorRef &k,
                       const TensorRef &v, const TensorRef *o,
                       const TensorRef *lse) {
-  for (auto [name, out] : {std::pair{"o", o}, std::pair{"lse", lse}}) {
-    if (!out)
-      continue;
-    expectDisjoint(name, *out, "q", q);
-    expectDisjoint(name, *out, "k", k);
-    expectDisjoint(name, *out, "v", v);
-  }
-  if (o && lse)
-    expectDisjoint("lse", *lse, "o", *o);
+  std::vector<MemoryRegion> outs;
+  if (o)
+    outs.push_back(memoryOf("o", *o));
+  if (lse)
+    outs.push_back(memoryOf("lse", *lse));
+  const MemoryRegion ins[] = {memoryOf("q", q), memoryOf("k", k),
+                              memoryOf("v", v)};
+  checkOutputsDisjoint(outs, ins);
+}
+
+/// Checks \p t named \p name against \p like (named \p likeName): rank,
+/// shape and dtype \p dtype equal, and checkTensor's rules (an output's
+/// strides never 0 on a dim larger than 1).
+void expectLike(const char *name, const TensorRef &t, const char *likeName,
+                const TensorRef &like, DType dtype, bool isOutput) {
+  if (t.rank != like.rank)
+    throw UserError(fmt::format("{}.rank = {}, expected {} (as {})", name,
+                                t.rank, like.rank, likeName),
+                    std::source_location());
+  checkTensor(name, t, like.rank, isOutput);
+  for (int i = 0; i < t.rank; ++i)
+    if (t.shape[i] != like.shape[i])
+      throw UserError(fmt::format("{}.shape[{}] = {}, expected {} (as {})",
+                                  name, i, t.shape[i], like.shape[i], likeName),
+                      std::source_location());
+  if (t.dtype != dtype)
+    throw UserError(fmt::format("{}.dtype = {}, expected {} (as {})", name,
+                                toString(t.dtype), toString(dtype), likeName),
+                    std::source_location());
+}
+
+/// dO, dq, dk, dv against o, q, k, v, and the backward's aliasing rule: the
+/// outputs dq, dk, dv overlap no input and not each other.
+void expectBackwardGradients(const AttentionSpec &spec, const TensorRef &q,
+                             const TensorRef &k, const TensorRef &v,
+                             const TensorRef &o, const TensorRef &lse,
+                             const TensorRef &dO, const TensorRef &dq,
+                             const TensorRef &dk, const TensorRef &dv) {
+  expectLike("dO", dO, "o", o, spec.dtypeO, false);
+  expectLike("dq", dq, "q", q, spec.dtypeQ, true);
+  expectLike("dk", dk, "k", k, spec.dtypeK, true);
+  expectLike("dv", dv, "v", v, spec.dtypeV, true);
+  const MemoryRegion outs[] = {memoryOf("dq", dq), memoryOf("dk", dk),
+                               memoryOf("dv", dv)};
+  const MemoryRegion ins[] = {memoryOf("q", q),     memoryOf("k", k),
+                              memoryOf("v", v),     memoryOf("o", o),
+                              memoryOf("lse", lse), memoryOf("dO", dO)};
+  checkOutputsDisjoint(outs, ins);
 }
 
 void expectDim(const char *name, const TensorRef &t, int dim, int64_t want,
@@ -165,12 +173,13 @@ void expectDType(const char *name, const TensorRef &t, DType want) {
                                 toString(t.dtype), toString(want)),
                     std::source_location());
 }
-} // namespace
 
-AttentionShape checkAttentionTensors(const AttentionSpec &spec,
-                                     const TensorRef &q, const TensorRef &k,
-                                     const TensorRef &v, const TensorRef *o,
-                                     const TensorRef *lse) {
+/// checkAttentionTensors without the aliasing rule; o and lse are checked
+/// as outputs when \p outputs (the forward), as inputs otherwise.
+AttentionShape checkAttentionShapes(const AttentionSpec &spec,
+                                    const TensorRef &q, const TensorRef &k,
+                                    const TensorRef &v, const TensorRef *o,
+                                    const TensorRef *lse, bool outputs) {
   spec.validate();
   checkTensor("q", q, 4, false);
   checkTensor("k", k, 4, false);
@@ -196,7 +205,7 @@ AttentionShape checkAttentionTensors(const AttentionSpec &spec,
   expectDim("v", v, 2, s.seqlenK, "seqlen_k of k");
   expectDim("v", v, 3, spec.headDimV, "head_dim_v of the spec");
   if (o) {
-    checkTensor("o", *o, 4, true);
+    checkTensor("o", *o, 4, outputs);
     expectDType("o", *o, spec.dtypeO);
     expectDim("o", *o, 0, s.batch, "batch of q");
     expectDim("o", *o, 1, s.headsQ, "heads_q");
@@ -204,7 +213,7 @@ AttentionShape checkAttentionTensors(const AttentionSpec &spec,
     expectDim("o", *o, 3, spec.headDimV, "head_dim_v of the spec");
   }
   if (lse) {
-    checkTensor("lse", *lse, 3, true);
+    checkTensor("lse", *lse, 3, outputs);
     if (lse->dtype != DType::F32)
       throw UserError(
           fmt::format("lse.dtype = {}, expected fp32", toString(lse->dtype)),
@@ -213,6 +222,15 @@ AttentionShape checkAttentionTensors(const AttentionSpec &spec,
     expectDim("lse", *lse, 1, s.headsQ, "heads_q");
     expectDim("lse", *lse, 2, s.seqlenQ, "seqlen_q of q");
   }
+  return s;
+}
+} // namespace
+
+AttentionShape checkAttentionTensors(const AttentionSpec &spec,
+                                     const TensorRef &q, const TensorRef &k,
+                                     const TensorRef &v, const TensorRef *o,
+                                     const TensorRef *lse) {
+  AttentionShape s = checkAttentionShapes(spec, q, k, v, o, lse, true);
   expectNoAliasing(q, k, v, o, lse);
   return s;
 }
@@ -242,11 +260,14 @@ int64_t checkCuSeqlens(const char *name, std::span<const int32_t> cu,
   return longest;
 }
 
-VarlenShape checkVarlenTensors(const AttentionSpec &spec, const TensorRef &q,
-                               const TensorRef &k, const TensorRef &v,
-                               std::span<const int32_t> cuSeqlensQ,
-                               std::span<const int32_t> cuSeqlensK,
-                               const TensorRef *o, const TensorRef *lse) {
+namespace {
+/// checkVarlenTensors without the aliasing rule (see checkAttentionShapes).
+VarlenShape checkVarlenShapes(const AttentionSpec &spec, const TensorRef &q,
+                              const TensorRef &k, const TensorRef &v,
+                              std::span<const int32_t> cuSeqlensQ,
+                              std::span<const int32_t> cuSeqlensK,
+                              const TensorRef *o, const TensorRef *lse,
+                              bool outputs) {
   spec.validate();
   checkTensor("q", q, 3, false);
   checkTensor("k", k, 3, false);
@@ -277,14 +298,14 @@ VarlenShape checkVarlenTensors(const AttentionSpec &spec, const TensorRef &q,
   s.maxSeqlenK = checkCuSeqlens("cu_seqlens_k", cuSeqlensK, s.totalK);
   s.batch = static_cast<int64_t>(cuSeqlensQ.size()) - 1;
   if (o) {
-    checkTensor("o", *o, 3, true);
+    checkTensor("o", *o, 3, outputs);
     expectDType("o", *o, spec.dtypeO);
     expectDim("o", *o, 0, s.totalQ, "total_q of q");
     expectDim("o", *o, 1, s.headsQ, "heads_q");
     expectDim("o", *o, 2, spec.headDimV, "head_dim_v of the spec");
   }
   if (lse) {
-    checkTensor("lse", *lse, 2, true);
+    checkTensor("lse", *lse, 2, outputs);
     if (lse->dtype != DType::F32)
       throw UserError(
           fmt::format("lse.dtype = {}, expected fp32", toString(lse->dtype)),
@@ -292,6 +313,18 @@ VarlenShape checkVarlenTensors(const AttentionSpec &spec, const TensorRef &q,
     expectDim("lse", *lse, 0, s.headsQ, "heads_q");
     expectDim("lse", *lse, 1, s.totalQ, "total_q of q");
   }
+  return s;
+}
+
+} // namespace
+
+VarlenShape checkVarlenTensors(const AttentionSpec &spec, const TensorRef &q,
+                               const TensorRef &k, const TensorRef &v,
+                               std::span<const int32_t> cuSeqlensQ,
+                               std::span<const int32_t> cuSeqlensK,
+                               const TensorRef *o, const TensorRef *lse) {
+  VarlenShape s =
+      checkVarlenShapes(spec, q, k, v, cuSeqlensQ, cuSeqlensK, o, lse, true);
   expectNoAliasing(q, k, v, o, lse);
   return s;
 }
@@ -323,6 +356,115 @@ PagedShape checkPagedTensors(const AttentionSpec &spec, const TensorRef &q,
   expectDim("v_cache", vCache, 2, s.pageSize, "page_size of k_cache");
   expectDim("v_cache", vCache, 3, spec.headDimV, "head_dim_v of the spec");
   checkPageSize(s.pageSize);
+  checkNumPages("k_cache", s.numPages);
+  return s;
+}
+
+void checkPagedOutputs(const TensorRef &q, const TensorRef &kCache,
+                       const TensorRef &vCache, const TensorRef &o,
+                       const TensorRef *lse,
+                       std::span<const MemoryRegion> tableArrays) {
+  checkTensor("o", o, 4, true);
+  if (lse)
+    checkTensor("lse", *lse, 3, true);
+  std::vector<MemoryRegion> outs = {memoryOf("o", o)};
+  if (lse)
+    outs.push_back(memoryOf("lse", *lse));
+  std::vector<MemoryRegion> ins = {memoryOf("q", q),
+                                   memoryOf("k_cache", kCache),
+                                   memoryOf("v_cache", vCache)};
+  ins.insert(ins.end(), tableArrays.begin(), tableArrays.end());
+  checkOutputsDisjoint(outs, ins);
+}
+
+MemoryRegion memoryOf(std::string name, const TensorRef &t) {
+  MemoryRegion r{std::move(name), 0, 0};
+  if (t.numel() == 0 || !t.data)
+    return r;
+  // Saturating: a view whose last element's offset overflows (refused
+  // elsewhere) reaches the end of the address space here.
+  uint64_t far = 0;
+  bool overflow = false;
+  for (int i = 0; i < t.rank && !overflow; ++i) {
+    uint64_t step = 0;
+    overflow = t.shape[i] < 1 || t.strides[i] < 0 ||
+               __builtin_mul_overflow(uint64_t(t.shape[i] - 1),
+                                      uint64_t(t.strides[i]), &step) ||
+               __builtin_add_overflow(far, step, &far);
+  }
+  uint64_t bytes = 0;
+  overflow = overflow || __builtin_add_overflow(far, 1, &far) ||
+             __builtin_mul_overflow(far, uint64_t(byteSize(t.dtype)), &bytes);
+  r.begin = reinterpret_cast<uintptr_t>(t.data);
+  if (overflow || __builtin_add_overflow(r.begin, bytes, &r.end))
+    r.end = std::numeric_limits<uintptr_t>::max();
+  return r;
+}
+
+MemoryRegion memoryOf(std::string name, const void *data, uint64_t bytes) {
+  MemoryRegion r{std::move(name), 0, 0};
+  if (!data || bytes == 0)
+    return r;
+  r.begin = reinterpret_cast<uintptr_t>(data);
+  if (__builtin_add_overflow(r.begin, bytes, &r.end))
+    r.end = std::numeric_limits<uintptr_t>::max();
+  return r;
+}
+
+void checkOutputsDisjoint(std::span<const MemoryRegion> outputs,
+                          std::span<const MemoryRegion> inputs) {
+  auto expect = [](const MemoryRegion &out, const MemoryRegion &other) {
+    if (out.begin == out.end || other.begin == other.end ||
+        out.end <= other.begin || other.end <= out.begin)
+      return;
+    throw UserError(fmt::format("{} overlaps {} in memory ({} spans bytes "
+                                "[{:#x}, {:#x}), {} [{:#x}, {:#x})): outputs "
+                                "must not alias inputs or each other",
+                                out.name, other.name, out.name, out.begin,
+                                out.end, other.name, other.begin, other.end),
+                    std::source_location());
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      expect(outputs[i], outputs[j]);
+    for (const MemoryRegion &in : inputs)
+      expect(outputs[i], in);
+  }
+}
+
+void checkNoSelfOverlap(const char *name, const TensorRef &t) {
+  // An output with no elements cannot overlap (contiguous strides of an
+  // empty tensor are 0).
+  if (t.numel() == 0)
+    return;
+  for (int i = 0; i < t.rank; ++i)
+    if (t.shape[i] > 1 && t.strides[i] == 0)
+      throw UserError(fmt::format("{}.strides[{}] = 0 on a dim of size {}: "
+                                  "output elements would overlap",
+                                  name, i, t.shape[i]),
+                      std::source_location());
+}
+
+AttentionShape checkBackwardTensors(const AttentionSpec &spec,
+                                    const TensorRef &q, const TensorRef &k,
+                                    const TensorRef &v, const TensorRef &o,
+                                    const TensorRef &lse, const TensorRef &dO,
+                                    const TensorRef &dq, const TensorRef &dk,
+                                    const TensorRef &dv) {
+  AttentionShape s = checkAttentionShapes(spec, q, k, v, &o, &lse, false);
+  expectBackwardGradients(spec, q, k, v, o, lse, dO, dq, dk, dv);
+  return s;
+}
+
+VarlenShape checkVarlenBackwardTensors(
+    const AttentionSpec &spec, const TensorRef &q, const TensorRef &k,
+    const TensorRef &v, std::span<const int32_t> cuSeqlensQ,
+    std::span<const int32_t> cuSeqlensK, const TensorRef &o,
+    const TensorRef &lse, const TensorRef &dO, const TensorRef &dq,
+    const TensorRef &dk, const TensorRef &dv) {
+  VarlenShape s =
+      checkVarlenShapes(spec, q, k, v, cuSeqlensQ, cuSeqlensK, &o, &lse, false);
+  expectBackwardGradients(spec, q, k, v, o, lse, dO, dq, dk, dv);
   return s;
 }
 

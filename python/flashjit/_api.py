@@ -80,7 +80,12 @@ def _f32_text(name, value):
     try:
         f = struct.unpack("f", struct.pack("f", value))[0]
     except OverflowError:
-        raise UserError(f"{name} = {value} overflows f32") from None
+        f = math.inf
+    if math.isinf(f):
+        # struct packs a finite double past f32's range as inf (Python
+        # 3.11) or raises OverflowError (older versions).
+        raise UserError(f"{name} = {value!r} overflows f32 (largest finite "
+                        f"magnitude 3.4028234663852886e+38)")
     text = repr(f)
     return text if ("." in text or "e" in text) else text + ".0"
 
@@ -561,6 +566,14 @@ class Kernel:
                                 "kernels (compile(..., varlen=True))")
             o_shape = (qv.shape[0], qv.shape[1], qv.shape[2], vv.shape[3])
             lse_shape = qv.shape[:3]
+        # The spec's dtypes first: allocating a bf16 O for fp16 inputs
+        # would complain about ml_dtypes instead of the mismatch.
+        for x, key in ((qv, "tq"), (kv, "tk"), (vv, "tv")):
+            want = _SPEC_DTYPE[self._fields[key]]
+            if x.dtype != want:
+                raise UserError(f"{x.name}: dtype {x.dtype}, but the "
+                                f"kernel's spec says {want} (dtype_"
+                                f"{x.name}={self._fields[key]})")
         if out is None:
             out = _empty(q, o_shape, self.dtype_o, qv.device_type,
                          qv.device_id)
@@ -733,11 +746,16 @@ class Kernel:
         ceil(seqlen_q / block_m) rows; row r lists the key tiles
         ``col_indices[row_offsets[r]:row_offsets[r + 1]]``. Every listed tile
         is partial (the spec's mask still applies)."""
+        for key, value in (("seqlen_q", seqlen_q), ("seqlen_k", seqlen_k),
+                           ("heads", heads)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UserError(f"{key} = {value!r} is not an int")
+            if value < 0 or value >= 2**63:
+                raise UserError(f"{key} = {value} is outside [0, 2^63)")
         ro, nro = _host_int32(row_offsets, "row_offsets")
         ci, nci = _host_int32(col_indices, "col_indices")
-        expect = heads * -(-seqlen_q // self.block_size[0]) + 1 \
-            if isinstance(heads, int) and isinstance(seqlen_q, int) else None
-        if expect is not None and nro != expect:
+        expect = heads * -(-seqlen_q // self.block_size[0]) + 1
+        if nro != expect:
             raise UserError(f"row_offsets has {nro} entries, expected heads "
                             f"* num_q_tiles + 1 = {expect}")
         handle = ctypes.c_void_p()
@@ -786,6 +804,7 @@ class Kernel:
                            (3,) if name == "lse" else (4,))
              for name in views}
         args = _Args(params, buffers, device, dl_stream, sink)
+        grads = _grad_names(grads)
         grad_arrays = {}
         items = []
         keep = []
@@ -828,6 +847,39 @@ class Kernel:
         return result
 
 
+def _grad_names(grads):
+    """``grads`` as a tuple of distinct str names (UserError naming the
+    entry otherwise; a bare str is refused, not read letter by letter)."""
+    if isinstance(grads, (str, bytes)):
+        raise UserError(f"grads = {grads!r} is a str: give a list of names, "
+                        f"e.g. grads=[{grads!r}]")
+    try:
+        names = tuple(grads)
+    except TypeError:
+        raise UserError(f"grads = {grads!r} is not a list of names") from None
+    seen = {}
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise UserError(f"grads[{i}] = {name!r} is not a str")
+        if name in seen:
+            raise UserError(f"grads[{i}] = {name!r} repeats grads"
+                            f"[{seen[name]}]: give each name once")
+        seen[name] = i
+    return names
+
+
+def _spec_keywords(keywords, where):
+    """Refuses keywords that spec_text does not take (UserError naming
+    them, not Python's TypeError)."""
+    import inspect
+    known = inspect.signature(spec_text).parameters
+    unknown = sorted(k for k in keywords if k not in known)
+    if unknown:
+        raise UserError(f"{where}: unknown keyword{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(repr(k) for k in unknown)} (spec "
+                        f"keywords: {', '.join(known)})")
+
+
 _cache_lock = threading.Lock()
 _cache = {}
 
@@ -846,6 +898,7 @@ def compile(spec=None, *, target="cpu", varlen=False, block_sparse=False,
     if spec is not None and keywords:
         raise UserError("give either spec text or keywords, not both "
                         f"(keywords: {', '.join(sorted(keywords))})")
+    _spec_keywords(keywords, "compile")
     text = spec if spec is not None else spec_text(**keywords)
     if not isinstance(text, str):
         raise UserError(f"spec must be a str, got {type(text).__name__}")
@@ -880,6 +933,7 @@ def load(bundle_dir, spec=None, *, target="cpu", **keywords):
     UserError when the bundle has no such kernel."""
     if spec is not None and keywords:
         raise UserError("give either spec text or keywords, not both")
+    _spec_keywords(keywords, "load")
     text = spec if spec is not None else spec_text(**keywords)
     lib = _lib()
     handle = ctypes.c_void_p()
@@ -919,6 +973,27 @@ def _infer_spec(qv, kv, vv, varlen, **keywords):
                      dtype_k=None if same else dt["k"],
                      dtype_v=None if same else dt["v"],
                      dtype_o=None if same else dt["q"], **keywords)
+
+
+def _refuse_lost_autograd(tensors, route):
+    """UserError when a torch tensor of ``tensors`` (name, tensor) requires
+    grad while grad mode is on but the call goes through ``route`` (the
+    options that left the autograd-aware dense path): its result would have
+    no grad_fn, and the user would learn it only at backward()."""
+    needs = [name for name, x in tensors
+             if x is not None and getattr(x, "requires_grad", False) is True]
+    if not needs:
+        return
+    import torch
+    if not torch.is_grad_enabled():
+        return
+    raise UserError(
+        f"{needs[0]} requires grad, but attention with {', '.join(route)} "
+        f"has no autograd (only dense torch calls without cu_seqlens, "
+        f"block_mask=, out=, lse= and stream= are differentiable; "
+        f"block_mask= is an optimisation there, the mask= still applies): "
+        f"drop {route[0]}, or detach the inputs / use torch.no_grad() for "
+        f"inference")
 
 
 def _split_args(params, buffers):
@@ -966,6 +1041,17 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
                                   scale=scale, return_lse=return_lse,
                                   causal=causal, name=name, target=target,
                                   sink=sink)
+    if type(q).__module__.startswith("torch"):
+        route = [what for what, given in (
+            ("cu_seqlens_q/cu_seqlens_k", varlen),
+            ("block_mask=", block_mask is not None
+             and block_mask is not False),
+            ("out=", out is not None), ("lse=", lse is not None),
+            ("stream=", stream is not None)) if given]
+        _refuse_lost_autograd(
+            [("q", q), ("k", k), ("v", v), ("sink", sink)]
+            + [(f"buffers['{n}']", b) for n, b in (buffers or {}).items()],
+            route)
     dev_type, dev_id = _dlpack.device_of(q, "q")
     dl_stream, _ = _streams(q, dev_type, dev_id, stream)
     qv = _dlpack.view(q, "q", dl_stream)
@@ -1145,6 +1231,14 @@ def _page_table(kv_indptr, kv_indices, kv_last_page_len, block_table,
         indptr, n1 = _host_int32(kv_indptr, "kv_indptr")
         indices, ni = _host_int32(kv_indices, "kv_indices")
         last, nb = _host_int32(kv_last_page_len, "kv_last_page_len")
+        # The C table carries no length for kv_last_page_len: a short array
+        # would be read past its end.
+        if n1 < 1:
+            raise UserError("kv_indptr is empty: it needs batch + 1 entries "
+                            "(at least kv_indptr[0] = 0)")
+        if nb != n1 - 1:
+            raise UserError(f"kv_last_page_len has {nb} entries, expected "
+                            f"batch = len(kv_indptr) - 1 = {n1 - 1}")
         t.layout, t.batch = 0, n1 - 1
         t.kv_indptr, t.kv_indices, t.num_indices = indptr, indices, ni
         t.kv_last_page_len = last

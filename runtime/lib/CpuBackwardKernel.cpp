@@ -78,31 +78,6 @@ template <class Decl> std::vector<Decl> sortedByName(std::vector<Decl> d) {
   return d;
 }
 
-/// Checks a gradient input or output \p t named \p name against \p like
-/// (named \p likeName): rank and shape equal, dtype \p dtype, strides >= 0,
-/// data non-null when non-empty.
-void checkLike(const char *name, const TensorRef &t, const char *likeName,
-               const TensorRef &like, DType dtype) {
-  if (t.rank != like.rank)
-    throw UserError(fmt::format("{}.rank = {}, expected {} (as {})", name,
-                                t.rank, like.rank, likeName));
-  for (int i = 0; i < t.rank; ++i) {
-    if (t.shape[i] != like.shape[i])
-      throw UserError(fmt::format("{}.shape[{}] = {}, expected {} (as {})",
-                                  name, i, t.shape[i], like.shape[i],
-                                  likeName));
-    if (t.strides[i] < 0)
-      throw UserError(fmt::format("{}.strides[{}] = {} is negative", name, i,
-                                  t.strides[i]));
-  }
-  if (t.dtype != dtype)
-    throw UserError(fmt::format("{}.dtype = {}, expected {} (as {})", name,
-                                toString(t.dtype), toString(dtype), likeName));
-  if (t.numel() > 0 && !t.data)
-    throw UserError(fmt::format("{}.data is null but {} has {} elements", name,
-                                name, t.numel()));
-}
-
 /// The BlockMask's lists transposed for the K/V-outer kernel: row (b', h',
 /// kv tile) lists the q tiles (partial, then full) in increasing order.
 struct TransposedMask {
@@ -354,11 +329,8 @@ DataGradients runDense(const View &K, const TensorRef &q, const TensorRef &k,
                        const TensorRef &dq, const TensorRef &dk,
                        const TensorRef &dv, const BlockMask *blockMask,
                        const Arguments &args, int numThreads) {
-  AttentionShape sh = checkAttentionTensors(K.spec, q, k, v, &o, &lse);
-  checkLike("dO", dO, "o", o, K.spec.dtypeO);
-  checkLike("dq", dq, "q", q, K.spec.dtypeQ);
-  checkLike("dk", dk, "k", k, K.spec.dtypeK);
-  checkLike("dv", dv, "v", v, K.spec.dtypeV);
+  AttentionShape sh =
+      checkBackwardTensors(K.spec, q, k, v, o, lse, dO, dq, dk, dv);
   if (blockMask)
     checkBlockMaskFor(*blockMask, K.config.blockM(), K.config.blockN, sh.batch,
                       sh.headsQ, sh.seqlenQ, sh.seqlenK);
@@ -432,12 +404,8 @@ DataGradients CpuBackwardKernel::runVarlen(
                     "CompileOptions::blockSparse; pass no BlockMask (it would "
                     "be ignored)");
   View K{spec_, config_, dkdv_, dq_, buffers_, params_};
-  VarlenShape sh =
-      checkVarlenTensors(spec_, q, k, v, cuSeqlensQ, cuSeqlensK, &o, &lse);
-  checkLike("dO", dO, "o", o, spec_.dtypeO);
-  checkLike("dq", dq, "q", q, spec_.dtypeQ);
-  checkLike("dk", dk, "k", k, spec_.dtypeK);
-  checkLike("dv", dv, "v", v, spec_.dtypeV);
+  VarlenShape sh = checkVarlenBackwardTensors(
+      spec_, q, k, v, cuSeqlensQ, cuSeqlensK, o, lse, dO, dq, dk, dv);
   if (config_.blockSparse)
     checkBlockMaskFor(*blockMask, config_.blockM(), config_.blockN, sh.batch,
                       sh.headsQ, sh.maxSeqlenQ, sh.maxSeqlenK, cuSeqlensQ,

@@ -80,6 +80,10 @@ void cpuPagedDecode(const CpuAttentionKernel &kernel, const TensorRef &q,
                      "fp32 [{}, {}, {}]",
                      lse->rank, toString(lse->dtype), lse->shape[0],
                      lse->shape[1], lse->shape[2], s.batch, s.headsQ, s.qLen));
+  const MemoryRegion table[] = {memoryOf("the page table's page ids",
+                                         pages.pages.data(),
+                                         pages.pages.size_bytes())};
+  checkPagedOutputs(q, kCache, vCache, o, writeLse ? lse : nullptr, table);
   int64_t totalK = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t len = pages.seqLens[b];
@@ -108,6 +112,11 @@ void cpuPagedDecode(const CpuAttentionKernel &kernel, const TensorRef &q,
                      totalK, totalQ));
   if (s.batch == 0 || s.headsQ == 0)
     return;
+  if (spec.returnLse && !lse)
+    fail(fmt::format("lse is NULL: kernel '{}' returns LSE (spec.returnLse); "
+                     "pass an fp32 tensor [batch, heads_q, q_len] = [{}, {}, "
+                     "{}]",
+                     spec.variant.name(), s.batch, s.headsQ, s.qLen));
 
   const int64_t hq = s.headsQ, hk = s.headsKV;
   std::vector<char> qb, kb, vb, ob, lb;

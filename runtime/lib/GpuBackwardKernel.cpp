@@ -153,16 +153,10 @@ DataGradients GpuAttentionBackwardKernel::runDense(
     const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
     const DeviceBlockMask *blockMask, const Arguments &args,
     const GpuBackwardOptions &options, CUstream stream) const {
-  AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o, &lse);
-  // dO has o's shape and dtype; dq, dk, dv those of q, k, v.
-  AttentionShape sg = checkAttentionTensors(spec_, q, k, v, &dO);
-  AttentionShape sd = checkAttentionTensors(spec_, dq, dk, dv);
-  if (sd.batch != s.batch || sd.seqlenQ != s.seqlenQ || sd.seqlenK != s.seqlenK)
-    throw UserError(fmt::format(
-        "dq/dk/dv have batch {}, seqlen_q {}, seqlen_k {}; q/k/v have {}, {}, "
-        "{}",
-        sd.batch, sd.seqlenQ, sd.seqlenK, s.batch, s.seqlenQ, s.seqlenK));
-  (void)sg;
+  // dO has o's shape and dtype; dq, dk, dv those of q, k, v; the outputs
+  // dq, dk, dv overlap no input and not each other.
+  AttentionShape s =
+      checkBackwardTensors(spec_, q, k, v, o, lse, dO, dq, dk, dv);
   args.validateFor(spec_.variant);
   checkBackwardLayout(q, k, v, o, lse, dO, dq, dk, dv);
   BackwardCall c;
@@ -224,11 +218,10 @@ DataGradients GpuAttentionBackwardKernel::runPacked(
                                 "compiled varlen; use run",
                                 info_.name));
   const std::vector<int32_t> &cq = cuSeqlens.hostQ(), &ck = cuSeqlens.hostK();
-  VarlenShape s = checkVarlenTensors(spec_, q, k, v, cq, ck, &o, &lse);
-  // dO has o's shape and dtype; dq, dk, dv those of q, k, v.
-  (void)checkVarlenTensors(spec_, q, k, v, cq, ck, &dO);
-  VarlenShape sd = checkVarlenTensors(spec_, dq, dk, dv, cq, ck);
-  (void)sd;
+  // dO has o's shape and dtype; dq, dk, dv those of q, k, v; the outputs
+  // dq, dk, dv overlap no input and not each other.
+  VarlenShape s = checkVarlenBackwardTensors(spec_, q, k, v, cq, ck, o, lse, dO,
+                                             dq, dk, dv);
   args.validateFor(spec_.variant);
   checkBackwardLayout(q, k, v, o, lse, dO, dq, dk, dv);
   BackwardCall c;

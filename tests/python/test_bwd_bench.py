@@ -64,6 +64,27 @@ def test_main_reports_a_bad_option(capsys):
     assert "--variants" in capsys.readouterr().err
 
 
+def test_flex_on_the_cpu_is_a_skipped_row_not_a_failure():
+    with pytest.raises(runner.Unsupported) as e:
+        runner.build(None, "flex", None, (None,) * 4, {"device": "cpu"})
+    assert str(e.value) == "skipped: no CPU backward in FlexAttention"
+    # Under the table's 80-character cut.
+    assert len(runner.FLEX_CPU_SKIP) <= 80
+
+
+def test_device_cuda_without_a_gpu_is_a_clean_error(tmp_path, monkeypatch,
+                                                    capsys):
+    import types
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    argv = ["--device", "cuda", "--out", str(tmp_path), "--plot", "0"]
+    assert runner.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda: torch sees no GPU" in err
+    assert "Traceback" not in err
+
+
 def test_shape_keeps_tokens_and_hidden():
     assert rb.shape(16384, 128) == (2, 16)
     assert rb.shape(1024, 64) == (32, 32)
@@ -290,8 +311,9 @@ def test_cpu_run_end_to_end(tmp_path, monkeypatch):
         else:
             assert r["check"]["peer"] is None
             assert "dense and causal only" in r["impls"]["fa2"]["error"]
-        assert "error" in r["impls"]["flex"]
+        assert r["impls"]["flex"]["error"] == runner.FLEX_CPU_SKIP
     assert (tmp_path / "bwd_d16_n48.md").exists()
+    assert runner.FLEX_CPU_SKIP in open(tmp_path / "bwd_d16_n48.md").read()
 
 
 @pytest.mark.skipif(not _has_cpu_backward(),

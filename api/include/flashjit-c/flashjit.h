@@ -171,7 +171,11 @@ typedef struct flashjit_grad {
  *  gradients synchronise it; dQ and the buffer/parameter gradients are
  *  accumulated with fp32 atomics (last bits vary between runs); varlen and
  *  block-sparse GPU kernels are FLASHJIT_USER_ERROR (not supported by the
- *  GPU backward yet). */
+ *  GPU backward yet). Aliasing (README "Semantics" 10): dq, dk, dv and
+ *  every grads[i].data must overlap no input (q, k, v, o, lse, d_o, the
+ *  \p args buffers) and not each other, and a grads name may appear
+ *  once (FLASHJIT_USER_ERROR naming both, nothing written); the inputs
+ *  may share memory (o may be q). */
 flashjit_status
 flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
                       const flashjit_tensor *k, const flashjit_tensor *v,
@@ -370,7 +374,9 @@ typedef struct flashjit_page_table {
  *  is NULL or \p sink_size = heads fp32 logits (entered once). \p device
  *  -1: host memory (computed in double); >= 0: tensors and sink in that
  *  CUDA device's memory (at most 32 states per call; asynchronous on
- *  \p stream). FLASHJIT_USER_ERROR naming the tensor, field and value. */
+ *  \p stream). FLASHJIT_USER_ERROR naming the tensor, field and value;
+ *  also for \p o or \p lse overlapping an input (other than being exactly
+ *  that input's view) or each other. */
 flashjit_status flashjit_merge_states(const flashjit_tensor *os,
                                       const flashjit_tensor *lses, int n,
                                       const flashjit_tensor *o,
@@ -386,7 +392,9 @@ flashjit_status flashjit_merge_states(const flashjit_tensor *os,
  *  tensors in that CUDA device's memory (the table, host or device memory,
  *  is checked on the host and uploaded; the call synchronises \p stream).
  *  FLASHJIT_USER_ERROR naming the field and value (a page id outside the
- *  cache, a sequence shorter than n_new, mismatched shapes or dtypes). */
+ *  cache, a sequence shorter than n_new, mismatched shapes or dtypes, a
+ *  cache overlapping k_new, v_new or the page ids, k_cache and v_cache the
+ *  same memory; the two caches may interleave with equal strides). */
 flashjit_status flashjit_paged_append(const flashjit_tensor *k_new,
                                       const flashjit_tensor *v_new,
                                       const flashjit_tensor *k_cache,
@@ -417,7 +425,8 @@ flashjit_status flashjit_paged_append(const flashjit_tensor *k_new,
  *  has its own workspace (no lock): threads may call it at once, on the
  *  same or different streams, for the same kernel; each call synchronises
  *  its stream before returning. FLASHJIT_USER_ERROR naming the field and
- *  value (shapes, dtypes, alignment, q_len, table entries);
+ *  value (shapes, dtypes, alignment, q_len, table entries; o or lse
+ *  overlapping q, the caches, the table or each other);
  *  FLASHJIT_DRIVER_ERROR without a GPU. */
 flashjit_status flashjit_run_paged(
     const flashjit_kernel *kernel, const flashjit_tensor *q,
@@ -427,9 +436,10 @@ flashjit_status flashjit_run_paged(
 
 /** flashjit_run_paged with the GPU's key-split count \p num_splits (0:
  *  the heuristic of runtime::decodeNumSplits; 1..1024 forces it; every
- *  count gives the same result up to rounding; ignored on the CPU) and
- *  \p stream (a CUstream; NULL: the default stream; ignored on the CPU).
- *  FLASHJIT_USER_ERROR for \p num_splits outside 0..1024. */
+ *  count gives the same result up to rounding; a CPU kernel does not
+ *  split: 0 or 1 there) and \p stream (a CUstream; NULL: the default
+ *  stream; ignored on the CPU). FLASHJIT_USER_ERROR for \p num_splits
+ *  outside 0..1024, or above 1 on the CPU. */
 flashjit_status flashjit_run_paged_ex(
     const flashjit_kernel *kernel, const flashjit_tensor *q,
     const flashjit_tensor *k_cache, const flashjit_tensor *v_cache,

@@ -404,10 +404,13 @@ TEST_CASE("sink: CPU runs reject a missing, short or bad sink", "[sink]") {
   a.bindSink(sink.data(), 2);
   expectUserError([&] { fwd->run(q.ref, k.ref, v.ref, o.ref, &lse.ref, a); },
                   {"sink[1] = nan"});
+  // dq, dk, dv of their own: outputs may not alias the inputs.
+  Buf dq(DType::F32, {1, 2, 3, 8}), dk(DType::F32, {1, 1, 3, 8}),
+      dv(DType::F32, {1, 1, 3, 8});
   expectUserError(
       [&] {
-        return bwd->run(q.ref, k.ref, v.ref, o.ref, lse.ref, o.ref, q.ref,
-                        k.ref, v.ref, a);
+        return bwd->run(q.ref, k.ref, v.ref, o.ref, lse.ref, o.ref, dq.ref,
+                        dk.ref, dv.ref, a);
       },
       {"sink[1] = nan"});
   AttentionSpec plain = s;

@@ -120,6 +120,22 @@ struct PagedShape {
 PagedShape checkPagedTensors(const AttentionSpec &spec, const TensorRef &q,
                              const TensorRef &kCache, const TensorRef &vCache);
 
+/// The paged decode's outputs: o [batch, heads_q, q_len, head_dim_v] and,
+/// where given, lse [batch, heads_q, q_len] have strides >= 0, never 0 on a
+/// dim larger than 1, and their memory overlaps neither each other, q,
+/// k_cache, v_cache nor \p tableArrays (the page table's int32 arrays,
+/// memoryOf). Shapes are the caller's check. Throws UserError naming both
+/// arguments ("o overlaps v_cache in memory (...)").
+void checkPagedOutputs(const TensorRef &q, const TensorRef &kCache,
+                       const TensorRef &vCache, const TensorRef &o,
+                       const TensorRef *lse,
+                       std::span<const MemoryRegion> tableArrays = {});
+
+/// Throws UserError when a cache \p name claims \p numPages pages past
+/// 2^31 (page ids are int32, so no table could name the rest: the shape is
+/// wrong) or a negative count.
+void checkNumPages(const char *name, int64_t numPages);
+
 /// The float64 oracle of paged attention: for each sequence b, gathers its
 /// seq_len(b) keys and values out of the pages, then computes exactly what
 /// referenceVarlenAttention computes for that sequence: the mask and score

@@ -113,6 +113,59 @@ VarlenShape checkVarlenTensors(const AttentionSpec &spec, const TensorRef &q,
                                const TensorRef *o = nullptr,
                                const TensorRef *lse = nullptr);
 
+/// Checks the backward's tensors (README.md, "Backward"): q, k, v, o, lse
+/// and dO as in checkAttentionTensors (o [B, Hq, Sq, Dv], lse [B, Hq, Sq]
+/// fp32, dO like o) and dq, dk, dv with the shapes and dtypes of q, k, v.
+/// q, k, v, o, lse and dO are inputs here and may share memory with each
+/// other (o == q is fine); the outputs dq, dk, dv must overlap no input and
+/// not each other (checkOutputsDisjoint), and no output has stride 0 on a
+/// dim larger than 1. Throws UserError naming the tensor, the field and the
+/// value.
+AttentionShape checkBackwardTensors(const AttentionSpec &spec,
+                                    const TensorRef &q, const TensorRef &k,
+                                    const TensorRef &v, const TensorRef &o,
+                                    const TensorRef &lse, const TensorRef &dO,
+                                    const TensorRef &dq, const TensorRef &dk,
+                                    const TensorRef &dv);
+
+/// checkBackwardTensors for a packed varlen call (checkVarlenTensors'
+/// layouts: lse [heads_q, total_q]).
+VarlenShape checkVarlenBackwardTensors(
+    const AttentionSpec &spec, const TensorRef &q, const TensorRef &k,
+    const TensorRef &v, std::span<const int32_t> cuSeqlensQ,
+    std::span<const int32_t> cuSeqlensK, const TensorRef &o,
+    const TensorRef &lse, const TensorRef &dO, const TensorRef &dq,
+    const TensorRef &dk, const TensorRef &dv);
+
+/// A named range of bytes [begin, end) that a call reads or writes (empty
+/// when begin == end), for checkOutputsDisjoint.
+struct MemoryRegion {
+  /// The argument's name as the caller knows it ("dq", "grads[1] 'bias'").
+  std::string name;
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+};
+
+/// The bytes from \p t's first to its last element (empty for an empty
+/// tensor); \p t's strides must be checked (non-negative, no overflow).
+MemoryRegion memoryOf(std::string name, const TensorRef &t);
+
+/// The \p bytes bytes at \p data (empty when \p data is null or \p bytes
+/// is 0).
+MemoryRegion memoryOf(std::string name, const void *data, uint64_t bytes);
+
+/// The aliasing rule of every entry point: an output's bytes overlap no
+/// input's and no other output's (a strided interleaving counts as
+/// overlapping: a kernel writing one while reading the other would race
+/// with itself); inputs may share memory. Throws UserError naming both
+/// arguments and their byte ranges ("lse overlaps o in memory (...)").
+void checkOutputsDisjoint(std::span<const MemoryRegion> outputs,
+                          std::span<const MemoryRegion> inputs);
+
+/// Throws UserError when output \p name has stride 0 on a dim larger than 1
+/// (two of its elements would be written to one address).
+void checkNoSelfOverlap(const char *name, const TensorRef &t);
+
 } // namespace flashjit
 
 #endif // FLASHJIT_FRONTEND_TENSOR_H
