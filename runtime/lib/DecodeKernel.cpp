@@ -92,6 +92,15 @@ DevicePageTable::DevicePageTable(const PageList &pages, Device &device)
   hostStart_ = pages.pageStart;
 }
 
+std::vector<MemoryRegion> DevicePageTable::memory() const {
+  auto region = [](const char *name, const DeviceBuffer &b) {
+    return memoryOf(name, reinterpret_cast<const void *>(b.ptr()), b.size());
+  };
+  return {region("the page table's page ids", pages_),
+          region("the page table's page starts", start_),
+          region("the page table's sequence lengths", lens_)};
+}
+
 PageList DevicePageTable::hostList() const {
   PageList l;
   l.pageSize = pageSize_;
@@ -279,6 +288,10 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
                        s.qLen));
     requireAligned("lse", *lse, 4, 1);
   }
+  // The aliasing rule of every entry point (as the C API and Python check):
+  // o and lse overlap no input, not each other and not the table.
+  checkPagedOutputs(q, kCache, vCache, o, writeLse ? lse : nullptr,
+                    table.memory());
   args.validateFor(spec_.variant);
   // The sink is device memory: its presence and length are checked here.
   args.validateSinkFor(spec_, /*hostValues=*/false);

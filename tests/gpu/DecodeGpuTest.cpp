@@ -235,6 +235,24 @@ TEST_CASE("decode errors name the field", "[gpu][decode]") {
                     o1.deviceRef, nullptr, {}, 5000);
       },
       "num_splits = 5000");
+  // The aliasing rule: an output over an input, or over the table's device
+  // arrays, is refused before anything launches.
+  TensorRef overK = o1.deviceRef;
+  overK.data = kc.deviceRef.data;
+  expectError(
+      [&] {
+        kernel->run(q1.deviceRef, kc.deviceRef, kc.deviceRef, table, overK,
+                    nullptr);
+      },
+      "overlaps k_cache");
+  TensorRef overTable = o1.deviceRef;
+  overTable.data = reinterpret_cast<void *>(table.pages());
+  expectError(
+      [&] {
+        kernel->run(q1.deviceRef, kc.deviceRef, kc.deviceRef, table, overTable,
+                    nullptr);
+      },
+      "page ids");
 }
 
 namespace {

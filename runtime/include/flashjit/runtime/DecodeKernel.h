@@ -54,6 +54,10 @@ public:
   CUdeviceptr pages() const { return pages_.ptr(); }
   CUdeviceptr pageStart() const { return start_.ptr(); }
   CUdeviceptr deviceSeqLens() const { return lens_.ptr(); }
+  /// The device byte ranges of the table's three int32 arrays (page ids,
+  /// page starts, sequence lengths), named for checkPagedOutputs: run()'s
+  /// outputs must not overlap them.
+  std::vector<MemoryRegion> memory() const;
 
 private:
   DeviceBuffer pages_, start_, lens_;
