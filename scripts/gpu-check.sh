@@ -17,7 +17,8 @@
 # and compute-sanitizer memcheck/racecheck on small tests; logs go to $OUT, a
 # summary table is printed last. GPU_CHECK_STEPS (default: all) picks steps
 # by name: unit gpu large torch memcheck racecheck memcheck_generated
-# racecheck_generated memcheck_sparse racecheck_sparse, and sparse (only the
+# racecheck_generated memcheck_ws synccheck_generated (the warp-specialised
+# d128 kernels) memcheck_sparse racecheck_sparse, and sparse (only the
 # [sparse] tests, which gpu includes), bwd (only the [backward] tests, which
 # gpu includes), bwdbench (forward and backward TF/s, not in the default),
 # memcheck_bwd and racecheck_bwd (a few backward kernels under the
@@ -232,7 +233,7 @@ run() {
     status[$name]="rc=$rc $((SECONDS - t0))s"
   }
   local bin=$PACK/bin
-  local steps=" ${GPU_CHECK_STEPS:-unit gpu large torch python memcheck racecheck memcheck_generated racecheck_generated memcheck_sparse racecheck_sparse} "
+  local steps=" ${GPU_CHECK_STEPS:-unit gpu large torch python memcheck racecheck memcheck_generated racecheck_generated memcheck_ws synccheck_generated memcheck_sparse racecheck_sparse} "
   want() { [[ $steps == *" $1 "* ]]; }
   export FLASHJIT_MATRIX_KERNELS=/tmp/flashjit-matrix-kernels
   mkdir -p "$FLASHJIT_MATRIX_KERNELS"
@@ -377,6 +378,20 @@ run() {
       --tool memcheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "generated kernels match the float64 reference on the matrix"
   fi
+  # The warp-specialised TMA default (sm_90a, head_dim 128: producer
+  # warpgroup, mbarrier ring, setmaxnreg) under memcheck and synccheck
+  # (issue 16, section 4); memcheck_generated's d64 kernels are not WS.
+  if command -v compute-sanitizer >/dev/null && want memcheck_ws; then
+    FLASHJIT_MATRIX_ONLY=d128_bf16_g3 step memcheck_ws compute-sanitizer \
+      --tool memcheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
+      "generated kernels match the float64 reference on the matrix"
+  fi
+  if command -v compute-sanitizer >/dev/null && want synccheck_generated; then
+    FLASHJIT_MATRIX_ONLY=d128_bf16_g3 step synccheck_generated \
+      compute-sanitizer --tool synccheck --error-exitcode 3 \
+      "$bin/flashjit_gpu_tests" \
+      "generated kernels match the float64 reference on the matrix"
+  fi
   if command -v compute-sanitizer >/dev/null && want racecheck_generated; then
     FLASHJIT_MATRIX_ONLY=_d128_bf16 step racecheck_generated compute-sanitizer \
       --tool racecheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
@@ -390,8 +405,8 @@ run() {
   printf '%-10s %s\n' step status
   local failed=0
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
-    racecheck_generated sparse memcheck_sparse racecheck_sparse bwd bwdbench \
-    memcheck_bwd racecheck_bwd memcheck_bwd_sparse racecheck_bwd_sparse \
+    racecheck_generated memcheck_ws synccheck_generated sparse memcheck_sparse \
+    racecheck_sparse bwd bwdbench memcheck_bwd racecheck_bwd memcheck_bwd_sparse racecheck_bwd_sparse \
     bwdpeers; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
