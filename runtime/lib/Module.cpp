@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -24,6 +25,8 @@ std::string_view toString(LoadPath path) {
     return "nvjitlink";
   case LoadPath::DriverJit:
     return "driver-jit";
+  case LoadPath::Ptxas:
+    return "ptxas";
   }
   return "unknown";
 }
@@ -147,21 +150,30 @@ Module Module::fromPtx(Device &device, std::string_view ptx,
   const char *env = std::getenv("FLASHJIT_DRIVER_JIT");
   bool forceJit = options.forceDriverJit || (env && std::string(env) == "1");
 
-  std::string why; // why nvJitLink's cubin was not used
+  const char *logEnv = std::getenv("FLASHJIT_ASSEMBLER_LOG");
+  auto report = [&](const Module &loaded) {
+    if (logEnv && std::string_view(logEnv) == "1")
+      fmt::print(stderr, "flashjit: PTX loaded through {}\n{}\n",
+                 toString(loaded.path_), loaded.log_);
+  };
+  std::string why; // why no assembled cubin was used
   if (!forceJit) {
+    Assembler assembler = chooseAssembler(ptx); // UserError: the variable
     try {
-      CubinResult c = ptxToCubin(ptx, arch, options.optLevel);
+      CubinResult c = assembleCubin(ptx, arch, options.optLevel);
       CUresult r = Driver::get().cuModuleLoadDataEx(&m.module_, c.cubin.data(),
                                                     0, nullptr, nullptr);
       if (r == CUDA_SUCCESS) {
-        m.path_ = LoadPath::NvJitLink;
+        m.path_ = c.assembler == Assembler::Ptxas ? LoadPath::Ptxas
+                                                  : LoadPath::NvJitLink;
         m.log_ = c.infoLog;
+        report(m);
         return m;
       }
-      why = fmt::format("the nvJitLink cubin for {} did not load: {}", arch,
-                        detail::resultName(r));
+      why = fmt::format("the {} cubin for {} did not load: {}",
+                        toString(assembler), arch, detail::resultName(r));
     } catch (const DriverError &e) {
-      why = fmt::format("nvJitLink failed: {}", e.what());
+      why = fmt::format("{} failed: {}", toString(assembler), e.what());
     }
   } else {
     why = "driver JIT forced";
@@ -178,6 +190,7 @@ Module Module::fromPtx(Device &device, std::string_view ptx,
                  __FILE__, __LINE__);
   m.path_ = LoadPath::DriverJit;
   m.log_ = fmt::format("driver JIT fallback ({})\n{}", why, info);
+  report(m);
   return m;
 }
 

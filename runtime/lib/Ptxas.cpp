@@ -12,6 +12,7 @@
 #include <llvm/Support/Program.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 
@@ -175,7 +176,16 @@ std::string ptxasPath() {
   return FLASHJIT_PTXAS_PATH;
 }
 
-PtxasReport runPtxas(std::string_view ptx, std::string_view arch) {
+namespace {
+/// What one ptxas run gave: its -v output and, when kept, the cubin.
+struct PtxasRun {
+  std::string log;
+  std::vector<char> cubin;
+};
+
+/// Runs `ptxas -v -arch=<arch> -O<optLevel> -o <tmp> <tmp.ptx>`.
+PtxasRun runPtxasTool(std::string_view ptx, std::string_view arch, int optLevel,
+                      bool keepCubin) {
   llvm::SmallString<128> in, out, log;
   if (llvm::sys::fs::createTemporaryFile("flashjit", "ptx", in) ||
       llvm::sys::fs::createTemporaryFile("flashjit", "cubin", out) ||
@@ -198,22 +208,93 @@ PtxasReport runPtxas(std::string_view ptx, std::string_view arch) {
   }
   std::string exe = ptxasPath();
   std::string archFlag = fmt::format("-arch={}", arch);
+  std::string optFlag = fmt::format("-O{}", optLevel);
   llvm::SmallVector<llvm::StringRef, 8> args = {
-      exe, "-v", archFlag, "-O3", "-o", out.str(), in.str()};
+      exe, "-v", archFlag, optFlag, "-o", out.str(), in.str()};
   std::optional<llvm::StringRef> redirects[] = {std::nullopt, log.str(),
                                                 log.str()};
   std::string err;
   int rc =
       llvm::sys::ExecuteAndWait(exe, args, std::nullopt, redirects, 0, 0, &err);
-  std::string text;
+  PtxasRun run;
   if (auto buf = llvm::MemoryBuffer::getFile(log))
-    text = (*buf)->getBuffer().str();
+    run.log = (*buf)->getBuffer().str();
   if (rc != 0)
     throw DriverError(fmt::format("{} -v {} failed (exit code {}{}{})\n--- "
                                   "ptxas output ---\n{}",
                                   exe, archFlag, rc, err.empty() ? "" : ": ",
-                                  err, text));
-  return parsePtxasReport(text);
+                                  err, run.log));
+  if (keepCubin) {
+    auto buf = llvm::MemoryBuffer::getFile(out, /*IsText=*/false,
+                                           /*RequiresNullTerminator=*/false);
+    if (!buf)
+      throw DriverError(fmt::format("ptxas: cannot read its output {}: {}",
+                                    out.str(), buf.getError().message()));
+    run.cubin.assign((*buf)->getBufferStart(), (*buf)->getBufferEnd());
+  }
+  return run;
+}
+} // namespace
+
+PtxasReport runPtxas(std::string_view ptx, std::string_view arch) {
+  return parsePtxasReport(runPtxasTool(ptx, arch, 3, false).log);
+}
+
+bool ptxasAvailable() {
+  return llvm::sys::fs::can_execute(llvm::Twine(ptxasPath()));
+}
+
+CubinResult ptxasToCubin(std::string_view ptx, std::string_view arch,
+                         int optLevel) {
+  if (arch.substr(0, 3) != "sm_")
+    throw UserError(fmt::format("arch '{}' is not of the form sm_XX", arch),
+                    std::source_location());
+  PtxasRun run = runPtxasTool(ptx, arch, optLevel, true);
+  CubinResult out;
+  out.cubin = std::move(run.cubin);
+  out.infoLog = std::move(run.log);
+  out.assembler = Assembler::Ptxas;
+  return out;
+}
+
+std::string_view toString(Assembler a) {
+  return a == Assembler::Ptxas ? "ptxas" : "nvjitlink";
+}
+
+Assembler chooseAssembler(std::string_view ptx) {
+  const char *env = std::getenv("FLASHJIT_ASSEMBLER");
+  std::string_view want = env ? env : "";
+  if (want == "nvjitlink")
+    return Assembler::NvJitLink;
+  if (want == "ptxas") {
+    if (!ptxasAvailable())
+      throw UserError(fmt::format("FLASHJIT_ASSEMBLER=ptxas, but {} is not an "
+                                  "executable (set FLASHJIT_PTXAS to the "
+                                  "toolkit's ptxas)",
+                                  ptxasPath()),
+                      std::source_location());
+    return Assembler::Ptxas;
+  }
+  if (!want.empty() && want != "auto")
+    throw UserError(fmt::format("FLASHJIT_ASSEMBLER = '{}': expected "
+                                "nvjitlink, ptxas or auto",
+                                want),
+                    std::source_location());
+  // nvJitLink's separate compilation degrades exactly these kernels.
+  bool degraded = ptx.find("wgmma.mma_async") != std::string_view::npos ||
+                  ptx.find("setmaxnreg") != std::string_view::npos;
+  return degraded && ptxasAvailable() ? Assembler::Ptxas : Assembler::NvJitLink;
+}
+
+CubinResult assembleCubin(std::string_view ptx, std::string_view arch,
+                          int optLevel,
+                          const std::vector<std::string> &nvJitLinkOptions) {
+  if (chooseAssembler(ptx) == Assembler::Ptxas)
+    return ptxasToCubin(ptx, arch, optLevel);
+  std::vector<std::string> opts = nvJitLinkOptions;
+  if (std::find(opts.begin(), opts.end(), "-verbose") == opts.end())
+    opts.push_back("-verbose");
+  return ptxToCubin(ptx, arch, optLevel, opts);
 }
 
 } // namespace flashjit::runtime

@@ -113,7 +113,7 @@ TEST_CASE("generated kernels loaded from a cubin match the float64 reference",
     ptx << ptxFile.rdbuf();
     if (info.config.arch != dev.properties().arch())
       continue;
-    CubinResult cubin = ptxToCubin(ptx.str(), info.config.arch);
+    CubinResult cubin = assembleCubin(ptx.str(), info.config.arch);
     std::string bytes(cubin.cubin.begin(), cubin.cubin.end());
     GpuAttentionKernel fromCubin(k.spec, info, ptx.str(), dev, bytes);
     CHECK(fromCubin.loadedFromCubin());

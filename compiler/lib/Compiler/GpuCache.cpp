@@ -74,8 +74,10 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   auto seconds = [](clock::time_point since) {
     return std::chrono::duration<double>(clock::now() - since).count();
   };
-  // One assembly gives the cubin and (with -verbose) the resource report;
-  // ptxas -v runs only if nvJitLink fails or its log lacks the kernel.
+  // One assembly (assembleCubin: ptxas whole-program for wgmma /
+  // setmaxnreg kernels where it exists, else nvJitLink) gives the cubin and
+  // the resource report; ptxas -v runs only if that fails or its log lacks
+  // the kernel.
   auto start = clock::now();
   bool haveReport = false;
   auto takeReport = [&](const PtxasReport &report) {
@@ -93,12 +95,15 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
     }
   };
   try {
-    CubinResult cubin = ptxToCubin(image.ptx, options.arch, 3, {"-verbose"});
+    CubinResult cubin = assembleCubin(image.ptx, options.arch, 3);
     a.files[kCubinFile].assign(cubin.cubin.begin(), cubin.cubin.end());
     takeReport(parsePtxasReport(cubin.infoLog));
-    a.stageSeconds.push_back({"cubin (nvJitLink)", seconds(start)});
+    a.stageSeconds.push_back({cubin.assembler == Assembler::Ptxas
+                                  ? "cubin (ptxas)"
+                                  : "cubin (nvJitLink)",
+                              seconds(start)});
   } catch (const DriverError &e) {
-    llvm::errs() << "flashjit: warning: no cubin (nvJitLink failed; the "
+    llvm::errs() << "flashjit: warning: no cubin (the assembler failed; the "
                     "driver will JIT the PTX): "
                  << e.what() << "\n";
   }

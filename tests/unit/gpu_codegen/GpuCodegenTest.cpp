@@ -12,10 +12,12 @@
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 
+#include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/JitLink.h"
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Ptxas.h"
 
@@ -374,6 +376,35 @@ TEST_CASE("mma = wgmma.tma: TMA loads in dense kernels that assemble clean",
   bwd.kind = KernelKind::Backward;
   bwd.mma = GpuMma::WgmmaTma;
   CHECK_THROWS_WITH(compileGpu(doc, bwd), Catch::Contains("wgmma.tma"));
+}
+
+TEST_CASE("wgmma kernels are assembled whole-program by ptxas",
+          "[gpu-codegen]") {
+  // nvJitLink assembles PTX as a separately compiled unit (ptxas -c), where
+  // ptxas 13.0 ignores setmaxnreg (C7504) and serialises the wgmma chains
+  // (C7509): the warp-specialised consumers then run at 168 registers and
+  // spill. assembleCubin takes the toolkit's ptxas for these kernels, as the
+  // cache does (its stage is named after the assembler).
+  AttentionSpec s = testing::matrixSpec("causal_tl", 128, DType::BF16, 2, 2);
+  runtime::KernelArtifacts a = compileGpuArtifacts(s, GpuCompileOptions{});
+  REQUIRE(a.config.warpSpecialized);
+  const std::string &ptx = a.files.at(runtime::kPtxFile);
+  REQUIRE(runtime::chooseAssembler(ptx) == runtime::Assembler::Ptxas);
+  auto stage = std::find_if(
+      a.stageSeconds.begin(), a.stageSeconds.end(),
+      [](const auto &st) { return st.name.rfind("cubin", 0) == 0; });
+  REQUIRE(stage != a.stageSeconds.end());
+  CHECK(stage->name == "cubin (ptxas)");
+  CHECK(a.spillBytes == 0);
+  CHECK(a.registers == 168); // the launch's count; setmaxnreg moves it
+  runtime::CubinResult whole = runtime::assembleCubin(ptx, "sm_90a");
+  CHECK(whole.infoLog.find("C7509") == std::string::npos);
+  CHECK(whole.infoLog.find("C7504") == std::string::npos);
+  runtime::CubinResult separate =
+      runtime::ptxToCubin(ptx, "sm_90a", 3, {"-verbose"});
+  INFO(separate.infoLog);
+  CHECK(separate.infoLog.find("C7504") != std::string::npos);
+  CHECK(separate.infoLog.find("C7509") != std::string::npos);
 }
 
 TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",

@@ -6,6 +6,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
+
 using namespace flashjit;
 using namespace flashjit::runtime;
 using Catch::Matchers::Contains;
@@ -127,4 +131,96 @@ TEST_CASE("ptxas assembles NVRTC's PTX for sm_80 and sm_90a",
   }
   REQUIRE_THROWS_WITH(runPtxas("this is not ptx", "sm_90a"),
                       Contains("ptxas") && Contains("failed"));
+}
+
+namespace {
+/// A kernel with what nvJitLink's separate compilation degrades: setmaxnreg
+/// and a wgmma.mma_async (descriptors from the arguments; compiled, never
+/// run).
+const char *kWgmma = R"(
+extern "C" __global__ void __launch_bounds__(384) wg(unsigned long long a,
+                                                     unsigned long long b,
+                                                     float *out) {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+  float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
+  asm volatile("wgmma.fence.sync.aligned;\n"
+               "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, 0;\n"
+               "wgmma.commit_group.sync.aligned;\n"
+               "wgmma.wait_group.sync.aligned 0;\n"
+               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+               : "l"(a), "l"(b));
+  out[threadIdx.x] = d0 + d1 + d2 + d3;
+}
+)";
+
+/// Sets an environment variable for one scope, restoring the old value.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(const char *n, const char *value) : name(n) {
+    if (const char *v = std::getenv(n))
+      old = v;
+    ::setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old)
+      ::setenv(name.c_str(), old->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
+} // namespace
+
+TEST_CASE("wgmma and setmaxnreg PTX is assembled whole-program by ptxas",
+          "[runtime][ptxas]") {
+  NvrtcOptions o;
+  o.arch = "sm_90a";
+  std::string wg = compileCuda(kWgmma, o).ptx;
+  std::string plain = compileCuda(kSaxpy, o).ptx;
+  REQUIRE(wg.find("wgmma.mma_async") != std::string::npos);
+  REQUIRE(ptxasAvailable()); // CI has the toolkit
+  CHECK(chooseAssembler(plain) == Assembler::NvJitLink);
+  REQUIRE(chooseAssembler(wg) == Assembler::Ptxas);
+
+  // Why: nvJitLink assembles its input as a separately compiled unit, where
+  // ptxas ignores setmaxnreg (C7504; it also serialises the wgmma chains of
+  // generated kernels, C7509: GpuCodegenTest).
+  CubinResult viaLink = ptxToCubin(wg, "sm_90a", 3, {"-verbose"});
+  CHECK_THAT(viaLink.infoLog, Contains("C7504"));
+  CubinResult viaPtxas = assembleCubin(wg, "sm_90a");
+  CHECK(viaPtxas.assembler == Assembler::Ptxas);
+  REQUIRE(std::string(viaPtxas.cubin.data() + 1, 3) == "ELF");
+  CHECK_THAT(viaPtxas.infoLog, Contains("wg"));
+  CHECK(viaPtxas.infoLog.find("C7509") == std::string::npos);
+  CHECK(viaPtxas.infoLog.find("C7504") == std::string::npos);
+  const PtxasFunctionReport *f = parsePtxasReport(viaPtxas.infoLog).find("wg");
+  REQUIRE(f);
+  CHECK(f->clean());
+
+  SECTION("FLASHJIT_ASSEMBLER picks the assembler") {
+    {
+      ScopedEnv e("FLASHJIT_ASSEMBLER", "nvjitlink");
+      CHECK(chooseAssembler(wg) == Assembler::NvJitLink);
+      CHECK(assembleCubin(wg, "sm_90a").assembler == Assembler::NvJitLink);
+    }
+    {
+      ScopedEnv e("FLASHJIT_ASSEMBLER", "ptxas");
+      CHECK(chooseAssembler(plain) == Assembler::Ptxas);
+      ScopedEnv p("FLASHJIT_PTXAS", "/nonexistent/ptxas");
+      REQUIRE_THROWS_WITH(chooseAssembler(plain),
+                          Contains("FLASHJIT_ASSEMBLER=ptxas") &&
+                              Contains("/nonexistent/ptxas"));
+    }
+    {
+      ScopedEnv e("FLASHJIT_ASSEMBLER", "nvcc");
+      REQUIRE_THROWS_AS(chooseAssembler(plain), UserError);
+      REQUIRE_THROWS_WITH(chooseAssembler(plain), Contains("'nvcc'"));
+    }
+    {
+      // auto without a ptxas executable: nvJitLink, not an error.
+      ScopedEnv p("FLASHJIT_PTXAS", "/nonexistent/ptxas");
+      CHECK(chooseAssembler(wg) == Assembler::NvJitLink);
+    }
+  }
 }

@@ -55,10 +55,12 @@ runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
                               const GpuCompileOptions &options);
 
 /// Generates the GPU kernel of \p spec and everything a cache entry holds:
-/// kernel.attn.mlir, kernel.gpu.mlir, kernel.ptx, the cubin (nvJitLink) and
-/// registers/spills (ptxas -v), with the launch facts. A failing nvJitLink
-/// or ptxas only leaves out the cubin or the report (with a warning on
-/// stderr). Throws UserError or CompileError like compileGpu.
+/// kernel.attn.mlir, kernel.gpu.mlir, kernel.ptx, the cubin
+/// (runtime::assembleCubin: ptxas for wgmma / setmaxnreg kernels where it
+/// exists, else nvJitLink) and registers/spills from its report, with the
+/// launch facts. A failing assembler only leaves out the cubin or the report
+/// (with a warning on stderr). Throws UserError or CompileError like
+/// compileGpu.
 runtime::KernelArtifacts
 compileGpuArtifacts(const AttentionSpec &spec,
                     const GpuCompileOptions &options = {});

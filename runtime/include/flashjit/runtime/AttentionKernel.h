@@ -356,28 +356,24 @@ public:
   /// a mask that does not fit the call (checkBlockMaskFits with the mask's
   /// own tiles) or the rule, options.deterministic (no deterministic
   /// block-sparse backward yet), plus everything run() throws.
-  DataGradients runBlockSparse(const TensorRef &q, const TensorRef &k,
-                               const TensorRef &v, const TensorRef &o,
-                               const TensorRef &lse, const TensorRef &dO,
-                               const TensorRef &dq, const TensorRef &dk,
-                               const TensorRef &dv,
-                               const DeviceBlockMask &blockMask,
-                               const Arguments &args = {},
-                               const GpuBackwardOptions &options = {},
-                               CUstream stream = nullptr) const;
+  DataGradients
+  runBlockSparse(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+                 const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+                 const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+                 const DeviceBlockMask &blockMask, const Arguments &args = {},
+                 const GpuBackwardOptions &options = {},
+                 CUstream stream = nullptr) const;
   /// runVarlen() for a kernel compiled varlen and block-sparse: the
   /// gradients of GpuAttentionKernel::runVarlen with the same \p blockMask
   /// (tiles local to each sequence; listed tiles past a sequence's end are
   /// skipped), under runBlockSparse's rule and errors.
-  DataGradients runVarlen(const TensorRef &q, const TensorRef &k,
-                          const TensorRef &v, const TensorRef &o,
-                          const TensorRef &lse, const TensorRef &dO,
-                          const TensorRef &dq, const TensorRef &dk,
-                          const TensorRef &dv, const DeviceCuSeqlens &cuSeqlens,
-                          const DeviceBlockMask &blockMask,
-                          const Arguments &args = {},
-                          const GpuBackwardOptions &options = {},
-                          CUstream stream = nullptr) const;
+  DataGradients
+  runVarlen(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+            const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+            const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+            const DeviceCuSeqlens &cuSeqlens, const DeviceBlockMask &blockMask,
+            const Arguments &args = {}, const GpuBackwardOptions &options = {},
+            CUstream stream = nullptr) const;
   /// The transposed lists runBlockSparse gives the main kernel, built on
   /// the device by `<name>_bwd_mask` from \p blockMask and copied back
   /// (synchronous; for tests: equal to transposeBlockMask(blockMask's host
@@ -394,23 +390,19 @@ public:
 
 private:
   struct BackwardCall;
-  DataGradients runDense(const TensorRef &q, const TensorRef &k,
-                         const TensorRef &v, const TensorRef &o,
-                         const TensorRef &lse, const TensorRef &dO,
-                         const TensorRef &dq, const TensorRef &dk,
-                         const TensorRef &dv, const DeviceBlockMask *blockMask,
-                         const Arguments &args,
-                         const GpuBackwardOptions &options,
-                         CUstream stream) const;
-  DataGradients runPacked(const TensorRef &q, const TensorRef &k,
-                          const TensorRef &v, const TensorRef &o,
-                          const TensorRef &lse, const TensorRef &dO,
-                          const TensorRef &dq, const TensorRef &dk,
-                          const TensorRef &dv, const DeviceCuSeqlens &cuSeqlens,
-                          const DeviceBlockMask *blockMask,
-                          const Arguments &args,
-                          const GpuBackwardOptions &options,
-                          CUstream stream) const;
+  DataGradients
+  runDense(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+           const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+           const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+           const DeviceBlockMask *blockMask, const Arguments &args,
+           const GpuBackwardOptions &options, CUstream stream) const;
+  DataGradients
+  runPacked(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+            const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+            const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+            const DeviceCuSeqlens &cuSeqlens, const DeviceBlockMask *blockMask,
+            const Arguments &args, const GpuBackwardOptions &options,
+            CUstream stream) const;
   DataGradients launchBackward(const BackwardCall &call, const Arguments &args,
                                const GpuBackwardOptions &options,
                                CUstream stream) const;

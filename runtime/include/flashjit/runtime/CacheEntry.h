@@ -80,7 +80,8 @@ struct CacheKey {
 /// Wall time of one compile stage: what compilers report (CpuKernel::timings,
 /// GpuKernelImage::timings) and meta.json records (KernelArtifacts).
 struct StageTiming {
-  /// The stage, e.g. "mlirgen" or "cubin (nvJitLink)"; "total" for the sum.
+  /// The stage, e.g. "mlirgen" or "cubin (ptxas)" / "cubin (nvJitLink)";
+  /// "total" for the sum.
   std::string name;
   /// Wall time in seconds.
   double seconds = 0.0;

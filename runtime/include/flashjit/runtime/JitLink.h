@@ -7,17 +7,35 @@
 #ifndef FLASHJIT_RUNTIME_JITLINK_H
 #define FLASHJIT_RUNTIME_JITLINK_H
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace flashjit::runtime {
 
+/// The program that turned PTX into a cubin.
+enum class Assembler : uint8_t {
+  /// nvJitLink, in process. It assembles every input as a separately
+  /// compiled unit (ptxas -c), in which ptxas 13.0 ignores `setmaxnreg`
+  /// (C7504) and serialises every `wgmma.mma_async` (C7509).
+  NvJitLink,
+  /// The toolkit's ptxas executable (ptxasPath()), whole-program: the
+  /// mode the wgmma and warp-specialised kernels are written for.
+  Ptxas,
+};
+
+/// "nvjitlink" / "ptxas".
+std::string_view toString(Assembler a);
+
 /// A cubin and the assembler's info log.
 struct CubinResult {
   std::vector<char> cubin;
-  /// nvJitLink's info log (with -verbose: registers, spills, shared memory).
+  /// The assembler's info log (nvJitLink with -verbose, or ptxas -v:
+  /// registers, spills, shared memory).
   std::string infoLog;
+  /// Which assembler made it.
+  Assembler assembler = Assembler::NvJitLink;
 };
 
 /// Assembles \p ptx for \p arch ("sm_80", "sm_90a") with nvJitLink at
@@ -26,6 +44,22 @@ struct CubinResult {
 CubinResult ptxToCubin(std::string_view ptx, std::string_view arch,
                        int optLevel = 3,
                        const std::vector<std::string> &extraOptions = {});
+
+/// The assembler assembleCubin uses for \p ptx. FLASHJIT_ASSEMBLER picks
+/// it: `nvjitlink`, `ptxas`, or `auto` (unset or empty: the default): ptxas
+/// for PTX using `wgmma.mma_async` or `setmaxnreg` when the ptxas
+/// executable exists (ptxasAvailable()), nvJitLink otherwise. Throws
+/// UserError for another value of the variable, or for `ptxas` when no
+/// ptxas executable exists.
+Assembler chooseAssembler(std::string_view ptx);
+
+/// Assembles \p ptx for \p arch at -O\p optLevel with chooseAssembler's
+/// assembler (always with a -v / -verbose resource report in infoLog);
+/// \p nvJitLinkOptions are added when nvJitLink assembles. Throws
+/// DriverError with the assembler's log, UserError as chooseAssembler.
+CubinResult
+assembleCubin(std::string_view ptx, std::string_view arch, int optLevel = 3,
+              const std::vector<std::string> &nvJitLinkOptions = {});
 
 /// nvJitLink's version as major * 1000 + minor * 10 (e.g. 13000).
 int nvJitLinkVersion();

@@ -1,10 +1,12 @@
 //===- Module.h - Loaded GPU code and its kernels ---------------*- C++ -*-===//
 //
 // A Module is a CUmodule in a device's primary context. PTX becomes a cubin
-// through nvJitLink (-arch=<device arch> -O3), with the driver's own JIT
-// (cuModuleLoadDataEx with info/error log buffers) as the fallback when
-// nvJitLink fails or its cubin does not load; a failure of both throws a
-// DriverError carrying both logs.
+// through assembleCubin (-arch=<device arch> -O3: the toolkit's ptxas for
+// wgmma / setmaxnreg kernels where it exists, else nvJitLink; see
+// JitLink.h), with the driver's own JIT (cuModuleLoadDataEx with info/error
+// log buffers) as the fallback when that fails or its cubin does not load; a
+// failure of both throws a DriverError carrying both logs.
+// FLASHJIT_ASSEMBLER_LOG=1 prints each PTX load's path and log to stderr.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_RUNTIME_MODULE_H
@@ -22,8 +24,8 @@ namespace flashjit::runtime {
 class Device;
 
 /// How a module's code reached the GPU.
-enum class LoadPath : uint8_t { Cubin, NvJitLink, DriverJit };
-/// "cubin" / "nvjitlink" / "driver-jit".
+enum class LoadPath : uint8_t { Cubin, NvJitLink, DriverJit, Ptxas };
+/// "cubin" / "nvjitlink" / "driver-jit" / "ptxas".
 std::string_view toString(LoadPath path);
 
 /// Options for Module::fromPtx.
@@ -75,8 +77,9 @@ public:
   /// must be complete: the driver parses it without its size, so a
   /// truncated cubin can crash the process (the cache verifies checksums).
   static Module fromCubin(Device &device, const void *image, size_t size);
-  /// Loads PTX text: nvJitLink to a cubin for the device's arch, else the
-  /// driver JIT (see file comment). Throws DriverError with the logs.
+  /// Loads PTX text: assembleCubin (ptxas or nvJitLink) to a cubin for the
+  /// device's arch, else the driver JIT (see file comment). Throws DriverError
+  /// with the logs.
   static Module fromPtx(Device &device, std::string_view ptx,
                         const PtxLoadOptions &options = {});
 

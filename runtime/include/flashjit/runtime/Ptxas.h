@@ -8,6 +8,8 @@
 #ifndef FLASHJIT_RUNTIME_PTXAS_H
 #define FLASHJIT_RUNTIME_PTXAS_H
 
+#include "flashjit/runtime/JitLink.h"
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,6 +79,15 @@ std::string ptxasPath();
 /// and parses the report. Throws DriverError with ptxas's output if it fails
 /// (or cannot be run).
 PtxasReport runPtxas(std::string_view ptx, std::string_view arch);
+
+/// True if ptxasPath() names an executable file.
+bool ptxasAvailable();
+
+/// Assembles \p ptx whole-program (no -c) with `ptxas -v -arch=<arch>
+/// -O<optLevel>`; infoLog is ptxas's -v output. Throws DriverError with
+/// ptxas's output if it fails or cannot be run.
+CubinResult ptxasToCubin(std::string_view ptx, std::string_view arch,
+                         int optLevel = 3);
 
 } // namespace flashjit::runtime
 
