@@ -156,9 +156,14 @@ Module Module::fromPtx(Device &device, std::string_view ptx,
       fmt::print(stderr, "flashjit: PTX loaded through {}\n{}\n",
                  toString(loaded.path_), loaded.log_);
   };
-  std::string why; // why no assembled cubin was used
+  std::string why;                            // why no assembled cubin was used
+  Assembler assembler = chooseAssembler(ptx); // UserError: the variable
+  if (assembler == Assembler::DriverJit && !forceJit) {
+    forceJit = true;
+    why = "no ptxas for wgmma/setmaxnreg PTX: the driver JIT assembles it "
+          "whole-program (nvJitLink would serialise its wgmma)";
+  }
   if (!forceJit) {
-    Assembler assembler = chooseAssembler(ptx); // UserError: the variable
     try {
       CubinResult c = assembleCubin(ptx, arch, options.optLevel);
       CUresult r = Driver::get().cuModuleLoadDataEx(&m.module_, c.cubin.data(),
@@ -175,7 +180,7 @@ Module Module::fromPtx(Device &device, std::string_view ptx,
     } catch (const DriverError &e) {
       why = fmt::format("{} failed: {}", toString(assembler), e.what());
     }
-  } else {
+  } else if (why.empty()) {
     why = "driver JIT forced";
   }
 

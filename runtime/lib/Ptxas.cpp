@@ -258,7 +258,15 @@ CubinResult ptxasToCubin(std::string_view ptx, std::string_view arch,
 }
 
 std::string_view toString(Assembler a) {
-  return a == Assembler::Ptxas ? "ptxas" : "nvjitlink";
+  switch (a) {
+  case Assembler::NvJitLink:
+    return "nvjitlink";
+  case Assembler::Ptxas:
+    return "ptxas";
+  case Assembler::DriverJit:
+    return "driver";
+  }
+  return "unknown";
 }
 
 Assembler chooseAssembler(std::string_view ptx) {
@@ -266,6 +274,8 @@ Assembler chooseAssembler(std::string_view ptx) {
   std::string_view want = env ? env : "";
   if (want == "nvjitlink")
     return Assembler::NvJitLink;
+  if (want == "driver")
+    return Assembler::DriverJit;
   if (want == "ptxas") {
     if (!ptxasAvailable())
       throw UserError(fmt::format("FLASHJIT_ASSEMBLER=ptxas, but {} is not an "
@@ -277,19 +287,22 @@ Assembler chooseAssembler(std::string_view ptx) {
   }
   if (!want.empty() && want != "auto")
     throw UserError(fmt::format("FLASHJIT_ASSEMBLER = '{}': expected "
-                                "nvjitlink, ptxas or auto",
+                                "nvjitlink, ptxas, driver or auto",
                                 want),
                     std::source_location());
   // nvJitLink's separate compilation degrades exactly these kernels.
   bool degraded = ptx.find("wgmma.mma_async") != std::string_view::npos ||
                   ptx.find("setmaxnreg") != std::string_view::npos;
-  return degraded && ptxasAvailable() ? Assembler::Ptxas : Assembler::NvJitLink;
+  if (!degraded)
+    return Assembler::NvJitLink;
+  return ptxasAvailable() ? Assembler::Ptxas : Assembler::DriverJit;
 }
 
 CubinResult assembleCubin(std::string_view ptx, std::string_view arch,
                           int optLevel,
                           const std::vector<std::string> &nvJitLinkOptions) {
-  if (chooseAssembler(ptx) == Assembler::Ptxas)
+  Assembler a = chooseAssembler(ptx);
+  if (a == Assembler::Ptxas || (a == Assembler::DriverJit && ptxasAvailable()))
     return ptxasToCubin(ptx, arch, optLevel);
   std::vector<std::string> opts = nvJitLinkOptions;
   if (std::find(opts.begin(), opts.end(), "-verbose") == opts.end())

@@ -94,6 +94,14 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
       haveReport = true;
     }
   };
+  // No ptxas for a wgmma kernel: no cubin and no report (the driver JITs
+  // the PTX at load, whole-program), rather than nvJitLink's serialised one.
+  if (chooseAssembler(image.ptx) == Assembler::DriverJit) {
+    llvm::errs() << "flashjit: note: no cubin: the driver will JIT this "
+                    "wgmma PTX whole-program (no ptxas executable at "
+                 << ptxasPath() << "; FLASHJIT_PTXAS names one)\n";
+    return a;
+  }
   try {
     CubinResult cubin = assembleCubin(image.ptx, options.arch, 3);
     a.files[kCubinFile].assign(cubin.cubin.begin(), cubin.cubin.end());

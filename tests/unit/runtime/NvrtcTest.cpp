@@ -218,9 +218,18 @@ TEST_CASE("wgmma and setmaxnreg PTX is assembled whole-program by ptxas",
       REQUIRE_THROWS_WITH(chooseAssembler(plain), Contains("'nvcc'"));
     }
     {
-      // auto without a ptxas executable: nvJitLink, not an error.
+      ScopedEnv e("FLASHJIT_ASSEMBLER", "driver");
+      CHECK(chooseAssembler(plain) == Assembler::DriverJit);
+      // A cubin asked for anyway comes from ptxas where it exists.
+      CHECK(assembleCubin(wg, "sm_90a").assembler == Assembler::Ptxas);
+    }
+    {
+      // auto without a ptxas executable: the driver JIT for wgmma PTX (not
+      // an error), nvJitLink for the rest.
       ScopedEnv p("FLASHJIT_PTXAS", "/nonexistent/ptxas");
-      CHECK(chooseAssembler(wg) == Assembler::NvJitLink);
+      CHECK(chooseAssembler(wg) == Assembler::DriverJit);
+      CHECK(chooseAssembler(plain) == Assembler::NvJitLink);
+      CHECK(assembleCubin(wg, "sm_90a").assembler == Assembler::NvJitLink);
     }
   }
 }

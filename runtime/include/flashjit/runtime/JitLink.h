@@ -23,9 +23,14 @@ enum class Assembler : uint8_t {
   /// The toolkit's ptxas executable (ptxasPath()), whole-program: the
   /// mode the wgmma and warp-specialised kernels are written for.
   Ptxas,
+  /// No cubin here: the driver JITs the PTX when it is loaded
+  /// (Module::fromPtx), whole-program like ptxas. On the H200 (session 11,
+  /// bench/RESULTS.md) both run the wgmma kernels 1.15-1.30x faster than
+  /// nvJitLink's cubins.
+  DriverJit,
 };
 
-/// "nvjitlink" / "ptxas".
+/// "nvjitlink" / "ptxas" / "driver".
 std::string_view toString(Assembler a);
 
 /// A cubin and the assembler's info log.
@@ -45,18 +50,20 @@ CubinResult ptxToCubin(std::string_view ptx, std::string_view arch,
                        int optLevel = 3,
                        const std::vector<std::string> &extraOptions = {});
 
-/// The assembler assembleCubin uses for \p ptx. FLASHJIT_ASSEMBLER picks
-/// it: `nvjitlink`, `ptxas`, or `auto` (unset or empty: the default): ptxas
-/// for PTX using `wgmma.mma_async` or `setmaxnreg` when the ptxas
-/// executable exists (ptxasAvailable()), nvJitLink otherwise. Throws
-/// UserError for another value of the variable, or for `ptxas` when no
-/// ptxas executable exists.
+/// How \p ptx should become code, as FLASHJIT_ASSEMBLER says: `nvjitlink`,
+/// `ptxas`, `driver`, or `auto` (unset or empty: the default): PTX using
+/// `wgmma.mma_async` or `setmaxnreg` (which nvJitLink degrades) goes to
+/// ptxas when its executable exists (ptxasAvailable()), else to the driver
+/// JIT; other PTX to nvJitLink. Throws UserError for another value of the
+/// variable, or for `ptxas` when no ptxas executable exists.
 Assembler chooseAssembler(std::string_view ptx);
 
-/// Assembles \p ptx for \p arch at -O\p optLevel with chooseAssembler's
-/// assembler (always with a -v / -verbose resource report in infoLog);
-/// \p nvJitLinkOptions are added when nvJitLink assembles. Throws
-/// DriverError with the assembler's log, UserError as chooseAssembler.
+/// Assembles \p ptx for \p arch at -O\p optLevel into a cubin here: with
+/// ptxas where chooseAssembler says ptxas, or says driver but a ptxas
+/// executable exists, else with nvJitLink (always with a -v / -verbose
+/// resource report in infoLog); \p nvJitLinkOptions are added when
+/// nvJitLink assembles. Throws DriverError with the assembler's log,
+/// UserError as chooseAssembler.
 CubinResult
 assembleCubin(std::string_view ptx, std::string_view arch, int optLevel = 3,
               const std::vector<std::string> &nvJitLinkOptions = {});
