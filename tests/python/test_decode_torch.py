@@ -302,3 +302,21 @@ def test_cpu_decode_matches_torch_on_gathered_pages(variant):
     layout = "csr" if variant in ("dense", "window", "alibi") else \
         "block_table"
     run_case("cpu", "cpu", variant, layout, 16, 8, 2, 64, [333, 40, 5, 0])
+
+
+def test_decode_peers_dry_run(capsys):
+    # bench/decode_peers.py's own logic on the CPU (no timing): each peer's
+    # output against its fp32 reference, FA4's page-table construction
+    # through a torch stand-in for flash_attn_varlen_func.
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench",
+                        "decode_peers.py")
+    spec = importlib.util.spec_from_file_location("decode_peers", path)
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    assert peers.main(["--dry-run", "--impls", "fa2,fa4"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("PEER ")]
+    assert len(rows) == 6, out  # (FA2, FA4 contiguous, FA4 page 64) x 2
+    assert all(" err " in ln and "MISMATCH" not in ln for ln in rows), out
