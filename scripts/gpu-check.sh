@@ -37,8 +37,10 @@
 # where they import; needs only the tree and torch, so it runs in the same
 # call as decodebench; GPU_CHECK_DECODE_PEERS_ARGS passes options, e.g.
 # "--impls fa2,cudnn,flex") and decodesplit (ncu: the split kernel and the
-# merge kernel of a decode call timed separately, and the DRAM bytes each
-# reads, at B = 1, Nk = 128k and for the sliding window; [.decodesplit]).
+# merge kernel of a decode call timed separately, with the DRAM bytes each
+# reads, DRAM throughput, instructions, active warps, grid and registers:
+# dense page 64 / contiguous and softcap at B = 1, Nk = 128k, the sliding
+# window at B = 8, Nk = 32k; the [.decodesplit] case).
 #
 # GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix
 # with another MMA, e.g. wgmma.tma.ws. GPU_CHECK_BENCH_N, _D and _ARGS (run)
@@ -267,7 +269,7 @@ run() {
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     if [[ -x $ncu ]]; then
       step decodesplit "$ncu" --clock-control none \
-        --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread \
         --kernel-name regex:'^dec_' "$bin/flashjit_gpu_tests" "[decodesplit]"
     else
       echo "=== decodesplit: skipped (no ncu)"
