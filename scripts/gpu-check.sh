@@ -39,8 +39,8 @@
 # "--impls fa2,cudnn,flex") and decodesplit (ncu: the split kernel and the
 # merge kernel of a decode call timed separately, with the DRAM bytes each
 # reads, DRAM throughput, instructions, active warps, grid and registers:
-# dense page 64 / contiguous and softcap at B = 1, Nk = 128k, the sliding
-# window at B = 8, Nk = 32k; the [.decodesplit] case).
+# dense page 64 / contiguous, softcap and ALiBi at B = 1, Nk = 128k, the
+# sliding window at B = 8, Nk = 32k; the [.decodesplit] case).
 #
 # GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix
 # with another MMA, e.g. wgmma.tma.ws. GPU_CHECK_BENCH_N, _D and _ARGS (run)

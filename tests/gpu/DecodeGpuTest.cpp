@@ -521,10 +521,11 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
 
 TEST_CASE("decode and merge kernels under a profiler", "[.decodesplit]") {
   // For `ncu` (gpu-check step decodesplit): a few calls of the split and
-  // merge kernels at B = 1, Nk = 128k (dense and softcap, page 64 and
-  // contiguous) and of the sliding window at B = 8, Nk = 32k, so the
-  // profiler times the two launches of a call separately and counts the
-  // DRAM bytes each reads. Checks nothing; prints the event-timed total.
+  // merge kernels at B = 1, Nk = 128k (dense page 64 and contiguous,
+  // softcap and ALiBi page 64) and of the sliding window at B = 8,
+  // Nk = 32k, so the profiler times the two launches of a call separately
+  // and counts the DRAM bytes each reads. Checks nothing; prints the
+  // event-timed total.
   Device &dev = Device::get(0);
   std::mt19937_64 rng(11);
   struct Run {
@@ -534,6 +535,7 @@ TEST_CASE("decode and merge kernels under a profiler", "[.decodesplit]") {
   for (Run r :
        {Run{"dec_dense_g4", 1, 131072, 64}, Run{"dec_dense_g4", 1, 131072, 0},
         Run{"dec_softcap_g4", 1, 131072, 64},
+        Run{"dec_alibi_g4", 1, 131072, 64},
         Run{"dec_window_g4", 8, 32768, 64}}) {
     testing::DecodeKernel k;
     for (const auto &c : testing::decodeKernels())

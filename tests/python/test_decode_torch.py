@@ -197,6 +197,13 @@ def _fa4_run(fa4, variant, q, kc, vc, owned, lens, device):
     return out.transpose(1, 2)
 
 
+def _maxerr(got, want):
+    """max |got - want| in float64; inf if got holds NaN (max() would
+    skip it)."""
+    d = (got.double() - want).abs()
+    return math.inf if bool(d.isnan().any()) else float(d.max())
+
+
 def run_case(device, target, variant, layout, page, hq, hk, d, lens,
              shared=1, seed=None):
     """Runs one case and checks the rule; returns the errors by name."""
@@ -262,19 +269,19 @@ def run_case(device, target, variant, layout, page, hq, hk, d, lens,
         got = (_sdpa(variant, q[b], kb, vb, n) if peer == "sdpa" else
                _torch_fp32(variant, q[b], kb, vb, n, slopes, scale))
         assert got.dtype == dt
-        err["flashjit"] = max(err["flashjit"],
-                              float((o[b].double() - want).abs().max()))
-        err[peer] = max(err[peer], float((got.double() - want).abs().max()))
+        err["flashjit"] = max(err["flashjit"], _maxerr(o[b], want))
+        err[peer] = max(err[peer], _maxerr(got, want))
+        assert bool(torch.isfinite(lse[b]).all()), f"LSE of sequence {b}"
         err["lse"] = max(err["lse"], float(
             ((lse[b].double() - want_lse).abs() /
              (1 + want_lse.abs())).max()))
         if o_fa4 is not None:
-            err["fa4"] = max(err["fa4"],
-                             float((o_fa4[b].double() - want).abs().max()))
+            err["fa4"] = max(err["fa4"], _maxerr(o_fa4[b], want))
     print(f"DECODE-VS-TORCH {device} {variant:7s} {layout:11s} page {page:<2d}"
           f" {hq}/{hk} lens {lens}: max |O - O_fp64| "
           + " ".join(f"{k} {v:.3g}" for k, v in err.items()))
-    assert math.isfinite(err["flashjit"]), "flashjit's O holds NaN/inf"
+    assert bool(torch.isfinite(o).all()), "flashjit's O holds NaN/inf"
+    assert math.isfinite(err[peer]), f"{peer}'s O holds NaN/inf"
     assert err["flashjit"] <= 2 * err[peer] + FLOOR, (
         f"flashjit {err['flashjit']:.3g} > 2 * {peer} {err[peer]:.3g} "
         f"+ {FLOOR}")
