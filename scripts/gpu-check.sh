@@ -23,8 +23,25 @@
 # gpu includes), bwdbench (forward and backward TF/s, not in the default),
 # memcheck_bwd and racecheck_bwd (a few backward kernels under the
 # sanitizers, not in the default), memcheck_bwd_sparse and
-# racecheck_bwd_sparse (the block-sparse backward under them, likewise). Exit status: 0 iff every selected test
-# step passed.
+# racecheck_bwd_sparse (the block-sparse backward under them, likewise),
+# memcheck_decode (every [decode] test: all decode kernels against the
+# float64 paged reference, contiguous/empty splits, the concurrency case,
+# sinks, GPU merge_states and append, the C API decode) and
+# racecheck_decode (one decode kernel's float64 test, dec_alibi_g4 unless
+# GPU_CHECK_DECODE_RACE_KERNEL names another, plus merge and append), not
+# in the default. Exit status: 0 iff every selected test step passed.
+#
+# Decode timing (issue 17), not in the default: decodebench (the
+# [.decodebench] DECODE rows: flashjit's decode kernels, GQA 32/8 and MQA
+# 32/1), decodepeers (bench/decode_peers.py: FA2 and cuDNN through sdpa,
+# compiled FlexAttention, flash_attn_with_kvcache and FlashAttention-4
+# where they import; needs only the tree and torch, so it runs in the same
+# call as decodebench; GPU_CHECK_DECODE_PEERS_ARGS passes options, e.g.
+# "--impls fa2,cudnn,flex") and decodesplit (ncu: the split kernel and the
+# merge kernel of a decode call timed separately, with the DRAM bytes each
+# reads, DRAM throughput, instructions, active warps, grid and registers:
+# dense page 64 / contiguous, softcap and ALiBi at B = 1, Nk = 128k, the
+# sliding window at B = 8, Nk = 32k; the [.decodesplit] case).
 #
 # GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix
 # with another MMA, e.g. wgmma.tma.ws. GPU_CHECK_BENCH_N, _D and _ARGS (run)
@@ -248,6 +265,27 @@ run() {
   # 22) and split-KV decode over paged caches (issue 17).
   want sinkbench && step sinkbench "$bin/flashjit_gpu_tests" "[sinkbench]"
   want decodebench && step decodebench "$bin/flashjit_gpu_tests" "[decodebench]"
+  if want decodesplit; then
+    local ncu
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    if [[ -x $ncu ]]; then
+      step decodesplit "$ncu" --clock-control none \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread \
+        --kernel-name regex:'^dec_' "$bin/flashjit_gpu_tests" "[decodesplit]"
+    else
+      echo "=== decodesplit: skipped (no ncu)"
+    fi
+  fi
+  # Decode peers beside decodebench (torch only; FA4 where
+  # ../shared/tools/fa4-pack.sh's site was unpacked into $HOME/fa4).
+  if want decodepeers; then
+    local dp=
+    [[ -d $HOME/fa4/fa4site ]] &&
+      dp="$HOME/fa4/fa4site:$HOME/fa4/fa4site/nvidia_cutlass_dsl/dsl_packages"
+    # shellcheck disable=SC2086
+    PYTHONPATH=$dp step decodepeers python3 bench/decode_peers.py \
+      ${GPU_CHECK_DECODE_PEERS_ARGS:-}
+  fi
   if command -v compute-sanitizer >/dev/null && want memcheck_bwd; then
     FLASHJIT_MATRIX_ONLY=bwd_causal_br step memcheck_bwd compute-sanitizer \
       --tool memcheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
@@ -266,6 +304,20 @@ run() {
     step racecheck_bwd_sparse compute-sanitizer --tool racecheck \
       --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "varlen block-sparse backward kernels match the float64 varlen*"
+  fi
+  # Decode under the sanitizers: every [decode] case under memcheck; one
+  # kernel's float64 test plus the merge and append kernels under racecheck
+  # (tags, not names: "GPU merge_states matches ... (2-way, n-way, sink)"
+  # holds commas, which Catch2 reads as "or").
+  if command -v compute-sanitizer >/dev/null && want memcheck_decode; then
+    step memcheck_decode compute-sanitizer --tool memcheck \
+      --error-exitcode 3 "$bin/flashjit_gpu_tests" "[decode]"
+  fi
+  if command -v compute-sanitizer >/dev/null && want racecheck_decode; then
+    FLASHJIT_MATRIX_ONLY=${GPU_CHECK_DECODE_RACE_KERNEL:-dec_alibi_g4} \
+      step racecheck_decode compute-sanitizer --tool racecheck \
+      --error-exitcode 3 "$bin/flashjit_gpu_tests" \
+      "decode kernels match the float64 paged reference,[merge],[append]"
   fi
   want large && step large "$bin/flashjit_gpu_tests" "[large]"
   if want torch; then
@@ -342,7 +394,12 @@ run() {
   fi
   if want python; then
     if [[ -f $lib/libflashjit_c.so ]]; then
-      FLASHJIT_LIBRARY=$lib/libflashjit_c.so PYTHONPATH=python \
+      # FA4 (when unpacked in $HOME/fa4) is one of test_decode_torch.py's
+      # peers.
+      local pyp=python
+      [[ -d $HOME/fa4/fa4site ]] &&
+        pyp="$pyp:$HOME/fa4/fa4site:$HOME/fa4/fa4site/nvidia_cutlass_dsl/dsl_packages"
+      FLASHJIT_LIBRARY=$lib/libflashjit_c.so PYTHONPATH=$pyp \
         FLASHJIT_CACHE_DIR=/tmp/flashjit-python-cache \
         step python python3 -m pytest -q -p no:cacheprovider -rs tests/python
     else
@@ -402,15 +459,18 @@ run() {
   grep -h "^GPU:" "$out/gpu.log" 2>/dev/null || true
   grep -h "ms$" "$out/large.log" 2>/dev/null | sed 's/^ *//' || true
   grep -h "^BENCH" "$out/bwdbench.log" 2>/dev/null || true
+  grep -h "^DECODE \|^PEER " "$out/decodebench.log" "$out/decodepeers.log" \
+    2>/dev/null || true
   printf '%-10s %s\n' step status
   local failed=0
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
     racecheck_generated memcheck_ws synccheck_generated sparse memcheck_sparse \
-    racecheck_sparse bwd bwdbench memcheck_bwd racecheck_bwd memcheck_bwd_sparse racecheck_bwd_sparse \
-    bwdpeers; do
+    racecheck_sparse bwd bwdbench memcheck_bwd racecheck_bwd \
+    memcheck_bwd_sparse racecheck_bwd_sparse bwdpeers python cli peers \
+    decodebench decodesplit decodepeers memcheck_decode racecheck_decode; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
-      "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|[0-9]+/[0-9]+ cases passed|run_bwd_bench:)' "$out/$s.log" | tail -1)"
+      "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|=+ RACECHECK SUMMARY|[0-9]+/[0-9]+ cases passed|run_bwd_bench:|decode_peers:|[0-9]+ (passed|failed))' "$out/$s.log" | tail -1)"
     [[ ${status[$s]} == rc=0* ]] || failed=1
   done
   ((failed == 0))

@@ -9,7 +9,9 @@
 // cache; decode kernels with an attention sink (1 split = many splits =
 // the reference, empty sequences LSE = sink); GpuPagedOps' merge_states
 // (2-way, n-way, sink) and append against the host versions. The
-// [.decodebench] case times K+V bandwidth.
+// [.decodebench] case times K+V bandwidth (GQA 32/8, MQA 32/1; the sliding
+// window also over the keys it reads); [.decodesplit] runs a few decode
+// calls for ncu (split and merge kernels timed apart).
 //
 //===----------------------------------------------------------------------===//
 #include "DecodeKernels.h"
@@ -400,8 +402,12 @@ TEST_CASE("one decode kernel object on several streams and threads at once",
 }
 
 TEST_CASE("decode bandwidth", "[.decodebench]") {
-  // bf16, D = 128, GQA 32/8, q_len 1 (and 4, 16): TB/s of K + V bytes read
-  // (B * Nk * heads_kv * 128 * 2 bytes * 2), median of 20 runs.
+  // bf16, D = 128, GQA 32/8 (and MQA 32/1: dec_dense_mqa32), q_len 1 (and
+  // 4, 16): TB/s of K + V bytes read (B * Nk * heads_kv * 128 * 2 bytes *
+  // 2), median of 20 runs. The sliding window (300 keys back) reads only
+  // its window: its rows also give TB/s over the window's 301 keys, and a
+  // dense row over Nk = 320 (the five 64-key tiles the window spans) is
+  // the "same bytes" dense time to compare it with.
   Device &dev = Device::get(0);
   std::mt19937_64 rng(7);
   auto find = [](const std::string &id) {
@@ -441,71 +447,162 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
   };
-  for (const char *id :
-       {"dec_dense_g4", "dec_softcap_g4", "dec_alibi_g4", "dec_window_g4"}) {
+  // One row: kernel \p k over batch x nk keys (page size ps, 0: the
+  // contiguous [B, Nk, Hkv, D] cache), TB/s over the bytes of
+  // countedKeys keys per sequence (nk unless given).
+  auto measure = [&](const testing::DecodeKernel &k,
+                     const GpuDecodeKernel &kernel, const test::VariantArgs &va,
+                     int64_t batch, int64_t nk, int64_t qLen, int64_t ps,
+                     int64_t countedKeys = 0) {
+    const int64_t hq = k.spec.headsQ, hk = k.spec.headsKV, d = 128;
+    GpuTensor q(dev, DType::BF16, {batch, hq, qLen, d});
+    GpuTensor o(dev, DType::BF16, {batch, hq, qLen, d});
+    q.randomize(rng);
+    const int64_t pages = ps ? batch * nk / ps : batch;
+    const int64_t pageLen = ps ? ps : nk;
+    DeviceBuffer kb(dev, size_t(pages * pageLen * hk * d * 2)),
+        vb(dev, size_t(pages * pageLen * hk * d * 2));
+    fillRandom(kb);
+    fillRandom(vb);
+    auto view = [&](DeviceBuffer &buf) {
+      TensorRef t;
+      t.data = buf.data();
+      t.dtype = DType::BF16;
+      t.shape = {pages, hk, pageLen, d};
+      t.strides = {pageLen * hk * d, d, hk * d, 1};
+      return t;
+    };
+    std::vector<int32_t> lens(static_cast<size_t>(batch),
+                              static_cast<int32_t>(nk));
+    std::unique_ptr<DevicePageTable> table;
+    if (ps) {
+      std::vector<int32_t> perm(static_cast<size_t>(pages));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      PageList list = checkBlockTable({perm, nk / ps, lens}, batch, pages, ps);
+      table = std::make_unique<DevicePageTable>(list, dev);
+    } else {
+      table = std::make_unique<DevicePageTable>(
+          DevicePageTable::contiguous(lens, nk, dev));
+    }
+    TensorRef kv = view(kb), vv = view(vb);
+    int splits = kernel.defaultNumSplits(batch, qLen, nk);
+    float ms = time([&] {
+      kernel.run(q.deviceRef, kv, vv, *table, o.deviceRef, nullptr, va.device);
+    });
+    const int64_t keys = countedKeys ? countedKeys : nk;
+    const double kvBytes = double(batch) * keys * hk * d * 2 * 2;
+    const double flops = 4.0 * batch * hq * qLen * double(keys) * d;
+    std::printf("DECODE %-15s B=%-3lld Nk=%-6lld q_len=%-2lld %-10s "
+                "splits=%-3d %8.3f ms %6.2f TB/s %7.1f TF/s h=%lld/%lld%s\n",
+                k.id.c_str(), (long long)batch, (long long)nk, (long long)qLen,
+                ps ? fmt::format("page {}", ps).c_str() : "contiguous", splits,
+                ms, kvBytes / (ms * 1e-3) / 1e12, flops / (ms * 1e-3) / 1e12,
+                (long long)hq, (long long)hk,
+                countedKeys
+                    ? fmt::format(" (over the {} keys read)", keys).c_str()
+                    : "");
+  };
+  for (const char *id : {"dec_dense_g4", "dec_softcap_g4", "dec_alibi_g4",
+                         "dec_window_g4", "dec_dense_mqa32"}) {
     testing::DecodeKernel k = find(id);
     if (!selected(k.id))
       continue;
     auto kernel = loadDecode(k, dev);
     test::VariantArgs va(dev, k.spec, 1, 1);
+    const std::string name = id;
+    const bool dense = name == "dec_dense_g4", mqa = name == "dec_dense_mqa32",
+               window = name == "dec_window_g4";
     for (Shape s : shapes) {
-      const int64_t hk = 8, d = 128;
-      const double kvBytes = double(s.batch) * s.nk * hk * d * 2 * 2;
       for (int64_t qLen : {1, 4, 16}) {
-        if (qLen > 1 && (s.batch != 8 || std::string(id) != "dec_dense_g4"))
+        if (qLen > 1 && (s.batch != 8 || !dense))
           continue;
-        GpuTensor q(dev, DType::BF16, {s.batch, 32, qLen, d});
-        GpuTensor o(dev, DType::BF16, {s.batch, 32, qLen, d});
-        q.randomize(rng);
         for (int64_t ps : {0, 16, 64}) { // 0: contiguous [B, Nk, Hkv, D]
-          if (ps == 16 && std::string(id) != "dec_dense_g4")
+          if ((ps == 16 && !dense) || (ps == 0 && !dense && !mqa))
             continue;
-          if (ps == 0 && std::string(id) != "dec_dense_g4")
-            continue;
-          const int64_t pages = ps ? s.batch * s.nk / ps : s.batch;
-          const int64_t pageLen = ps ? ps : s.nk;
-          DeviceBuffer kb(dev, size_t(pages * pageLen * hk * d * 2)),
-              vb(dev, size_t(pages * pageLen * hk * d * 2));
-          fillRandom(kb);
-          fillRandom(vb);
-          auto view = [&](DeviceBuffer &buf) {
-            TensorRef t;
-            t.data = buf.data();
-            t.dtype = DType::BF16;
-            t.shape = {pages, hk, pageLen, d};
-            t.strides = {pageLen * hk * d, d, hk * d, 1};
-            return t;
-          };
-          std::vector<int32_t> lens(static_cast<size_t>(s.batch),
-                                    static_cast<int32_t>(s.nk));
-          std::unique_ptr<DevicePageTable> table;
-          if (ps) {
-            std::vector<int32_t> perm(static_cast<size_t>(pages));
-            std::iota(perm.begin(), perm.end(), 0);
-            std::shuffle(perm.begin(), perm.end(), rng);
-            std::vector<int32_t> blk(perm);
-            PageList list =
-                checkBlockTable({blk, s.nk / ps, lens}, s.batch, pages, ps);
-            table = std::make_unique<DevicePageTable>(list, dev);
-          } else {
-            table = std::make_unique<DevicePageTable>(
-                DevicePageTable::contiguous(lens, s.nk, dev));
-          }
-          TensorRef kv = view(kb), vv = view(vb);
-          int splits = kernel->defaultNumSplits(s.batch, qLen, s.nk);
-          float ms = time([&] {
-            kernel->run(q.deviceRef, kv, vv, *table, o.deviceRef, nullptr,
-                        va.device);
-          });
-          const double flops = 4.0 * s.batch * 32 * qLen * double(s.nk) * d;
-          std::printf("DECODE %-15s B=%-3lld Nk=%-6lld q_len=%-2lld %-10s "
-                      "splits=%-3d %8.3f ms %6.2f TB/s %7.1f TF/s\n",
-                      id, (long long)s.batch, (long long)s.nk, (long long)qLen,
-                      ps ? fmt::format("page {}", ps).c_str() : "contiguous",
-                      splits, ms, kvBytes / (ms * 1e-3) / 1e12,
-                      flops / (ms * 1e-3) / 1e12);
+          measure(k, *kernel, va, s.batch, s.nk, qLen, ps,
+                  window ? std::min<int64_t>(s.nk, 301) : 0);
         }
       }
+    }
+    if (window && selected("dec_dense_g4")) {
+      // Dense decode over the window's tiles (Nk = 320), page 64: the time
+      // the window's rows compare with.
+      testing::DecodeKernel dk = find("dec_dense_g4");
+      auto dkernel = loadDecode(dk, dev);
+      test::VariantArgs dva(dev, dk.spec, 1, 1);
+      for (Shape s : shapes)
+        measure(dk, *dkernel, dva, s.batch, 320, 1, 64);
+    }
+  }
+}
+
+TEST_CASE("decode and merge kernels under a profiler", "[.decodesplit]") {
+  // For `ncu` (gpu-check step decodesplit): a few calls of the split and
+  // merge kernels at B = 1, Nk = 128k (dense page 64 and contiguous,
+  // softcap and ALiBi page 64) and of the sliding window at B = 8,
+  // Nk = 32k, so the profiler times the two launches of a call separately
+  // and counts the DRAM bytes each reads. Checks nothing; prints the
+  // event-timed total.
+  Device &dev = Device::get(0);
+  std::mt19937_64 rng(11);
+  struct Run {
+    const char *id;
+    int64_t batch, nk, ps;
+  };
+  for (Run r :
+       {Run{"dec_dense_g4", 1, 131072, 64}, Run{"dec_dense_g4", 1, 131072, 0},
+        Run{"dec_softcap_g4", 1, 131072, 64},
+        Run{"dec_alibi_g4", 1, 131072, 64},
+        Run{"dec_window_g4", 8, 32768, 64}}) {
+    testing::DecodeKernel k;
+    for (const auto &c : testing::decodeKernels())
+      if (c.id == r.id)
+        k = c;
+    auto kernel = loadDecode(k, dev);
+    test::VariantArgs va(dev, k.spec, 1, 1);
+    const int64_t hk = k.spec.headsKV, d = 128;
+    const int64_t pages = r.ps ? r.batch * r.nk / r.ps : r.batch;
+    const int64_t pageLen = r.ps ? r.ps : r.nk;
+    GpuTensor q(dev, DType::BF16, {r.batch, k.spec.headsQ, 1, d});
+    GpuTensor o(dev, DType::BF16, {r.batch, k.spec.headsQ, 1, d});
+    q.randomize(rng);
+    DeviceBuffer kb(dev, size_t(pages * pageLen * hk * d * 2)),
+        vb(dev, size_t(pages * pageLen * hk * d * 2));
+    // Zeros are fine for timing and byte counts (no NaN: memset 0).
+    REQUIRE(Driver::get().cuMemsetD8(kb.ptr(), 0, kb.size()) == CUDA_SUCCESS);
+    REQUIRE(Driver::get().cuMemsetD8(vb.ptr(), 0, vb.size()) == CUDA_SUCCESS);
+    TensorRef kv, vv;
+    for (auto [t, buf] : {std::pair{&kv, &kb}, std::pair{&vv, &vb}}) {
+      t->data = buf->data();
+      t->dtype = DType::BF16;
+      t->shape = {pages, hk, pageLen, d};
+      t->strides = {pageLen * hk * d, d, hk * d, 1};
+    }
+    std::vector<int32_t> lens(static_cast<size_t>(r.batch),
+                              static_cast<int32_t>(r.nk));
+    std::unique_ptr<DevicePageTable> table;
+    if (r.ps) {
+      std::vector<int32_t> perm(static_cast<size_t>(pages));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      table = std::make_unique<DevicePageTable>(
+          checkBlockTable({perm, r.nk / r.ps, lens}, r.batch, pages, r.ps),
+          dev);
+    } else {
+      table = std::make_unique<DevicePageTable>(
+          DevicePageTable::contiguous(lens, r.nk, dev));
+    }
+    EventTimer timer(dev);
+    for (int i = 0; i < 3; ++i) {
+      timer.start();
+      kernel->run(q.deviceRef, kv, vv, *table, o.deviceRef, nullptr, va.device);
+      const float ms = timer.stopMs();
+      std::printf("DECODESPLIT %-15s B=%-3lld Nk=%-6lld %-10s splits=%-3d "
+                  "call %d: %8.3f ms (decode + merge)\n",
+                  r.id, (long long)r.batch, (long long)r.nk,
+                  r.ps ? fmt::format("page {}", r.ps).c_str() : "contiguous",
+                  kernel->defaultNumSplits(r.batch, 1, r.nk), i, ms);
     }
   }
 }

@@ -50,6 +50,8 @@ inline std::vector<DecodeKernel> decodeKernels() {
   al.causal = Causal::BottomRight;
   out.push_back({"dec_alibi_g4", al});
   out.push_back({"dec_dense_mqa", base("dec_mqa", 8, 1)});
+  // MQA at the 32 query heads (the [.decodebench] MQA rows).
+  out.push_back({"dec_dense_mqa32", base("dec_mqa32", 32, 1)});
   AttentionSpec fp16 = base("dec_fp16", 4, 4);
   fp16.headDimQK = fp16.headDimV = 64;
   fp16.dtypeQ = fp16.dtypeK = fp16.dtypeV = fp16.dtypeO = DType::F16;
