@@ -68,7 +68,10 @@ void buildNVVMToPTXPipeline(OpPassManager &pm, const KernelConfig &config) {
   pm.addPass(memref::createExpandStridedMetadataPass());
   GpuNVVMAttachTargetOptions target;
   target.chip = config.arch;
-  target.features = "+ptx80";
+  // The wgmma backward's dQ atomics are vector reductions
+  // (red.global.add.v2.f32: PTX ISA 8.1).
+  target.features =
+      config.kind == KernelKind::Backward && config.wgmma ? "+ptx81" : "+ptx80";
   target.optLevel = 3;
   pm.addPass(createGpuNVVMAttachTarget(target));
   pm.addPass(createLowerAffinePass());

@@ -70,6 +70,37 @@ public:
   /// This warp's part of dQ = dS K (the dS^T tile complete in shared
   /// memory).
   virtual llvm::SmallVector<mlir::Value> computeDQ() = 0;
+
+  // Asynchronous products (wgmma only; FlashBackwardKernel.cpp's pipelined
+  // tile step). Each issue* call issues and commits one group and returns
+  // accumulators that are read only after a wait covering the group.
+
+  /// True if the issue* / wait interface below is implemented.
+  virtual bool asyncProducts() const { return false; }
+  /// The Q / dO tiles of the next products start \p stageBytes (i64)
+  /// after the sQ / sDO of prepare (a shared-memory ring of query tiles).
+  virtual void selectStage(mlir::Value stageBytes);
+  /// S^T = K Q^T, issued.
+  virtual llvm::SmallVector<mlir::Value> issueS();
+  /// dP^T = V dO^T, issued.
+  virtual llvm::SmallVector<mlir::Value> issueDP();
+  /// The A-operand registers (packed 16-bit pairs) of \p x in the layout
+  /// of S^T, for issueDV / issueDK.
+  virtual llvm::SmallVector<mlir::Value> packA(llvm::ArrayRef<mlir::Value> x);
+  /// \p dv + P^T dO with \p pPacked = packA(P^T), issued.
+  virtual llvm::SmallVector<mlir::Value>
+  issueDV(llvm::ArrayRef<mlir::Value> dv, llvm::ArrayRef<mlir::Value> pPacked);
+  /// \p dk + dS^T Q with \p dsPacked = packA(dS^T), issued.
+  virtual llvm::SmallVector<mlir::Value>
+  issueDK(llvm::ArrayRef<mlir::Value> dk, llvm::ArrayRef<mlir::Value> dsPacked);
+  /// computeDQ, issued.
+  virtual llvm::SmallVector<mlir::Value> issueDQ();
+  /// Waits until at most \p pending groups are in flight; returns \p acc
+  /// (accumulators of the groups that completed) to read from now on;
+  /// \p keep (packed A operands of groups in flight) stay live up to here.
+  virtual llvm::SmallVector<mlir::Value>
+  wait(llvm::ArrayRef<mlir::Value> acc, int pending,
+       llvm::ArrayRef<mlir::Value> keep = {});
 };
 
 /// mma.sync m16n8k16 with ldmatrix fragments from padded tiles (any warp

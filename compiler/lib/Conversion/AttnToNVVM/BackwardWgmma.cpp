@@ -15,7 +15,9 @@
 // K-major descriptors: 8-row groups 1024 bytes apart, k16 step kk at
 // (kk / 4) * rows * 128 + (kk % 4) * 32 bytes. MN-major: 64-element blocks
 // rows * 128 bytes apart (LBO), 8 k rows 1024 bytes apart (SBO), k16 step
-// kk at kk * 2048 bytes.
+// kk at kk * 2048 bytes. The Q / dO descriptors move with selectStage (the
+// kernel's two-stage query-tile ring); issue* / wait are the asynchronous
+// products (Wgmma.h: wgmmaIssueOffsets, wgmmaWait).
 //
 //===----------------------------------------------------------------------===//
 #include "BackwardMma.h"
@@ -41,21 +43,76 @@ public:
   void publish() override { fenceProxyAsync(ops); }
 
   SmallVector<Value> computeS() override {
-    return keyMajor(descK, descQ, sh.headDimQK);
+    return keyMajor(descK, staged(descQ), sh.headDimQK, /*wait=*/true);
   }
 
   SmallVector<Value> computeDP() override {
-    return keyMajor(descV, descDO, sh.headDimV);
+    return keyMajor(descV, staged(descDO), sh.headDimV, /*wait=*/true);
   }
 
   SmallVector<Value> accumulateDV(ArrayRef<Value> dv,
                                   ArrayRef<Value> p) override {
-    return accumulateT(dv, p, descDOn, sh.headDimV);
+    return accumulateT(dv, packA(p), staged(descDOn), sh.headDimV,
+                       /*wait=*/true);
   }
 
   SmallVector<Value> accumulateDK(ArrayRef<Value> dk,
                                   ArrayRef<Value> ds) override {
-    return accumulateT(dk, ds, descQn, sh.headDimQK);
+    return accumulateT(dk, packA(ds), staged(descQn), sh.headDimQK,
+                       /*wait=*/true);
+  }
+
+  bool asyncProducts() const override { return true; }
+
+  void selectStage(Value stageBytes) override {
+    stageDesc = arith::ShRUIOp::create(b, stageBytes, ops.ci64(4));
+  }
+
+  // The asynchronous products address V, dO and the MN-major views from
+  // the K and Q descriptors plus constant offsets (vOff, dOOff, mnLbo: the
+  // tiles lie a fixed distance apart and differ in LBO only), so only
+  // four descriptors stay live through the loop (registers: the D = 128
+  // masked kernels spilled with eight).
+  SmallVector<Value> issueS() override {
+    return keyMajor(descK, staged(descQ), sh.headDimQK, /*wait=*/false);
+  }
+
+  SmallVector<Value> issueDP() override {
+    return keyMajor(descK, staged(descQ), sh.headDimV, /*wait=*/false, vOff(),
+                    dOOff());
+  }
+
+  // Step kk of P^T dO / dS^T Q takes the n8 tiles 2 kk and 2 kk + 1 of the
+  // S^T layout, rows g then g + 8 of each.
+  SmallVector<Value> packA(ArrayRef<Value> x) override {
+    SmallVector<Value> regs;
+    for (int kk = 0; kk < sh.blockN / 16; ++kk) {
+      int n0 = 2 * kk, n1 = 2 * kk + 1;
+      regs.append({ops.pack(x[n0 * 4 + 0], x[n0 * 4 + 1]),
+                   ops.pack(x[n0 * 4 + 2], x[n0 * 4 + 3]),
+                   ops.pack(x[n1 * 4 + 0], x[n1 * 4 + 1]),
+                   ops.pack(x[n1 * 4 + 2], x[n1 * 4 + 3])});
+    }
+    return regs;
+  }
+
+  SmallVector<Value> issueDV(ArrayRef<Value> dv,
+                             ArrayRef<Value> pPacked) override {
+    return accumulateT(dv, pPacked, staged(descQ), sh.headDimV,
+                       /*wait=*/false, dOOff() + mnLbo());
+  }
+
+  SmallVector<Value> issueDK(ArrayRef<Value> dk,
+                             ArrayRef<Value> dsPacked) override {
+    return accumulateT(dk, dsPacked, staged(descQ), sh.headDimQK,
+                       /*wait=*/false, mnLbo());
+  }
+
+  SmallVector<Value> issueDQ() override { return productDQ(/*wait=*/false); }
+
+  SmallVector<Value> wait(ArrayRef<Value> acc, int pending,
+                          ArrayRef<Value> keep) override {
+    return wgmmaWait(ops, acc, pending, keep);
   }
 
   void storeDS(ArrayRef<Value> ds) override {
@@ -78,13 +135,7 @@ public:
     }
   }
 
-  SmallVector<Value> computeDQ() override {
-    SmallVector<int64_t> steps;
-    for (int kk = 0; kk < sh.blockM / 16; ++kk)
-      steps.push_back(mnStep(kk));
-    return wgmmaChainOffsets(ops, {}, sh.dqCols(), descDSt, steps, {}, descKn,
-                             steps, /*transB=*/true, /*transA=*/true);
-  }
+  SmallVector<Value> computeDQ() override { return productDQ(/*wait=*/true); }
 
 private:
   /// Descriptor offset (16-byte units) of k16 step \p kk of a K-major tile
@@ -95,33 +146,60 @@ private:
   /// Descriptor offset of k16 step \p kk of an MN-major tile.
   static int64_t mnStep(int kk) { return (int64_t(kk) * 2048) >> 4; }
 
+  /// Descriptor offsets: V from K (sV = sK + blockM * D * 2 bytes), dO
+  /// from Q (sDO = sQ + blockN * D * 2 bytes), and the MN-major view of a
+  /// query-tile operand from its K-major one (LBO blockN * 128 bytes
+  /// instead of 16: wgmmaDescriptor's bits 16-29).
+  int64_t vOff() const { return (int64_t(2) * sh.blockM * sh.headDimQK) >> 4; }
+  int64_t dOOff() const { return (int64_t(2) * sh.blockN * sh.headDimQK) >> 4; }
+  int64_t mnLbo() const {
+    return ((int64_t(sh.blockN) * 128 >> 4) - (16 >> 4)) << 16;
+  }
+  /// \p desc in the selected stage of the query-tile ring.
+  Value staged(Value desc) {
+    return stageDesc ? ops.add(desc, stageDesc) : desc;
+  }
+  /// wgmmaChainOffsets, or wgmmaIssueOffsets unless \p wait.
+  SmallVector<Value> chain(ArrayRef<Value> acc, int n, Value aBase,
+                           ArrayRef<int64_t> aSteps, ArrayRef<Value> aRegs,
+                           Value bBase, ArrayRef<int64_t> bSteps, bool transB,
+                           bool transA, bool wait) {
+    return wait ? wgmmaChainOffsets(ops, acc, n, aBase, aSteps, aRegs, bBase,
+                                    bSteps, transB, transA)
+                : wgmmaIssueOffsets(ops, acc, n, aBase, aSteps, aRegs, bBase,
+                                    bSteps, transB, transA);
+  }
+  /// dQ = dS K (this warpgroup's D / 2 columns).
+  SmallVector<Value> productDQ(bool wait) {
+    SmallVector<int64_t> steps;
+    for (int kk = 0; kk < sh.blockM / 16; ++kk)
+      steps.push_back(mnStep(kk));
+    return chain({}, sh.dqCols(), descDSt, steps, {}, descKn, steps,
+                 /*transB=*/true, /*transA=*/true, wait);
+  }
   /// This warpgroup's X Y^T with X [blockM x dim] and Y [blockN x dim]
   /// both K-major.
-  SmallVector<Value> keyMajor(Value descX, Value descY, int dim) {
+  /// \p aOff / \p bOff: constant descriptor offsets added to every step.
+  SmallVector<Value> keyMajor(Value descX, Value descY, int dim, bool wait,
+                              int64_t aOff = 0, int64_t bOff = 0) {
     SmallVector<int64_t> aSteps, bSteps;
     for (int kk = 0; kk < dim / 16; ++kk) {
-      aSteps.push_back(kStep(kk, sh.blockM));
-      bSteps.push_back(kStep(kk, sh.blockN));
+      aSteps.push_back(aOff + kStep(kk, sh.blockM));
+      bSteps.push_back(bOff + kStep(kk, sh.blockN));
     }
-    return wgmmaChainOffsets(ops, {}, sh.blockN, descX, aSteps, {}, descY,
-                             bSteps, /*transB=*/false, /*transA=*/false);
+    return chain({}, sh.blockN, descX, aSteps, {}, descY, bSteps,
+                 /*transB=*/false, /*transA=*/false, wait);
   }
-  /// \p in + X^T Y with X^T in registers (the layout of S^T) and Y the
+  /// \p in + X^T Y with X^T in registers (\p regs = packA(X^T)) and Y the
   /// MN-major [blockN x dim] tile of descriptor \p descY.
-  SmallVector<Value> accumulateT(ArrayRef<Value> in, ArrayRef<Value> x,
-                                 Value descY, int dim) {
-    SmallVector<Value> regs;
+  SmallVector<Value> accumulateT(ArrayRef<Value> in, ArrayRef<Value> regs,
+                                 Value descY, int dim, bool wait,
+                                 int64_t bOff = 0) {
     SmallVector<int64_t> steps;
-    for (int kk = 0; kk < sh.blockN / 16; ++kk) {
-      int n0 = 2 * kk, n1 = 2 * kk + 1;
-      regs.append({ops.pack(x[n0 * 4 + 0], x[n0 * 4 + 1]),
-                   ops.pack(x[n0 * 4 + 2], x[n0 * 4 + 3]),
-                   ops.pack(x[n1 * 4 + 0], x[n1 * 4 + 1]),
-                   ops.pack(x[n1 * 4 + 2], x[n1 * 4 + 3])});
-      steps.push_back(mnStep(kk));
-    }
-    return wgmmaChainOffsets(ops, in, dim, Value(), {}, regs, descY, steps,
-                             /*transB=*/true, /*transA=*/false);
+    for (int kk = 0; kk < sh.blockN / 16; ++kk)
+      steps.push_back(bOff + mnStep(kk));
+    return chain(in, dim, Value(), {}, regs, descY, steps, /*transB=*/true,
+                 /*transA=*/false, wait);
   }
 
   KernelOps &ops;
@@ -129,6 +207,8 @@ private:
   BackwardTileShape sh;
   Value warp, lane, sDSp;
   Value descK, descV, descQ, descDO, descQn, descDOn, descDSt, descKn;
+  /// The selected query-tile stage in descriptor units (null: stage 0).
+  Value stageDesc;
 };
 
 void WgmmaBackward::prepare(Value sK, Value sV, Value sQ, Value sDO,
@@ -160,6 +240,32 @@ void WgmmaBackward::prepare(Value sK, Value sV, Value sQ, Value sDO,
 }
 
 } // namespace
+
+// The asynchronous products exist only for wgmma.
+void BackwardMma::selectStage(Value) {
+  llvm_unreachable("asynchronous products are wgmma's");
+}
+SmallVector<Value> BackwardMma::issueS() {
+  llvm_unreachable("asynchronous products are wgmma's");
+}
+SmallVector<Value> BackwardMma::issueDP() {
+  llvm_unreachable("asynchronous products are wgmma's");
+}
+SmallVector<Value> BackwardMma::packA(ArrayRef<Value>) {
+  llvm_unreachable("asynchronous products are wgmma's");
+}
+SmallVector<Value> BackwardMma::issueDV(ArrayRef<Value>, ArrayRef<Value>) {
+  llvm_unreachable("asynchronous products are wgmma's");
+}
+SmallVector<Value> BackwardMma::issueDK(ArrayRef<Value>, ArrayRef<Value>) {
+  llvm_unreachable("asynchronous products are wgmma's");
+}
+SmallVector<Value> BackwardMma::issueDQ() {
+  llvm_unreachable("asynchronous products are wgmma's");
+}
+SmallVector<Value> BackwardMma::wait(ArrayRef<Value>, int, ArrayRef<Value>) {
+  llvm_unreachable("asynchronous products are wgmma's");
+}
 
 std::unique_ptr<BackwardMma> createWgmmaBackward(KernelOps &ops,
                                                  const BackwardTileShape &sh,

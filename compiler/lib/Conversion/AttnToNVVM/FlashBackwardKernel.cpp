@@ -6,8 +6,13 @@
 // The algorithm is FlashAttention-2's backward pass (Dao 2023, Algorithm
 // 2); its five products come from a BackwardMma (BackwardMma.h: mma.sync
 // with 4 warps of 16 keys, or on sm_90a wgmma with two warpgroups of 64
-// keys and 64-row query tiles in 128-byte-swizzled shared tiles, which the
-// padded layout's sharedBytes covers):
+// keys and 64-row query tiles in 128-byte-swizzled shared tiles). With
+// wgmma the products are asynchronous (asyncTileStep, the order of
+// FlashAttention-3's backward, Shah et al. 2024): Q, dO, LSE and D of the
+// next visited query tile load into the other stage of a two-stage ring
+// during the current tile; S^T and dP^T are issued together; dV, dQ and dK
+// are issued before the previous group is waited for, so the dQ atomics run
+// beside dK; one barrier fewer per tile. The kernel:
 //   _bwd_pre:  D_i = dO_i . O_i (fp32), dQaccum_i = 0        (warp per row;
 //              BackwardRowKernels.cpp)
 //   _bwd:      one CTA per (key tile, kv head, batch); K and V of its keys
@@ -46,6 +51,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -56,6 +62,13 @@ namespace flashjit::nvvm {
 namespace abi = flashjit::abi::gpu;
 
 namespace {
+
+/// The first \p n results of \p op.
+SmallVector<Value> firstResults(scf::ForOp op, int n) {
+  SmallVector<Value> out(op.getResults());
+  out.resize(n);
+  return out;
+}
 
 /// The main kernel `_bwd`.
 class BackwardBuilder : public BackwardKernelBase {
@@ -88,6 +101,26 @@ private:
   SmallVector<Value> tileStep(ValueRange state, Value head, Value q0,
                               Value qLast, Value needsMask,
                               Value boundsOnly = Value());
+  /// tileStep with asynchronous products (wgmma): \p state ends with the
+  /// query-tile stage (i32, 0 / 1) and whether this tile's Q, dO, LSE and
+  /// D were prefetched into it (i1); \p nextVisited (i1): the next query
+  /// tile is visited too, so its loads are issued into the other stage
+  /// during this tile's products. Returns the state for the next tile.
+  SmallVector<Value> asyncTileStep(ValueRange state, Value head, Value q0,
+                                   Value qLast, Value needsMask,
+                                   Value boundsOnly, Value nextVisited);
+  /// The state a skipped tile passes on (asyncProducts: nothing
+  /// prefetched).
+  SmallVector<Value> skippedState(ValueRange state);
+  /// Runs tileStep or asyncTileStep.
+  SmallVector<Value> visit(ValueRange state, Value head, Value q0, Value qLast,
+                           Value needsMask, Value boundsOnly,
+                           Value nextVisited) {
+    if (pipelined)
+      return asyncTileStep(state, head, q0, qLast, needsMask, boundsOnly,
+                           nextVisited);
+    return tileStep(state, head, q0, qLast, needsMask, boundsOnly);
+  }
   /// Where \p boundsOnly holds: -inf for the elements of \p scores (S^T
   /// fragments; first query column \p qLane) past seqlen_q or seqlen_k.
   void maskPastEnds(MutableArrayRef<Value> scores, Value qLane,
@@ -109,12 +142,19 @@ private:
   void addDQ(Value head, Value q0, Value qLast);
   /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory).
   void accumulateDQ(Value head, Value q0);
+  /// dQaccum += \p dq (this warp's part of dS K, BackwardMma.h's layout)
+  /// for the tile at \p q0.
+  void atomicDQ(Value head, Value q0, ArrayRef<Value> dq);
   void storeRows(int tensor, Value headIdx, ArrayRef<Value> acc, int dim,
                  Value factor);
 
   /// Q and dO of the tile at \p q0 (cp.async), LSE (log2 units) and D of
   /// its rows into shared memory; waited for and published to the products.
   void loadQueryTile(Value head, Value q0);
+  /// Issues (cp.async, not committed) Q, dO, LSE (natural log) and D of
+  /// the tile at \p q0 into query-tile stage \p stage (i32) of the ring
+  /// (asyncProducts).
+  void issueQueryTile(Value head, Value q0, Value stage);
   /// P^T = exp2(t - LSE log2 e), exactly 0 where \p scores is -inf (also
   /// for rows with LSE = -inf, which have no allowed key). With
   /// \p colDelta, D of this thread's query columns is read beside LSE into
@@ -146,6 +186,17 @@ private:
   /// i1: the semaphores argument is not null (deterministic mode).
   Value deterministic;
   Value sQ, sDO, sDS, sLse, sDelta;
+  /// The current tile's LSE and D rows (stage of the ring); lseRaw: LSE is
+  /// stored in natural-log units (scaled by log2 e when read).
+  Value sLseCur, sDeltaCur;
+  bool lseRaw = false;
+  /// Bytes between the stages of the Q / dO ring (asyncProducts).
+  int64_t qStageBytes = 0;
+  /// asyncTileStep (wgmma), except with mask code at head dims above 64:
+  /// those kernels spilled 16-48 bytes in ptxas (D = 128 fp16 causal
+  /// bottom-right / doc_id / chunked-causal / varlen causal with GQA,
+  /// 2026-12-02) and keep the synchronous tileStep.
+  bool pipelined = false;
 };
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
@@ -163,6 +214,7 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   t = arith::RemUIOp::create(b, lane, ops.ci32(4));
   mma = c.wgmma ? createWgmmaBackward(ops, shape, warp, lane)
                 : createMmaSyncBackward(ops, shape, warp, lane);
+  pipelined = mma->asyncProducts() && !(em.hasMask() && std::max(D, Dv) > 64);
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).
@@ -184,14 +236,20 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   kvRow[0] = ops.add(ops.add(k0, ops.mul(warp, ops.ci32(16))), g);
   kvRow[1] = ops.add(kvRow[0], ops.ci32(8));
 
-  // [K | V | Q | dO | dS^T | LSE | D]
+  // [K | V | Q | dO | dS^T | LSE | D]; asynchronous products (wgmma):
+  // [K | V | Q_0 | dO_0 | Q_1 | dO_1 | dS^T | LSE_0 | D_0 | LSE_1 | D_1],
+  // two stages of the query tile (KernelConfig::sharedBytes).
+  const int stages = mma->asyncProducts() ? 2 : 1;
+  qStageBytes = int64_t(2) * BN * (D + Dv + 2 * P);
   Value sK = ops.sharedBase();
   Value sV = ops.gepBytes(sK, int64_t(2) * BM * (D + P));
   sQ = ops.gepBytes(sV, int64_t(2) * BM * (Dv + P));
   sDO = ops.gepBytes(sQ, int64_t(2) * BN * (D + P));
-  sDS = ops.gepBytes(sDO, int64_t(2) * BN * (Dv + P));
+  sDS = ops.gepBytes(sQ, stages * qStageBytes);
   sLse = ops.gepBytes(sDS, int64_t(2) * BM * (BN + P));
   sDelta = ops.gepBytes(sLse, int64_t(4) * BN);
+  sLseCur = sLse;
+  sDeltaCur = sDelta;
 
   // K and V of this CTA's keys: loaded once.
   const int nthreads = 32 * W;
@@ -223,6 +281,10 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
   Value numQ = arith::DivUIOp::create(b, ops.add(seqlenQ, ops.ci32(BN - 1)),
                                       ops.ci32(BN));
   SmallVector<Value> init(nK + nV, ops.cf32(0.0f));
+  // Asynchronous products: the query-tile stage, carried across heads.
+  const bool async = pipelined;
+  if (async)
+    init.push_back(ops.ci32(0));
   Value zeroIdx = arith::ConstantIndexOp::create(b, 0);
   Value one = arith::ConstantIndexOp::create(b, 1);
 
@@ -233,16 +295,30 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
   Value head =
       ops.add(ops.mul(headKV, group),
               arith::IndexCastOp::create(b, ops.i32, heads.getInductionVar()));
-  // dK, dV and the data gradients' running sums (per query head).
-  SmallVector<Value> carried(heads.getRegionIterArgs());
+  // dK, dV and the data gradients' running sums (per query head), then
+  // (async) the stage and "this tile was prefetched".
+  ValueRange headArgs = heads.getRegionIterArgs();
+  SmallVector<Value> carried(headArgs.take_front(nK + nV));
   if (grads->active())
     carried.append(grads->initState());
+  if (async)
+    carried.append({headArgs.back(), ops.cb(false)});
+  // The head loop's results from the tile loop's.
+  auto headYield = [&](ArrayRef<Value> res) {
+    SmallVector<Value> out(res.take_front(nK + nV));
+    if (async)
+      out.push_back(res[res.size() - 2]);
+    return out;
+  };
+  auto flushGrads = [&](ArrayRef<Value> res) {
+    if (grads->active())
+      grads->flush(res.drop_front(nK + nV).drop_back(async ? 2 : 0), lane);
+  };
   if (c.blockSparse) {
     SmallVector<Value> res = listedTileLoop(head, carried, kPastEnd);
-    if (grads->active())
-      grads->flush(ArrayRef<Value>(res).drop_front(nK + nV), lane);
-    scf::YieldOp::create(b, ArrayRef<Value>(res).take_front(nK + nV));
-    return SmallVector<Value>(heads.getResults());
+    flushGrads(res);
+    scf::YieldOp::create(b, headYield(res));
+    return firstResults(heads, nK + nV);
   }
   auto tiles = scf::ForOp::create(b, zeroIdx, ops.toIndex(numQ), one, carried);
   {
@@ -258,23 +334,34 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
     Value qPastEnd =
         ops.cmp(arith::CmpIPredicate::sgt, ops.add(q0, ops.ci32(BN)), seqlenQ);
     Value needsMask = ops.lor(mayBeFalse, ops.lor(kPastEnd, qPastEnd));
+    // Async: whether the next query tile is visited (its loads are then
+    // issued during this one's products).
+    Value nextVisited;
+    if (async) {
+      Value q1 = ops.add(q0, ops.ci32(BN));
+      Value q1Last =
+          ops.sub(arith::MinSIOp::create(b, ops.add(q1, ops.ci32(BN)), seqlenQ),
+                  ops.ci32(1));
+      nextVisited = ops.land(ops.cmp(arith::CmpIPredicate::slt, q1, seqlenQ),
+                             classify(head, q1, q1Last, k0).second);
+    }
     ValueRange state = tiles.getRegionIterArgs();
     auto tileIf = scf::IfOp::create(b, TypeRange(state), mayBeTrue,
                                     /*withElse=*/true);
     {
       OpBuilder::InsertionGuard ig(b);
       b.setInsertionPointToStart(tileIf.elseBlock()); // empty: skipped
-      scf::YieldOp::create(b, state);
+      scf::YieldOp::create(b, skippedState(state));
       b.setInsertionPointToStart(tileIf.thenBlock());
-      scf::YieldOp::create(b, tileStep(state, head, q0, qLast, needsMask));
+      scf::YieldOp::create(
+          b, visit(state, head, q0, qLast, needsMask, Value(), nextVisited));
     }
     scf::YieldOp::create(b, tileIf.getResults());
   }
   SmallVector<Value> res(tiles.getResults());
-  if (grads->active())
-    grads->flush(ArrayRef<Value>(res).drop_front(nK + nV), lane);
-  scf::YieldOp::create(b, ArrayRef<Value>(res).take_front(nK + nV));
-  return SmallVector<Value>(heads.getResults());
+  flushGrads(res);
+  scf::YieldOp::create(b, headYield(res));
+  return firstResults(heads, nK + nV);
 }
 
 SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
@@ -327,10 +414,11 @@ SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
   {
     OpBuilder::InsertionGuard ig(b);
     b.setInsertionPointToStart(tileIf.elseBlock()); // empty: skipped
-    scf::YieldOp::create(b, state);
+    scf::YieldOp::create(b, skippedState(state));
     b.setInsertionPointToStart(tileIf.thenBlock());
+    // Listed tiles are not prefetched.
     scf::YieldOp::create(
-        b, tileStep(state, head, q0, qLast, needsMask, boundsOnly));
+        b, visit(state, head, q0, qLast, needsMask, boundsOnly, ops.cb(false)));
   }
   scf::YieldOp::create(b, tileIf.getResults());
   return SmallVector<Value>(tiles.getResults());
@@ -455,9 +543,12 @@ BackwardBuilder::probabilities(ArrayRef<Value> scores,
   SmallVector<Value> colLse;
   for (int jn = 0; jn < nS; ++jn)
     for (int cc = 0; cc < 2; ++cc) {
-      colLse.push_back(loadShared(ops.f32, sLse, columnOffset(jn, cc)));
+      Value lse = loadShared(ops.f32, sLseCur, columnOffset(jn, cc));
+      colLse.push_back(lseRaw ? ops.fmul(lse, ops.cf32(1.4426950408889634f))
+                              : lse);
       if (colDelta)
-        colDelta->push_back(loadShared(ops.f32, sDelta, columnOffset(jn, cc)));
+        colDelta->push_back(
+            loadShared(ops.f32, sDeltaCur, columnOffset(jn, cc)));
     }
   SmallVector<Value> p;
   for (int jn = 0; jn < nS; ++jn)
@@ -475,7 +566,7 @@ SmallVector<Value> BackwardBuilder::scoreGradients(ArrayRef<Value> p,
   SmallVector<Value> d(colDelta.begin(), colDelta.end());
   for (int jn = 0; colDelta.empty() && jn < c.blockN / 8; ++jn)
     for (int cc = 0; cc < 2; ++cc)
-      d.push_back(loadShared(ops.f32, sDelta, columnOffset(jn, cc)));
+      d.push_back(loadShared(ops.f32, sDeltaCur, columnOffset(jn, cc)));
   SmallVector<Value> ds;
   for (int jn = 0; jn < c.blockN / 8; ++jn)
     for (int i = 0; i < 4; ++i)
@@ -541,6 +632,145 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
 }
 
+SmallVector<Value> BackwardBuilder::skippedState(ValueRange state) {
+  SmallVector<Value> out(state);
+  if (pipelined)
+    out.back() = ops.cb(false);
+  return out;
+}
+
+void BackwardBuilder::issueQueryTile(Value head, Value q0, Value stage) {
+  const int BN = c.blockN, nthreads = 32 * c.numWarps;
+  Value zero32 = ops.ci32(0);
+  Value qOff = ops.mul(ops.ext64(stage), ops.ci64(qStageBytes));
+  loadTileAsync(ops, tid, nthreads, ops.gepBytes(sQ, qOff),
+                address(TQ, offset(TQ, batch, head, zero32)), st[TQ][2], q0,
+                seqlenQ, BN, c.headDimQK, mma->swizzled());
+  loadTileAsync(ops, tid, nthreads, ops.gepBytes(sDO, qOff),
+                address(TDO, offset(TDO, batch, head, zero32)), st[TDO][2], q0,
+                seqlenQ, BN, c.headDimV, mma->swizzled());
+  // LSE (threads 0..BN-1) and D (BN..2BN-1) of the rows, 4 bytes each,
+  // zero past seqlen_q (cp.async with source size 0 reads nothing).
+  Value rows = ops.gepBytes(sLse, ops.mul(ops.ext64(stage), ops.ci64(8 * BN)));
+  Value r = arith::RemUIOp::create(b, tid, ops.ci32(BN));
+  Value row = ops.add(q0, r);
+  Value ok = ops.cmp(arith::CmpIPredicate::slt, row, seqlenQ);
+  Value srow = ops.sel(ok, row, zero32);
+  Value size = ops.sel(ok, ops.ci32(4), zero32);
+  auto copy4 = [&](Value dst, Value src) {
+    NVVM::CpAsyncOp::create(
+        b, dst, src, b.getI32IntegerAttr(4),
+        NVVM::LoadCacheModifierKindAttr::get(b.getContext(),
+                                             NVVM::LoadCacheModifierKind::CA),
+        size);
+  };
+  Value dstOff = ops.ext64(ops.mul(tid, ops.ci32(4)));
+  ops.ifThen(ops.cmp(arith::CmpIPredicate::ult, tid, ops.ci32(BN)), [&] {
+    copy4(ops.gepBytes(rows, dstOff),
+          address(TLse, offset(TLse, batch, head, srow), 4));
+  });
+  ops.ifThen(
+      ops.land(ops.cmp(arith::CmpIPredicate::uge, tid, ops.ci32(BN)),
+               ops.cmp(arith::CmpIPredicate::ult, tid, ops.ci32(2 * BN))),
+      [&] {
+        copy4(ops.gepBytes(rows, dstOff),
+              ops.gepBytes(delta,
+                           ops.mul(workRow(headsQ, head, srow), ops.ci64(4))));
+      });
+}
+
+SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
+                                                  Value q0, Value qLast,
+                                                  Value needsMask,
+                                                  Value boundsOnly,
+                                                  Value nextVisited) {
+  const int BN = c.blockN, nS = BN / 8, nK = c.headDimQK / 8 * 4;
+  const int nV = c.headDimV / 8 * 4;
+  Value stage = state[state.size() - 2], prefetched = state.back();
+  // This tile's Q, dO, LSE and D: prefetched by the tile before, else
+  // loaded now. Its stage was last read by the tile before that one, which
+  // every warp finished before the previous tile's first barrier.
+  ops.ifThen(ops.lnot(prefetched), [&] { issueQueryTile(head, q0, stage); });
+  NVVM::CpAsyncCommitGroupOp::create(b);
+  NVVM::CpAsyncWaitGroupOp::create(b, 0);
+  mma->publish(); // K, V (first tile), Q and dO are read by the products
+  gpu::BarrierOp::create(b);
+  // Every warp is past the previous tile: its stage takes the next tile.
+  Value other = ops.sub(ops.ci32(1), stage);
+  ops.ifThen(nextVisited,
+             [&] { issueQueryTile(head, ops.add(q0, ops.ci32(BN)), other); });
+  NVVM::CpAsyncCommitGroupOp::create(b);
+  mma->selectStage(ops.mul(ops.ext64(stage), ops.ci64(qStageBytes)));
+  sLseCur = ops.gepBytes(sLse, ops.mul(ops.ext64(stage), ops.ci64(8 * BN)));
+  sDeltaCur = ops.gepBytes(sLseCur, int64_t(4) * BN);
+  lseRaw = true;
+
+  // S^T = K Q^T and dP^T = V dO^T in flight together; S^T first.
+  SmallVector<Value> sAcc = mma->issueS();
+  SmallVector<Value> dpAcc = mma->issueDP();
+  SmallVector<Value> s = mma->wait(sAcc, 1);
+  KeyRowCoords coords{batch,
+                      head,
+                      seqlenQ,
+                      seqlenK,
+                      kvRow[0],
+                      kvRow[1],
+                      ops.add(q0, ops.mul(t, ops.ci32(2)))};
+  SmallVector<Type> sTypes(nS * 4, ops.f32);
+  auto maskIf = scf::IfOp::create(b, sTypes, needsMask, /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard mg(b);
+    for (bool masked : {true, false}) {
+      b.setInsertionPointToStart(masked ? maskIf.thenBlock()
+                                        : maskIf.elseBlock());
+      scf::YieldOp::create(b, variantScoresKeyRows(ops, em, s, coords, nS,
+                                                   scale, scaleLog2, masked));
+    }
+  }
+  SmallVector<Value> scores(maskIf.getResults());
+  if (boundsOnly)
+    maskPastEnds(scores, coords.qLane, boundsOnly);
+  SmallVector<Value> p = probabilities(scores, nullptr);
+  SmallVector<Value> dp = mma->wait(dpAcc, 0);
+
+  SmallVector<Value> dk(state.begin(), state.begin() + nK);
+  SmallVector<Value> dv(state.begin() + nK, state.begin() + nK + nV);
+  SmallVector<Value> gradState(state.begin() + nK + nV,
+                               state.begin() + (state.size() - 2));
+  // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
+  SmallVector<Value> ds = scoreGradients(p, dp, {});
+  if (grads->active())
+    ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
+                          {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
+  SmallVector<Value> pA = mma->packA(p), dsA = mma->packA(ds);
+  // dS^T into shared memory while dV += P^T dO runs; then dQ = dS K
+  // (wgmma groups complete in order: dV, dQ, dK).
+  mma->storeDS(ds);
+  dv = mma->issueDV(dv, pA);
+  mma->publish();
+  gpu::BarrierOp::create(b);
+  SmallVector<Value> dq = mma->issueDQ();
+  dv = mma->wait(dv, 1, pA);
+  // dK += dS^T Q (scaled at the end) runs during the dQ atomics.
+  dk = mma->issueDK(dk, dsA);
+  dq = mma->wait(dq, 1, dsA);
+  // Deterministic mode: dQaccum of this query tile in key-tile order.
+  if (!c.blockSparse)
+    ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
+  atomicDQ(head, q0, dq);
+  if (!c.blockSparse) {
+    // The CTA's adds before the release (the default mode needs no
+    // barrier here: the next tile's first barrier orders the shared tiles).
+    ops.ifThen(deterministic, [&] { gpu::BarrierOp::create(b); });
+    releaseTurn(head, q0);
+  }
+  dk = mma->wait(dk, 0, dsA);
+  SmallVector<Value> out =
+      llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
+  out.append({other, nextVisited});
+  return out;
+}
+
 void BackwardBuilder::addDQ(Value head, Value q0, Value qLast) {
   // Deterministic mode: dQaccum of this query tile in key-tile order.
   // (Block-sparse kernels have no deterministic mode yet: the turn counts
@@ -567,9 +797,12 @@ void BackwardBuilder::releaseTurn(Value head, Value q0) {
 }
 
 void BackwardBuilder::accumulateDQ(Value head, Value q0) {
+  atomicDQ(head, q0, mma->computeDQ());
+}
+
+void BackwardBuilder::atomicDQ(Value head, Value q0, ArrayRef<Value> dq) {
   const int D = c.headDimQK, rowGroups = shape.rowGroups();
   const int dqCols = shape.dqCols(), nQ = dqCols / 8;
-  SmallVector<Value> dq = mma->computeDQ();
   Value rg = arith::RemUIOp::create(b, warp, ops.ci32(rowGroups));
   Value cg = arith::DivUIOp::create(b, warp, ops.ci32(rowGroups));
   for (int r = 0; r < 2; ++r) {
@@ -577,7 +810,21 @@ void BackwardBuilder::accumulateDQ(Value head, Value q0) {
                         ops.ci32(8 * r));
     ops.ifThen(ops.cmp(arith::CmpIPredicate::slt, row, seqlenQ), [&] {
       Value base = ops.mul(workRow(headsQ, head, row), ops.ci64(D));
-      for (int jd = 0; jd < nQ; ++jd)
+      for (int jd = 0; jd < nQ; ++jd) {
+        // wgmma kernels (PTX 8.1, GpuPipelines.cpp): both columns in one
+        // vector reduction (8-byte aligned: the column is even).
+        if (c.wgmma) {
+          Value col = ops.add(
+              ops.add(ops.mul(cg, ops.ci32(dqCols)), ops.mul(t, ops.ci32(2))),
+              ops.ci32(jd * 8));
+          Value addr = ops.gepBytes(
+              dqAccum, ops.mul(ops.add(base, ops.ext64(col)), ops.ci64(4)));
+          ops.inlineAsm(
+              Type(),
+              ValueRange{addr, dq[jd * 4 + 2 * r], dq[jd * 4 + 2 * r + 1]},
+              "red.global.add.v2.f32 [$0], {$1, $2};", "l,f,f");
+          continue;
+        }
         for (int cc = 0; cc < 2; ++cc) {
           Value col = ops.add(
               ops.add(ops.mul(cg, ops.ci32(dqCols)), ops.mul(t, ops.ci32(2))),
@@ -588,6 +835,7 @@ void BackwardBuilder::accumulateDQ(Value head, Value q0) {
                                     dq[jd * 4 + 2 * r + cc],
                                     LLVM::AtomicOrdering::monotonic);
         }
+      }
     });
   }
 }

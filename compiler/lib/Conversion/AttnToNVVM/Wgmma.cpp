@@ -80,11 +80,12 @@ SmallVector<Value> wgmmaChain(KernelOps &ops, ArrayRef<Value> acc, int n,
   return out;
 }
 
-SmallVector<Value> wgmmaChainOffsets(KernelOps &ops, ArrayRef<Value> acc, int n,
-                                     Value aBase, ArrayRef<int64_t> aSteps,
-                                     ArrayRef<Value> aRegs, Value bBase,
-                                     ArrayRef<int64_t> bSteps, bool transB,
-                                     bool transA) {
+/// wgmmaChainOffsets' chain; wgmma.wait_group 0 at its end when \p wait.
+static SmallVector<Value>
+emitChainOffsets(KernelOps &ops, ArrayRef<Value> acc, int n, Value aBase,
+                 ArrayRef<int64_t> aSteps, ArrayRef<Value> aRegs, Value bBase,
+                 ArrayRef<int64_t> bSteps, bool transB, bool transA,
+                 bool wait) {
   const int nAccum = n / 2;
   const bool accumulate = !acc.empty(), regsA = !aRegs.empty();
   SmallVector<Value> operands(acc.begin(), acc.end());
@@ -128,8 +129,10 @@ SmallVector<Value> wgmmaChainOffsets(KernelOps &ops, ArrayRef<Value> acc, int n,
               (regsA ? "" : (transA ? ", 1" : ", 0")) +
               (transB ? ", 1" : ", 0") + ";\n";
   }
-  asmStr += "wgmma.commit_group.sync.aligned;\n"
-            "wgmma.wait_group.sync.aligned 0;\n}";
+  asmStr += "wgmma.commit_group.sync.aligned;\n";
+  if (wait)
+    asmStr += "wgmma.wait_group.sync.aligned 0;\n";
+  asmStr += "}";
   cons.pop_back();
   SmallVector<Type> fields(nAccum, ops.f32);
   auto op = ops.inlineAsm(
@@ -137,6 +140,54 @@ SmallVector<Value> wgmmaChainOffsets(KernelOps &ops, ArrayRef<Value> acc, int n,
       asmStr, cons);
   SmallVector<Value> out;
   for (int i = 0; i < nAccum; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(ops.b, op.getResult(0), i));
+  return out;
+}
+
+SmallVector<Value> wgmmaChainOffsets(KernelOps &ops, ArrayRef<Value> acc, int n,
+                                     Value aBase, ArrayRef<int64_t> aSteps,
+                                     ArrayRef<Value> aRegs, Value bBase,
+                                     ArrayRef<int64_t> bSteps, bool transB,
+                                     bool transA) {
+  return emitChainOffsets(ops, acc, n, aBase, aSteps, aRegs, bBase, bSteps,
+                          transB, transA, /*wait=*/true);
+}
+
+SmallVector<Value> wgmmaIssueOffsets(KernelOps &ops, ArrayRef<Value> acc, int n,
+                                     Value aBase, ArrayRef<int64_t> aSteps,
+                                     ArrayRef<Value> aRegs, Value bBase,
+                                     ArrayRef<int64_t> bSteps, bool transB,
+                                     bool transA) {
+  return emitChainOffsets(ops, acc, n, aBase, aSteps, aRegs, bBase, bSteps,
+                          transB, transA, /*wait=*/false);
+}
+
+SmallVector<Value> wgmmaWait(KernelOps &ops, ArrayRef<Value> acc, int pending,
+                             ArrayRef<Value> keep) {
+  const int count = int(acc.size());
+  SmallVector<Value> operands(acc.begin(), acc.end());
+  operands.append(keep.begin(), keep.end());
+  std::string cons;
+  for (int i = 0; i < count; ++i)
+    cons += "=f,";
+  for (int i = 0; i < count; ++i)
+    cons += std::to_string(i) + ",";
+  for (size_t i = 0; i < keep.size(); ++i)
+    cons += "r,";
+  std::string asmStr =
+      "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";";
+  if (!cons.empty())
+    cons.pop_back();
+  if (count == 0) {
+    ops.inlineAsm(Type(), operands, asmStr, cons);
+    return {};
+  }
+  SmallVector<Type> fields(count, ops.f32);
+  auto op = ops.inlineAsm(
+      LLVM::LLVMStructType::getLiteral(ops.b.getContext(), fields), operands,
+      asmStr, cons);
+  SmallVector<Value> out;
+  for (int i = 0; i < count; ++i)
     out.push_back(LLVM::ExtractValueOp::create(ops.b, op.getResult(0), i));
   return out;
 }

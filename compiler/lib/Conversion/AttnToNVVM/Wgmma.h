@@ -53,6 +53,25 @@ wgmmaChainOffsets(KernelOps &ops, llvm::ArrayRef<mlir::Value> acc, int n,
                   llvm::ArrayRef<mlir::Value> aRegs, mlir::Value bBase,
                   llvm::ArrayRef<int64_t> bSteps, bool transB, bool transA);
 
+/// wgmmaChainOffsets without the wait: the chain is issued and committed as
+/// one wgmma group and the returned accumulators must not be read (nor \p
+/// aRegs changed) before a wgmmaWait that covers the group.
+llvm::SmallVector<mlir::Value>
+wgmmaIssueOffsets(KernelOps &ops, llvm::ArrayRef<mlir::Value> acc, int n,
+                  mlir::Value aBase, llvm::ArrayRef<int64_t> aSteps,
+                  llvm::ArrayRef<mlir::Value> aRegs, mlir::Value bBase,
+                  llvm::ArrayRef<int64_t> bSteps, bool transB, bool transA);
+
+/// wgmma.wait_group \p pending: returns \p acc (the accumulators of issued
+/// groups, f32) as the values to read once at most \p pending of this
+/// warpgroup's groups are still in flight, which must include every group
+/// that writes them. \p keep (i32: A operands in registers of groups in
+/// flight) stay live up to the wait.
+llvm::SmallVector<mlir::Value> wgmmaWait(KernelOps &ops,
+                                         llvm::ArrayRef<mlir::Value> acc,
+                                         int pending,
+                                         llvm::ArrayRef<mlir::Value> keep = {});
+
 /// fence.proxy.async.shared::cta: this thread's shared-memory writes
 /// (cp.async) become visible to the async proxy (wgmma's operand reads).
 void fenceProxyAsync(KernelOps &ops);

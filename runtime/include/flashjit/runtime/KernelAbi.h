@@ -276,10 +276,16 @@ struct KernelConfig {
   /// per stage).
   /// Backward (main kernel): K and V of its blockM() keys, Q and dO of
   /// blockN query rows, dS^T [blockM() x blockN] (padded rows of 16-bit
-  /// elements), then LSE and D of the query rows (fp32).
+  /// elements), then LSE and D of the query rows (fp32); wgmma: unpadded
+  /// and two stages of Q, dO, LSE and D (the next query tile's loads run
+  /// during the current one's products).
   int64_t sharedBytes(int headDimQK, int headDimV) const {
     if (kind == KernelKind::Backward) {
       int64_t p = kSharedRowPad, m = blockM(), n = blockN;
+      if (wgmma)
+        return 2 * (m * (headDimQK + headDimV) +
+                    2 * n * (headDimQK + headDimV) + m * n) +
+               16 * n;
       return 2 * (m * (headDimQK + p) + m * (headDimV + p) +
                   n * (headDimQK + p) + n * (headDimV + p) + m * (n + p)) +
              8 * n;

@@ -2,26 +2,37 @@
 // RUN: not flashjit-opt %s -convert-attn-to-nvvm="block-n=32 num-warps=8 backward=true wgmma=true" 2>&1 | FileCheck %s --check-prefix=SHAPE
 // The sm_90a backward (wgmma=true): two warpgroups of 64 keys (256
 // threads, 128 keys per CTA), 64-row query tiles in unpadded 128-byte-
-// swizzled tiles (K, V [128 x 64], Q, dO [64 x 64], dS^T [128 x 64],
-// then LSE and D, inside the padded layout's 74240 bytes), made visible to the async proxy before the
-// products read them: S^T = K Q^T (descriptors), dV += P^T dO (P^T in
-// registers, dO transposed), dP^T = V dO^T, dK += dS^T Q, then dS^T
-// through shared memory and dQ = dS K per warpgroup (N = D / 2 = 32; dS
-// and K both MN-major: imm-trans-a = imm-trans-b = 1) into fp32 atomics.
+// swizzled tiles (K, V [128 x 64], two stages of Q, dO [64 x 64], dS^T
+// [128 x 64], then two stages of LSE and D: 82944 bytes), made visible to
+// the async proxy before the products read them. Asynchronous products:
+// S^T = K Q^T and dP^T = V dO^T issued together (descriptors), waited for
+// one group at a time; the next tile's loads issued after the first
+// barrier; dV += P^T dO (P^T in registers, dO transposed) issued before
+// the dS^T barrier, dQ = dS K per warpgroup (N = D / 2 = 32; dS and K both
+// MN-major: imm-trans-a = imm-trans-b = 1) and dK += dS^T Q each issued
+// before the previous group is waited for; dQ by vector reductions.
 
 // CHECK-LABEL: gpu.func @w_bwd(
-// CHECK-SAME: flashjit.shared_bytes = 74240 : i64
+// CHECK-SAME: flashjit.shared_bytes = 82944 : i64
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK: nvvm.cp.async.shared.global
 // CHECK: "fence.proxy.async.shared::cta;"
+// CHECK: {{gpu.barrier|nvvm.barrier}}
+// CHECK: nvvm.cp.async.shared.global
 // CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
+// CHECK-NOT: wgmma.wait_group
+// CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
+// CHECK: "wgmma.wait_group.sync.aligned 1;"
 // CHECK: math.exp2
-// CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 1;
-// CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
+// CHECK: "wgmma.wait_group.sync.aligned 0;"
 // CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 1;
 // CHECK: "fence.proxy.async.shared::cta;"
 // CHECK: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 1, 1;
-// CHECK: llvm.atomicrmw fadd
+// CHECK: "wgmma.wait_group.sync.aligned 1;"
+// CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 1;
+// CHECK: "wgmma.wait_group.sync.aligned 1;"
+// CHECK: red.global.add.v2.f32
+// CHECK: "wgmma.wait_group.sync.aligned 0;"
 // CHECK: gpu.return
 
 // SHAPE: unsupported wgmma GPU backward shape: block-n 64, num-warps 8, head dims 64 or 128
