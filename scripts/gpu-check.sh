@@ -20,7 +20,9 @@
 # racecheck_generated memcheck_ws synccheck_generated (the warp-specialised
 # d128 kernels) memcheck_sparse racecheck_sparse, and sparse (only the
 # [sparse] tests, which gpu includes), bwd (only the [backward] tests, which
-# gpu includes), bwdbench (forward and backward TF/s, not in the default),
+# gpu includes), bwdbench (forward and backward TF/s, and the backward's
+# deterministic mode against its default at D = 128, N = 4k and 16k,
+# BWDMODE lines; not in the default),
 # memcheck_bwd and racecheck_bwd (a few backward kernels under the
 # sanitizers, not in the default), memcheck_bwd_sparse and
 # racecheck_bwd_sparse (the block-sparse backward under them, likewise),
@@ -458,7 +460,7 @@ run() {
   echo "=== gpu-check summary (logs in $out)"
   grep -h "^GPU:" "$out/gpu.log" 2>/dev/null || true
   grep -h "ms$" "$out/large.log" 2>/dev/null | sed 's/^ *//' || true
-  grep -h "^BENCH" "$out/bwdbench.log" 2>/dev/null || true
+  grep -h "^BENCH\|^BWDMODE" "$out/bwdbench.log" 2>/dev/null || true
   grep -h "^DECODE \|^PEER " "$out/decodebench.log" "$out/decodepeers.log" \
     2>/dev/null || true
   printf '%-10s %s\n' step status
