@@ -156,6 +156,10 @@ Module Module::fromPtx(Device &device, std::string_view ptx,
       fmt::print(stderr, "flashjit: PTX loaded through {}\n{}\n",
                  toString(loaded.path_), loaded.log_);
   };
+  auto name = [](Assembler a) {
+    return a == Assembler::NvJitLink ? std::string_view("nvJitLink")
+                                     : toString(a);
+  };
   std::string why;                            // why no assembled cubin was used
   Assembler assembler = chooseAssembler(ptx); // UserError: the variable
   if (assembler == Assembler::DriverJit && !forceJit) {
@@ -175,10 +179,10 @@ Module Module::fromPtx(Device &device, std::string_view ptx,
         report(m);
         return m;
       }
-      why = fmt::format("the {} cubin for {} did not load: {}",
-                        toString(assembler), arch, detail::resultName(r));
+      why = fmt::format("the {} cubin for {} did not load: {}", name(assembler),
+                        arch, detail::resultName(r));
     } catch (const DriverError &e) {
-      why = fmt::format("{} failed: {}", toString(assembler), e.what());
+      why = fmt::format("{} failed: {}", name(assembler), e.what());
     }
   } else if (why.empty()) {
     why = "driver JIT forced";

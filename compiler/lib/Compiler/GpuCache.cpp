@@ -74,8 +74,8 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   auto seconds = [](clock::time_point since) {
     return std::chrono::duration<double>(clock::now() - since).count();
   };
-  // One assembly (assembleCubin: ptxas whole-program for wgmma /
-  // setmaxnreg kernels where it exists, else nvJitLink) gives the cubin and
+  // One assembly (assembleCubin: ptxas whole-program where it exists, else
+  // nvJitLink) gives the cubin and
   // the resource report; ptxas -v runs only if that fails or its log lacks
   // the kernel.
   auto start = clock::now();

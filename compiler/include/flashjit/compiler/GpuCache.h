@@ -56,11 +56,11 @@ runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
 
 /// Generates the GPU kernel of \p spec and everything a cache entry holds:
 /// kernel.attn.mlir, kernel.gpu.mlir, kernel.ptx, the cubin
-/// (runtime::assembleCubin: ptxas for wgmma / setmaxnreg kernels where it
-/// exists, else nvJitLink) and registers/spills from its report, with the
-/// launch facts. A failing assembler only leaves out the cubin or the report
-/// (with a warning on stderr). Throws UserError or CompileError like
-/// compileGpu.
+/// (runtime::assembleCubin: ptxas where it exists, else nvJitLink; no cubin
+/// for wgmma / setmaxnreg PTX without ptxas) and registers/spills from its
+/// report, with the launch facts. A failing assembler only leaves out the cubin
+/// or the report (with a warning on stderr). Throws UserError or CompileError
+/// like compileGpu.
 runtime::KernelArtifacts
 compileGpuArtifacts(const AttentionSpec &spec,
                     const GpuCompileOptions &options = {});

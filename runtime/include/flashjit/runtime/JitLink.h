@@ -51,11 +51,11 @@ CubinResult ptxToCubin(std::string_view ptx, std::string_view arch,
                        const std::vector<std::string> &extraOptions = {});
 
 /// How \p ptx should become code, as FLASHJIT_ASSEMBLER says: `nvjitlink`,
-/// `ptxas`, `driver`, or `auto` (unset or empty: the default): PTX using
-/// `wgmma.mma_async` or `setmaxnreg` (which nvJitLink degrades) goes to
-/// ptxas when its executable exists (ptxasAvailable()), else to the driver
-/// JIT; other PTX to nvJitLink. Throws UserError for another value of the
-/// variable, or for `ptxas` when no ptxas executable exists.
+/// `ptxas`, `driver`, or `auto` (unset or empty: the default): ptxas when
+/// its executable exists (ptxasAvailable()); else PTX using
+/// `wgmma.mma_async` or `setmaxnreg` (which nvJitLink degrades) goes to the
+/// driver JIT and other PTX to nvJitLink. Throws UserError for another value of
+/// the variable, or for `ptxas` when no ptxas executable exists.
 Assembler chooseAssembler(std::string_view ptx);
 
 /// Assembles \p ptx for \p arch at -O\p optLevel into a cubin here: with
