@@ -6,6 +6,7 @@
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Driver.h"
 #include "flashjit/runtime/JitLink.h"
+#include "flashjit/runtime/Ptxas.h"
 
 #include <fmt/format.h>
 
@@ -164,8 +165,10 @@ Module Module::fromPtx(Device &device, std::string_view ptx,
   Assembler assembler = chooseAssembler(ptx); // UserError: the variable
   if (assembler == Assembler::DriverJit && !forceJit) {
     forceJit = true;
-    why = "no ptxas for wgmma/setmaxnreg PTX: the driver JIT assembles it "
-          "whole-program (nvJitLink would serialise its wgmma)";
+    why = ptxasAvailable()
+              ? "FLASHJIT_ASSEMBLER=driver"
+              : "no ptxas for wgmma/setmaxnreg PTX: the driver JIT assembles "
+                "it whole-program (nvJitLink would serialise its wgmma)";
   }
   if (!forceJit) {
     try {
