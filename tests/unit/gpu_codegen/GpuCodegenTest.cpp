@@ -803,11 +803,12 @@ TEST_CASE("the sm_90a backward uses wgmma where the tile policy picks it",
     CHECK(img.config.wgmma);
     CHECK(img.config.threads() == 256);
     CHECK(img.config.blockN == 64);
-    // Shared memory: the padded layout's bytes (the swizzled tiles use
-    // 8 KiB less).
-    const int64_t m = 128, n = 64, p = 8;
+    // Shared memory (unpadded 16-bit swizzled tiles): K and V of the m
+    // keys, two stages of Q and dO of the n query rows (the next tile's
+    // prefetch), dS^T [m x n], and two stages of LSE and D (fp32 per row).
+    const int64_t m = 128, n = 64;
     CHECK(img.sharedBytes ==
-          2 * (2 * m * (d + p) + 2 * n * (d + p) + m * (n + p)) + 8 * n);
+          2 * (2 * m * d) + 2 * (2 * (2 * n * d)) + 2 * m * n + 2 * 2 * 4 * n);
     // dQ = dS K: N = D / 2 per warpgroup, both operands MN-major.
     size_t end = img.ptx.find(", 1, 1, 1, 1;");
     REQUIRE(end != std::string::npos);
