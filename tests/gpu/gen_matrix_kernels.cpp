@@ -158,6 +158,23 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
     ++n;
   }
+  // Masked-value kernels (issue 21 section 3): forward, then backward.
+  for (const auto &k : flashjit::testing::maskedValueKernels(false)) {
+    if (backwardOnly)
+      break;
+    write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
+    ++n;
+  }
+  for (const auto &k : flashjit::testing::maskedValueKernels(true)) {
+    if (skip(k.id))
+      continue;
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
+    write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    ++n;
+  }
   // Backward kernels (bwdMma; .info as the sparse ones).
   for (const auto &k : flashjit::testing::backwardKernels()) {
     if (skip(k.id))

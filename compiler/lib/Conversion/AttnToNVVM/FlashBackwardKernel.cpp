@@ -40,6 +40,7 @@
 
 #include "BackwardKernelBase.h"
 #include "BackwardMma.h"
+#include "MaskedValues.h"
 #include "SharedTile.h"
 #include "VariantTile.h"
 
@@ -106,9 +107,15 @@ private:
   void releaseTurn(Value head, Value q0);
   /// accumulateDQ, in key-tile order in the deterministic mode (waitTurn,
   /// releaseTurn); then Q, dO, dS^T, LSE and D are free for the next tile.
-  void addDQ(Value head, Value q0, Value qLast);
-  /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory).
-  void accumulateDQ(Value head, Value q0);
+  void addDQ(Value head, Value q0, Value qLast, Value needsMask);
+  /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory); with
+  /// a mask, where the tile is partial (\p needsMask) and K holds a NaN or
+  /// Inf, the guarded product (MaskedValues.h, dqSkipZero).
+  void accumulateDQ(Value head, Value q0, Value needsMask);
+  /// dS^T, exactly 0 where \p p is (masked keys are isolated,
+  /// MaskedValues.h: dP^T is NaN for every query of a key whose V holds a
+  /// NaN or Inf, and a score modifier's derivative of a NaN score is NaN).
+  SmallVector<Value> zeroWhereUnweighted(ArrayRef<Value> p, ArrayRef<Value> ds);
   void storeRows(int tensor, Value headIdx, ArrayRef<Value> acc, int dim,
                  Value factor);
 
@@ -145,7 +152,7 @@ private:
   Value tid, warp, lane, g, t, headKV, headsQ, kTile, k0, kvRow[2];
   /// i1: the semaphores argument is not null (deterministic mode).
   Value deterministic;
-  Value sQ, sDO, sDS, sLse, sDelta;
+  Value sK, sQ, sDO, sDS, sLse, sDelta;
 };
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
@@ -185,7 +192,7 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   kvRow[1] = ops.add(kvRow[0], ops.ci32(8));
 
   // [K | V | Q | dO | dS^T | LSE | D]
-  Value sK = ops.sharedBase();
+  sK = ops.sharedBase();
   Value sV = ops.gepBytes(sK, int64_t(2) * BM * (D + P));
   sQ = ops.gepBytes(sV, int64_t(2) * BM * (Dv + P));
   sDO = ops.gepBytes(sQ, int64_t(2) * BN * (D + P));
@@ -531,23 +538,26 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   if (grads->active())
     ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
                           {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
+  if (em.hasMask())
+    ds = zeroWhereUnweighted(p, ds);
   // dK += dS^T Q (scaled at the end).
   dk = mma->accumulateDK(dk, ds);
   // dS^T into shared memory, then dQaccum += dS K.
   mma->storeDS(ds);
   mma->publish();
   gpu::BarrierOp::create(b);
-  addDQ(head, q0, qLast);
+  addDQ(head, q0, qLast, needsMask);
   return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
 }
 
-void BackwardBuilder::addDQ(Value head, Value q0, Value qLast) {
+void BackwardBuilder::addDQ(Value head, Value q0, Value qLast,
+                            Value needsMask) {
   // Deterministic mode: dQaccum of this query tile in key-tile order.
   // (Block-sparse kernels have no deterministic mode yet: the turn counts
   // would have to follow the lists, not the classifier.)
   if (!c.blockSparse)
     ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
-  accumulateDQ(head, q0);
+  accumulateDQ(head, q0, needsMask);
   // Q, dO, dS^T, LSE and D are free for the next tile.
   gpu::BarrierOp::create(b);
   if (!c.blockSparse)
@@ -566,10 +576,38 @@ void BackwardBuilder::releaseTurn(Value head, Value q0) {
              });
 }
 
-void BackwardBuilder::accumulateDQ(Value head, Value q0) {
+SmallVector<Value> BackwardBuilder::zeroWhereUnweighted(ArrayRef<Value> p,
+                                                        ArrayRef<Value> ds) {
+  SmallVector<Value> out;
+  for (auto [pe, de] : llvm::zip_equal(p, ds))
+    out.push_back(ops.sel(ops.feq(pe, ops.cf32(0.0f)), ops.cf32(0.0f), de));
+  return out;
+}
+
+void BackwardBuilder::accumulateDQ(Value head, Value q0, Value needsMask) {
   const int D = c.headDimQK, rowGroups = shape.rowGroups();
   const int dqCols = shape.dqCols(), nQ = dqCols / 8;
-  SmallVector<Value> dq = mma->computeDQ();
+  SmallVector<Value> dq;
+  if (!em.hasMask()) {
+    dq = mma->computeDQ();
+  } else {
+    // Only a partial tile has masked pairs; there the CTA votes on whether
+    // K holds a NaN or Inf (almost never: then the product as without a
+    // mask).
+    Value poisoned =
+        tileHasNonFiniteIf(ops, needsMask, VoteGroup{tid, 32 * c.numWarps, 0},
+                           sK, c.blockM(), D, mma->swizzled());
+    SmallVector<Type> types(nQ * 4, ops.f32);
+    auto ifOp = scf::IfOp::create(b, types, poisoned, /*withElse=*/true);
+    OpBuilder::InsertionGuard ig(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    scf::YieldOp::create(
+        b, dqSkipZero(ops, shape, warp, lane, sDS, sK, mma->swizzled()));
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, mma->computeDQ());
+    b.setInsertionPointAfter(ifOp);
+    dq.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+  }
   Value rg = arith::RemUIOp::create(b, warp, ops.ci32(rowGroups));
   Value cg = arith::DivUIOp::create(b, warp, ops.ci32(rowGroups));
   for (int r = 0; r < 2; ++r) {
