@@ -799,5 +799,8 @@ TEST_CASE("decode: NaN and Inf at masked keys and in unused page slots reach "
       CHECK(rows.poisoned == 4 * spec.headsQ * batch);
     }
   }
-  CHECK(ran == 3);
+  // All three unless FLASHJIT_MATRIX_ONLY picks some.
+  CHECK(ran > 0);
+  if (!std::getenv("FLASHJIT_MATRIX_ONLY"))
+    CHECK(ran == 3);
 }

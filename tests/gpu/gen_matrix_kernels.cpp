@@ -135,6 +135,16 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
     ++n;
   }
+  // Masked-value forward kernels (issue 21 section 3), FLASHJIT_MATRIX_ONLY
+  // applying as to the matrix.
+  for (const auto &k : flashjit::testing::maskedValueKernels(false)) {
+    if (backwardOnly)
+      break;
+    if (only && k.id.find(only) == std::string::npos)
+      continue;
+    write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
+    ++n;
+  }
   if (only) {
     std::printf("%d kernels written to %s\n", n, dir.c_str());
     return 0;
@@ -158,13 +168,8 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
     ++n;
   }
-  // Masked-value kernels (issue 21 section 3): forward, then backward.
-  for (const auto &k : flashjit::testing::maskedValueKernels(false)) {
-    if (backwardOnly)
-      break;
-    write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
-    ++n;
-  }
+  // Masked-value backward kernels (issue 21 section 3; the forward ones
+  // above).
   for (const auto &k : flashjit::testing::maskedValueKernels(true)) {
     if (skip(k.id))
       continue;

@@ -535,6 +535,10 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   SmallVector<Value> dp = mma->computeDP();
   // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
   SmallVector<Value> ds = scoreGradients(p, dp, colDelta);
+  // Masked keys are isolated: dS' and dS exactly 0 where P is (before the
+  // data gradients read dS', after the modifier's derivative).
+  if (em.hasMask() && grads->active())
+    ds = zeroWhereUnweighted(p, ds);
   if (grads->active())
     ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
                           {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
