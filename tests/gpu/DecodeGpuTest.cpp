@@ -8,10 +8,11 @@
 // forced split counts (with empty splits), q_len 1..64, a contiguous
 // cache; decode kernels with an attention sink (1 split = many splits =
 // the reference, empty sequences LSE = sink); GpuPagedOps' merge_states
-// (2-way, n-way, sink) and append against the host versions. The
-// [.decodebench] case times K+V bandwidth (GQA 32/8, MQA 32/1; the sliding
-// window also over the keys it reads); [.decodesplit] runs a few decode
-// calls for ncu (split and merge kernels timed apart).
+// (2-way, n-way, sink) and append against the host versions; NaN and Inf
+// at masked keys (issue 21 section 3, [masked]). The [.decodebench] case
+// times K+V bandwidth (GQA 32/8, MQA 32/1; the sliding window also over the
+// keys it reads); [.decodesplit] runs a few decode calls for ncu (split and
+// merge kernels timed apart).
 //
 //===----------------------------------------------------------------------===//
 #include "DecodeKernels.h"
@@ -27,6 +28,7 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <numeric>
 #include <thread>
 
@@ -827,4 +829,93 @@ TEST_CASE("GPU append writes what the host append writes",
                                    vc.deviceRef, table),
                         Catch::Contains("seq_lens[1] = 5 < n_new = 6"));
     }
+}
+
+TEST_CASE("decode: NaN and Inf at masked keys and in unused page slots reach "
+          "no row",
+          "[gpu][decode][masked]") {
+  // Issue 21 section 3 (and issue 17: unused page slots may hold NaN): a
+  // row's result depends only on the keys it attends. Unused slots and
+  // pages are NaN (fillPaged); then, per sequence of length L (q_len 16,
+  // bottom-right: query i sits at L - 16 + i), V[L - 1] = inf (only query
+  // 15 attends it), K[L - 4] = NaN (queries 12.. attend it: their S is NaN,
+  // so are their O and LSE, also where they are a split's only content)
+  // and, for the window kernel (300 keys back), V[L - 317] = NaN (query 0
+  // reaches key L - 316, in the same tile for these lengths: no query
+  // attends it). So queries 0..11 of
+  // every head are clean and 12..15 poisoned, by construction. Oracle: the
+  // float64 paged reference on the same cache.
+  Device &dev = Device::get(0);
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int ran = 0;
+  for (const testing::DecodeKernel &k : testing::decodeKernels()) {
+    if ((k.id != "dec_window_g4" && k.id != "dec_causal_g4" &&
+         k.id != "dec_causal_mha_d64_f16") ||
+        !selected(k.id))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = loadDecode(k, dev);
+    ++ran;
+    const AttentionSpec &spec = k.spec;
+    const bool window = k.id == "dec_window_g4";
+    for (int r = 0; r < 3; ++r) {
+      const int64_t ps = r == 1 ? 64 : 16, qLen = 16;
+      const int splits = r == 0 ? 1 : r == 1 ? 4 : 0; // 0: the heuristic
+      INFO("page_size " << ps << ", splits " << splits);
+      std::mt19937_64 rng(seed++);
+      std::vector<int64_t> lens{701, 333, 129};
+      const int64_t batch = static_cast<int64_t>(lens.size());
+      PagedCase pc(rng, ps, lens);
+      GpuTensor q(dev, spec.dtypeQ, {batch, spec.headsQ, qLen, spec.headDimQK});
+      GpuTensor kc(dev, spec.dtypeK,
+                   {pc.numPages, spec.headsKV, ps, spec.headDimQK});
+      GpuTensor vc(dev, spec.dtypeV,
+                   {pc.numPages, spec.headsKV, ps, spec.headDimV});
+      GpuTensor o(dev, spec.dtypeO, {batch, spec.headsQ, qLen, spec.headDimV});
+      GpuTensor lse(dev, DType::F32, {batch, spec.headsQ, qLen, 1}, 3);
+      q.randomize(rng);
+      fillPaged(kc, pc, rng);
+      fillPaged(vc, pc, rng);
+      // Key j of sequence b, every KV head and column, := x.
+      auto set = [&](GpuTensor &c, size_t b, int64_t j, float x) {
+        if (j < 0)
+          return;
+        const TensorRef &t = c.hostRef;
+        for (int64_t h = 0; h < t.shape[1]; ++h)
+          for (int64_t d = 0; d < t.shape[3]; ++d)
+            storeFromFloat(t.data, t.dtype,
+                           t.offset(pc.pagesOf[b][j / ps], h, j % ps, d), x);
+      };
+      for (size_t b = 0; b < lens.size(); ++b) {
+        set(vc, b, lens[b] - 1, inf);
+        set(kc, b, lens[b] - 4, nan);
+        if (window)
+          set(vc, b, lens[b] - 317, nan);
+      }
+      kc.device.copyFromHost(kc.host.data(), kc.host.size());
+      vc.device.copyFromHost(vc.host.data(), vc.host.size());
+      o.poison();
+      lse.poison();
+      PageList list = pc.list(/*csr=*/r != 1);
+      DevicePageTable table(list, dev);
+      test::VariantArgs va(dev, spec, qLen, list.maxSeqLen());
+      kernel->run(q.deviceRef, kc.deviceRef, vc.deviceRef, table, o.deviceRef,
+                  &lse.deviceRef, va.device, splits);
+      o.download();
+      lse.download();
+      ReferenceOutput want = referencePagedAttention(
+          spec, q.hostRef, kc.hostRef, vc.hostRef, list, va.host);
+      test::AttendedRows rows =
+          test::compareAttendedRows(spec, o, lse, want, batch, qLen);
+      CHECK(rows.clean == 12 * spec.headsQ * batch);
+      CHECK(rows.poisoned == 4 * spec.headsQ * batch);
+    }
+  }
+  // All three unless FLASHJIT_MATRIX_ONLY picks some.
+  CHECK(ran > 0);
+  if (!std::getenv("FLASHJIT_MATRIX_ONLY"))
+    CHECK(ran == 3);
 }

@@ -268,6 +268,82 @@ inline void compareOutputs(const AttentionSpec &spec, const GpuTensor &o,
   CHECK(worstLse <= 1e-4);
 }
 
+/// Rows of a masked-values check (compareAttendedRows).
+struct AttendedRows {
+  int64_t clean = 0;    ///< rows whose reference O and LSE are finite
+  int64_t poisoned = 0; ///< rows that attend a NaN or Inf (reference)
+};
+
+/// The rule "a row's result depends only on the keys it attends" (README,
+/// "Masked keys are isolated") on GPU outputs \p o and \p lse
+/// ([batch, heads, sq, *]) computed with NaN or Inf at some keys: \p want
+/// is the float64 reference on the same inputs, which skips keys a row does
+/// not attend, so a row whose reference is finite must match it (O within
+/// tolerance(dtype), LSE within 1e-4 relative; rows with no allowed key
+/// exactly O = 0 and LSE = -inf) and a row whose reference is not finite
+/// (it attends a NaN or Inf) must have a non-finite O element (the value
+/// reaches the row). Returns the counts of both kinds of rows.
+inline AttendedRows compareAttendedRows(const AttentionSpec &spec,
+                                        const GpuTensor &o,
+                                        const GpuTensor &lse,
+                                        ReferenceOutput &want, int64_t batch,
+                                        int64_t sq) {
+  AttendedRows rows;
+  const double tol = tolerance(spec.dtypeO);
+  double worstO = 0, worstLse = 0;
+  int64_t failures = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < spec.headsQ; ++h)
+      for (int64_t i = 0; i < sq; ++i) {
+        double wl = want.lseAt(b, h, i);
+        bool finite = !std::isnan(wl) && !(std::isinf(wl) && wl > 0);
+        for (int64_t d = 0; d < spec.headDimV; ++d)
+          finite = finite && std::isfinite(want.oAt(b, h, i, d));
+        if (!finite) {
+          ++rows.poisoned;
+          bool reached = false;
+          for (int64_t d = 0; d < spec.headDimV; ++d)
+            reached = reached || !std::isfinite(o.at(b, h, i, d));
+          if (!reached && failures++ < 5)
+            FAIL_CHECK("row " << b << "," << h << "," << i
+                              << " attends a NaN or Inf but its O is finite");
+          continue;
+        }
+        ++rows.clean;
+        bool empty = std::isinf(wl);
+        for (int64_t d = 0; d < spec.headDimV; ++d) {
+          float got = o.at(b, h, i, d);
+          double w = want.oAt(b, h, i, d);
+          if (!std::isfinite(got) || (empty && got != 0.0f)) {
+            if (failures++ < 5)
+              FAIL_CHECK("o[" << b << "," << h << "," << i << "," << d
+                              << "] = " << got << ", want " << w
+                              << " (the row attends no NaN or Inf)");
+            break;
+          }
+          worstO = std::max(worstO, std::fabs(got - w));
+        }
+        if (!spec.returnLse)
+          continue;
+        float gl = lse.at(b, h, i);
+        if (empty ? !(std::isinf(gl) && gl < 0) : !std::isfinite(gl)) {
+          if (failures++ < 5)
+            FAIL_CHECK("lse[" << b << "," << h << "," << i << "] = " << gl
+                              << ", want " << wl);
+          continue;
+        }
+        if (!empty)
+          worstLse = std::max(worstLse, std::fabs(gl - wl) /
+                                            std::max(1.0, std::fabs(wl)));
+      }
+  INFO("max |O - O_ref| = " << worstO << ", max rel LSE error = " << worstLse
+                            << " over " << rows.clean << " clean rows ("
+                            << rows.poisoned << " attend a NaN or Inf)");
+  CHECK(worstO <= tol);
+  CHECK(worstLse <= 1e-4);
+  return rows;
+}
+
 /// Runs one spec at one shape on the GPU and the CPU and compares.
 template <class Run>
 void checkShape(Device &dev, Run &&run, const AttentionSpec &spec,

@@ -135,6 +135,16 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
     ++n;
   }
+  // Masked-value forward kernels (issue 21 section 3), FLASHJIT_MATRIX_ONLY
+  // applying as to the matrix.
+  for (const auto &k : flashjit::testing::maskedValueKernels(false)) {
+    if (backwardOnly)
+      break;
+    if (only && k.id.find(only) == std::string::npos)
+      continue;
+    write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
+    ++n;
+  }
   if (only) {
     std::printf("%d kernels written to %s\n", n, dir.c_str());
     return 0;
@@ -156,6 +166,18 @@ int main(int argc, char **argv) {
     so.varlen = k.varlen;
     so.blockSparse = k.blockSparse;
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
+    ++n;
+  }
+  // Masked-value backward kernels (issue 21 section 3; the forward ones
+  // above).
+  for (const auto &k : flashjit::testing::maskedValueKernels(true)) {
+    if (skip(k.id))
+      continue;
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
+    write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     ++n;
   }
   // Backward kernels (bwdMma; .info as the sparse ones).

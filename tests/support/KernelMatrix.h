@@ -62,6 +62,8 @@ inline AttentionSpec matrixSpec(const std::string &name, int d, DType dtype,
   else if (name == "softcap_window") {
     v.mask(sliding_window(64, 0, Alignment::BottomRight));
     v.scoreMod(softcap(20.0f));
+  } else if (name == "first_key") {
+    v.mask(kv_idx == 0);
   } else if (name == "doc_id") {
     auto doc = buffer<int32_t>("doc_id");
     v.mask(doc[q_idx] == doc[kv_idx] && kv_idx <= q_idx);
@@ -130,6 +132,20 @@ inline std::vector<MatrixKernel> backwardKernels() {
                        std::to_string(g[0] / g[1]);
       out.push_back({id, name, matrixSpec(name, d, t, g[0], g[1])});
     }
+  return out;
+}
+
+/// The kernels the [gpu][masked] tests (issue 21 section 3: NaN and Inf at
+/// masked keys) add to the matrix's: the mask kv_idx == 0 (issue 21's
+/// reproduction: every key but the first masked), forward (\p backward
+/// false) or backward, both 16-bit dtypes, head dims 64 and 128.
+inline std::vector<MatrixKernel> maskedValueKernels(bool backward) {
+  std::vector<MatrixKernel> out;
+  const std::string prefix = backward ? "mvbwd_" : "mv_";
+  out.push_back({prefix + "first_key_d64_bf16_g2", "first_key",
+                 matrixSpec("first_key", 64, DType::BF16, 4, 2)});
+  out.push_back({prefix + "first_key_d128_fp16_g1", "first_key",
+                 matrixSpec("first_key", 128, DType::F16, 2, 2)});
   return out;
 }
 

@@ -45,6 +45,7 @@
 
 #include "BackwardKernelBase.h"
 #include "BackwardMma.h"
+#include "MaskedValues.h"
 #include "SharedTile.h"
 #include "VariantTile.h"
 
@@ -139,9 +140,15 @@ private:
   void releaseTurn(Value head, Value q0);
   /// accumulateDQ, in key-tile order in the deterministic mode (waitTurn,
   /// releaseTurn); then Q, dO, dS^T, LSE and D are free for the next tile.
-  void addDQ(Value head, Value q0, Value qLast);
-  /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory).
-  void accumulateDQ(Value head, Value q0);
+  void addDQ(Value head, Value q0, Value qLast, Value needsMask);
+  /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory); with
+  /// a mask, where the tile is partial (\p needsMask) and K holds a NaN or
+  /// Inf, the guarded product (MaskedValues.h, dqSkipZero).
+  void accumulateDQ(Value head, Value q0, Value needsMask);
+  /// dS^T, exactly 0 where \p p is (masked keys are isolated,
+  /// MaskedValues.h: dP^T is NaN for every query of a key whose V holds a
+  /// NaN or Inf, and a score modifier's derivative of a NaN score is NaN).
+  SmallVector<Value> zeroWhereUnweighted(ArrayRef<Value> p, ArrayRef<Value> ds);
   /// dQaccum += \p dq (this warp's part of dS K, BackwardMma.h's layout)
   /// for the tile at \p q0.
   void atomicDQ(Value head, Value q0, ArrayRef<Value> dq);
@@ -185,17 +192,18 @@ private:
   Value tid, warp, lane, g, t, headKV, headsQ, kTile, k0, kvRow[2];
   /// i1: the semaphores argument is not null (deterministic mode).
   Value deterministic;
-  Value sQ, sDO, sDS, sLse, sDelta;
+  Value sK, sQ, sDO, sDS, sLse, sDelta;
   /// The current tile's LSE and D rows (stage of the ring); lseRaw: LSE is
   /// stored in natural-log units (scaled by log2 e when read).
   Value sLseCur, sDeltaCur;
   bool lseRaw = false;
   /// Bytes between the stages of the Q / dO ring (asyncProducts).
   int64_t qStageBytes = 0;
-  /// asyncTileStep (wgmma), except with mask code at head dims above 64:
+  /// asyncTileStep (wgmma), except with mask code: at head dims above 64
   /// those kernels spilled 16-48 bytes in ptxas (D = 128 fp16 causal
   /// bottom-right / doc_id / chunked-causal / varlen causal with GQA,
-  /// 2026-12-02) and keep the synchronous tileStep.
+  /// 2026-12-02), and only tileStep isolates masked keys (dS' zeroed where
+  /// P is, the guarded dQ: MaskedValues.h).
   bool pipelined = false;
 };
 
@@ -214,7 +222,7 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   t = arith::RemUIOp::create(b, lane, ops.ci32(4));
   mma = c.wgmma ? createWgmmaBackward(ops, shape, warp, lane)
                 : createMmaSyncBackward(ops, shape, warp, lane);
-  pipelined = mma->asyncProducts() && !(em.hasMask() && std::max(D, Dv) > 64);
+  pipelined = mma->asyncProducts() && !em.hasMask();
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).
@@ -241,7 +249,7 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   // two stages of the query tile (KernelConfig::sharedBytes).
   const int stages = mma->asyncProducts() ? 2 : 1;
   qStageBytes = int64_t(2) * BN * (D + Dv + 2 * P);
-  Value sK = ops.sharedBase();
+  sK = ops.sharedBase();
   Value sV = ops.gepBytes(sK, int64_t(2) * BM * (D + P));
   sQ = ops.gepBytes(sV, int64_t(2) * BM * (Dv + P));
   sDO = ops.gepBytes(sQ, int64_t(2) * BN * (D + P));
@@ -619,16 +627,22 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   SmallVector<Value> dp = mma->computeDP();
   // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
   SmallVector<Value> ds = scoreGradients(p, dp, colDelta);
+  // Masked keys are isolated: dS' and dS exactly 0 where P is (before the
+  // data gradients read dS', after the modifier's derivative).
+  if (em.hasMask() && grads->active())
+    ds = zeroWhereUnweighted(p, ds);
   if (grads->active())
     ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
                           {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
+  if (em.hasMask())
+    ds = zeroWhereUnweighted(p, ds);
   // dK += dS^T Q (scaled at the end).
   dk = mma->accumulateDK(dk, ds);
   // dS^T into shared memory, then dQaccum += dS K.
   mma->storeDS(ds);
   mma->publish();
   gpu::BarrierOp::create(b);
-  addDQ(head, q0, qLast);
+  addDQ(head, q0, qLast, needsMask);
   return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
 }
 
@@ -771,13 +785,14 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   return out;
 }
 
-void BackwardBuilder::addDQ(Value head, Value q0, Value qLast) {
+void BackwardBuilder::addDQ(Value head, Value q0, Value qLast,
+                            Value needsMask) {
   // Deterministic mode: dQaccum of this query tile in key-tile order.
   // (Block-sparse kernels have no deterministic mode yet: the turn counts
   // would have to follow the lists, not the classifier.)
   if (!c.blockSparse)
     ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
-  accumulateDQ(head, q0);
+  accumulateDQ(head, q0, needsMask);
   // Q, dO, dS^T, LSE and D are free for the next tile.
   gpu::BarrierOp::create(b);
   if (!c.blockSparse)
@@ -796,8 +811,38 @@ void BackwardBuilder::releaseTurn(Value head, Value q0) {
              });
 }
 
-void BackwardBuilder::accumulateDQ(Value head, Value q0) {
-  atomicDQ(head, q0, mma->computeDQ());
+SmallVector<Value> BackwardBuilder::zeroWhereUnweighted(ArrayRef<Value> p,
+                                                        ArrayRef<Value> ds) {
+  SmallVector<Value> out;
+  for (auto [pe, de] : llvm::zip_equal(p, ds))
+    out.push_back(ops.sel(ops.feq(pe, ops.cf32(0.0f)), ops.cf32(0.0f), de));
+  return out;
+}
+
+void BackwardBuilder::accumulateDQ(Value head, Value q0, Value needsMask) {
+  const int D = c.headDimQK, nQ = shape.dqCols() / 8;
+  SmallVector<Value> dq;
+  if (!em.hasMask()) {
+    dq = mma->computeDQ();
+  } else {
+    // Only a partial tile has masked pairs; there the CTA votes on whether
+    // K holds a NaN or Inf (almost never: then the product as without a
+    // mask).
+    Value poisoned =
+        tileHasNonFiniteIf(ops, needsMask, VoteGroup{tid, 32 * c.numWarps, 0},
+                           sK, c.blockM(), D, mma->swizzled());
+    SmallVector<Type> types(nQ * 4, ops.f32);
+    auto ifOp = scf::IfOp::create(b, types, poisoned, /*withElse=*/true);
+    OpBuilder::InsertionGuard ig(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    scf::YieldOp::create(
+        b, dqSkipZero(ops, shape, warp, lane, sDS, sK, mma->swizzled()));
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, mma->computeDQ());
+    b.setInsertionPointAfter(ifOp);
+    dq.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+  }
+  atomicDQ(head, q0, dq);
 }
 
 void BackwardBuilder::atomicDQ(Value head, Value q0, ArrayRef<Value> dq) {

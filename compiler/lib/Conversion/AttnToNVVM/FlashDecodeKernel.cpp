@@ -22,6 +22,7 @@
 #include "flashjit/Conversion/AttnToNVVM/FlashDecodeKernel.h"
 
 #include "KernelOps.h"
+#include "MaskedValues.h"
 #include "MmaStrategy.h"
 #include "OnlineSoftmax.h"
 #include "SharedTile.h"
@@ -125,8 +126,13 @@ private:
   void loadKV(Value j, Value stage, ValueRange kIds, ValueRange vIds);
   std::pair<Value, Value> classify(Value j);
   ValueRange mainLoop();
-  SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask);
+  SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask,
+                              Value poisoned);
   void epilogue(ValueRange fin);
+  /// Masked keys are isolated (MaskedValues.h): where the tile is visited
+  /// and partial, whether its V holds a NaN or Inf (the CTA's vote; slots
+  /// past the sequence's length load as 0); null without a mask.
+  Value voteMaskedValues(Value visited, Value needsMask);
 
   KernelOps ops;
   ImplicitLocOpBuilder &b;
@@ -142,7 +148,7 @@ private:
   Value scale, scaleLog2;
   Value tid, warp, lane, g, t, split, rowTile, headKV, batch;
   Value seqLen, pageStart, rows, r0, rLast, warpActive;
-  Value sK, sV;
+  Value sK, sV, stageOff;
   int64_t stageBytes = 0;
   PackedRowCoords at;
   SmallVector<Value, 2> rowIdx; // packed row of the thread's rows g, g + 8
@@ -426,12 +432,14 @@ ValueRange DecodeKernelBuilder::mainLoop() {
   }
   mma->publishStage();
   gpu::BarrierOp::create(b);
-  mma->selectStage(ops.mul(ops.ext64(stage), ops.ci64(stageBytes)));
+  stageOff = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
+  mma->selectStage(stageOff);
   Value kv0 = ops.mul(j, ops.ci32(c.blockN));
   auto [mayBeFalse, mayBeTrue] = classify(j);
   Value pastEnd = ops.cmp(arith::CmpIPredicate::sgt,
                           ops.add(kv0, ops.ci32(c.blockN)), seqLen);
   Value needsMask = ops.lor(mayBeFalse, pastEnd);
+  Value poisoned = voteMaskedValues(mayBeTrue, needsMask);
   SmallVector<Type> stateTypes(state.size(), ops.f32);
   auto tileIf =
       scf::IfOp::create(b, stateTypes, ops.land(mayBeTrue, warpActive),
@@ -439,9 +447,14 @@ ValueRange DecodeKernelBuilder::mainLoop() {
   {
     OpBuilder::InsertionGuard eg(b);
     b.setInsertionPointToStart(tileIf.elseBlock());
+    // Warps without rows share the guarded path's barriers and rewrite.
+    if (poisoned)
+      joinRewriteIf(ops, poisoned, sh, ops.gepBytes(sV, stageOff),
+                    VoteGroup{tid, nthreads, 0}, /*swizzled=*/false,
+                    /*asyncProxy=*/false);
     scf::YieldOp::create(b, state);
     b.setInsertionPointToStart(tileIf.thenBlock());
-    scf::YieldOp::create(b, tileStep(state, kv0, needsMask));
+    scf::YieldOp::create(b, tileStep(state, kv0, needsMask, poisoned));
   }
   gpu::BarrierOp::create(b); // this stage is free for the next prefetch
   SmallVector<Value> yield(tileIf.getResults());
@@ -450,8 +463,18 @@ ValueRange DecodeKernelBuilder::mainLoop() {
   return loop.getResults();
 }
 
+Value DecodeKernelBuilder::voteMaskedValues(Value visited, Value needsMask) {
+  if (!em.hasMask())
+    return Value();
+  return tileHasNonFiniteIf(ops, ops.land(visited, needsMask),
+                            VoteGroup{tid, nthreads, 0},
+                            ops.gepBytes(sV, stageOff), c.blockN, c.headDimV,
+                            /*swizzled=*/false);
+}
+
 SmallVector<Value> DecodeKernelBuilder::tileStep(ValueRange state, Value kv0,
-                                                 Value needsMask) {
+                                                 Value needsMask,
+                                                 Value poisoned) {
   const int nS = sh.sTiles(), nO = sh.oTiles();
   SmallVector<Value> s = mma->computeS();
   at.kvLane = ops.add(kv0, ops.mul(t, ops.ci32(2)));
@@ -474,6 +497,10 @@ SmallVector<Value> DecodeKernelBuilder::tileStep(ValueRange state, Value kv0,
   SmallVector<Value> alpha;
   SoftmaxRows next = softmaxStep(ops, st, 1, nS, old, alpha);
   rescaleRows(ops, o, 1, nO, alpha);
+  if (poisoned)
+    o = isolateNonFiniteV(ops, sh, o, st, poisoned, ops.gepBytes(sV, stageOff),
+                          lane, VoteGroup{tid, nthreads, 0},
+                          /*swizzled=*/false, /*asyncProxy=*/false);
   o = mma->accumulatePV(o, st);
   o.append(next.m.begin(), next.m.end());
   o.append(next.l.begin(), next.l.end());
@@ -605,8 +632,11 @@ void buildMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
     b.setInsertionPointToStart(sumLoop.getBody());
     Value s = arith::IndexCastOp::create(b, ops.i32, sumLoop.getInductionVar());
     Value l = lseOf(s);
+    // UNE: a split whose LSE is NaN (a row that attends a NaN) is live,
+    // so the NaN reaches the row (ONE read it as empty: with one split
+    // the row came out O = 0, LSE = -inf).
     Value live =
-        arith::CmpFOp::create(b, arith::CmpFPredicate::ONE, l, minusInf);
+        arith::CmpFOp::create(b, arith::CmpFPredicate::UNE, l, minusInf);
     Value w = ops.sel(live, ops.exp2(ops.fsub(l, mUse)), zero);
     Value i = ops.add(ops.mul(ops.ext64(s), rowsTotal), row);
     Value p = ops.gepBytes(

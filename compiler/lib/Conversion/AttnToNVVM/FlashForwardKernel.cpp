@@ -27,6 +27,7 @@
 #include "flashjit/Conversion/GridConstantArgs.h"
 
 #include "ForwardKernelBuilder.h"
+#include "MaskedValues.h"
 #include "SharedTile.h"
 #include "Tma.h"
 
@@ -280,7 +281,8 @@ ValueRange ForwardKernelBuilder::mainLoop() {
     mma->publishStage();
     gpu::BarrierOp::create(b);
   }
-  mma->selectStage(ops.mul(ops.ext64(stage), ops.ci64(stageBytes)));
+  stageOff = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
+  mma->selectStage(stageOff);
   Value kv0 = ops.mul(j, ops.ci32(c.blockN));
   auto [mayBeFalse, mayBeTrue] = classify(j);
   if (c.blockSparse) {
@@ -318,6 +320,7 @@ ValueRange ForwardKernelBuilder::mainLoop() {
 SmallVector<Value> ForwardKernelBuilder::tileStep(ValueRange state, Value kv0,
                                                   Value needsMask) {
   const int MT = sh.mTiles(), nS = sh.sTiles(), nO = sh.oTiles();
+  Value poisoned = voteMaskedValues(needsMask);
   SmallVector<Value> s = mma->computeS();
 
   // Scores in log2 units, masked where the tile needs it.
@@ -342,10 +345,41 @@ SmallVector<Value> ForwardKernelBuilder::tileStep(ValueRange state, Value kv0,
   SmallVector<Value> alpha;
   SoftmaxRows next = softmaxStep(ops, st, MT, nS, old, alpha);
   rescaleRows(ops, o, MT, nO, alpha);
+  if (poisoned)
+    o = isolateMaskedValues(o, st, poisoned);
   o = mma->accumulatePV(o, st);
   o.append(next.m.begin(), next.m.end());
   o.append(next.l.begin(), next.l.end());
   return o;
+}
+
+VoteGroup ForwardKernelBuilder::computeGroup() const {
+  // Warp-specialised: the consumer warps meet at named barrier 1 (the
+  // producer never reaches a barrier in the loop); else the CTA.
+  return VoteGroup{tid, nthreads, c.warpSpecialized ? 1 : 0};
+}
+
+Value ForwardKernelBuilder::voteMaskedValues(Value needsMask) {
+  // Without a mask no key in range is masked (keys past seqlen_k load as
+  // 0): no vote, and the PTX of dense kernels stays as it was. The tile
+  // (K and V, one cp.async group or one mbarrier) has landed here, before
+  // S, where fewer registers are live than at P V.
+  if (!em.hasMask())
+    return Value();
+  return tileHasNonFiniteIf(ops, needsMask, computeGroup(),
+                            ops.gepBytes(sV, stageOff), c.blockN, c.headDimV,
+                            mma->swizzled());
+}
+
+SmallVector<Value> ForwardKernelBuilder::isolateMaskedValues(ArrayRef<Value> o,
+                                                             ArrayRef<Value> p,
+                                                             Value poisoned) {
+  // The rewritten stage is read by wgmma and later written by TMA (async
+  // proxy); in warp-specialised kernels the consumers' release of the
+  // stage follows the fence, so the producer's next write follows it too.
+  return isolateNonFiniteV(ops, sh, o, p, poisoned, ops.gepBytes(sV, stageOff),
+                           lane, computeGroup(), mma->swizzled(),
+                           /*asyncProxy=*/c.wgmma || c.tma);
 }
 
 void ForwardKernelBuilder::epilogue(ValueRange fin) {

@@ -15,6 +15,7 @@
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 
 #include "KernelOps.h"
+#include "MaskedValues.h"
 #include "MmaStrategy.h"
 #include "OnlineSoftmax.h"
 #include "VariantTile.h"
@@ -81,6 +82,17 @@ private:
   SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask);
   /// O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
   void epilogue(ValueRange fin);
+  /// Masked keys are isolated (MaskedValues.h): where the tile is partial
+  /// (\p needsMask), whether its V holds a NaN or Inf (the computing
+  /// threads' vote); null without a mask (no code).
+  Value voteMaskedValues(Value needsMask);
+  /// \p o plus P V's non-finite terms, the stage's V rewritten, where
+  /// \p poisoned (MaskedValues.h, isolateNonFiniteV); the plain product
+  /// follows.
+  SmallVector<Value> isolateMaskedValues(ArrayRef<Value> o, ArrayRef<Value> p,
+                                         Value poisoned);
+  /// The threads that compute (the votes' barrier group).
+  VoteGroup computeGroup() const;
 
   /// (mayBeFalse, mayBeTrue) of key tile \p j for this CTA's query tile.
   std::pair<Value, Value> classify(Value j);
@@ -115,6 +127,7 @@ private:
   // Indices and bases.
   Value tid, warp, lane, g, t, qTile, head, batch, q0, qStart, kStart;
   Value kBase, vBase, oBase, sK, sV;
+  Value stageOff; // i64 bytes from the first K/V stage to this tile's
   int64_t stageBytes = 0;
   // tma: the tensor maps of Q, K, V, the mbarriers, the K/V head, stages.
   Value tmQ, tmK, tmV, bars, headKV, isLeader;

@@ -1,0 +1,118 @@
+//===- MaskedValues.h - NaN/Inf at masked keys stays out -------*- C++ -*-===//
+//
+// The rule (README, "Masked keys are isolated"; issue 21 §3): a row's
+// result depends only on the keys it attends. In a partially masked key
+// tile the product O += P V runs over every key of the tile, and P is 0 at
+// the row's masked keys, so a NaN or Inf in V there would reach the row as
+// 0 * inf = NaN. The scores need no care: masking replaces a masked score
+// (NaN from a NaN in K included) by -inf with a select.
+//
+// Forward and decode (exact; the common path unchanged): only partial
+// tiles can hold a key masked for some row, so only there, once the tile
+// has landed in shared memory, the threads that compute vote (one barrier
+// with an OR reduction) on whether the V tile holds a non-finite element.
+// Almost always it does not. When it does (the guarded path, before the
+// plain product):
+//   1. every thread adds to its own O elements (i, d), already rescaled,
+//      the terms P[i, j] * V[j, d] over the keys j of the tile with V[j, d]
+//      not finite and P[i, j] != 0, P as the product takes it (16-bit;
+//      the weights come from the other threads of the row's quad by
+//      shuffles; a run-time loop over the keys with plain loads: rare path,
+//      small code, few registers: P stays packed as in the plain path);
+//   2. the threads replace every non-finite element of the V tile by 0 in
+//      shared memory; then the plain product runs on it. (A key may be
+//      masked for one row and attended by another row of the same tile, so
+//      the V rows of masked keys cannot simply be dropped; and the product
+//      cannot run on the raw tile, where 0 * inf is NaN.)
+// Why it is exact: terms whose weight is exactly 0 (every masked pair, and
+// an attended pair whose weight underflowed) are skipped, as the CPU
+// backend's skip_zero_lhs does; every other term reaches O as before: the
+// non-finite ones in step 1 (+inf, -inf or NaN, which adding the finite
+// rest cannot change; +inf meeting -inf gives NaN as in the product), the
+// finite ones through the product. An O element that gets no non-finite
+// term is untouched by step 1, so it gets exactly the product on the tile
+// with those values at weight 0: a row attending none of them has the
+// result of the clean tile.
+//
+// Backward: dS' = P (dP - D) is set to exactly 0 where P is (dP is NaN for
+// every query of a key whose V holds a NaN or Inf), and dQ = dS K, where K
+// of a masked key meets dS = 0, takes a guarded product (dS == 0 terms
+// skipped, from shared memory) in partial tiles whose K tile holds a NaN
+// or Inf (the same vote on K). K cannot be rewritten: later query tiles'
+// S^T = K Q^T read it.
+//
+// Barriers: the vote and the guarded path synchronise the threads that
+// compute: the CTA (barrier 0), or in warp-specialised kernels named
+// barrier 1 of the consumer warps (the producer never reaches it). Private
+// to the AttnToNVVM conversion.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_CONVERSION_ATTNTONVVM_MASKEDVALUES_H
+#define FLASHJIT_CONVERSION_ATTNTONVVM_MASKEDVALUES_H
+
+#include "BackwardMma.h"
+#include "KernelOps.h"
+#include "MmaStrategy.h"
+
+namespace flashjit::nvvm {
+
+/// The threads that meet at the masked-value paths' barriers: all
+/// \p nthreads threads of the CTA (\p barrierId 0), or the \p nthreads
+/// threads of named barrier \p barrierId (warp-specialised consumers).
+struct VoteGroup {
+  mlir::Value tid; ///< the thread's index in the group, 0 .. nthreads - 1
+  int nthreads = 0;
+  int barrierId = 0;
+};
+
+/// Where \p cond (the same in the whole group): whether any 16-bit element
+/// (bf16 or fp16 as \p ops says) of the tile of \p rows x \p dim elements
+/// at \p smem (the layout of tileOffset) is NaN or Inf: each thread scans
+/// its 16-byte chunks, then one barrier of the group ORs the votes (the
+/// result is the same in all of them). Else false: no scan, no barrier.
+/// Every thread of the group must call it.
+mlir::Value tileHasNonFiniteIf(KernelOps &ops, mlir::Value cond,
+                               const VoteGroup &group, mlir::Value smem,
+                               int rows, int dim, bool swizzled);
+
+/// Step 1 and 2 of the guarded path (scheme above) where \p poisoned (the
+/// same in the whole group; tileHasNonFiniteIf's result): returns \p o
+/// (this thread's O fragments, o[(mt * nO + jd) * 4 + i]: rows g / g + 8
+/// of m16 tile mt, columns 8 jd + 2 t + (i & 1)) plus the non-finite terms
+/// of P V (\p p in the layout of S, f32) of the V tile at \p sV
+/// (\p shape.blockN keys x headDimV), and leaves that tile with its
+/// non-finite elements replaced by 0; elsewhere \p o unchanged and nothing
+/// done. The caller then runs the plain product on the tile. \p asyncProxy:
+/// the tile is read or later written through the async proxy (wgmma, TMA),
+/// so the rewrite is fenced for it. Every thread of the group must call it
+/// (barriers where \p poisoned).
+llvm::SmallVector<mlir::Value>
+isolateNonFiniteV(KernelOps &ops, const TileShape &shape,
+                  llvm::ArrayRef<mlir::Value> o, llvm::ArrayRef<mlir::Value> p,
+                  mlir::Value poisoned, mlir::Value sV, mlir::Value lane,
+                  const VoteGroup &group, bool swizzled, bool asyncProxy);
+
+/// The part of isolateNonFiniteV that needs every thread of the group, for
+/// threads that have no rows of their own in the tile (the decode's idle
+/// warps): where \p poisoned, the group's barriers and this thread's share
+/// of the rewrite of the V tile at \p sV.
+void joinRewriteIf(KernelOps &ops, mlir::Value poisoned, const TileShape &shape,
+                   mlir::Value sV, const VoteGroup &group, bool swizzled,
+                   bool asyncProxy);
+
+/// The backward's dQ = dS K of one query tile with the terms whose dS is
+/// exactly 0 skipped, from the dS^T tile at \p sDS ([blockM x blockN]) and
+/// the K tile at \p sK ([blockM x headDimQK]) in shared memory, in the
+/// layout BackwardMma::computeDQ returns (rows 16 (warp % rowGroups) + g
+/// (+ 8), columns dqCols (warp / rowGroups) + 8 jd + 2 t (+ 1)). The same
+/// products of the same 16-bit values as the mma, summed in f32 in key
+/// order: a masked pair's dS is 0 and 0 * inf (a NaN or Inf in K at a key
+/// the row masks) never reaches the row's dQ. A run-time loop over the keys
+/// (rare path).
+llvm::SmallVector<mlir::Value>
+dqSkipZero(KernelOps &ops, const BackwardTileShape &shape, mlir::Value warp,
+           mlir::Value lane, mlir::Value sDS, mlir::Value sK, bool swizzled);
+
+} // namespace flashjit::nvvm
+
+#endif // FLASHJIT_CONVERSION_ATTNTONVVM_MASKEDVALUES_H

@@ -1,0 +1,170 @@
+//===- MaskedValuesGpuTest.cpp - Masked keys never reach a row on the GPU -===//
+//
+// Issue 21 section 3 on the GPU forward: a NaN or Inf in V or K at a key a
+// row does not attend must not reach the row, also when that key shares a
+// partially masked tile with keys the row attends (the kernels' guarded
+// P V, compiler/lib/Conversion/AttnToNVVM/MaskedValues.h). The matrix's
+// causal, two-sided window (50 left, 20 right) and document (37 tokens,
+// causal) kernels at head dims 64, 96 and 128 (mma.sync, wgmma, TMA and
+// warp-specialised on sm_90a) and the kv_idx == 0 kernels of
+// maskedValueKernels(), bf16 and fp16, on three layouts of poison:
+//   - issue 21's N = 2 reproduction (V[1] = inf): with kv_idx == 0 both
+//     rows attend only key 0, in the tile with key 1: both must be clean;
+//   - its causal one (N = 201, V[150] = +-inf, K[190] = NaN): rows that
+//     attend neither share key tiles with them;
+//   - keys no row attends in a partial tile (seqlen_q 77 < seqlen_k 201,
+//     every key from 100 NaN or Inf in K and V): causal and document rows
+//     reach key 76, window rows key 96, so the tile holding keys 64.. (or
+//     0..) holds attended and poisoned keys; no row may be poisoned and
+//     every row is clean (for kv_idx == 0 that tile is empty: the N = 2
+//     case covers those kernels).
+// Oracle: the float64 reference on the same inputs, which skips keys a row
+// does not attend (test::compareAttendedRows); which rows are clean follows
+// from the layouts above and is asserted, so a case cannot pass by having
+// nothing to compare. The backward's and the decode's cases are in
+// BackwardGpuTest.cpp and DecodeGpuTest.cpp (tag [masked]).
+//
+//===----------------------------------------------------------------------===//
+#include "GpuTestSupport.h"
+#include "KernelMatrix.h"
+
+#include "flashjit/frontend/Printer.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <limits>
+
+using namespace flashjit;
+using namespace flashjit::runtime;
+using flashjit::test::GpuTensor;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+/// Where the poison goes: seqlen_q, seqlen_k and the value written into
+/// every head of key j's V row (column d) and K row (the functions return
+/// 0 for "leave it").
+struct Poison {
+  const char *what;
+  int64_t sq, sk;
+  float (*v)(int64_t j, int64_t d);
+  float (*k)(int64_t j, int64_t d);
+};
+
+const Poison kIssueN2 = {
+    "issue 21: N = 2, V[1] = inf", 2, 2,
+    [](int64_t j, int64_t) { return j == 1 ? kInf : 0.0f; },
+    [](int64_t, int64_t) { return 0.0f; }};
+const Poison kIssueCausal = {
+    "issue 21: N = 201, V[150] = +-inf, K[190] = NaN", 201, 201,
+    [](int64_t j, int64_t d) { return j == 150 ? (d % 2 ? -kInf : kInf) : 0; },
+    [](int64_t j, int64_t) { return j == 190 ? kNaN : 0.0f; }};
+const Poison kUnattended = {
+    "keys 100.. no row attends: NaN and Inf in K and V", 77, 201,
+    [](int64_t j, int64_t d) {
+      return j >= 100 ? ((j + d) % 2 ? kNaN : -kInf) : 0.0f;
+    },
+    [](int64_t j, int64_t d) {
+      return j >= 100 ? ((j + d) % 3 ? kInf : kNaN) : 0.0f;
+    }};
+
+/// Writes \p f(j, d) (where not 0) into every batch and head of \p t's
+/// host copy, then uploads it.
+void poison(GpuTensor &t, float (*f)(int64_t, int64_t)) {
+  const TensorRef &r = t.hostRef;
+  for (int64_t b = 0; b < r.shape[0]; ++b)
+    for (int64_t h = 0; h < r.shape[1]; ++h)
+      for (int64_t j = 0; j < r.shape[2]; ++j)
+        for (int64_t d = 0; d < r.shape[3]; ++d)
+          if (float x = f(j, d); x != 0.0f)
+            storeFromFloat(r.data, r.dtype, r.offset(b, h, j, d), x);
+  t.device.copyFromHost(t.host.data(), t.host.size());
+}
+
+bool selected(const std::string &id) {
+  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
+  return !only || id.find(only) != std::string::npos;
+}
+
+/// The forward kernels of the test: the matrix's causal, window and
+/// document kernels at head dims 64 and 128 (wgmma on sm_90a) and 96
+/// (mma.sync there too), and the kv_idx == 0 ones.
+std::vector<testing::MatrixKernel> forwardKernels() {
+  std::vector<testing::MatrixKernel> out;
+  for (const testing::MatrixKernel &k : testing::kernelMatrix())
+    if ((k.variant == "causal_tl" || k.variant == "window_lr" ||
+         k.variant == "doc_id") &&
+        (k.spec.headDimQK == 64 || k.spec.headDimQK == 96 ||
+         k.spec.headDimQK == 128))
+      out.push_back(k);
+  for (const testing::MatrixKernel &k : testing::maskedValueKernels(false))
+    out.push_back(k);
+  return out;
+}
+
+/// One forward call of \p kernel on \p p's layout; the rows' counts.
+test::AttendedRows runPoisoned(Device &dev, GpuAttentionKernel &kernel,
+                               const AttentionSpec &spec, const Poison &p,
+                               uint64_t seed) {
+  INFO(p.what << ", seed " << seed);
+  const int64_t batch = p.sq == 77 ? 2 : 1;
+  std::mt19937_64 rng(seed);
+  GpuTensor q(dev, spec.dtypeQ, {batch, spec.headsQ, p.sq, spec.headDimQK});
+  GpuTensor kt(dev, spec.dtypeK, {batch, spec.headsKV, p.sk, spec.headDimQK});
+  GpuTensor v(dev, spec.dtypeV, {batch, spec.headsKV, p.sk, spec.headDimV});
+  GpuTensor o(dev, spec.dtypeO, {batch, spec.headsQ, p.sq, spec.headDimV});
+  GpuTensor lse(dev, DType::F32, {batch, spec.headsQ, p.sq, 1}, 3);
+  q.randomize(rng, 2.0f);
+  kt.randomize(rng, 2.0f);
+  v.randomize(rng);
+  poison(v, p.v);
+  poison(kt, p.k);
+  o.poison();
+  lse.poison();
+  test::VariantArgs args(dev, spec, p.sq, p.sk);
+  kernel.run(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
+             spec.returnLse ? &lse.deviceRef : nullptr, args.device);
+  o.download();
+  lse.download();
+  ReferenceOutput want =
+      referenceAttention(spec, q.hostRef, kt.hostRef, v.hostRef, args.host);
+  return test::compareAttendedRows(spec, o, lse, want, batch, p.sq);
+}
+
+} // namespace
+
+TEST_CASE("forward: NaN and Inf at keys a row does not attend never reach it",
+          "[gpu][masked]") {
+  Device &dev = Device::get(0);
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int kernels = 0;
+  for (const testing::MatrixKernel &k : forwardKernels()) {
+    if (!selected(k.id))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = test::loadAheadOfTime(k.id, k.spec, dev);
+    ++kernels;
+    const AttentionSpec &spec = k.spec;
+    const int64_t heads = spec.headsQ;
+    const bool firstKey = k.variant == "first_key";
+    // N = 2: with kv_idx == 0 both rows attend key 0 only.
+    test::AttendedRows a = runPoisoned(dev, *kernel, spec, kIssueN2, seed++);
+    if (firstKey)
+      CHECK(a.clean == 2 * heads);
+    // N = 201: causal rows 0..149 and window rows 0..129 attend neither
+    // key 150 nor 190; document rows attend within their 37 tokens, so
+    // rows of documents 0..3 (0..147) are clean too.
+    test::AttendedRows b =
+        runPoisoned(dev, *kernel, spec, kIssueCausal, seed++);
+    CHECK(b.clean >= (firstKey ? 201 : 130) * heads);
+    // Keys no row attends: every row clean.
+    test::AttendedRows c = runPoisoned(dev, *kernel, spec, kUnattended, seed++);
+    CHECK(c.poisoned == 0);
+    CHECK(c.clean == 2 * 77 * heads);
+  }
+  CHECK(kernels > 0);
+}

@@ -1,0 +1,102 @@
+// RUN: flashjit-opt %s -split-input-file -convert-attn-to-nvvm="block-n=64 num-warps=4" | FileCheck %s --check-prefix=FWD
+// RUN: flashjit-opt %s -split-input-file -convert-attn-to-nvvm="block-n=64 num-warps=4 backward=true" | FileCheck %s --check-prefix=BWD
+// RUN: flashjit-opt %s -split-input-file -convert-attn-to-nvvm="block-n=64 num-warps=4 decode=true" | FileCheck %s --check-prefix=DEC
+// Masked keys are isolated (issue 21 section 3, MaskedValues.h). Forward:
+// in a partially masked tile (the condition the mask code runs under) the
+// CTA votes, before S, on NaN or Inf in the V tile (vector loads of its
+// chunks in a run-time loop, one OR-reducing barrier); where the vote
+// holds, the guarded path adds the non-finite terms (16-bit weights picked
+// from the quad with shfl.sync idx, a run-time loop over the 64 keys),
+// then rewrites the tile (barrier, 16-byte stores, barrier); the one
+// product P V follows in both cases. Backward: dS' is 0 where P is (cmpf
+// oeq + select), and dQ = dS K runs term by term (a loop over the keys,
+// dS != 0) where the partial tile's K is poisoned, else the mma. Decode:
+// the vote before the tile's branch (every warp: warps without rows join
+// the rewrite), the guarded path, and the merge counts a NaN partial LSE as
+// live (cmpf une). Kernels without a mask have none of it.
+
+// FWD-LABEL: gpu.func @causal(
+// FWD: %[[VOTE:[0-9]+]] = scf.if %[[PARTIAL:[0-9]+]] -> (i1) {
+// FWD: scf.for
+// FWD: llvm.load {{.*}} : !llvm.ptr<3> -> vector<4xi32>
+// FWD: nvvm.barrier #nvvm.reduction<or>
+// FWD: } else {
+// FWD-NEXT: scf.yield %false{{.*}} : i1
+// FWD: nvvm.mma.sync
+// FWD: scf.if %[[PARTIAL]] -> (f32,
+// FWD: scf.if %[[VOTE]] -> (f32,
+// FWD: scf.for {{.*}} to %c64
+// FWD: nvvm.shfl.sync  idx {{.*}} : i32 -> i32
+// FWD: arith.cmpf une
+// FWD: gpu.barrier
+// FWD: llvm.store {{.*}} : vector<4xi32>, !llvm.ptr<3>
+// FWD: gpu.barrier
+// FWD: } else {
+// FWD-NOT: nvvm.mma.sync
+// FWD: scf.yield
+// FWD: nvvm.mma.sync
+// FWD: gpu.return
+
+// BWD-LABEL: gpu.func @causal_bwd(
+// BWD: arith.cmpf oeq
+// BWD: arith.select
+// BWD: scf.if %{{.*}} -> (i1) {
+// BWD: nvvm.barrier #nvvm.reduction<or>
+// BWD: scf.for {{.*}} to %c64
+// BWD: arith.cmpf une
+// BWD: } else {
+// BWD: nvvm.ldmatrix
+// BWD: nvvm.mma.sync
+// BWD: llvm.atomicrmw fadd
+
+// DEC-LABEL: gpu.func @causal_decode(
+// DEC: %[[VOTE:[0-9]+]] = scf.if %{{.*}} -> (i1) {
+// DEC: nvvm.barrier #nvvm.reduction<or>
+// DEC: scf.if %[[VOTE]] -> (f32,
+// DEC: nvvm.shfl.sync  idx
+// DEC: } else {
+// DEC: scf.if %[[VOTE]] {
+// DEC: gpu.barrier
+// DEC: llvm.store {{.*}} : vector<4xi32>, !llvm.ptr<3>
+// DEC: gpu.barrier
+// DEC-LABEL: gpu.func @causal_decode_merge(
+// DEC: arith.cmpf une
+// DEC: gpu.return
+attn.attention @causal attributes {
+    dtype_q = bf16, dtype_k = bf16, dtype_v = bf16, dtype_o = bf16,
+    head_dim_qk = 64 : i64, head_dim_v = 64 : i64, heads_q = 4 : i64,
+    heads_kv = 2 : i64, scale = 0.125 : f32, return_lse = true,
+    params = {}, buffers = {}} mask {
+^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+  %0 = arith.cmpi sle, %kv, %q : i32
+  attn.yield %0 : i1
+} score {
+^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+  attn.yield %s : f32
+}
+
+// -----
+
+// FWD-LABEL: gpu.func @dense(
+// FWD-NOT: nvvm.barrier #nvvm.reduction
+// FWD-NOT: nvvm.shfl.sync  idx
+// FWD: gpu.return
+// BWD-LABEL: gpu.func @dense_bwd(
+// BWD-NOT: nvvm.barrier #nvvm.reduction
+// BWD: gpu.return
+// DEC-LABEL: gpu.func @dense_decode(
+// DEC-NOT: nvvm.barrier #nvvm.reduction
+// DEC-NOT: nvvm.shfl.sync  idx
+// DEC: gpu.return
+attn.attention @dense attributes {
+    dtype_q = f16, dtype_k = f16, dtype_v = f16, dtype_o = f16,
+    head_dim_qk = 64 : i64, head_dim_v = 64 : i64, heads_q = 2 : i64,
+    heads_kv = 2 : i64, scale = 0.125 : f32, return_lse = true,
+    params = {}, buffers = {}} mask {
+^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+  %0 = arith.constant true
+  attn.yield %0 : i1
+} score {
+^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+  attn.yield %s : f32
+}
