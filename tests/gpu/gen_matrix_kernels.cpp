@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr,
                  "usage: %s DIR [sm_80|sm_90a "
                  "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|backward-only|"
-                 "backward-only.mma.sync]]\n",
+                 "backward-only.mma.sync|mask-bench]]\n",
                  argv[0]);
     return 1;
   }
@@ -77,10 +77,12 @@ int main(int argc, char **argv) {
   // MMA "backward-only": only the backward and timing kernels (a quick pack
   // for the [backward] tests: scripts/gpu-check.sh with
   // GPU_CHECK_PACK=backward).
-  bool backwardOnly = false, tma = false, ws = false;
+  bool backwardOnly = false, tma = false, ws = false, maskBench = false;
   if (argc > 3) {
     std::string mma = argv[3];
-    if (mma == "backward-only")
+    if (mma == "mask-bench")
+      maskBench = true;
+    else if (mma == "backward-only")
       backwardOnly = true;
     else if (mma == "backward-only.mma.sync") {
       backwardOnly = true;
@@ -127,6 +129,20 @@ int main(int argc, char **argv) {
     return backwardOnly && bwdOnly && id.find(bwdOnly) == std::string::npos;
   };
   int n = 0;
+  // MMA "mask-bench": only the [.maskbench] timing kernels (forward <id>_fwd
+  // and backward <id>, default instructions), nothing else.
+  if (maskBench) {
+    for (const auto &k : flashjit::testing::maskBenchKernels()) {
+      flashjit::GpuCompileOptions bo;
+      bo.arch = o.arch;
+      write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
+      bo.kind = flashjit::KernelKind::Backward;
+      write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+      n += 2;
+    }
+    std::printf("%d kernels written to %s\n", n, dir.c_str());
+    return 0;
+  }
   for (const auto &k : flashjit::testing::kernelMatrix()) {
     if (backwardOnly)
       break;

@@ -212,6 +212,28 @@ inline std::vector<MatrixKernel> benchKernels() {
   return out;
 }
 
+/// The kernels of the [.maskbench] timing (issue 21 section 3: what the
+/// masked-value guard costs; forward `<id>_fwd` with the default tiles,
+/// backward `<id>`; written by `gen_matrix_kernels DIR sm_90a mask-bench`
+/// only): bf16, hidden 2048 (heads = 2048 / head dim), head dims 64 and
+/// 128; causal (top-left), a causal sliding window of 1024 keys and a
+/// document-causal mask (doc_id buffer).
+inline std::vector<MatrixKernel> maskBenchKernels() {
+  std::vector<MatrixKernel> out;
+  for (int d : {64, 128}) {
+    const std::string dim = "_d" + std::to_string(d);
+    out.push_back(
+        {"mbench_causal" + dim, "causal_tl",
+         matrixSpec("causal_tl", d, DType::BF16, 2048 / d, 2048 / d)});
+    AttentionSpec w = matrixSpec("none", d, DType::BF16, 2048 / d, 2048 / d);
+    w.variant.mask(sliding_window(1024, 0, Alignment::TopLeft));
+    out.push_back({"mbench_window" + dim, "window_1024", w});
+    out.push_back({"mbench_doc" + dim, "doc_id",
+                   matrixSpec("doc_id", d, DType::BF16, 2048 / d, 2048 / d)});
+  }
+  return out;
+}
+
 /// A block-sparse and/or varlen kernel of the [gpu] sparse tests.
 struct SparseKernel {
   std::string id;

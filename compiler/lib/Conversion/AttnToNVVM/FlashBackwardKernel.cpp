@@ -145,6 +145,18 @@ private:
   /// a mask, where the tile is partial (\p needsMask) and K holds a NaN or
   /// Inf, the guarded product (MaskedValues.h, dqSkipZero).
   void accumulateDQ(Value head, Value q0, Value needsMask);
+  /// Sets kPoisoned or kFlag: once per CTA, as soon as the K tile has
+  /// landed (V still in flight), the CTA votes on whether it holds a NaN or
+  /// Inf. K stays in shared memory for the whole kernel, so the answer
+  /// holds for every query tile, and the tile loop keeps no vote of its own
+  /// (its registers: the block-sparse D = 128 mma.sync kernel spilled with
+  /// a vote per tile).
+  void voteOnK();
+  /// With a mask: \p add (dQaccum += ...) of, where \p needsMask (a partial
+  /// tile) and K is poisoned, dQ = dS K term by term from shared memory
+  /// (dqSkipZero), else \p plain()'s product.
+  void guardDQ(Value needsMask, llvm::function_ref<SmallVector<Value>()> plain,
+               llvm::function_ref<void(ArrayRef<Value>)> add);
   /// dS^T, exactly 0 where \p p is (masked keys are isolated,
   /// MaskedValues.h: dP^T is NaN for every query of a key whose V holds a
   /// NaN or Inf, and a score modifier's derivative of a NaN score is NaN).
@@ -193,17 +205,21 @@ private:
   /// i1: the semaphores argument is not null (deterministic mode).
   Value deterministic;
   Value sK, sQ, sDO, sDS, sLse, sDelta;
+  /// With a mask, whether this CTA's K tile holds a NaN or Inf (voteOnK):
+  /// kPoisoned (i1) with swizzled tiles, else the i32 at kFlag (shared
+  /// memory, non-zero: poisoned).
+  Value kPoisoned, kFlag;
   /// The current tile's LSE and D rows (stage of the ring); lseRaw: LSE is
   /// stored in natural-log units (scaled by log2 e when read).
   Value sLseCur, sDeltaCur;
   bool lseRaw = false;
   /// Bytes between the stages of the Q / dO ring (asyncProducts).
   int64_t qStageBytes = 0;
-  /// asyncTileStep (wgmma), except with mask code: at head dims above 64
+  /// asyncTileStep (wgmma), except with mask code at head dims above 64:
   /// those kernels spilled 16-48 bytes in ptxas (D = 128 fp16 causal
   /// bottom-right / doc_id / chunked-causal / varlen causal with GQA,
-  /// 2026-12-02), and only tileStep isolates masked keys (dS' zeroed where
-  /// P is, the guarded dQ: MaskedValues.h).
+  /// 2026-12-02) and keep the synchronous tileStep. Both isolate masked
+  /// keys (dS' zeroed where P is, the guarded dQ: MaskedValues.h).
   bool pipelined = false;
 };
 
@@ -222,7 +238,7 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   t = arith::RemUIOp::create(b, lane, ops.ci32(4));
   mma = c.wgmma ? createWgmmaBackward(ops, shape, warp, lane)
                 : createMmaSyncBackward(ops, shape, warp, lane);
-  pipelined = mma->asyncProducts() && !em.hasMask();
+  pipelined = mma->asyncProducts() && !(em.hasMask() && std::max(D, Dv) > 64);
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).
@@ -267,9 +283,13 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   };
   loadTileAsync(ops, tid, nthreads, sK, tensorBase(TK, headKV), st[TK][2], k0,
                 seqlenK, BM, D, swz);
+  if (em.hasMask())
+    NVVM::CpAsyncCommitGroupOp::create(b); // K first: the vote reads it
   loadTileAsync(ops, tid, nthreads, sV, tensorBase(TV, headKV), st[TV][2], k0,
                 seqlenK, BM, Dv, swz);
   NVVM::CpAsyncCommitGroupOp::create(b);
+  if (em.hasMask())
+    voteOnK();
   mma->prepare(sK, sV, sQ, sDO, sDS);
 
   const int nK = D / 8 * 4, nV = Dv / 8 * 4;
@@ -627,15 +647,14 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   SmallVector<Value> dp = mma->computeDP();
   // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
   SmallVector<Value> ds = scoreGradients(p, dp, colDelta);
-  // Masked keys are isolated: dS' and dS exactly 0 where P is (before the
-  // data gradients read dS', after the modifier's derivative).
-  if (em.hasMask() && grads->active())
+  // Masked keys are isolated: dS' exactly 0 where P is (before the data
+  // gradients read it); score_grad leaves dS 0 where dS' is
+  // (BackwardDataGrads::scoreGrad), so P need not outlive it.
+  if (em.hasMask())
     ds = zeroWhereUnweighted(p, ds);
   if (grads->active())
     ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
                           {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
-  if (em.hasMask())
-    ds = zeroWhereUnweighted(p, ds);
   // dK += dS^T Q (scaled at the end).
   dk = mma->accumulateDK(dk, ds);
   // dS^T into shared memory, then dQaccum += dS K.
@@ -753,6 +772,9 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
                                state.begin() + (state.size() - 2));
   // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
   SmallVector<Value> ds = scoreGradients(p, dp, {});
+  // Masked keys are isolated (as in tileStep).
+  if (em.hasMask())
+    ds = zeroWhereUnweighted(p, ds);
   if (grads->active())
     ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
                           {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
@@ -771,7 +793,14 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   // Deterministic mode: dQaccum of this query tile in key-tile order.
   if (!c.blockSparse)
     ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
-  atomicDQ(head, q0, dq);
+  // A partial tile meeting a poisoned K: the guarded dQ instead (dS^T and
+  // K are still in shared memory; dK's product only reads them).
+  if (em.hasMask())
+    guardDQ(
+        needsMask, [&] { return dq; },
+        [&](ArrayRef<Value> v) { atomicDQ(head, q0, v); });
+  else
+    atomicDQ(head, q0, dq);
   if (!c.blockSparse) {
     // The CTA's adds before the release (the default mode needs no
     // barrier here: the next tile's first barrier orders the shared tiles).
@@ -819,30 +848,59 @@ SmallVector<Value> BackwardBuilder::zeroWhereUnweighted(ArrayRef<Value> p,
   return out;
 }
 
-void BackwardBuilder::accumulateDQ(Value head, Value q0, Value needsMask) {
-  const int D = c.headDimQK, nQ = shape.dqCols() / 8;
-  SmallVector<Value> dq;
-  if (!em.hasMask()) {
-    dq = mma->computeDQ();
-  } else {
-    // Only a partial tile has masked pairs; there the CTA votes on whether
-    // K holds a NaN or Inf (almost never: then the product as without a
-    // mask).
-    Value poisoned =
-        tileHasNonFiniteIf(ops, needsMask, VoteGroup{tid, 32 * c.numWarps, 0},
-                           sK, c.blockM(), D, mma->swizzled());
-    SmallVector<Type> types(nQ * 4, ops.f32);
-    auto ifOp = scf::IfOp::create(b, types, poisoned, /*withElse=*/true);
-    OpBuilder::InsertionGuard ig(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    scf::YieldOp::create(
-        b, dqSkipZero(ops, shape, warp, lane, sDS, sK, mma->swizzled()));
-    b.setInsertionPointToStart(ifOp.elseBlock());
-    scf::YieldOp::create(b, mma->computeDQ());
-    b.setInsertionPointAfter(ifOp);
-    dq.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+void BackwardBuilder::voteOnK() {
+  // Every thread's K chunks have landed (the V group may still be in
+  // flight), then the CTA sees the whole tile.
+  NVVM::CpAsyncWaitGroupOp::create(b, 1);
+  gpu::BarrierOp::create(b);
+  Value poisoned =
+      tileHasNonFiniteIf(ops, ops.cb(true), VoteGroup{tid, 32 * c.numWarps, 0},
+                         sK, c.blockM(), c.headDimQK, mma->swizzled());
+  if (mma->swizzled()) {
+    kPoisoned = poisoned;
+    return;
   }
-  atomicDQ(head, q0, dq);
+  // Padded rows (mma.sync) have kPad spare elements: the answer waits in
+  // row 0's, read where a partial tile needs it, instead of holding a
+  // register across the tile loop (the D = 128 softcap-window kernel
+  // spilled 4-16 bytes with one). The tile loop's barriers publish it.
+  kFlag = ops.gepBytes(sK, int64_t(2) * c.headDimQK);
+  ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0)), [&] {
+    LLVM::StoreOp::create(b, ops.sel(poisoned, ops.ci32(1), ops.ci32(0)), kFlag,
+                          /*alignment=*/4);
+  });
+}
+
+void BackwardBuilder::guardDQ(Value needsMask,
+                              llvm::function_ref<SmallVector<Value>()> plain,
+                              llvm::function_ref<void(ArrayRef<Value>)> add) {
+  // Only a partial tile has masked pairs; the guarded product where K
+  // holds a NaN or Inf (almost never: then the product as without a mask).
+  Value poisoned =
+      kFlag ? ops.guarded(needsMask, ops.i1, ops.cb(false),
+                          [&] {
+                            Value f = LLVM::LoadOp::create(b, ops.i32, kFlag,
+                                                           /*alignment=*/4);
+                            return ops.cmp(arith::CmpIPredicate::ne, f,
+                                           ops.ci32(0));
+                          })
+            : ops.land(needsMask, kPoisoned);
+  // Each branch adds its own dQ (no merged values: the plain branch keeps
+  // the registers it has without a mask).
+  auto ifOp = scf::IfOp::create(b, TypeRange{}, poisoned, /*withElse=*/true);
+  OpBuilder::InsertionGuard ig(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  add(dqSkipZero(ops, shape, warp, lane, sDS, sK, mma->swizzled()));
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  add(plain());
+}
+
+void BackwardBuilder::accumulateDQ(Value head, Value q0, Value needsMask) {
+  if (!em.hasMask())
+    return atomicDQ(head, q0, mma->computeDQ());
+  guardDQ(
+      needsMask, [&] { return mma->computeDQ(); },
+      [&](ArrayRef<Value> v) { atomicDQ(head, q0, v); });
 }
 
 void BackwardBuilder::atomicDQ(Value head, Value q0, ArrayRef<Value> dq) {

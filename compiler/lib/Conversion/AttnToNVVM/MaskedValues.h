@@ -38,8 +38,9 @@
 // every query of a key whose V holds a NaN or Inf), and dQ = dS K, where K
 // of a masked key meets dS = 0, takes a guarded product (dS == 0 terms
 // skipped, from shared memory) in partial tiles whose K tile holds a NaN
-// or Inf (the same vote on K). K cannot be rewritten: later query tiles'
-// S^T = K Q^T read it.
+// or Inf (the same vote on K, once per CTA as soon as K has landed: a CTA
+// keeps its K tile for the whole kernel). K cannot be rewritten: later
+// query tiles' S^T = K Q^T read it.
 //
 // Barriers: the vote and the guarded path synchronise the threads that
 // compute: the CTA (barrier 0), or in warp-specialised kernels named

@@ -9,8 +9,12 @@
 // from the quad with shfl.sync idx, a run-time loop over the 64 keys),
 // then rewrites the tile (barrier, 16-byte stores, barrier); the one
 // product P V follows in both cases. Backward: dS' is 0 where P is (cmpf
-// oeq + select), and dQ = dS K runs term by term (a loop over the keys,
-// dS != 0) where the partial tile's K is poisoned, else the mma. Decode:
+// oeq + select); the CTA votes on NaN or Inf in its K tile once, as soon
+// as K has landed (cp.async group 1 waited for, barrier), and thread 0
+// leaves the answer in shared memory (K's row padding), read by partial
+// tiles; dQ = dS K runs term by term (a loop over the keys, dS != 0) and
+// adds its own dQ where a partial tile meets a poisoned K, else the mma.
+// Decode:
 // the vote before the tile's branch (every warp: warps without rows join
 // the rewrite), the guarded path, and the merge counts a NaN partial LSE as
 // live (cmpf une). Kernels without a mask have none of it.
@@ -38,12 +42,20 @@
 // FWD: gpu.return
 
 // BWD-LABEL: gpu.func @causal_bwd(
-// BWD: arith.cmpf oeq
-// BWD: arith.select
+// BWD: nvvm.cp.async.wait.group 1
+// BWD-NEXT: gpu.barrier
 // BWD: scf.if %{{.*}} -> (i1) {
 // BWD: nvvm.barrier #nvvm.reduction<or>
+// BWD: llvm.store {{.*}} : i32, !llvm.ptr<3>
+// BWD: arith.cmpf oeq
+// BWD: arith.select
+// BWD: llvm.load {{.*}} : !llvm.ptr<3> -> i32
+// BWD-NEXT: arith.constant 0 : i32
+// BWD-NEXT: arith.cmpi ne
+// BWD: scf.if %{{.*}} {
 // BWD: scf.for {{.*}} to %c64
 // BWD: arith.cmpf une
+// BWD: llvm.atomicrmw fadd
 // BWD: } else {
 // BWD: nvvm.ldmatrix
 // BWD: nvvm.mma.sync
