@@ -182,14 +182,18 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
 
 /// Whether the default backward on \p arch uses wgmma: sm_90a, head dims
 /// 64 or 128 (dK and dV of 128 columns, S^T, dP^T and dQ fit in 255
-/// registers; above, dK and dV alone take 256), no score modifier (its raw
-/// scores and derivative values stay live across the products) and not
-/// block-sparse (its block masks' key tiles would have to be multiples of
-/// the wgmma kernel's 128 keys per CTA).
+/// registers; above, dK and dV alone take 256), a score modifier only at
+/// head dim 64 (its raw scores and derivative values stay live across the
+/// products: at 128 the main kernel spills 12-32 bytes, at 64 it is clean)
+/// and not block-sparse (its block masks' key tiles would have to be
+/// multiples of the wgmma kernel's 128 keys per CTA).
 static bool backwardWgmmaApplies(const AttentionSpec &spec,
                                  const std::string &arch, bool blockSparse) {
-  return arch == "sm_90a" && !blockSparse && !hasScoreModCode(spec) &&
-         (spec.headDimQK == 64 || spec.headDimQK == 128) &&
+  if (arch != "sm_90a" || blockSparse)
+    return false;
+  if (hasScoreModCode(spec))
+    return spec.headDimQK == 64 && spec.headDimV == 64;
+  return (spec.headDimQK == 64 || spec.headDimQK == 128) &&
          (spec.headDimV == 64 || spec.headDimV == 128);
 }
 
