@@ -284,12 +284,16 @@ std::vector<MemoryRegion> pageTableMemory(const flashjit_page_table &t) {
 }
 
 /// Whether \p p is device memory of the current context's address space
-/// (cuPointerGetAttribute; host memory, pinned or not, is not).
+/// (host memory, pinned or not, is not). cuPointerGetAttributes, unlike
+/// cuPointerGetAttribute, answers CU_MEMORYTYPE 0 with CUDA_SUCCESS for a
+/// pointer the driver does not know, so probing a host array is not a failed
+/// driver call (compute-sanitizer reports those as errors).
 bool isDeviceMemory(const void *p) {
-  CUmemorytype type{};
-  CUresult r = runtime::Driver::get().cuPointerGetAttribute(
-      &type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-      reinterpret_cast<CUdeviceptr>(p));
+  unsigned type = 0;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  void *data[] = {&type};
+  CUresult r = runtime::Driver::get().cuPointerGetAttributes(
+      1, &attr, data, reinterpret_cast<CUdeviceptr>(p));
   return r == CUDA_SUCCESS && type == CU_MEMORYTYPE_DEVICE;
 }
 

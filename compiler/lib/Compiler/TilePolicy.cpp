@@ -9,6 +9,8 @@
 #include "flashjit/compiler/TilePolicy.h"
 #include "flashjit/compiler/GpuCompiler.h"
 
+#include "flashjit/frontend/Derivative.h"
+#include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Expr.h"
 
 #include "llvm/Support/Casting.h"
@@ -180,16 +182,44 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
   return c;
 }
 
+/// Whether a derivative of the score modifier reads the raw score
+/// (softcap's 1 - tanh^2(s / cap) does; ALiBi's and a bias table's do
+/// not), so the backward keeps S^T live beside dK, dV, P^T and dP^T. Every
+/// f32 parameter counts as asked for; a modifier that cannot be
+/// differentiated counts as reading it (the backward then refuses it).
+static bool scoreGradReadsScore(const AttentionSpec &spec) {
+  const Expr &score = spec.variant.scoreExpr();
+  try {
+    ScoreModDerivative d =
+        differentiateScoreMod(score, differentiableParams(score));
+    bool reads = readsScore(d.score);
+    for (const BufferDerivative &b : d.buffers)
+      reads = reads || readsScore(b.derivative);
+    for (const ParamDerivative &p : d.params)
+      reads = reads || readsScore(p.derivative);
+    return reads;
+  } catch (const UserError &) {
+    return true;
+  }
+}
+
 /// Whether the default backward on \p arch uses wgmma: sm_90a, head dims
 /// 64 or 128 (dK and dV of 128 columns, S^T, dP^T and dQ fit in 255
-/// registers; above, dK and dV alone take 256), no score modifier (its raw
-/// scores and derivative values stay live across the products) and not
-/// block-sparse (its block masks' key tiles would have to be multiples of
-/// the wgmma kernel's 128 keys per CTA).
+/// registers; above, dK and dV alone take 256) and not block-sparse (its
+/// block masks' key tiles would have to be multiples of the wgmma kernel's
+/// 128 keys per CTA). With a score modifier: at head dim 64 always; at 128
+/// only where no derivative reads the raw score (ALiBi, bias tables; the
+/// kernel then takes the synchronous order), since softcap's keeps S^T live
+/// and spills 12-264 bytes there.
 static bool backwardWgmmaApplies(const AttentionSpec &spec,
                                  const std::string &arch, bool blockSparse) {
-  return arch == "sm_90a" && !blockSparse && !hasScoreModCode(spec) &&
-         (spec.headDimQK == 64 || spec.headDimQK == 128) &&
+  if (arch != "sm_90a" || blockSparse)
+    return false;
+  if (hasScoreModCode(spec) && spec.headDimQK == 64 && spec.headDimV == 64)
+    return true;
+  if (hasScoreModCode(spec) && scoreGradReadsScore(spec))
+    return false;
+  return (spec.headDimQK == 64 || spec.headDimQK == 128) &&
          (spec.headDimV == 64 || spec.headDimV == 128);
 }
 

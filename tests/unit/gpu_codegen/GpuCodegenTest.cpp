@@ -597,14 +597,14 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
       CHECK(img.config.blockM() == tc.blockM());
       CHECK(img.config.blockN == tc.blockN);
       CHECK(img.config.threads() == tc.threads());
-      // wgmma on sm_90a at head dims 64 and 128 without a score modifier
-      // (the matrix's plain and masked kernels), else mma.sync.
+      // wgmma on sm_90a at head dims 64 and 128 (the matrix's plain and
+      // masked kernels, ALiBi, the bias table), softcap (its derivative
+      // reads the score) only at 64; else mma.sync.
+      const bool softcap =
+          k.variant == "softcap" || k.variant == "softcap_window";
       const bool wgmma =
           arch == "sm_90a" &&
-          (k.spec.headDimQK == 64 || k.spec.headDimQK == 128) &&
-          (k.variant == "none" || k.variant == "causal_tl" ||
-           k.variant == "causal_br" || k.variant == "window_lr" ||
-           k.variant == "chunked_causal" || k.variant == "doc_id");
+          (k.spec.headDimQK == 64 || (k.spec.headDimQK == 128 && !softcap));
       CHECK(img.config.wgmma == wgmma);
       if (wgmma) {
         CHECK(img.config.threads() == 256);
@@ -844,7 +844,12 @@ TEST_CASE("the sm_90a backward uses wgmma where the tile policy picks it",
   CHECK_FALSE(picks(testing::matrixSpec("none", 96, DType::BF16, 2, 2), o));
   CHECK_FALSE(picks(testing::matrixSpec("none", 256, DType::BF16, 2, 2), o));
   CHECK_FALSE(picks(testing::matrixSpec("softcap", 128, DType::BF16, 2, 2), o));
-  CHECK_FALSE(picks(testing::matrixSpec("alibi", 64, DType::BF16, 2, 2), o));
+  CHECK(picks(testing::matrixSpec("alibi", 64, DType::BF16, 2, 2), o));
+  CHECK(picks(testing::matrixSpec("alibi", 128, DType::BF16, 2, 2), o));
+  CHECK(picks(testing::matrixSpec("rel_bias", 128, DType::BF16, 2, 2), o));
+  CHECK_FALSE(
+      picks(testing::matrixSpec("softcap_window", 128, DType::BF16, 2, 2), o));
+  CHECK(picks(testing::matrixSpec("softcap_window", 64, DType::BF16, 2, 2), o));
   GpuCompileOptions bs = o;
   bs.blockSparse = true;
   CHECK_FALSE(picks(dense, bs));

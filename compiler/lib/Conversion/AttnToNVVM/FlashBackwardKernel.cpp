@@ -215,11 +215,12 @@ private:
   bool lseRaw = false;
   /// Bytes between the stages of the Q / dO ring (asyncProducts).
   int64_t qStageBytes = 0;
-  /// asyncTileStep (wgmma), except with mask code at head dims above 64:
-  /// those kernels spilled 16-48 bytes in ptxas (D = 128 fp16 causal
-  /// bottom-right / doc_id / chunked-causal / varlen causal with GQA,
-  /// 2026-12-02) and keep the synchronous tileStep. Both isolate masked
-  /// keys (dS' zeroed where P is, the guarded dQ: MaskedValues.h).
+  /// asyncTileStep (wgmma), except with mask or score-modifier code at head
+  /// dims above 64: those kernels spilled 4-48 bytes in ptxas (D = 128 fp16
+  /// causal bottom-right / doc_id / chunked-causal / varlen causal with
+  /// GQA, ALiBi, a bias table; 2026-12-02) and keep the synchronous
+  /// tileStep. Both isolate masked keys (dS' zeroed where P is, the
+  /// guarded dQ: MaskedValues.h).
   bool pipelined = false;
 };
 
@@ -238,7 +239,11 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   t = arith::RemUIOp::create(b, lane, ops.ci32(4));
   mma = c.wgmma ? createWgmmaBackward(ops, shape, warp, lane)
                 : createMmaSyncBackward(ops, shape, warp, lane);
-  pipelined = mma->asyncProducts() && !(em.hasMask() && std::max(D, Dv) > 64);
+  // Above head dim 64, mask or score-modifier code beside the pipelined
+  // step's accumulators in flight spills: those kernels keep the
+  // synchronous order.
+  pipelined = mma->asyncProducts() &&
+              !((em.hasMask() || em.hasScoreMod()) && std::max(D, Dv) > 64);
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).

@@ -53,7 +53,7 @@ namespace flashjit::runtime {
   X(cuMemGetInfo)                                                              \
   X(cuMemcpyHtoD)                                                              \
   X(cuMemcpyDtoH)                                                              \
-  X(cuPointerGetAttribute)                                                     \
+  X(cuPointerGetAttributes)                                                    \
   X(cuMemcpyHtoDAsync)                                                         \
   X(cuMemsetD8)                                                                \
   X(cuMemsetD8Async)                                                           \
