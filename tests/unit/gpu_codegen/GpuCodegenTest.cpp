@@ -1011,8 +1011,9 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
           "masked keys; kernels without a mask have no guard",
           "[gpu-codegen][masked]") {
   // Issue 21 section 3 (MaskedValues.h): a kernel with a mask votes, in its
-  // partially masked tiles, on whether the V tile (backward: K) holds a NaN
-  // or Inf (one bar.red.or) and has a guarded path for when it does: the
+  // partially masked tiles, on whether the V tile (backward: its K tile,
+  // once per CTA) holds a NaN or Inf (one bar.red.or) and has a guarded
+  // path for when it does: the
   // forward and decode pick each row's P from its quad (shfl.sync.idx) and
   // rewrite the tile in shared memory (st.shared.v4); the backward's dQ
   // goes term by term from shared memory; every kind, instruction family
