@@ -81,6 +81,10 @@ private:
   SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask);
   /// O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
   void epilogue(ValueRange fin);
+  /// Padded tiles (tensorV() below headDimV): stores the two packed 16-bit
+  /// values \p v of O columns \p col, col + 1 (fragment column block \p jd)
+  /// at \p p, only those below tensorV(); 2-byte stores where it is odd.
+  void storePaddedO(Value v, Value p, Value col, int jd);
 
   /// (mayBeFalse, mayBeTrue) of key tile \p j for this CTA's query tile.
   std::pair<Value, Value> classify(Value j);
