@@ -196,9 +196,10 @@ TEST_CASE("head dims that are not multiples of 16: padded mma.sync forward "
   // A cp.async whose source size is a register (zero-fill where the piece
   // lies past the head dim or the sequence), of \p bytes bytes.
   auto zfillCopy = [](int bytes) {
-    return std::regex("cp\\.async\\.c[ag]\\.shared\\.global(\\.L2::[0-9]+B)? "
-                      "\\[%r[d0-9]+\\], \\[%rd[0-9]+\\], " +
-                      std::to_string(bytes) + ", %r[0-9]+;");
+    return std::regex(
+        "cp\\.async\\.c[ag]\\.shared\\.global(\\.L2::[0-9]+B)? "
+        "\\[%r[d0-9]+(\\+[0-9]+)?\\], \\[%rd[0-9]+(\\+[0-9]+)?\\], " +
+        std::to_string(bytes) + ", %r[0-9]+;");
   };
   const std::regex u16Load("ld\\.global(\\.nc)?\\.[ub]16 ");
   const std::regex u16Store("st\\.global\\.[ub]16 ");

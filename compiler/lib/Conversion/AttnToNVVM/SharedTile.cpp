@@ -57,14 +57,17 @@ static void loadPaddedTile(KernelOps &ops, Value tid, int nthreads, Value smem,
           ops.ext64(ops.add(tileOffset(ops, row, chunk, rows, dim, swizzled),
                             ops.mul(within, ops.ci32(2 * vec)))));
       if (vec == 1) {
-        // No 2-byte cp.async: a plain load, zero where invalid.
-        Value v = ops.guarded(
-            valid, b.getI16Type(), arith::ConstantIntOp::create(b, 0, 16), [&] {
-              return LLVM::LoadOp::create(b, b.getI16Type(), src,
-                                          /*alignment=*/2)
-                  .getResult();
-            });
-        LLVM::StoreOp::create(b, v, dst, /*alignment=*/2);
+        // No 2-byte cp.async: a plain load (zero where invalid) and its
+        // store in one asm block, so that the compiler keeps each load
+        // beside its store (hoisting all of them spilled at 255 registers).
+        ops.inlineAsm(Type(),
+                      {arith::ExtUIOp::create(b, ops.i32, valid),
+                       LLVM::PtrToIntOp::create(b, b.getI64Type(), src),
+                       LLVM::PtrToIntOp::create(b, ops.i32, dst)},
+                      "{\n.reg .pred p;\n.reg .b16 t;\nsetp.ne.u32 p, $0, 0;\n"
+                      "mov.b16 t, 0;\n@p ld.global.b16 t, [$1];\n"
+                      "st.shared.b16 [$2], t;\n}",
+                      "r,l,r");
         return;
       }
       Value size = ops.sel(valid, ops.ci32(2 * vec), ops.ci32(0));
