@@ -68,6 +68,24 @@ static int64_t forwardTileBytes(const AttentionSpec &spec,
                         paddedHeadDim(spec.headDimV));
 }
 
+/// Head dims up to 256; the forward pads those that are not multiples of 16
+/// to one in shared memory (mma.sync kernels; wgmma's are refused by
+/// validateForGpu), the backward and the decode kernel take multiples of 16.
+static void validateHeadDims(const AttentionSpec &spec, KernelKind kind) {
+  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
+                          std::pair{"head_dim_v", spec.headDimV}}) {
+    if (d > 256)
+      throw UserError(fmt::format("{} = {} is not supported on the GPU "
+                                  "(at most 256)",
+                                  field, d));
+    if (d % 16 != 0 && kind != KernelKind::Forward)
+      throw UserError(fmt::format("{} = {} is not supported by the GPU {} "
+                                  "(multiples of 16 up to 256; the forward "
+                                  "takes any head dim up to 256)",
+                                  field, d, toString(kind)));
+  }
+}
+
 void validateForGpu(const AttentionSpec &spec,
                     const GpuCompileOptions &options) {
   spec.validate();
@@ -84,23 +102,8 @@ void validateForGpu(const AttentionSpec &spec,
   if (spec.dtypeQ == DType::F32)
     throw UserError("dtype = fp32 is not supported on the GPU (fp16 or "
                     "bf16; the CPU backend takes fp32)");
-  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
-                          std::pair{"head_dim_v", spec.headDimV}})
-    if (d > 256)
-      throw UserError(fmt::format("{} = {} is not supported on the GPU "
-                                  "(at most 256)",
-                                  field, d));
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
-  // The forward pads other head dims to a multiple of 16 in shared memory
-  // (mma.sync kernels; wgmma's are refused below); the backward and the
-  // decode kernel do not.
-  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
-                          std::pair{"head_dim_v", spec.headDimV}})
-    if (d % 16 != 0 && tc.kind != KernelKind::Forward)
-      throw UserError(fmt::format("{} = {} is not supported by the GPU {} "
-                                  "(multiples of 16 up to 256; the forward "
-                                  "takes any head dim up to 256)",
-                                  field, d, toString(tc.kind)));
+  validateHeadDims(spec, tc.kind);
   if (tc.kind == KernelKind::Backward) {
     if (options.mma == GpuMma::WgmmaTma || options.mma == GpuMma::WgmmaTmaWs)
       throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
