@@ -31,7 +31,10 @@
 # sinks, GPU merge_states and append, the C API decode) and
 # racecheck_decode (one decode kernel's float64 test, dec_alibi_g4 unless
 # GPU_CHECK_DECODE_RACE_KERNEL names another, plus merge and append), not
-# in the default. Exit status: 0 iff every selected test step passed.
+# in the default, memcheck_padded (the [padded] tests: head dims that are
+# not multiples of 16, issue 16; in the default) and racecheck_padded (its
+# varlen case at head dim 59, plain 2-byte loads into shared memory; not in
+# the default). Exit status: 0 iff every selected test step passed.
 #
 # Decode timing (issue 17), not in the default: decodebench (the
 # [.decodebench] DECODE rows: flashjit's decode kernels, GQA 32/8 and MQA
@@ -252,7 +255,7 @@ run() {
     status[$name]="rc=$rc $((SECONDS - t0))s"
   }
   local bin=$PACK/bin
-  local steps=" ${GPU_CHECK_STEPS:-unit gpu large torch python memcheck racecheck memcheck_generated racecheck_generated memcheck_ws synccheck_generated memcheck_sparse racecheck_sparse} "
+  local steps=" ${GPU_CHECK_STEPS:-unit gpu large torch python memcheck racecheck memcheck_generated racecheck_generated memcheck_ws synccheck_generated memcheck_sparse racecheck_sparse memcheck_padded} "
   want() { [[ $steps == *" $1 "* ]]; }
   export FLASHJIT_MATRIX_KERNELS=/tmp/flashjit-matrix-kernels
   mkdir -p "$FLASHJIT_MATRIX_KERNELS"
@@ -427,6 +430,14 @@ run() {
     step racecheck_sparse compute-sanitizer --tool racecheck --error-exitcode 3 \
       "$bin/flashjit_gpu_tests" "GPU block-mask builder equals the reference and runs match"
   fi
+  if command -v compute-sanitizer >/dev/null && want memcheck_padded; then
+    step memcheck_padded compute-sanitizer --tool memcheck --error-exitcode 3 \
+      "$bin/flashjit_gpu_tests" "[padded]"
+  fi
+  if command -v compute-sanitizer >/dev/null && want racecheck_padded; then
+    step racecheck_padded compute-sanitizer --tool racecheck --error-exitcode 3 \
+      "$bin/flashjit_gpu_tests" "GPU varlen forward at a head dim that is not a multiple of 16"
+  fi
   if command -v compute-sanitizer >/dev/null && want racecheck; then
     step racecheck compute-sanitizer --tool racecheck --error-exitcode 3 \
       "$bin/flashjit_gpu_tests" "NVRTC reference without LSE and with mixed dtypes"
@@ -467,7 +478,7 @@ run() {
   local failed=0
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
     racecheck_generated memcheck_ws synccheck_generated sparse memcheck_sparse \
-    racecheck_sparse bwd bwdbench memcheck_bwd racecheck_bwd \
+    racecheck_sparse memcheck_padded racecheck_padded bwd bwdbench memcheck_bwd racecheck_bwd \
     memcheck_bwd_sparse racecheck_bwd_sparse bwdpeers python cli peers \
     decodebench decodesplit decodepeers memcheck_decode racecheck_decode; do
     [[ -n ${status[$s]:-} ]] || continue

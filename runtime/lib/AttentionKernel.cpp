@@ -5,6 +5,7 @@
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Driver.h"
+#include "flashjit/runtime/HeadDim.h"
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Launch.h"
 #include "flashjit/runtime/Ptxas.h"
@@ -159,10 +160,17 @@ void GpuAttentionKernel::checkGpuTensors(const TensorRef &q, const TensorRef &k,
   for (auto [name, t] : {std::pair{"q", &q}, std::pair{"k", &k},
                          std::pair{"v", &v}, std::pair{"o", &o}})
     requireUnitInner(name, *t);
-  requireAligned("q", q, 16, 8);
-  requireAligned("k", k, 16, 8);
-  requireAligned("v", v, 16, 8);
-  requireAligned("o", o, 4, 2);
+  // Rows of head dims that 8 does not divide are loaded in smaller pieces
+  // (headDimVectorElems) and O stored in single elements where odd.
+  const int vqk = headDimVectorElems(spec_.headDimQK),
+            vv = headDimVectorElems(spec_.headDimV);
+  requireAligned("q", q, 2 * vqk, vqk);
+  requireAligned("k", k, 2 * vqk, vqk);
+  requireAligned("v", v, 2 * vv, vv);
+  if (spec_.headDimV % 2)
+    requireAligned("o", o, 2, 1);
+  else
+    requireAligned("o", o, 4, 2);
   if (spec_.returnLse)
     requireAligned("lse", *lse, 4, 1);
 }

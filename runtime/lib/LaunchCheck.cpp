@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/runtime/AttentionKernel.h"
 
+#include "flashjit/runtime/HeadDim.h"
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Ptxas.h"
 
@@ -196,12 +197,13 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
                        "configuration is not block-sparse",
                        builder);
   }
-  if (c.kind == KernelKind::Forward &&
-      info.sharedBytes != c.sharedBytes(spec.headDimQK, spec.headDimV))
+  // The forward's tiles have the padded head dims (HeadDim.h).
+  const int64_t fwdBytes = c.sharedBytes(paddedHeadDim(spec.headDimQK),
+                                         paddedHeadDim(spec.headDimV));
+  if (c.kind == KernelKind::Forward && info.sharedBytes != fwdBytes)
     return fmt::format("shared memory {} bytes is not the {} bytes the "
                        "configuration's tiles take",
-                       info.sharedBytes,
-                       c.sharedBytes(spec.headDimQK, spec.headDimV));
+                       info.sharedBytes, fwdBytes);
   return {};
 }
 

@@ -4,7 +4,8 @@
 // write(); was "name arch threads block_m shared_bytes") for every kernel of
 // tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
 // that has no MLIR (the ahead-of-time flow a host application uses), the
-// block-sparse / varlen kernels of sparseKernels() and sinkKernels(), the
+// block-sparse / varlen kernels of sparseKernels(), sinkKernels() and
+// paddedKernels(), the
 // backward kernels (backwardKernels(), backwardVarlenKernels(),
 // backwardSparseKernels(), the timing
 // pairs of benchKernels()), and
@@ -194,6 +195,19 @@ int main(int argc, char **argv) {
     bo.kind = flashjit::KernelKind::Backward;
     bo.mma = bwdMma;
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    ++n;
+  }
+  // Head dims that are not multiples of 16 (issue 16), written like the
+  // sparse ones; mma.sync on every arch (the default and the only MMA that
+  // takes them).
+  for (const auto &k : flashjit::testing::paddedKernels()) {
+    if (backwardOnly)
+      break;
+    flashjit::GpuCompileOptions so = o;
+    so.mma = flashjit::GpuMma::Default;
+    so.varlen = k.varlen;
+    so.blockSparse = k.blockSparse;
+    write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
     ++n;
   }
   // Backward kernels (bwdMma; .info as the sparse ones).

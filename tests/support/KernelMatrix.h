@@ -299,6 +299,40 @@ inline std::vector<SparseKernel> sinkKernels() {
   };
 }
 
+/// The issue-16 kernels: head dims that are not multiples of 16 (the GPU
+/// forward pads them to one in shared memory): 8, 40, 59, 72, 111 and 200,
+/// unequal head dims (qk 40 / v 72, qk 20 / v 58: 8- and 4-byte loads, qk 64
+/// / v 59), a mask, a score modifier with a parameter, a buffer score
+/// modifier, a document mask, varlen and block-sparse; GQA and both 16-bit
+/// dtypes. mma.sync on both arches (the default for these head dims).
+/// Written by gen_matrix_kernels in the sparse format.
+inline std::vector<SparseKernel> paddedKernels() {
+  auto spec = [](const std::string &v, int dqk, int dv, DType t, int hq,
+                 int hkv) {
+    AttentionSpec s = matrixSpec(v, dqk, t, hq, hkv);
+    s.headDimV = dv;
+    return s;
+  };
+  return {
+      {"pad_none_d8_bf16_g1", spec("none", 8, 8, DType::BF16, 2, 2)},
+      {"pad_causal_br_d40_fp16_g2",
+       spec("causal_br", 40, 40, DType::F16, 4, 2)},
+      {"pad_softcap_d59_bf16_g3", spec("softcap", 59, 59, DType::BF16, 6, 2)},
+      {"pad_window_lr_d72_bf16_g1",
+       spec("window_lr", 72, 72, DType::BF16, 2, 2)},
+      {"pad_alibi_d111_fp16_g2", spec("alibi", 111, 111, DType::F16, 4, 2)},
+      {"pad_doc_d200_bf16_g1", spec("doc_id", 200, 200, DType::BF16, 2, 2)},
+      {"pad_none_qk40_v72_bf16_g2", spec("none", 40, 72, DType::BF16, 4, 2)},
+      {"pad_causal_tl_qk20_v58_fp16_g1",
+       spec("causal_tl", 20, 58, DType::F16, 2, 2)},
+      {"pad_none_qk64_v59_bf16_g3", spec("none", 64, 59, DType::BF16, 6, 2)},
+      {"pad_vl_causal_br_d59_fp16_g2",
+       spec("causal_br", 59, 59, DType::F16, 4, 2), true, false},
+      {"pad_bs_doc_d111_bf16_g2", spec("doc_id", 111, 111, DType::BF16, 4, 2),
+       false, true},
+  };
+}
+
 /// A kernel compiled with non-default GPU options (sm_90a): mma.sync where
 /// the default is wgmma, unequal head dims, and wgmma tiles other than the
 /// default ones (GpuCompileOptions fields; 0 and "default" keep defaults).

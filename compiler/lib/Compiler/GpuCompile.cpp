@@ -18,6 +18,7 @@
 #include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/HeadDim.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
@@ -58,6 +59,33 @@ static void useCudaToolkitForLibdevice() {
   });
 }
 
+/// The dynamic shared memory of \p tc's kernel for \p spec: the forward's
+/// tiles have the padded head dims (HeadDim.h; the backward and decode
+/// kernels take multiples of 16 only).
+static int64_t forwardTileBytes(const AttentionSpec &spec,
+                                const GpuTileConfig &tc) {
+  return tc.sharedBytes(paddedHeadDim(spec.headDimQK),
+                        paddedHeadDim(spec.headDimV));
+}
+
+/// Head dims up to 256; the forward pads those that are not multiples of 16
+/// to one in shared memory (mma.sync kernels; wgmma's are refused by
+/// validateForGpu), the backward and the decode kernel take multiples of 16.
+static void validateHeadDims(const AttentionSpec &spec, KernelKind kind) {
+  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
+                          std::pair{"head_dim_v", spec.headDimV}}) {
+    if (d > 256)
+      throw UserError(fmt::format("{} = {} is not supported on the GPU "
+                                  "(at most 256)",
+                                  field, d));
+    if (d % 16 != 0 && kind != KernelKind::Forward)
+      throw UserError(fmt::format("{} = {} is not supported by the GPU {} "
+                                  "(multiples of 16 up to 256; the forward "
+                                  "takes any head dim up to 256)",
+                                  field, d, toString(kind)));
+  }
+}
+
 void validateForGpu(const AttentionSpec &spec,
                     const GpuCompileOptions &options) {
   spec.validate();
@@ -74,13 +102,8 @@ void validateForGpu(const AttentionSpec &spec,
   if (spec.dtypeQ == DType::F32)
     throw UserError("dtype = fp32 is not supported on the GPU (fp16 or "
                     "bf16; the CPU backend takes fp32)");
-  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
-                          std::pair{"head_dim_v", spec.headDimV}})
-    if (d % 16 != 0 || d > 256)
-      throw UserError(fmt::format("{} = {} is not supported on the GPU "
-                                  "(multiples of 16 up to 256)",
-                                  field, d));
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
+  validateHeadDims(spec, tc.kind);
   if (tc.kind == KernelKind::Backward) {
     if (options.mma == GpuMma::WgmmaTma || options.mma == GpuMma::WgmmaTmaWs)
       throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
@@ -161,7 +184,7 @@ void validateForGpu(const AttentionSpec &spec,
       if (d % 64 != 0)
         throw UserError(fmt::format("{} = {} is not supported by mma = "
                                     "wgmma (multiples of 64; mma.sync takes "
-                                    "multiples of 16)",
+                                    "any head dim up to 256)",
                                     field, d));
     if (tc.rowsPerWarp != 16)
       throw UserError(fmt::format(
@@ -193,7 +216,7 @@ void validateForGpu(const AttentionSpec &spec,
         "(two consumer warpgroups beside the producer, 240 and 24 "
         "registers per thread), not {} and {}",
         tc.numWarps, tc.minBlocksPerSM));
-  int64_t smem = tc.sharedBytes(spec.headDimQK, spec.headDimV);
+  int64_t smem = forwardTileBytes(spec, tc);
   const int64_t limit = options.arch == "sm_80" ? 166912 : 232448;
   if (smem > limit)
     throw UserError(fmt::format("block_n = {} with {} warps needs {} bytes "
@@ -208,7 +231,7 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   image.name = spec.variant.name();
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
   image.config = tc;
-  image.sharedBytes = int(tc.sharedBytes(spec.headDimQK, spec.headDimV));
+  image.sharedBytes = int(forwardTileBytes(spec, tc));
 
   useCudaToolkitForLibdevice();
   StopWatch total, w;

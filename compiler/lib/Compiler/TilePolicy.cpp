@@ -170,6 +170,14 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
       ((varlen && std::max(spec.headDimQK, spec.headDimV) > 64) ||
        (blockSparse && masked)))
     c = mmaSyncBase(arch);
+  // Odd head dims load element by element (SharedTile.cpp), each load's
+  // addresses live beside S and O: softcap at 59 spilled 32 bytes with 4
+  // warps of 32 rows, ALiBi at 111 4 bytes with 64-key tiles. 8 warps of 16
+  // rows and 32-key tiles assemble clean (gpu_codegen).
+  if (spec.headDimQK % 2 || spec.headDimV % 2) {
+    c = mmaSyncBase(arch);
+    c.blockN = 32;
+  }
   return c;
 }
 

@@ -17,6 +17,7 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/HeadDim.h"
 #include "flashjit/runtime/JitLink.h"
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Ptxas.h"
@@ -24,6 +25,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -186,6 +188,72 @@ TEST_CASE("every option kernel assembles with no spills", "[gpu-codegen]") {
     CHECK(f->clean());
     CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit(o.arch));
   }
+}
+
+TEST_CASE("head dims that are not multiples of 16: padded mma.sync forward "
+          "kernels with predicated loads and stores, no spills",
+          "[gpu-codegen]") {
+  // A cp.async whose source size is a register (zero-fill where the piece
+  // lies past the head dim or the sequence), of \p bytes bytes.
+  auto zfillCopy = [](int bytes) {
+    return std::regex(
+        "cp\\.async\\.c[ag]\\.shared\\.global(\\.L2::[0-9]+B)? "
+        "\\[%r[d0-9]+(\\+[0-9]+)?\\], \\[%rd[0-9]+(\\+[0-9]+)?\\], " +
+        std::to_string(bytes) + ", %r[0-9]+;");
+  };
+  const std::regex u16Load("ld\\.global(\\.nc)?\\.[ub]16 ");
+  const std::regex u16Store("st\\.global\\.[ub]16 ");
+  int checked = 0;
+  for (const testing::SparseKernel &k : testing::paddedKernels())
+    for (std::string arch : {"sm_80", "sm_90a"}) {
+      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.varlen = k.varlen;
+      o.blockSparse = k.blockSparse;
+      GpuKernelImage img = compileGpu(k.spec, o);
+      CHECK_FALSE(img.config.wgmma);
+      CHECK(img.sharedBytes ==
+            img.config.sharedBytes(paddedHeadDim(k.spec.headDimQK),
+                                   paddedHeadDim(k.spec.headDimV)));
+      CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      CHECK(runtime::gpuLaunchConfigMismatch(k.spec, img.info(), img.ptx) ==
+            "");
+      // Loads of the head dim's vector width: 2-byte plain loads where it
+      // is odd (none elsewhere), else cp.async of 2 * vec bytes.
+      bool odd = k.spec.headDimQK % 2 || k.spec.headDimV % 2;
+      CHECK(std::regex_search(img.ptx, u16Load) == odd);
+      for (int d : {k.spec.headDimQK, k.spec.headDimV}) {
+        int vec = headDimVectorElems(d);
+        if (vec > 1)
+          CHECK(std::regex_search(img.ptx, zfillCopy(2 * vec)));
+      }
+      // O: 2-byte stores exactly where head_dim_v is odd.
+      CHECK(std::regex_search(img.ptx, u16Store) == bool(k.spec.headDimV % 2));
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      const runtime::PtxasFunctionReport *f = r.find(img.name);
+      REQUIRE(f);
+      INFO(r.log);
+      CHECK(f->clean());
+      CHECK(f->registers <= 255);
+      CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit(arch));
+      ++checked;
+    }
+  CHECK(checked == 22);
+  // wgmma takes multiples of 64 only: asked for by name, refused.
+  GpuCompileOptions w;
+  w.mma = GpuMma::Wgmma;
+  CHECK_THROWS_WITH(
+      compileGpu(testing::matrixSpec("none", 59, DType::BF16, 2, 2), w),
+      Catch::Contains("head_dim_qk = 59") && Catch::Contains("wgmma"));
+  w.mma = GpuMma::WgmmaTmaWs;
+  CHECK_THROWS_WITH(
+      compileGpu(testing::matrixSpec("none", 111, DType::BF16, 2, 2), w),
+      Catch::Contains("head_dim_qk = 111"));
+  // Above 256: refused on every path.
+  CHECK_THROWS_WITH(
+      compileGpu(testing::matrixSpec("none", 257, DType::BF16, 2, 2)),
+      Catch::Contains("head_dim_qk = 257"));
 }
 
 TEST_CASE("varlen and masked block-sparse defaults keep 8 warps of 16 rows",
@@ -500,8 +568,20 @@ TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
   AttentionSpec mixed = s;
   mixed.dtypeO = DType::F16;
   CHECK_THROWS_WITH(compileGpu(mixed, o), Catch::Contains("one dtype"));
+  // Head dims that are not multiples of 16: the forward pads them, the
+  // backward and the decode kernel refuse them by name and value.
   AttentionSpec d40 = testing::matrixSpec("none", 40, DType::BF16, 1, 1);
-  CHECK_THROWS_WITH(compileGpu(d40, o), Catch::Contains("head_dim_qk = 40"));
+  for (KernelKind kind : {KernelKind::Backward, KernelKind::Decode}) {
+    GpuCompileOptions k = o;
+    k.kind = kind;
+    CHECK_THROWS_WITH(compileGpu(d40, k), Catch::Contains("head_dim_qk = 40") &&
+                                              Catch::Contains(toString(kind)));
+  }
+  AttentionSpec v59 = testing::matrixSpec("none", 64, DType::BF16, 1, 1);
+  v59.headDimV = 59;
+  GpuCompileOptions bwd = o;
+  bwd.kind = KernelKind::Backward;
+  CHECK_THROWS_WITH(compileGpu(v59, bwd), Catch::Contains("head_dim_v = 59"));
   AttentionSpec d512 = testing::matrixSpec("none", 512, DType::BF16, 1, 1);
   CHECK_THROWS_WITH(compileGpu(d512, o), Catch::Contains("head_dim_qk = 512"));
   o.blockN = 24;

@@ -20,6 +20,7 @@
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 #include "flashjit/Conversion/Passes.h"
 #include "flashjit/Dialect/Attn/IR/Attn.h"
+#include "flashjit/runtime/HeadDim.h"
 
 // The pass's dependent dialects (Passes.td).
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -70,13 +71,24 @@ struct ConvertAttnToNVVM
                        "dtype (bf16 or fp16)");
         return signalPassFailure();
       }
+      // Forward kernels pad other head dims to a multiple of 16 in shared
+      // memory (FlashForwardKernel.h: tensorHeadDimQK/V).
+      if (c.kind == KernelKind::Forward && !c.wgmma &&
+          (c.headDimQK % 16 || c.headDimV % 16) && c.headDimQK >= 1 &&
+          c.headDimV >= 1) {
+        c.tensorHeadDimQK = c.headDimQK;
+        c.tensorHeadDimV = c.headDimV;
+        c.headDimQK = paddedHeadDim(c.headDimQK);
+        c.headDimV = paddedHeadDim(c.headDimV);
+      }
       if (c.headDimQK % 16 || c.headDimV % 16 || c.headDimQK > 256 ||
           c.headDimV > 256 || c.blockN % 16 || c.blockN <= 0 ||
           c.blockN > 128 || (c.numWarps != 4 && c.numWarps != 8) ||
           c.minBlocksPerSM < 1 || c.minBlocksPerSM > 4 ||
           (c.rowsPerWarp != 16 && c.rowsPerWarp != 32)) {
         op.emitOpError("unsupported GPU kernel shape: head dims must be "
-                       "multiples of 16 up to 256, block-n a multiple of 16 "
+                       "multiples of 16 up to 256 (mma.sync forward "
+                       "kernels: any up to 256), block-n a multiple of 16 "
                        "up to 128, num-warps 4 or 8, min-blocks-per-sm 1 to "
                        "4, rows-per-warp 16 or 32");
         return signalPassFailure();

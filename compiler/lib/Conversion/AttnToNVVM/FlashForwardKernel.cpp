@@ -408,7 +408,10 @@ void ForwardKernelBuilder::epilogue(ValueRange fin) {
           ops.pack(ops.fmul(fin[a0], f.inv), ops.fmul(fin[a0 + 1], f.inv));
       Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jd * 8));
       Value p = ops.gepBytes(rowBase, ops.ext64(ops.mul(col, ops.ci32(2))));
-      LLVM::StoreOp::create(b, v, p, /*alignment=*/4);
+      if (c.tensorV() != c.headDimV)
+        storePaddedO(v, p, col, jd);
+      else
+        LLVM::StoreOp::create(b, v, p, /*alignment=*/4);
     }
     if (!c.returnLse)
       continue;
@@ -419,6 +422,32 @@ void ForwardKernelBuilder::epilogue(ValueRange fin) {
                 ops.mul(ops.ext64(row), lS[2]));
     Value p = ops.gepBytes(lsePtr, ops.mul(off, ops.ci64(4)));
     LLVM::StoreOp::create(b, lse, p, /*alignment=*/4);
+  }
+}
+
+void ForwardKernelBuilder::storePaddedO(Value v, Value p, Value col, int jd) {
+  const int dv = c.tensorV();
+  if (dv % 2 == 0) {
+    // Both columns lie in the row or both past it.
+    if (jd * 8 + 8 <= dv)
+      LLVM::StoreOp::create(b, v, p, /*alignment=*/4);
+    else
+      ops.ifThen(ops.cmp(arith::CmpIPredicate::slt, col, ops.ci32(dv)),
+                 [&] { LLVM::StoreOp::create(b, v, p, /*alignment=*/4); });
+    return;
+  }
+  // Odd rows: 2-byte aligned, one store per column.
+  for (int e = 0; e < 2; ++e) {
+    Value half = arith::TruncIOp::create(
+        b, b.getI16Type(),
+        e ? arith::ShRUIOp::create(b, v, ops.ci32(16)).getResult() : v);
+    Value pe = ops.gepBytes(p, int64_t(2 * e));
+    if (jd * 8 + 8 <= dv)
+      LLVM::StoreOp::create(b, half, pe, /*alignment=*/2);
+    else
+      ops.ifThen(ops.cmp(arith::CmpIPredicate::slt, ops.add(col, ops.ci32(e)),
+                         ops.ci32(dv)),
+                 [&] { LLVM::StoreOp::create(b, half, pe, /*alignment=*/2); });
   }
 }
 

@@ -93,6 +93,10 @@ private:
                                          Value poisoned);
   /// The threads that compute (the votes' barrier group).
   VoteGroup computeGroup() const;
+  /// Padded tiles (tensorV() below headDimV): stores the two packed 16-bit
+  /// values \p v of O columns \p col, col + 1 (fragment column block \p jd)
+  /// at \p p, only those below tensorV(); 2-byte stores where it is odd.
+  void storePaddedO(Value v, Value p, Value col, int jd);
 
   /// (mayBeFalse, mayBeTrue) of key tile \p j for this CTA's query tile.
   std::pair<Value, Value> classify(Value j);

@@ -66,7 +66,7 @@ void ForwardKernelBuilder::locate() {
   if (!c.tma) {
     // Q tile: loaded once.
     loadTileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ, c.blockM(),
-                  D, mma->swizzled());
+                  D, mma->swizzled(), c.tensorQK());
     NVVM::CpAsyncCommitGroupOp::create(b);
     mma->prepare(sQ, sK, sV);
     return;
@@ -114,9 +114,9 @@ void ForwardKernelBuilder::loadKV(Value j, Value stage) {
     return;
   }
   loadTileAsync(ops, tid, nthreads, ops.gepBytes(sK, off), kBase, kS[2], kv0,
-                seqlenK, c.blockN, c.headDimQK, mma->swizzled());
+                seqlenK, c.blockN, c.headDimQK, mma->swizzled(), c.tensorQK());
   loadTileAsync(ops, tid, nthreads, ops.gepBytes(sV, off), vBase, vS[2], kv0,
-                seqlenK, c.blockN, c.headDimV, mma->swizzled());
+                seqlenK, c.blockN, c.headDimV, mma->swizzled(), c.tensorV());
   NVVM::CpAsyncCommitGroupOp::create(b);
 }
 

@@ -32,10 +32,14 @@ mlir::Value tileOffset(KernelOps &ops, mlir::Value row, mlir::Value col,
 /// i64) into shared memory at \p smem, in the layout of tileOffset; rows at
 /// or past \p seqlen are zero-filled (source size 0, nothing read). The
 /// \p nthreads threads of the CTA (thread index \p tid) share the chunks.
+/// \p cols (0: \p dim): the tensor's head dim where it is below the
+/// tile's (a padded tile): each load then moves headDimVectorElems(cols)
+/// elements (cp.async of 16, 8 or 4 bytes, or a plain 2-byte load and
+/// store), and columns at or past \p cols are zero-filled without a read.
 void loadTileAsync(KernelOps &ops, mlir::Value tid, int nthreads,
                    mlir::Value smem, mlir::Value gBase, mlir::Value stride,
                    mlir::Value row0, mlir::Value seqlen, int rows, int dim,
-                   bool swizzled);
+                   bool swizzled, int cols = 0);
 
 } // namespace flashjit::nvvm
 

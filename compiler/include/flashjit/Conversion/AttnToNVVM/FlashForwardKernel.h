@@ -29,8 +29,18 @@ namespace flashjit::nvvm {
 /// fixes.
 struct KernelShape : flashjit::KernelConfig {
   std::string name = "flash_fwd";
+  /// Head dims of the shared-memory tiles and the MMAs: multiples of 16.
   int headDimQK = 128;
   int headDimV = 128;
+  /// Head dims of the tensors (forward kernels only; 0: headDimQK /
+  /// headDimV): where they are below the tile's (paddedHeadDim), loads are
+  /// predicated at the tensor's last column and zero-fill the rest, O's
+  /// stores stop there.
+  int tensorHeadDimQK = 0;
+  int tensorHeadDimV = 0;
+  /// The tensors' head dims (tensorHeadDimQK/V, else the tiles').
+  int tensorQK() const { return tensorHeadDimQK ? tensorHeadDimQK : headDimQK; }
+  int tensorV() const { return tensorHeadDimV ? tensorHeadDimV : headDimV; }
   /// bf16 operands, else fp16 (Q, K, V and O share the dtype).
   bool bf16 = true;
   bool returnLse = true;
