@@ -8,7 +8,10 @@
 # "tests memcheck bench peers") picks steps. DECODE_BASE_KERNELS (pack) names
 # a directory of decode kernels made by an earlier build's
 # gen_decode_kernels: they travel too and `bench` times them first, with
-# the same test binary (before/after numbers of a kernel change).
+# the same test binary (before/after numbers of a kernel change). Step
+# `split` (not in the default): ncu on [.decodesplit] (the split and merge
+# kernels of a call timed apart, DRAM bytes, instructions, registers) with
+# the new kernels, and with the base kernels when DECODE_SPLIT_BASE=1.
 set -uo pipefail
 cmd=${1:?usage: decode-device.sh pack|run DIR}
 dir=${2:?usage: decode-device.sh pack|run DIR}
@@ -78,6 +81,20 @@ run)
     echo "=== bench"
     timeout 80 "$bin" "[.decodebench]" 2>&1 | tee "$out/bench.log" |
       grep -E "DECODE|FAIL|error" | head -60
+  fi
+  if [[ $steps == *" split "* ]]; then
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    kinds=new
+    [[ ${DECODE_SPLIT_BASE:-0} == 1 && -d $dir/kernels-base ]] && kinds="base new"
+    for kind in $kinds; do
+      kd=$dir/kernels
+      [[ $kind == base ]] && kd=$dir/kernels-base
+      echo "=== split ($kind kernels, ncu)"
+      FLASHJIT_DECODE_KERNELS=$kd timeout 120 "$ncu" --clock-control none \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
+        --kernel-name regex:'^dec_' "$bin" "[.decodesplit]" >"$out/split-$kind.log" 2>&1
+      grep -E "^  dec_|gpu__time|inst_executed|DECODESPLIT" "$out/split-$kind.log" | head -90
+    done
   fi
   if [[ $steps == *" peers "* ]]; then
     echo "=== peers"

@@ -406,7 +406,13 @@ TEST_CASE("one decode kernel object on several streams and threads at once",
 TEST_CASE("decode bandwidth", "[.decodebench]") {
   // bf16, D = 128, GQA 32/8 (and MQA 32/1: dec_dense_mqa32), q_len 1 (and
   // 4, 16): TB/s of K + V bytes read (B * Nk * heads_kv * 128 * 2 bytes *
-  // 2), median of 20 runs. The sliding window (300 keys back) reads only
+  // 2), median of 20 runs timed as the peers' triton.testing.do_bench
+  // times them (bench/decode_peers.py): a 256 MiB memset flushes the L2
+  // before each call, CUDA events around the call, no host wait between
+  // calls, so the host's launch work overlaps the GPU's and the time is the
+  // GPU's. The last column is the same call timed alone (events, then a
+  // wait: the host's work before the first launch counts too, ~10 us at
+  // B = 1). The sliding window (300 keys back) reads only
   // its window: its rows also give TB/s over the window's 301 keys, and a
   // dense row over Nk = 320 (the five 64-key tiles the window spans) is
   // the "same bytes" dense time to compare it with.
@@ -437,17 +443,46 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
           CUDA_SUCCESS)
         FAIL("cuMemcpyHtoD");
   };
-  auto time = [&](auto &&call) {
-    call(); // warm-up
-    std::vector<float> ms;
-    EventTimer timer(dev);
-    for (int r = 0; r < 20; ++r) {
-      timer.start();
-      call();
-      ms.push_back(timer.stopMs());
-    }
+  DeviceBuffer flush(dev, size_t(256) << 20);
+  auto median = [](std::vector<float> ms) {
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
+  };
+  // (do_bench-style ms, synchronous ms) of \p call, medians of 20.
+  auto time = [&](auto &&call) {
+    call(); // warm-up
+    const int reps = 20;
+    std::vector<CUevent> ev(2 * reps);
+    for (CUevent &e : ev)
+      REQUIRE(Driver::get().cuEventCreate(&e, CU_EVENT_DEFAULT) ==
+              CUDA_SUCCESS);
+    REQUIRE(Driver::get().cuCtxSynchronize() == CUDA_SUCCESS);
+    for (int r = 0; r < reps; ++r) {
+      REQUIRE(Driver::get().cuMemsetD8Async(flush.ptr(), 0, flush.size(),
+                                            nullptr) == CUDA_SUCCESS);
+      REQUIRE(Driver::get().cuEventRecord(ev[2 * r], nullptr) == CUDA_SUCCESS);
+      call();
+      REQUIRE(Driver::get().cuEventRecord(ev[2 * r + 1], nullptr) ==
+              CUDA_SUCCESS);
+    }
+    REQUIRE(Driver::get().cuCtxSynchronize() == CUDA_SUCCESS);
+    std::vector<float> queued;
+    for (int r = 0; r < reps; ++r) {
+      float ms = 0;
+      REQUIRE(Driver::get().cuEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]) ==
+              CUDA_SUCCESS);
+      queued.push_back(ms);
+    }
+    for (CUevent e : ev)
+      Driver::get().cuEventDestroy(e);
+    std::vector<float> alone;
+    EventTimer timer(dev);
+    for (int r = 0; r < reps; ++r) {
+      timer.start();
+      call();
+      alone.push_back(timer.stopMs());
+    }
+    return std::pair{median(queued), median(alone)};
   };
   // One row: kernel \p k over batch x nk keys (page size ps, 0: the
   // contiguous [B, Nk, Hkv, D] cache), TB/s over the bytes of
@@ -489,21 +524,23 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
     }
     TensorRef kv = view(kb), vv = view(vb);
     int splits = kernel.defaultNumSplits(batch, qLen, nk);
-    float ms = time([&] {
+    auto [ms, msAlone] = time([&] {
       kernel.run(q.deviceRef, kv, vv, *table, o.deviceRef, nullptr, va.device);
     });
     const int64_t keys = countedKeys ? countedKeys : nk;
     const double kvBytes = double(batch) * keys * hk * d * 2 * 2;
     const double flops = 4.0 * batch * hq * qLen * double(keys) * d;
     std::printf("DECODE %-15s B=%-3lld Nk=%-6lld q_len=%-2lld %-10s "
-                "splits=%-3d %8.3f ms %6.2f TB/s %7.1f TF/s h=%lld/%lld%s\n",
+                "splits=%-3d %8.3f ms %6.2f TB/s %7.1f TF/s h=%lld/%lld%s "
+                "(alone %.3f ms %.2f TB/s)\n",
                 k.id.c_str(), (long long)batch, (long long)nk, (long long)qLen,
                 ps ? fmt::format("page {}", ps).c_str() : "contiguous", splits,
                 ms, kvBytes / (ms * 1e-3) / 1e12, flops / (ms * 1e-3) / 1e12,
                 (long long)hq, (long long)hk,
                 countedKeys
                     ? fmt::format(" (over the {} keys read)", keys).c_str()
-                    : "");
+                    : "",
+                msAlone, kvBytes / (msAlone * 1e-3) / 1e12);
   };
   for (const char *id : {"dec_dense_g4", "dec_softcap_g4", "dec_alibi_g4",
                          "dec_window_g4", "dec_dense_mqa32"}) {
