@@ -17,9 +17,9 @@ attn.attention @f32 attributes {
 // -----
 
 // expected-error @+1 {{head dims must be multiples of 16 up to 256}}
-attn.attention @d40 attributes {
+attn.attention @d264 attributes {
     dtype_q = bf16, dtype_k = bf16, dtype_v = bf16, dtype_o = bf16,
-    head_dim_qk = 40 : i64, head_dim_v = 40 : i64, heads_q = 1 : i64,
+    head_dim_qk = 264 : i64, head_dim_v = 264 : i64, heads_q = 1 : i64,
     heads_kv = 1 : i64, scale = 0.125 : f32, return_lse = true,
     params = {}, buffers = {}} mask {
 ^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
