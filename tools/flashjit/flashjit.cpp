@@ -516,10 +516,10 @@ GpuMma gpuMma() {
 /// disk cache. The tile flags apply to the forward, and to the backward
 /// when it is the only kernel asked for (`--kernel bwd`); otherwise the
 /// backward takes its own tile rule.
-GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
-                          DiskCache &cache,
-                          KernelKind kind = KernelKind::Forward) {
-  GpuResult r;
+/// The GPU compile options of one kind of kernel for \p arch from the
+/// command line's flags (the bundle's checks before it compiles and the
+/// compile itself use the same).
+GpuCompileOptions gpuKindOptions(const std::string &arch, KernelKind kind) {
   GpuCompileOptions o;
   o.arch = arch;
   o.kind = kind;
@@ -539,6 +539,14 @@ GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
     o.numWarps = warps;
     o.rowsPerWarp = rowsPerWarp;
   }
+  return o;
+}
+
+GpuResult gpuThroughCache(const AttentionSpec &spec, const std::string &arch,
+                          DiskCache &cache,
+                          KernelKind kind = KernelKind::Forward) {
+  GpuResult r;
+  GpuCompileOptions o = gpuKindOptions(arch, kind);
   AttentionSpec s = kind == KernelKind::Backward ? backwardSpec(spec) : spec;
   r.key = gpuCacheKey(s, o); // validates first
   // The library's own verdict on a hit (configuration and PTX checked), so
@@ -1033,24 +1041,15 @@ int runBundle() {
             (void)cpuBackwardCacheKey(specs.back(), cpuOpts);
           continue;
         }
-        GpuCompileOptions o;
-        o.arch = arch;
-        o.blockN = blockN;
-        o.numWarps = warps;
-        o.mma = gpuMma();
-        validateForGpu(specs.back(), o);
-        if (wantBwd) {
-          GpuCompileOptions b;
-          b.arch = arch;
-          b.kind = KernelKind::Backward;
-          validateForGpu(backwardSpec(specs.back()), b);
-        }
-        if (wantDecode) {
-          GpuCompileOptions d;
-          d.arch = arch;
-          d.kind = KernelKind::Decode;
-          validateForGpu(specs.back(), d);
-        }
+        // The options the compile below uses (tile flags included where
+        // they apply).
+        validateForGpu(specs.back(), gpuKindOptions(arch, KernelKind::Forward));
+        if (wantBwd)
+          validateForGpu(backwardSpec(specs.back()),
+                         gpuKindOptions(arch, KernelKind::Backward));
+        if (wantDecode)
+          validateForGpu(specs.back(),
+                         gpuKindOptions(arch, KernelKind::Decode));
       }
     } catch (const UserError &e) {
       userError(fmt::format("bundle: --spec #{} '{}': {}", i + 1, specText[i],
