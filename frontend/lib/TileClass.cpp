@@ -12,6 +12,8 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Interpreter.h"
 
+#include "IntervalRange.h"
+
 #include <llvm/Support/Casting.h>
 
 #include <algorithm>
@@ -77,7 +79,7 @@ __int128 truncDiv(__int128 a, __int128 b) { return a / b; } // C truncation
 
 class IntervalEvaluator {
 public:
-  IntervalEvaluator(const TileBox &box, const Arguments &args,
+  IntervalEvaluator(const IndexBox &box, const Arguments &args,
                     const TileClassOptions &options)
       : box_(box), args_(args), options_(options) {}
 
@@ -149,9 +151,9 @@ private:
     case IndexVar::KvIdx:
       return AValue::range(box_.kv.lo, box_.kv.hi);
     case IndexVar::SeqlenQ:
-      return AValue::range(box_.seqlenQ, box_.seqlenQ);
+      return AValue::range(box_.seqlenQ.lo, box_.seqlenQ.hi);
     case IndexVar::SeqlenK:
-      return AValue::range(box_.seqlenK, box_.seqlenK);
+      return AValue::range(box_.seqlenK.lo, box_.seqlenK.hi);
     }
     throw InternalError("unknown IndexVar");
   }
@@ -290,12 +292,23 @@ private:
     }
   }
 
-  const TileBox &box_;
+  const IndexBox &box_;
   const Arguments &args_;
   const TileClassOptions &options_;
 };
 
 } // namespace
+
+std::optional<IndexRange> detail::integerRange(const Expr &e,
+                                               const IndexBox &box,
+                                               const Arguments &args) {
+  if (!isInteger(e.type()))
+    return std::nullopt;
+  AValue v = IntervalEvaluator(box, args, TileClassOptions{}).eval(e);
+  if (!v.bounded)
+    return std::nullopt;
+  return IndexRange{static_cast<int64_t>(v.lo), static_cast<int64_t>(v.hi)};
+}
 
 TileClass classifyTile(const Expr &mask, const TileBox &box,
                        const Arguments &args, const TileClassOptions &options) {
@@ -303,7 +316,13 @@ TileClass classifyTile(const Expr &mask, const TileBox &box,
     throw UserError("classifyTile needs a bool mask");
   if (box.q.lo > box.q.hi || box.kv.lo > box.kv.hi)
     return TileClass::Empty;
-  AValue v = IntervalEvaluator(box, args, options).eval(mask);
+  IndexBox leaves{box.batch,
+                  box.head,
+                  box.q,
+                  box.kv,
+                  {box.seqlenQ, box.seqlenQ},
+                  {box.seqlenK, box.seqlenK}};
+  AValue v = IntervalEvaluator(leaves, args, options).eval(mask);
   if (!v.canFalse)
     return TileClass::Full;
   if (!v.canTrue)

@@ -57,6 +57,17 @@ struct TileBox {
   int64_t seqlenK = 0;
 };
 
+/// The ranges of all six index leaves (a TileBox whose seqlens may vary
+/// too: a varlen or decode call's sequences of several lengths).
+struct IndexBox {
+  IndexRange batch;
+  IndexRange head;
+  IndexRange q;
+  IndexRange kv;
+  IndexRange seqlenQ;
+  IndexRange seqlenK;
+};
+
 /// The most indices the buffer-range rule reads for one buffer read of one
 /// tile. 1024 covers a q or kv tile side (at most 128 in every kernel) with
 /// room to spare, and bounds the scan at a quarter of the elements of a
