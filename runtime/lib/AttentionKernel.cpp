@@ -10,6 +10,7 @@
 #include "flashjit/runtime/Launch.h"
 #include "flashjit/runtime/Ptxas.h"
 
+#include "BufferCheck.h"
 #include "Check.h"
 #include "GpuTensorChecks.h"
 
@@ -74,6 +75,7 @@ GpuAttentionKernel::GpuAttentionKernel(AttentionSpec spec, GpuKernelInfo info,
   size_t buffers = spec_.variant.buffers().size();
   if (buffers)
     status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
+  reads_ = BufferReads::of(spec_.variant);
 }
 
 namespace detail {
@@ -324,6 +326,7 @@ void GpuAttentionKernel::checkStatus(const Arguments &args,
   std::vector<BufferDecl> buffers = spec_.variant.buffers();
   if (buffers.empty())
     return;
+  checkSyncs_.fetch_add(1);
   FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
   std::vector<int32_t> flags(buffers.size());
   status_.copyToHost(flags.data(), flags.size() * sizeof(int32_t));
@@ -359,9 +362,18 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
     return; // nothing to write
 
   device_->makeCurrent();
+  // The status flags are checked (a synchronisation) only when some buffer
+  // read is not proven in range for this call (BufferCheck.h).
+  const bool check =
+      !reads_.empty() &&
+      detail::needsStatusCheck(
+          reads_,
+          c.cu
+              ? detail::varlenPositions(c.headsQ, c.cu->hostQ(), c.cu->hostK())
+              : detail::densePositions(c.headsQ, c.batch, c.seqlenQ, c.seqlenK),
+          args);
   std::unique_lock<std::mutex> lock(statusMutex_, std::defer_lock);
-  bool hasBuffers = !spec_.variant.buffers().empty();
-  if (hasBuffers) {
+  if (check) {
     lock.lock(); // the status flags are shared by concurrent runs
     status_.fill(0);
   }
@@ -416,7 +428,8 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
   cfg.dynamicSharedBytes = static_cast<unsigned>(info_.sharedBytes);
   cfg.stream = stream;
   launch(function_, cfg, a);
-  checkStatus(args, stream);
+  if (check)
+    checkStatus(args, stream);
 }
 
 DeviceBlockMask GpuAttentionKernel::buildBlockMask(int64_t batch,
@@ -494,8 +507,17 @@ DeviceBlockMask GpuAttentionKernel::build(int64_t batch, int64_t seqlenQ,
   if (rows == 0)
     return out;
 
+  // The builder evaluates the mask at the (batch, head) rows of the mask's
+  // extents (m.batch, m.heads), at in-range positions only.
+  const bool check =
+      !reads_.empty() &&
+      detail::needsStatusCheck(
+          reads_,
+          cu ? detail::varlenPositions(m.heads, cu->hostQ(), cu->hostK())
+             : detail::densePositions(m.heads, m.batch, seqlenQ, seqlenK),
+          args);
   std::unique_lock<std::mutex> lock(statusMutex_, std::defer_lock);
-  if (!spec_.variant.buffers().empty()) {
+  if (check) {
     lock.lock();
     status_.fill(0);
   }
@@ -521,7 +543,8 @@ DeviceBlockMask GpuAttentionKernel::build(int64_t batch, int64_t seqlenQ,
   cfg.dynamicSharedBytes = static_cast<unsigned>(smem);
   cfg.stream = stream;
   launch(builder_, cfg, a);
-  checkStatus(args, stream);
+  if (check)
+    checkStatus(args, stream);
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Launch.h"
 
+#include "BufferCheck.h"
 #include "Check.h"
 
 #include <fmt/format.h>
@@ -220,6 +221,7 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
   decode_ = module_.function(info_.name + abi::gpu::kDecodeSuffix);
   merge_ = module_.function(info_.name + abi::gpu::kDecodeMergeSuffix);
   decode_.setMaxDynamicSharedBytes(info_.sharedBytes);
+  reads_ = BufferReads::of(spec_.variant);
 }
 
 int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
@@ -341,7 +343,14 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   const CUdeviceptr oPart = work.ptr() + ws.oPart,
                     lsePart = work.ptr() + ws.lsePart,
                     status = work.ptr() + ws.status;
-  if (hasBuffers)
+  // The flags are cleared and checked (a synchronisation) only when some
+  // read is not proven in range for this call (BufferCheck.h).
+  const bool check =
+      hasBuffers &&
+      detail::needsStatusCheck(
+          reads_, detail::decodePositions(s.headsQ, s.qLen, table.seqLens()),
+          args);
+  if (check)
     FLASHJIT_CHECK(Driver::get().cuMemsetD8Async(
         status, 0, buffers.size() * sizeof(int32_t), stream));
 
@@ -411,7 +420,8 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   mc.stream = stream;
   launch(merge_, mc, m);
 
-  if (hasBuffers) {
+  if (check) {
+    checkSyncs_.fetch_add(1);
     FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
     std::vector<int32_t> flags(buffers.size());
     copyDeviceToHost(*device_, flags.data(),

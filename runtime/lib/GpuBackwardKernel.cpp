@@ -13,6 +13,7 @@
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Launch.h"
 
+#include "BufferCheck.h"
 #include "Check.h"
 #include "GpuTensorChecks.h"
 
@@ -64,6 +65,7 @@ GpuAttentionBackwardKernel::GpuAttentionBackwardKernel(AttentionSpec spec,
   size_t buffers = spec_.variant.buffers().size();
   if (buffers)
     status_ = DeviceBuffer(device, buffers * sizeof(int32_t));
+  reads_ = BufferReads::of(spec_.variant, /*backward=*/true);
 }
 
 /// The launch-level facts of one backward call, dense or varlen.
@@ -416,8 +418,16 @@ DataGradients GpuAttentionBackwardKernel::launchBackward(
       turns_ = DeviceBuffer(*device_, std::max<size_t>(n * 4, 4));
     turns = reinterpret_cast<void *>(turns_.ptr());
   }
-  bool hasBuffers = !spec_.variant.buffers().empty();
-  if (hasBuffers)
+  // Reads and gradient writes proven in range set no flag: no check.
+  const bool check =
+      !reads_.empty() &&
+      detail::needsStatusCheck(
+          reads_,
+          c.cu
+              ? detail::varlenPositions(s.headsQ, c.cu->hostQ(), c.cu->hostK())
+              : detail::densePositions(s.headsQ, s.batch, s.seqlenQ, s.seqlenK),
+          args);
+  if (check)
     status_.fill(0);
 
   KernelArgs a;
@@ -493,9 +503,11 @@ DataGradients GpuAttentionBackwardKernel::launchBackward(
   }
   if (s.seqlenQ > 0)
     launch(post_, rowCfg, a);
-  if (hasBuffers || gradFloats > 0)
+  if (check)
+    checkSyncs_.fetch_add(1);
+  if (check || gradFloats > 0)
     FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
-  if (hasBuffers) {
+  if (check) {
     std::vector<int32_t> flags(buffers.size());
     status_.copyToHost(flags.data(), flags.size() * sizeof(int32_t));
     for (size_t i = 0; i < buffers.size(); ++i)

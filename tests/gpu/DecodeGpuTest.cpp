@@ -146,7 +146,44 @@ TEST_CASE("decode kernels match the float64 paged reference", "[gpu][decode]") {
       checkPaged(dev, *kernel, k.spec, lens[i % 3], ps, qLens[(i + r) % 4],
                  r % 2 == 0, i % 3 == 1, splits, seed + i);
     }
+    // ALiBi's slopes[head] with heads_q slopes: proven, no call waited.
+    CHECK(kernel->bufferCheckSyncs() == 0);
   }
+}
+
+TEST_CASE("decode: a proven call skips the status check; a buffer too short "
+          "is still reported",
+          "[gpu][decode][buffer_bounds]") {
+  Device &dev = Device::get(0);
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  testing::DecodeKernel k;
+  for (const testing::DecodeKernel &d : testing::decodeKernels())
+    if (d.id == "dec_alibi_g4")
+      k = d;
+  REQUIRE(k.id == "dec_alibi_g4");
+  const AttentionSpec &a = k.spec;
+  auto kernel = loadDecode(k, dev);
+  checkPaged(dev, *kernel, a, {300, 5}, 16, 4, true, false, 0, seed);
+  CHECK(kernel->bufferCheckSyncs() == 0);
+  std::mt19937_64 rng(seed);
+  PagedCase pc(rng, 16, {300, 5});
+  DevicePageTable table(pc.list(true), dev);
+  GpuTensor q(dev, a.dtypeQ, {2, a.headsQ, 4, a.headDimQK}),
+      kc(dev, a.dtypeK, {pc.numPages, a.headsKV, 16, a.headDimQK}),
+      vc(dev, a.dtypeV, {pc.numPages, a.headsKV, 16, a.headDimV}),
+      o(dev, a.dtypeO, {2, a.headsQ, 4, a.headDimV});
+  test::VariantArgs va(dev, a, 4, 300);
+  Arguments shortArgs = va.device;
+  shortArgs.buffers.at("slopes").size = a.headsQ - 1;
+  CHECK_THROWS_WITH(kernel->run(q.deviceRef, kc.deviceRef, vc.deviceRef, table,
+                                o.deviceRef, nullptr, shortArgs),
+                    Catch::Contains("buffer 'slopes' was read outside [0, " +
+                                    std::to_string(a.headsQ - 1) + ")"));
+  CHECK(kernel->bufferCheckSyncs() == 1);
+  // Proven again: no wait, the flag the short call left is not reported.
+  checkPaged(dev, *kernel, a, {300, 5}, 16, 4, true, false, 3, seed + 1);
+  CHECK(kernel->bufferCheckSyncs() == 1);
 }
 
 TEST_CASE("decode over a contiguous cache and with many empty splits",

@@ -64,7 +64,59 @@ TEST_CASE("generated kernels match the float64 reference on the matrix",
       test::checkShape(dev, test::runWith(*kernel), k.spec, 1 + i % 2, sq, sk,
                        i % 2, seed + i);
     }
+    // VariantArgs sizes every buffer for its reads, so the reads are proven
+    // in range and no call waited for the status check.
+    CHECK(kernel->bufferCheckSyncs() == 0);
   }
+}
+
+TEST_CASE("buffer reads proven in range skip the status check; a buffer too "
+          "short is still reported",
+          "[gpu][generated][buffer_bounds]") {
+  // README, "Buffer reads": a call whose reads are proven in range before
+  // the launch does not wait for the status flags; one whose buffer is one
+  // element short waits and throws; a proven call after it neither reports
+  // the flag left set nor computes differently.
+  Device &dev = Device::get(0);
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  const int64_t sq = 130, sk = 77;
+  int tested = 0;
+  for (const testing::MatrixKernel &k : testing::kernelMatrix()) {
+    if ((k.variant != "alibi" && k.variant != "doc_id" &&
+         k.variant != "rel_bias") ||
+        k.spec.headDimQK != 64 || k.spec.dtypeQ != DType::BF16 || !selected(k))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = load(k, dev);
+    test::checkShape(dev, test::runWith(*kernel), k.spec, 2, sq, sk, 0, seed);
+    CHECK(kernel->bufferCheckSyncs() == 0);
+    // Reads: slopes[head < heads_q], doc_id[q_idx < 130], table[0..32].
+    const std::string name = k.spec.variant.buffers().at(0).name;
+    const int64_t need = k.variant == "alibi"    ? k.spec.headsQ
+                         : k.variant == "doc_id" ? sq
+                                                 : 33;
+    const AttentionSpec &a = k.spec;
+    GpuTensor q(dev, a.dtypeQ, {2, a.headsQ, sq, a.headDimQK}),
+        kt(dev, a.dtypeK, {2, a.headsKV, sk, a.headDimQK}),
+        v(dev, a.dtypeV, {2, a.headsKV, sk, a.headDimV}),
+        o(dev, a.dtypeO, {2, a.headsQ, sq, a.headDimV}),
+        lse(dev, DType::F32, {2, a.headsQ, sq, 1}, 3);
+    test::VariantArgs va(dev, a, sq, sk);
+    Arguments shortArgs = va.device;
+    shortArgs.buffers.at(name).size = need - 1;
+    CHECK_THROWS_WITH(
+        kernel->run(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
+                    a.returnLse ? &lse.deviceRef : nullptr, shortArgs),
+        Catch::Contains("buffer '" + name + "' was read outside [0, " +
+                        std::to_string(need - 1) + ")"));
+    CHECK(kernel->bufferCheckSyncs() == 1);
+    test::checkShape(dev, test::runWith(*kernel), k.spec, 1, sq, sk, 1,
+                     seed + 1);
+    CHECK(kernel->bufferCheckSyncs() == 1);
+    ++tested;
+  }
+  CHECK(tested == 3);
 }
 
 TEST_CASE("kernels compiled with non-default options match the float64 "

@@ -11,6 +11,7 @@
 
 #include "flashjit/frontend/Arguments.h"
 #include "flashjit/frontend/BlockMask.h"
+#include "flashjit/frontend/BufferBounds.h"
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/Variant.h"
 #include "flashjit/runtime/DataGradients.h"
@@ -21,6 +22,8 @@
 
 #include <cuda.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -157,8 +160,10 @@ public:
   /// head_dim stride is 1, q/k/v rows start on 16-byte boundaries (data
   /// 16-byte aligned, other strides multiples of 8 elements), o and lse are
   /// 4-byte aligned with even o strides. Buffers in \p args must be device
-  /// memory. Asynchronous on \p stream, except that a variant reading
-  /// buffers synchronises the stream to check for out-of-range reads. Throws
+  /// memory. Asynchronous on \p stream, except that a call reading buffers
+  /// whose reads are not proven in range before the launch (BufferReads,
+  /// frontend/BufferBounds.h) synchronises the stream to check for
+  /// out-of-range reads. Throws
   /// UserError naming the bad field (also for batch or heads_q above 65535,
   /// or an out-of-range buffer read), DriverError if the launch fails.
   void run(const TensorRef &q, const TensorRef &k, const TensorRef &v,
@@ -201,7 +206,8 @@ public:
   /// arithmetic and, where that cannot decide, by evaluating the mask at
   /// each element; the result equals flashjit::referenceBlockMask. Extents
   /// follow blockMaskExtent. Asynchronous on \p stream, except that a mask
-  /// reading buffers synchronises to check for out-of-range reads. Throws
+  /// reading buffers not proven in range (as run()) synchronises to check
+  /// for out-of-range reads. Throws
   /// UserError unless the kernel is block-sparse and not varlen, for
   /// negative or too large sizes, bad arguments and out-of-range reads.
   DeviceBlockMask buildBlockMask(int64_t batch, int64_t seqlenQ,
@@ -219,6 +225,10 @@ public:
   const GpuKernelInfo &info() const { return info_; }
   /// The loaded function (registers, local memory: see Function).
   const Function &function() const { return function_; }
+  /// How many calls (run, runVarlen, the block-mask builders) so far
+  /// waited for the GPU to check their buffer reads' status flags; a call
+  /// whose reads were proven in range before the launch waits for none.
+  uint64_t bufferCheckSyncs() const { return checkSyncs_.load(); }
 
 private:
   struct ForwardCall;
@@ -247,6 +257,8 @@ private:
   Function builder_;            // block-sparse kernels: <name>_block_mask
   mutable DeviceBuffer status_; // out-of-range flags, one i32 per buffer
   mutable std::mutex statusMutex_;
+  BufferReads reads_; // the variant's buffer reads, bounded per call
+  mutable std::atomic<uint64_t> checkSyncs_{0};
 };
 
 /// How GpuAttentionBackwardKernel computes (FlashAttention's
@@ -292,8 +304,10 @@ public:
   /// zero where the score modifier does not read them), accumulated with
   /// fp32 atomics (their summation order, and so their last bits, vary
   /// between runs). Asynchronous on \p stream, except that a variant with
-  /// buffers or parameters synchronises it (out-of-range reads are checked,
-  /// the gradients copied to the host); uses fp32 workspaces owned by this
+  /// f32 buffers or parameters synchronises it (the gradients are copied
+  /// to the host), and so does a call whose buffer reads are not proven in
+  /// range before the launch (as GpuAttentionKernel::run; out-of-range
+  /// reads are then checked); uses fp32 workspaces owned by this
   /// object, so calls on one object must not run concurrently on different
   /// streams. Throws UserError naming the bad field (shapes, dtypes,
   /// alignment, batch or heads above 65535) or the buffer read or written
@@ -387,6 +401,9 @@ public:
   const GpuKernelInfo &info() const { return info_; }
   /// The main kernel `<name>_bwd` (registers, local memory: see Function).
   const Function &function() const { return main_; }
+  /// How many calls so far checked their buffer reads' status flags (see
+  /// GpuAttentionKernel::bufferCheckSyncs).
+  uint64_t bufferCheckSyncs() const { return checkSyncs_.load(); }
 
 private:
   struct BackwardCall;
@@ -423,6 +440,8 @@ private:
   // block-sparse: the transposed block mask's four lists.
   mutable DeviceBuffer qLists_[4];
   mutable std::mutex mutex_;
+  BufferReads reads_; // forward and derivative reads, gradient writes
+  mutable std::atomic<uint64_t> checkSyncs_{0};
 };
 
 } // namespace flashjit::runtime

@@ -12,9 +12,12 @@
 #ifndef FLASHJIT_RUNTIME_DECODEKERNEL_H
 #define FLASHJIT_RUNTIME_DECODEKERNEL_H
 
+#include "flashjit/frontend/BufferBounds.h"
 #include "flashjit/frontend/Paged.h"
 #include "flashjit/runtime/AttentionKernel.h"
 
+#include <atomic>
+#include <cstdint>
 #include <span>
 
 namespace flashjit::runtime {
@@ -128,8 +131,10 @@ public:
   /// aligned); it joins each row once, in the merge, never per split, so
   /// every split count gives the same result and a row with no allowed key
   /// gets O = 0, LSE = sink[h]. \p numSplits 0 picks decodeNumSplits.
-  /// Asynchronous on \p stream (a variant reading buffers synchronises it
-  /// to check for out-of-range reads).
+  /// Asynchronous on \p stream (a call reading buffers whose reads are not
+  /// proven in range before the launch, BufferReads in
+  /// frontend/BufferBounds.h, synchronises it to check for out-of-range
+  /// reads).
   ///
   /// Thread and stream safety: each call takes its own workspace (partial
   /// O / LSE, the buffers' status flags; decodeWorkspaceLayout) from the
@@ -154,6 +159,9 @@ public:
   const GpuKernelInfo &info() const { return info_; }
   /// The split kernel `<name>_decode`.
   const Function &function() const { return decode_; }
+  /// How many calls so far waited for the GPU to check their buffer reads'
+  /// status flags (a call whose reads were proven in range waits for none).
+  uint64_t bufferCheckSyncs() const { return checkSyncs_.load(); }
 
   /// The largest q_len run() takes.
   static constexpr int64_t kMaxQLen = 64;
@@ -164,6 +172,8 @@ private:
   Device *device_;
   Module module_;
   Function decode_, merge_;
+  BufferReads reads_; // the variant's buffer reads, bounded per call
+  mutable std::atomic<uint64_t> checkSyncs_{0};
 };
 
 } // namespace flashjit::runtime
