@@ -151,7 +151,7 @@ TEST_CASE("decode kernels match the float64 paged reference", "[gpu][decode]") {
   }
 }
 
-TEST_CASE("decode: a proven call skips the status check; a buffer too short "
+TEST_CASE("decode: a proven call skips the status check, a buffer too short "
           "is still reported",
           "[gpu][decode][buffer_bounds]") {
   Device &dev = Device::get(0);

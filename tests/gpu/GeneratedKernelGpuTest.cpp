@@ -70,7 +70,7 @@ TEST_CASE("generated kernels match the float64 reference on the matrix",
   }
 }
 
-TEST_CASE("buffer reads proven in range skip the status check; a buffer too "
+TEST_CASE("buffer reads proven in range skip the status check, a buffer too "
           "short is still reported",
           "[gpu][generated][buffer_bounds]") {
   // README, "Buffer reads": a call whose reads are proven in range before

@@ -172,8 +172,8 @@ ReadList backwardReads(const Variant &v) {
 
 } // namespace
 
-TEST_CASE("ALiBi: slopes[head] is proven with heads_q slopes; head is the "
-          "query head under GQA",
+TEST_CASE("ALiBi: slopes[head] is proven with heads_q slopes (head is the "
+          "query head under GQA)",
           "[buffer_bounds]") {
   Variant v("alibi");
   v.scoreMod(alibi(buffer<float>("slopes")));
@@ -215,7 +215,7 @@ TEST_CASE("Document masks: doc[q_idx] == doc[kv_idx] is proven when doc "
 }
 
 TEST_CASE("Bias tables: q_idx - kv_idx + seqlen_k - 1 needs seqlen_q + "
-          "seqlen_k - 1 entries; offsets from parameters are exact",
+          "seqlen_k - 1 entries, offsets from parameters are exact",
           "[buffer_bounds]") {
   Buffer bias = buffer<float>("bias");
   Variant rel("relative");
