@@ -913,7 +913,7 @@ TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
 }
 
 TEST_CASE("the GPU backward's default tiles at the head dims it takes assemble "
-          "without spills; the others are refused at the spec check",
+          "without spills, the others are refused at the spec check",
           "[gpu-codegen][backward]") {
   // newuser12: head dim 80 was refused at its own default tiles ("dQ's
   // columns over 2 warps"), 144-240 too; 112 and everything above 128
