@@ -321,7 +321,7 @@ Expr Parser::parsePrimary() {
   errorAt(at, fmt::format("unknown identifier '{}'", excerpt(id)));
 }
 
-int Parser::parseIntValue() {
+int Parser::parseIntValue(std::string_view field) {
   skipSpace();
   size_t at = pos_;
   bool negative = accept("-");
@@ -329,12 +329,21 @@ int Parser::parseIntValue() {
   size_t start = pos_;
   while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
     ++pos_;
-  int v = 0;
-  auto [p, ec] = std::from_chars(text_.data() + start, text_.data() + pos_, v);
-  if (start == pos_ || ec != std::errc())
-    errorAt(at, "expected an integer");
+  if (start == pos_)
+    errorAt(at, fmt::format("expected an integer for {}", field));
+  // Every digit string is a value: one past int's range is a range error
+  // naming the field (spec.validate() then checks the field's own range).
+  std::string_view digits = text_.substr(start, pos_ - start);
+  uint64_t magnitude = 0;
+  auto [p, ec] =
+      std::from_chars(digits.data(), digits.data() + digits.size(), magnitude);
   (void)p;
-  return negative ? -v : v;
+  uint64_t limit = negative ? uint64_t(1) << 31 : (uint64_t(1) << 31) - 1;
+  if (ec != std::errc() || magnitude > limit)
+    errorAt(at, fmt::format("{} = {}{} is out of range (a 32-bit int)", field,
+                            negative ? "-" : "", excerpt(digits)));
+  return negative ? static_cast<int>(-static_cast<int64_t>(magnitude))
+                  : static_cast<int>(magnitude);
 }
 
 AttentionSpec Parser::parseWholeSpec() {
@@ -391,11 +400,11 @@ AttentionSpec Parser::parseWholeSpec() {
       } else if (key == "score") {
         scoreMod = parseExpr();
       } else if (key == "head_dim_qk" || key == "head_dim") {
-        spec.headDimQK = parseIntValue();
+        spec.headDimQK = parseIntValue(key);
         if (key == "head_dim")
           spec.headDimV = spec.headDimQK;
       } else if (key == "head_dim_v") {
-        spec.headDimV = parseIntValue();
+        spec.headDimV = parseIntValue(key);
       } else if (key == "dtype_q") {
         spec.dtypeQ = dtype();
       } else if (key == "dtype_k") {
@@ -407,9 +416,9 @@ AttentionSpec Parser::parseWholeSpec() {
       } else if (key == "dtype") {
         spec.dtypeQ = spec.dtypeK = spec.dtypeV = spec.dtypeO = dtype();
       } else if (key == "heads_q") {
-        spec.headsQ = parseIntValue();
+        spec.headsQ = parseIntValue(key);
       } else if (key == "heads_kv") {
-        spec.headsKV = parseIntValue();
+        spec.headsKV = parseIntValue(key);
       } else if (key == "causal") {
         std::string_view v = identifier();
         if (v == "none")

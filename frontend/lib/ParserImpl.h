@@ -215,8 +215,9 @@ private:
   /// \p id names no helper.
   std::optional<Expr> parseLibraryCall(std::string_view id, size_t at);
 
-  /// An optionally negative decimal int (spec fields).
-  int parseIntValue();
+  /// An optionally negative decimal int of spec field \p field; a ParseError
+  /// naming the field and value where it does not fit an int.
+  int parseIntValue(std::string_view field);
 
   std::string_view text_;
   size_t pos_ = 0;

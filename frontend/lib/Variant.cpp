@@ -165,10 +165,12 @@ Expr AttentionSpec::effectiveMask() const {
 
 void AttentionSpec::validate() const {
   auto checkDim = [](const char *field, int value) {
-    if (value < 1 || value > 1024)
-      throw UserError(
-          fmt::format("{} = {} is out of range [1, 1024]", field, value),
-          std::source_location());
+    if (value < 1 || value > kMaxHeadDim)
+      throw UserError(fmt::format("{} = {} is out of range [1, {}] (the "
+                                  "CPU backend's limit; the GPU kernels "
+                                  "take up to {})",
+                                  field, value, kMaxHeadDim, kMaxGpuHeadDim),
+                      std::source_location());
   };
   checkDim("head_dim_qk", headDimQK);
   checkDim("head_dim_v", headDimV);

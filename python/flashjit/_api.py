@@ -66,6 +66,21 @@ def canonical_spec(text):
     return out.value.decode()
 
 
+def _int_arg(name, value):
+    """``value`` as a Python int: an int or an integer scalar (numpy,
+    torch: ``operator.index``); bools (``True`` would be 1) and the rest
+    are a UserError naming ``name``."""
+    import operator
+    if isinstance(value, bool) or type(value).__name__ in ("bool_", "bool"):
+        raise UserError(f"{name} = {value!r} is a bool, not an int")
+    if isinstance(value, int):
+        return int(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise UserError(f"{name} = {value!r} is not an int") from None
+
+
 def _f32_text(name, value):
     """``value`` as f32 text that parses back to the same f32."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -115,15 +130,8 @@ def spec_text(*, mask=None, score=None, head_dim=None, head_dim_qk=None,
         fields.append(f"score={canonical_expr(score)}")
 
     def integer(key, value):
-        if value is None:
-            return
-        if isinstance(value, bool) or not isinstance(value, int):
-            try:
-                import operator
-                value = operator.index(value)
-            except TypeError:
-                raise UserError(f"{key} = {value!r} is not an int") from None
-        fields.append(f"{key}={value}")
+        if value is not None:
+            fields.append(f"{key}={_int_arg(key, value)}")
 
     if head_dim is not None and (head_dim_qk is not None
                                  or head_dim_v is not None):
@@ -327,7 +335,7 @@ def _streams(obj, device_type, device_id, stream):
             stream = cupy.cuda.get_current_stream().ptr
         else:
             stream = 0
-    stream = int(stream)
+    stream = _int_arg("stream", stream)
     return (stream if stream != 0 else 1), stream
 
 
@@ -713,7 +721,7 @@ class Kernel:
         the mask only while they are unchanged)."""
         lib = self._lib
         handle = ctypes.c_void_p()
-        launch = int(stream or 0)
+        launch = 0 if stream is None else _int_arg("stream", stream)
         args = _Args(params, buffers, self._device(),
                      None if self.target == "cpu" else (launch or 1))
         if self.varlen:

@@ -36,6 +36,8 @@ def _encode_params(params):
     for name, value in (params or {}).items():
         if isinstance(value, tuple) and len(value) == 2:
             kind, value = value[1], value[0]
+            if isinstance(value, bool):
+                raise _api.UserError(f"parameter '{name}' is a bool")
         elif isinstance(value, bool):
             raise _api.UserError(f"parameter '{name}' is a bool")
         elif isinstance(value, int):

@@ -317,10 +317,7 @@ std::string configMismatch(const CacheKey &key, const KernelArtifacts &a) {
   // wgmma.tma(.ws) falls back to wgmma (varlen, block-sparse) and to
   // wgmma.tma (tiles without two consumer warpgroups): the resolved
   // configuration, which the compiler compares whole, says which.
-  const char *gotMma = got.warpSpecialized ? "wgmma.tma.ws"
-                       : got.tma           ? "wgmma.tma"
-                       : got.wgmma         ? "wgmma"
-                                           : "mma.sync";
+  const char *gotMma = got.mmaName();
   if ((key.mma.rfind("wgmma", 0) == 0 && !got.wgmma) ||
       (key.mma == "wgmma" && got.tma) || (key.mma == "mma.sync" && got.wgmma))
     return differs("mma", key.mma, gotMma);

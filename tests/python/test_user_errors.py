@@ -178,6 +178,35 @@ def test_values_and_keywords_get_typed_errors():
     assert mask is not None
 
 
+def test_bools_are_not_taken_as_ints():
+    # newuser12: head_dim=True compiled a head_dim 1 kernel.
+    for key in ("head_dim", "head_dim_qk", "head_dim_v", "heads_q",
+                "heads_kv"):
+        with pytest.raises(flashjit.UserError,
+                           match=f"^FLASHJIT_USER_ERROR: {key} = True is a "
+                                 f"bool, not an int$"):
+            flashjit.spec_text(**{key: True})
+        with pytest.raises(ValueError, match=f"{key} = False is a bool"):
+            flashjit.compile(target="cpu", **{key: False})
+    with pytest.raises(flashjit.UserError, match="head_dim = True is a bool"):
+        flashjit.compile(head_dim=True, dtype="fp32")
+    # numpy's bool scalar too; its integer scalars are ints.
+    with pytest.raises(flashjit.UserError, match="heads_q = .*is a bool"):
+        flashjit.spec_text(heads_q=np.bool_(True))
+    assert "head_dim=16" in flashjit.spec_text(head_dim=np.int64(16))
+    with pytest.raises(flashjit.UserError, match="head_dim = 16.0 is not an"):
+        flashjit.spec_text(head_dim=16.0)
+    # The same call with an int runs and matches the reference.
+    rng = ref.rng()
+    q, k, v, _ = _qkvo(rng, d=16)
+    o, _ = _kernel(head_dim=16, heads_q=2, heads_kv=2).run(q, k, v)
+    ref.assert_close(o, ref.attention(q, k, v)[0], 1e-5, what="o")
+    # A stream handle given as a bool is refused too (True was stream 1).
+    kern = _kernel(head_dim=16, block_sparse=True)
+    with pytest.raises(flashjit.UserError, match="stream = True is a bool"):
+        kern.build_block_mask(1, 8, 8, stream=True)
+
+
 def test_a_dtype_mismatch_is_named_before_outputs_are_allocated():
     kern = flashjit.compile(head_dim=16, dtype="bf16", target="cpu")
     q = np.zeros((1, 1, 4, 16), np.float16)

@@ -367,9 +367,10 @@ AttentionSpec specFromFlags() {
   }
   spec.variant = variant;
   if (headDim.getNumOccurrences()) {
-    if (headDim < 1 || headDim > 1024)
-      userError(
-          fmt::format("--head-dim {} is out of range [1, 1024]", int(headDim)));
+    if (headDim < 1 || headDim > kMaxHeadDim)
+      userError(fmt::format("--head-dim {} is out of range [1, {}] (the CPU "
+                            "backend's limit; GPU targets take up to {})",
+                            int(headDim), kMaxHeadDim, kMaxGpuHeadDim));
     spec.headDimQK = spec.headDimV = headDim;
   }
   if (dtype.getNumOccurrences()) {
@@ -582,6 +583,71 @@ bool wantsBackward() {
   return kernelFlag == "bwd";
 }
 
+/// The flags that may remove a GPU kernel's spills, from what the kernel
+/// \p c is (never what it already uses), with the options each compiles
+/// with: the command line's \p base with those flags added.
+std::vector<std::pair<std::string, GpuCompileOptions>>
+spillCandidates(const GpuCompileOptions &base, const KernelConfig &c) {
+  std::vector<std::pair<std::string, GpuCompileOptions>> out;
+  auto add = [&](std::string flags, auto edit) {
+    GpuCompileOptions o = base;
+    edit(o);
+    out.emplace_back(std::move(flags), o);
+  };
+  if (c.warpSpecialized)
+    add("--mma wgmma.tma",
+        [](GpuCompileOptions &o) { o.mma = GpuMma::WgmmaTma; });
+  if (c.wgmma)
+    add("--mma mma.sync",
+        [](GpuCompileOptions &o) { o.mma = GpuMma::MmaSync; });
+  if (c.rowsPerWarp == 32)
+    add("--rows-per-warp 16", [](GpuCompileOptions &o) { o.rowsPerWarp = 16; });
+  if (c.blockN > 16)
+    add(fmt::format("--block-n {}", c.blockN / 2),
+        [&](GpuCompileOptions &o) { o.blockN = c.blockN / 2; });
+  if (!c.wgmma && c.numWarps == 4 && c.rowsPerWarp == 32)
+    add("--warps 8 --rows-per-warp 16", [](GpuCompileOptions &o) {
+      o.numWarps = 8;
+      o.rowsPerWarp = 16;
+    });
+  return out;
+}
+
+/// The warning for a GPU kernel \p a of \p spec that spills: the flags
+/// that remove the spills, each checked (validateForGpu, then compiled and
+/// assembled without the cache: ptxas's report has no spills), or that
+/// none of those tried does. A hint once named a refused flag (--block-n 32
+/// for the wgmma backward) or one that still spilled.
+void warnSpills(const AttentionSpec &spec, const std::string &arch,
+                KernelKind kind, const KernelArtifacts &a) {
+  AttentionSpec s = kind == KernelKind::Backward ? backwardSpec(spec) : spec;
+  std::vector<std::string> works, tried;
+  for (const auto &[flags, o] :
+       spillCandidates(gpuKindOptions(arch, kind), a.config)) {
+    try {
+      validateForGpu(s, o);
+      KernelArtifacts t = compileGpuArtifacts(s, o);
+      tried.push_back(flags);
+      if (t.registers > 0 && t.spillBytes == 0)
+        works.push_back(flags);
+    } catch (const Error &) {
+      // Refused for this spec: not advice.
+    }
+  }
+  std::string advice =
+      !works.empty()
+          ? fmt::format("; {} assemble{} without spills (checked)",
+                        fmt::join(works, ", or "), works.size() == 1 ? "s" : "")
+      : !tried.empty()
+          ? fmt::format("; {} also spill{}", fmt::join(tried, ", "),
+                        tried.size() == 1 ? "s" : "")
+          : "";
+  llvm::errs() << fmt::format(
+      "flashjit: warning: the kernel spills {} bytes of registers to local "
+      "memory (see `inspect --stage resources`){}\n",
+      a.spillBytes, advice);
+}
+
 int compileDecode();
 
 int runCompile() {
@@ -648,28 +714,13 @@ int runCompile() {
     llvm::outs() << fmt::format(
         "kernel  {} mma={} threads={} block_m={} block_n={} shared_bytes={} "
         "registers={} spill_bytes={}{}{}\n",
-        a.entry, a.config.wgmma ? "wgmma" : "mma.sync", a.config.threads(),
-        a.config.blockM(), a.config.blockN, a.sharedBytes, a.registers,
-        a.spillBytes, a.config.varlen ? " varlen" : "",
+        a.entry, a.config.mmaName(), a.config.threads(), a.config.blockM(),
+        a.config.blockN, a.sharedBytes, a.registers, a.spillBytes,
+        a.config.varlen ? " varlen" : "",
         a.config.blockSparse ? " block_sparse" : "");
-  if (a.spillBytes > 0) {
-    // What to try, from what this kernel is (never what it already uses).
-    std::vector<std::string> tries;
-    if (a.config.warpSpecialized)
-      tries.push_back("--mma wgmma.tma (no warp specialisation: 255 "
-                      "registers per thread, not 240)");
-    if (a.config.rowsPerWarp == 32)
-      tries.push_back("--rows-per-warp 16");
-    if (a.config.blockN > 32)
-      tries.push_back(fmt::format("--block-n {}", a.config.blockN / 2));
-    if (a.config.wgmma)
-      tries.push_back("--mma mma.sync");
-    llvm::errs() << fmt::format(
-        "flashjit: warning: the kernel spills {} bytes of registers to local "
-        "memory (see `inspect --stage resources`){}{}\n",
-        a.spillBytes,
-        tries.empty() ? "" : "; may avoid it: ", fmt::join(tries, ", or "));
-  }
+  if (a.spillBytes > 0)
+    warnSpills(spec, target,
+               backward ? KernelKind::Backward : KernelKind::Forward, a);
   if (!outDir.empty()) {
     makeDir(outDir, "--out");
     for (const auto &[name, bytes] : a.files)

@@ -55,9 +55,10 @@ void validateForCpu(const AttentionSpec &spec, const CompileOptions &options) {
   if (options.target != Target::CPU)
     throw UserError("CompileOptions.target: only the CPU target exists");
   auto checkDim = [](const char *field, int d) {
-    if (d < 1 || d > 512)
-      throw UserError(fmt::format(
-          "{} = {} is not supported by the CPU backend (1..512)", field, d));
+    if (d < 1 || d > kMaxHeadDim)
+      throw UserError(
+          fmt::format("{} = {} is not supported by the CPU backend ([1, {}])",
+                      field, d, kMaxHeadDim));
   };
   checkDim("head_dim_qk", spec.headDimQK);
   checkDim("head_dim_v", spec.headDimV);

@@ -57,8 +57,26 @@ runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
   return makeGpuCacheKey(spec, options);
 }
 
-KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
-                                    const GpuCompileOptions &options) {
+namespace {
+/// Whether \p o leaves a backward's instructions and tiles to the tile
+/// policy (nothing asked for by name): then a wgmma kernel that spills is
+/// rebuilt with mma.sync (compileGpuArtifacts).
+bool policyBackward(const GpuCompileOptions &o) {
+  return o.kind == KernelKind::Backward && o.mma == GpuMma::Default &&
+         !o.blockN && !o.numWarps && !o.rowsPerWarp && !o.minBlocksPerSM;
+}
+
+/// \p o asking for mma.sync: the backward's fallback.
+GpuCompileOptions withMmaSync(GpuCompileOptions o) {
+  o.mma = GpuMma::MmaSync;
+  return o;
+}
+} // namespace
+
+/// compileGpuArtifacts without the backward's fallback.
+static KernelArtifacts
+compileGpuArtifactsOnce(const AttentionSpec &spec,
+                        const GpuCompileOptions &options) {
   using namespace flashjit::runtime;
   GpuKernelImage image = compileGpu(spec, options);
   KernelArtifacts a;
@@ -129,18 +147,46 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
   return a;
 }
 
+KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
+                                    const GpuCompileOptions &options) {
+  KernelArtifacts a = compileGpuArtifactsOnce(spec, options);
+  // The wgmma backward's policy (TilePolicy.cpp backwardWgmmaApplies) was
+  // measured on single score modifiers; composed ones (softcap with ALiBi
+  // at head dim 64, bias buffers or a document mask with a bias at 128)
+  // spill 72-616 bytes there. Where ptxas reports spills and the policy
+  // chose wgmma, the mma.sync kernel is built instead if it spills less
+  // (none did in those cases). The key stays the request's: a hit holds
+  // either kernel (gpuEntryMismatch), each a pure function of the spec,
+  // this build and its ptxas.
+  if (!policyBackward(options) || !a.config.wgmma || a.spillBytes == 0)
+    return a;
+  KernelArtifacts sync = compileGpuArtifactsOnce(spec, withMmaSync(options));
+  if (sync.registers == 0 || sync.spillBytes >= a.spillBytes)
+    return a;
+  llvm::errs() << fmt::format(
+      "flashjit: note: the wgmma backward of '{}' spills {} bytes of "
+      "registers; using the mma.sync backward ({} bytes; --mma wgmma keeps "
+      "wgmma)\n",
+      a.entry, a.spillBytes, sync.spillBytes);
+  return sync;
+}
+
 std::string gpuEntryMismatch(const AttentionSpec &spec,
                              const GpuCompileOptions &options,
                              const KernelArtifacts &a) {
   KernelConfig want = resolveGpuTileConfig(spec, options);
+  // The backward's mma.sync fallback (compileGpuArtifacts) is the policy's
+  // other kernel for this request.
+  if (a.config != want && policyBackward(options) && want.wgmma &&
+      !a.config.wgmma)
+    want = resolveGpuTileConfig(spec, withMmaSync(options));
   if (a.config != want)
     return fmt::format("its configuration (warps {}, rows per warp {}, "
                        "block_n {}, {}) is not the {}, {}, {}, {} this "
                        "request resolves to",
                        a.config.numWarps, a.config.rowsPerWarp, a.config.blockN,
-                       a.config.wgmma ? "wgmma" : "mma.sync", want.numWarps,
-                       want.rowsPerWarp, want.blockN,
-                       want.wgmma ? "wgmma" : "mma.sync");
+                       a.config.mmaName(), want.numWarps, want.rowsPerWarp,
+                       want.blockN, want.mmaName());
   if (a.entry != spec.variant.name())
     return fmt::format("its entry is '{}', not '{}'", a.entry,
                        spec.variant.name());

@@ -74,10 +74,11 @@ static int64_t forwardTileBytes(const AttentionSpec &spec,
 static void validateHeadDims(const AttentionSpec &spec, KernelKind kind) {
   for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
                           std::pair{"head_dim_v", spec.headDimV}}) {
-    if (d > 256)
+    if (d > kMaxGpuHeadDim)
       throw UserError(fmt::format("{} = {} is not supported on the GPU "
-                                  "(at most 256)",
-                                  field, d));
+                                  "(at most {}; the CPU backend takes up to "
+                                  "{})",
+                                  field, d, kMaxGpuHeadDim, kMaxHeadDim));
     if (d % 16 != 0 && kind != KernelKind::Forward)
       throw UserError(fmt::format("{} = {} is not supported by the GPU {} "
                                   "(multiples of 16 up to 256; the forward "
@@ -124,6 +125,11 @@ void validateForGpu(const AttentionSpec &spec,
                                       "multiples of 16)",
                                       field, d));
     }
+    // The default mma.sync tiles at head dims where every tiling spills;
+    // tiles asked for by name are built as asked (ptxas reports spills).
+    if (!tc.wgmma && !options.blockN && !options.numWarps)
+      if (std::string why = backwardHeadDimRefusal(spec); !why.empty())
+        throw UserError(why);
     if (options.rowsPerWarp && options.rowsPerWarp != 16)
       throw UserError(fmt::format("rows_per_warp = {}: the GPU backward "
                                   "has 16 keys per warp",
@@ -187,11 +193,9 @@ void validateForGpu(const AttentionSpec &spec,
                                     "any head dim up to 256)",
                                     field, d));
     if (tc.rowsPerWarp != 16)
-      throw UserError(fmt::format(
-          "rows_per_warp = {} is not supported by "
-          "mma = {} (16: a warpgroup's 64 rows)",
-          tc.rowsPerWarp,
-          options.mma == GpuMma::Default ? "wgmma" : toString(options.mma)));
+      throw UserError(fmt::format("rows_per_warp = {} is not supported by "
+                                  "mma = {} (16: a warpgroup's 64 rows)",
+                                  tc.rowsPerWarp, tc.mmaName()));
   }
   // An MMA asked for by name is built as asked or refused, never replaced
   // by another one that would sit under its own cache key.

@@ -15,6 +15,8 @@
 
 #include "llvm/Support/Casting.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace flashjit {
@@ -178,6 +180,20 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     c = mmaSyncBase(arch);
     c.blockN = 32;
   }
+  // Padded head dims above 128 (not multiples of 16): O's accumulators of
+  // the padded dim beside the predicated loads' addresses spill at 32- and
+  // 64-key tiles (newuser12: 130 and 150 at 64 keys on sm_90a 124-340
+  // bytes, 181 at 32 keys 20-156 on both arches, 226 292-336); 16-key
+  // tiles assemble those clean (ptxas -v, a bottom-right causal mask at
+  // every third dim of 129..255 and the reported ones). Not all: 225, 226,
+  // 231, 234 and 237 still spill 12-104 bytes on sm_90a (316-1568 before),
+  // 195, 201, 207, 219, 223, 226 and 234 8-80 on sm_80 (24-380 at 32 keys);
+  // no tiling of this kernel fits them.
+  if ((spec.headDimQK % 16 || spec.headDimV % 16) &&
+      std::max(spec.headDimQK, spec.headDimV) > 128) {
+    c = mmaSyncBase(arch);
+    c.blockN = 16;
+  }
   return c;
 }
 
@@ -231,10 +247,37 @@ static bool backwardWgmmaApplies(const AttentionSpec &spec,
          (spec.headDimV == 64 || spec.headDimV == 128);
 }
 
+std::string backwardHeadDimRefusal(const AttentionSpec &spec) {
+  // ptxas -v of every tiling dQ's column split allows (block_n 16/32/64, 4
+  // and 8 warps; 2026-12-02, sm_80 and sm_90a): above 128 dK and dV alone
+  // take head_dim registers per thread, every tiling spills (72-3200 bytes;
+  // FlashAttention-2 splits a warp's keys over two warps there); 112 (only
+  // block_n 64 splits it) spills 64-172 bytes with or without a mask or
+  // score modifier, 80 at block_n 64 32-184 bytes with softcap's
+  // derivative (it keeps S^T live), none without one.
+  auto supported = [&](int d) {
+    return d % 16 == 0 && d <= 128 && d != 112 &&
+           (d != 80 || !hasScoreModCode(spec) || !scoreGradReadsScore(spec));
+  };
+  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
+                          std::pair{"head_dim_v", spec.headDimV}})
+    if (!supported(d))
+      return fmt::format(
+          "{} = {} is not supported by the GPU backward{}: its tiles would "
+          "spill registers (it takes head dims 16, 32, 48, 64, 80, 96 and "
+          "128; 80 only with a score modifier whose derivative does not "
+          "read the score; the CPU backward takes any head dim; --block-n "
+          "and --warps build other tiles, with spills)",
+          field, d, d == 80 ? " with this score modifier" : "");
+  return {};
+}
+
 /// The backward kernels' tiles. mma.sync: 4 warps of 16 keys; 64 query
 /// rows per tile up to head dim 64, 32 up to 128 and 16 above (per warp, dK
 /// and dV hold head_dim fp32 accumulators per thread beside S^T and dP^T of
-/// block_n / 2 each: 255 registers without spills). wgmma (\p mma, or the
+/// block_n / 2 each: 255 registers without spills), 64 where dQ's column
+/// split needs it (head_dim_qk 80, 112); backwardHeadDimRefusal says
+/// where these spill. wgmma (\p mma, or the
 /// default where backwardWgmmaApplies): two warpgroups of 64 keys (8 warps,
 /// 128 keys per CTA) and 64 query rows per tile (wgmma's M for dQ = dS K).
 static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
@@ -252,6 +295,12 @@ static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
   c.numWarps = 4;
   int d = std::max(spec.headDimQK, spec.headDimV);
   c.blockN = d <= 64 ? 64 : d <= 128 ? 32 : 16;
+  // dQ = dS K splits head_dim_qk's columns over 4 / (block_n / 16) warps in
+  // multiples of 16: head dims that are odd multiples of 16 (48, 80, 112,
+  // ...) take 64 query rows per tile, one column group (newuser12: 80 was
+  // refused at its own default tiles).
+  if (spec.headDimQK % (16 * c.numWarps / (c.blockN / 16)) != 0)
+    c.blockN = 64;
   // A score modifier keeps the raw scores and its derivative's values live
   // across the dV and dP products: half the query rows per tile keep the
   // main kernel within 255 registers (measured 2026-12-01: softcap and

@@ -25,8 +25,9 @@ expect_error "'64, heads_q=4' value invalid for integer argument" $c --head-dim 
 # Values out of range, quoted as typed.
 expect_error "--causal 'TopLeft' is not one of" $c --causal TopLeft
 expect_error "--dtype 'fp8' is not one of bf16, fp16, fp32" $c --dtype fp8
-expect_error "--head-dim 0 is out of range [1, 1024]" $c --head-dim 0
-expect_error "--head-dim 2000 is out of range [1, 1024]" $c --head-dim 2000
+expect_error "--head-dim 0 is out of range [1, 512] (the CPU backend's limit; GPU targets take up to 256)" $c --head-dim 0
+expect_error "--head-dim 2000 is out of range [1, 512]" $c --head-dim 2000
+expect_error "--head-dim 513 is out of range [1, 512]" $c --head-dim 513
 expect_error "--heads-q 0 must be positive" $c --heads-q 0
 expect_error "--heads-kv -2 must be positive" $c --heads-kv -2
 expect_error "--heads-kv 3 must divide --heads-q 4 (GQA)" $c --heads-q 4 --heads-kv 3

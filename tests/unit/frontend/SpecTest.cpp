@@ -44,8 +44,8 @@ inline AttentionSpec randomSpec(RandomExprGen &gen) {
   gen.allowScore = true;
   if (gen.pick(4))
     s.variant.scoreMod(gen.gen(gen.numericType(), 1 + gen.pick(4)));
-  s.headDimQK = 1 + static_cast<int>(gen.pick(1024));
-  s.headDimV = 1 + static_cast<int>(gen.pick(1024));
+  s.headDimQK = 1 + static_cast<int>(gen.pick(kMaxHeadDim));
+  s.headDimV = 1 + static_cast<int>(gen.pick(kMaxHeadDim));
   s.dtypeQ = dtypes[gen.pick(3)];
   s.dtypeK = dtypes[gen.pick(3)];
   s.dtypeV = dtypes[gen.pick(3)];
@@ -114,7 +114,7 @@ TEST_CASE("variant: defaults, accessors, params and buffers",
 TEST_CASE("spec: validate names the bad field", "[frontend][spec]") {
   AttentionSpec ok;
   CHECK_NOTHROW(ok.validate());
-  ok.headDimQK = 1024;
+  ok.headDimQK = kMaxHeadDim;
   ok.headDimV = 1;
   CHECK_NOTHROW(ok.validate());
 
@@ -138,6 +138,11 @@ TEST_CASE("spec: validate names the bad field", "[frontend][spec]") {
   checkBad(bad([](AttentionSpec &s) { s.headDimQK = 0; }), "head_dim_qk",
            "headDimQK");
   checkBad(bad([](AttentionSpec &s) { s.headDimQK = 1025; }), "head_dim_qk",
+           "headDimQK");
+  // The spec's limit is the CPU backend's (512), stated with the GPU's.
+  checkBad(bad([](AttentionSpec &s) { s.headDimQK = 513; }),
+           "head_dim_qk = 513 is out of range [1, 512] (the CPU backend's "
+           "limit; the GPU kernels take up to 256)",
            "headDimQK");
   checkBad(bad([](AttentionSpec &s) { s.headDimV = -4; }), "head_dim_v",
            "headDimV");

@@ -15,6 +15,7 @@
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/HeadDim.h"
@@ -254,6 +255,49 @@ TEST_CASE("head dims that are not multiples of 16: padded mma.sync forward "
   CHECK_THROWS_WITH(
       compileGpu(testing::matrixSpec("none", 257, DType::BF16, 2, 2)),
       Catch::Contains("head_dim_qk = 257"));
+}
+
+TEST_CASE("padded forward head dims above 128 assemble without spills",
+          "[gpu-codegen]") {
+  // newuser12: 130 and 150 (64-key tiles) and 175, 181, 191, 199, 223
+  // (32-key tiles) spilled 20-344 bytes on sm_90a (181 on sm_80 too); the
+  // policy gives padded head dims above 128 16-key tiles. The reported
+  // dims with a bottom-right causal mask (the most registers of the masks
+  // measured), and two on sm_80 (a sweep of 1..256 takes minutes; some
+  // sm_80 dims above 192 still spill 8-80 bytes: TilePolicy.cpp).
+  int checked = 0;
+  for (auto [d, arch] : {std::pair{130, "sm_90a"},
+                         {150, "sm_90a"},
+                         {175, "sm_90a"},
+                         {181, "sm_90a"},
+                         {191, "sm_90a"},
+                         {199, "sm_90a"},
+                         {223, "sm_90a"},
+                         {150, "sm_80"},
+                         {181, "sm_80"}}) {
+    AttentionSpec s = testing::matrixSpec("causal_br", d, DType::BF16, 2, 2);
+    INFO("d" << d << " " << arch);
+    GpuCompileOptions o;
+    o.arch = arch;
+    GpuKernelImage img = compileGpu(s, o);
+    CHECK_FALSE(img.config.wgmma);
+    CHECK(img.config.blockN == 16);
+    CHECK(img.config.numWarps == 8);
+    runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+    const runtime::PtxasFunctionReport *f = r.find(img.name);
+    REQUIRE(f);
+    INFO(r.log);
+    CHECK(f->clean());
+    ++checked;
+  }
+  CHECK(checked == 9);
+  // Multiples of 16 and padded dims up to 128 keep their tiles.
+  CHECK(defaultGpuTileConfig(
+            testing::matrixSpec("causal_br", 144, DType::BF16, 2, 2))
+            .blockN == 64);
+  CHECK(defaultGpuTileConfig(
+            testing::matrixSpec("causal_br", 111, DType::BF16, 2, 2))
+            .blockN == 32);
 }
 
 TEST_CASE("varlen and masked block-sparse defaults keep 8 warps of 16 rows",
@@ -866,6 +910,129 @@ TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions n = o;
   n.blockN = 48;
   CHECK_THROWS_WITH(compileGpu(dense, n), Catch::Contains("block_n = 48"));
+}
+
+TEST_CASE("the GPU backward's default tiles at the head dims it takes assemble "
+          "without spills, the others are refused at the spec check",
+          "[gpu-codegen][backward]") {
+  // newuser12: head dim 80 was refused at its own default tiles ("dQ's
+  // columns over 2 warps"), 144-240 too; 112 and everything above 128
+  // spill at every tiling (TilePolicy.cpp backwardHeadDimRefusal). The
+  // matrix covers 64, 96 and 128; these are the odd multiples of 16.
+  GpuCompileOptions o;
+  o.kind = KernelKind::Backward;
+  for (std::string arch : {"sm_80", "sm_90a"})
+    for (auto [variant, d] : {std::pair{"none", 16},
+                              {"causal_tl", 48},
+                              {"none", 80},
+                              {"alibi", 80},
+                              {"doc_id", 80}}) {
+      AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 2, 2);
+      INFO(variant << " d" << d << " " << arch);
+      o.arch = arch;
+      GpuKernelImage img = compileGpu(s, o);
+      CHECK_FALSE(img.config.wgmma);
+      CHECK(img.config.blockN == 64); // one column group of dQ
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      INFO(r.log);
+      for (const char *suffix : {"_bwd_pre", "_bwd", "_bwd_post"}) {
+        const runtime::PtxasFunctionReport *f = r.find(img.name + suffix);
+        REQUIRE(f);
+        CHECK(f->clean());
+      }
+    }
+  // Refused before MLIR, naming the field, the value and the head dims the
+  // backward takes.
+  for (std::string arch : {"sm_80", "sm_90a"})
+    for (auto [variant, d] : {std::pair{"none", 112},
+                              {"causal_tl", 144},
+                              {"none", 160},
+                              {"none", 192},
+                              {"causal_br", 240},
+                              {"none", 256},
+                              {"softcap", 80}}) {
+      AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 2, 2);
+      INFO(variant << " d" << d << " " << arch);
+      o.arch = arch;
+      CHECK_THROWS_AS(validateForGpu(s, o), UserError);
+      CHECK_THROWS_WITH(
+          validateForGpu(s, o),
+          Catch::Contains("head_dim_qk = " + std::to_string(d) +
+                          " is not supported by the GPU backward") &&
+              Catch::Contains("16, 32, 48, 64, 80, 96 and 128"));
+    }
+  // Tiles asked for by name are built as asked (the user sees ptxas's
+  // spills); the dQ split still holds them to its multiples.
+  GpuCompileOptions n64 = o;
+  n64.blockN = 64;
+  CHECK_NOTHROW(
+      validateForGpu(testing::matrixSpec("none", 144, DType::BF16, 2, 2), n64));
+  GpuCompileOptions n32 = o;
+  n32.blockN = 32;
+  CHECK_THROWS_WITH(
+      validateForGpu(testing::matrixSpec("none", 80, DType::BF16, 2, 2), n32),
+      Catch::Contains("dQ's columns"));
+  // wgmma's own head dims keep it (sm_90a; softcap at 64 included).
+  o.arch = "sm_90a";
+  CHECK(resolveGpuTileConfig(
+            testing::matrixSpec("softcap", 64, DType::BF16, 2, 2), o)
+            .wgmma);
+}
+
+TEST_CASE("a policy-chosen wgmma backward that spills with composed score "
+          "modifiers is built with mma.sync",
+          "[gpu-codegen][backward]") {
+  // newuser12: composed modifiers spilled the wgmma backward 64-280 bytes
+  // (measured here: softcap with ALiBi 72 and 124 bytes at head dim 64).
+  // compileGpuArtifacts rebuilds those with mma.sync, which assembles them
+  // clean; a cache hit takes that kernel.
+  auto spec = [](const std::string &fields, int d) {
+    return backwardSpec(parseSpec("attention(" + fields +
+                                  ", head_dim=" + std::to_string(d) + ")"));
+  };
+  const std::string alibi =
+      "(buffer<f32>(slopes)[head] * cast<f32>(abs((q_idx - kv_idx))))";
+  GpuCompileOptions o;
+  o.kind = KernelKind::Backward;
+  o.arch = "sm_90a";
+  GpuCompileOptions sync = o;
+  sync.mma = GpuMma::MmaSync;
+  GpuCompileOptions w = o;
+  w.mma = GpuMma::Wgmma;
+  for (const std::string &score :
+       {"(20.0 * tanh((score / 20.0))) - " + alibi,
+        "20.0 * tanh(((score - " + alibi + ") / 20.0))"}) {
+    AttentionSpec s = spec("score=" + score, 64);
+    INFO(printSpec(s));
+    REQUIRE(resolveGpuTileConfig(s, o).wgmma); // the static policy's pick
+    runtime::KernelArtifacts a = compileGpuArtifacts(s, o);
+    CHECK_FALSE(a.config.wgmma);
+    CHECK(a.config == resolveGpuTileConfig(s, sync));
+    CHECK(a.registers > 0);
+    CHECK(a.spillBytes == 0);
+    CHECK(gpuEntryMismatch(s, o, a) == "");
+    // Asked for by name, wgmma is built as asked (and spills); a cache
+    // entry of the fallback is not what that request resolves to.
+    runtime::KernelArtifacts forced = compileGpuArtifacts(s, w);
+    CHECK(forced.config.wgmma);
+    CHECK(forced.spillBytes > 0);
+    CHECK(gpuEntryMismatch(s, w, a) != "");
+  }
+  // At head dim 128 ALiBi with a document mask spills both kernels (wgmma
+  // 76 bytes, mma.sync 68; every mma.sync tiling on sm_90a 36 or more): the
+  // one that spills less is chosen.
+  AttentionSpec doc =
+      spec("score=score - " + alibi +
+               ", mask=(buffer<i32>(doc)[q_idx] == buffer<i32>(doc)[kv_idx])",
+           128);
+  runtime::KernelArtifacts chosen = compileGpuArtifacts(doc, o);
+  CHECK_FALSE(chosen.config.wgmma);
+  CHECK(chosen.spillBytes < compileGpuArtifacts(doc, w).spillBytes);
+  // A single modifier keeps wgmma, clean.
+  AttentionSpec one = spec("score=score - " + alibi, 64);
+  runtime::KernelArtifacts a = compileGpuArtifacts(one, o);
+  CHECK(a.config.wgmma);
+  CHECK(a.spillBytes == 0);
 }
 
 TEST_CASE("the sm_90a backward uses wgmma where the tile policy picks it",

@@ -38,10 +38,12 @@ KernelConfig requestedConfig(const GpuCompileOptions &options);
 
 /// Empty when the artifacts \p a (a cache entry or a bundle) hold the kernel
 /// \p spec and \p options compile to: the configuration is exactly
-/// resolveGpuTileConfig's, the entry symbol the variant's, and the PTX
-/// declares that configuration (runtime::gpuLaunchConfigMismatch); else
-/// what differs. The cache runs it on every disk hit (a mismatch is a miss,
-/// recompiled with one warning), and `flashjit compile` reports it the same.
+/// resolveGpuTileConfig's (or, for a policy-chosen wgmma backward, that of
+/// its mma.sync fallback, compileGpuArtifacts), the entry symbol the variant's,
+/// and the PTX declares that configuration (runtime::gpuLaunchConfigMismatch);
+/// else what differs. The cache runs it on every disk hit (a mismatch is a
+/// miss, recompiled with one warning), and `flashjit compile` reports it the
+/// same.
 std::string gpuEntryMismatch(const AttentionSpec &spec,
                              const GpuCompileOptions &options,
                              const runtime::KernelArtifacts &a);
@@ -59,8 +61,11 @@ runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
 /// (runtime::assembleCubin: ptxas where it exists, else nvJitLink; no cubin
 /// for wgmma / setmaxnreg PTX without ptxas) and registers/spills from its
 /// report, with the launch facts. A failing assembler only leaves out the cubin
-/// or the report (with a warning on stderr). Throws UserError or CompileError
-/// like compileGpu.
+/// or the report (with a warning on stderr). A backward whose instructions
+/// and tiles are the policy's (no mma, block_n, warps, rows or CTAs per SM
+/// asked for) that chose wgmma and spills per ptxas is built with mma.sync
+/// instead where that spills less (one note on stderr); gpuEntryMismatch
+/// takes either. Throws UserError or CompileError like compileGpu.
 runtime::KernelArtifacts
 compileGpuArtifacts(const AttentionSpec &spec,
                     const GpuCompileOptions &options = {});

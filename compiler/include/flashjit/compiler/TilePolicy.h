@@ -67,7 +67,9 @@ using GpuTileConfig = KernelConfig;
 ///   on sm_80, whose shared memory holds less);
 /// - \p varlen kernels above head_dim 64 and \p blockSparse kernels with a
 ///   mask: 8 warps of 16 rows, 64-key tiles wherever the rules above give
-///   4 x 32 (their extra per-sequence or list state spills it).
+///   4 x 32 (their extra per-sequence or list state spills it);
+/// - head dims that are not multiples of 16 (padded): odd ones 8 warps of
+///   16 rows and 32-key tiles, and above 128 (either dim) 16-key tiles.
 ///
 /// On sm_90a, when head_dim_qk and head_dim_v are multiples of 64, \p mma
 /// Default or Wgmma gives wgmma tiles instead: above head_dim 64, 8 warps
@@ -84,6 +86,14 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
                                    bool varlen = false,
                                    bool blockSparse = false,
                                    GpuMma mma = GpuMma::Default);
+
+/// Empty where the GPU backward's default mma.sync tiles for \p spec's head
+/// dims assemble without spills on sm_80 and sm_90a: multiples of 16 up to
+/// 128 except 112, and 80 only with no score modifier or one whose
+/// derivative does not read the score (softcap's does). Else the
+/// UserError message validateForGpu gives for the default tiles (tiles
+/// asked for by name are built, with ptxas's spills).
+std::string backwardHeadDimRefusal(const AttentionSpec &spec);
 
 } // namespace flashjit
 

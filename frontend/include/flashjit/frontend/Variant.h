@@ -121,6 +121,13 @@ std::string_view toString(Causal c);
 /// V [batch, heads_kv, seqlen_k, head_dim_v],
 /// O [batch, heads_q, seqlen_q, head_dim_v], LSE [batch, heads_q, seqlen_q]
 /// (fp32, natural log); batch and seqlens are run-time. A value type (Variant).
+/// The largest head dim a spec may have: the CPU backend's limit (the GPU
+/// kernels take up to kMaxGpuHeadDim). AttentionSpec::validate checks
+/// head dims against [1, kMaxHeadDim].
+inline constexpr int kMaxHeadDim = 512;
+/// The largest head dim of the GPU kernels (validateForGpu).
+inline constexpr int kMaxGpuHeadDim = 256;
+
 struct AttentionSpec {
   /// The mask and score modifier.
   Variant variant;
@@ -156,7 +163,8 @@ struct AttentionSpec {
   /// mask if causal != None (with `true` folded away).
   Expr effectiveMask() const;
   /// Checks every field; throws UserError naming the field and value
-  /// (head dims must be in [1, 1024], heads positive with headsKV dividing
+  /// (head dims must be in [1, kMaxHeadDim], heads positive with headsKV
+  /// dividing
   /// headsQ, scale finite).
   void validate() const;
 };

@@ -262,6 +262,14 @@ struct KernelConfig {
 
   /// True for a CPU kernel (arch "cpu").
   bool isCpu() const { return arch == "cpu"; }
+  /// The tensor-core instructions as --mma spells them: "wgmma.tma.ws",
+  /// "wgmma.tma", "wgmma" or "mma.sync" (GPU kernels).
+  const char *mmaName() const {
+    return warpSpecialized ? "wgmma.tma.ws"
+           : tma           ? "wgmma.tma"
+           : wgmma         ? "wgmma"
+                           : "mma.sync";
+  }
   /// Query rows per CTA (GPU: rowsPerWarp * numWarps) or per tile (CPU).
   /// GPU backward: keys per CTA (16 per warp, the M of S^T = K Q^T).
   int blockM() const { return isCpu() ? cpuBlockM : rowsPerWarp * numWarps; }
