@@ -125,11 +125,6 @@ void validateForGpu(const AttentionSpec &spec,
                                       "multiples of 16)",
                                       field, d));
     }
-    // The default mma.sync tiles at head dims where every tiling spills;
-    // tiles asked for by name are built as asked (ptxas reports spills).
-    if (!tc.wgmma && !options.blockN && !options.numWarps)
-      if (std::string why = backwardHeadDimRefusal(spec); !why.empty())
-        throw UserError(why);
     if (options.rowsPerWarp && options.rowsPerWarp != 16)
       throw UserError(fmt::format("rows_per_warp = {}: the GPU backward "
                                   "has 16 keys per warp",

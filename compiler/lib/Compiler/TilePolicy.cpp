@@ -247,7 +247,7 @@ static bool backwardWgmmaApplies(const AttentionSpec &spec,
          (spec.headDimV == 64 || spec.headDimV == 128);
 }
 
-std::string backwardHeadDimRefusal(const AttentionSpec &spec) {
+bool backwardDefaultTilesSpill(const AttentionSpec &spec) {
   // ptxas -v of every tiling dQ's column split allows (block_n 16/32/64, 4
   // and 8 warps; 2026-12-02, sm_80 and sm_90a): above 128 dK and dV alone
   // take head_dim registers per thread, every tiling spills (72-3200 bytes;
@@ -255,29 +255,19 @@ std::string backwardHeadDimRefusal(const AttentionSpec &spec) {
   // block_n 64 splits it) spills 64-172 bytes with or without a mask or
   // score modifier, 80 at block_n 64 32-184 bytes with softcap's
   // derivative (it keeps S^T live), none without one.
-  auto supported = [&](int d) {
-    return d % 16 == 0 && d <= 128 && d != 112 &&
-           (d != 80 || !hasScoreModCode(spec) || !scoreGradReadsScore(spec));
+  auto spills = [&](int d) {
+    return d > 128 || d == 112 ||
+           (d == 80 && hasScoreModCode(spec) && scoreGradReadsScore(spec));
   };
-  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
-                          std::pair{"head_dim_v", spec.headDimV}})
-    if (!supported(d))
-      return fmt::format(
-          "{} = {} is not supported by the GPU backward{}: its tiles would "
-          "spill registers (it takes head dims 16, 32, 48, 64, 80, 96 and "
-          "128; 80 only with a score modifier whose derivative does not "
-          "read the score; the CPU backward takes any head dim; --block-n "
-          "and --warps build other tiles, with spills)",
-          field, d, d == 80 ? " with this score modifier" : "");
-  return {};
+  return spills(spec.headDimQK) || spills(spec.headDimV);
 }
 
 /// The backward kernels' tiles. mma.sync: 4 warps of 16 keys; 64 query
 /// rows per tile up to head dim 64, 32 up to 128 and 16 above (per warp, dK
 /// and dV hold head_dim fp32 accumulators per thread beside S^T and dP^T of
 /// block_n / 2 each: 255 registers without spills), 64 where dQ's column
-/// split needs it (head_dim_qk 80, 112); backwardHeadDimRefusal says
-/// where these spill. wgmma (\p mma, or the
+/// split needs it (head_dim_qk 80, 112, 144, ...); backwardDefaultTilesSpill
+/// says where these spill. wgmma (\p mma, or the
 /// default where backwardWgmmaApplies): two warpgroups of 64 keys (8 warps,
 /// 128 keys per CTA) and 64 query rows per tile (wgmma's M for dQ = dS K).
 static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,

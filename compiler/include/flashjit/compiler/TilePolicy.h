@@ -87,13 +87,13 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
                                    bool blockSparse = false,
                                    GpuMma mma = GpuMma::Default);
 
-/// Empty where the GPU backward's default mma.sync tiles for \p spec's head
-/// dims assemble without spills on sm_80 and sm_90a: multiples of 16 up to
-/// 128 except 112, and 80 only with no score modifier or one whose
-/// derivative does not read the score (softcap's does). Else the
-/// UserError message validateForGpu gives for the default tiles (tiles
-/// asked for by name are built, with ptxas's spills).
-std::string backwardHeadDimRefusal(const AttentionSpec &spec);
+/// Whether the GPU backward's default mma.sync tiles for \p spec's head
+/// dims spill registers on sm_80 or sm_90a (ptxas -v, 2026-12-02): true at
+/// 112 and above 128 (every tiling dQ's column split allows spills there,
+/// 72-3200 bytes) and at 80 with a score modifier whose derivative reads
+/// the score (softcap's: 32-184 bytes). Such kernels are still built (they
+/// are correct, only slower); false for the other multiples of 16.
+bool backwardDefaultTilesSpill(const AttentionSpec &spec);
 
 } // namespace flashjit
 
