@@ -78,7 +78,7 @@ flashjit_kernel *compileCpu(const char *spec, unsigned flags) {
 } // namespace
 
 TEST_CASE("backward: dq, dk, dv and buffer gradients overlap no input and "
-          "not each other; o == q is fine",
+          "not each other, o == q is fine",
           "[error][aliasing]") {
   // head_dim_v = head_dim_qk and heads_q = heads_kv so that o may be q.
   constexpr int64_t B = 1, H = 2, S = 5, D = 4, N = B * H * S * D;

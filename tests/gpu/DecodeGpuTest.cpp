@@ -683,7 +683,7 @@ TEST_CASE("decode and merge kernels under a profiler", "[.decodesplit]") {
   }
 }
 
-TEST_CASE("decode with a sink: 1 split = many splits = the reference; "
+TEST_CASE("decode with a sink: 1 split = many splits = the reference, "
           "empty sequences give LSE = sink",
           "[gpu][decode][sink]") {
   // Issue 22: the sink joins the merge once, so every split count gives the

@@ -86,7 +86,7 @@ TEST_CASE("NVRTC reference reports an out-of-range buffer read",
                       Contains("lse"));
 }
 
-TEST_CASE("NVRTC reference at large N (timing; not checked against the CPU)",
+TEST_CASE("NVRTC reference at large N (timing, not checked against the CPU)",
           "[gpu][reference][.large]") {
   Device &dev = Device::get(0);
   for (int64_t n : {4096, 32768}) {

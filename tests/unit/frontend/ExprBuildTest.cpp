@@ -300,7 +300,7 @@ TEST_CASE("expr: readsScore, readsData, isIdentifier", "[frontend][expr]") {
     CHECK(!isIdentifier(bad));
 }
 
-TEST_CASE("expr: structural equality ignores locations; nodes keep theirs",
+TEST_CASE("expr: structural equality ignores locations, nodes keep theirs",
           "[frontend][expr][location]") {
   const unsigned line1 = std::source_location::current().line() + 1;
   Expr a = q_idx >= kv_idx && q_idx - kv_idx < 1024;

@@ -233,7 +233,7 @@ TEST_CASE("paged: CSR page tables are validated entry by entry",
       {"page_size = 12"});
 }
 
-TEST_CASE("paged: block tables are validated; unused columns are not read",
+TEST_CASE("paged: block tables are validated, unused columns are not read",
           "[frontend][paged]") {
   // Row 1 holds garbage (-1, 99) past its one used page.
   std::vector<int32_t> table{3, 1, 0, 4, -1, 99}, lens{40, 5};
@@ -708,7 +708,7 @@ TEST_CASE("merge_states with a sink: key splits merged with the sink once = "
     }
 }
 
-TEST_CASE("merge_states with a sink: empty rows get O = 0, LSE = sink; bad "
+TEST_CASE("merge_states with a sink: empty rows get O = 0, LSE = sink, bad "
           "sinks are refused",
           "[frontend][merge][sink]") {
   HostTensor a(DType::F16, {1, 3, 2, 4}), o(DType::F16, {1, 3, 2, 4});

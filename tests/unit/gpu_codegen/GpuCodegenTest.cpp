@@ -1263,7 +1263,7 @@ TEST_CASE("a decode kernel reads a score modifier's per-head buffer once per "
 }
 
 TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
-          "masked keys; kernels without a mask have no guard",
+          "masked keys, kernels without a mask have no guard",
           "[gpu-codegen][masked]") {
   // Issue 21 section 3 (MaskedValues.h): a kernel with a mask votes, in its
   // partially masked tiles, on whether the V tile (backward: its K tile,
