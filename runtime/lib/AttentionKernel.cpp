@@ -364,14 +364,8 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
   device_->makeCurrent();
   // The status flags are checked (a synchronisation) only when some buffer
   // read is not proven in range for this call (BufferCheck.h).
-  const bool check =
-      !reads_.empty() &&
-      detail::needsStatusCheck(
-          reads_,
-          c.cu
-              ? detail::varlenPositions(c.headsQ, c.cu->hostQ(), c.cu->hostK())
-              : detail::densePositions(c.headsQ, c.batch, c.seqlenQ, c.seqlenK),
-          args);
+  const bool check = detail::needsStatusCheck(reads_, args, c.headsQ, c.batch,
+                                              c.seqlenQ, c.seqlenK, c.cu);
   std::unique_lock<std::mutex> lock(statusMutex_, std::defer_lock);
   if (check) {
     lock.lock(); // the status flags are shared by concurrent runs
@@ -509,13 +503,8 @@ DeviceBlockMask GpuAttentionKernel::build(int64_t batch, int64_t seqlenQ,
 
   // The builder evaluates the mask at the (batch, head) rows of the mask's
   // extents (m.batch, m.heads), at in-range positions only.
-  const bool check =
-      !reads_.empty() &&
-      detail::needsStatusCheck(
-          reads_,
-          cu ? detail::varlenPositions(m.heads, cu->hostQ(), cu->hostK())
-             : detail::densePositions(m.heads, m.batch, seqlenQ, seqlenK),
-          args);
+  const bool check = detail::needsStatusCheck(reads_, args, m.heads, m.batch,
+                                              seqlenQ, seqlenK, cu);
   std::unique_lock<std::mutex> lock(statusMutex_, std::defer_lock);
   if (check) {
     lock.lock();

@@ -13,6 +13,7 @@
 #define FLASHJIT_RUNTIME_LIB_BUFFERCHECK_H
 
 #include "flashjit/frontend/BufferBounds.h"
+#include "flashjit/runtime/AttentionKernel.h"
 
 #include <cstdint>
 #include <vector>
@@ -20,9 +21,9 @@
 namespace flashjit::runtime::detail {
 
 /// Whether a call over \p at must check its buffer reads on the GPU (some
-/// read of \p reads is not proven inside its buffer of \p args). Callers
-/// test reads.empty() first, so that calls of variants without buffers
-/// build no positions.
+/// read of \p reads is not proven inside its buffer of \p args). The
+/// dense/varlen overload below builds no positions for a variant that
+/// reads no buffer.
 inline bool needsStatusCheck(const BufferReads &reads, const CallPositions &at,
                              const Arguments &args) {
   return !reads.empty() && !reads.unproven(at, args).empty();
@@ -57,6 +58,21 @@ inline CallPositions decodePositions(int64_t heads, int64_t qLen,
   for (size_t b = 0; b < seqLens.size(); ++b)
     at.add(static_cast<int64_t>(b), 1, qLen, seqLens[b]);
   return at;
+}
+
+/// needsStatusCheck for a dense or block-sparse call (\p cu null: \p batch
+/// sequences of seqlen_q x seqlen_k) or a packed varlen batch (\p cu's
+/// host copy of the offsets), \p heads query heads; false without building
+/// positions when the variant reads no buffer.
+inline bool needsStatusCheck(const BufferReads &reads, const Arguments &args,
+                             int64_t heads, int64_t batch, int64_t seqlenQ,
+                             int64_t seqlenK, const DeviceCuSeqlens *cu) {
+  if (reads.empty())
+    return false;
+  return needsStatusCheck(reads,
+                          cu ? varlenPositions(heads, cu->hostQ(), cu->hostK())
+                             : densePositions(heads, batch, seqlenQ, seqlenK),
+                          args);
 }
 
 } // namespace flashjit::runtime::detail

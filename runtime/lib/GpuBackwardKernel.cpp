@@ -419,14 +419,8 @@ DataGradients GpuAttentionBackwardKernel::launchBackward(
     turns = reinterpret_cast<void *>(turns_.ptr());
   }
   // Reads and gradient writes proven in range set no flag: no check.
-  const bool check =
-      !reads_.empty() &&
-      detail::needsStatusCheck(
-          reads_,
-          c.cu
-              ? detail::varlenPositions(s.headsQ, c.cu->hostQ(), c.cu->hostK())
-              : detail::densePositions(s.headsQ, s.batch, s.seqlenQ, s.seqlenK),
-          args);
+  const bool check = detail::needsStatusCheck(reads_, args, s.headsQ, s.batch,
+                                              s.seqlenQ, s.seqlenK, c.cu);
   if (check)
     status_.fill(0);
 
