@@ -71,7 +71,7 @@ public:
   /// memory).
   virtual llvm::SmallVector<mlir::Value> computeDQ() = 0;
 
-  // Asynchronous products (wgmma only; FlashBackwardKernel.cpp's pipelined
+  // Asynchronous products (wgmma only; BackwardTileStep.cpp's pipelined
   // tile step). Each issue* call issues and commits one group and returns
   // accumulators that are read only after a wait covering the group.
 

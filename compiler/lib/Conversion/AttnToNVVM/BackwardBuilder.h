@@ -1,0 +1,193 @@
+//===- BackwardBuilder.h - The GPU backward's main kernel -------*- C++ -*-===//
+//
+// BackwardBuilder builds `_bwd`, the main backward kernel
+// (FlashBackwardKernel.cpp has the algorithm). Its methods are split by
+// concern: the kernel, its loops over query heads and tiles and the tile
+// classifier (FlashBackwardKernel.cpp); one query tile's step, synchronous or
+// pipelined (BackwardTileStep.cpp); dQ's accumulation, the deterministic mode's
+// turns, masked-value votes and the dK/dV stores (BackwardDQ.cpp). Private to
+// this directory.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_CONVERSION_ATTNTONVVM_BACKWARDBUILDER_H
+#define FLASHJIT_CONVERSION_ATTNTONVVM_BACKWARDBUILDER_H
+
+#include "BackwardDataGrads.h"
+#include "BackwardKernelBase.h"
+#include "BackwardMma.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <memory>
+#include <optional>
+#include <utility>
+
+namespace flashjit::nvvm::detail {
+
+using namespace mlir;
+namespace abi = flashjit::abi::gpu;
+
+/// The first \p n results of \p op.
+inline SmallVector<Value> firstResults(scf::ForOp op, int n) {
+  SmallVector<Value> out(op.getResults());
+  out.resize(n);
+  return out;
+}
+
+/// The main kernel `_bwd`.
+class BackwardBuilder : public BackwardKernelBase {
+public:
+  BackwardBuilder(ImplicitLocOpBuilder &b, const KernelShape &c,
+                  FragmentEmitter &em)
+      : BackwardKernelBase(b, c, em) {}
+
+  void build(Operation *gpuModule) {
+    buildBackwardRowKernel(b, gpuModule, c, em, /*pre=*/true);
+    mainKernel(gpuModule);
+    buildBackwardRowKernel(b, gpuModule, c, em, /*pre=*/false);
+  }
+
+private:
+  void mainKernel(Operation *gpuModule);
+  /// The loop over the query heads of the group and their query tiles;
+  /// returns dK and dV (unscaled).
+  SmallVector<Value> headLoop(int nK, int nV);
+  /// block-sparse: the loop over the query tiles the transposed block mask
+  /// lists for this key tile and query \p head (partial ones classified and
+  /// masked as the dense loop's tiles, full ones with no mask code; tiles
+  /// past the sequence's queries skipped); returns the final \p carried.
+  SmallVector<Value> listedTileLoop(Value head, ValueRange carried,
+                                    Value kPastEnd);
+  /// One non-empty query tile at \p q0 of query head \p head; \p state
+  /// is dK, dV and the data gradients' running sums. \p boundsOnly
+  /// (block-sparse; i1): a listed full tile at a sequence end, whose
+  /// out-of-range elements are masked without the mask code.
+  SmallVector<Value> tileStep(ValueRange state, Value head, Value q0,
+                              Value qLast, Value needsMask,
+                              Value boundsOnly = Value());
+  /// tileStep with asynchronous products (wgmma): \p state ends with the
+  /// query-tile stage (i32, 0 / 1) and whether this tile's Q, dO, LSE and
+  /// D were prefetched into it (i1); \p nextVisited (i1): the next query
+  /// tile is visited too, so its loads are issued into the other stage
+  /// during this tile's products. Returns the state for the next tile.
+  SmallVector<Value> asyncTileStep(ValueRange state, Value head, Value q0,
+                                   Value qLast, Value needsMask,
+                                   Value boundsOnly, Value nextVisited);
+  /// The state a skipped tile passes on (asyncProducts: nothing
+  /// prefetched).
+  SmallVector<Value> skippedState(ValueRange state);
+  /// Runs tileStep or asyncTileStep.
+  SmallVector<Value> visit(ValueRange state, Value head, Value q0, Value qLast,
+                           Value needsMask, Value boundsOnly,
+                           Value nextVisited) {
+    if (pipelined)
+      return asyncTileStep(state, head, q0, qLast, needsMask, boundsOnly,
+                           nextVisited);
+    return tileStep(state, head, q0, qLast, needsMask, boundsOnly);
+  }
+  /// Where \p boundsOnly holds: -inf for the elements of \p scores (S^T
+  /// fragments; first query column \p qLane) past seqlen_q or seqlen_k.
+  void maskPastEnds(MutableArrayRef<Value> scores, Value qLane,
+                    Value boundsOnly);
+  /// (mayBeFalse, mayBeTrue) of the key tile at \p kFirst for the query
+  /// tile [q0, qLast] of query head \p head: the tile is visited where
+  /// mayBeTrue holds.
+  std::pair<Value, Value> classify(Value head, Value q0, Value qLast,
+                                   Value kFirst);
+  /// Deterministic mode: waits (whole CTA) until every key tile above this
+  /// CTA's that visits query tile [q0, qLast] of \p head has added to its
+  /// dQaccum.
+  void waitTurn(Value head, Value q0, Value qLast);
+  /// Deterministic mode: thread 0 increments the query tile's counter once
+  /// the CTA's dQ adds are done (after a barrier).
+  void releaseTurn(Value head, Value q0);
+  /// accumulateDQ, in key-tile order in the deterministic mode (waitTurn,
+  /// releaseTurn); then Q, dO, dS^T, LSE and D are free for the next tile.
+  void addDQ(Value head, Value q0, Value qLast, Value needsMask);
+  /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory); with
+  /// a mask, where the tile is partial (\p needsMask) and K holds a NaN or
+  /// Inf, the guarded product (MaskedValues.h, dqSkipZero).
+  void accumulateDQ(Value head, Value q0, Value needsMask);
+  /// Sets kPoisoned or kFlag: once per CTA, as soon as the K tile has
+  /// landed (V still in flight), the CTA votes on whether it holds a NaN or
+  /// Inf. K stays in shared memory for the whole kernel, so the answer
+  /// holds for every query tile, and the tile loop keeps no vote of its own
+  /// (its registers: the block-sparse D = 128 mma.sync kernel spilled with
+  /// a vote per tile).
+  void voteOnK();
+  /// With a mask: \p add (dQaccum += ...) of, where \p needsMask (a partial
+  /// tile) and K is poisoned, dQ = dS K term by term from shared memory
+  /// (dqSkipZero), else \p plain()'s product.
+  void guardDQ(Value needsMask, llvm::function_ref<SmallVector<Value>()> plain,
+               llvm::function_ref<void(ArrayRef<Value>)> add);
+  /// dS^T, exactly 0 where \p p is (masked keys are isolated,
+  /// MaskedValues.h: dP^T is NaN for every query of a key whose V holds a
+  /// NaN or Inf, and a score modifier's derivative of a NaN score is NaN).
+  SmallVector<Value> zeroWhereUnweighted(ArrayRef<Value> p, ArrayRef<Value> ds);
+  /// dQaccum += \p dq (this warp's part of dS K, BackwardMma.h's layout)
+  /// for the tile at \p q0.
+  void atomicDQ(Value head, Value q0, ArrayRef<Value> dq);
+  void storeRows(int tensor, Value headIdx, ArrayRef<Value> acc, int dim,
+                 Value factor);
+
+  /// Q and dO of the tile at \p q0 (cp.async), LSE (log2 units) and D of
+  /// its rows into shared memory; waited for and published to the products.
+  void loadQueryTile(Value head, Value q0);
+  /// Issues (cp.async, not committed) Q, dO, LSE (natural log) and D of
+  /// the tile at \p q0 into query-tile stage \p stage (i32) of the ring
+  /// (asyncProducts).
+  void issueQueryTile(Value head, Value q0, Value stage);
+  /// P^T = exp2(t - LSE log2 e), exactly 0 where \p scores is -inf (also
+  /// for rows with LSE = -inf, which have no allowed key). With
+  /// \p colDelta, D of this thread's query columns is read beside LSE into
+  /// it (2 per n8 tile of S^T).
+  SmallVector<Value> probabilities(ArrayRef<Value> scores,
+                                   SmallVectorImpl<Value> *colDelta);
+  /// dS'^T = P^T (dP^T - D) with D of this thread's query columns
+  /// (\p colDelta, or read from shared memory here when it is empty).
+  SmallVector<Value> scoreGradients(ArrayRef<Value> p, ArrayRef<Value> dp,
+                                    ArrayRef<Value> colDelta);
+  /// This thread's query column \p jn * 8 + 2 t + \p cc (byte offset in
+  /// the fp32 LSE / D rows).
+  Value columnOffset(int jn, int cc) {
+    return ops.mul(ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jn * 8 + cc)),
+                   ops.ci32(4));
+  }
+
+  Value loadShared(Type ty, Value base, Value byteOff) {
+    return LLVM::LoadOp::create(b, ty, ops.gepBytes(base, ops.ext64(byteOff)),
+                                /*alignment=*/4);
+  }
+
+  std::optional<BackwardDataGrads> grads; // once the arguments are bound
+  /// The products (mma.sync or wgmma; c.wgmma).
+  std::unique_ptr<BackwardMma> mma;
+  BackwardTileShape shape;
+  // The main kernel's indices and shared tiles.
+  Value tid, warp, lane, g, t, headKV, headsQ, kTile, k0, kvRow[2];
+  /// i1: the semaphores argument is not null (deterministic mode).
+  Value deterministic;
+  Value sK, sQ, sDO, sDS, sLse, sDelta;
+  /// With a mask, whether this CTA's K tile holds a NaN or Inf (voteOnK):
+  /// kPoisoned (i1) with swizzled tiles, else the i32 at kFlag (shared
+  /// memory, non-zero: poisoned).
+  Value kPoisoned, kFlag;
+  /// The current tile's LSE and D rows (stage of the ring); lseRaw: LSE is
+  /// stored in natural-log units (scaled by log2 e when read).
+  Value sLseCur, sDeltaCur;
+  bool lseRaw = false;
+  /// Bytes between the stages of the Q / dO ring (asyncProducts).
+  int64_t qStageBytes = 0;
+  /// asyncTileStep (wgmma), except with mask or score-modifier code at head
+  /// dims above 64: those kernels spilled 4-48 bytes in ptxas (D = 128 fp16
+  /// causal bottom-right / doc_id / chunked-causal / varlen causal with
+  /// GQA, ALiBi, a bias table; 2026-12-02) and keep the synchronous
+  /// tileStep. Both isolate masked keys (dS' zeroed where P is, the
+  /// guarded dQ: MaskedValues.h).
+  bool pipelined = false;
+};
+
+} // namespace flashjit::nvvm::detail
+
+#endif // FLASHJIT_CONVERSION_ATTNTONVVM_BACKWARDBUILDER_H
