@@ -23,6 +23,8 @@
 #include "flashjit/frontend/Paged.h"
 #include "flashjit/runtime/CpuAttentionKernel.h"
 
+#include "RingSupport.h"
+
 #include <fmt/format.h>
 
 #include <condition_variable>
@@ -145,26 +147,9 @@ RingTransport &InProcessRing::rank(int r) {
 
 namespace {
 
-[[noreturn]] void fail(const std::string &message) {
-  throw UserError(message, std::source_location());
-}
-
-constexpr uint64_t kRingMagic = 0x666a5f72696e6731ull; // "fj_ring1"
-
-/// What travels in front of the key/value chunks.
-struct Header {
-  uint64_t magic, source, ranks, layout;
-};
-
-struct Fnv {
-  uint64_t h = 1469598103934665603ull;
-  void add(int64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  }
-};
+using ring::fail;
+using ring::Fnv;
+using ring::Header;
 
 /// One rank's call: the tensors, the chunk geometry and the accumulators.
 class RingRun {
@@ -371,9 +356,7 @@ void RingRun::packKV(const TensorRef &k, const TensorRef &v) {
                                 byteSize(spec_.dtypeV));
   cur_.assign(sizeof(Header) + kBytes_ + vBytes_, 0);
   next_.assign(cur_.size(), 0);
-  Header h{kRingMagic, static_cast<uint64_t>(rank_),
-           static_cast<uint64_t>(ranks_), layout_};
-  std::memcpy(cur_.data(), &h, sizeof h);
+  ring::writeHeader(cur_, rank_, ranks_, layout_);
   for (int64_t j = 0; j < perRank_; ++j)
     for (int isV = 0; isV < 2; ++isV) {
       const TensorRef &src = isV ? v : k;
@@ -449,18 +432,7 @@ void RingRun::computePair(int64_t i, const TensorRef &kj, const TensorRef &vj,
 }
 
 void RingRun::checkHeader(const std::vector<char> &buf, int source) const {
-  Header h;
-  std::memcpy(&h, buf.data(), sizeof h);
-  if (h.magic != kRingMagic || h.source != static_cast<uint64_t>(source) ||
-      h.ranks != static_cast<uint64_t>(ranks_))
-    fail(fmt::format("rank {} received a buffer that is not rank {}'s K/V "
-                     "of a ring of {} (source {}, ranks {})",
-                     rank_, source, ranks_, h.source, h.ranks));
-  if (h.layout != layout_)
-    fail(fmt::format("rank {} received the K/V of rank {} with a different "
-                     "layout: batch, heads, head dims, local seqlens or "
-                     "cu_seqlens differ between the ranks",
-                     rank_, source));
+  ring::checkHeader(buf, rank_, source, ranks_, layout_, "K/V");
 }
 
 void RingRun::finish() {

@@ -279,8 +279,8 @@ TEST_CASE("ring attention with seqlen_q != seqlen_k (bottom-right causal, "
     }
 }
 
-TEST_CASE("causal ring skips the empty chunk pairs; zigzag gives every rank "
-          "the same work",
+TEST_CASE("causal ring skips the empty chunk pairs, and zigzag gives every "
+          "rank the same work",
           "[ring]") {
   std::mt19937 rng(11);
   Case c{"causal", baseSpec(DType::F32), {}, {}, {}};

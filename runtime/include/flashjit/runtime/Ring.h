@@ -23,6 +23,7 @@
 #include "flashjit/frontend/ContextParallel.h"
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/Variant.h"
+#include "flashjit/runtime/DataGradients.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +35,7 @@
 namespace flashjit::runtime {
 
 class CpuAttentionKernel;
+class CpuBackwardKernel;
 
 /// One rank's end of a ring: each shift sends a buffer to the next rank
 /// ((rank + 1) mod size) and receives one from the previous rank. Every
@@ -143,6 +145,36 @@ RingStats ringAttentionCpuVarlen(
     const TensorRef &v, const TensorRef &o, const TensorRef *lse,
     std::span<const int32_t> cuSeqlensQ, std::span<const int32_t> cuSeqlensK,
     const Arguments &args = {}, const RingOptions &options = {});
+
+/// One rank's part of the ring backward on the CPU (ring-flash-attention's
+/// schedule): K/V travel around the ring as in the forward and, with them,
+/// fp32 accumulators of their dK/dV; at each step the rank adds its
+/// queries' contributions (dQ to its own accumulator, dK/dV to the
+/// travelling ones) from the backward kernel run with the GLOBAL O and LSE
+/// (P = exp(s' - LSE) is then the whole sequence's probability, D =
+/// rowsum(dO * O) its own), and one last shift brings every dK/dV home.
+/// Empty chunk pairs are skipped as in the forward. Deterministic: a fixed
+/// order of kernel calls and additions, so the gradients are bit-identical
+/// run to run and independent of thread counts.
+///
+/// \p kernel is the CPU backward kernel of contextParallelSpec(spec)
+/// (compileCpuBackward / loadOrCompileCpuBackward, dense). q, k, v as the
+/// forward got them, o and lse as ringAttentionCpu wrote them (the rank's
+/// part of the global O and LSE), dO like o; writes dq like q, dk like k,
+/// dv like v (the rank's parts, overwritten), accumulating in fp32: each
+/// chunk pair's partial gradients are rounded to the inputs' dtype once
+/// before they are added. Returns the rank's share of the f32 buffer and
+/// parameter gradients and of d sink (sum them over the ranks for the
+/// totals). \p stats, where given, receives the pairs computed/skipped and
+/// the shifts made (2R - 1, or 0 for one rank). Throws UserError as
+/// ringAttentionCpu and for bad gradient tensors (checkBackwardTensors).
+DataGradients ringAttentionBackwardCpu(
+    const AttentionSpec &spec, const CpuBackwardKernel &kernel,
+    RingTransport &transport, const TensorRef &q, const TensorRef &k,
+    const TensorRef &v, const TensorRef &o, const TensorRef &lse,
+    const TensorRef &dO, const TensorRef &dq, const TensorRef &dk,
+    const TensorRef &dv, const Arguments &args = {},
+    const RingOptions &options = {}, RingStats *stats = nullptr);
 
 } // namespace flashjit::runtime
 
