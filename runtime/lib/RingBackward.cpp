@@ -1,11 +1,16 @@
 //===- RingBackward.cpp - The ring's backward on the CPU ------------------===//
 //
-// ringAttentionBackwardCpu (Ring.h). Two buffers travel: the K/V chunks
-// (shifted while the step computes, as in the forward) and the fp32 dK/dV
-// accumulators of those chunks (shifted after the step has added to them).
-// At step s rank r holds both for rank (r - s) mod R; after the R-th dK/dV
-// shift each rank holds its own again. Both buffers carry a ring header
-// naming their owner, checked at every step and at the end.
+// ringAttentionBackwardCpu and ringAttentionBackwardCpuVarlen (Ring.h). Two
+// buffers travel: the K/V chunks (shifted while the step computes, as in
+// the forward) and the fp32 dK/dV accumulators of those chunks (shifted
+// after the step has added to them). At step s rank r holds both for rank
+// (r - s) mod R; after the R-th dK/dV shift each rank holds its own again.
+// Both buffers carry a ring header naming their owner, checked at every
+// step and at the end.
+//
+// Every tensor is handled per local chunk: dense chunks are views along
+// the seqlen dim; varlen chunks are packed copies of every sequence's part
+// (K/V and dK/dV chunk-major in the travelling buffers, as in the forward).
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/frontend/Error.h"
@@ -24,48 +29,60 @@ namespace {
 
 using ring::fail;
 
-/// Converts \p src into a new fp32 tensor of the same shape (contiguous).
-TensorRef toF32(const TensorRef &src, std::vector<float> &store) {
-  store.assign(static_cast<size_t>(std::max<int64_t>(src.numel(), 1)), 0.0f);
-  TensorRef dst = src;
-  dst.dtype = DType::F32;
-  dst.data = store.data();
-  int64_t s = 1;
-  for (int d = src.rank - 1; d >= 0; --d)
-    dst.strides[d] = s, s *= src.shape[d];
+/// Calls \p fn(offset of the element in \p t, row-major linear index) for
+/// every element of \p t.
+template <class F> void forEach(const TensorRef &t, F &&fn) {
   std::array<int64_t, 4> n{1, 1, 1, 1};
-  for (int d = 0; d < src.rank; ++d)
-    n[d] = src.shape[d];
+  for (int d = 0; d < t.rank; ++d)
+    n[d] = t.shape[d];
+  int64_t lin = 0;
   for (int64_t a = 0; a < n[0]; ++a)
     for (int64_t b = 0; b < n[1]; ++b)
       for (int64_t c = 0; c < n[2]; ++c)
         for (int64_t e = 0; e < n[3]; ++e)
-          store[size_t(dst.offset(a, b, c, e))] =
-              loadAsFloat(src.data, src.dtype, src.offset(a, b, c, e));
-  return dst;
+          fn(t.offset(a, b, c, e), lin++);
+}
+
+/// dst = src element by element (equal shapes), converting the dtype.
+void convertInto(const TensorRef &src, const TensorRef &dst) {
+  std::vector<int64_t> srcOff;
+  srcOff.reserve(static_cast<size_t>(src.numel()));
+  forEach(src, [&](int64_t off, int64_t) { srcOff.push_back(off); });
+  forEach(dst, [&](int64_t off, int64_t i) {
+    storeFromFloat(dst.data, dst.dtype, off,
+                   loadAsFloat(src.data, src.dtype, srcOff[size_t(i)]));
+  });
+}
+
+/// A contiguous tensor of \p shape like \p like's rank, over \p store.
+TensorRef contiguousLike(const TensorRef &like, DType dtype,
+                         std::vector<char> &store) {
+  TensorRef t = like;
+  t.dtype = dtype;
+  int64_t n = 1;
+  for (int d = like.rank - 1; d >= 0; --d)
+    t.strides[d] = n, n *= like.shape[d];
+  store.assign(static_cast<size_t>(std::max<int64_t>(n, 1) * byteSize(dtype)),
+               0);
+  t.data = store.data();
+  return t;
 }
 
 /// acc (fp32, contiguous in \p src's shape) += src (any dtype, strides).
 void addInto(const TensorRef &src, float *acc) {
-  int64_t n = src.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t d3 = i % src.shape[3], r = i / src.shape[3];
-    int64_t d2 = r % src.shape[2], r2 = r / src.shape[2];
-    int64_t d1 = r2 % src.shape[1], d0 = r2 / src.shape[1];
-    acc[i] += loadAsFloat(src.data, src.dtype, src.offset(d0, d1, d2, d3));
-  }
+  forEach(src, [&](int64_t off, int64_t i) {
+    acc[i] += loadAsFloat(src.data, src.dtype, off);
+  });
 }
 
-/// dst (any dtype, strides) = acc (fp32, contiguous in dst's shape).
-void storeFrom(const float *acc, const TensorRef &dst) {
-  int64_t n = dst.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t d3 = i % dst.shape[3], r = i / dst.shape[3];
-    int64_t d2 = r % dst.shape[2], r2 = r / dst.shape[2];
-    int64_t d1 = r2 % dst.shape[1], d0 = r2 / dst.shape[1];
-    storeFromFloat(dst.data, dst.dtype, dst.offset(d0, d1, d2, d3), acc[i]);
-  }
-}
+/// The geometry of one rank's call, dense or varlen.
+struct Geometry {
+  bool varlen = false;
+  int64_t perRank = 1, batch = 0, hq = 0, hkv = 0, dqk = 0, dv = 0;
+  int64_t lenQ = 0, lenK = 0;      // dense: chunk lengths; varlen: chunk totals
+  std::vector<int64_t> seqQ, seqK; // varlen: each sequence's chunk lengths
+  std::vector<int32_t> cuLocalQ, cuLocalK, cuChunkQ, cuChunkK;
+};
 
 class RingBackwardRun {
 public:
@@ -75,13 +92,27 @@ public:
       : spec_(spec), ringSpec_(contextParallelSpec(spec, DType::F32)),
         kernel_(kernel), t_(transport), args_(args), options_(options) {}
 
-  void init(const TensorRef &q, const TensorRef &k, const TensorRef &v,
-            const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
-            const TensorRef &dq, const TensorRef &dk, const TensorRef &dv);
+  void checkKernel(bool varlen);
+  void initDense(const AttentionShape &sh);
+  void initVarlen(const VarlenShape &sh, std::span<const int32_t> cuQ,
+                  std::span<const int32_t> cuK);
+  void setTensors(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+                  const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+                  const TensorRef &dq, const TensorRef &dk,
+                  const TensorRef &dv);
   DataGradients run();
   RingStats stats() const { return stats_; }
 
 private:
+  /// Query-side chunk i of \p t (token dim \p dim) as a \p dtype tensor: a
+  /// view (dense, same dtype) or a packed copy into \p store.
+  TensorRef gatherQ(const TensorRef &t, int dim, int64_t i, DType dtype,
+                    std::vector<char> &store);
+  /// Writes fp32 \p acc, chunk-shaped, into chunk i of \p t (token dim
+  /// \p dim), on the query side or (\p keys) the key side.
+  void scatter(const TensorRef &acc, const TensorRef &t, int dim, int64_t i,
+               bool keys);
+  TensorRef kvChunkShape(DType dtype, int64_t dim, void *data) const;
   TensorRef chunk(std::vector<char> &buf, int which, int64_t j) const;
   void computePair(int64_t i, int64_t j, const Arguments &chunkArgs);
   void shift(std::vector<char> &cur, std::vector<char> &next);
@@ -95,13 +126,13 @@ private:
   const Arguments &args_;
   RingOptions options_;
   int rank_ = 0, ranks_ = 1;
-  int64_t perRank_ = 1, chunks_ = 1, batch_ = 0, hq_ = 0, hkv_ = 0;
-  int64_t dqk_ = 0, dv_ = 0, lenQ_ = 0, lenK_ = 0;
+  int64_t chunks_ = 1;
+  Geometry g_;
   uint64_t layout_ = 0;
-  TensorRef q_, k_, v_, o_, lse_, dO_, dqOut_, dkOut_, dvOut_;
-  std::vector<float> o32Store_, dO32Store_;
-  TensorRef o32_, dO32_;
-  std::vector<float> dqAcc_;
+  TensorRef o_, lse_, dO_, dqOut_, dkOut_, dvOut_;
+  // Per local query chunk: q, o and dO (fp32), lse and the dQ accumulator.
+  std::vector<TensorRef> qC_, oC_, dOC_, lseC_, dqAccC_;
+  std::vector<std::vector<char>> stores_;
   // kv: header | K chunks | V chunks (inputs' dtypes); dkv: header | dK
   // chunks | dV chunks (fp32).
   std::vector<char> kv_, kvNext_, dkv_, dkvNext_;
@@ -110,100 +141,193 @@ private:
   RingStats stats_;
 };
 
-void RingBackwardRun::init(const TensorRef &q, const TensorRef &k,
-                           const TensorRef &v, const TensorRef &o,
-                           const TensorRef &lse, const TensorRef &dO,
-                           const TensorRef &dq, const TensorRef &dk,
-                           const TensorRef &dv) {
+void RingBackwardRun::checkKernel(bool varlen) {
   if (!structurallyEqual(ringSpec_, kernel_.spec()))
     fail(fmt::format("backward kernel '{}' was not compiled from "
                      "contextParallelSpec(spec) of spec '{}'",
                      kernel_.spec().variant.name(), spec_.variant.name()));
-  if (kernel_.config().varlen || kernel_.config().blockSparse)
-    fail("ringAttentionBackwardCpu needs a dense backward kernel (compiled "
-         "without varlen or blockSparse)");
-  AttentionShape sh =
-      checkBackwardTensors(spec_, q, k, v, o, lse, dO, dq, dk, dv);
+  if (kernel_.config().blockSparse || kernel_.config().varlen != varlen)
+    fail(varlen ? "ringAttentionBackwardCpuVarlen needs a backward kernel "
+                  "compiled with CompileOptions::varlen (not blockSparse)"
+                : "ringAttentionBackwardCpu needs a dense backward kernel "
+                  "(compiled without varlen or blockSparse)");
   args_.validateFor(spec_.variant);
   args_.validateSinkFor(spec_, true);
   ranks_ = t_.size(), rank_ = t_.rank();
   checkRingRank(rank_, ranks_);
-  perRank_ = options_.sharding == Sharding::Zigzag ? 2 : 1;
+  g_.perRank = options_.sharding == Sharding::Zigzag ? 2 : 1;
   chunks_ = numChunks(ranks_, options_.sharding);
-  if (sh.seqlenQ % perRank_ || sh.seqlenK % perRank_)
+}
+
+void RingBackwardRun::initDense(const AttentionShape &sh) {
+  if (sh.seqlenQ % g_.perRank || sh.seqlenK % g_.perRank)
     fail(fmt::format("local seqlen_q = {}, seqlen_k = {}: zigzag sharding "
                      "holds two equal chunks per rank (even lengths)",
                      sh.seqlenQ, sh.seqlenK));
-  batch_ = sh.batch, hq_ = sh.headsQ, hkv_ = sh.headsKV;
-  dqk_ = sh.headDimQK, dv_ = sh.headDimV;
-  lenQ_ = sh.seqlenQ / perRank_, lenK_ = sh.seqlenK / perRank_;
-  q_ = q, k_ = k, v_ = v, o_ = o, lse_ = lse, dO_ = dO;
-  dqOut_ = dq, dkOut_ = dk, dvOut_ = dv;
-  o32_ = toF32(o, o32Store_);
-  dO32_ = toF32(dO, dO32Store_);
+  g_.batch = sh.batch, g_.hq = sh.headsQ, g_.hkv = sh.headsKV;
+  g_.dqk = sh.headDimQK, g_.dv = sh.headDimV;
+  g_.lenQ = sh.seqlenQ / g_.perRank, g_.lenK = sh.seqlenK / g_.perRank;
   ring::Fnv f;
-  for (int64_t x : {int64_t(2), batch_, hq_, hkv_, dqk_, dv_, lenQ_, lenK_,
-                    perRank_, int64_t(ranks_)})
+  for (int64_t x : {int64_t(2), g_.batch, g_.hq, g_.hkv, g_.dqk, g_.dv, g_.lenQ,
+                    g_.lenK, g_.perRank, int64_t(ranks_)})
     f.add(x);
   layout_ = f.h;
-  dqAcc_.assign(static_cast<size_t>(q.numel()), 0.0f);
-  int64_t tokens = batch_ * lenK_ * hkv_;
-  kChunkBytes_ = static_cast<size_t>(tokens * dqk_ * byteSize(spec_.dtypeK));
-  vChunkBytes_ = static_cast<size_t>(tokens * dv_ * byteSize(spec_.dtypeV));
-  size_t perChunk = kChunkBytes_ + vChunkBytes_;
-  kv_.assign(sizeof(ring::Header) + perRank_ * perChunk, 0);
+}
+
+void RingBackwardRun::initVarlen(const VarlenShape &sh,
+                                 std::span<const int32_t> cuQ,
+                                 std::span<const int32_t> cuK) {
+  g_.varlen = true;
+  g_.batch = sh.batch, g_.hq = sh.headsQ, g_.hkv = sh.headsKV;
+  g_.dqk = sh.headDimQK, g_.dv = sh.headDimV;
+  g_.cuLocalQ.assign(cuQ.begin(), cuQ.end());
+  g_.cuLocalK.assign(cuK.begin(), cuK.end());
+  g_.cuChunkQ = {0}, g_.cuChunkK = {0};
+  ring::Fnv f;
+  f.add(3);
+  for (size_t b = 0; b + 1 < cuQ.size(); ++b) {
+    int64_t lq = cuQ[b + 1] - cuQ[b], lk = cuK[b + 1] - cuK[b];
+    if (lq % g_.perRank || lk % g_.perRank)
+      fail(fmt::format("local sequence {} has {} query and {} key tokens: "
+                       "zigzag sharding holds two equal chunks per rank "
+                       "(even lengths)",
+                       b, lq, lk));
+    g_.seqQ.push_back(lq / g_.perRank);
+    g_.seqK.push_back(lk / g_.perRank);
+    g_.cuChunkQ.push_back(int32_t(g_.cuChunkQ.back() + lq / g_.perRank));
+    g_.cuChunkK.push_back(int32_t(g_.cuChunkK.back() + lk / g_.perRank));
+    f.add(lq), f.add(lk);
+  }
+  g_.lenQ = g_.cuChunkQ.back(), g_.lenK = g_.cuChunkK.back();
+  for (int64_t x :
+       {g_.batch, g_.hq, g_.hkv, g_.dqk, g_.dv, g_.perRank, int64_t(ranks_)})
+    f.add(x);
+  layout_ = f.h;
+}
+
+TensorRef RingBackwardRun::gatherQ(const TensorRef &t, int dim, int64_t i,
+                                   DType dtype, std::vector<char> &store) {
+  if (!g_.varlen) {
+    TensorRef view = sliceDim(t, dim, i * g_.lenQ, g_.lenQ);
+    if (dtype == t.dtype)
+      return view;
+    TensorRef out = contiguousLike(view, dtype, store);
+    convertInto(view, out);
+    return out;
+  }
+  TensorRef shape = sliceDim(t, dim, 0, 0);
+  shape.shape[dim] = g_.lenQ;
+  TensorRef out = contiguousLike(shape, dtype, store);
+  for (size_t b = 0; b < g_.seqQ.size(); ++b) {
+    int64_t n = g_.seqQ[b];
+    convertInto(sliceDim(t, dim, g_.cuLocalQ[b] + i * n, n),
+                sliceDim(out, dim, g_.cuChunkQ[b], n));
+  }
+  return out;
+}
+
+void RingBackwardRun::scatter(const TensorRef &acc, const TensorRef &t, int dim,
+                              int64_t i, bool keys) {
+  int64_t len = keys ? g_.lenK : g_.lenQ;
+  if (!g_.varlen) {
+    convertInto(acc, sliceDim(t, dim, i * len, len));
+    return;
+  }
+  const std::vector<int64_t> &seq = keys ? g_.seqK : g_.seqQ;
+  const std::vector<int32_t> &cuL = keys ? g_.cuLocalK : g_.cuLocalQ;
+  const std::vector<int32_t> &cuC = keys ? g_.cuChunkK : g_.cuChunkQ;
+  for (size_t b = 0; b < seq.size(); ++b)
+    convertInto(sliceDim(acc, dim, cuC[b], seq[b]),
+                sliceDim(t, dim, cuL[b] + i * seq[b], seq[b]));
+}
+
+void RingBackwardRun::setTensors(const TensorRef &q, const TensorRef &k,
+                                 const TensorRef &v, const TensorRef &o,
+                                 const TensorRef &lse, const TensorRef &dO,
+                                 const TensorRef &dq, const TensorRef &dk,
+                                 const TensorRef &dv) {
+  o_ = o, lse_ = lse, dO_ = dO, dqOut_ = dq, dkOut_ = dk, dvOut_ = dv;
+  int seq = g_.varlen ? 0 : 2, lseSeq = g_.varlen ? 1 : 2;
+  stores_.resize(static_cast<size_t>(5 * g_.perRank));
+  for (int64_t i = 0; i < g_.perRank; ++i) {
+    auto store = [&](int which) -> std::vector<char> & {
+      return stores_[static_cast<size_t>(5 * i + which)];
+    };
+    qC_.push_back(gatherQ(q, seq, i, q.dtype, store(0)));
+    oC_.push_back(gatherQ(o, seq, i, DType::F32, store(1)));
+    dOC_.push_back(gatherQ(dO, seq, i, DType::F32, store(2)));
+    lseC_.push_back(gatherQ(lse, lseSeq, i, DType::F32, store(3)));
+    TensorRef shape = sliceDim(q, seq, 0, 0);
+    shape.shape[seq] = g_.lenQ;
+    dqAccC_.push_back(contiguousLike(shape, DType::F32, store(4)));
+  }
+  int64_t tokens = (g_.varlen ? 1 : g_.batch) * g_.lenK * g_.hkv;
+  kChunkBytes_ = size_t(tokens * g_.dqk * byteSize(spec_.dtypeK));
+  vChunkBytes_ = size_t(tokens * g_.dv * byteSize(spec_.dtypeV));
+  kv_.assign(sizeof(ring::Header) +
+                 size_t(g_.perRank) * (kChunkBytes_ + vChunkBytes_),
+             0);
   kvNext_.assign(kv_.size(), 0);
-  dkv_.assign(sizeof(ring::Header) + perRank_ * tokens * (dqk_ + dv_) * 4, 0);
+  dkv_.assign(sizeof(ring::Header) +
+                  size_t(g_.perRank * tokens * (g_.dqk + g_.dv) * 4),
+              0);
   dkvNext_.assign(dkv_.size(), 0);
   ring::writeHeader(kv_, rank_, ranks_, layout_);
   ring::writeHeader(dkv_, rank_, ranks_, layout_);
-  for (int64_t j = 0; j < perRank_; ++j) {
-    copyTensor(sliceDim(k, 2, j * lenK_, lenK_), chunk(kv_, 0, j));
-    copyTensor(sliceDim(v, 2, j * lenK_, lenK_), chunk(kv_, 1, j));
-  }
+  for (int64_t j = 0; j < g_.perRank; ++j)
+    for (int which = 0; which < 2; ++which) {
+      const TensorRef &src = which ? v : k;
+      TensorRef dst = chunk(kv_, which, j);
+      if (!g_.varlen) {
+        copyTensor(sliceDim(src, 2, j * g_.lenK, g_.lenK), dst);
+        continue;
+      }
+      for (size_t b = 0; b < g_.seqK.size(); ++b)
+        copyTensor(
+            sliceDim(src, 0, g_.cuLocalK[b] + j * g_.seqK[b], g_.seqK[b]),
+            sliceDim(dst, 0, g_.cuChunkK[b], g_.seqK[b]));
+    }
+}
+
+TensorRef RingBackwardRun::kvChunkShape(DType dtype, int64_t dim,
+                                        void *data) const {
+  if (g_.varlen)
+    return TensorRef::contiguous3(data, dtype, {g_.lenK, g_.hkv, dim});
+  return TensorRef::contiguous(data, dtype, {g_.batch, g_.hkv, g_.lenK, dim});
 }
 
 /// Chunk \p j of the K (which 0), V (1), dK (2) or dV (3) part of \p buf.
 TensorRef RingBackwardRun::chunk(std::vector<char> &buf, int which,
                                  int64_t j) const {
   char *base = buf.data() + sizeof(ring::Header);
-  int64_t dim = which % 2 ? dv_ : dqk_;
+  int64_t dim = which % 2 ? g_.dv : g_.dqk;
   if (which < 2) {
-    base += which ? perRank_ * kChunkBytes_ : 0;
+    base += which ? g_.perRank * kChunkBytes_ : 0;
     base += j * (which ? vChunkBytes_ : kChunkBytes_);
-    return TensorRef::contiguous(base, which ? spec_.dtypeV : spec_.dtypeK,
-                                 {batch_, hkv_, lenK_, dim});
+    return kvChunkShape(which ? spec_.dtypeV : spec_.dtypeK, dim, base);
   }
-  int64_t tokens = batch_ * hkv_ * lenK_;
-  base += (which == 3 ? perRank_ * tokens * dqk_ : 0) * 4;
+  int64_t tokens = (g_.varlen ? 1 : g_.batch) * g_.hkv * g_.lenK;
+  base += (which == 3 ? g_.perRank * tokens * g_.dqk : 0) * 4;
   base += j * tokens * dim * 4;
-  return TensorRef::contiguous(base, DType::F32, {batch_, hkv_, lenK_, dim});
+  return kvChunkShape(DType::F32, dim, base);
 }
 
 void RingBackwardRun::computePair(int64_t i, int64_t j,
                                   const Arguments &chunkArgs) {
-  std::vector<char> pq(size_t(batch_ * hq_ * lenQ_ * dqk_ * 4)),
-      pk(size_t(batch_ * hkv_ * lenK_ * dqk_ * 4)),
-      pv(size_t(batch_ * hkv_ * lenK_ * dv_ * 4));
-  TensorRef dqP = TensorRef::contiguous(pq.data(), spec_.dtypeQ,
-                                        {batch_, hq_, lenQ_, dqk_});
-  TensorRef dkP = TensorRef::contiguous(pk.data(), spec_.dtypeK,
-                                        {batch_, hkv_, lenK_, dqk_});
-  TensorRef dvP = TensorRef::contiguous(pv.data(), spec_.dtypeV,
-                                        {batch_, hkv_, lenK_, dv_});
-  DataGradients g = kernel_.run(
-      sliceDim(q_, 2, i * lenQ_, lenQ_), chunk(kv_, 0, j), chunk(kv_, 1, j),
-      sliceDim(o32_, 2, i * lenQ_, lenQ_), sliceDim(lse_, 2, i * lenQ_, lenQ_),
-      sliceDim(dO32_, 2, i * lenQ_, lenQ_), dqP, dkP, dvP, chunkArgs,
-      options_.numThreads);
-  // dQ of local chunk i: [B, Hq, lenQ, D] rows i * lenQ.. of the
-  // contiguous [B, Hq, Sq, D] accumulator, added row block by row block.
-  for (int64_t b = 0; b < batch_; ++b)
-    for (int64_t h = 0; h < hq_; ++h) {
-      TensorRef rows = sliceDim(sliceDim(dqP, 0, b, 1), 1, h, 1);
-      addInto(rows, dqAcc_.data() +
-                        ((b * hq_ + h) * lenQ_ * perRank_ + i * lenQ_) * dqk_);
-    }
+  auto si = static_cast<size_t>(i);
+  std::vector<char> sq, sk, sv;
+  TensorRef dqP = contiguousLike(dqAccC_[si], spec_.dtypeQ, sq);
+  TensorRef dkP = contiguousLike(chunk(dkv_, 2, j), spec_.dtypeK, sk);
+  TensorRef dvP = contiguousLike(chunk(dkv_, 3, j), spec_.dtypeV, sv);
+  TensorRef kj = chunk(kv_, 0, j), vj = chunk(kv_, 1, j);
+  DataGradients g =
+      g_.varlen
+          ? kernel_.runVarlen(qC_[si], kj, vj, oC_[si], lseC_[si], dOC_[si],
+                              dqP, dkP, dvP, g_.cuChunkQ, g_.cuChunkK,
+                              chunkArgs, nullptr, options_.numThreads)
+          : kernel_.run(qC_[si], kj, vj, oC_[si], lseC_[si], dOC_[si], dqP, dkP,
+                        dvP, chunkArgs, options_.numThreads);
+  addInto(dqP, static_cast<float *>(dqAccC_[si].data));
   addInto(dkP, static_cast<float *>(chunk(dkv_, 2, j).data));
   addInto(dvP, static_cast<float *>(chunk(dkv_, 3, j).data));
   for (auto &[name, d] : g.dBuffers) {
@@ -226,33 +350,39 @@ void RingBackwardRun::shift(std::vector<char> &cur, std::vector<char> &next) {
 
 void RingBackwardRun::addSinkGradient() {
   // d sink[h] = -sum over the rank's rows of exp(sink[h] - LSE) * D,
-  // D = dO . O (the CPU backward's sinkGradient, on this rank's rows).
+  // D = dO . O (the CPU backward's sinkGradient, on this rank's rows), over
+  // the fp32 chunk copies: dense [B, H, L, D], varlen [T, H, D].
   const auto *sink = static_cast<const float *>(args_.sink.data);
-  std::vector<double> ds(static_cast<size_t>(hq_), 0.0);
-  for (int64_t b = 0; b < batch_; ++b)
-    for (int64_t h = 0; h < hq_; ++h) {
-      if (sink[h] == -std::numeric_limits<float>::infinity())
-        continue;
-      for (int64_t r = 0; r < lenQ_ * perRank_; ++r) {
-        double d = 0;
-        for (int64_t e = 0; e < dv_; ++e)
-          d += double(loadAsFloat(o32_.data, DType::F32,
-                                  o32_.offset(b, h, r, e))) *
-               loadAsFloat(dO32_.data, DType::F32, dO32_.offset(b, h, r, e));
-        double l = loadAsFloat(lse_.data, DType::F32, lse_.offset(b, h, r));
-        ds[size_t(h)] -= std::exp(double(sink[h]) - l) * d;
+  std::vector<double> ds(static_cast<size_t>(g_.hq), 0.0);
+  int64_t outer = g_.varlen ? 1 : g_.batch;
+  for (size_t i = 0; i < oC_.size(); ++i)
+    for (int64_t b = 0; b < outer; ++b)
+      for (int64_t h = 0; h < g_.hq; ++h) {
+        if (sink[h] == -std::numeric_limits<float>::infinity())
+          continue;
+        for (int64_t r = 0; r < g_.lenQ; ++r) {
+          auto at = [&](const TensorRef &t, int64_t e) {
+            int64_t off = g_.varlen ? t.offset(r, h, e) : t.offset(b, h, r, e);
+            return double(static_cast<const float *>(t.data)[off]);
+          };
+          double d = 0;
+          for (int64_t e = 0; e < g_.dv; ++e)
+            d += at(oC_[i], e) * at(dOC_[i], e);
+          int64_t lo =
+              g_.varlen ? lseC_[i].offset(h, r, 0) : lseC_[i].offset(b, h, r);
+          double l = static_cast<const float *>(lseC_[i].data)[lo];
+          ds[size_t(h)] -= std::exp(double(sink[h]) - l) * d;
+        }
       }
-    }
   grads_.dSink.assign(ds.begin(), ds.end());
 }
 
 void RingBackwardRun::finish() {
-  storeFrom(dqAcc_.data(), dqOut_);
-  for (int64_t j = 0; j < perRank_; ++j) {
-    storeFrom(static_cast<float *>(chunk(dkv_, 2, j).data),
-              sliceDim(dkOut_, 2, j * lenK_, lenK_));
-    storeFrom(static_cast<float *>(chunk(dkv_, 3, j).data),
-              sliceDim(dvOut_, 2, j * lenK_, lenK_));
+  int seq = g_.varlen ? 0 : 2;
+  for (int64_t i = 0; i < g_.perRank; ++i) {
+    scatter(dqAccC_[size_t(i)], dqOut_, seq, i, false);
+    scatter(chunk(dkv_, 2, i), dkOut_, seq, i, true);
+    scatter(chunk(dkv_, 3, i), dvOut_, seq, i, true);
   }
   if (spec_.sink)
     addSinkGradient();
@@ -268,12 +398,15 @@ DataGradients RingBackwardRun::run() {
     ring::checkHeader(kv_, rank_, source, ranks_, layout_, "K/V");
     ring::checkHeader(dkv_, rank_, source, ranks_, layout_, "dK/dV");
     std::vector<int64_t> theirs = rankChunks(source, ranks_, options_.sharding);
-    for (int64_t i = 0; i < perRank_; ++i)
-      for (int64_t j = 0; j < perRank_; ++j) {
+    for (int64_t i = 0; i < g_.perRank; ++i)
+      for (int64_t j = 0; j < g_.perRank; ++j) {
         Arguments ca = chunkArguments(ringSpec_, args_, mine[size_t(i)],
                                       theirs[size_t(j)], chunks_);
-        if (classifyChunkPair(ringSpec_, ca, batch_, lenQ_, lenK_) ==
-            TileClass::Empty) {
+        TileClass c = g_.varlen ? classifyChunkPair(ringSpec_, ca, g_.batch, 0,
+                                                    0, g_.seqQ, g_.seqK)
+                                : classifyChunkPair(ringSpec_, ca, g_.batch,
+                                                    g_.lenQ, g_.lenK);
+        if (c == TileClass::Empty) {
           ++stats_.pairsSkipped;
           continue;
         }
@@ -294,6 +427,15 @@ DataGradients RingBackwardRun::run() {
   return grads_;
 }
 
+template <class F> DataGradients abortOnError(RingTransport &transport, F &&f) {
+  try {
+    return f();
+  } catch (const std::exception &e) {
+    transport.abort(e.what());
+    throw;
+  }
+}
+
 } // namespace
 
 DataGradients ringAttentionBackwardCpu(
@@ -303,17 +445,39 @@ DataGradients ringAttentionBackwardCpu(
     const TensorRef &dO, const TensorRef &dq, const TensorRef &dk,
     const TensorRef &dv, const Arguments &args, const RingOptions &options,
     RingStats *stats) {
-  try {
+  return abortOnError(transport, [&] {
     RingBackwardRun run(spec, kernel, transport, args, options);
-    run.init(q, k, v, o, lse, dO, dq, dk, dv);
+    run.checkKernel(false);
+    run.initDense(checkBackwardTensors(spec, q, k, v, o, lse, dO, dq, dk, dv));
+    run.setTensors(q, k, v, o, lse, dO, dq, dk, dv);
     DataGradients g = run.run();
     if (stats)
       *stats = run.stats();
     return g;
-  } catch (const std::exception &e) {
-    transport.abort(e.what());
-    throw;
-  }
+  });
+}
+
+DataGradients ringAttentionBackwardCpuVarlen(
+    const AttentionSpec &spec, const CpuBackwardKernel &kernel,
+    RingTransport &transport, const TensorRef &q, const TensorRef &k,
+    const TensorRef &v, const TensorRef &o, const TensorRef &lse,
+    const TensorRef &dO, const TensorRef &dq, const TensorRef &dk,
+    const TensorRef &dv, std::span<const int32_t> cuSeqlensQ,
+    std::span<const int32_t> cuSeqlensK, const Arguments &args,
+    const RingOptions &options, RingStats *stats) {
+  return abortOnError(transport, [&] {
+    RingBackwardRun run(spec, kernel, transport, args, options);
+    run.checkKernel(true);
+    run.initVarlen(checkVarlenBackwardTensors(spec, q, k, v, cuSeqlensQ,
+                                              cuSeqlensK, o, lse, dO, dq, dk,
+                                              dv),
+                   cuSeqlensQ, cuSeqlensK);
+    run.setTensors(q, k, v, o, lse, dO, dq, dk, dv);
+    DataGradients g = run.run();
+    if (stats)
+      *stats = run.stats();
+    return g;
+  });
 }
 
 } // namespace flashjit::runtime

@@ -31,6 +31,12 @@ using runtime::RingStats;
 
 namespace {
 
+CompileOptions varlenOptions() {
+  CompileOptions o;
+  o.varlen = true;
+  return o;
+}
+
 std::shared_ptr<const CpuBackward> backwardKernel(const AttentionSpec &spec) {
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const CpuBackward>> cache;
@@ -266,4 +272,120 @@ TEST_CASE("ring backward is bit-identical run to run, and refuses a "
                                           dk.ref, dv.ref);
       },
       {"contextParallelSpec"});
+}
+
+TEST_CASE("ring backward on packed varlen batches equals the varlen float64 "
+          "reference gradients",
+          "[ring][backward]") {
+  uint64_t seed = freshSeed();
+  INFO("FLASHJIT_TEST_SEED=" << seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  const std::pair<int, Sharding> configs[] = {
+      {2, Sharding::Zigzag}, {3, Sharding::Contiguous}, {4, Sharding::Zigzag}};
+  const char *names[] = {"causal", "alibi", "document", "sink"};
+  int turn = 0;
+  for (const char *name : names) {
+    auto [ranks, sharding] = configs[(turn++) % 3];
+    int64_t n = numChunks(ranks, sharding);
+    // Sequences of 2n, 0, 3n and n tokens (an empty one included).
+    std::vector<int32_t> cu{0};
+    for (int64_t m : {2, 0, 3, 1})
+      cu.push_back(static_cast<int32_t>(cu.back() + m * n));
+    std::vector<int32_t> localCu = shardCuSeqlens(cu, ranks, sharding);
+    int64_t total = cu.back();
+    BwdCase c;
+    for (BwdCase &x : bwdCases(total, rng))
+      if (x.name == name)
+        c = x;
+    std::string what =
+        fmt::format("varlen {} ranks={} {}", c.name, ranks, toString(sharding));
+    INFO(what);
+    const AttentionSpec &s = c.spec;
+    PackedTensor q(DType::F32, total, s.headsQ, s.headDimQK),
+        k(DType::F32, total, s.headsKV, s.headDimQK),
+        v(DType::F32, total, s.headsKV, s.headDimV),
+        dO(DType::F32, total, s.headsQ, s.headDimV),
+        dq(DType::F32, total, s.headsQ, s.headDimQK),
+        dk(DType::F32, total, s.headsKV, s.headDimQK),
+        dv(DType::F32, total, s.headsKV, s.headDimV);
+    q.randomize(rng), k.randomize(rng), v.randomize(rng), dO.randomize(rng);
+    Arguments args = c.args();
+    VarlenReferenceGradients ref = referenceVarlenAttentionBackward(
+        s, q.ref, k.ref, v.ref, dO.ref, cu, cu, args);
+    AttentionSpec ring = contextParallelSpec(s);
+    auto fwd = cachedKernel(ring, varlenOptions());
+    auto bwd = compileCpuBackward(ring, varlenOptions());
+    std::vector<float> dSlopes, dSink;
+    std::mutex mu;
+    InProcessRing hub(ranks);
+    std::vector<std::string> errors(static_cast<size_t>(ranks));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          int64_t lt = total / ranks;
+          PackedTensor lq(DType::F32, lt, s.headsQ, s.headDimQK),
+              lk(DType::F32, lt, s.headsKV, s.headDimQK),
+              lv(DType::F32, lt, s.headsKV, s.headDimV),
+              lo(DType::F32, lt, s.headsQ, s.headDimV),
+              ldo(DType::F32, lt, s.headsQ, s.headDimV),
+              ldq(DType::F32, lt, s.headsQ, s.headDimQK),
+              ldk(DType::F32, lt, s.headsKV, s.headDimQK),
+              ldv(DType::F32, lt, s.headsKV, s.headDimV);
+          std::vector<float> ll(static_cast<size_t>(s.headsQ * lt + 1));
+          TensorRef llRef =
+              TensorRef::contiguous2(ll.data(), DType::F32, {s.headsQ, lt});
+          shardVarlen(q.ref, lq.ref, cu, r, ranks, sharding);
+          shardVarlen(k.ref, lk.ref, cu, r, ranks, sharding);
+          shardVarlen(v.ref, lv.ref, cu, r, ranks, sharding);
+          shardVarlen(dO.ref, ldo.ref, cu, r, ranks, sharding);
+          runtime::RingTransport &t = hub.rank(r);
+          runtime::ringAttentionCpuVarlen(s, *fwd, t, lq.ref, lk.ref, lv.ref,
+                                          lo.ref, &llRef, localCu, localCu,
+                                          args, {sharding, 1});
+          DataGradients g = runtime::ringAttentionBackwardCpuVarlen(
+              s, *bwd, t, lq.ref, lk.ref, lv.ref, lo.ref, llRef, ldo.ref,
+              ldq.ref, ldk.ref, ldv.ref, localCu, localCu, args, {sharding, 1});
+          std::lock_guard<std::mutex> lock(mu);
+          unshardVarlen(ldq.ref, dq.ref, cu, r, ranks, sharding);
+          unshardVarlen(ldk.ref, dk.ref, cu, r, ranks, sharding);
+          unshardVarlen(ldv.ref, dv.ref, cu, r, ranks, sharding);
+          auto sum = [](std::vector<float> &acc, const std::vector<float> &x) {
+            acc.resize(x.size(), 0.0f);
+            for (size_t i = 0; i < x.size(); ++i)
+              acc[i] += x[i];
+          };
+          if (g.dBuffers.count("slopes"))
+            sum(dSlopes, g.dBuffers["slopes"]);
+          sum(dSink, g.dSink);
+        } catch (const std::exception &e) {
+          errors[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    for (std::thread &t : threads)
+      t.join();
+    for (int r = 0; r < ranks; ++r) {
+      INFO("rank " << r << ": " << errors[size_t(r)]);
+      REQUIRE(errors[size_t(r)].empty());
+    }
+    double wq = 0, wk = 0, wv = 0;
+    for (int64_t t = 0; t < total; ++t) {
+      for (int64_t h = 0; h < s.headsQ; ++h)
+        for (int64_t d = 0; d < s.headDimQK; ++d)
+          wq = std::max(wq, std::abs(dq.at(t, h, d) - ref.dqAt(t, h, d)));
+      for (int64_t h = 0; h < s.headsKV; ++h) {
+        for (int64_t d = 0; d < s.headDimQK; ++d)
+          wk = std::max(wk, std::abs(dk.at(t, h, d) - ref.dkAt(t, h, d)));
+        for (int64_t d = 0; d < s.headDimV; ++d)
+          wv = std::max(wv, std::abs(dv.at(t, h, d) - ref.dvAt(t, h, d)));
+      }
+    }
+    CHECK(wq <= 2e-4);
+    CHECK(wk <= 2e-4);
+    CHECK(wv <= 2e-4);
+    if (!c.slopes.empty())
+      CHECK(worst(dSlopes, ref.dBuffers.at("slopes")) <= 1e-3);
+    if (s.sink)
+      CHECK(worst(dSink, ref.dSink) <= 1e-3);
+  }
 }

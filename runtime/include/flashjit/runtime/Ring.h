@@ -176,6 +176,21 @@ DataGradients ringAttentionBackwardCpu(
     const TensorRef &dv, const Arguments &args = {},
     const RingOptions &options = {}, RingStats *stats = nullptr);
 
+/// The backward ring on a packed varlen batch: \p kernel compiled with
+/// CompileOptions::varlen; the layouts of ringAttentionCpuVarlen (q, dq
+/// [total_q / R, Hq, Dqk], k, v, dk, dv [total_k / R, Hkv, D], o, dO
+/// [total_q / R, Hq, Dv], lse [Hq, total_q / R]) with the local
+/// cu_seqlens. Throws as ringAttentionBackwardCpu, and for bad cu_seqlens
+/// (checkVarlenBackwardTensors) or local lengths the sharding cannot cut.
+DataGradients ringAttentionBackwardCpuVarlen(
+    const AttentionSpec &spec, const CpuBackwardKernel &kernel,
+    RingTransport &transport, const TensorRef &q, const TensorRef &k,
+    const TensorRef &v, const TensorRef &o, const TensorRef &lse,
+    const TensorRef &dO, const TensorRef &dq, const TensorRef &dk,
+    const TensorRef &dv, std::span<const int32_t> cuSeqlensQ,
+    std::span<const int32_t> cuSeqlensK, const Arguments &args = {},
+    const RingOptions &options = {}, RingStats *stats = nullptr);
+
 } // namespace flashjit::runtime
 
 #endif // FLASHJIT_RUNTIME_RING_H
