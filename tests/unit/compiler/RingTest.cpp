@@ -475,3 +475,21 @@ TEST_CASE("ranks given differently shaped tensors are named, and every rank "
   CHECK(errors[0].find("different layout") != std::string::npos);
   CHECK(errors[1].find("different layout") != std::string::npos);
 }
+
+TEST_CASE("ring attention on empty sequences and batches writes nothing and "
+          "does not hang",
+          "[ring]") {
+  Case c{"causal", baseSpec(DType::F32), {}, {}, {}};
+  c.spec.causal = Causal::TopLeft;
+  std::mt19937 rng(3);
+  for (auto [batch, seqlen] : {std::pair<int64_t, int64_t>{2, 0}, {0, 8}}) {
+    INFO("batch " << batch << " seqlen " << seqlen);
+    Globals g = makeGlobals(c.spec, batch, seqlen, seqlen, rng);
+    DenseResult got =
+        runDenseRing(c, g.q.ref, g.k.ref, g.v.ref, 2, Sharding::Zigzag);
+    for (const RingStats &st : got.stats) {
+      CHECK(st.pairsComputed == 0);
+      CHECK(st.shifts == 1);
+    }
+  }
+}
