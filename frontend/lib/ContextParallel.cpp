@@ -187,16 +187,17 @@ AttentionSpec contextParallelSpec(const AttentionSpec &spec,
   spec.validate();
   for (const ParamDecl &p : spec.variant.params())
     for (std::string_view reserved :
-         {kCpQChunkParam, kCpKvChunkParam, kCpNumChunksParam})
+         {kCpQChunkParam, kCpKvChunkParam, kCpQChunksParam, kCpKvChunksParam})
       if (p.name == reserved)
         fail(fmt::format("parameter '{}' is reserved for context "
                          "parallelism (contextParallelSpec adds it)",
                          p.name));
   Expr cq = param(kCpQChunkParam, ScalarType::Int32);
   Expr ck = param(kCpKvChunkParam, ScalarType::Int32);
-  Expr n = param(kCpNumChunksParam, ScalarType::Int32);
-  GlobalIndices g{q_idx + cq * seqlen_q, kv_idx + ck * seqlen_k, n * seqlen_q,
-                  n * seqlen_k};
+  Expr nq = param(kCpQChunksParam, ScalarType::Int32);
+  Expr nk = param(kCpKvChunksParam, ScalarType::Int32);
+  GlobalIndices g{q_idx + cq * seqlen_q, kv_idx + ck * seqlen_k, nq * seqlen_q,
+                  nk * seqlen_k};
   Expr mask = spec.effectiveMask();
   Expr score = spec.variant.scoreExpr();
   AttentionSpec out = spec;
@@ -211,7 +212,8 @@ AttentionSpec contextParallelSpec(const AttentionSpec &spec,
 }
 
 Arguments chunkArguments(const AttentionSpec &ringSpec, const Arguments &args,
-                         int64_t qChunk, int64_t kvChunk, int64_t chunks) {
+                         int64_t qChunk, int64_t kvChunk, int64_t qChunks,
+                         int64_t kvChunks) {
   Arguments out = args;
   out.sink = {};
   for (const ParamDecl &p : ringSpec.variant.params()) {
@@ -219,8 +221,10 @@ Arguments chunkArguments(const AttentionSpec &ringSpec, const Arguments &args,
       out.set(p.name, Scalar::i32(qChunk));
     else if (p.name == kCpKvChunkParam)
       out.set(p.name, Scalar::i32(kvChunk));
-    else if (p.name == kCpNumChunksParam)
-      out.set(p.name, Scalar::i32(chunks));
+    else if (p.name == kCpQChunksParam)
+      out.set(p.name, Scalar::i32(qChunks));
+    else if (p.name == kCpKvChunksParam)
+      out.set(p.name, Scalar::i32(kvChunks));
   }
   return out;
 }

@@ -167,6 +167,9 @@ public:
                   const TensorRef &o, const TensorRef *lse,
                   std::span<const int32_t> cuQ, std::span<const int32_t> cuK);
   RingStats run();
+  RingStats runAllGather();
+  /// Whether RingSchedule::Auto picks the all-gather schedule (Ring.h).
+  bool preferAllGather() const;
 
 private:
   void checkCommon();
@@ -177,7 +180,7 @@ private:
   TensorRef accO(int64_t i);
   TensorRef accLse(int64_t i);
   void computePair(int64_t i, const TensorRef &kj, const TensorRef &vj,
-                   const Arguments &chunkArgs);
+                   const Arguments &chunkArgs, std::span<const int32_t> cuK);
   void checkHeader(const std::vector<char> &buf, int source) const;
   void finish();
 
@@ -406,7 +409,8 @@ TensorRef mergeView(const TensorRef &t, bool varlen) {
 }
 
 void RingRun::computePair(int64_t i, const TensorRef &kj, const TensorRef &vj,
-                          const Arguments &chunkArgs) {
+                          const Arguments &chunkArgs,
+                          std::span<const int32_t> cuK) {
   auto si = static_cast<size_t>(i);
   TensorRef o = accO(i), lse = accLse(i);
   std::vector<float> partO, partLse;
@@ -417,8 +421,8 @@ void RingRun::computePair(int64_t i, const TensorRef &kj, const TensorRef &vj,
     lse.data = partLse.data();
   }
   if (varlen_)
-    kernel_.runVarlen(qChunks_[si], kj, vj, o, &lse, cuChunkQ_, cuChunkK_,
-                      chunkArgs, nullptr, options_.numThreads);
+    kernel_.runVarlen(qChunks_[si], kj, vj, o, &lse, cuChunkQ_, cuK, chunkArgs,
+                      nullptr, options_.numThreads);
   else
     kernel_.run(qChunks_[si], kj, vj, o, &lse, chunkArgs, options_.numThreads);
   if (hasState_[si]) {
@@ -475,6 +479,9 @@ RingStats RingRun::run() {
     accLse_.emplace_back(accElems, -std::numeric_limits<float>::infinity());
   }
   hasState_.assign(static_cast<size_t>(perRank_), false);
+  if (options_.schedule == RingSchedule::AllGather ||
+      (options_.schedule == RingSchedule::Auto && preferAllGather()))
+    return runAllGather();
   std::vector<int64_t> mine = rankChunks(rank_, ranks_, options_.sharding);
   for (int s = 0; s < ranks_; ++s) {
     bool last = s == ranks_ - 1;
@@ -486,7 +493,7 @@ RingStats RingRun::run() {
     for (int64_t i = 0; i < perRank_; ++i)
       for (int64_t j = 0; j < perRank_; ++j) {
         Arguments ca = chunkArguments(ringSpec_, args_, mine[size_t(i)],
-                                      theirs[size_t(j)], chunks_);
+                                      theirs[size_t(j)], chunks_, chunks_);
         TileClass c =
             varlen_
                 ? classifyChunkPair(ringSpec_, ca, batch_, 0, 0, seqQ_, seqK_)
@@ -495,13 +502,99 @@ RingStats RingRun::run() {
           ++stats_.pairsSkipped;
           continue;
         }
-        computePair(i, kvChunk(cur_, false, j), kvChunk(cur_, true, j), ca);
+        computePair(i, kvChunk(cur_, false, j), kvChunk(cur_, true, j), ca,
+                    cuChunkK_);
       }
     if (!last) {
       transport_.waitShift();
       std::swap(cur_, next_);
       ++stats_.shifts;
     }
+  }
+  finish();
+  return stats_;
+}
+
+bool RingRun::preferAllGather() const {
+  // The gathered K/V of every rank against this rank's Q and O: GQA with
+  // few K/V heads, or a short ring, gathers cheaply and saves the R - 1
+  // merges of the ring's partial states.
+  int64_t gathered =
+      ranks_ * headsKV_ *
+      (dqk_ * byteSize(spec_.dtypeK) + dv_ * byteSize(spec_.dtypeV));
+  int64_t local =
+      headsQ_ * (dqk_ * byteSize(spec_.dtypeQ) + dv_ * byteSize(spec_.dtypeO));
+  return gathered <= local;
+}
+
+RingStats RingRun::runAllGather() {
+  stats_.allGather = true;
+  // Every rank's K/V chunks in global order: dense [B, Hkv, S_k, D],
+  // varlen [total_k, Hkv, D] packed by the global cu_seqlens.
+  std::vector<int32_t> cuGlobal{0};
+  for (int64_t len : seqK_)
+    cuGlobal.push_back(static_cast<int32_t>(cuGlobal.back() + len * chunks_));
+  std::vector<char> store[2];
+  TensorRef full[2];
+  for (int isV = 0; isV < 2; ++isV) {
+    int64_t dim = isV ? dv_ : dqk_;
+    DType dt = isV ? spec_.dtypeV : spec_.dtypeK;
+    int64_t elems =
+        (varlen_ ? cuGlobal.back() : batch_ * chunks_ * lenK_) * headsKV_ * dim;
+    store[isV].assign(
+        static_cast<size_t>(std::max<int64_t>(elems, 1) * byteSize(dt)), 0);
+    full[isV] =
+        varlen_
+            ? TensorRef::contiguous3(store[isV].data(), dt,
+                                     {cuGlobal.back(), headsKV_, dim})
+            : TensorRef::contiguous(store[isV].data(), dt,
+                                    {batch_, headsKV_, chunks_ * lenK_, dim});
+  }
+  for (int s = 0; s < ranks_; ++s) {
+    bool last = s == ranks_ - 1;
+    if (!last)
+      transport_.startShift(cur_.data(), next_.data(), cur_.size());
+    int source = (rank_ - s + ranks_) % ranks_;
+    checkHeader(cur_, source);
+    std::vector<int64_t> theirs = rankChunks(source, ranks_, options_.sharding);
+    for (int64_t j = 0; j < perRank_; ++j)
+      for (int isV = 0; isV < 2; ++isV) {
+        TensorRef src = kvChunk(cur_, isV, j);
+        int64_t c = theirs[size_t(j)];
+        if (!varlen_) {
+          copyTensor(src, sliceDim(full[isV], 2, c * lenK_, lenK_));
+          continue;
+        }
+        for (size_t b = 0; b < seqK_.size(); ++b)
+          copyTensor(
+              sliceDim(src, 0, cuChunkK_[b], seqK_[b]),
+              sliceDim(full[isV], 0, cuGlobal[b] + c * seqK_[b], seqK_[b]));
+      }
+    if (!last) {
+      transport_.waitShift();
+      std::swap(cur_, next_);
+      ++stats_.shifts;
+    }
+  }
+  std::vector<int64_t> mine = rankChunks(rank_, ranks_, options_.sharding);
+  std::vector<int64_t> seqKFull;
+  for (int64_t len : seqK_)
+    seqKFull.push_back(len * chunks_);
+  for (int64_t i = 0; i < perRank_; ++i) {
+    // Query chunk mine[i] of chunks_ against the whole key sequence (key
+    // chunk 0 of 1): one call, the kernel's tiles classified on global
+    // indices, no merge.
+    Arguments ca =
+        chunkArguments(ringSpec_, args_, mine[size_t(i)], 0, chunks_, 1);
+    TileClass c =
+        varlen_
+            ? classifyChunkPair(ringSpec_, ca, batch_, 0, 0, seqQ_, seqKFull)
+            : classifyChunkPair(ringSpec_, ca, batch_, lenQ_, chunks_ * lenK_);
+    if (c == TileClass::Empty) {
+      ++stats_.pairsSkipped;
+      continue;
+    }
+    computePair(i, full[0], full[1], ca, cuGlobal);
   }
   finish();
   return stats_;

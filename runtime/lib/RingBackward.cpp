@@ -401,7 +401,7 @@ DataGradients RingBackwardRun::run() {
     for (int64_t i = 0; i < g_.perRank; ++i)
       for (int64_t j = 0; j < g_.perRank; ++j) {
         Arguments ca = chunkArguments(ringSpec_, args_, mine[size_t(i)],
-                                      theirs[size_t(j)], chunks_);
+                                      theirs[size_t(j)], chunks_, chunks_);
         TileClass c = g_.varlen ? classifyChunkPair(ringSpec_, ca, g_.batch, 0,
                                                     0, g_.seqQ, g_.seqK)
                                 : classifyChunkPair(ringSpec_, ca, g_.batch,

@@ -30,6 +30,7 @@ using namespace flashjit;
 using namespace flashjit::test;
 using runtime::InProcessRing;
 using runtime::RingOptions;
+using runtime::RingSchedule;
 using runtime::RingStats;
 
 namespace {
@@ -136,7 +137,8 @@ struct DenseResult {
 /// Ring attention of \p c over R ranks on global tensors q, k, v; returns
 /// the global O and LSE put back together.
 DenseResult runDenseRing(const Case &c, const TensorRef &q, const TensorRef &k,
-                         const TensorRef &v, int ranks, Sharding sharding) {
+                         const TensorRef &v, int ranks, Sharding sharding,
+                         RingSchedule schedule = RingSchedule::Ring) {
   auto kernel = cachedKernel(contextParallelSpec(c.spec));
   int64_t b = q.shape[0], sq = q.shape[2], sk = k.shape[2];
   DenseResult res;
@@ -169,8 +171,8 @@ DenseResult runDenseRing(const Case &c, const TensorRef &q, const TensorRef &k,
     shardSequence(q, lq, r, ranks, sharding);
     shardSequence(k, lk, r, ranks, sharding);
     shardSequence(v, lv, r, ranks, sharding);
-    RingStats st = runtime::ringAttentionCpu(c.spec, *kernel, t, lq, lk, lv, lo,
-                                             &ll, args, {sharding, 1});
+    RingStats st = runtime::ringAttentionCpu(
+        c.spec, *kernel, t, lq, lk, lv, lo, &ll, args, {sharding, 1, schedule});
     std::lock_guard<std::mutex> lock(mu);
     res.stats[static_cast<size_t>(r)] = st;
     unshardSequence(lo, o, r, ranks, sharding);
@@ -319,10 +321,17 @@ TEST_CASE("ring attention on packed varlen batches equals the varlen "
   uint64_t seed = freshSeed();
   INFO("FLASHJIT_TEST_SEED=" << seed);
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  for (auto [ranks, sharding] : {std::pair{2, Sharding::Zigzag},
-                                 {3, Sharding::Contiguous},
-                                 {4, Sharding::Zigzag},
-                                 {1, Sharding::Contiguous}}) {
+  struct Config {
+    int ranks;
+    Sharding sharding;
+    RingSchedule schedule;
+  };
+  for (auto [ranks, sharding, schedule] :
+       {Config{2, Sharding::Zigzag, RingSchedule::AllGather},
+        Config{3, Sharding::Contiguous, RingSchedule::Ring},
+        Config{4, Sharding::Zigzag, RingSchedule::Ring},
+        Config{5, Sharding::Contiguous, RingSchedule::AllGather},
+        Config{1, Sharding::Contiguous, RingSchedule::Ring}}) {
     int64_t n = numChunks(ranks, sharding);
     // Sequences of 3n, 0, n and 2n tokens (an empty one included).
     std::vector<int32_t> cu{0};
@@ -330,8 +339,9 @@ TEST_CASE("ring attention on packed varlen batches equals the varlen "
       cu.push_back(static_cast<int32_t>(cu.back() + m * n));
     std::vector<int32_t> localCu = shardCuSeqlens(cu, ranks, sharding);
     for (const Case &c : cases(cu.back(), DType::F32, rng)) {
-      std::string what = fmt::format("varlen {} ranks={} {}", c.name, ranks,
-                                     toString(sharding));
+      std::string what = fmt::format(
+          "varlen {} ranks={} {} {}", c.name, ranks, toString(sharding),
+          schedule == RingSchedule::Ring ? "ring" : "all-gather");
       INFO(what);
       const AttentionSpec &s = c.spec;
       int64_t total = cu.back();
@@ -362,7 +372,7 @@ TEST_CASE("ring attention on packed varlen batches equals the varlen "
         shardVarlen(v.ref, lv.ref, cu, r, ranks, sharding);
         runtime::ringAttentionCpuVarlen(s, *kernel, t, lq.ref, lk.ref, lv.ref,
                                         lo.ref, &llRef, localCu, localCu, args,
-                                        {sharding, 1});
+                                        {sharding, 1, schedule});
         std::lock_guard<std::mutex> lock(mu);
         unshardVarlen(lo.ref, o.ref, cu, r, ranks, sharding);
         unshardVarlen(llRef, lseRef, cu, r, ranks, sharding);
@@ -491,5 +501,56 @@ TEST_CASE("ring attention on empty sequences and batches writes nothing and "
       CHECK(st.pairsComputed == 0);
       CHECK(st.shifts == 1);
     }
+  }
+}
+
+TEST_CASE("the all-gather schedule equals the float64 reference, and Auto "
+          "picks it for GQA with few K/V heads",
+          "[ring]") {
+  uint64_t seed = freshSeed();
+  INFO("FLASHJIT_TEST_SEED=" << seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (Sharding sharding : {Sharding::Contiguous, Sharding::Zigzag})
+    for (int ranks : {1, 2, 3, 5, 8}) {
+      int64_t seqlen = numChunks(ranks, sharding) * (ranks % 2 ? 3 : 5);
+      for (const Case &c : cases(seqlen, DType::F32, rng)) {
+        if (c.name == "dense" || c.name == "softcap_causal")
+          continue;
+        std::string what = fmt::format("all-gather {} ranks={} {}", c.name,
+                                       ranks, toString(sharding));
+        Globals g = makeGlobals(c.spec, 2, seqlen, seqlen, rng);
+        ReferenceOutput ref =
+            referenceAttention(c.spec, g.q.ref, g.k.ref, g.v.ref, c.args());
+        DenseResult got = runDenseRing(c, g.q.ref, g.k.ref, g.v.ref, ranks,
+                                       sharding, RingSchedule::AllGather);
+        checkAgainst(ref, got, DType::F32, what);
+        for (const RingStats &st : got.stats) {
+          CHECK(st.allGather);
+          CHECK(st.shifts == ranks - 1);
+          CHECK(st.pairsComputed + st.pairsSkipped ==
+                (sharding == Sharding::Zigzag ? 2 : 1));
+        }
+      }
+    }
+  // Auto: 8 query heads on 1 K/V head gather for up to 8 ranks (the
+  // gathered K/V is at most the local Q and O); 4 on 2 (this file's spec)
+  // only for 1 or 2 ranks.
+  Case gqa{"causal", baseSpec(DType::F32), {}, {}, {}};
+  gqa.spec.causal = Causal::TopLeft;
+  gqa.spec.headsQ = 8, gqa.spec.headsKV = 1, gqa.spec.headDimV = 16;
+  Case mha = gqa;
+  mha.spec.headsQ = 4, mha.spec.headsKV = 2, mha.spec.headDimV = 8;
+  for (auto [c, ranks, want] : {std::tuple{&gqa, 8, true},
+                                {&gqa, 3, true},
+                                {&mha, 2, true},
+                                {&mha, 3, false}}) {
+    INFO(c->spec.headsQ << "/" << c->spec.headsKV << " ranks " << ranks);
+    Globals g = makeGlobals(c->spec, 1, 2 * ranks, 2 * ranks, rng);
+    DenseResult got = runDenseRing(*c, g.q.ref, g.k.ref, g.v.ref, ranks,
+                                   Sharding::Contiguous, RingSchedule::Auto);
+    for (const RingStats &st : got.stats)
+      CHECK(st.allGather == want);
+    checkAgainst(referenceAttention(c->spec, g.q.ref, g.k.ref, g.v.ref), got,
+                 DType::F32, "auto");
   }
 }

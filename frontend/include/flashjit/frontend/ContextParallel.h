@@ -12,14 +12,16 @@
 //
 // Global indices: the sequence of length S is cut into n equal chunks of
 // L = S / n tokens (n = R contiguous, 2R zigzag). A kernel call computes one
-// query chunk cq against one key chunk ck, with seqlen_q = L_q and
-// seqlen_k = L_k (the chunk lengths). contextParallelSpec substitutes, in the
-// mask (causal mask included) and the score modifier,
+// query chunk cq of nq against one key chunk ck of nk, with seqlen_q = L_q
+// and seqlen_k = L_k (the chunk lengths; the all-gather schedule passes the
+// whole key sequence: ck = 0, nk = 1). contextParallelSpec substitutes, in
+// the mask (causal mask included) and the score modifier,
 //   q_idx    -> q_idx  + cp_q_chunk  * seqlen_q
 //   kv_idx   -> kv_idx + cp_kv_chunk * seqlen_k
-//   seqlen_q -> cp_num_chunks * seqlen_q
-//   seqlen_k -> cp_num_chunks * seqlen_k
-// with cp_q_chunk, cp_kv_chunk and cp_num_chunks i32 runtime parameters, so
+//   seqlen_q -> cp_q_chunks  * seqlen_q
+//   seqlen_k -> cp_kv_chunks * seqlen_k
+// with cp_q_chunk, cp_kv_chunk, cp_q_chunks and cp_kv_chunks i32 runtime
+// parameters, so
 // one compiled kernel serves every chunk pair, and the tile classifier,
 // which treats parameters as their exact values, still classifies (and
 // skips) tiles on the global indices. Expressing the offset through the
@@ -54,7 +56,8 @@ std::string_view toString(Sharding s);
 /// already declares one of these names is refused.
 inline constexpr std::string_view kCpQChunkParam = "cp_q_chunk";
 inline constexpr std::string_view kCpKvChunkParam = "cp_kv_chunk";
-inline constexpr std::string_view kCpNumChunksParam = "cp_num_chunks";
+inline constexpr std::string_view kCpQChunksParam = "cp_q_chunks";
+inline constexpr std::string_view kCpKvChunksParam = "cp_kv_chunks";
 
 /// The most ranks a ring may have (a sanity bound on the caller's count).
 inline constexpr int kMaxRingRanks = 4096;
@@ -81,16 +84,17 @@ std::vector<int64_t> rankChunks(int rank, int ranks, Sharding sharding);
 /// Expressions that read no index leaf are unchanged, and a spec whose mask
 /// and modifier read none gets no parameters. Throws UserError if \p spec
 /// is invalid or its variant already reads a parameter named cp_q_chunk,
-/// cp_kv_chunk or cp_num_chunks.
+/// cp_kv_chunk, cp_q_chunks or cp_kv_chunks.
 AttentionSpec contextParallelSpec(const AttentionSpec &spec,
                                   DType partialDtype = DType::F32);
 
 /// \p args (the user's, for the original spec) plus the chunk parameters
 /// that \p ringSpec (from contextParallelSpec) reads, for query chunk
-/// \p qChunk against key chunk \p kvChunk of \p chunks; the sink binding is
-/// dropped (the ring spec has none).
+/// \p qChunk of \p qChunks against key chunk \p kvChunk of \p kvChunks;
+/// the sink binding is dropped (the ring spec has none).
 Arguments chunkArguments(const AttentionSpec &ringSpec, const Arguments &args,
-                         int64_t qChunk, int64_t kvChunk, int64_t chunks);
+                         int64_t qChunk, int64_t kvChunk, int64_t qChunks,
+                         int64_t kvChunks);
 
 /// How a (query chunk, key chunk) pair's mask looks over a call of
 /// \p batch sequences of \p chunkLenQ x \p chunkLenK tokens each:

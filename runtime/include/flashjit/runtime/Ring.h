@@ -86,6 +86,18 @@ private:
   std::vector<std::unique_ptr<Rank>> ranks_;
 };
 
+/// How the forward moves K/V (the backward always runs the ring).
+/// Ring: R steps, each computing against the visiting chunk while it moves
+/// on, partial states merged through their LSEs (memory: two K/V slices).
+/// AllGather: R - 1 shifts gather every rank's K/V in global order first,
+/// then one kernel call per local query chunk against the whole key
+/// sequence (no merges; memory: R K/V slices; communication not
+/// overlapped). Auto: AllGather when the gathered K/V of all ranks takes no
+/// more bytes per token than this rank's Q and O (GQA with few K/V heads,
+/// or one rank), else Ring; a rule of thumb, not yet measured on several
+/// GPUs.
+enum class RingSchedule : uint8_t { Auto, Ring, AllGather };
+
 /// Options of a ring attention call.
 struct RingOptions {
   /// How the sequence is cut over the ranks (ContextParallel.h).
@@ -93,6 +105,9 @@ struct RingOptions {
   /// Threads each rank's kernel calls use (0: all cores; ranks of an
   /// InProcessRing are threads already, so 1 is the default).
   int numThreads = 1;
+  /// The forward's schedule; every rank must pick the same (Auto does: its
+  /// inputs are equal on every rank).
+  RingSchedule schedule = RingSchedule::Auto;
 };
 
 /// What a rank did in one ring call.
@@ -102,6 +117,8 @@ struct RingStats {
   int pairsSkipped = 0;
   /// Ring shifts made (size - 1).
   int shifts = 0;
+  /// Whether the forward ran the all-gather schedule.
+  bool allGather = false;
 };
 
 /// One rank's part of ring attention on the CPU backend. \p spec is the
