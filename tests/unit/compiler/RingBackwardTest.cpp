@@ -77,7 +77,6 @@ std::vector<BwdCase> bwdCases(int64_t seqlen, std::mt19937 &rng) {
     c.spec.causal = causal;
     out.push_back(std::move(c));
   };
-  add("dense", Variant("dense"), Causal::None);
   add("causal", Variant("causal"), Causal::TopLeft);
   add("window",
       Variant("window").mask(sliding_window(4, 1, Alignment::TopLeft)),
@@ -198,13 +197,11 @@ TEST_CASE("ring backward equals the float64 reference gradients of the "
   // Sampled: each variant on one (ranks, sharding) pair (FLASHJIT_TEST_SEED
   // does not change the pairing; the data and documents vary).
   const std::pair<int, Sharding> configs[] = {
-      {1, Sharding::Contiguous}, {2, Sharding::Zigzag},
-      {3, Sharding::Contiguous}, {4, Sharding::Zigzag},
-      {5, Sharding::Zigzag},     {8, Sharding::Contiguous},
-      {8, Sharding::Zigzag}};
+      {8, Sharding::Zigzag}, {2, Sharding::Zigzag}, {3, Sharding::Contiguous},
+      {4, Sharding::Zigzag}, {5, Sharding::Zigzag}, {1, Sharding::Contiguous}};
   const size_t variants = bwdCases(1, rng).size();
   for (size_t which = 0; which < variants; ++which) {
-    auto [ranks, sharding] = configs[which % 7];
+    auto [ranks, sharding] = configs[which % 6];
     int64_t seqlen = numChunks(ranks, sharding) * (ranks % 2 ? 3 : 5);
     BwdCase c = bwdCases(seqlen, rng)[which];
     std::string what = fmt::format("{} ranks={} {} seqlen={}", c.name, ranks,
@@ -238,7 +235,7 @@ TEST_CASE("ring backward is bit-identical run to run, and refuses a "
           "backward kernel of another spec",
           "[ring][backward]") {
   std::mt19937 rng(5);
-  BwdCase c = bwdCases(24, rng)[1]; // causal
+  BwdCase c = bwdCases(24, rng)[0]; // causal
   const AttentionSpec &s = c.spec;
   StridedTensor q(DType::F32, {1, s.headsQ, 24, s.headDimQK}, false),
       k(DType::F32, {1, s.headsKV, 24, s.headDimQK}, false),
@@ -282,7 +279,9 @@ TEST_CASE("ring backward on packed varlen batches equals the varlen float64 "
   std::mt19937 rng(static_cast<uint32_t>(seed));
   const std::pair<int, Sharding> configs[] = {
       {2, Sharding::Zigzag}, {3, Sharding::Contiguous}, {4, Sharding::Zigzag}};
-  const char *names[] = {"causal", "alibi", "document", "sink"};
+  // Two variants (CI time): a buffer mask whose offsets are per sequence,
+  // and causal with a sink (d sink per rank).
+  const char *names[] = {"document", "sink"};
   int turn = 0;
   for (const char *name : names) {
     auto [ranks, sharding] = configs[(turn++) % 3];
