@@ -233,14 +233,15 @@ TileClass classifyChunkPair(const AttentionSpec &ringSpec,
                             const Arguments &chunkArgs, int64_t batch,
                             int64_t chunkLenQ, int64_t chunkLenK,
                             std::span<const int64_t> lensQ,
-                            std::span<const int64_t> lensK) {
+                            std::span<const int64_t> lensK,
+                            const TileClassOptions &options) {
   Expr mask = ringSpec.effectiveMask();
   auto classifyOne = [&](int64_t b0, int64_t b1, int64_t lq, int64_t lk) {
     if (lq == 0 || lk == 0)
       return TileClass::Empty;
     TileBox box{
         {b0, b1}, {0, ringSpec.headsQ - 1}, {0, lq - 1}, {0, lk - 1}, lq, lk};
-    return classifyTile(mask, box, chunkArgs);
+    return classifyTile(mask, box, chunkArgs, options);
   };
   if (lensQ.empty())
     return batch == 0 ? TileClass::Empty

@@ -33,6 +33,10 @@
 namespace flashjit::runtime {
 namespace {
 
+/// The CPU ring's buffers are host memory: buffer masks may decide a
+/// chunk pair (classifyChunkPair).
+constexpr TileClassOptions kHostBuffers{.bufferRanges = true};
+
 using ring::fail;
 using ring::Fnv;
 using ring::Header;
@@ -380,10 +384,10 @@ RingStats RingRun::run() {
       for (int64_t j = 0; j < perRank_; ++j) {
         Arguments ca = chunkArguments(ringSpec_, args_, mine[size_t(i)],
                                       theirs[size_t(j)], chunks_, chunks_);
-        TileClass c =
-            varlen_
-                ? classifyChunkPair(ringSpec_, ca, batch_, 0, 0, seqQ_, seqK_)
-                : classifyChunkPair(ringSpec_, ca, batch_, lenQ_, lenK_);
+        TileClass c = varlen_ ? classifyChunkPair(ringSpec_, ca, batch_, 0, 0,
+                                                  seqQ_, seqK_, kHostBuffers)
+                              : classifyChunkPair(ringSpec_, ca, batch_, lenQ_,
+                                                  lenK_, {}, {}, kHostBuffers);
         if (c == TileClass::Empty) {
           ++stats_.pairsSkipped;
           continue;
@@ -473,9 +477,10 @@ RingStats RingRun::runAllGather() {
     Arguments ca =
         chunkArguments(ringSpec_, args_, mine[size_t(i)], 0, chunks_, 1);
     TileClass c =
-        varlen_
-            ? classifyChunkPair(ringSpec_, ca, batch_, 0, 0, seqQ_, seqKFull)
-            : classifyChunkPair(ringSpec_, ca, batch_, lenQ_, chunks_ * lenK_);
+        varlen_ ? classifyChunkPair(ringSpec_, ca, batch_, 0, 0, seqQ_,
+                                    seqKFull, kHostBuffers)
+                : classifyChunkPair(ringSpec_, ca, batch_, lenQ_,
+                                    chunks_ * lenK_, {}, {}, kHostBuffers);
     if (c == TileClass::Empty) {
       ++stats_.pairsSkipped;
       continue;

@@ -27,6 +27,10 @@
 namespace flashjit::runtime {
 namespace {
 
+/// The CPU ring's buffers are host memory: buffer masks may decide a
+/// chunk pair (classifyChunkPair).
+constexpr TileClassOptions kHostBuffers{.bufferRanges = true};
+
 using ring::fail;
 
 /// Calls \p fn(offset of the element in \p t, row-major linear index) for
@@ -402,10 +406,11 @@ DataGradients RingBackwardRun::run() {
       for (int64_t j = 0; j < g_.perRank; ++j) {
         Arguments ca = chunkArguments(ringSpec_, args_, mine[size_t(i)],
                                       theirs[size_t(j)], chunks_, chunks_);
-        TileClass c = g_.varlen ? classifyChunkPair(ringSpec_, ca, g_.batch, 0,
-                                                    0, g_.seqQ, g_.seqK)
-                                : classifyChunkPair(ringSpec_, ca, g_.batch,
-                                                    g_.lenQ, g_.lenK);
+        TileClass c = g_.varlen
+                          ? classifyChunkPair(ringSpec_, ca, g_.batch, 0, 0,
+                                              g_.seqQ, g_.seqK, kHostBuffers)
+                          : classifyChunkPair(ringSpec_, ca, g_.batch, g_.lenQ,
+                                              g_.lenK, {}, {}, kHostBuffers);
         if (c == TileClass::Empty) {
           ++stats_.pairsSkipped;
           continue;

@@ -261,6 +261,30 @@ TEST_CASE("ring attention equals the float64 reference of the whole "
   }
 }
 
+TEST_CASE("a document mask skips the chunk pairs between documents (host "
+          "buffers decide through the buffer-range rule)",
+          "[ring]") {
+  std::mt19937 rng(13);
+  Case c{"doc", baseSpec(DType::F32), {}, {}, {}};
+  Buffer doc = buffer<int32_t>("doc");
+  c.spec.variant = Variant("doc").mask(doc[q_idx] == doc[kv_idx]);
+  const int ranks = 4;
+  const int64_t chunk = 6, seqlen = 2 * ranks * chunk;
+  // One document per zigzag chunk: only a rank's own chunks attend each
+  // other, so of its 4R pairs it computes 2 (own chunk against itself).
+  for (int64_t t = 0; t < seqlen; ++t)
+    c.docs.push_back(static_cast<int32_t>(t / chunk));
+  Globals g = makeGlobals(c.spec, 1, seqlen, seqlen, rng);
+  DenseResult got =
+      runDenseRing(c, g.q.ref, g.k.ref, g.v.ref, ranks, Sharding::Zigzag);
+  for (const RingStats &st : got.stats) {
+    CHECK(st.pairsComputed == 2);
+    CHECK(st.pairsSkipped == 4 * ranks - 2);
+  }
+  checkAgainst(referenceAttention(c.spec, g.q.ref, g.k.ref, g.v.ref, c.args()),
+               got, DType::F32, "doc");
+}
+
 TEST_CASE("ring attention with seqlen_q != seqlen_k (bottom-right causal, "
           "window) sees the global lengths",
           "[ring]") {

@@ -103,11 +103,15 @@ Arguments chunkArguments(const AttentionSpec &ringSpec, const Arguments &args,
 /// (sound: never Empty unless every element is masked). \p lensQ/\p lensK
 /// (varlen: each sequence's chunk lengths) replace the single lengths when
 /// non-empty; the pair is Empty only when it is for every sequence.
+/// \p options.bufferRanges (host buffers only: the CPU ring) lets a buffer
+/// mask decide too (a document mask's chunk pair between two documents is
+/// Empty; TileClass.h's scan limit applies to the chunk's index range).
 TileClass classifyChunkPair(const AttentionSpec &ringSpec,
                             const Arguments &chunkArgs, int64_t batch,
                             int64_t chunkLenQ, int64_t chunkLenK,
                             std::span<const int64_t> lensQ = {},
-                            std::span<const int64_t> lensK = {});
+                            std::span<const int64_t> lensK = {},
+                            const TileClassOptions &options = {});
 
 /// Copies rank \p rank's part of the global tensor \p global
 /// [B, H, S, D] into \p local [B, H, S / R, D] (same dtype; zigzag: its
