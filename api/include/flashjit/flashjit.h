@@ -27,6 +27,7 @@
 
 #include "flashjit/frontend/Arguments.h"
 #include "flashjit/frontend/BlockMask.h"
+#include "flashjit/frontend/ContextParallel.h"
 #include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Expr.h"
@@ -53,7 +54,9 @@
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Launch.h"
 #include "flashjit/runtime/Memory.h"
+#include "flashjit/runtime/NcclTransport.h"
 #include "flashjit/runtime/PagedOps.h"
+#include "flashjit/runtime/Ring.h"
 #include "flashjit/runtime/SinkGradient.h"
 
 #endif // FLASHJIT_FLASHJIT_H

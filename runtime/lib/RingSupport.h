@@ -1,0 +1,71 @@
+//===- RingSupport.h - Pieces shared by the ring's forward and backward ---===//
+//
+// Private to runtime/lib: the header every ring buffer carries (source
+// rank, ring size, a hash of the layout every rank must share) and the
+// hash itself.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_RUNTIME_LIB_RINGSUPPORT_H
+#define FLASHJIT_RUNTIME_LIB_RINGSUPPORT_H
+
+#include "flashjit/frontend/Error.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace flashjit::runtime::ring {
+
+[[noreturn]] inline void fail(const std::string &message) {
+  throw UserError(message, std::source_location());
+}
+
+inline constexpr uint64_t kRingMagic = 0x666a5f72696e6731ull; // "fj_ring1"
+
+/// What travels in front of a ring buffer's tensors.
+struct Header {
+  uint64_t magic, source, ranks, layout;
+};
+
+/// FNV-1a over 64-bit values (the layout hash).
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void add(int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+};
+
+inline void writeHeader(std::vector<char> &buf, int source, int ranks,
+                        uint64_t layout) {
+  Header h{kRingMagic, static_cast<uint64_t>(source),
+           static_cast<uint64_t>(ranks), layout};
+  std::memcpy(buf.data(), &h, sizeof h);
+}
+
+/// Throws UserError unless \p buf's header is \p source's in a ring of
+/// \p ranks with \p layout; \p what names the buffer ("K/V", "dK/dV").
+inline void checkHeader(const std::vector<char> &buf, int rank, int source,
+                        int ranks, uint64_t layout, const char *what) {
+  Header h;
+  std::memcpy(&h, buf.data(), sizeof h);
+  if (h.magic != kRingMagic || h.source != static_cast<uint64_t>(source) ||
+      h.ranks != static_cast<uint64_t>(ranks))
+    fail(fmt::format("rank {} received a buffer that is not rank {}'s {} "
+                     "of a ring of {} (source {}, ranks {})",
+                     rank, source, what, ranks, h.source, h.ranks));
+  if (h.layout != layout)
+    fail(fmt::format("rank {} received the {} of rank {} with a different "
+                     "layout: batch, heads, head dims, local seqlens or "
+                     "cu_seqlens differ between the ranks",
+                     rank, what, source));
+}
+
+} // namespace flashjit::runtime::ring
+
+#endif // FLASHJIT_RUNTIME_LIB_RINGSUPPORT_H
