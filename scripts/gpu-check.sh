@@ -239,6 +239,13 @@ run() {
     [[ -n $h ]] && export FLASHJIT_CUDA_INCLUDE=$(dirname "$h")
   fi
   [[ -x /usr/local/cuda/bin/ptxas ]] || export FLASHJIT_PTXAS=$(command -v ptxas)
+  # The [nccl] tests load libnccl.so.2: the GPU machine has PyTorch's copy
+  # (the nvidia-nccl wheel), not one on the loader's path.
+  if [[ -z ${FLASHJIT_NCCL_LIBRARY:-} ]] && ! ldconfig -p | grep -q libnccl.so.2; then
+    local nccl
+    nccl=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+    [[ -f $nccl ]] && export FLASHJIT_NCCL_LIBRARY=$nccl && echo "gpu-check: FLASHJIT_NCCL_LIBRARY=$nccl"
+  fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   if ldd "$PACK"/bin/* "$lib"/libflashjit_c*.so 2>/dev/null | grep "not found"; then
     echo "gpu-check: missing libraries (above); looking for the toolkit's:"

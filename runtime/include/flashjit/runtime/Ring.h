@@ -94,7 +94,7 @@ private:
 /// sequence (no merges; memory: R K/V slices; communication not
 /// overlapped). Auto: AllGather when the gathered K/V of all ranks takes no
 /// more bytes per token than this rank's Q and O (GQA with few K/V heads,
-/// or one rank), else Ring; a rule of thumb, not yet measured on several
+/// or a short ring), else Ring; a rule of thumb, not yet measured on several
 /// GPUs.
 enum class RingSchedule : uint8_t { Auto, Ring, AllGather };
 
