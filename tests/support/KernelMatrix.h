@@ -76,6 +76,16 @@ inline AttentionSpec matrixSpec(const std::string &name, int d, DType dtype,
   return s;
 }
 
+/// Causal (top-left) with a literal softcap of 30 (the torch benchmark's
+/// softcap30), bf16.
+inline AttentionSpec softcap30Causal(int d, int hq, int hkv) {
+  AttentionSpec s = matrixSpec("causal_tl", d, DType::BF16, hq, hkv);
+  Variant v("softcap30_causal");
+  v.scoreMod(softcap(30.0f));
+  s.variant = v;
+  return s;
+}
+
 /// Every (variant, head dim, dtype) kernel of the matrix; GQA ratios
 /// {1, 2, 3, 8} rotate through the list.
 inline std::vector<MatrixKernel> kernelMatrix() {
@@ -132,6 +142,11 @@ inline std::vector<MatrixKernel> backwardKernels() {
                        std::to_string(g[0] / g[1]);
       out.push_back({id, name, matrixSpec(name, d, t, g[0], g[1])});
     }
+  // A literal cap under a causal mask at head dim 128: on sm_90a the wgmma
+  // backward whose score_grad reads s' recovered from P (MLIRGen's
+  // gradOfOutput; the runtime cap above needs the raw score: mma.sync).
+  out.push_back({"bwd_softcap30_causal_d128_bf16_g2", "softcap30_causal",
+                 softcap30Causal(128, 4, 2)});
   return out;
 }
 
@@ -199,7 +214,8 @@ inline std::vector<MatrixKernel> backwardSparseKernels() {
 /// The kernels of the [.bwdbench] timing (forward `<id>_fwd` with the
 /// default tiles, backward `<id>`): bf16, dense and causal, head dims 64
 /// and 128, hidden 2048 (heads = 2048 / head dim); causal softcap and ALiBi
-/// (with their parameter / slope gradients) at head dim 128.
+/// (with their parameter / slope gradients) at head dim 128, and causal
+/// with a literal softcap of 30 at head dim 128 (no parameter gradient).
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
@@ -209,6 +225,8 @@ inline std::vector<MatrixKernel> benchKernels() {
   for (std::string name : {"softcap", "alibi"})
     out.push_back({"bench_" + name + "_d128", name,
                    matrixSpec(name, 128, DType::BF16, 16, 16)});
+  out.push_back({"bench_softcap30_d128", "softcap30_causal",
+                 softcap30Causal(128, 16, 16)});
   return out;
 }
 

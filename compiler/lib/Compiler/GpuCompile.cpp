@@ -24,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -236,7 +237,13 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
   StopWatch total, w;
   std::unique_ptr<MLIRContext> ctx = makeGpuContext();
   DiagnosticCapture diag(ctx.get());
-  OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec, tc.kind);
+  // The wgmma backward above head dim 64 (dK and dV of 128 columns beside
+  // S^T, P^T and dP^T): a score_grad reading the score reads the modified
+  // one, recovered from P after dP, so S^T dies at P (softcap spilled 12-264
+  // bytes keeping it). Elsewhere the raw score, as the CPU backward.
+  bool gradOfOutput = tc.kind == KernelKind::Backward && tc.wgmma &&
+                      std::max(spec.headDimQK, spec.headDimV) > 64;
+  OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec, tc.kind, gradOfOutput);
   if (!module)
     throw CompileError("MLIRGen failed:\n" + diag.text());
   image.attnText = printOp(*module, /*withLocations=*/true);

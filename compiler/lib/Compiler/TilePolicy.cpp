@@ -227,21 +227,40 @@ static bool scoreGradReadsScore(const AttentionSpec &spec) {
   }
 }
 
+/// Whether a derivative of the score modifier reads the raw score even
+/// when written in the modifier's output (derivativeInOutput: softcap's
+/// 1 - (s' / cap)^2 does not; a learned cap's d s'/d cap does).
+static bool scoreGradNeedsRawScore(const AttentionSpec &spec) {
+  if (!scoreGradReadsScore(spec))
+    return false;
+  const Expr &score = spec.variant.scoreExpr();
+  try {
+    return !derivativeInOutput(
+                differentiateScoreMod(score, differentiableParams(score)),
+                score)
+                .has_value();
+  } catch (const UserError &) {
+    return true;
+  }
+}
+
 /// Whether the default backward on \p arch uses wgmma: sm_90a, head dims
 /// 64 or 128 (dK and dV of 128 columns, S^T, dP^T and dQ fit in 255
 /// registers; above, dK and dV alone take 256) and not block-sparse (its
 /// block masks' key tiles would have to be multiples of the wgmma kernel's
 /// 128 keys per CTA). With a score modifier: at head dim 64 always; at 128
-/// only where no derivative reads the raw score (ALiBi, bias tables; the
-/// kernel then takes the synchronous order), since softcap's keeps S^T live
-/// and spills 12-264 bytes there.
+/// (the kernel then takes the synchronous order) where no derivative reads
+/// the raw score once written in the modifier's output (ALiBi, bias
+/// tables, softcap: GpuCompile.cpp's gradOfOutput recovers s' from P, so
+/// S^T dies at P), since keeping S^T live beside dP^T spilled 12-264 bytes
+/// (softcap, 2026-12-02).
 static bool backwardWgmmaApplies(const AttentionSpec &spec,
                                  const std::string &arch, bool blockSparse) {
   if (arch != "sm_90a" || blockSparse)
     return false;
   if (hasScoreModCode(spec) && spec.headDimQK == 64 && spec.headDimV == 64)
     return true;
-  if (hasScoreModCode(spec) && scoreGradReadsScore(spec))
+  if (hasScoreModCode(spec) && scoreGradNeedsRawScore(spec))
     return false;
   return (spec.headDimQK == 64 || spec.headDimQK == 128) &&
          (spec.headDimV == 64 || spec.headDimV == 128);

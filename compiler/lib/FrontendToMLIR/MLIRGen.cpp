@@ -38,11 +38,22 @@ bool readsBuffer(const Expr &e) {
   return false;
 }
 
+/// Whether any of \p d's derivatives reads the score.
+bool readsScore(const ScoreModDerivative &d) {
+  bool reads = flashjit::readsScore(d.score);
+  for (const BufferDerivative &b : d.buffers)
+    reads = reads || flashjit::readsScore(b.derivative);
+  for (const ParamDerivative &p : d.params)
+    reads = reads || flashjit::readsScore(p.derivative);
+  return reads;
+}
+
 class MLIRGenImpl {
 public:
   explicit MLIRGenImpl(MLIRContext &ctx) : b(&ctx) {}
 
-  OwningOpRef<ModuleOp> gen(const AttentionSpec &spec, KernelKind kind) {
+  OwningOpRef<ModuleOp> gen(const AttentionSpec &spec, KernelKind kind,
+                            bool gradOfOutput) {
     const Expr &mask = spec.effectiveMask();
     Location l = loc(mask.get());
     OwningOpRef<ModuleOp> module = ModuleOp::create(l);
@@ -63,7 +74,7 @@ public:
         b.getI64IntegerAttr(spec.headsQ), b.getI64IntegerAttr(spec.headsKV),
         b.getF32FloatAttr(spec.effectiveScale()), b.getBoolAttr(spec.returnLse),
         b.getDictionaryAttr(params), b.getDictionaryAttr(buffers),
-        spec.sink ? b.getUnitAttr() : UnitAttr());
+        spec.sink ? b.getUnitAttr() : UnitAttr(), UnitAttr());
 
     Type i32 = b.getI32Type();
     SmallVector<Type> idx(6, i32);
@@ -86,7 +97,7 @@ public:
     attn::YieldOp::create(b, loc(mod.get()), s);
 
     if (kind == KernelKind::Backward)
-      genScoreGrad(op, mod, scoreArgs, scoreLocs);
+      genScoreGrad(op, mod, scoreArgs, scoreLocs, gradOfOutput);
 
     if (failed(verify(*module)))
       return nullptr;
@@ -103,11 +114,17 @@ private:
   /// each f32 buffer read and dParam += d_score * d s'/d param for each f32
   /// parameter the modifier reads (frontend/Derivative.h derives them).
   /// The buffer and parameter terms are located at the modifier's line.
+  /// \p ofOutput: in the modifier's output where that applies (mlirGen).
   void genScoreGrad(attn::AttentionOp op, const Expr &mod,
                     SmallVector<Type> scoreArgs,
-                    SmallVector<Location> scoreLocs) {
+                    SmallVector<Location> scoreLocs, bool ofOutput) {
     ScoreModDerivative d =
         differentiateScoreMod(mod, differentiableParams(mod));
+    if (ofOutput && readsScore(d))
+      if (std::optional<ScoreModDerivative> y = derivativeInOutput(d, mod)) {
+        d = std::move(*y);
+        op.setScoreGradOfOutput(true);
+      }
     Location l = loc(mod.get());
     scoreArgs.insert(scoreArgs.begin(), b.getF32Type());
     scoreLocs.insert(scoreLocs.begin(), l);
@@ -394,9 +411,9 @@ private:
 } // namespace
 
 OwningOpRef<ModuleOp> mlirGen(MLIRContext &context, const AttentionSpec &spec,
-                              KernelKind kind) {
+                              KernelKind kind, bool gradOfOutput) {
   context.loadDialect<attn::AttnDialect>();
-  return MLIRGenImpl(context).gen(spec, kind);
+  return MLIRGenImpl(context).gen(spec, kind, gradOfOutput);
 }
 
 } // namespace flashjit

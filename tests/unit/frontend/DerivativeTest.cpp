@@ -19,6 +19,8 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
+#include <vector>
 
 using namespace flashjit;
 using flashjit::test::expectUserError;
@@ -230,6 +232,91 @@ TEST_CASE("derivative: softcap's factor is 1 - tanh^2", "[derivative]") {
     CHECK(near(at(dp.params[0].derivative, s, args),
                t - (s / c) * (1.0 - t * t), 1e-5));
   }
+}
+
+TEST_CASE("derivative: written in the modifier's output where the "
+          "derivative reads the score only through the output path",
+          "[derivative]") {
+  uint64_t seed = freshSeed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  // Softcap: 1 - tanh^2(s / 30) = 1 - (s' / 30)^2.
+  Expr cap = softcap(30.0f);
+  std::optional<ScoreModDerivative> y =
+      derivativeInOutput(differentiateScoreMod(cap), cap);
+  REQUIRE(y);
+  CHECK(printDerivative(*y) ==
+        "d score'/d score = (30.0 * ((1.0 - ((score / 30.0) * (score / "
+        "30.0))) / 30.0))\n");
+  // Each modifier's rewritten derivatives at s' = mod(s) equal the
+  // original ones at s (double evaluation of f32 literals).
+  std::vector<float> slope{0.5f, 0.25f, 0.125f};
+  Arguments args;
+  args.bind("slope", slope.data(), int64_t(slope.size()));
+  auto alibiPart = buffer<float>("slope")[head] * abs(q_idx - kv_idx);
+  const Expr mods[] = {
+      cap,
+      exp(score),
+      2.0f - exp(score * 0.5f),
+      -(sigmoid(score) * 4.0f) + 1.0f,
+      30.0f * tanh(score / 30.0f) - alibiPart,
+      tanh(score) / 8.0f + buffer<float>("slope")[head],
+  };
+  for (const Expr &mod : mods) {
+    INFO(printExpr(mod));
+    ScoreModDerivative d = differentiateScoreMod(mod);
+    std::optional<ScoreModDerivative> o = derivativeInOutput(d, mod);
+    REQUIRE(o);
+    REQUIRE(o->buffers.size() == d.buffers.size());
+    for (int i = 0; i < 40; ++i) {
+      EvalPoint p{0,
+                  uniformInt(rng, 0, 2),
+                  uniformInt(rng, 0, 30),
+                  uniformInt(rng, 0, 30),
+                  31,
+                  31,
+                  uniform(rng, -6.0, 6.0)};
+      EvalPoint out = p;
+      out.score = evaluate(mod, p, args).floatValue;
+      CHECK(near(evaluate(o->score, out, args).floatValue,
+                 evaluate(d.score, p, args).floatValue, 1e-9));
+      for (size_t k = 0; k < d.buffers.size(); ++k)
+        CHECK(near(evaluate(o->buffers[k].derivative, out, args).floatValue,
+                   evaluate(d.buffers[k].derivative, p, args).floatValue,
+                   1e-9));
+    }
+  }
+  // exp's derivative is its own value: the output itself.
+  std::optional<ScoreModDerivative> e =
+      derivativeInOutput(differentiateScoreMod(exp(score)), exp(score));
+  REQUIRE(e);
+  CHECK(printExpr(e->score) == "score");
+  // Derivatives that do not read the score come back unchanged.
+  Expr alibiMod = alibi(buffer<float>("slope"));
+  ScoreModDerivative ad = differentiateScoreMod(alibiMod);
+  std::optional<ScoreModDerivative> ao = derivativeInOutput(ad, alibiMod);
+  REQUIRE(ao);
+  CHECK(printDerivative(*ao) == printDerivative(ad));
+}
+
+TEST_CASE("derivative: not written in the output where a derivative needs "
+          "the raw score",
+          "[derivative]") {
+  // d s'/d cap reads s / cap, which tanh does not give back.
+  Expr learned = softcap(param<float>("cap"));
+  CHECK_FALSE(
+      derivativeInOutput(differentiateScoreMod(learned, {"cap"}), learned));
+  // The score inside the derivative, not below an invertible chain.
+  Expr square = exp(score * score);
+  CHECK_FALSE(derivativeInOutput(differentiateScoreMod(square), square));
+  Expr gelu = score * sigmoid(score * 1.702f);
+  CHECK_FALSE(derivativeInOutput(differentiateScoreMod(gelu), gelu));
+  // A zero or non-literal factor is not divided by (c * tanh(s) with c = 0
+  // would give 0 / 0).
+  Expr zero = 0.0f * tanh(score);
+  CHECK_FALSE(derivativeInOutput(differentiateScoreMod(zero), zero));
+  Expr byParam = param<float>("c") * tanh(score);
+  CHECK_FALSE(derivativeInOutput(differentiateScoreMod(byParam), byParam));
 }
 
 TEST_CASE("derivative: ALiBi reads one slope per head", "[derivative]") {

@@ -722,13 +722,13 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
       CHECK(img.config.blockN == tc.blockN);
       CHECK(img.config.threads() == tc.threads());
       // wgmma on sm_90a at head dims 64 and 128 (the matrix's plain and
-      // masked kernels, ALiBi, the bias table), softcap (its derivative
-      // reads the score) only at 64; else mma.sync.
-      const bool softcap =
-          k.variant == "softcap" || k.variant == "softcap_window";
+      // masked kernels, ALiBi, the bias table, literal softcaps: their
+      // derivative written in s'), the runtime softcap (d s'/d cap reads
+      // the raw score) only at 64; else mma.sync.
+      const bool rawScore = k.variant == "softcap";
       const bool wgmma =
           arch == "sm_90a" &&
-          (k.spec.headDimQK == 64 || (k.spec.headDimQK == 128 && !softcap));
+          (k.spec.headDimQK == 64 || (k.spec.headDimQK == 128 && !rawScore));
       CHECK(img.config.wgmma == wgmma);
       if (wgmma) {
         CHECK(img.config.threads() == 256);
@@ -1007,25 +1007,29 @@ TEST_CASE("a policy-chosen wgmma backward that spills with composed score "
   sync.mma = GpuMma::MmaSync;
   GpuCompileOptions w = o;
   w.mma = GpuMma::Wgmma;
-  for (const std::string &score :
-       {"(20.0 * tanh((score / 20.0))) - " + alibi,
-        "20.0 * tanh(((score - " + alibi + ") / 20.0))"}) {
-    AttentionSpec s = spec("score=" + score, 64);
-    INFO(printSpec(s));
-    REQUIRE(resolveGpuTileConfig(s, o).wgmma); // the static policy's pick
-    runtime::KernelArtifacts a = compileGpuArtifacts(s, o);
-    CHECK_FALSE(a.config.wgmma);
-    CHECK(a.config == resolveGpuTileConfig(s, sync));
-    CHECK(a.registers > 0);
-    CHECK(a.spillBytes == 0);
-    CHECK(gpuEntryMismatch(s, o, a) == "");
-    // Asked for by name, wgmma is built as asked (and spills); a cache
-    // entry of the fallback is not what that request resolves to.
-    runtime::KernelArtifacts forced = compileGpuArtifacts(s, w);
-    CHECK(forced.config.wgmma);
-    CHECK(forced.spillBytes > 0);
-    CHECK(gpuEntryMismatch(s, w, a) != "");
-  }
+  // At head dim 128 (2026-12-02) the wgmma kernels, their score_grad
+  // written in s' (MLIRGen's gradOfOutput), spill 412 and 440 bytes; the
+  // mma.sync rebuild reads the raw score and is clean.
+  for (int d : {64, 128})
+    for (const std::string &score :
+         {"(20.0 * tanh((score / 20.0))) - " + alibi,
+          "20.0 * tanh(((score - " + alibi + ") / 20.0))"}) {
+      AttentionSpec s = spec("score=" + score, d);
+      INFO(printSpec(s));
+      REQUIRE(resolveGpuTileConfig(s, o).wgmma); // the static policy's pick
+      runtime::KernelArtifacts a = compileGpuArtifacts(s, o);
+      CHECK_FALSE(a.config.wgmma);
+      CHECK(a.config == resolveGpuTileConfig(s, sync));
+      CHECK(a.registers > 0);
+      CHECK(a.spillBytes == 0);
+      CHECK(gpuEntryMismatch(s, o, a) == "");
+      // Asked for by name, wgmma is built as asked (and spills); a cache
+      // entry of the fallback is not what that request resolves to.
+      runtime::KernelArtifacts forced = compileGpuArtifacts(s, w);
+      CHECK(forced.config.wgmma);
+      CHECK(forced.spillBytes > 0);
+      CHECK(gpuEntryMismatch(s, w, a) != "");
+    }
   // At head dim 128 ALiBi with a document mask spills both kernels (wgmma
   // 76 bytes, mma.sync 68; every mma.sync tiling on sm_90a 36 or more): the
   // one that spills less is chosen.
@@ -1098,13 +1102,36 @@ TEST_CASE("the sm_90a backward uses wgmma where the tile policy picks it",
   CHECK_FALSE(picks(dense, a80));
   CHECK_FALSE(picks(testing::matrixSpec("none", 96, DType::BF16, 2, 2), o));
   CHECK_FALSE(picks(testing::matrixSpec("none", 256, DType::BF16, 2, 2), o));
+  // A runtime cap: d s'/d cap reads the raw score (mma.sync at 128).
   CHECK_FALSE(picks(testing::matrixSpec("softcap", 128, DType::BF16, 2, 2), o));
   CHECK(picks(testing::matrixSpec("alibi", 64, DType::BF16, 2, 2), o));
   CHECK(picks(testing::matrixSpec("alibi", 128, DType::BF16, 2, 2), o));
   CHECK(picks(testing::matrixSpec("rel_bias", 128, DType::BF16, 2, 2), o));
-  CHECK_FALSE(
+  // A literal softcap at 128: wgmma, its score_grad written in s' (which
+  // the kernel recovers from P), so S^T dies at P: no spills (it spilled
+  // 24-44 bytes keeping S^T). Forced mma.sync reads the raw score, as the
+  // CPU backward.
+  CHECK(
       picks(testing::matrixSpec("softcap_window", 128, DType::BF16, 2, 2), o));
   CHECK(picks(testing::matrixSpec("softcap_window", 64, DType::BF16, 2, 2), o));
+  {
+    AttentionSpec capped = testing::softcap30Causal(128, 4, 2);
+    GpuKernelImage ci = compileGpu(capped, o);
+    CHECK(ci.config.wgmma);
+    CHECK(ci.attnText.find("score_grad_of_output") != std::string::npos);
+    runtime::PtxasReport r = runtime::runPtxas(ci.ptx, "sm_90a");
+    const runtime::PtxasFunctionReport *f = r.find(ci.name + "_bwd");
+    REQUIRE(f);
+    INFO(r.log);
+    CHECK(f->clean());
+    GpuCompileOptions sync = o;
+    sync.mma = GpuMma::MmaSync;
+    CHECK(compileGpu(capped, sync).attnText.find("score_grad_of_output") ==
+          std::string::npos);
+    // At head dim 64 (the pipelined step) the raw score, as before.
+    CHECK(compileGpu(testing::softcap30Causal(64, 4, 2), o)
+              .attnText.find("score_grad_of_output") == std::string::npos);
+  }
   GpuCompileOptions bs = o;
   bs.blockSparse = true;
   CHECK_FALSE(picks(dense, bs));

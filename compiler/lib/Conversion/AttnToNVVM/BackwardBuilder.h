@@ -148,6 +148,14 @@ private:
   /// (\p colDelta, or read from shared memory here when it is empty).
   SmallVector<Value> scoreGradients(ArrayRef<Value> p, ArrayRef<Value> dp,
                                     ArrayRef<Value> colDelta);
+  /// The score score_grad reads for element \p e of this thread's S^T
+  /// fragments, built where it is called (inside the element's dS' != 0
+  /// branch): scale * q.k from \p s, or, where the region reads the
+  /// modified score (FragmentEmitter::scoreGradOfOutput), s' = (log2 P +
+  /// LSE log2 e) ln 2 from \p p and the row's LSE, so \p s can die at P.
+  /// Finite there: dS' != 0 needs P != 0.
+  std::function<Value(int)> scoreGradInput(ArrayRef<Value> s,
+                                           ArrayRef<Value> p);
   /// This thread's query column \p jn * 8 + 2 t + \p cc (byte offset in
   /// the fp32 LSE / D rows).
   Value columnOffset(int jn, int cc) {

@@ -45,7 +45,7 @@ void BackwardDataGrads::addToBuffer(const DataGradSite &s, Value index,
 }
 
 SmallVector<Value> BackwardDataGrads::scoreGrad(
-    ArrayRef<Value> dsPrime, ArrayRef<Value> raw, Value scale, Value batch,
+    ArrayRef<Value> dsPrime, function_ref<Value(int)> scoreAt, Value batch,
     Value head, Value seqlenQ, Value seqlenK, ArrayRef<Value> kvRows,
     Value qLane, int sTiles, MutableArrayRef<Value> state) {
   ImplicitLocOpBuilder &b = ops.b;
@@ -84,8 +84,8 @@ SmallVector<Value> BackwardDataGrads::scoreGrad(
         Value qi = ops.add(qLane, ops.ci32(jn * 8 + (i & 1)));
         IndexValues idx{batch, head, qi, kvRows[i / 2], seqlenQ, seqlenK};
         SmallVector<DataGradValue> gv;
-        Value d = em.emitScoreGrad(b, b.getLoc(), idx, dsPrime[e],
-                                   ops.fmul(raw[e], scale), gv);
+        Value d =
+            em.emitScoreGrad(b, b.getLoc(), idx, dsPrime[e], scoreAt(e), gv);
         assert(gv.size() == sites.size() && "one value per gradient site");
         SmallVector<Value> yields{d};
         for (auto [s, v] : llvm::zip(sites, gv)) {

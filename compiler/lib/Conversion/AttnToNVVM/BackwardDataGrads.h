@@ -51,16 +51,16 @@ public:
   /// The running sums a query head's tile loop carries, zero.
   llvm::SmallVector<mlir::Value> initState();
   /// dS of the thread's S^T fragments (sTiles * 4 f32): score_grad on
-  /// \p dsPrime (dS') and \p raw (q.k; the region sees scale * q.k) where
-  /// dS' != 0, 0 elsewhere; its data gradients added to \p state (from
-  /// initState(), updated in place) or, for q-dependent indices, to
-  /// global memory.
+  /// \p dsPrime (dS') and the score \p scoreAt(e) builds for element e
+  /// (scale * q.k, or s' for a region of the modified score), called inside
+  /// the element's dS' != 0 branch, where dS' != 0, 0 elsewhere; its data
+  /// gradients added to \p state (from initState(), updated in place) or,
+  /// for q-dependent indices, to global memory.
   llvm::SmallVector<mlir::Value>
   scoreGrad(llvm::ArrayRef<mlir::Value> dsPrime,
-            llvm::ArrayRef<mlir::Value> raw, mlir::Value scale,
-            mlir::Value batch, mlir::Value head, mlir::Value seqlenQ,
-            mlir::Value seqlenK, llvm::ArrayRef<mlir::Value> kvRows,
-            mlir::Value qLane, int sTiles,
+            llvm::function_ref<mlir::Value(int)> scoreAt, mlir::Value batch,
+            mlir::Value head, mlir::Value seqlenQ, mlir::Value seqlenK,
+            llvm::ArrayRef<mlir::Value> kvRows, mlir::Value qLane, int sTiles,
             llvm::MutableArrayRef<mlir::Value> state);
   /// Adds \p state (a query head's running sums) to global memory; \p lane
   /// is the thread's lane.

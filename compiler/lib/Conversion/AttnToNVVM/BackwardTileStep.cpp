@@ -14,9 +14,11 @@
 #include "VariantTile.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <optional>
 
@@ -97,6 +99,21 @@ SmallVector<Value> BackwardBuilder::scoreGradients(ArrayRef<Value> p,
   return ds;
 }
 
+std::function<Value(int)> BackwardBuilder::scoreGradInput(ArrayRef<Value> s,
+                                                          ArrayRef<Value> p) {
+  if (!em.scoreGradOfOutput())
+    return [this, s](int e) { return ops.fmul(s[e], scale); };
+  return [this, p](int e) {
+    Value lse = loadShared(ops.f32, sLseCur, columnOffset(e / 4, e & 1));
+    if (!lseRaw)
+      lse = ops.fmul(lse, ops.cf32(0.6931471805599453f)); // to natural log
+    // s' = ln P + LSE: P = exp2((s' - LSE) log2 e).
+    return ops.fadd(
+        ops.fmul(math::Log2Op::create(b, p[e]), ops.cf32(0.6931471805599453f)),
+        lse);
+  };
+}
+
 SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
                                              Value q0, Value qLast,
                                              Value needsMask,
@@ -147,8 +164,9 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   if (em.hasMask())
     ds = zeroWhereUnweighted(p, ds);
   if (grads->active())
-    ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
-                          {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
+    ds = grads->scoreGrad(ds, scoreGradInput(s, p), batch, head, seqlenQ,
+                          seqlenK, {kvRow[0], kvRow[1]}, coords.qLane, nS,
+                          gradState);
   // dK += dS^T Q (scaled at the end).
   dk = mma->accumulateDK(dk, ds);
   // dS^T into shared memory, then dQaccum += dS K.
@@ -270,8 +288,9 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   if (em.hasMask())
     ds = zeroWhereUnweighted(p, ds);
   if (grads->active())
-    ds = grads->scoreGrad(ds, s, scale, batch, head, seqlenQ, seqlenK,
-                          {kvRow[0], kvRow[1]}, coords.qLane, nS, gradState);
+    ds = grads->scoreGrad(ds, scoreGradInput(s, p), batch, head, seqlenQ,
+                          seqlenK, {kvRow[0], kvRow[1]}, coords.qLane, nS,
+                          gradState);
   SmallVector<Value> pA = mma->packA(p), dsA = mma->packA(ds);
   // dS^T into shared memory while dV += P^T dO runs; then dQ = dS K
   // (wgmma groups complete in order: dV, dQ, dK).

@@ -69,6 +69,10 @@ public:
              y.getValue() == body.getArgument(0));
   }
 
+  bool scoreGradOfOutput() const override {
+    return op_.hasScoreGrad() && op_.getScoreGradOfOutput();
+  }
+
   SmallVector<DataGradSite> dataGradSites() const override {
     SmallVector<DataGradSite> out;
     if (!op_.hasScoreGrad())

@@ -77,6 +77,7 @@
 
 #include "flashjit/frontend/Expr.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,30 @@ struct ScoreModDerivative {
 ScoreModDerivative
 differentiateScoreMod(const Expr &scoreMod,
                       const std::vector<std::string> &params = {});
+
+/// \p d (differentiateScoreMod(\p scoreMod, ...)) written in the modifier's
+/// output s' instead of its input: in the result the leaf `score` stands for
+/// s' = scoreMod(score, ...). The GPU backward recovers s' from P and the
+/// row's LSE after the dP product (s' * log2 e = log2 P + LSE * log2 e), so
+/// the raw score need not stay live there.
+///
+/// The rewrite walks down from the modifier's root while the node's value
+/// is an invertible function of its parent's: x + a, a + x, x - a, a - x
+/// and -x (any a not reading the score), x * c, c * x and x / c (c a
+/// nonzero finite f32 literal); each such node's value becomes an
+/// expression of s' (softcap c * tanh(score / c): tanh(score / c) = s' / c).
+/// Every occurrence of one of those nodes in a derivative (structurally) is
+/// replaced by it; where a derivative still reads `score` outside them
+/// (d s'/d cap of a parameter cap, exp(score * score)'s derivative) the
+/// rewrite does not apply and the result is nullopt. Derivatives not reading
+/// the score come back unchanged. Rounding: s' / c and s' - a round once
+/// more than the forward node (an a much larger than the node loses its low
+/// bits).
+///   tanh     1 - e * e        -> 1 - (s' / c)^2   (softcap)
+///   exp      e                -> s'               (exp(score))
+///   sigmoid  e * (1 - e)      -> s' * (1 - s')
+std::optional<ScoreModDerivative>
+derivativeInOutput(const ScoreModDerivative &d, const Expr &scoreMod);
 
 /// The f32 parameters \p scoreMod reads (those differentiateScoreMod accepts
 /// in its \p params), sorted by name.

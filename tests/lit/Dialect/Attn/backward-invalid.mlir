@@ -102,3 +102,21 @@ func.func @bad_score_grad(%g: memref<16x16xf32>, %i: i64) {
   }
   return
 }
+
+// -----
+
+// score_grad_of_output (the GPU backward's score_grad of s') needs the
+// region it describes.
+// expected-error @+1 {{has score_grad_of_output without a score_grad region}}
+attn.attention @output_without_grad attributes {
+    dtype_q = f32, dtype_k = f32, dtype_v = f32, dtype_o = f32,
+    head_dim_qk = 8 : i64, head_dim_v = 8 : i64, heads_q = 1 : i64,
+    heads_kv = 1 : i64, scale = 0.35 : f32, return_lse = true,
+    params = {}, buffers = {}, score_grad_of_output} mask {
+^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+  %t = arith.constant true
+  attn.yield %t : i1
+} score {
+^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+  attn.yield %s : f32
+}

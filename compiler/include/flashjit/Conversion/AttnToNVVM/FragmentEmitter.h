@@ -107,11 +107,15 @@ public:
   /// True if the op carries a score_grad region that is not the identity
   /// (dS = dS'): the backward then evaluates it per element.
   virtual bool hasScoreGrad() const { return false; }
+  /// True if the score_grad region reads the modified score s' instead of
+  /// scale * q.k (attn.attention's score_grad_of_output).
+  virtual bool scoreGradOfOutput() const { return false; }
   /// The buffer and parameter gradients of the score_grad region, in the
   /// region's order (each at the region's top level).
   virtual llvm::SmallVector<DataGradSite> dataGradSites() const { return {}; }
   /// dS (f32) of one element: the score_grad region on \p dScore (dS', the
-  /// gradient of the modified score) and \p score (scale * q.k); appends
+  /// gradient of the modified score) and \p score (scale * q.k, or s' where
+  /// scoreGradOfOutput()); appends
   /// one DataGradValue per dataGradSites() entry to \p grads instead of
   /// accumulating anything. Only called when hasScoreGrad().
   virtual mlir::Value

@@ -143,8 +143,12 @@ LogicalResult AttentionOp::verify() {
   if (failed(verifyIndexRegion(*this, getScore(), "score", {b.getF32Type()},
                                b.getF32Type())))
     return failure();
-  if (getScoreGrad().empty())
+  if (getScoreGrad().empty()) {
+    if (getScoreGradOfOutput())
+      return emitOpError() << "has score_grad_of_output without a score_grad "
+                              "region";
     return success();
+  }
   // attn.buffer_grad / attn.param_grad check their own placement.
   return verifyIndexRegion(*this, getScoreGrad(), "score_grad",
                            {b.getF32Type(), b.getF32Type()}, b.getF32Type());

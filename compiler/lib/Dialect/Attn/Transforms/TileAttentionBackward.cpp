@@ -540,6 +540,12 @@ struct AttnTileBackwardPass
                             "KernelKind::Backward)";
         return signalPassFailure();
       }
+      if (op.getScoreGradOfOutput()) {
+        op.emitOpError() << "has score_grad_of_output: the CPU backward "
+                            "passes score_grad the raw score (MLIRGen "
+                            "without gradOfOutput)";
+        return signalPassFailure();
+      }
       std::string name = op.getSymName().str();
       BackwardEmitter(op, blockM, blockN, varlen, blockSparse, false)
           .emit(name);

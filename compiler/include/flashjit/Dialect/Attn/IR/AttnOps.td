@@ -90,6 +90,12 @@ def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove,
     says what the gradient is, not how the tiles run (`attn-tile-backward`
     builds the CPU kernels; the GPU backward reads the same op).
 
+    With `score_grad_of_output` (GPU backward kernels only; the CPU's
+    `attn-tile-backward` refuses it) the region's `score` argument is the
+    modified score s' instead (frontend/Derivative.h derivativeInOutput:
+    softcap's 1 - tanh^2(s / cap) as 1 - (s' / cap)^2), which the kernel
+    recovers from P and the row's LSE instead of keeping s live.
+
     ```mlir
     attn.attention @softcap {...} mask {...} score {
     ^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
@@ -114,7 +120,7 @@ def Attn_AttentionOp : Attn_Op<"attention", [Symbol, IsolatedFromAbove,
                        I64Attr:$heads_q, I64Attr:$heads_kv,
                        F32Attr:$scale, BoolAttr:$return_lse,
                        DictionaryAttr:$params, DictionaryAttr:$buffers,
-                       UnitAttr:$sink);
+                       UnitAttr:$sink, UnitAttr:$score_grad_of_output);
   let regions = (region SizedRegion<1>:$mask, SizedRegion<1>:$score,
                  MaxSizedRegion<1>:$score_grad);
   let assemblyFormat = [{
