@@ -171,11 +171,12 @@ typedef struct flashjit_grad {
  *  gradients synchronise it; dQ and the buffer/parameter gradients are
  *  accumulated with fp32 atomics (last bits vary between runs). Varlen
  *  and block-sparse kernels are FLASHJIT_USER_ERROR here (their calls take
- *  cu_seqlens or a block mask: flashjit_run_backward_ex). Aliasing (README "Semantics" 10): dq, dk, dv and
- *  every grads[i].data must overlap no input (q, k, v, o, lse, d_o, the
- *  \p args buffers) and not each other, and a grads name may appear
- *  once (FLASHJIT_USER_ERROR naming both, nothing written); the inputs
- *  may share memory (o may be q). */
+ *  cu_seqlens or a block mask: flashjit_run_backward_ex). Aliasing
+ *  (README "Semantics" 10): dq, dk, dv and every grads[i].data must
+ *  overlap no input (q, k, v, o, lse, d_o, the \p args buffers) and not
+ *  each other, and a grads name may appear once (FLASHJIT_USER_ERROR
+ *  naming both, nothing written); the inputs may share memory (o may be
+ *  q). */
 flashjit_status
 flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
                       const flashjit_tensor *k, const flashjit_tensor *v,
@@ -384,10 +385,9 @@ flashjit_status flashjit_run_backward_ex(
     const flashjit_tensor *o, const flashjit_tensor *lse,
     const flashjit_tensor *d_o, const flashjit_tensor *dq,
     const flashjit_tensor *dk, const flashjit_tensor *dv,
-    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
-    int64_t num_seqs, const flashjit_block_mask *mask,
-    const flashjit_arg *args, int num_args, const flashjit_grad *grads,
-    int num_grads, void *stream);
+    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int64_t num_seqs,
+    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
+    const flashjit_grad *grads, int num_grads, void *stream);
 
 /* ---- Serving: paged KV caches, state merging (issue 17, README
  * "Serving") ---- */
