@@ -21,6 +21,13 @@ slope gradients), doc (document-causal: doc[i] == doc[j] and j <= i, --docs
 random documents per sequence, seeded). FLOPs count only the (q, k) pairs
 the mask allows: forward 4 B H D pairs, backward 2.5x that, fwd+bwd 3.5x.
 
+Block masks: Flex gets one (create_block_mask) for every masked variant;
+flashjit gets one (flashjit.create_block_mask, the block-sparse forward and
+backward) for doc, whose mask reads a buffer that no per-tile
+classification sees through; both are built once per (variant, shape),
+outside the timed region. flashjit's other masks (causal, window) are
+classified per tile by the kernels themselves, without a block mask.
+
 Timing: CUDA events around each forward (autograd on) and each backward
 (torch.autograd.grad of O with the same dO), --warmup untimed iterations,
 median of --reps; fwd+bwd is the median of the event span from the
@@ -122,6 +129,13 @@ def make_flashjit(torch, case, q, k, v, d_o, slope_grad=True):
             leaves.append(s)
     if case.variant == "doc":
         buffers["doc"] = case.doc
+        # The document mask reads a buffer, which no tile classification
+        # can see through: give flashjit its block mask, built here once
+        # per (variant, shape) outside the timed region, as make_flex
+        # builds Flex's (forward and backward then skip the empty tiles).
+        kw["block_mask"] = flashjit.create_block_mask(
+            kw["mask"], q=q, k=k, v=v, buffers=buffers,
+            causal=kw.get("causal"))
     return Impl(lambda: flashjit.attention(q, k, v, buffers=buffers or None,
                                            **kw), leaves, d_o)
 

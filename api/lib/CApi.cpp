@@ -477,6 +477,52 @@ MemoryRegion arrayMemory(std::string name, const void *data, int64_t n,
   return memoryOf(std::move(name), data, uint64_t(n) * elementBytes);
 }
 
+/// The mode arguments of a backward call (flashjit_run_backward_ex):
+/// cu_seqlens (varlen kernels) and the block mask (block-sparse kernels),
+/// checked against the kernel's flags by backwardCall.
+struct BackwardCall {
+  bool varlen = false;
+  std::span<const int32_t> cuQ, cuK;
+  const flashjit_block_mask *mask = nullptr;
+};
+
+/// The BackwardCall of \p kernel for these arguments, or UserError naming
+/// the argument a mode lacks or does not take.
+BackwardCall backwardCall(const flashjit_kernel &kernel,
+                          const int32_t *cuSeqlensQ, const int32_t *cuSeqlensK,
+                          int64_t numSeqs, const flashjit_block_mask *mask,
+                          const char *entry) {
+  BackwardCall call;
+  call.varlen = kernel.flags & FLASHJIT_COMPILE_VARLEN;
+  bool sparse = kernel.flags & FLASHJIT_COMPILE_BLOCK_SPARSE;
+  const std::string &name = kernel.spec.variant.name();
+  if (call.varlen) {
+    call.cuQ = cuSpan(cuSeqlensQ, numSeqs, "cu_seqlens_q");
+    call.cuK = cuSpan(cuSeqlensK, numSeqs, "cu_seqlens_k");
+  } else if (cuSeqlensQ || cuSeqlensK || numSeqs != 0) {
+    throw UserError(fmt::format(
+        "{}: cu_seqlens_q = {}, cu_seqlens_k = {}, num_seqs = {} given, but "
+        "kernel '{}' was not compiled varlen (FLASHJIT_COMPILE_VARLEN): pass "
+        "NULL, NULL, 0",
+        entry, static_cast<const void *>(cuSeqlensQ),
+        static_cast<const void *>(cuSeqlensK), numSeqs, name));
+  }
+  if (sparse) {
+    if (!mask)
+      throw UserError(fmt::format("{}: mask is NULL, but kernel '{}' was "
+                                  "compiled block-sparse: pass the block "
+                                  "mask its forward ran with",
+                                  entry, name));
+    call.mask = &maskFor(kernel, mask, entry);
+  } else if (mask) {
+    throw UserError(fmt::format("{}: mask given, but kernel '{}' was not "
+                                "compiled block-sparse "
+                                "(FLASHJIT_COMPILE_BLOCK_SPARSE): pass NULL",
+                                entry, name));
+  }
+  return call;
+}
+
 /// flashjit_run_backward's aliasing rule, checked before anything is
 /// written: q, k, v, o, lse, dO and the bound buffers are inputs (they may
 /// share memory); dq, dk, dv and every grads[i].data are outputs, disjoint
@@ -486,14 +532,27 @@ void checkBackwardOutputs(const AttentionSpec &spec, const TensorRef &q,
                           const TensorRef &o, const TensorRef &lse,
                           const TensorRef &dO, const TensorRef &dq,
                           const TensorRef &dk, const TensorRef &dv,
-                          const flashjit_arg *args, int numArgs,
-                          const flashjit_grad *grads, int numGrads) {
-  (void)checkBackwardTensors(spec, q, k, v, o, lse, dO, dq, dk, dv);
+                          const BackwardCall &call, const flashjit_arg *args,
+                          int numArgs, const flashjit_grad *grads,
+                          int numGrads) {
+  if (call.varlen)
+    (void)checkVarlenBackwardTensors(spec, q, k, v, call.cuQ, call.cuK, o, lse,
+                                     dO, dq, dk, dv);
+  else
+    (void)checkBackwardTensors(spec, q, k, v, o, lse, dO, dq, dk, dv);
   std::vector<MemoryRegion> outs = {memoryOf("dq", dq), memoryOf("dk", dk),
                                     memoryOf("dv", dv)};
   std::vector<MemoryRegion> ins = {memoryOf("q", q),     memoryOf("k", k),
                                    memoryOf("v", v),     memoryOf("o", o),
                                    memoryOf("lse", lse), memoryOf("dO", dO)};
+  if (call.varlen) {
+    ins.push_back(arrayMemory("cu_seqlens_q", call.cuQ.data(),
+                              static_cast<int64_t>(call.cuQ.size()),
+                              sizeof(int32_t)));
+    ins.push_back(arrayMemory("cu_seqlens_k", call.cuK.data(),
+                              static_cast<int64_t>(call.cuK.size()),
+                              sizeof(int32_t)));
+  }
   for (int i = 0; i < numArgs; ++i)
     if (uint64_t bytes = argElementBytes(args[i].kind); bytes && args[i].name)
       ins.push_back(
@@ -530,35 +589,81 @@ const runtime::GpuSinkGradient &sinkGradient() {
   return *kernel;
 }
 
-/// flashjit_run_backward for a GPU kernel: the bundled backward, else
-/// (with the compiler) loadOrCompileGpuBackward; gradients of buffers,
-/// parameters and the sink into device arrays.
+/// Runs \p bwd for \p call's mode on the GPU: dense, block-sparse (the
+/// mask's tiles checked against the backward's first, so the error says
+/// where they come from) or varlen (cu_seqlens uploaded for the call).
+DataGradients runGpuBackwardMode(const runtime::GpuAttentionBackwardKernel &bwd,
+                                 const TensorRef &q, const TensorRef &k,
+                                 const TensorRef &v, const TensorRef &o,
+                                 const TensorRef &lse, const TensorRef &dO,
+                                 const TensorRef &dq, const TensorRef &dk,
+                                 const TensorRef &dv, const BackwardCall &call,
+                                 const Arguments &args, CUstream stream) {
+  const runtime::DeviceBlockMask *mask =
+      call.mask ? &*call.mask->device : nullptr;
+  if (mask) {
+    const BlockMask &m = mask->shape();
+    int64_t rows = bwd.info().config.blockN, keys = bwd.info().config.blockM();
+    if (m.blockM % rows != 0 || m.blockN % keys != 0)
+      throw UserError(fmt::format(
+          "flashjit_run_backward_ex: the block mask's tiles ({} query rows x "
+          "{} keys, the forward kernel's) are not unions of the GPU "
+          "backward's tiles ({} query rows x {} keys): block_m must be a "
+          "multiple of {} and block_n of {} (the default forward tiles are, "
+          "at head dims 64 and 128; compile the forward with tiles that "
+          "are)",
+          m.blockM, m.blockN, rows, keys, rows, keys));
+  }
+  if (call.varlen) {
+    runtime::DeviceCuSeqlens cu(call.cuQ, call.cuK, runtime::Device::get(0));
+    if (mask)
+      return bwd.runVarlen(q, k, v, o, lse, dO, dq, dk, dv, cu, *mask, args, {},
+                           stream);
+    return bwd.runVarlen(q, k, v, o, lse, dO, dq, dk, dv, cu, args, {}, stream);
+  }
+  if (mask)
+    return bwd.runBlockSparse(q, k, v, o, lse, dO, dq, dk, dv, *mask, args, {},
+                              stream);
+  return bwd.run(q, k, v, o, lse, dO, dq, dk, dv, args, stream);
+}
+
+/// flashjit_run_backward(_ex) for a GPU kernel: the bundled backward, else
+/// (with the compiler) loadOrCompileGpuBackward with the kernel's mode
+/// flags; gradients of buffers, parameters and the sink into device
+/// arrays.
 void runGpuBackward(const flashjit_kernel &kernel, const TensorRef &q,
                     const TensorRef &k, const TensorRef &v, const TensorRef &o,
                     const TensorRef &lse, const TensorRef &dO,
                     const TensorRef &dq, const TensorRef &dk,
-                    const TensorRef &dv, const Arguments &args,
-                    const flashjit_arg *rawArgs, int numArgs,
-                    const flashjit_grad *grads, int num_grads,
+                    const TensorRef &dv, const BackwardCall &call,
+                    const Arguments &args, const flashjit_arg *rawArgs,
+                    int numArgs, const flashjit_grad *grads, int num_grads,
                     CUstream stream) {
-  checkBackwardOutputs(kernel.spec, q, k, v, o, lse, dO, dq, dk, dv, rawArgs,
-                       numArgs, grads, num_grads);
+  checkBackwardOutputs(kernel.spec, q, k, v, o, lse, dO, dq, dk, dv, call,
+                       rawArgs, numArgs, grads, num_grads);
   if (!runtime::Device::available())
     noGpu();
   std::shared_ptr<const runtime::GpuAttentionBackwardKernel> bwd =
       kernel.gpuBackward;
 #ifndef FLASHJIT_C_WITH_COMPILER
   if (!bwd)
-    throw UserError("flashjit_run_backward: this is flashjit_c_runtime, "
-                    "built without the compiler, and the bundle holds no "
-                    "GPU backward of this kernel (make it with `flashjit "
-                    "bundle --kernel fwd,bwd --target sm_90a`), or link "
-                    "flashjit_c");
+    throw UserError(fmt::format(
+        "flashjit_run_backward: this is flashjit_c_runtime, built without "
+        "the compiler, and the bundle holds no GPU backward of this kernel "
+        "(make it with `flashjit bundle --kernel fwd,bwd --target "
+        "sm_90a{}{}`), or link flashjit_c",
+        call.varlen ? " --varlen" : "", call.mask ? " --block-sparse" : ""));
 #else
-  if (!bwd)
-    bwd = loadOrCompileGpuBackward(kernel.spec, runtime::Device::get(0));
+  if (!bwd) {
+    GpuCompileOptions options;
+    options.varlen = call.varlen;
+    options.blockSparse = call.mask != nullptr;
+    bwd =
+        loadOrCompileGpuBackward(kernel.spec, runtime::Device::get(0), options);
+  }
 #endif
-  DataGradients g = bwd->run(q, k, v, o, lse, dO, dq, dk, dv, args, stream);
+  DataGradients g = runGpuBackwardMode(*bwd, q, k, v, o, lse, dO, dq, dk, dv,
+                                       call, args, stream);
   runtime::Device &device = runtime::Device::get(0);
   writeGrads(
       kernel.spec, g, grads, num_grads,
@@ -569,6 +674,78 @@ void runGpuBackward(const flashjit_kernel &kernel, const TensorRef &q,
       [&](float *dSink) {
         sinkGradient().run(kernel.spec, o, dO, lse, args, dSink, stream);
       });
+}
+
+/// flashjit_run_backward(_ex) for a CPU kernel: the bundled backward, else
+/// (with the compiler) loadOrCompileCpuBackward with the forward's tiles
+/// and mode flags.
+void runCpuBackward(const flashjit_kernel &kernel, const TensorRef &q,
+                    const TensorRef &k, const TensorRef &v, const TensorRef &o,
+                    const TensorRef &lse, const TensorRef &dO,
+                    const TensorRef &dq, const TensorRef &dk,
+                    const TensorRef &dv, const BackwardCall &call,
+                    const Arguments &a, const flashjit_arg *args, int numArgs,
+                    const flashjit_grad *grads, int numGrads) {
+  checkBackwardOutputs(kernel.spec, q, k, v, o, lse, dO, dq, dk, dv, call, args,
+                       numArgs, grads, numGrads);
+  std::shared_ptr<const runtime::CpuBackwardKernel> bwd = kernel.cpuBackward;
+#ifndef FLASHJIT_C_WITH_COMPILER
+  if (!bwd)
+    throw UserError(fmt::format(
+        "flashjit_run_backward: this is flashjit_c_runtime, built without "
+        "the compiler, and the bundle holds no backward of this kernel "
+        "(make it with `flashjit bundle --kernel fwd,bwd{}{}`), or link "
+        "flashjit_c",
+        call.varlen ? " --varlen" : "", call.mask ? " --block-sparse" : ""));
+#else
+  if (!bwd) {
+    CompileOptions options;
+    options.blockM = kernel.cpu->config().blockM();
+    options.blockN = kernel.cpu->config().blockN;
+    options.varlen = call.varlen;
+    options.blockSparse = call.mask != nullptr;
+    bwd = loadOrCompileCpuBackward(kernel.spec, options);
+  }
+#endif
+  const BlockMask *mask = call.mask ? &*call.mask->host : nullptr;
+  DataGradients g =
+      call.varlen ? bwd->runVarlen(q, k, v, o, lse, dO, dq, dk, dv, call.cuQ,
+                                   call.cuK, a, mask)
+      : mask ? bwd->runBlockSparse(q, k, v, o, lse, dO, dq, dk, dv, *mask, a)
+             : bwd->run(q, k, v, o, lse, dO, dq, dk, dv, a);
+  writeGrads(kernel.spec, g, grads, numGrads, hostCopy,
+             [&](float *dSink) { hostCopy(dSink, g.dSink); });
+}
+
+/// flashjit_run_backward_ex after the kernel check: tensors (lse rank 2
+/// for varlen calls), arguments, mode arguments, then the target's run.
+void runBackward(const flashjit_kernel &kernel, const flashjit_tensor *q,
+                 const flashjit_tensor *k, const flashjit_tensor *v,
+                 const flashjit_tensor *o, const flashjit_tensor *lse,
+                 const flashjit_tensor *d_o, const flashjit_tensor *dq,
+                 const flashjit_tensor *dk, const flashjit_tensor *dv,
+                 const int32_t *cuSeqlensQ, const int32_t *cuSeqlensK,
+                 int64_t numSeqs, const flashjit_block_mask *mask,
+                 const flashjit_arg *args, int numArgs,
+                 const flashjit_grad *grads, int numGrads, void *stream) {
+  bool varlen = kernel.flags & FLASHJIT_COMPILE_VARLEN;
+  TensorRef qr = toRef(q, "q"), kr = toRef(k, "k"), vr = toRef(v, "v"),
+            orf = toRef(o, "o"), lr = toRef(lse, "lse", varlen ? 2 : 3),
+            dor = toRef(d_o, "d_o"), dqr = toRef(dq, "dq"),
+            dkr = toRef(dk, "dk"), dvr = toRef(dv, "dv");
+  Arguments a = toArguments(args, numArgs);
+  if (numGrads < 0 || (numGrads > 0 && !grads))
+    throw UserError(fmt::format("num_grads = {} with grads = {}", numGrads,
+                                static_cast<const void *>(grads)));
+  BackwardCall call = backwardCall(kernel, cuSeqlensQ, cuSeqlensK, numSeqs,
+                                   mask, "flashjit_run_backward_ex");
+  if (kernel.cpu)
+    runCpuBackward(kernel, qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, call, a,
+                   args, numArgs, grads, numGrads);
+  else
+    runGpuBackward(kernel, qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, call, a,
+                   args, numArgs, grads, numGrads,
+                   static_cast<CUstream>(stream));
 }
 
 /// flashjit_run_paged for a GPU kernel: the bundled decode kernels, else
@@ -789,7 +966,9 @@ flashjit_status flashjit_load(const char *bundle_dir, const char *spec_text,
       // The backward bundled beside it (`flashjit bundle --kernel fwd,bwd
       // --target <arch>`): the spec with LSE, kind backward, its own tiles.
       for (const runtime::Bundle::Item &item : bundle.items()) {
-        if (item.config.kind != KernelKind::Backward || item.config.arch != t)
+        if (item.config.kind != KernelKind::Backward || item.config.arch != t ||
+            item.config.varlen != info.config.varlen ||
+            item.config.blockSparse != info.config.blockSparse)
           continue;
         AttentionSpec withLse = k->spec;
         withLse.returnLse = true;
@@ -854,53 +1033,36 @@ flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
   return guarded([&] {
     if (!kernel)
       throw UserError("flashjit_run_backward: kernel is NULL");
-    TensorRef qr = toRef(q, "q"), kr = toRef(k, "k"), vr = toRef(v, "v"),
-              orf = toRef(o, "o"), lr = toRef(lse, "lse"),
-              dor = toRef(d_o, "d_o"), dqr = toRef(dq, "dq"),
-              dkr = toRef(dk, "dk"), dvr = toRef(dv, "dv");
-    Arguments a = toArguments(args, num_args);
-    if (num_grads < 0 || (num_grads > 0 && !grads))
-      throw UserError(fmt::format("num_grads = {} with grads = {}", num_grads,
-                                  static_cast<const void *>(grads)));
     // Its calls take cu_seqlens or a block mask, which this entry point
     // has no argument for: a dense backward would ignore them.
     if (kernel->flags &
-        (FLASHJIT_COMPILE_VARLEN | FLASHJIT_COMPILE_BLOCK_SPARSE))
+        (FLASHJIT_COMPILE_VARLEN | FLASHJIT_COMPILE_BLOCK_SPARSE)) {
+      bool varlen = kernel->flags & FLASHJIT_COMPILE_VARLEN;
       throw UserError(fmt::format(
-          "flashjit_run_backward: kernel '{}' was compiled {}: the C API's "
-          "backward takes dense-call kernels only (the {} backward is in "
-          "the C++ API: runtime::CpuBackwardKernel / "
-          "GpuAttentionBackwardKernel::{})",
-          kernel->spec.variant.name(),
-          kernel->flags & FLASHJIT_COMPILE_VARLEN ? "varlen" : "block-sparse",
-          kernel->flags & FLASHJIT_COMPILE_VARLEN ? "varlen" : "block-sparse",
-          kernel->flags & FLASHJIT_COMPILE_VARLEN ? "runVarlen"
-                                                  : "runBlockSparse"));
-    if (!kernel->cpu) {
-      runGpuBackward(*kernel, qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a, args,
-                     num_args, grads, num_grads, static_cast<CUstream>(stream));
-      return;
+          "flashjit_run_backward: kernel '{}' was compiled {}: "
+          "flashjit_run_backward takes dense-call kernels only; pass the "
+          "{} to flashjit_run_backward_ex",
+          kernel->spec.variant.name(), varlen ? "varlen" : "block-sparse",
+          varlen ? "cu_seqlens (and block mask)" : "block mask"));
     }
-    checkBackwardOutputs(kernel->spec, qr, kr, vr, orf, lr, dor, dqr, dkr, dvr,
-                         args, num_args, grads, num_grads);
-    std::shared_ptr<const runtime::CpuBackwardKernel> bwd = kernel->cpuBackward;
-#ifndef FLASHJIT_C_WITH_COMPILER
-    if (!bwd)
-      throw UserError("flashjit_run_backward: this is flashjit_c_runtime, "
-                      "built without the compiler, and the bundle holds no "
-                      "backward of this kernel (make it with `flashjit bundle "
-                      "--kernel fwd,bwd`), or link flashjit_c");
-#else
-    if (!bwd) {
-      CompileOptions options;
-      options.blockM = kernel->cpu->config().blockM();
-      options.blockN = kernel->cpu->config().blockN;
-      bwd = loadOrCompileCpuBackward(kernel->spec, options);
-    }
-#endif
-    DataGradients g = bwd->run(qr, kr, vr, orf, lr, dor, dqr, dkr, dvr, a);
-    writeGrads(kernel->spec, g, grads, num_grads, hostCopy,
-               [&](float *dSink) { hostCopy(dSink, g.dSink); });
+    runBackward(*kernel, q, k, v, o, lse, d_o, dq, dk, dv, nullptr, nullptr, 0,
+                nullptr, args, num_args, grads, num_grads, stream);
+  });
+}
+
+flashjit_status flashjit_run_backward_ex(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k, const flashjit_tensor *v,
+    const flashjit_tensor *o, const flashjit_tensor *lse,
+    const flashjit_tensor *d_o, const flashjit_tensor *dq,
+    const flashjit_tensor *dk, const flashjit_tensor *dv,
+    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int64_t num_seqs,
+    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
+    const flashjit_grad *grads, int num_grads, void *stream) {
+  return guarded([&] {
+    runBackward(need(kernel, "flashjit_run_backward_ex"), q, k, v, o, lse, d_o,
+                dq, dk, dv, cu_seqlens_q, cu_seqlens_k, num_seqs, mask, args,
+                num_args, grads, num_grads, stream);
   });
 }
 

@@ -16,7 +16,8 @@ ctypes; see README.md "Python".
 from ._errors import (CompileError, DriverError, Error, InternalError,
                       UserError)
 from ._api import (SINK, BlockMask, Kernel, attention, attention_backward,
-                   canonical_expr, canonical_spec, compile, load,
+                   canonical_expr, canonical_spec, compile,
+                   create_block_mask, load,
                    merge_states, paged_append, spec_text)
 from ._api import version as _library_version
 
@@ -37,6 +38,7 @@ def _version():
 __version__ = _version()
 
 __all__ = ["attention", "attention_backward", "compile", "load", "Kernel",
-           "BlockMask", "merge_states", "paged_append", "spec_text", "canonical_expr", "canonical_spec",
+           "BlockMask", "create_block_mask", "merge_states", "paged_append",
+           "spec_text", "canonical_expr", "canonical_spec",
            "Error", "UserError", "CompileError", "DriverError",
            "InternalError", "SINK", "__version__"]

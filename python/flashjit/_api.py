@@ -3,8 +3,10 @@
 import ctypes
 import math
 import re
+import itertools
 import struct
 import threading
+import weakref
 
 from . import _capi
 from . import _dlpack
@@ -400,17 +402,60 @@ def _target_for(view):
                     f"{view.device_id} is below 8.0 (sm_80)")
 
 
+_MASK_KEYS = itertools.count(1)
+_MASKS = weakref.WeakValueDictionary()
+
+
+def _block_mask_by_key(key):
+    """The live BlockMask of ``key`` (BlockMask._key; 0: None)."""
+    if not key:
+        return None
+    mask = _MASKS.get(key)
+    if mask is None:
+        raise UserError(f"block mask #{key} was freed before its use (the "
+                        f"torch ops carry a key, not the mask: keep a "
+                        f"reference to the BlockMask until backward())")
+    return mask
+
+
+def _mask_spec_key(spec):
+    """A canonical spec without its lse and sink fields, which do not
+    change the mask."""
+    return re.sub(r", (lse|sink)=\w+", "", spec)
+
+
+def _check_mask_spec(block_mask, kernel):
+    """UserError when ``block_mask`` was built from another spec's mask
+    than ``kernel``'s (BSR masks fit any spec)."""
+    if block_mask.spec is not None and _mask_spec_key(
+            block_mask.spec) != _mask_spec_key(kernel.spec):
+        raise UserError(f"block_mask was built for spec {block_mask.spec!r}"
+                        f", but this call's spec is {kernel.spec!r}: build "
+                        f"it with create_block_mask for this call's mask, "
+                        f"shapes and dtypes")
+
+
 class BlockMask:
     """A block mask (FlexAttention's BlockMask form; README "Semantics" 12)
     owned by flashjit, made by ``Kernel.build_block_mask`` or
     ``Kernel.block_mask_from_bsr``; pass it to ``Kernel.run`` or
     ``attention(block_mask=...)`` of a kernel with the same tiles and
-    target. Attributes: ``block_size`` (block_m, block_n), ``seqlen_q``,
-    ``seqlen_k``, ``batch`` and ``heads`` (1: shared), ``num_q_tiles``,
-    ``num_kv_tiles``, ``varlen``, ``target``."""
+    target (``create_block_mask`` builds one for an ``attention`` call's
+    spec; training: the backward visits the same tiles). Attributes:
+    ``block_size`` (block_m, block_n), ``seqlen_q``, ``seqlen_k``,
+    ``batch`` and ``heads`` (1: shared), ``num_q_tiles``,
+    ``num_kv_tiles``, ``varlen``, ``target``, ``spec`` (the canonical
+    spec whose mask it holds; None for a BSR layout)."""
 
-    def __init__(self, lib, handle, target):
+    def __init__(self, lib, handle, target, spec=None):
         self._lib, self._handle, self.target = lib, handle, target
+        # The canonical spec whose mask it holds (None for a BSR layout,
+        # which fits any spec with these tiles); attention() checks it.
+        self.spec = spec
+        # The handle the torch ops carry (an int: the ops take no Python
+        # objects); _block_mask_by_key finds the mask while it lives.
+        self._key = next(_MASK_KEYS)
+        _MASKS[self._key] = self
         info = _capi.BlockMaskInfo()
         lib.check(lib.fn("flashjit_block_mask_get_info")(
             handle, ctypes.byref(info)))
@@ -745,7 +790,7 @@ class Kernel:
             lib.check(lib.fn("flashjit_build_block_mask")(
                 self._handle, batch, seqlen_q, seqlen_k, args.array, args.n,
                 ctypes.c_void_p(launch), ctypes.byref(handle)))
-        return BlockMask(lib, handle, self.target)
+        return BlockMask(lib, handle, self.target, self.spec)
 
     def block_mask_from_bsr(self, row_offsets, col_indices, seqlen_q,
                             seqlen_k, heads=1):
@@ -774,20 +819,32 @@ class Kernel:
 
     def backward(self, q, k, v, o, lse, d_o, *, dq=None, dk=None, dv=None,
                  params=None, buffers=None, grads=(), stream=None,
-                 sink=None):
+                 sink=None, block_mask=None, cu_seqlens_q=None,
+                 cu_seqlens_k=None):
         """dQ, dK, dV (and a dict of fp32 gradients of the buffers and
         parameters named in ``grads``, and of the sink [heads_q] when
         ``grads`` names ``flashjit.SINK``; ``sink`` as in ``run``) of this
-        forward kernel's attention
-        for upstream gradient ``d_o``, with ``o`` and ``lse`` (fp32
-        [B, Hq, Sq]) of the forward. Needs flashjit_run_backward in the C
-        library (NotImplementedError otherwise). Returns ``(dq, dk, dv)``
-        or ``(dq, dk, dv, grads_dict)`` when ``grads`` is not empty."""
+        forward kernel's attention for upstream gradient ``d_o``, with
+        ``o`` and ``lse`` of the forward (fp32 [B, Hq, Sq]; varlen
+        [Hq, total_q]). Block-sparse kernels take the ``block_mask`` the
+        forward ran with (the gradients are those of that forward: tiles
+        the mask does not list get none); varlen kernels the forward's
+        ``cu_seqlens_q``/``cu_seqlens_k`` (tensors in ``run``'s packed
+        layout). On a GPU the mask's tiles must be unions of the
+        backward's (true of the default tiles at head dims 64 and 128;
+        UserError naming both otherwise). Returns ``(dq, dk, dv)`` or
+        ``(dq, dk, dv, grads_dict)`` when ``grads`` is not empty. Needs
+        flashjit_run_backward (and flashjit_run_backward_ex for these
+        modes) in the C library: NotImplementedError otherwise."""
         lib = self._lib
-        if not lib.has("flashjit_run_backward"):
+        moded = self.varlen or self.block_sparse
+        entry = "flashjit_run_backward_ex" if moded else \
+            "flashjit_run_backward"
+        if not lib.has(entry):
             raise NotImplementedError(
-                "backward needs flashjit_run_backward, which this flashjit C "
-                f"library ({lib.path}) does not have yet")
+                f"backward needs {entry}, which this flashjit C library "
+                f"({lib.path}) does not have yet")
+        mask_handle = self._backward_mask(block_mask)
         dev_type, dev_id = _dlpack.device_of(q, "q")
         dl_stream, launch = _streams(q, dev_type, dev_id, stream)
         device = self._device()
@@ -808,10 +865,80 @@ class Kernel:
             _same_device(views[name], device)
             if views[name].readonly:
                 raise UserError(f"{name} is read-only")
+        rank = 3 if self.varlen else 4
         t = {name: _tensor(views[name], name,
-                           (3,) if name == "lse" else (4,))
+                           (rank - 1,) if name == "lse" else (rank,))
              for name in views}
         args = _Args(params, buffers, device, dl_stream, sink)
+        garray, items, grad_arrays, keep = self._grad_array(
+            grads, args, params, q, dev_type, dev_id, dl_stream)
+        ref = ctypes.byref
+        tensors = (ref(t["q"]), ref(t["k"]), ref(t["v"]), ref(t["o"]),
+                   ref(t["lse"]), ref(t["d_o"]), ref(t["dq"]), ref(t["dk"]),
+                   ref(t["dv"]))
+        if moded:
+            cq, ck, nseq = self._cu_seqlens(cu_seqlens_q, cu_seqlens_k)
+            status = lib.fn("flashjit_run_backward_ex")(
+                self._handle, *tensors, cq, ck, nseq, mask_handle,
+                args.array, args.n, garray, len(items),
+                ctypes.c_void_p(launch))
+        else:
+            if cu_seqlens_q is not None or cu_seqlens_k is not None:
+                raise UserError("cu_seqlens_q/cu_seqlens_k are for varlen "
+                                "kernels (compile(..., varlen=True))")
+            status = lib.fn("flashjit_run_backward")(
+                self._handle, *tensors, args.array, args.n, garray,
+                len(items), ctypes.c_void_p(launch))
+        lib.check(status)
+        del keep
+        result = (outs["dq"], outs["dk"], outs["dv"])
+        if items:
+            # A parameter's gradient is a scalar.
+            for name in grad_arrays:
+                if name not in args.views and name != SINK:
+                    grad_arrays[name] = grad_arrays[name][0]
+            return result + (grad_arrays,)
+        return result
+
+    def _backward_mask(self, block_mask):
+        """The C handle of backward's ``block_mask`` (None when absent),
+        or UserError when it does not go with this kernel's mode."""
+        if block_mask is None:
+            if self.block_sparse:
+                raise UserError("a block-sparse kernel's backward needs "
+                                "block_mask= (the mask its forward ran "
+                                "with)")
+            return None
+        if not isinstance(block_mask, BlockMask):
+            raise UserError(f"block_mask must be a flashjit.BlockMask, got "
+                            f"{type(block_mask).__name__}")
+        if not self.block_sparse:
+            raise UserError("block_mask given to the backward of a kernel "
+                            "compiled without block_sparse=True")
+        return block_mask._handle
+
+    def _cu_seqlens(self, cu_seqlens_q, cu_seqlens_k):
+        """(cu_seqlens_q, cu_seqlens_k as host int32 arrays or None,
+        num_seqs) of a backward call."""
+        if not self.varlen:
+            if cu_seqlens_q is not None or cu_seqlens_k is not None:
+                raise UserError("cu_seqlens_q/cu_seqlens_k are for varlen "
+                                "kernels (compile(..., varlen=True))")
+            return None, None, 0
+        if cu_seqlens_q is None or cu_seqlens_k is None:
+            raise UserError("a varlen kernel's backward needs cu_seqlens_q "
+                            "and cu_seqlens_k")
+        cq, nq = _host_int32(cu_seqlens_q, "cu_seqlens_q")
+        ck, nk = _host_int32(cu_seqlens_k, "cu_seqlens_k")
+        if nq != nk or nq < 1:
+            raise UserError(f"cu_seqlens_q has {nq} entries and cu_seqlens_k"
+                            f" {nk}: both need batch + 1 >= 1")
+        return cq, ck, nq - 1
+
+    def _grad_array(self, grads, args, params, q, dev_type, dev_id,
+                    dl_stream):
+        """(flashjit_grad array, its items, name -> output array, objects to
+        keep alive) of backward's ``grads``."""
         grads = _grad_names(grads)
         grad_arrays = {}
         items = []
@@ -839,20 +966,7 @@ class Kernel:
             grad_arrays[name] = arr
             items.append(g)
         garray = (_capi.Grad * max(1, len(items)))(*items)
-        ref = ctypes.byref
-        lib.check(lib.fn("flashjit_run_backward")(
-            self._handle, ref(t["q"]), ref(t["k"]), ref(t["v"]), ref(t["o"]),
-            ref(t["lse"]), ref(t["d_o"]), ref(t["dq"]), ref(t["dk"]),
-            ref(t["dv"]), args.array, args.n, garray, len(items),
-            ctypes.c_void_p(launch)))
-        result = (outs["dq"], outs["dk"], outs["dv"])
-        if grads:
-            # A parameter's gradient is a scalar.
-            for name in grads:
-                if name not in args.views and name != SINK:
-                    grad_arrays[name] = grad_arrays[name][0]
-            return result + (grad_arrays,)
-        return result
+        return garray, items, grad_arrays, keep
 
 
 def _grad_names(grads):
@@ -997,9 +1111,8 @@ def _refuse_lost_autograd(tensors, route):
         return
     raise UserError(
         f"{needs[0]} requires grad, but attention with {', '.join(route)} "
-        f"has no autograd (only dense torch calls without cu_seqlens, "
-        f"block_mask=, out=, lse= and stream= are differentiable; "
-        f"block_mask= is an optimisation there, the mask= still applies): "
+        f"has no autograd (only torch calls without cu_seqlens, out=, lse= "
+        f"and stream= are differentiable, with or without block_mask=): "
         f"drop {route[0]}, or detach the inputs / use torch.no_grad() for "
         f"inference")
 
@@ -1028,32 +1141,32 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     None, "top_left" or "bottom_right" (True: top-left).
     ``block_mask``: True to build the block mask of the mask for this call
     and visit only the tiles it lists, or a BlockMask from
-    ``compile(..., block_sparse=True)``. ``target`` defaults to the
+    ``create_block_mask`` (or a block-sparse kernel's ``build_block_mask``
+    / ``block_mask_from_bsr``); torch calls with one are differentiable
+    (the backward visits the same tiles). ``target`` defaults to the
     tensors' device ("cpu" or the GPU's architecture). Returns O, or
     (O, LSE) with ``return_lse`` (LSE fp32 [B, Hq, Sq]; varlen [Hq,
     total_q]). ``sink``: an attention sink, a 1-D float32 tensor of Hq
     logits (one per query head) that joins the softmax denominator with no
     value (README "Attention sinks"); torch calls get its gradient through
-    autograd. Dense torch calls (no out=, lse=, stream=, cu_seqlens or
-    block mask) go through the autograd-aware custom op
+    autograd. Torch calls without out=, lse=, stream= and cu_seqlens
+    (dense or with a block mask) go through the autograd-aware custom op
     ``torch.ops.flashjit.attention`` (flashjit.torch). The kernel is
     compiled once per spec and target (see ``compile``)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     if (type(q).__module__.startswith("torch") and not varlen
-            and block_mask is None and out is None and lse is None
-            and stream is None):
-        # Dense torch calls: the custom op (autograd, torch.compile).
+            and out is None and lse is None and stream is None):
+        # Torch calls without cu_seqlens: the custom op (autograd,
+        # torch.compile), dense or with a block mask.
         from . import torch as _fjtorch
         return _fjtorch.attention(q, k, v, mask=mask, score=score,
                                   params=params, buffers=buffers,
                                   scale=scale, return_lse=return_lse,
                                   causal=causal, name=name, target=target,
-                                  sink=sink)
+                                  sink=sink, block_mask=block_mask)
     if type(q).__module__.startswith("torch"):
         route = [what for what, given in (
             ("cu_seqlens_q/cu_seqlens_k", varlen),
-            ("block_mask=", block_mask is not None
-             and block_mask is not False),
             ("out=", out is not None), ("lse=", lse is not None),
             ("stream=", stream is not None)) if given]
         _refuse_lost_autograd(
@@ -1085,6 +1198,8 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
                 buffers=buffers, stream=stream)
     elif block_mask is False:
         block_mask = None
+    elif isinstance(block_mask, BlockMask):
+        _check_mask_spec(block_mask, kernel)
     del qv, kv, vv
     result = kernel.run(q, k, v, out=out, lse=lse, params=params,
                         buffers=buffers, cu_seqlens_q=cu_seqlens_q,
@@ -1096,14 +1211,22 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
 def attention_backward(q, k, v, o, lse, d_o, mask=None, score=None,
                        params=None, buffers=None, scale=None, *, causal=None,
                        name=None, grads=(), target=None, stream=None,
-                       sink=None):
-    """Gradients of ``attention`` (dense): given the forward's ``o`` and
-    ``lse`` (fp32 [B, Hq, Sq], from ``attention(..., return_lse=True)``)
-    and the upstream gradient ``d_o`` of O, returns ``(dq, dk, dv)``, plus
-    a dict name -> fp32 gradient for the f32 buffers and parameters named
-    in ``grads`` (``flashjit.SINK`` for d sink [Hq] when ``sink`` is
-    given). Arguments as ``attention``. NotImplementedError until the
-    C library has flashjit_run_backward."""
+                       sink=None, block_mask=None, cu_seqlens_q=None,
+                       cu_seqlens_k=None):
+    """Gradients of ``attention``: given the forward's ``o`` and ``lse``
+    (fp32 [B, Hq, Sq], from ``attention(..., return_lse=True)``; varlen
+    [Hq, total_q]) and the upstream gradient ``d_o`` of O, returns ``(dq,
+    dk, dv)``, plus a dict name -> fp32 gradient for the f32 buffers and
+    parameters named in ``grads`` (``flashjit.SINK`` for d sink [Hq] when
+    ``sink`` is given). Arguments as ``attention``: the forward's
+    ``block_mask`` (a BlockMask) and ``cu_seqlens_q``/``cu_seqlens_k``
+    pick the block-sparse / varlen backward (Kernel.backward).
+    NotImplementedError when the C library lacks the backward."""
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if block_mask is not None and not isinstance(block_mask, BlockMask):
+        raise UserError(f"attention_backward: block_mask must be the "
+                        f"flashjit.BlockMask the forward ran with, got "
+                        f"{type(block_mask).__name__}")
     dev_type, dev_id = _dlpack.device_of(q, "q")
     dl_stream, _ = _streams(q, dev_type, dev_id, stream)
     qv = _dlpack.view(q, "q", dl_stream)
@@ -1111,15 +1234,117 @@ def attention_backward(q, k, v, o, lse, d_o, mask=None, score=None,
     vv = _dlpack.view(v, "v", dl_stream)
     if target is None:
         target = _target_for(qv)
-    text = _infer_spec(qv, kv, vv, False, mask=mask, score=score,
+    text = _infer_spec(qv, kv, vv, varlen, mask=mask, score=score,
                        causal=causal, scale=scale, name=name,
                        return_lse=True,
                        sink=True if sink is not None else None)
     del qv, kv, vv
-    kernel = compile(text, target=target)
+    kernel = compile(text, target=target, varlen=varlen,
+                     block_sparse=block_mask is not None)
+    if block_mask is not None:
+        _check_mask_spec(block_mask, kernel)
     return kernel.backward(q, k, v, o, lse, d_o, params=params,
                            buffers=buffers, grads=grads, stream=stream,
-                           sink=sink)
+                           sink=sink, block_mask=block_mask,
+                           cu_seqlens_q=cu_seqlens_q,
+                           cu_seqlens_k=cu_seqlens_k)
+
+
+def _target_of_device(device):
+    """The compile target of a device: "cpu", a torch.device, "cuda" /
+    "cuda:0" (the GPU's architecture, through torch), or a target name
+    ("sm_80", "sm_90a")."""
+    text = str(device)
+    if text in ("cpu", "sm_80", "sm_90a"):
+        return text
+    if text in ("cuda", "cuda:0"):
+        import torch
+        if not torch.cuda.is_available():
+            raise UserError(f"device = {device!r}, but torch sees no CUDA "
+                            f"device")
+        cc = torch.cuda.get_device_capability(0)
+        if cc == (9, 0):
+            return "sm_90a"
+        if cc >= (8, 0):
+            return "sm_80"
+        raise UserError(f"compute capability {cc[0]}.{cc[1]} of cuda:0 is "
+                        f"below 8.0 (sm_80)")
+    raise UserError(f"device = {device!r} is not 'cpu', 'cuda', 'cuda:0', "
+                    f"'sm_80' or 'sm_90a' (GPU kernels run on cuda:0)")
+
+
+def create_block_mask(mask=None, batch=None, seqlen_q=None, seqlen_k=None,
+                      *, q=None, k=None, v=None, params=None, buffers=None,
+                      cu_seqlens_q=None, cu_seqlens_k=None, device=None,
+                      target=None, stream=None, **keywords):
+    """The BlockMask of ``mask`` for ``attention`` calls of one spec and
+    shape (FlexAttention's ``create_block_mask(mask_mod, B, H, Q_LEN,
+    KV_LEN)``): tiles no allowed pair falls in are listed nowhere and never
+    visited, neither by the forward nor by the backward; tiles where the
+    mask holds everywhere run without mask code. Build it once per shape
+    (and per content of the buffers and parameters the mask reads) and
+    pass it as ``attention(..., block_mask=m)``: the call checks that the
+    mask's spec, tiles, target and extents fit (UserError naming both).
+
+    The spec is that of the call: from example tensors ``q``, ``k``, ``v``
+    (their shapes and dtypes, as ``attention`` infers them; ``batch``,
+    ``seqlen_q``, ``seqlen_k`` default to theirs), or from the keywords of
+    ``spec_text`` (``head_dim``, ``heads_q``, ``heads_kv``, ``dtype``,
+    ``causal``, ``score``, ``scale``, ``name``, ...) with ``batch``,
+    ``seqlen_q`` and ``seqlen_k``; the score modifier, scale and sink do
+    not change the mask but can change the kernel's tiles, so give the
+    call's. ``params``/``buffers`` as the mask reads them in the call
+    (buffers on the target's device). Varlen (packed [total, H, D] tensors
+    with ``cu_seqlens_q``/``cu_seqlens_k``): the mask of that packed
+    batch. ``device`` ("cpu", "cuda") or ``target`` ("cpu", "sm_80",
+    "sm_90a"); default: the tensors' device, else the buffers', else the
+    CPU."""
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    _spec_keywords(keywords, "create_block_mask")
+    if keywords.get("return_lse") is not None:
+        raise UserError("create_block_mask: return_lse does not change the "
+                        "mask; leave it out")
+    keywords.pop("return_lse", None)
+    example = [x for x in (q, k, v) if x is not None]
+    if example and len(example) != 3:
+        raise UserError("create_block_mask: give all of q, k, v (example "
+                        "tensors of the call) or none")
+    if target is None and device is not None:
+        target = _target_of_device(device)
+    if example:
+        qv, kv, vv = (_dlpack.view(x, n) for x, n in ((q, "q"), (k, "k"),
+                                                       (v, "v")))
+        if target is None:
+            target = _target_for(qv)
+        text = _infer_spec(qv, kv, vv, varlen, mask=mask, return_lse=True,
+                           **keywords)
+        if not varlen:
+            batch = qv.shape[0] if batch is None else batch
+            seqlen_q = qv.shape[2] if seqlen_q is None else seqlen_q
+            seqlen_k = kv.shape[2] if seqlen_k is None else seqlen_k
+        del qv, kv, vv
+    else:
+        text = spec_text(mask=mask, return_lse=True, **keywords)
+        if target is None:
+            target = "cpu"
+            for x in (buffers or {}).values():
+                target = _target_for(_dlpack.view(x, "buffer"))
+                break
+    if not varlen:
+        for key, value in (("batch", batch), ("seqlen_q", seqlen_q),
+                           ("seqlen_k", seqlen_k)):
+            if value is None:
+                raise UserError(f"create_block_mask: {key} is missing (give "
+                                f"batch, seqlen_q and seqlen_k, or example "
+                                f"tensors q, k, v)")
+            _int_arg(key, value)
+    kernel = compile(text, target=target, varlen=varlen, block_sparse=True)
+    return kernel.build_block_mask(
+        None if varlen else _int_arg("batch", batch),
+        None if varlen else _int_arg("seqlen_q", seqlen_q),
+        None if varlen else _int_arg("seqlen_k", seqlen_k), params=params,
+        buffers=buffers, cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k, stream=stream)
 
 
 # ---- Serving (issue 17, README "Serving") ----

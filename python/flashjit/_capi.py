@@ -150,6 +150,11 @@ _PROTOTYPES = {
                                         _T, _A, ctypes.c_int,
                                         ctypes.POINTER(Grad), ctypes.c_int,
                                         _P]),
+    "flashjit_run_backward_ex": (_STATUS, [_P, _T, _T, _T, _T, _T, _T, _T,
+                                           _T, _T, _I32P, _I32P, _I64, _P,
+                                           _A, ctypes.c_int,
+                                           ctypes.POINTER(Grad),
+                                           ctypes.c_int, _P]),
 }
 
 

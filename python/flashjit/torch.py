@@ -74,7 +74,10 @@ def _spec_keywords(mask, score, causal, scale, name, sink=False):
                 sink=True if sink else None)
 
 
-def _kernel(q, k, v, mask, score, causal, scale, name, target, sink=False):
+def _kernel(q, k, v, mask, score, causal, scale, name, target, sink=False,
+            block_mask=None):
+    """The forward kernel of the call: block-sparse when ``block_mask``
+    (a BlockMask, checked against the call's spec) is given."""
     from . import _dlpack
     qv = _dlpack.view(q.detach(), "q")
     kv = _dlpack.view(k.detach(), "k")
@@ -83,7 +86,11 @@ def _kernel(q, k, v, mask, score, causal, scale, name, target, sink=False):
     text = _api._infer_spec(qv, kv, vv, False,
                             **_spec_keywords(mask, score, causal, scale,
                                              name, sink))
-    return _api.compile(text, target=target)
+    kernel = _api.compile(text, target=target,
+                          block_sparse=block_mask is not None)
+    if block_mask is not None:
+        _api._check_mask_spec(block_mask, kernel)
+    return kernel
 
 
 def _names(buffer_names):
@@ -95,31 +102,35 @@ def _names(buffer_names):
 
 
 def _forward(q, k, v, buffers, mask, score, causal, scale, name, target,
-             kinds, floats, ints, buffer_names):
+             kinds, floats, ints, buffer_names, block_mask=0):
+    """(O, LSE); ``block_mask`` is a BlockMask's key (0: dense)."""
     names = [n for n, _ in _names(buffer_names)]
     bufs = {n: b.detach() for n, b in zip(names, buffers)}
     sink = bufs.pop(_api.SINK, None)
+    bm = _api._block_mask_by_key(block_mask)
     kernel = _kernel(q, k, v, mask, score, causal, scale, name, target,
-                     sink is not None)
+                     sink is not None, bm)
     o, lse = kernel.run(q.detach(), k.detach(), v.detach(),
                         params=_decode_params(kinds, floats, ints),
-                        buffers=bufs, sink=sink)
+                        buffers=bufs, sink=sink, block_mask=bm)
     return o, lse
 
 
 def _backward(q, k, v, o, lse, d_o, buffers, mask, score, causal, scale,
-              name, target, kinds, floats, ints, buffer_names):
+              name, target, kinds, floats, ints, buffer_names, block_mask=0):
     """(dq, dk, dv, flat fp32 gradients of the marked buffers in order)."""
     marked = _names(buffer_names)
     bufs = {n: b.detach() for (n, _), b in zip(marked, buffers)}
     sink = bufs.pop(_api.SINK, None)
+    bm = _api._block_mask_by_key(block_mask)
     kernel = _kernel(q, k, v, mask, score, causal, scale, name, target,
-                     sink is not None)
+                     sink is not None, bm)
     grads = [n for n, want in marked if want]
     result = kernel.backward(q.detach(), k.detach(), v.detach(), o.detach(),
                              lse.detach(), d_o.detach().contiguous(),
                              params=_decode_params(kinds, floats, ints),
-                             buffers=bufs, grads=grads, sink=sink)
+                             buffers=bufs, grads=grads, sink=sink,
+                             block_mask=bm)
     dq, dk, dv = result[:3]
     flat = (torch.cat([result[3][n].reshape(-1) for n in grads])
             if grads else q.new_empty((0,), dtype=torch.float32))
@@ -146,17 +157,18 @@ if _HAVE_CUSTOM_OP:
                       buffers: list[torch.Tensor], mask: str, score: str,
                       causal: str, scale: float, name: str, target: str,
                       kinds: str, floats: list[float], ints: list[int],
-                      buffer_names: str) -> tuple[torch.Tensor,
-                                                  torch.Tensor]:
+                      buffer_names: str, block_mask: int = 0
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
         # NaN stands for "default" (1/sqrt(head_dim)): a spec's scale is
         # finite (and may be negative).
         s = None if scale != scale else scale
         return _forward(q, k, v, buffers, mask, score, causal, s, name,
-                        target, kinds, floats, ints, buffer_names)
+                        target, kinds, floats, ints, buffer_names,
+                        block_mask)
 
     @_attention_op.register_fake
     def _(q, k, v, buffers, mask, score, causal, scale, name, target, kinds,
-          floats, ints, buffer_names):
+          floats, ints, buffer_names, block_mask=0):
         return _fake_outputs(q, v)
 
     @torch.library.custom_op("flashjit::attention_backward",
@@ -166,15 +178,17 @@ if _HAVE_CUSTOM_OP:
             o: torch.Tensor, lse: torch.Tensor, d_o: torch.Tensor,
             buffers: list[torch.Tensor], mask: str, score: str, causal: str,
             scale: float, name: str, target: str, kinds: str,
-            floats: list[float], ints: list[int], buffer_names: str
+            floats: list[float], ints: list[int], buffer_names: str,
+            block_mask: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         s = None if scale != scale else scale
         return _backward(q, k, v, o, lse, d_o, buffers, mask, score, causal,
-                         s, name, target, kinds, floats, ints, buffer_names)
+                         s, name, target, kinds, floats, ints, buffer_names,
+                         block_mask)
 
     @_attention_backward_op.register_fake
     def _(q, k, v, o, lse, d_o, buffers, mask, score, causal, scale, name,
-          target, kinds, floats, ints, buffer_names):
+          target, kinds, floats, ints, buffer_names, block_mask=0):
         return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
                 q.new_empty((_flat_size(buffers, buffer_names),),
                             dtype=torch.float32))
@@ -186,6 +200,11 @@ if _HAVE_CUSTOM_OP:
         ctx.save_for_backward(q, k, v, o, lse, *buffers)
         ctx.n_buffers = len(buffers)
         ctx.rest = inputs[4:]
+        # The backward op gets the block mask's key: keep the mask alive
+        # until then (eager autograd; compiled graphs keep the key only).
+        key = inputs[14] if len(inputs) > 14 else 0
+        ctx.block_mask = (_api._block_mask_by_key(key)
+                          if isinstance(key, int) else None)
 
     def _op_backward(ctx, d_o, d_lse):
         saved = ctx.saved_tensors
@@ -198,7 +217,7 @@ if _HAVE_CUSTOM_OP:
         # empty list (which torch cannot tell from a list of tensors).
         rest = tuple([] if isinstance(x, (list, tuple)) and not x else None
                      for x in ctx.rest)
-        return (dq, dk, dv, _split_flat(flat, buffers, ctx.rest[-1])) + rest
+        return (dq, dk, dv, _split_flat(flat, buffers, ctx.rest[9])) + rest
 
     torch.library.register_autograd("flashjit::attention", _op_backward,
                                     setup_context=_setup_context)
@@ -222,21 +241,27 @@ class AttentionFunction(torch.autograd.Function):
     """flashjit attention as a torch.autograd.Function:
     ``AttentionFunction.apply(q, k, v, options, *buffers)`` -> (O, LSE),
     with ``options = flashjit.torch.options(mask=..., score=..., params=...,
-    buffer_names=[...], causal=..., scale=..., name=..., target=...)``.
-    Forward saves O and LSE; backward calls flashjit_run_backward."""
+    buffer_names=[...], causal=..., scale=..., name=..., target=...,
+    block_mask=...)``. Forward saves O and LSE (and keeps the block mask);
+    backward calls flashjit_run_backward (flashjit_run_backward_ex with a
+    block mask)."""
 
     @staticmethod
     def forward(ctx, q, k, v, opts, *buffers):
+        # opts: options()'s 10 fields, then the block mask's key (older
+        # 10-field tuples: none).
+        opts, key = tuple(opts[:10]), (opts[10] if len(opts) > 10 else 0)
         # Mark the f32 buffers whose gradient autograd will ask for.
-        names = [n for n, _ in _names(opts[-1])]
-        opts = opts[:-1] + (",".join(
+        names = [n for n, _ in _names(opts[9])]
+        opts = opts[:9] + (",".join(
             n + ("+" if ctx.needs_input_grad[4 + i]
                  and b.dtype == torch.float32 else "")
             for i, (n, b) in enumerate(zip(names, buffers))),)
-        o, lse = _forward(q, k, v, list(buffers), *opts)
+        ctx.block_mask = _api._block_mask_by_key(key)
+        o, lse = _forward(q, k, v, list(buffers), *opts, key)
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, o, lse, *buffers)
-        ctx.opts = opts
+        ctx.opts = opts + (key,)
         return o, lse
 
     @staticmethod
@@ -247,16 +272,31 @@ class AttentionFunction(torch.autograd.Function):
         dq, dk, dv, flat = _backward(q, k, v, o, lse, d_o, buffers,
                                      *ctx.opts)
         return (dq, dk, dv, None) + tuple(_split_flat(flat, buffers,
-                                                      ctx.opts[-1]))
+                                                      ctx.opts[9]))
 
 
 def options(mask=None, score=None, params=None, buffer_names=(), causal=None,
-            scale=None, name=None, target=None):
-    """The ``opts`` tuple of AttentionFunction.apply."""
+            scale=None, name=None, target=None, block_mask=None):
+    """The ``opts`` tuple of AttentionFunction.apply (``block_mask``: a
+    flashjit.BlockMask from create_block_mask, kept alive by the
+    autograd graph)."""
     kinds, floats, ints = _encode_params(params)
     return (mask or "", score or "", _causal_text(causal),
             None if scale is None else float(scale), name or "", target or "",
-            kinds, floats, ints, ",".join(buffer_names))
+            kinds, floats, ints, ",".join(buffer_names),
+            _mask_key(block_mask))
+
+
+def _mask_key(block_mask):
+    """The key of a BlockMask for the ops (0: none); UserError for other
+    objects."""
+    if block_mask is None:
+        return 0
+    if not isinstance(block_mask, _api.BlockMask):
+        raise _api.UserError(f"block_mask must be a flashjit.BlockMask (from "
+                             f"flashjit.create_block_mask) or True, got "
+                             f"{type(block_mask).__name__}")
+    return block_mask._key
 
 
 def _causal_text(causal):
@@ -269,11 +309,25 @@ def _causal_text(causal):
 
 def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
               scale=None, return_lse=False, *, causal=None, name=None,
-              target=None, sink=None):
+              target=None, sink=None, block_mask=None):
     """``flashjit.attention`` for torch tensors [B, H, S, D], through the
     custom op ``flashjit::attention`` (differentiable in q, k, v, f32
     buffers and the attention sink ``sink``, fp32 [Hq]; traceable by
-    torch.compile). Returns O, or (O, LSE) with ``return_lse``."""
+    torch.compile). ``block_mask``: a BlockMask from
+    ``flashjit.create_block_mask`` for this call's spec and shape (the
+    forward and the backward visit only its tiles; build it once, outside
+    the training step), or True to build one for this call (eagerly: a
+    graph break under torch.compile). Returns O, or (O, LSE) with
+    ``return_lse``."""
+    if block_mask is True:
+        block_mask = _api.create_block_mask(
+            mask, q=q.detach(), k=k.detach(), v=v.detach(), params=params,
+            buffers={n: b.detach() for n, b in (buffers or {}).items()},
+            target=target, score=score, causal=causal, scale=scale,
+            name=name, sink=True if sink is not None else None)
+    elif block_mask is False:
+        block_mask = None
+    key = _mask_key(block_mask)
     buffers = dict(buffers or {})
     if _api.SINK in buffers:
         raise _api.UserError(f"buffer name {_api.SINK!r} is reserved for "
@@ -290,9 +344,9 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
         o, lse = torch.ops.flashjit.attention(
             q, k, v, bufs, mask or "", score or "", _causal_text(causal),
             float("nan") if scale is None else float(scale), name or "",
-            target or "", kinds, floats, ints, names)
+            target or "", kinds, floats, ints, names, key)
     else:
         opts = options(mask, score, params, list(buffers.keys()), causal,
-                       scale, name, target)
+                       scale, name, target, block_mask)
         o, lse = AttentionFunction.apply(q, k, v, opts, *bufs)
     return (o, lse) if return_lse else o

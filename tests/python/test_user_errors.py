@@ -247,10 +247,12 @@ def test_torch_inputs_requiring_grad_on_a_path_without_autograd(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
     q = _FakeTorchTensor(True)
     plain = _FakeTorchTensor(False)
+    # (block_mask= is differentiable since flashjit_run_backward_ex:
+    # tests/python/test_block_mask_training.py.)
     with pytest.raises(flashjit.UserError,
                        match=r"q requires grad, but attention with "
-                             r"block_mask= has no autograd"):
-        flashjit.attention(q, plain, plain, block_mask=True)
+                             r"out= has no autograd"):
+        flashjit.attention(q, plain, plain, out=plain)
     with pytest.raises(flashjit.UserError,
                        match=r"k requires grad, but attention with "
                              r"cu_seqlens_q/cu_seqlens_k"):
@@ -261,5 +263,5 @@ def test_torch_inputs_requiring_grad_on_a_path_without_autograd(monkeypatch):
     for args, on in (((plain, plain, plain), True), ((q, q, q), False)):
         grad["on"] = on
         with pytest.raises(Exception) as e:
-            flashjit.attention(*args, block_mask=True)
+            flashjit.attention(*args, out=plain)
         assert "requires grad" not in str(e.value)

@@ -149,14 +149,17 @@ cl::opt<std::string> mmaFlag(
     cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<bool> varlenFlag(
     "varlen",
-    cl::desc("A kernel for packed variable-length sequences (cu_seqlens)"),
-    cl::sub(compileCmd), cl::sub(inspectCmd));
+    cl::desc("A kernel for packed variable-length sequences (cu_seqlens); "
+             "bundle: the forward and backward kernels of the bundle"),
+    cl::sub(compileCmd), cl::sub(inspectCmd), cl::sub(bundleCmd));
 cl::opt<bool> blockSparseFlag(
     "block-sparse",
     cl::desc("A block-sparse kernel (visits the tiles of a block mask) and "
              "its block-mask builder; run: the block mask of the spec's "
-             "mask is built (timed apart) and the kernel visits its tiles"),
-    cl::sub(compileCmd), cl::sub(inspectCmd), cl::sub(runCmd));
+             "mask is built (timed apart) and the kernel visits its tiles; "
+             "bundle: the forward and backward kernels of the bundle"),
+    cl::sub(compileCmd), cl::sub(inspectCmd), cl::sub(runCmd),
+    cl::sub(bundleCmd));
 cl::opt<std::string> kernelFlag(
     "kernel",
     cl::desc("fwd | bwd | decode: the forward or the backward (gradients) "

@@ -169,13 +169,14 @@ typedef struct flashjit_grad {
  *  a GPU (device 0): tensors, \p args buffers and \p grads `data` are
  *  device memory; asynchronous on \p stream except that buffer/parameter
  *  gradients synchronise it; dQ and the buffer/parameter gradients are
- *  accumulated with fp32 atomics (last bits vary between runs); varlen and
- *  block-sparse GPU kernels are FLASHJIT_USER_ERROR (not supported by the
- *  GPU backward yet). Aliasing (README "Semantics" 10): dq, dk, dv and
- *  every grads[i].data must overlap no input (q, k, v, o, lse, d_o, the
- *  \p args buffers) and not each other, and a grads name may appear
- *  once (FLASHJIT_USER_ERROR naming both, nothing written); the inputs
- *  may share memory (o may be q). */
+ *  accumulated with fp32 atomics (last bits vary between runs). Varlen
+ *  and block-sparse kernels are FLASHJIT_USER_ERROR here (their calls take
+ *  cu_seqlens or a block mask: flashjit_run_backward_ex). Aliasing
+ *  (README "Semantics" 10): dq, dk, dv and every grads[i].data must
+ *  overlap no input (q, k, v, o, lse, d_o, the \p args buffers) and not
+ *  each other, and a grads name may appear once (FLASHJIT_USER_ERROR
+ *  naming both, nothing written); the inputs may share memory (o may be
+ *  q). */
 flashjit_status
 flashjit_run_backward(const flashjit_kernel *kernel, const flashjit_tensor *q,
                       const flashjit_tensor *k, const flashjit_tensor *v,
@@ -328,6 +329,65 @@ flashjit_run_varlen(const flashjit_kernel *kernel, const flashjit_tensor *q,
                     const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
                     int64_t num_seqs, const flashjit_block_mask *mask,
                     const flashjit_arg *args, int num_args, void *stream);
+
+/** flashjit_run_backward for every kind of kernel: the backward of a
+ *  dense, block-sparse, varlen or block-sparse varlen forward kernel
+ *  (README "Backward", "Block masks in training"), with the arguments its
+ *  forward call took.
+ *
+ *  Dense kernels: \p cu_seqlens_q, \p cu_seqlens_k and \p mask NULL,
+ *  \p num_seqs 0; the call is flashjit_run_backward's.
+ *
+ *  Block-sparse (not varlen) kernels: \p mask is the block mask the
+ *  forward ran with (flashjit_run_block_sparse), cu_seqlens NULL and
+ *  \p num_seqs 0; q [batch, heads_q, seqlen_q, head_dim_qk], k and v
+ *  [batch, heads_kv, seqlen_k, head_dim], o and d_o [batch, heads_q,
+ *  seqlen_q, head_dim_v], lse [batch, heads_q, seqlen_q] (fp32); dq, dk,
+ *  dv the shapes and dtypes of q, k, v. The gradients are those of the
+ *  forward with that mask: a key tile the mask does not list is masked
+ *  (it gets no gradient, and a row whose listed tiles hold no allowed key
+ *  has LSE = -inf and dQ = 0), a listed full tile is computed without the
+ *  spec's mask, a listed partial tile with it.
+ *
+ *  Varlen kernels: \p num_seqs packed sequences as flashjit_run_varlen
+ *  (q, dq [total_q, heads_q, head_dim_qk], k, v, dk, dv [total_k,
+ *  heads_kv, head_dim], o, d_o [total_q, heads_q, head_dim_v], lse
+ *  [heads_q, total_q] fp32 rank 2); \p cu_seqlens_q and \p cu_seqlens_k
+ *  are host int32 arrays of num_seqs + 1 entries (first 0,
+ *  non-decreasing, last = total tokens; uploaded on each GPU call);
+ *  \p mask is required by block-sparse varlen kernels (the varlen block
+ *  mask of the same cu_seqlens) and must be NULL otherwise. Empty
+ *  sequences are allowed (their rows and keys get zero gradients).
+ *
+ *  \p kernel is the forward kernel (flashjit_compile_ex or flashjit_load
+ *  with the same flags); its backward is compiled with the same mode
+ *  flags (on the CPU with the forward's tiles, so its masks fit), or
+ *  taken from the bundle (`flashjit bundle --kernel fwd,bwd` with
+ *  `--varlen` / `--block-sparse`), as flashjit_run_backward; in
+ *  flashjit_c_runtime without a bundled backward of that mode:
+ *  FLASHJIT_USER_ERROR. On a GPU the backward visits key tiles of its own
+ *  size (mma.sync: 64 keys; query tiles of 64, 32 or 16 rows by head dim),
+ *  so the mask's tiles must be unions of the backward's (block_n a
+ *  multiple of its keys per tile, block_m of its query rows per tile):
+ *  the default forward tiles satisfy this at head dims 64 and 128
+ *  (FLASHJIT_USER_ERROR naming both tile sizes otherwise).
+ *
+ *  grads, args, stream, aliasing (the cu_seqlens arrays count as inputs)
+ *  and determinism as flashjit_run_backward (the GPU block-sparse backward
+ *  accumulates dQ with fp32 atomics). FLASHJIT_USER_ERROR naming the
+ *  field and value: a mask given to a kernel that is not block-sparse or
+ *  missing for one, cu_seqlens given to a dense kernel or missing for a
+ *  varlen one, a mask of the other target, tiles or extents (as
+ *  flashjit_run_block_sparse), bad cu_seqlens entries, tensors, grads. */
+flashjit_status flashjit_run_backward_ex(
+    const flashjit_kernel *kernel, const flashjit_tensor *q,
+    const flashjit_tensor *k, const flashjit_tensor *v,
+    const flashjit_tensor *o, const flashjit_tensor *lse,
+    const flashjit_tensor *d_o, const flashjit_tensor *dq,
+    const flashjit_tensor *dk, const flashjit_tensor *dv,
+    const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int64_t num_seqs,
+    const flashjit_block_mask *mask, const flashjit_arg *args, int num_args,
+    const flashjit_grad *grads, int num_grads, void *stream);
 
 /* ---- Serving: paged KV caches, state merging (issue 17, README
  * "Serving") ---- */

@@ -100,10 +100,11 @@ loadOrCompileGpu(const AttentionSpec &spec, runtime::Device &device,
 /// compile. The kernels are compiled for backwardSpec(\p spec) (LSE on;
 /// the gradients do not depend on it); options.kind is set to
 /// KernelKind::Backward and options.arch to gpuTargetFor(device); the other
-/// options pick the backward's tiles (0: its tile rule). Throws UserError
-/// (unsupported spec, options or device, e.g. varlen or block_sparse, which
-/// the GPU backward does not take yet), CompileError, or DriverError when
-/// loading fails.
+/// options pick the backward's tiles (0: its tile rule) and its modes
+/// (options.varlen, options.blockSparse: the forward's, so that
+/// runVarlen / runBlockSparse take its calls). Throws UserError
+/// (unsupported spec, options or device), CompileError, or DriverError
+/// when loading fails.
 std::shared_ptr<const runtime::GpuAttentionBackwardKernel>
 loadOrCompileGpuBackward(const AttentionSpec &spec, runtime::Device &device,
                          GpuCompileOptions options = {},
