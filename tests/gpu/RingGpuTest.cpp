@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -99,6 +100,10 @@ public:
     check(d.cuStreamSynchronize(stream_)); // no kernel reads recv_ now
     check(d.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(recv_), recvHost_.data(),
                          bytes_));
+    // A copy from pageable memory may return before its DMA lands: wait
+    // for it before the rank's stream reads the buffer (the streams are
+    // blocking ones too, ordered after the legacy stream's copy).
+    check(d.cuCtxSynchronize());
   }
   void abort(const std::string &why) noexcept override { host_.abort(why); }
 
@@ -177,18 +182,18 @@ std::vector<RingStats> checkRing(Device &dev, const AttentionSpec &spec,
   return stats;
 }
 
-/// The whole-sequence spec of ring kernel \p id (returning LSE) and its
-/// kernel, loaded once per process.
+/// The whole-sequence spec of a ring kernel (returning LSE) and its kernel.
 struct LoadedRing {
   AttentionSpec spec;
   std::unique_ptr<GpuAttentionKernel> kernel;
 };
 
-LoadedRing &ringKernel(Device &dev, const std::string &id) {
-  static std::vector<std::pair<std::string, LoadedRing>> loaded;
-  for (auto &[name, l] : loaded)
-    if (name == id)
-      return l;
+/// Ring kernel \p id, loaded once per test case into \p loaded (a map:
+/// references stay valid as it grows).
+LoadedRing &ringKernel(Device &dev, std::map<std::string, LoadedRing> &loaded,
+                       const std::string &id) {
+  if (auto it = loaded.find(id); it != loaded.end())
+    return it->second;
   for (const testing::RingKernel &k : testing::ringKernels())
     if (k.id == id) {
       LoadedRing l;
@@ -196,8 +201,7 @@ LoadedRing &ringKernel(Device &dev, const std::string &id) {
       l.spec.returnLse = true;
       l.kernel =
           test::loadAheadOfTime(id, testing::ringKernelSpec(k.spec), dev);
-      loaded.emplace_back(id, std::move(l));
-      return loaded.back().second;
+      return loaded.emplace(id, std::move(l)).first->second;
     }
   FAIL("no ring kernel " << id);
   throw;
@@ -220,7 +224,7 @@ std::vector<RingStats> runThreads(Device &dev, const LoadedRing &ring,
         dev.makeCurrent();
         CUstream stream = nullptr;
         const Driver &d = Driver::get();
-        if (d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+        if (d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) != CUDA_SUCCESS)
           throw std::runtime_error("cuStreamCreate failed");
         StagedDeviceRing t(host.rank(r), stream);
         RankTensors &p = parts[size_t(r)];
@@ -270,6 +274,7 @@ TEST_CASE("GPU ring forward over NCCL, one rank: causal zigzag, document "
   Device &dev = Device::get(0);
   dev.makeCurrent();
   GpuPagedOps ops(dev);
+  std::map<std::string, LoadedRing> kernels;
   NcclCommunicator comm(nccl.uniqueId(), 1, 0, dev);
   CUstream stream = nullptr;
   REQUIRE(Driver::get().cuStreamCreate(&stream, CU_STREAM_DEFAULT) ==
@@ -284,7 +289,7 @@ TEST_CASE("GPU ring forward over NCCL, one rank: causal zigzag, document "
                  Case{"ring_doc_d64_fp16_g1", Sharding::Zigzag, 0},
                  Case{"ring_window_lr_d64_bf16_g1", Sharding::Contiguous, 1}}) {
     INFO(c.id << ", " << name(c.sharding) << ", one NCCL rank");
-    LoadedRing &ring = ringKernel(dev, c.id);
+    LoadedRing &ring = ringKernel(dev, kernels, c.id);
     std::vector<RingStats> stats = checkRing(
         dev, ring.spec, 1, c.sharding, 2, 226,
         [&](std::vector<RankTensors> &parts, const Arguments &args) {
@@ -318,12 +323,13 @@ TEST_CASE("GPU ring forward, ranks as threads on one GPU: 2 and 4 ranks, "
   Device &dev = Device::get(0);
   dev.makeCurrent();
   GpuPagedOps ops(dev);
+  std::map<std::string, LoadedRing> kernels;
   for (const char *id : {"ring_causal_tl_d64_bf16_g2", "ring_doc_d64_fp16_g1",
                          "ring_window_lr_d64_bf16_g1"})
     for (int ranks : {2, 4})
       for (Sharding sh : {Sharding::Zigzag, Sharding::Contiguous}) {
         INFO(id << ", " << ranks << " ranks, " << name(sh));
-        LoadedRing &ring = ringKernel(dev, id);
+        LoadedRing &ring = ringKernel(dev, kernels, id);
         // Zigzag chunks of 200 / (2 R) = 50 or 25 tokens: not whole tiles.
         std::vector<RingStats> stats = checkRing(
             dev, ring.spec, ranks, sh, 2, 200,
@@ -348,8 +354,9 @@ TEST_CASE("GPU ring forward refuses a kernel of another spec and an odd "
   Device &dev = Device::get(0);
   dev.makeCurrent();
   GpuPagedOps ops(dev);
-  LoadedRing &causal = ringKernel(dev, "ring_causal_tl_d64_bf16_g2");
-  LoadedRing &window = ringKernel(dev, "ring_window_lr_d64_bf16_g1");
+  std::map<std::string, LoadedRing> kernels;
+  LoadedRing &causal = ringKernel(dev, kernels, "ring_causal_tl_d64_bf16_g2");
+  LoadedRing &window = ringKernel(dev, kernels, "ring_window_lr_d64_bf16_g1");
   const AttentionSpec &spec = causal.spec;
   auto tensors = [&](int64_t l) {
     RankTensors p;
