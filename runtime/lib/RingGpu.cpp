@@ -135,6 +135,19 @@ void GpuRingRun::init(const TensorRef &q, const TensorRef &k,
   }
   batch_ = sh.batch, headsQ_ = sh.headsQ, headsKV_ = sh.headsKV;
   dqk_ = sh.headDimQK, dv_ = sh.headDimV;
+  // The packed K/V chunks and the partial O have rows of head_dim
+  // elements, which the kernels need 16-byte aligned.
+  struct Row {
+    const char *name;
+    int64_t dim;
+    DType dtype;
+  };
+  for (Row r : {Row{"head_dim_qk", dqk_, spec_.dtypeK},
+                Row{"head_dim_v", dv_, spec_.dtypeV}})
+    if (r.dim * byteSize(r.dtype) % 16 != 0)
+      fail(fmt::format("ringAttentionGpu packs rows of {} elements: {} = "
+                       "{} must be a multiple of 8 (16-byte rows)",
+                       r.name, r.name, r.dim));
   lenQ_ = sh.seqlenQ / perRank_, lenK_ = sh.seqlenK / perRank_;
   o_ = o, lse_ = spec_.returnLse ? lse : nullptr;
   for (int64_t i = 0; i < perRank_; ++i)

@@ -56,9 +56,11 @@ class GpuPagedOps;
 ///
 /// Throws UserError naming the field and value for bad tensors or
 /// arguments, a kernel that is varlen, block-sparse or not compiled from
-/// contextParallelSpec(spec, spec.dtypeO), or a local seqlen the sharding
-/// cannot cut (zigzag: odd); DriverError for CUDA or NCCL failures. A rank
-/// that throws calls transport.abort().
+/// contextParallelSpec(spec, spec.dtypeO), a local seqlen the sharding
+/// cannot cut (zigzag: odd), or a head dim whose rows are not a multiple of
+/// 16 bytes (the packed K/V chunks need aligned rows: 16-bit head dims
+/// multiples of 8); DriverError for CUDA or NCCL failures. A rank that
+/// throws calls transport.abort().
 RingStats
 ringAttentionGpu(const AttentionSpec &spec, const GpuAttentionKernel &kernel,
                  const GpuPagedOps &ops, Device &device,
