@@ -4,8 +4,8 @@
 // write(); was "name arch threads block_m shared_bytes") for every kernel of
 // tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
 // that has no MLIR (the ahead-of-time flow a host application uses), the
-// block-sparse / varlen kernels of sparseKernels(), sinkKernels() and
-// paddedKernels(), the
+// block-sparse / varlen kernels of sparseKernels(), sinkKernels(),
+// ringKernels() and paddedKernels(), the
 // backward kernels (backwardKernels(), backwardVarlenKernels(),
 // backwardSparseKernels(), the timing
 // pairs of benchKernels()), and
@@ -183,6 +183,16 @@ int main(int argc, char **argv) {
     so.varlen = k.varlen;
     so.blockSparse = k.blockSparse;
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
+    ++n;
+  }
+  // Ring kernels (issue 20): the ring spec of each, written like the sparse
+  // ones.
+  for (const auto &k : flashjit::testing::ringKernels()) {
+    if (backwardOnly)
+      break;
+    write(dir, k.id,
+          flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), o),
+          /*sparse=*/true);
     ++n;
   }
   // Masked-value backward kernels (issue 21 section 3; the forward ones

@@ -9,6 +9,7 @@
 #ifndef FLASHJIT_TESTS_SUPPORT_KERNELMATRIX_H
 #define FLASHJIT_TESTS_SUPPORT_KERNELMATRIX_H
 
+#include "flashjit/frontend/ContextParallel.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Variant.h"
 
@@ -416,6 +417,31 @@ inline std::vector<OptionKernel> optionKernels() {
                 v.scoreMod(
                     select(q_idx > kv_idx, score + table[q_idx % 16], score));
               })},
+  };
+}
+
+/// The issue-20 ring kernels: \p spec is the attention over the whole
+/// sequence; the kernel is the dense GPU forward of
+/// ringKernelSpec(spec) = contextParallelSpec(spec, spec.dtypeO) (global
+/// indices, partial O in the 16-bit dtype), run by ringAttentionGpu: a
+/// causal mask, a document mask (buffer reads at global indices) and a
+/// two-sided window; GQA and both 16-bit dtypes.
+struct RingKernel {
+  std::string id;
+  AttentionSpec spec;
+};
+
+inline AttentionSpec ringKernelSpec(const AttentionSpec &spec) {
+  return contextParallelSpec(spec, spec.dtypeO);
+}
+
+inline std::vector<RingKernel> ringKernels() {
+  return {
+      {"ring_causal_tl_d64_bf16_g2",
+       matrixSpec("causal_tl", 64, DType::BF16, 4, 2)},
+      {"ring_doc_d64_fp16_g1", matrixSpec("doc_id", 64, DType::F16, 2, 2)},
+      {"ring_window_lr_d64_bf16_g1",
+       matrixSpec("window_lr", 64, DType::BF16, 2, 2)},
   };
 }
 

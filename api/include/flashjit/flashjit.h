@@ -57,6 +57,7 @@
 #include "flashjit/runtime/NcclTransport.h"
 #include "flashjit/runtime/PagedOps.h"
 #include "flashjit/runtime/Ring.h"
+#include "flashjit/runtime/RingGpu.h"
 #include "flashjit/runtime/SinkGradient.h"
 
 #endif // FLASHJIT_FLASHJIT_H

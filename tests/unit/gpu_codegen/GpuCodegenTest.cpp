@@ -1364,3 +1364,41 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
       }
     }
 }
+
+TEST_CASE("every ring kernel assembles with no spills and takes the chunk "
+          "parameters as arguments beyond its spec's",
+          "[gpu-codegen][ring]") {
+  for (const testing::RingKernel &k : testing::ringKernels())
+    for (const char *arch : {"sm_80", "sm_90a"}) {
+      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      AttentionSpec ring = testing::ringKernelSpec(k.spec);
+      GpuKernelImage img = compileGpu(ring, o);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      const runtime::PtxasFunctionReport *f = r.find(img.name);
+      REQUIRE(f);
+      INFO(r.log);
+      CHECK(f->clean());
+      // cp_q_chunk and cp_kv_chunk at least (every ring kernel here reads
+      // q_idx and kv_idx in its mask), plus the chunk counts where seqlens
+      // are read.
+      size_t added =
+          ring.variant.params().size() - k.spec.variant.params().size();
+      CHECK(added >= 2);
+      AttentionSpec plain = k.spec;
+      plain.returnLse = true;
+      GpuKernelImage p = compileGpu(plain, o);
+      auto params = [](const std::string &ptx, const std::string &name) {
+        size_t at = ptx.find(".entry " + name + "(");
+        std::string sig = ptx.substr(at, ptx.find(')', at) - at);
+        int n = 0;
+        for (size_t i = sig.find(".param"); i != std::string::npos;
+             i = sig.find(".param", i + 1))
+          ++n;
+        return n;
+      };
+      CHECK(params(img.ptx, img.name) ==
+            params(p.ptx, p.name) + static_cast<int>(added));
+    }
+}

@@ -57,6 +57,8 @@ namespace flashjit::runtime {
   X(cuMemcpyHtoDAsync)                                                         \
   X(cuMemsetD8)                                                                \
   X(cuMemsetD8Async)                                                           \
+  X(cuMemsetD32Async)                                                          \
+  X(cuMemcpy2DAsync)                                                           \
   X(cuStreamCreate)                                                            \
   X(cuStreamDestroy)                                                           \
   X(cuStreamSynchronize)                                                       \
