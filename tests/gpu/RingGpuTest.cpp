@@ -26,10 +26,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <exception>
 #include <functional>
 #include <map>
@@ -46,32 +42,6 @@ using flashjit::test::GpuTensor;
 using flashjit::test::VariantArgs;
 
 namespace {
-
-/// As RingNcclGpuTest.cpp: where FLASHJIT_NCCL_LIBRARY is unset and the
-/// loader finds no libnccl.so.2, points it at PyTorch's copy when python3
-/// can import nvidia.nccl. Runs before the first Nccl call.
-void preferTorchNccl() {
-  if (std::getenv("FLASHJIT_NCCL_LIBRARY"))
-    return;
-  if (void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL)) {
-    dlclose(h);
-    return;
-  }
-  FILE *p = popen("python3 -c 'import os, nvidia.nccl as n; "
-                  "print(os.path.join(list(n.__path__)[0], \"lib\", "
-                  "\"libnccl.so.2\"))' 2>/dev/null",
-                  "r");
-  if (!p)
-    return;
-  char line[4096] = {};
-  bool got = std::fgets(line, sizeof line, p) != nullptr;
-  pclose(p);
-  std::string path = got ? std::string(line) : "";
-  while (!path.empty() && (path.back() == '\n' || path.back() == '\r'))
-    path.pop_back();
-  if (!path.empty() && access(path.c_str(), R_OK) == 0)
-    setenv("FLASHJIT_NCCL_LIBRARY", path.c_str(), 0);
-}
 
 /// A rank of ranks-as-threads on one GPU: each shift copies the send
 /// buffer to host memory (after the rank's stream has finished with it),
@@ -263,7 +233,6 @@ const char *name(Sharding s) {
 TEST_CASE("GPU ring forward over NCCL, one rank: causal zigzag, document "
           "and window masks against the whole sequence's reference",
           "[gpu][ring][nccl]") {
-  preferTorchNccl();
   std::string why;
   if (!Nccl::available(&why)) {
     WARN("SKIPPED: libnccl cannot be loaded: " << why);
