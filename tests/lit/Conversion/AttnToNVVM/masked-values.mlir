@@ -71,9 +71,14 @@
 // DEC: gpu.barrier
 // DEC: llvm.store {{.*}} : vector<4xi32>, !llvm.ptr<3>
 // DEC: gpu.barrier
-// DEC-LABEL: gpu.func @causal_decode_merge(
+// One split: the CTA's own merge (a NaN LSE is live: une).
+// DEC: arith.cmpf une
+// Several: the arrival counter, then the last CTA's merge.
+// DEC: fence.acq_rel.gpu
+// DEC: nvvm.barrier #nvvm.reduction<or>
 // DEC: arith.cmpf une
 // DEC: gpu.return
+// DEC-NOT: gpu.func @causal_decode_merge(
 attn.attention @causal attributes {
     dtype_q = bf16, dtype_k = bf16, dtype_v = bf16, dtype_o = bf16,
     head_dim_qk = 64 : i64, head_dim_v = 64 : i64, heads_q = 4 : i64,
@@ -99,6 +104,8 @@ attn.attention @causal attributes {
 // DEC-LABEL: gpu.func @dense_decode(
 // DEC-NOT: nvvm.barrier #nvvm.reduction
 // DEC-NOT: nvvm.shfl.sync  idx
+// The split merge's arrival (its barrier reduction is not a vote).
+// DEC: fence.acq_rel.gpu
 // DEC: gpu.return
 attn.attention @dense attributes {
     dtype_q = f16, dtype_k = f16, dtype_v = f16, dtype_o = f16,
