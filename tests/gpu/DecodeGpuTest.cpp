@@ -644,9 +644,7 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
     const bool fused =
         merge == DecodeMerge::Fused ||
         (merge == DecodeMerge::Auto && kernel.fusesMerge(qLen, splits));
-    const std::string how = splits == 1 ? "none"
-                            : fused     ? "fused"
-                                        : "separate";
+    const std::string how = splits == 1 ? "none" : fused ? "fused" : "separate";
     const int64_t keys = countedKeys ? countedKeys : nk;
     const double kvBytes = double(batch) * keys * hk * d * 2 * 2;
     const double flops = 4.0 * batch * hq * qLen * double(keys) * d;
@@ -655,8 +653,8 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
                 "h=%lld/%lld%s (alone %.3f ms %.2f TB/s)\n",
                 k.id.c_str(), (long long)batch, (long long)nk, (long long)qLen,
                 ps ? fmt::format("page {}", ps).c_str() : "contiguous", splits,
-                how.c_str(), merge == DecodeMerge::Auto ? "" : " (forced)",
-                ms, kvBytes / (ms * 1e-3) / 1e12, flops / (ms * 1e-3) / 1e12,
+                how.c_str(), merge == DecodeMerge::Auto ? "" : " (forced)", ms,
+                kvBytes / (ms * 1e-3) / 1e12, flops / (ms * 1e-3) / 1e12,
                 (long long)hq, (long long)hk,
                 countedKeys
                     ? fmt::format(" (over the {} keys read)", keys).c_str()

@@ -7,13 +7,14 @@
 // pointer, the last CTA of a (batch, kv head, row tile) group to arrive (an
 // arrival counter per group) merges the group's partial states; with a
 // null counters pointer the CTAs only write their partial states and
-// `<name>_decode_merge` (DecodeMergeKernel.h) merges them. Both use one formula: for a
-// row with partial LSEs l_s (log2 units) and a sink s (log2 units, -inf:
-// none), m = max(l_s, s), m' = (m == -inf ? 0 : m), w_s = exp2(l_s - m')
-// for l_s != -inf and 0 for an empty split (a NaN l_s is live: the row
-// becomes NaN), sum = exp2(s - m') + sum_s w_s, O = sum_s w_s O_s / sum
-// and LSE = (m' + log2 sum) ln 2; a row with sum = 0 gets O = 0, LSE = -inf.
-// Internal to the AttnToNVVM conversion (includes MLIR).
+// `<name>_decode_merge` (DecodeMergeKernel.h) merges them. All use one
+// formula: for a row with partial LSEs l_s (log2 units) and a sink s (log2
+// units, -inf: none), m = max(l_s, s), m' = (m == -inf ? 0 : m),
+// w_s = exp2(l_s - m') for l_s != -inf and 0 for an empty split (a NaN l_s
+// is live: the row becomes NaN), sum = exp2(s - m') + sum_s w_s,
+// O = sum_s w_s O_s / sum and LSE = (m' + log2 sum) ln 2; a row with
+// sum = 0 gets O = 0, LSE = -inf. Internal to the AttnToNVVM conversion
+// (includes MLIR).
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_CONVERSION_ATTNTONVVM_DECODEMERGE_H

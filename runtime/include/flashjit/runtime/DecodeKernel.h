@@ -103,9 +103,9 @@ struct DecodeWorkspaceLayout {
 /// The workspace of a decode call over \p rows = batch * heads_q * q_len
 /// query rows, \p numSplits key splits, head dim \p headDimV,
 /// \p numBuffers variant buffers and \p groups arrival counters (batch *
-/// heads_kv * row tiles for a fused merge, 0 for the merge kernel). Throws UserError for a negative or zero count where
-/// one is needed (rows >= 0, groups >= 0, numSplits >= 1, headDimV >= 1) or
-/// a size that overflows.
+/// heads_kv * row tiles for a fused merge, 0 for the merge kernel). Throws
+/// UserError for a negative or zero count where one is needed (rows >= 0,
+/// groups >= 0, numSplits >= 1, headDimV >= 1) or a size that overflows.
 DecodeWorkspaceLayout decodeWorkspaceLayout(int64_t rows, int64_t numSplits,
                                             int64_t headDimV, size_t numBuffers,
                                             int64_t groups = 0);
