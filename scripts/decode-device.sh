@@ -8,10 +8,17 @@
 # "tests memcheck bench peers") picks steps. DECODE_BASE_KERNELS (pack) names
 # a directory of decode kernels made by an earlier build's
 # gen_decode_kernels: they travel too and `bench` times them first, with
-# the same test binary (before/after numbers of a kernel change). Step
-# `split` (not in the default): ncu on [.decodesplit] (the split and merge
-# kernels of a call timed apart, DRAM bytes, instructions, registers) with
-# the new kernels, and with the base kernels when DECODE_SPLIT_BASE=1.
+# the same test binary (before/after numbers of a kernel change).
+# DECODE_BASE_BUILD (pack) names an earlier build directory (e.g. main's
+# build/ci) whose kernel ABI differs: its gen_decode_kernels makes the base
+# kernels, and its test binary and libflashjit*.so travel too, so `bench`
+# times the base kernels with their own runtime. Step `split` (not in the
+# default): ncu on [.decodesplit] (each decode launch timed, DRAM bytes,
+# instructions, registers) with the new kernels, and with the base kernels
+# when DECODE_SPLIT_BASE=1. Steps `memcheck_all` (every [decode] case under
+# memcheck) and `racecheck` (dec_alibi_g4's float64 test, the merge and
+# append cases and the back-to-back calls under racecheck) are not in the
+# default either.
 set -uo pipefail
 cmd=${1:?usage: decode-device.sh pack|run DIR}
 dir=${2:?usage: decode-device.sh pack|run DIR}
@@ -21,9 +28,21 @@ pack)
   set -e
   mkdir -p "$dir/bin" "$dir/lib" "$dir/kernels"
   "$build/tests/gpu/gen_decode_kernels" "$dir/kernels"
-  rm -rf "$dir/kernels-base"
+  rm -rf "$dir/kernels-base" "$dir/base"
   if [[ -n ${DECODE_BASE_KERNELS:-} ]]; then
     cp -r "$DECODE_BASE_KERNELS" "$dir/kernels-base"
+  fi
+  if [[ -n ${DECODE_BASE_BUILD:-} ]]; then
+    base=$DECODE_BASE_BUILD
+    mkdir -p "$dir/kernels-base" "$dir/base/bin" "$dir/base/lib"
+    "$base/tests/gpu/gen_decode_kernels" "$dir/kernels-base"
+    objcopy --strip-debug "$base/tests/gpu/flashjit_gpu_tests" \
+      "$dir/base/bin/flashjit_gpu_tests"
+    ldd "$base/tests/gpu/flashjit_gpu_tests" |
+      awk '$1 ~ /^libflashjit/ && $3 ~ /^\//{print $1, $3}' |
+      while read -r name path; do
+        objcopy --strip-debug "$path" "$dir/base/lib/$name"
+      done
   fi
   objcopy --strip-debug "$build/tests/gpu/flashjit_gpu_tests" \
     "$dir/bin/flashjit_gpu_tests"
@@ -64,6 +83,18 @@ run)
     echo "=== tests"
     timeout 100 "$bin" "[decode]" -d yes 2>&1 | tee "$out/tests.log" | tail -60
   fi
+  if [[ $steps == *" memcheck_all "* ]]; then
+    echo "=== memcheck_all ([decode])"
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 \
+      "$bin" "[decode]" 2>&1 | tee "$out/memcheck_all.log" | tail -8
+  fi
+  if [[ $steps == *" racecheck "* ]]; then
+    echo "=== racecheck (dec_alibi_g4, [merge], [append])"
+    FLASHJIT_MATRIX_ONLY=${DECODE_RACE_KERNEL:-dec_alibi_g4} timeout 120 \
+      compute-sanitizer --tool racecheck --error-exitcode 3 "$bin" \
+      "decode kernels match the float64 paged reference,[merge],[append]" \
+      2>&1 | tee "$out/racecheck.log" | tail -8
+  fi
   if [[ $steps == *" memcheck "* ]]; then
     # DECODE_MEMCHECK_TEST: another [decode] test case to run under it.
     t=${DECODE_MEMCHECK_TEST:-decode kernels match the float64 paged reference}
@@ -74,7 +105,12 @@ run)
   if [[ $steps == *" bench "* ]]; then
     if [[ -d $dir/kernels-base ]]; then
       echo "=== bench (base kernels)"
-      FLASHJIT_DECODE_KERNELS=$dir/kernels-base timeout 80 "$bin" \
+      bbin=$bin blib=
+      if [[ -x $dir/base/bin/flashjit_gpu_tests ]]; then
+        bbin=$dir/base/bin/flashjit_gpu_tests blib=$dir/base/lib:
+      fi
+      LD_LIBRARY_PATH=$blib$LD_LIBRARY_PATH \
+        FLASHJIT_DECODE_KERNELS=$dir/kernels-base timeout 80 "$bbin" \
         "[.decodebench]" 2>&1 | tee "$out/bench-base.log" |
         grep -E "DECODE|FAIL|error" | head -60
     fi

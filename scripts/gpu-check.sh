@@ -42,10 +42,10 @@
 # compiled FlexAttention, flash_attn_with_kvcache and FlashAttention-4
 # where they import; needs only the tree and torch, so it runs in the same
 # call as decodebench; GPU_CHECK_DECODE_PEERS_ARGS passes options, e.g.
-# "--impls fa2,cudnn,flex") and decodesplit (ncu: the split kernel and the
-# merge kernel of a decode call timed separately, with the DRAM bytes each
-# reads, DRAM throughput, instructions, active warps, grid and registers:
-# dense page 64 / contiguous, softcap and ALiBi at B = 1, Nk = 128k, the
+# "--impls fa2,cudnn,flex") and decodesplit (ncu: the decode launch (its
+# splits merged in the same kernel) timed, with the DRAM bytes it reads,
+# DRAM throughput, instructions, active warps, grid and registers: dense
+# page 64 / contiguous, softcap and ALiBi at B = 1, Nk = 128k, the
 # sliding window at B = 8, Nk = 32k; the [.decodesplit] case).
 #
 # GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix

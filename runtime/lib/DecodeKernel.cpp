@@ -158,21 +158,35 @@ int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
   return 1;
 }
 
+bool decodeFusedMerge(int64_t numSplits, int64_t groupRows, int64_t headDimV) {
+  if (numSplits < 1 || groupRows < 1 || headDimV < 1)
+    fail(fmt::format("decodeFusedMerge: num_splits = {}, group rows = {}, "
+                     "head_dim_v = {} (expected >= 1)",
+                     numSplits, groupRows, headDimV));
+  // Each factor is far below 2^21 in any call run() takes; guard anyway.
+  if (numSplits > kFusedMergeLimit || groupRows > kFusedMergeLimit ||
+      headDimV > kFusedMergeLimit)
+    return false;
+  return numSplits * groupRows * headDimV <= kFusedMergeLimit;
+}
+
 DecodeWorkspaceLayout decodeWorkspaceLayout(int64_t rows, int64_t numSplits,
-                                            int64_t headDimV,
-                                            size_t numBuffers) {
-  if (rows < 0 || numSplits < 1 || headDimV < 1)
-    fail(fmt::format("decode workspace: rows = {}, num_splits = {}, "
-                     "head_dim_v = {} (expected rows >= 0, the others >= 1)",
-                     rows, numSplits, headDimV));
+                                            int64_t headDimV, size_t numBuffers,
+                                            int64_t groups) {
+  if (rows < 0 || groups < 0 || numSplits < 1 || headDimV < 1)
+    fail(fmt::format("decode workspace: rows = {}, groups = {}, num_splits = "
+                     "{}, head_dim_v = {} (expected rows, groups >= 0, the "
+                     "others >= 1)",
+                     rows, groups, numSplits, headDimV));
   constexpr size_t kAlign = 256;
   constexpr size_t kMax = std::numeric_limits<size_t>::max() / 2;
   // Every product below stays under 2^63 when these hold.
-  if (size_t(rows) > (size_t(1) << 40) || size_t(numSplits) > (1u << 20) ||
-      size_t(headDimV) > (1u << 20) || numBuffers > (1u << 20))
-    fail(fmt::format("decode workspace: rows = {}, num_splits = {}, "
-                     "head_dim_v = {}, {} buffers: too large",
-                     rows, numSplits, headDimV, numBuffers));
+  if (size_t(rows) > (size_t(1) << 40) || size_t(groups) > (size_t(1) << 40) ||
+      size_t(numSplits) > (1u << 20) || size_t(headDimV) > (1u << 20) ||
+      numBuffers > (1u << 20))
+    fail(fmt::format("decode workspace: rows = {}, groups = {}, num_splits = "
+                     "{}, head_dim_v = {}, {} buffers: too large",
+                     rows, groups, numSplits, headDimV, numBuffers));
   auto mulChecked = [&](size_t a, size_t b) {
     if (a && b > kMax / a)
       fail(fmt::format("decode workspace of {} rows x {} splits x head_dim_v "
@@ -182,13 +196,18 @@ DecodeWorkspaceLayout decodeWorkspaceLayout(int64_t rows, int64_t numSplits,
   };
   auto roundUp = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
   DecodeWorkspaceLayout l;
-  const size_t oBytes = mulChecked(mulChecked(size_t(numSplits), size_t(rows)),
-                                   size_t(headDimV) * 4);
-  const size_t lseBytes = mulChecked(size_t(numSplits) + 1, size_t(rows) * 4);
+  // One split: the kernel writes O and LSE, no partial state, no counter.
+  const size_t parts = numSplits > 1 ? size_t(numSplits) : 0;
+  const size_t oBytes =
+      mulChecked(mulChecked(parts, size_t(rows)), size_t(headDimV) * 4);
+  // The partial LSEs and the merge kernel's scratch LSE [rows].
+  const size_t lseBytes = parts ? mulChecked(parts + 1, size_t(rows) * 4) : 0;
+  const size_t counterBytes = parts ? size_t(groups) * sizeof(int32_t) : 0;
   l.oPart = 0;
   l.lsePart = roundUp(oBytes);
   l.status = l.lsePart + roundUp(lseBytes);
-  l.bytes = l.status + roundUp(numBuffers * sizeof(int32_t));
+  l.counters = l.status + roundUp(numBuffers * sizeof(int32_t));
+  l.bytes = l.counters + roundUp(counterBytes);
   if (l.bytes > kMax)
     fail(fmt::format("decode workspace of {} bytes overflows", l.bytes));
   return l;
@@ -233,11 +252,47 @@ int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
                          info_.config.blockN, device_->properties().smCount);
 }
 
+bool GpuDecodeKernel::fusesMerge(int64_t qLen, int numSplits) const {
+  const int64_t rows = int64_t(spec_.headsQ / spec_.headsKV) * qLen;
+  return decodeFusedMerge(numSplits,
+                          std::min<int64_t>(rows, info_.config.blockM()),
+                          spec_.headDimV);
+}
+
+void GpuDecodeKernel::launchMerge(CUdeviceptr oPart, CUdeviceptr lsePart,
+                                  int64_t batch, int64_t headsQ, int64_t qLen,
+                                  int splits, const TensorRef &o,
+                                  const TensorRef *lse, const Arguments &args,
+                                  CUstream stream) const {
+  // The merge kernel writes a scratch LSE (after the partial LSEs) when the
+  // caller wants none.
+  const size_t rows = size_t(batch * headsQ * qLen);
+  KernelArgs m;
+  m.add(reinterpret_cast<void *>(oPart))
+      .add(reinterpret_cast<void *>(lsePart))
+      .add(o.data)
+      .add(lse ? lse->data
+               : reinterpret_cast<void *>(lsePart + size_t(splits) * rows * 4));
+  m.add(o.strides[0]).add(o.strides[1]).add(o.strides[2]);
+  const int64_t scratch[3] = {headsQ * qLen, qLen, 1};
+  for (int i = 0; i < 3; ++i)
+    m.add(lse ? lse->strides[i] : scratch[i]);
+  m.add(static_cast<int32_t>(splits));
+  if (spec_.sink)
+    m.add(const_cast<void *>(args.sink.data));
+  LaunchConfig mc;
+  mc.grid = {static_cast<unsigned>(qLen), static_cast<unsigned>(headsQ),
+             static_cast<unsigned>(batch)};
+  mc.block = {static_cast<unsigned>(abi::gpu::kMergeThreads), 1, 1};
+  mc.stream = stream;
+  launch(merge_, mc, m);
+}
+
 void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
                           const TensorRef &vCache, const DevicePageTable &table,
                           const TensorRef &o, const TensorRef *lse,
-                          const Arguments &args, int numSplits,
-                          CUstream stream) const {
+                          const Arguments &args, int numSplits, CUstream stream,
+                          DecodeMerge merge) const {
   // Shapes: the paged check, or (contiguous) the same fields by hand.
   PagedShape s;
   if (table.isContiguous()) {
@@ -336,13 +391,21 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   const std::vector<BufferDecl> &buffers = spec_.variant.buffers();
   const bool hasBuffers = !buffers.empty();
   const size_t rows = static_cast<size_t>(s.batch * s.headsQ * s.qLen);
-  const DecodeWorkspaceLayout ws =
-      decodeWorkspaceLayout(int64_t(rows), splits, s.headDimV, buffers.size());
+  // Who merges several splits (DecodeMerge): the fused merge needs a
+  // counter per (batch, kv head, row tile) group, zeroed before the launch.
+  const bool fused =
+      splits > 1 &&
+      (merge == DecodeMerge::Fused ||
+       (merge == DecodeMerge::Auto && fusesMerge(s.qLen, splits)));
+  const int64_t groups = fused ? s.batch * s.headsKV * rowTiles : 0;
+  const DecodeWorkspaceLayout ws = decodeWorkspaceLayout(
+      int64_t(rows), splits, s.headDimV, buffers.size(), groups);
   device_->makeCurrent();
   StreamBuffer work(*device_, ws.bytes, stream);
-  const CUdeviceptr oPart = work.ptr() + ws.oPart,
-                    lsePart = work.ptr() + ws.lsePart,
-                    status = work.ptr() + ws.status;
+  auto part = [&](size_t offset, size_t end) {
+    return reinterpret_cast<void *>(end > offset ? work.ptr() + offset : 0);
+  };
+  const CUdeviceptr status = work.ptr() + ws.status;
   // The flags are cleared and checked (a synchronisation) only when some
   // read is not proven in range for this call (BufferCheck.h).
   const bool check =
@@ -353,17 +416,27 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   if (check)
     FLASHJIT_CHECK(Driver::get().cuMemsetD8Async(
         status, 0, buffers.size() * sizeof(int32_t), stream));
+  // The arrival counters start at 0 (the last CTA of a group also leaves
+  // its counter at 0, but pool memory may hold anything).
+  if (fused)
+    FLASHJIT_CHECK(Driver::get().cuMemsetD8Async(
+        work.ptr() + ws.counters, 0, size_t(groups) * sizeof(int32_t), stream));
 
   KernelArgs a;
   a.add(q.data).add(kCache.data).add(vCache.data);
-  a.add(reinterpret_cast<void *>(oPart))
-      .add(reinterpret_cast<void *>(lsePart))
+  a.add(part(ws.oPart, ws.lsePart))
+      .add(part(ws.lsePart, ws.status))
       .add(reinterpret_cast<void *>(hasBuffers ? status : 0))
       .add(reinterpret_cast<void *>(table.pages()))
       .add(reinterpret_cast<void *>(table.pageStart()))
       .add(reinterpret_cast<void *>(table.deviceSeqLens()));
-  for (const TensorRef *t : {&q, &kCache, &vCache})
+  a.add(o.data)
+      .add(writeLse ? lse->data : nullptr)
+      .add(part(ws.counters, ws.bytes));
+  for (const TensorRef *t : {&q, &kCache, &vCache, &o})
     a.add(t->strides[0]).add(t->strides[1]).add(t->strides[2]);
+  for (int i = 0; i < 3; ++i)
+    a.add(writeLse ? lse->strides[i] : int64_t(0));
   a.add(static_cast<int32_t>(s.qLen))
       .add(static_cast<int32_t>(group))
       .add(static_cast<int32_t>(pageShift))
@@ -373,11 +446,13 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
       .add(static_cast<int32_t>(s.headsQ));
   float scale = spec_.effectiveScale();
   a.add(scale).add(static_cast<float>(scale * 1.4426950408889634));
-  if (a.size() != abi::gpu::decodeArgTypes().size())
-    throw InternalError(fmt::format("decode kernel '{}': {} fixed arguments, "
-                                    "the ABI has {}",
-                                    info_.name, a.size(),
-                                    abi::gpu::decodeArgTypes().size()));
+  if (spec_.sink)
+    a.add(const_cast<void *>(args.sink.data));
+  if (a.size() != abi::gpu::decodeArgTypes(spec_.sink).size())
+    throw InternalError(fmt::format(
+        "decode kernel '{}': {} fixed arguments, "
+        "the ABI has {}",
+        info_.name, a.size(), abi::gpu::decodeArgTypes(spec_.sink).size()));
   for (const ParamDecl &p : spec_.variant.params()) {
     const Scalar &val = args.params.at(p.name);
     if (p.type == ScalarType::Int32)
@@ -399,26 +474,10 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   cfg.stream = stream;
   launch(decode_, cfg, a);
 
-  KernelArgs m;
-  m.add(reinterpret_cast<void *>(oPart))
-      .add(reinterpret_cast<void *>(lsePart))
-      .add(o.data)
-      .add(writeLse
-               ? lse->data
-               : reinterpret_cast<void *>(lsePart + size_t(splits) * rows * 4));
-  m.add(o.strides[0]).add(o.strides[1]).add(o.strides[2]);
-  const int64_t scratch[3] = {s.headsQ * s.qLen, s.qLen, 1};
-  for (int i = 0; i < 3; ++i)
-    m.add(writeLse ? lse->strides[i] : scratch[i]);
-  m.add(static_cast<int32_t>(splits));
-  if (spec_.sink)
-    m.add(const_cast<void *>(args.sink.data));
-  LaunchConfig mc;
-  mc.grid = {static_cast<unsigned>(s.qLen), static_cast<unsigned>(s.headsQ),
-             static_cast<unsigned>(s.batch)};
-  mc.block = {static_cast<unsigned>(abi::gpu::kMergeThreads), 1, 1};
-  mc.stream = stream;
-  launch(merge_, mc, m);
+  if (splits > 1 && !fused)
+    launchMerge(work.ptr() + ws.oPart, work.ptr() + ws.lsePart, s.batch,
+                s.headsQ, s.qLen, splits, o, writeLse ? lse : nullptr, args,
+                stream);
 
   if (check) {
     checkSyncs_.fetch_add(1);

@@ -151,13 +151,13 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
   if (c.kind == KernelKind::Backward)
     return backwardLaunchMismatch(spec, info, ptx);
   if (c.kind == KernelKind::Decode) {
-    // `<name>_decode` (the variant's arguments follow the fixed ones) and
-    // `<name>_decode_merge` (no variant arguments; the sink pointer last
-    // for a spec with a sink).
-    if (std::string why =
-            entryMismatch(ptx, info.name + abi::gpu::kDecodeSuffix,
-                          expectedParams(spec, abi::gpu::decodeArgTypes()),
-                          c.threads(), c.minBlocksPerSM);
+    // `<name>_decode` (the variant's arguments follow the fixed ones; the
+    // sink pointer is the last fixed one for a spec with a sink) and
+    // `<name>_decode_merge` (no variant arguments; the sink pointer last).
+    if (std::string why = entryMismatch(
+            ptx, info.name + abi::gpu::kDecodeSuffix,
+            expectedParams(spec, abi::gpu::decodeArgTypes(spec.sink)),
+            c.threads(), c.minBlocksPerSM);
         !why.empty())
       return why;
     std::vector<std::string> merge;

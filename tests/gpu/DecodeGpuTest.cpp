@@ -5,14 +5,17 @@
 // directory's decode/) against referencePagedAttention: random page order,
 // a page shared by two sequences, both page-table layouts, the [pages,
 // page_size, heads, dim] cache layout, NaN in every unused slot and page,
-// forced split counts (with empty splits), q_len 1..64, a contiguous
-// cache; decode kernels with an attention sink (1 split = many splits =
-// the reference, empty sequences LSE = sink); GpuPagedOps' merge_states
-// (2-way, n-way, sink) and append against the host versions; NaN and Inf
-// at masked keys (issue 21 section 3, [masked]). The [.decodebench] case
-// times K+V bandwidth (GQA 32/8, MQA 32/1; the sliding window also over the
-// keys it reads); [.decodesplit] runs a few decode calls for ncu (split and
-// merge kernels timed apart).
+// forced split counts (1, 2, odd, 33 and 64: the kernel writes O itself
+// with one; with more, the last CTA of each group merges (DecodeMerge::
+// Fused) or the merge kernel does (Separate), both tested; empty splits),
+// q_len 1..64, a contiguous cache; decode kernels with an attention sink (1
+// split = many splits = the reference, empty sequences LSE = sink); calls
+// back to back on one stream over pool memory left dirty (the arrival
+// counters start at 0 every call); GpuPagedOps' merge_states (2-way, n-way,
+// sink) and append against the host versions; NaN and Inf at masked keys
+// (issue 21 section 3, [masked]). The [.decodebench] case times K+V
+// bandwidth (GQA 32/8, MQA 32/1; the sliding window also over the keys it
+// reads); [.decodesplit] runs a few decode calls for ncu.
 //
 //===----------------------------------------------------------------------===//
 #include "DecodeKernels.h"
@@ -24,6 +27,7 @@
 #include "flashjit/runtime/DecodeKernel.h"
 #include "flashjit/runtime/Driver.h"
 #include "flashjit/runtime/Launch.h"
+#include "flashjit/runtime/Memory.h"
 #include "flashjit/runtime/PagedOps.h"
 
 #include <fmt/format.h>
@@ -81,17 +85,25 @@ struct SinkArgs {
   }
 };
 
+const char *mergeName(DecodeMerge m) {
+  return m == DecodeMerge::Auto    ? "auto"
+         : m == DecodeMerge::Fused ? "fused"
+                                   : "separate";
+}
+
 /// Runs \p kernel on one paged case and checks O and LSE against the
 /// float64 paged reference.
 void checkPaged(Device &dev, const GpuDecodeKernel &kernel,
                 const AttentionSpec &spec, std::vector<int64_t> lens,
                 int64_t pageSize, int64_t qLen, bool csr, bool nhd,
-                int numSplits, uint64_t seed) {
+                int numSplits, uint64_t seed,
+                DecodeMerge merge = DecodeMerge::Auto) {
   INFO("lens " << lens[0] << (lens.size() > 1 ? "," : "")
                << (lens.size() > 1 ? lens[1] : 0) << " ... page_size "
                << pageSize << " q_len " << qLen << (csr ? " csr" : " table")
                << (nhd ? " [pages, page_size, heads, dim]" : "") << " splits "
-               << numSplits << " seed " << seed);
+               << numSplits << " merge " << mergeName(merge) << " seed "
+               << seed);
   std::mt19937_64 rng(seed);
   const int64_t batch = static_cast<int64_t>(lens.size());
   PagedCase pc(rng, pageSize, lens);
@@ -112,7 +124,7 @@ void checkPaged(Device &dev, const GpuDecodeKernel &kernel,
   test::VariantArgs va(dev, spec, qLen, list.maxSeqLen());
   SinkArgs sink(dev, spec, rng, va);
   kernel.run(q.deviceRef, kc.deviceRef, vc.deviceRef, table, o.deviceRef,
-             &lse.deviceRef, va.device, numSplits);
+             &lse.deviceRef, va.device, numSplits, nullptr, merge);
   o.download();
   lse.download();
   ReferenceOutput want = referencePagedAttention(spec, q.hostRef, kc.hostRef,
@@ -142,9 +154,18 @@ TEST_CASE("decode kernels match the float64 paged reference", "[gpu][decode]") {
     const int64_t qLens[] = {1, 4, 16, 64};
     for (int r = 0; r < 4; ++r, ++i) {
       const int64_t ps = i % 2 ? 64 : 16;
-      const int splits = r == 0 ? 0 : r == 1 ? 1 : r == 2 ? 3 : 9;
+      // 0: the heuristic; 33: more splits than the longest sequence has
+      // key tiles (at most 17 here): empty splits in every group.
+      const int splits = r == 0   ? 0
+                         : r == 1 ? 1
+                         : r == 2 ? (i % 2 ? 2 : 3)
+                                  : (i % 2 ? 33 : 9);
+      // Several splits: the fused merge and the merge kernel in turn.
+      const DecodeMerge merge =
+          r < 2 ? DecodeMerge::Auto
+                : ((i + r) % 2 ? DecodeMerge::Fused : DecodeMerge::Separate);
       checkPaged(dev, *kernel, k.spec, lens[i % 3], ps, qLens[(i + r) % 4],
-                 r % 2 == 0, i % 3 == 1, splits, seed + i);
+                 r % 2 == 0, i % 3 == 1, splits, seed + i, merge);
     }
     // ALiBi's slopes[head] with heads_q slopes: proven, no call waited.
     CHECK(kernel->bufferCheckSyncs() == 0);
@@ -222,16 +243,17 @@ TEST_CASE("decode over a contiguous cache and with many empty splits",
   PageList list = checkPagedCsr({indptr, ids, last}, batch, batch * cap, 1);
   ReferenceOutput want = referencePagedAttention(
       spec, q.hostRef, asPages(kt.hostRef), asPages(vt.hostRef), list);
-  for (int splits : {0, 1, 40}) {
-    INFO("splits " << splits);
-    o.poison();
-    lse.poison();
-    kernel->run(q.deviceRef, kt.deviceRef, vt.deviceRef, table, o.deviceRef,
-                &lse.deviceRef, {}, splits);
-    o.download();
-    lse.download();
-    test::compareOutputs(spec, o, lse, want, batch, qLen);
-  }
+  for (int splits : {0, 1, 40, 64})
+    for (DecodeMerge merge : {DecodeMerge::Fused, DecodeMerge::Separate}) {
+      INFO("splits " << splits << " merge " << mergeName(merge));
+      o.poison();
+      lse.poison();
+      kernel->run(q.deviceRef, kt.deviceRef, vt.deviceRef, table, o.deviceRef,
+                  &lse.deviceRef, {}, splits, nullptr, merge);
+      o.download();
+      lse.download();
+      test::compareOutputs(spec, o, lse, want, batch, qLen);
+    }
 }
 
 TEST_CASE("decode errors name the field", "[gpu][decode]") {
@@ -306,12 +328,14 @@ struct StreamCase {
   GpuTensor q, kc, vc, o, lse;
   std::unique_ptr<DevicePageTable> table;
   std::unique_ptr<test::VariantArgs> va;
+  std::unique_ptr<SinkArgs> sink;
   int64_t qLen;
   int splits;
+  DecodeMerge merge;
 
   StreamCase(Device &dev, const AttentionSpec &spec, std::mt19937_64 &rng,
              std::vector<int64_t> lens, int64_t pageSize, int64_t qLen,
-             int splits)
+             int splits, DecodeMerge merge = DecodeMerge::Auto)
       : pc(rng, pageSize, lens), list(pc.list(true)),
         q(dev, spec.dtypeQ,
           {int64_t(lens.size()), spec.headsQ, qLen, spec.headDimQK}),
@@ -322,7 +346,7 @@ struct StreamCase {
         o(dev, spec.dtypeO,
           {int64_t(lens.size()), spec.headsQ, qLen, spec.headDimV}),
         lse(dev, DType::F32, {int64_t(lens.size()), spec.headsQ, qLen, 1}, 3),
-        qLen(qLen), splits(splits) {
+        qLen(qLen), splits(splits), merge(merge) {
     q.randomize(rng);
     fillPaged(kc, pc, rng);
     fillPaged(vc, pc, rng);
@@ -330,10 +354,11 @@ struct StreamCase {
     lse.poison();
     table = std::make_unique<DevicePageTable>(list, dev);
     va = std::make_unique<test::VariantArgs>(dev, spec, qLen, list.maxSeqLen());
+    sink = std::make_unique<SinkArgs>(dev, spec, rng, *va);
   }
   void launch(const GpuDecodeKernel &kernel, CUstream stream) {
     kernel.run(q.deviceRef, kc.deviceRef, vc.deviceRef, *table, o.deviceRef,
-               &lse.deviceRef, va->device, splits, stream);
+               &lse.deviceRef, va->device, splits, stream, merge);
   }
   void check(const AttentionSpec &spec) {
     o.download();
@@ -369,14 +394,17 @@ TEST_CASE("one decode kernel object on several streams and threads at once",
     auto makeCases = [&] {
       std::vector<std::unique_ptr<StreamCase>> cases;
       cases.push_back(std::make_unique<StreamCase>(
-          dev, k.spec, rng, std::vector<int64_t>{3000, 1700, 2500}, 16, 1, 8));
+          dev, k.spec, rng, std::vector<int64_t>{3000, 1700, 2500}, 16, 1, 8,
+          DecodeMerge::Fused));
       cases.push_back(std::make_unique<StreamCase>(
-          dev, k.spec, rng, std::vector<int64_t>{4100, 64}, 64, 4, 5));
+          dev, k.spec, rng, std::vector<int64_t>{4100, 64}, 64, 4, 5,
+          DecodeMerge::Separate));
       cases.push_back(std::make_unique<StreamCase>(
           dev, k.spec, rng, std::vector<int64_t>{900, 2000, 1, 3333}, 16, 2,
           0));
       cases.push_back(std::make_unique<StreamCase>(
-          dev, k.spec, rng, std::vector<int64_t>{5000}, 64, 1, 16));
+          dev, k.spec, rng, std::vector<int64_t>{5000}, 64, 1, 37,
+          DecodeMerge::Fused));
       return cases;
     };
     std::vector<Stream> streams;
@@ -436,6 +464,53 @@ TEST_CASE("one decode kernel object on several streams and threads at once",
         CHECK(errors[i] == "");
         cases[i]->check(k.spec);
       }
+    }
+  }
+}
+
+TEST_CASE("decode calls back to back over dirty workspaces",
+          "[gpu][decode][merge]") {
+  // The split groups' arrival counters live in each call's stream-ordered
+  // workspace, which the pool hands out as the last user left it. Here the
+  // pool's memory is first filled with 0x7f bytes (a counter at 0x7f7f7f7f
+  // never reaches num_splits - 1, so a call that did not zero its counters
+  // would leave O unwritten), then calls with 33, 2, 1 and 64 splits run
+  // back to back on one stream with no wait, twice, each reusing the
+  // memory of the ones before; every output against the float64 reference.
+  Device &dev = Device::get(0);
+  for (const char *id : {"dec_causal_g4", "dec_sink_g4"}) {
+    testing::DecodeKernel k;
+    for (const auto &c : testing::decodeKernels())
+      if (c.id == id)
+        k = c;
+    if (!selected(k.id))
+      continue;
+    INFO(k.id);
+    auto kernel = loadDecode(k, dev);
+    const uint64_t seed = std::random_device{}();
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    Stream stream(dev);
+    {
+      StreamBuffer dirty(dev, size_t(64) << 20, stream.handle());
+      REQUIRE(Driver::get().cuMemsetD8Async(dirty.ptr(), 0x7f, dirty.size(),
+                                            stream.handle()) == CUDA_SUCCESS);
+    }
+    std::vector<std::unique_ptr<StreamCase>> cases;
+    for (DecodeMerge merge : {DecodeMerge::Fused, DecodeMerge::Separate})
+      for (int64_t qLen : {1, 4})
+        for (int splits : {33, 2, 1, 64})
+          cases.push_back(std::make_unique<StreamCase>(
+              dev, k.spec, rng, std::vector<int64_t>{2500, 700, 1}, 16, qLen,
+              splits, merge));
+    for (auto &c : cases)
+      c->launch(*kernel, stream.handle());
+    stream.synchronize();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      INFO("call " << i << ": q_len " << cases[i]->qLen << ", splits "
+                   << cases[i]->splits << ", merge "
+                   << mergeName(cases[i]->merge));
+      cases[i]->check(k.spec);
     }
   }
 }
@@ -527,7 +602,8 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
   auto measure = [&](const testing::DecodeKernel &k,
                      const GpuDecodeKernel &kernel, const test::VariantArgs &va,
                      int64_t batch, int64_t nk, int64_t qLen, int64_t ps,
-                     int64_t countedKeys = 0) {
+                     int64_t countedKeys = 0,
+                     DecodeMerge merge = DecodeMerge::Auto) {
     const int64_t hq = k.spec.headsQ, hk = k.spec.headsKV, d = 128;
     GpuTensor q(dev, DType::BF16, {batch, hq, qLen, d});
     GpuTensor o(dev, DType::BF16, {batch, hq, qLen, d});
@@ -562,17 +638,23 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
     TensorRef kv = view(kb), vv = view(vb);
     int splits = kernel.defaultNumSplits(batch, qLen, nk);
     auto [ms, msAlone] = time([&] {
-      kernel.run(q.deviceRef, kv, vv, *table, o.deviceRef, nullptr, va.device);
+      kernel.run(q.deviceRef, kv, vv, *table, o.deviceRef, nullptr, va.device,
+                 0, nullptr, merge);
     });
+    const bool fused =
+        merge == DecodeMerge::Fused ||
+        (merge == DecodeMerge::Auto && kernel.fusesMerge(qLen, splits));
+    const std::string how = splits == 1 ? "none" : fused ? "fused" : "separate";
     const int64_t keys = countedKeys ? countedKeys : nk;
     const double kvBytes = double(batch) * keys * hk * d * 2 * 2;
     const double flops = 4.0 * batch * hq * qLen * double(keys) * d;
     std::printf("DECODE %-15s B=%-3lld Nk=%-6lld q_len=%-2lld %-10s "
-                "splits=%-3d %8.3f ms %6.2f TB/s %7.1f TF/s h=%lld/%lld%s "
-                "(alone %.3f ms %.2f TB/s)\n",
+                "splits=%-3d merge=%-8s%s %8.3f ms %6.2f TB/s %7.1f TF/s "
+                "h=%lld/%lld%s (alone %.3f ms %.2f TB/s)\n",
                 k.id.c_str(), (long long)batch, (long long)nk, (long long)qLen,
                 ps ? fmt::format("page {}", ps).c_str() : "contiguous", splits,
-                ms, kvBytes / (ms * 1e-3) / 1e12, flops / (ms * 1e-3) / 1e12,
+                how.c_str(), merge == DecodeMerge::Auto ? "" : " (forced)", ms,
+                kvBytes / (ms * 1e-3) / 1e12, flops / (ms * 1e-3) / 1e12,
                 (long long)hq, (long long)hk,
                 countedKeys
                     ? fmt::format(" (over the {} keys read)", keys).c_str()
@@ -598,6 +680,13 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
             continue;
           measure(k, *kernel, va, s.batch, s.nk, qLen, ps,
                   window ? std::min<int64_t>(s.nk, 301) : 0);
+          // The merge Auto did not pick, where there is one to pick
+          // (dense page 64 and MQA, q_len 1): the threshold's evidence.
+          const int splits = kernel->defaultNumSplits(s.batch, qLen, s.nk);
+          if (splits > 1 && qLen == 1 && (mqa || (dense && ps == 64)))
+            measure(k, *kernel, va, s.batch, s.nk, qLen, ps, 0,
+                    kernel->fusesMerge(qLen, splits) ? DecodeMerge::Separate
+                                                     : DecodeMerge::Fused);
         }
       }
     }
@@ -613,12 +702,13 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
   }
 }
 
-TEST_CASE("decode and merge kernels under a profiler", "[.decodesplit]") {
-  // For `ncu` (gpu-check step decodesplit): a few calls of the split and
-  // merge kernels at B = 1, Nk = 128k (dense page 64 and contiguous,
+TEST_CASE("decode kernels under a profiler", "[.decodesplit]") {
+  // For `ncu` (gpu-check step decodesplit): a few calls of the decode
+  // kernel (at these shapes its splits merge in the same launch:
+  // decodeFusedMerge) at B = 1, Nk = 128k (dense page 64 and contiguous,
   // softcap and ALiBi page 64) and of the sliding window at B = 8,
-  // Nk = 32k, so the profiler times the two launches of a call separately
-  // and counts the DRAM bytes each reads. Checks nothing; prints the
+  // Nk = 32k, so the profiler times the launch and counts the DRAM bytes
+  // it reads. Checks nothing; prints the
   // event-timed total.
   Device &dev = Device::get(0);
   std::mt19937_64 rng(11);
@@ -717,12 +807,17 @@ TEST_CASE("decode with a sink: 1 split = many splits = the reference, "
     ReferenceOutput want = referencePagedAttention(spec, q.hostRef, kc.hostRef,
                                                    vc.hostRef, list, va.host);
     std::vector<float> oneSplit, oneLse;
-    for (int splits : {1, 2, 7, 0}) {
-      INFO("splits " << splits);
+    const std::pair<int, DecodeMerge> runs[] = {
+        {1, DecodeMerge::Auto},      {2, DecodeMerge::Fused},
+        {2, DecodeMerge::Separate},  {7, DecodeMerge::Fused},
+        {7, DecodeMerge::Separate},  {33, DecodeMerge::Fused},
+        {33, DecodeMerge::Separate}, {0, DecodeMerge::Auto}};
+    for (auto [splits, merge] : runs) {
+      INFO("splits " << splits << " merge " << mergeName(merge));
       o.poison();
       lse.poison();
       kernel->run(q.deviceRef, kc.deviceRef, vc.deviceRef, table, o.deviceRef,
-                  &lse.deviceRef, va.device, splits);
+                  &lse.deviceRef, va.device, splits, nullptr, merge);
       o.download();
       lse.download();
       test::compareOutputs(spec, o, lse, want, batch, qLen);

@@ -169,7 +169,8 @@ TEST_CASE("GPU backward kernels are cached under their own key", "[cache]") {
 TEST_CASE("GPU decode kernels are cached under their own key", "[cache]") {
   TempDir tmp;
   // A variant with a parameter and a sink: the decode kernel's argument
-  // list carries the parameter, its merge kernel the sink pointer.
+  // list carries the sink pointer (its last fixed argument) and the
+  // parameter, its merge kernel the sink pointer.
   AttentionSpec spec =
       parseSpec("attention(name=t_dec, causal=bottom_right, head_dim=64, "
                 "heads_q=6, heads_kv=2, sink=true, "
@@ -223,7 +224,7 @@ TEST_CASE("GPU decode kernels are cached under their own key", "[cache]") {
   bad.config.numWarps ^= 12; // 4 <-> 8
   CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
              Catch::Contains("threads per CTA"));
-  // Without the sink the merge kernel's parameters differ.
+  // Without the sink the kernel's parameters differ.
   AttentionSpec noSink = spec;
   noSink.sink = false;
   CHECK_FALSE(gpuLaunchConfigMismatch(noSink, good, ptx).empty());

@@ -36,41 +36,83 @@ TEST_CASE("a decode call's workspace parts are aligned, disjoint and sized",
   using flashjit::runtime::DecodeWorkspaceLayout;
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_int_distribution<int64_t> rowsD(1, 5000), splitsD(1, 300),
-      dimD(1, 300);
+      dimD(1, 300), groupsD(0, 3000);
   std::uniform_int_distribution<size_t> bufD(0, 5);
   for (int i = 0; i < 200; ++i) {
-    const int64_t rows = rowsD(rng), splits = splitsD(rng), dv = dimD(rng);
+    const int64_t rows = rowsD(rng), dv = dimD(rng), groups = groupsD(rng);
+    const int64_t splits = i % 4 == 0 ? 1 : splitsD(rng);
     const size_t buffers = bufD(rng);
     INFO("rows " << rows << " splits " << splits << " head_dim_v " << dv
-                 << " buffers " << buffers);
-    DecodeWorkspaceLayout l = decodeWorkspaceLayout(rows, splits, dv, buffers);
-    // The kernels' indexing: partial O [splits, rows, dv] fp32, partial LSE
-    // [splits, rows] then the scratch LSE [rows], one i32 flag per buffer.
-    const size_t oBytes = size_t(splits * rows * dv) * 4;
-    const size_t lseBytes = size_t((splits + 1) * rows) * 4;
+                 << " buffers " << buffers << " groups " << groups);
+    DecodeWorkspaceLayout l =
+        decodeWorkspaceLayout(rows, splits, dv, buffers, groups);
+    // The kernel's indexing: partial O [splits, rows, dv] fp32, partial
+    // LSE [splits, rows] then the merge kernel's scratch LSE [rows], one
+    // i32 flag per buffer, one i32 counter per group (a fused merge); with
+    // one split no partial state and no counter.
+    const int64_t parts = splits > 1 ? splits : 0;
+    const size_t oBytes = size_t(parts * rows * dv) * 4;
+    const size_t lseBytes = parts ? size_t((parts + 1) * rows) * 4 : 0;
+    const size_t counterBytes = parts ? size_t(groups) * 4 : 0;
     CHECK(l.oPart % 256 == 0);
     CHECK(l.lsePart % 256 == 0);
     CHECK(l.status % 256 == 0);
+    CHECK(l.counters % 256 == 0);
     CHECK(l.bytes % 256 == 0);
     CHECK(l.oPart + oBytes <= l.lsePart);
     CHECK(l.lsePart + lseBytes <= l.status);
-    CHECK(l.status + buffers * 4 <= l.bytes);
+    CHECK(l.status + buffers * 4 <= l.counters);
+    CHECK(l.counters + counterBytes <= l.bytes);
     // No more than alignment slack per part.
-    CHECK(l.bytes < oBytes + lseBytes + buffers * 4 + 3 * 256);
+    CHECK(l.bytes < oBytes + lseBytes + buffers * 4 + counterBytes + 4 * 256);
   }
-  // The smallest call: one row, one split, no buffer.
-  DecodeWorkspaceLayout one = decodeWorkspaceLayout(1, 1, 1, 0);
-  CHECK(one.lsePart == 256);
-  CHECK(one.status == 512);
-  CHECK(one.bytes == 512);
+  // The smallest calls: one row and one split, no buffer: nothing to
+  // allocate; two splits: partial O, LSE and the counter.
+  DecodeWorkspaceLayout one = decodeWorkspaceLayout(1, 1, 1, 0, 1);
+  CHECK(one.bytes == 0);
+  DecodeWorkspaceLayout two = decodeWorkspaceLayout(1, 2, 1, 0, 1);
+  CHECK(two.lsePart == 256);
+  CHECK(two.status == 512);
+  CHECK(two.counters == 512);
+  CHECK(two.bytes == 768);
   // Bad counts and overflow name the values.
   CHECK_THROWS_WITH(decodeWorkspaceLayout(4, 0, 128, 0),
                     Catch::Contains("num_splits = 0"));
   CHECK_THROWS_WITH(decodeWorkspaceLayout(-1, 2, 128, 0),
                     Catch::Contains("rows = -1"));
+  CHECK_THROWS_WITH(decodeWorkspaceLayout(4, 2, 128, 0, -3),
+                    Catch::Contains("groups = -3"));
   CHECK_THROWS_WITH(
       decodeWorkspaceLayout(int64_t(1) << 40, 1 << 20, 1 << 20, 0),
       Catch::Contains("overflows"));
   CHECK_THROWS_WITH(decodeWorkspaceLayout(int64_t(1) << 50, 1, 1, 0),
                     Catch::Contains("too large"));
+}
+
+TEST_CASE("the decode merge is fused only when one CTA's merge is small",
+          "[runtime][decode]") {
+  using flashjit::runtime::decodeFusedMerge;
+  using flashjit::runtime::kFusedMergeLimit;
+  // The H200 shapes (D = 128) and the splits decodeNumSplits picks there.
+  // GQA 32/8, q_len 1 (4 rows): B = 8 (4 splits), B = 1 (32) fuse.
+  CHECK(decodeFusedMerge(4, 4, 128));
+  CHECK(decodeFusedMerge(32, 4, 128));
+  // MQA 32/1 (32 rows): B = 1 (244 splits, session 13's 0.78 -> 0.41 TB/s
+  // regression) and B = 8 (32 splits) take the merge kernel.
+  CHECK_FALSE(decodeFusedMerge(244, 32, 128));
+  CHECK_FALSE(decodeFusedMerge(32, 32, 128));
+  // The limit is inclusive, in (split, row, column) triples.
+  CHECK(decodeFusedMerge(16, 32, 128));
+  CHECK_FALSE(decodeFusedMerge(17, 32, 128));
+  CHECK(decodeFusedMerge(128, 4, 128));
+  CHECK_FALSE(decodeFusedMerge(129, 4, 128));
+  CHECK(decodeFusedMerge(32, 32, 64));
+  CHECK(decodeFusedMerge(kFusedMergeLimit, 1, 1));
+  CHECK_FALSE(decodeFusedMerge(kFusedMergeLimit + 1, 1, 1));
+  // Huge factors do not overflow into a "small" product.
+  CHECK_FALSE(decodeFusedMerge(int64_t(1) << 40, int64_t(1) << 40, 1));
+  CHECK_THROWS_WITH(decodeFusedMerge(0, 4, 128),
+                    Catch::Contains("num_splits = 0"));
+  CHECK_THROWS_WITH(decodeFusedMerge(4, -1, 128),
+                    Catch::Contains("group rows = -1"));
 }

@@ -6,12 +6,15 @@
 // The algorithm is flash-decoding (Dao, Haziza, Massa, Sizov 2023,
 // "Flash-Decoding for long-context inference"): the keys of each (sequence,
 // KV head) are split over CTAs; each CTA runs FlashAttention-2's inner loop
-// (Dao 2023, Algorithm 1) over its key tiles and writes a partial O and LSE
-// in fp32; the merge kernel combines the partial states exactly through
-// their LSEs. The query heads sharing a KV head (GQA) and the q_len query
-// tokens of a sequence are packed into the CTA's rows, so K and V are read
-// once per group. K/V rows are gathered through the page table with
-// cp.async (two stages); rows at or past the sequence's length are
+// (Dao 2023, Algorithm 1) over its key tiles; the partial states are
+// combined exactly through their LSEs (DecodeMerge.h) in the same launch:
+// with one split the CTA writes O and LSE itself, with several each CTA
+// writes a partial O and LSE in fp32 and the last CTA of the group merges
+// them (or, with null counters, the merge kernel does, DecodeMergeKernel.h).
+// The query heads sharing a KV head (GQA) and the q_len query tokens of a
+// sequence are packed into the CTA's rows, so K and V are read once per
+// group. K/V rows are gathered through the page table with cp.async (two
+// stages); rows at or past the sequence's length are
 // zero-filled and never read, so garbage in unused page slots cannot reach
 // the result. The pieces are the forward kernel's: MmaSync (S = Q K^T,
 // O += P V), VariantTile (the variant per element, variantScoresPacked),
@@ -21,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashDecodeKernel.h"
 
+#include "DecodeMerge.h"
 #include "DecodeMergeKernel.h"
 #include "KernelOps.h"
 #include "MaskedValues.h"
@@ -31,7 +35,6 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <limits>
@@ -45,6 +48,7 @@ namespace abi = flashjit::abi::gpu;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.4426950408889634f;
 
 /// Declares the shared-memory symbol once per module.
 void declareShared(KernelOps &ops, Operation *gpuModule) {
@@ -129,6 +133,13 @@ private:
   SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask,
                               Value poisoned);
   void epilogue(ValueRange fin);
+  /// One split: the merge of the CTA's own state, written as O and LSE.
+  void storeFinal(ValueRange fin, ArrayRef<SoftmaxFinal> f,
+                  ArrayRef<Value> lse);
+  /// Several splits: the partial rows (split, batch, head, query).
+  void storePartials(ValueRange fin, ArrayRef<SoftmaxFinal> f,
+                     ArrayRef<Value> lse, Value rowsTotal);
+  SplitMerge splitMerge(Value rowsTotal);
   /// Masked keys are isolated (MaskedValues.h): where the tile is visited
   /// and partial, whether its V holds a NaN or Inf (the CTA's vote; slots
   /// past the sequence's length load as 0); null without a mask.
@@ -143,7 +154,9 @@ private:
   std::unique_ptr<ForwardMma> mma;
 
   Value qPtr, kPtr, vPtr, oPart, lsePart, pages, pageStartPtr, seqLensPtr;
+  Value counters;
   Value qS[3], kS[3], vS[3];
+  DecodeOutputs out;
   Value qLen, group, pageShift, numSplits, rowTiles, batchCount, headsQ;
   Value scale, scaleLog2;
   Value tid, warp, lane, g, t, split, rowTile, headKV, batch;
@@ -165,7 +178,7 @@ void DecodeKernelBuilder::build(Operation *gpuModule) {
   Region &region = gpuModule->getRegion(0);
   b.setInsertionPointToStart(&region.front());
   declareShared(ops, gpuModule);
-  SmallVector<Type> args = abiTypes(ops, abi::decodeArgTypes());
+  SmallVector<Type> args = abiTypes(ops, abi::decodeArgTypes(c.sink));
   for (Type ty : em.extraArgumentTypes(b.getContext()))
     args.push_back(ty);
   auto fn = gpu::GPUFuncOp::create(b, c.name + abi::kDecodeSuffix,
@@ -219,10 +232,18 @@ void DecodeKernelBuilder::bindArguments(gpu::GPUFuncOp fn) {
   pages = a[abi::kDecPages];
   pageStartPtr = a[abi::kDecPageStart];
   seqLensPtr = a[abi::kDecSeqLens];
+  counters = a[abi::kDecCounters];
+  out.o = a[abi::kDecO];
+  out.lse = a[abi::kDecLse];
+  if (c.sink)
+    out.sink = a[abi::kDecSink];
+  out.returnLse = c.returnLse;
   for (int i = 0; i < 3; ++i) {
     qS[i] = a[abi::kDecQStrides + i];
     kS[i] = a[abi::kDecKStrides + i];
     vS[i] = a[abi::kDecVStrides + i];
+    out.oS[i] = a[abi::kDecOStrides + i];
+    out.lS[i] = a[abi::kDecLseStrides + i];
   }
   qLen = a[abi::kDecQLen];
   group = a[abi::kDecGroup];
@@ -233,7 +254,7 @@ void DecodeKernelBuilder::bindArguments(gpu::GPUFuncOp fn) {
   headsQ = a[abi::kDecHeadsQ];
   scale = a[abi::kDecScale];
   scaleLog2 = a[abi::kDecScaleLog2];
-  em.setArguments(a.drop_front(abi::kDecodeFixedArgs));
+  em.setArguments(a.drop_front(abi::decodeArgTypes(c.sink).size()));
 }
 
 void DecodeKernelBuilder::locate() {
@@ -508,12 +529,62 @@ SmallVector<Value> DecodeKernelBuilder::tileStep(ValueRange state, Value kv0,
 }
 
 void DecodeKernelBuilder::epilogue(ValueRange fin) {
-  const int nO = sh.oTiles(), Dv = c.headDimV;
   Value rowsTotal = ops.mul(ops.mul(ops.ext64(batchCount), ops.ext64(headsQ)),
                             ops.ext64(qLen));
+  SmallVector<SoftmaxFinal, 2> f;
+  SmallVector<Value, 2> lse;
   for (int r = 0; r < 2; ++r) {
-    SoftmaxFinal f = softmaxFinish(ops, fin[nAcc + 2 + r]);
-    Value m = fin[nAcc + r];
+    f.push_back(softmaxFinish(ops, fin[nAcc + 2 + r]));
+    lse.push_back(logSumExp(ops, fin[nAcc + r], f.back()));
+  }
+  ifElse(
+      b, ops.cmp(arith::CmpIPredicate::eq, numSplits, ops.ci32(1)),
+      [&] { storeFinal(fin, f, lse); },
+      [&] {
+        storePartials(fin, f, lse, rowsTotal);
+        emitLastBlockMerge(ops, splitMerge(rowsTotal));
+      });
+}
+
+void DecodeKernelBuilder::storeFinal(ValueRange fin, ArrayRef<SoftmaxFinal> f,
+                                     ArrayRef<Value> lse) {
+  for (int r = 0; r < 2; ++r) {
+    OpBuilder::InsertionGuard rg(b);
+    ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, rowIdx[r], rows));
+    Value h = r == 0 ? at.head0[0] : at.head1[0];
+    Value qi = r == 0 ? at.qRow0[0] : at.qRow1[0];
+    // The merge of one split (DecodeMerge.h), the sink included.
+    Value l2 = ops.fmul(lse[r], ops.cf32(kLog2e));
+    Value m = l2;
+    SinkLog2 sink;
+    if (c.sink) {
+      sink = loadSinkLog2(ops, out.sink, h);
+      m = ops.fmax(m, sink.value);
+    }
+    Value mUse = mergeUse(ops, m), live;
+    Value w = splitWeight(ops, l2, mUse, live);
+    Value sum = c.sink ? ops.fadd(sinkTerm(ops, sink, mUse), w) : w;
+    MergedRow row = finishRow(ops, mUse, sum);
+    auto final = [&](Value acc) {
+      Value x = ops.fmul(acc, f[r].inv); // the partial O
+      return ops.fmul(ops.sel(live, ops.fmul(w, x), ops.cf32(0.0f)), row.inv);
+    };
+    for (int jd = 0; jd < sh.oTiles(); ++jd) {
+      int a0 = jd * 4 + 2 * r;
+      Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jd * 8));
+      storeOutputPair(ops, out, batch, h, qi, col, final(fin[a0]),
+                      final(fin[a0 + 1]));
+    }
+    ops.enterIf(ops.cmp(arith::CmpIPredicate::eq, t, ops.ci32(0)));
+    storeOutputLse(ops, out, batch, h, qi, row.lse);
+  }
+}
+
+void DecodeKernelBuilder::storePartials(ValueRange fin,
+                                        ArrayRef<SoftmaxFinal> f,
+                                        ArrayRef<Value> lse, Value rowsTotal) {
+  const int nO = sh.oTiles(), Dv = c.headDimV;
+  for (int r = 0; r < 2; ++r) {
     OpBuilder::InsertionGuard rg(b);
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, rowIdx[r], rows));
     Value h = r == 0 ? at.head0[0] : at.head1[0];
@@ -530,16 +601,43 @@ void DecodeKernelBuilder::epilogue(ValueRange fin) {
       int a0 = jd * 4 + 2 * r;
       Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jd * 8));
       Value p = ops.gepBytes(rowBase, ops.ext64(ops.mul(col, ops.ci32(4))));
-      LLVM::StoreOp::create(b, ops.fmul(fin[a0], f.inv), p, /*alignment=*/4);
-      LLVM::StoreOp::create(b, ops.fmul(fin[a0 + 1], f.inv),
+      LLVM::StoreOp::create(b, ops.fmul(fin[a0], f[r].inv), p,
+                            /*alignment=*/4);
+      LLVM::StoreOp::create(b, ops.fmul(fin[a0 + 1], f[r].inv),
                             ops.gepBytes(p, int64_t(4)), /*alignment=*/4);
     }
     ops.enterIf(ops.cmp(arith::CmpIPredicate::eq, t, ops.ci32(0)));
-    Value lse = logSumExp(ops, m, f);
-    LLVM::StoreOp::create(b, lse,
+    LLVM::StoreOp::create(b, lse[r],
                           ops.gepBytes(lsePart, ops.mul(part, ops.ci64(4))),
                           /*alignment=*/4);
   }
+}
+
+SplitMerge DecodeKernelBuilder::splitMerge(Value rowsTotal) {
+  SplitMerge m;
+  m.out = out;
+  m.tid = tid;
+  m.nthreads = nthreads;
+  m.headDimV = c.headDimV;
+  m.oPart = oPart;
+  m.lsePart = lsePart;
+  m.counters = counters;
+  m.numSplits = numSplits;
+  // Group (batch, kv head, row tile): the CTAs of its splits share it.
+  Value headsKV = NVVM::GridDimYOp::create(b, ops.i32);
+  m.group = ops.add(ops.mul(ops.add(ops.mul(batch, headsKV), headKV), rowTiles),
+                    rowTile);
+  m.rowsTotal = rowsTotal;
+  m.head0 = ops.mul(headKV, group);
+  m.rowBase = ops.mul(
+      ops.add(ops.mul(ops.ext64(batch), ops.ext64(headsQ)), ops.ext64(m.head0)),
+      ops.ext64(qLen));
+  m.r0 = r0;
+  m.rows = ops.add(ops.sub(rLast, r0), ops.ci32(1));
+  m.batch = batch;
+  m.qLen = qLen;
+  m.scratch = sK; // the K/V stages are free after the main loop
+  return m;
 }
 
 } // namespace

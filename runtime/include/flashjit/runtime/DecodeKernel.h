@@ -5,8 +5,9 @@
 // KernelKind::Decode: `<name>_decode` and `<name>_decode_merge`,
 // abi::gpu::DecodeArg in KernelAbi.h): attention of q_len new query tokens
 // per sequence against a KV cache kept in pages, split over the keys and
-// merged through the LSEs. Semantics: referencePagedAttention
-// (frontend/Paged.h). Links no MLIR.
+// merged through the LSEs, in the same launch when the merge is small
+// (decodeFusedMerge), else by the merge kernel. Semantics:
+// referencePagedAttention (frontend/Paged.h). Links no MLIR.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_RUNTIME_DECODEKERNEL_H
@@ -79,28 +80,55 @@ int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
 
 /// Where the parts of one GpuDecodeKernel::run() call's workspace lie in
 /// its one stream-ordered allocation (StreamBuffer): byte offsets, each
-/// 256-byte aligned, the parts in this order and disjoint.
+/// 256-byte aligned, the parts in this order and disjoint. With one split
+/// the partial parts and the counters are empty (the kernel writes O and
+/// LSE itself); with no buffer and one split the workspace is empty.
 struct DecodeWorkspaceLayout {
   /// fp32 partial O [num_splits, rows, head_dim_v] (abi::gpu::DecodeArg).
   size_t oPart = 0;
   /// fp32 partial LSE [num_splits, rows], then a scratch LSE [rows] the
-  /// merge writes when the caller wants no LSE.
+  /// merge kernel writes when the caller wants no LSE.
   size_t lsePart = 0;
   /// One int32 out-of-range flag per variant buffer (none: 0 bytes).
   size_t status = 0;
+  /// One int32 arrival counter per (batch, kv head, row tile) group
+  /// (abi::gpu::kDecCounters), zeroed on the call's stream before the
+  /// launch; empty without a fused merge.
+  size_t counters = 0;
   /// The whole allocation, bytes (the end of the last part, rounded up to
   /// 256).
   size_t bytes = 0;
 };
 
 /// The workspace of a decode call over \p rows = batch * heads_q * q_len
-/// query rows, \p numSplits key splits, head dim \p headDimV and
-/// \p numBuffers variant buffers. Throws UserError for a negative or zero
-/// count where one is needed (rows >= 0, numSplits >= 1, headDimV >= 1) or
-/// a size that overflows.
+/// query rows, \p numSplits key splits, head dim \p headDimV,
+/// \p numBuffers variant buffers and \p groups arrival counters (batch *
+/// heads_kv * row tiles for a fused merge, 0 for the merge kernel). Throws
+/// UserError for a negative or zero count where one is needed (rows >= 0,
+/// groups >= 0, numSplits >= 1, headDimV >= 1) or a size that overflows.
 DecodeWorkspaceLayout decodeWorkspaceLayout(int64_t rows, int64_t numSplits,
-                                            int64_t headDimV,
-                                            size_t numBuffers);
+                                            int64_t headDimV, size_t numBuffers,
+                                            int64_t groups = 0);
+
+/// How a decode call with several key splits merges their partial states
+/// (abi::gpu::DecodeArg); a call with one split needs no merge.
+enum class DecodeMerge {
+  Auto,    ///< decodeFusedMerge picks
+  Fused,   ///< the last CTA of each group merges, in the split launch
+  Separate ///< the merge kernel, a second launch (one CTA per row)
+};
+
+/// Whether DecodeMerge::Auto fuses the merge: the last CTA of a group merges
+/// \p numSplits partial rows for each of the group's \p groupRows rows
+/// (min(block_m, heads_q / heads_kv * q_len)) of \p headDimV columns alone,
+/// about 11 ns per (split, row) at 128 columns on the H200 (session 13: 244
+/// splits x 32 rows took ~80 us), while the merge kernel spreads the rows
+/// over CTAs but costs a second launch (~6 us more per call). Fused when
+/// numSplits * groupRows * headDimV <= kFusedMergeLimit (512 (split, row)
+/// pairs at 128 columns, about the break-even point): GQA 32/8 decode
+/// (4 rows) fuses up to 128 splits, MQA 32/1 (32 rows) up to 16.
+bool decodeFusedMerge(int64_t numSplits, int64_t groupRows, int64_t headDimV);
+inline constexpr int64_t kFusedMergeLimit = 512 * 128;
 
 /// The loaded decode kernels of one spec on one device.
 class GpuDecodeKernel {
@@ -111,8 +139,8 @@ public:
   /// tile; sharedBytes of `<name>_decode`). Throws UserError if the kernel
   /// was generated for another architecture, the tiles are not positive,
   /// or the PTX's entries do not match \p spec and \p info
-  /// (gpuLaunchConfigMismatch: e.g. a sink spec's merge takes the sink
-  /// pointer), DriverError if loading fails.
+  /// (gpuLaunchConfigMismatch: the entry's parameters, threads and shared
+  /// memory), DriverError if loading fails.
   GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info, std::string_view ptx,
                   Device &device);
 
@@ -136,10 +164,18 @@ public:
   /// frontend/BufferBounds.h, synchronises it to check for out-of-range
   /// reads).
   ///
+  /// With one split each CTA writes O and LSE (one launch); with several,
+  /// \p merge picks who merges the partial states (abi::gpu::DecodeArg):
+  /// the last CTA of each (batch, kv head, row tile) group (Fused, one
+  /// launch), or the merge kernel (Separate, a second launch on \p stream);
+  /// Auto asks decodeFusedMerge. All apply one formula (fp32 sums in
+  /// different orders).
+  ///
   /// Thread and stream safety: each call takes its own workspace (partial
-  /// O / LSE, the buffers' status flags; decodeWorkspaceLayout) from the
+  /// O / LSE, the buffers' status flags, the groups' arrival counters, set
+  /// to 0 on \p stream before the launch; decodeWorkspaceLayout) from the
   /// device's stream-ordered pool on \p stream and frees it there after the
-  /// merge (StreamBuffer), and the object holds no per-call state, so any
+  /// launch (StreamBuffer), and the object holds no per-call state, so any
   /// number of threads may call run() on one object at once, on the same
   /// or different streams, with no lock; calls on different streams may
   /// overlap on the GPU. The caller's tensors and \p table must stay valid
@@ -150,10 +186,14 @@ public:
   void run(const TensorRef &q, const TensorRef &kCache, const TensorRef &vCache,
            const DevicePageTable &table, const TensorRef &o,
            const TensorRef *lse, const Arguments &args = {}, int numSplits = 0,
-           CUstream stream = nullptr) const;
+           CUstream stream = nullptr,
+           DecodeMerge merge = DecodeMerge::Auto) const;
 
   /// The split count run() uses for this call shape when numSplits is 0.
   int defaultNumSplits(int64_t batch, int64_t qLen, int64_t maxSeqLen) const;
+  /// Whether run() with DecodeMerge::Auto fuses the merge of a call with
+  /// \p qLen query tokens and \p numSplits splits (decodeFusedMerge).
+  bool fusesMerge(int64_t qLen, int numSplits) const;
 
   const AttentionSpec &spec() const { return spec_; }
   const GpuKernelInfo &info() const { return info_; }
@@ -167,6 +207,13 @@ public:
   static constexpr int64_t kMaxQLen = 64;
 
 private:
+  /// Launches `<name>_decode_merge` over the partial states at \p oPart /
+  /// \p lsePart (decodeWorkspaceLayout) of a \p splits-split call.
+  void launchMerge(CUdeviceptr oPart, CUdeviceptr lsePart, int64_t batch,
+                   int64_t headsQ, int64_t qLen, int splits, const TensorRef &o,
+                   const TensorRef *lse, const Arguments &args,
+                   CUstream stream) const;
+
   AttentionSpec spec_;
   GpuKernelInfo info_;
   Device *device_;

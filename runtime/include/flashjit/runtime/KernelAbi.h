@@ -623,58 +623,79 @@ inline std::vector<ArgType> backwardMaskArgTypes() {
 inline constexpr int kBackwardMaskThreads = 32;
 inline constexpr const char *kBackwardMaskSuffix = "_bwd_mask";
 
-/// The split-KV decode kernels of a variant `<name>` (KernelKind::Decode),
-/// run in this order on one stream:
-///   `<name>_decode`        one CTA per (split s and row tile, kv head,
-///                          batch): grid (num_splits * num_row_tiles,
-///                          heads_kv, batch), block 32 * num_warps, the
-///                          config's shared memory. The CTA's query rows are
-///                          the group's query heads times q_len packed
-///                          (row r: head hk * group + r / q_len, query
-///                          r % q_len; block_m rows per row tile), its keys
-///                          the tiles [s * T, min((s + 1) * T, n) ) of the
-///                          sequence's n = ceil(seq_len / block_n) key tiles,
-///                          T = ceil(n / num_splits), read through the page
-///                          table. It writes fp32 partial O and LSE;
-///   `<name>_decode_merge`  one CTA of kMergeThreads per (query, head_q,
-///                          batch): grid (q_len, heads_q, batch); merges the
-///                          num_splits partial states into O (the inputs'
-///                          dtype) and LSE.
-/// Partial O [num_splits, batch, heads_q, q_len, head_dim_v] and LSE
-/// [num_splits, batch, heads_q, q_len] are contiguous fp32 workspaces; an
-/// empty split writes O = 0, LSE = -inf and merges as nothing.
+/// The split-KV decode kernel of a variant `<name>` (KernelKind::Decode),
+/// `<name>_decode`: one CTA per (split s and row tile, kv head, batch):
+/// grid (num_splits * num_row_tiles, heads_kv, batch), block 32 *
+/// num_warps, the config's shared memory. The CTA's query rows are the
+/// group's query heads times q_len packed (row r: head hk * group + r /
+/// q_len, query r % q_len; block_m rows per row tile), its keys the tiles
+/// [s * T, min((s + 1) * T, n) ) of the sequence's n = ceil(seq_len /
+/// block_n) key tiles, T = ceil(n / num_splits), read through the page
+/// table. Three ways to merge, chosen per call by the runtime:
+///  - num_splits = 1: the CTA writes O (the inputs' dtype) and LSE itself;
+///    the partial workspaces and counters are not used (may be null);
+///  - num_splits > 1, counters not null (fused): each CTA writes its fp32
+///    partial O and LSE, then counts itself in its (batch, kv head, row
+///    tile) group's arrival counter (fence.acq_rel.gpu, atom.add); the CTA
+///    that arrives last merges the group's num_splits partial states into O
+///    and LSE. The counters must be 0 when the launch starts (the runtime
+///    zeroes them on the call's stream). One CTA merges num_splits x the
+///    group's rows, so this is for small merges;
+///  - num_splits > 1, counters null (separate): the CTAs write their
+///    partial states only, and `<name>_decode_merge` (MergeArg), launched
+///    next on the same stream, merges them, one CTA per row.
+/// All write what the merge writes: an empty split (O = 0, LSE = -inf)
+/// merges as nothing, m = max of the partial LSEs (and the sink), weights
+/// exp2(LSE_s - m); a row with no allowed key gets O = 0 and LSE = -inf
+/// (sink[h] with a sink); a NaN partial LSE is not an empty split (its row
+/// is NaN). Partial O [num_splits, batch, heads_q, q_len, head_dim_v] and
+/// LSE [num_splits, batch, heads_q, q_len] are contiguous fp32 workspaces.
 enum DecodeArg : int {
-  kDecQ = 0,          ///< Q [batch, heads_q, q_len, head_dim_qk]
-  kDecKCache = 1,     ///< K cache [pages, heads_kv, page_size, head_dim_qk]
-  kDecVCache = 2,     ///< V cache [pages, heads_kv, page_size, head_dim_v]
-  kDecOPart = 3,      ///< partial O (f32)
-  kDecLsePart = 4,    ///< partial LSE (f32)
-  kDecStatus = 5,     ///< i32 per buffer, set to 1 by an out-of-range read
-  kDecPages = 6,      ///< i32 page ids
-  kDecPageStart = 7,  ///< i32 [batch]: sequence b's first entry in pages
-  kDecSeqLens = 8,    ///< i32 [batch]: tokens of sequence b
-  kDecQStrides = 9,   ///< 3 x i64: batch, head, query
-  kDecKStrides = 12,  ///< 3 x i64: page, head, slot
-  kDecVStrides = 15,  ///< 3 x i64: page, head, slot
-  kDecQLen = 18,      ///< i32: query tokens per sequence
-  kDecGroup = 19,     ///< i32: heads_q / heads_kv
-  kDecPageShift = 20, ///< i32: log2(page_size)
-  kDecNumSplits = 21, ///< i32
-  kDecRowTiles = 22,  ///< i32: ceil(group * q_len / block_m)
-  kDecBatch = 23,     ///< i32
-  kDecHeadsQ = 24,    ///< i32
-  kDecScale = 25,     ///< f32: the softmax scale
-  kDecScaleLog2 = 26, ///< f32: scale * log2(e)
-  kDecodeFixedArgs = 27,
+  kDecQ = 0,           ///< Q [batch, heads_q, q_len, head_dim_qk]
+  kDecKCache = 1,      ///< K cache [pages, heads_kv, page_size, head_dim_qk]
+  kDecVCache = 2,      ///< V cache [pages, heads_kv, page_size, head_dim_v]
+  kDecOPart = 3,       ///< partial O (f32)
+  kDecLsePart = 4,     ///< partial LSE (f32)
+  kDecStatus = 5,      ///< i32 per buffer, set to 1 by an out-of-range read
+  kDecPages = 6,       ///< i32 page ids
+  kDecPageStart = 7,   ///< i32 [batch]: sequence b's first entry in pages
+  kDecSeqLens = 8,     ///< i32 [batch]: tokens of sequence b
+  kDecO = 9,           ///< O [batch, heads_q, q_len, head_dim_v]
+  kDecLse = 10,        ///< LSE [batch, heads_q, q_len] f32 (null: not written)
+  kDecCounters = 11,   ///< i32 [batch, heads_kv, row tiles], 0; null: separate
+  kDecQStrides = 12,   ///< 3 x i64: batch, head, query
+  kDecKStrides = 15,   ///< 3 x i64: page, head, slot
+  kDecVStrides = 18,   ///< 3 x i64: page, head, slot
+  kDecOStrides = 21,   ///< 3 x i64: batch, head, query
+  kDecLseStrides = 24, ///< 3 x i64: batch, head, query
+  kDecQLen = 27,       ///< i32: query tokens per sequence
+  kDecGroup = 28,      ///< i32: heads_q / heads_kv
+  kDecPageShift = 29,  ///< i32: log2(page_size)
+  kDecNumSplits = 30,  ///< i32
+  kDecRowTiles = 31,   ///< i32: ceil(group * q_len / block_m)
+  kDecBatch = 32,      ///< i32
+  kDecHeadsQ = 33,     ///< i32
+  kDecScale = 34,      ///< f32: the softmax scale
+  kDecScaleLog2 = 35,  ///< f32: scale * log2(e)
+  kDecodeFixedArgs = 36,
+  /// Specs with an attention sink only: f32 sink [heads_q] (device memory),
+  /// the last fixed argument. The sink joins each row's denominator once,
+  /// in the merge, not in the splits: LSE = log(exp(sink[h]) + sum_s
+  /// exp(LSE_s)), O = sum_s exp(LSE_s - LSE) O_s; a row with no allowed key
+  /// gets O = 0, LSE = sink[h].
+  kDecSink = 36,
 };
 
-/// The decode kernel's fixed argument types, in order (the variant's
+/// The decode kernel's fixed argument types, in order (\p sink: the spec
+/// has an attention sink, one more pointer kDecSink; the variant's
 /// parameters and buffers follow, as for the forward).
-inline std::vector<ArgType> decodeArgTypes() {
+inline std::vector<ArgType> decodeArgTypes(bool sink = false) {
   std::vector<ArgType> t(kDecQStrides, ArgType::Ptr);
   t.insert(t.end(), kDecQLen - kDecQStrides, ArgType::I64);
   t.insert(t.end(), kDecScale - kDecQLen, ArgType::I32);
   t.insert(t.end(), kDecodeFixedArgs - kDecScale, ArgType::F32);
+  if (sink)
+    t.push_back(ArgType::Ptr);
   return t;
 }
 

@@ -71,6 +71,14 @@
 // DEC: gpu.barrier
 // DEC: llvm.store {{.*}} : vector<4xi32>, !llvm.ptr<3>
 // DEC: gpu.barrier
+// One split: the CTA's own merge (a NaN LSE is live: une).
+// DEC: arith.cmpf une
+// Several: the arrival counter, then the last CTA's merge.
+// DEC: fence.acq_rel.gpu
+// DEC: nvvm.barrier #nvvm.reduction<or>
+// DEC: arith.cmpf une
+// DEC: gpu.return
+// Or the merge kernel, a second launch (a NaN LSE is live: une).
 // DEC-LABEL: gpu.func @causal_decode_merge(
 // DEC: arith.cmpf une
 // DEC: gpu.return
@@ -99,6 +107,8 @@ attn.attention @causal attributes {
 // DEC-LABEL: gpu.func @dense_decode(
 // DEC-NOT: nvvm.barrier #nvvm.reduction
 // DEC-NOT: nvvm.shfl.sync  idx
+// The split merge's arrival (its barrier reduction is not a vote).
+// DEC: fence.acq_rel.gpu
 // DEC: gpu.return
 attn.attention @dense attributes {
     dtype_q = f16, dtype_k = f16, dtype_v = f16, dtype_o = f16,

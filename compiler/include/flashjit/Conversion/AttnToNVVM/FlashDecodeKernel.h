@@ -2,8 +2,9 @@
 //-*-===//
 //
 // Builds the GPU decode kernels (KernelKind::Decode): the split-KV
-// ("flash-decoding") kernel over a paged KV cache and the kernel that merges
-// its partial states through their LSEs. Internal to the compiler (includes
+// ("flash-decoding") kernel over a paged KV cache, which can also merge its
+// partial states through their LSEs (one launch per call), and the kernel
+// that merges them in a second launch. Internal to the compiler (includes
 // MLIR).
 //
 //===----------------------------------------------------------------------===//
@@ -15,15 +16,19 @@
 namespace flashjit::nvvm {
 
 /// Adds `gpu.func @<name>_decode` and `gpu.func @<name>_decode_merge` to
-/// \p gpuModule (arguments, grids and workspaces: abi::gpu::DecodeArg and
-/// abi::gpu::MergeArg in runtime/KernelAbi.h; the decode kernel takes the
-/// variant's parameters and buffers after its fixed arguments). mma.sync
-/// with rows-per-warp 16: config.blockM() packed query rows per CTA,
-/// config.blockN keys per tile, two cp.async K/V stages gathered through the
-/// page table; warps whose rows are all padding only load. The variant is
-/// evaluated per element by variantScoresPacked (VariantTile.h), exactly as
-/// the forward kernel evaluates it, with seqlen_q = q_len and seqlen_k the
-/// sequence's length. Keys at or past a sequence's length are never read.
+/// \p gpuModule (arguments, grids, workspaces and the merge:
+/// abi::gpu::DecodeArg and abi::gpu::MergeArg in runtime/KernelAbi.h; the
+/// decode kernel takes the variant's parameters and buffers after its fixed
+/// arguments). With one key split a CTA writes O and LSE; with several,
+/// the last CTA of a (batch, kv head, row tile) group merges (DecodeMerge.h)
+/// or, with null counters, the merge kernel does (DecodeMergeKernel.h).
+/// mma.sync with rows-per-warp 16: config.blockM() packed query rows per
+/// CTA, config.blockN keys per tile, two cp.async K/V stages gathered
+/// through the page table; warps whose rows are all padding only load. The
+/// variant is evaluated per element by variantScoresPacked (VariantTile.h),
+/// exactly as the forward kernel evaluates it, with seqlen_q = q_len and
+/// seqlen_k the sequence's length. Keys at or past a sequence's length are
+/// never read.
 void buildFlashDecodeKernels(mlir::OpBuilder &b, mlir::Location loc,
                              mlir::Operation *gpuModule,
                              const KernelShape &config,
