@@ -163,7 +163,9 @@ void BackwardBuilder::guardDQ(Value needsMask,
             : ops.land(needsMask, kPoisoned);
   // Each branch adds its own dQ (no merged values: the plain branch keeps
   // the registers it has without a mask).
-  auto ifOp = scf::IfOp::create(b, TypeRange{}, poisoned, /*withElse=*/true);
+  // (The guarded branch is cold: laid out of the tile loop's hot path.)
+  auto ifOp = scf::IfOp::create(b, TypeRange{}, ops.unlikely(poisoned),
+                                /*withElse=*/true);
   OpBuilder::InsertionGuard ig(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
   add(dqSkipZero(ops, shape, warp, lane, sDS, sK, mma->swizzled()));

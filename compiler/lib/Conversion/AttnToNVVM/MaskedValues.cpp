@@ -352,7 +352,9 @@ SmallVector<Value> isolateNonFiniteV(KernelOps &ops, const TileShape &sh,
                                 p[(mt * nS + n) * 4 + 2 * r + 1]));
   }
   SmallVector<Type> types(o.size(), ops.f32);
-  auto ifOp = scf::IfOp::create(b, types, poisoned, /*withElse=*/true);
+  // The guarded branch is cold (almost never taken): out of the hot path.
+  auto ifOp =
+      scf::IfOp::create(b, types, ops.unlikely(poisoned), /*withElse=*/true);
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
   {
