@@ -22,7 +22,11 @@
 # [sparse] tests, which gpu includes), bwd (only the [backward] tests, which
 # gpu includes), bwdbench (forward and backward TF/s, and the backward's
 # deterministic mode against its default at D = 128, N = 4k and 16k,
-# BWDMODE lines; not in the default),
+# BWDMODE lines; not in the default), masked (the [masked] tests: NaN and
+# Inf at masked keys; in gpu) and maskbench (what isolating masked keys
+# costs: the [.maskbench] MASKBENCH lines, kernels with and without it,
+# forward and backward; pack with GPU_CHECK_MASKBENCH=1; not in the
+# default),
 # memcheck_bwd and racecheck_bwd (a few backward kernels under the
 # sanitizers, not in the default), memcheck_bwd_sparse and
 # racecheck_bwd_sparse (the block-sparse backward under them, likewise),
@@ -144,6 +148,14 @@ pack() {
     # The decode kernels' [gpu][decode] tests read <matrix dir>/decode.
     mkdir -p "$kdir/decode"
     "$BUILD/tests/gpu/gen_decode_kernels" "$kdir/decode" >/dev/null
+  fi
+  # GPU_CHECK_MASKBENCH=1: the [.maskbench] kernels too (step maskbench):
+  # with masked-key isolation into the matrix, without it (the baseline)
+  # into <matrix dir>/maskbench-base.
+  if [[ ${GPU_CHECK_MASKBENCH:-0} == 1 ]]; then
+    "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a mask-bench
+    "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-base" sm_90a \
+      mask-bench-base
   fi
   tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
   rm -rf "$kdir" "$PACK/matrix_kernels"
@@ -273,6 +285,13 @@ run() {
   want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
   want bwd && step bwd "$bin/flashjit_gpu_tests" "[backward]" --durations yes
   want bwdbench && step bwdbench "$bin/flashjit_gpu_tests" "[bwdbench]"
+  # Masked keys (issue 21 section 3): the [masked] tests, and the cost of
+  # the isolation (pack with GPU_CHECK_MASKBENCH=1): MASKBENCH lines, the
+  # kernels without it (maskbench-base) against those with it, fwd and bwd.
+  want masked && step masked "$bin/flashjit_gpu_tests" "[masked]"
+  want maskbench &&
+    FLASHJIT_MASKBENCH_BASE=$FLASHJIT_MATRIX_KERNELS/maskbench-base \
+      step maskbench "$bin/flashjit_gpu_tests" "[maskbench]"
   # Timings (hidden cases): forward with / without an attention sink (issue
   # 22) and split-KV decode over paged caches (issue 17).
   want sinkbench && step sinkbench "$bin/flashjit_gpu_tests" "[sinkbench]"

@@ -25,6 +25,9 @@
 // backward and timing kernels whose id contains it.
 // FLASHJIT_MATRIX_ONLY=<substring> writes only the matrix kernels whose id
 // contains it (the [gpu] tests take the same variable), nothing else.
+// MMA mask-bench writes only the [.maskbench] timing kernels; mask-bench-base
+// the same kernels without masked-key isolation (their baseline, through
+// setMaskedValueIsolationForTesting).
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -32,6 +35,7 @@
 #include "OutputFiles.h"
 
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/compiler/MaskedValueTesting.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -67,7 +71,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr,
                  "usage: %s DIR [sm_80|sm_90a "
                  "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|backward-only|"
-                 "backward-only.mma.sync|mask-bench]]\n",
+                 "backward-only.mma.sync|mask-bench|mask-bench-base]]\n",
                  argv[0]);
     return 1;
   }
@@ -81,7 +85,12 @@ int main(int argc, char **argv) {
   bool backwardOnly = false, tma = false, ws = false, maskBench = false;
   if (argc > 3) {
     std::string mma = argv[3];
-    if (mma == "mask-bench")
+    // mask-bench-base: the [.maskbench] baseline, the same kernels without
+    // the isolation of masked keys (a testing hook; these files go to no
+    // cache).
+    if (mma == "mask-bench-base")
+      flashjit::setMaskedValueIsolationForTesting(false);
+    if (mma == "mask-bench" || mma == "mask-bench-base")
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
@@ -131,7 +140,8 @@ int main(int argc, char **argv) {
   };
   int n = 0;
   // MMA "mask-bench": only the [.maskbench] timing kernels (forward <id>_fwd
-  // and backward <id>, default instructions), nothing else.
+  // and backward <id>, default instructions), nothing else; "mask-bench-base"
+  // the same without masked-key isolation (its baseline).
   if (maskBench) {
     for (const auto &k : flashjit::testing::maskBenchKernels()) {
       flashjit::GpuCompileOptions bo;

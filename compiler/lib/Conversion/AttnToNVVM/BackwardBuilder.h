@@ -121,10 +121,15 @@ private:
   /// (dqSkipZero), else \p plain()'s product.
   void guardDQ(Value needsMask, llvm::function_ref<SmallVector<Value>()> plain,
                llvm::function_ref<void(ArrayRef<Value>)> add);
-  /// dS^T, exactly 0 where \p p is (masked keys are isolated,
+  /// dS^T, exactly 0 where \p p is, in a tile that evaluates the mask
+  /// (\p needsMask); elsewhere \p ds itself (masked keys are isolated,
   /// MaskedValues.h: dP^T is NaN for every query of a key whose V holds a
-  /// NaN or Inf, and a score modifier's derivative of a NaN score is NaN).
-  SmallVector<Value> zeroWhereUnweighted(ArrayRef<Value> p, ArrayRef<Value> ds);
+  /// NaN or Inf, D for every row that attends one, and a score modifier's
+  /// derivative of a NaN score is NaN; a tile without masked pairs needs
+  /// nothing: each of its rows attends each of its keys). mma.sync
+  /// kernels: in every tile (registers).
+  SmallVector<Value> zeroWhereUnweighted(ArrayRef<Value> p, ArrayRef<Value> ds,
+                                         Value needsMask);
   /// dQaccum += \p dq (this warp's part of dS K, BackwardMma.h's layout)
   /// for the tile at \p q0.
   void atomicDQ(Value head, Value q0, ArrayRef<Value> dq);
@@ -181,6 +186,9 @@ private:
   /// kPoisoned (i1) with swizzled tiles, else the i32 at kFlag (shared
   /// memory, non-zero: poisoned).
   Value kPoisoned, kFlag;
+  /// Masked keys are isolated (MaskedValues.h): the spec has a mask and the
+  /// testing hook (MaskedValueTesting.h) has not turned isolation off.
+  bool isolate = false;
   /// The current tile's LSE and D rows (stage of the ring); lseRaw: LSE is
   /// stored in natural-log units (scaled by log2 e when read).
   Value sLseCur, sDeltaCur;

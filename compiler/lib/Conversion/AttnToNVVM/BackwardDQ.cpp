@@ -98,11 +98,30 @@ void BackwardBuilder::releaseTurn(Value head, Value q0) {
 }
 
 SmallVector<Value> BackwardBuilder::zeroWhereUnweighted(ArrayRef<Value> p,
-                                                        ArrayRef<Value> ds) {
-  SmallVector<Value> out;
-  for (auto [pe, de] : llvm::zip_equal(p, ds))
-    out.push_back(ops.sel(ops.feq(pe, ops.cf32(0.0f)), ops.cf32(0.0f), de));
-  return out;
+                                                        ArrayRef<Value> ds,
+                                                        Value needsMask) {
+  auto zero = [&] {
+    SmallVector<Value> out;
+    for (auto [pe, de] : llvm::zip_equal(p, ds))
+      out.push_back(ops.sel(ops.feq(pe, ops.cf32(0.0f)), ops.cf32(0.0f), de));
+    return out;
+  };
+  // mma.sync (padded tiles): in every tile, as the branch below made the
+  // block-sparse D = 128 window kernel spill 8 bytes (ptxas, sm_90a).
+  if (!mma->swizzled())
+    return zero();
+  // Only a tile that evaluates the mask has pairs with P = 0 that a row
+  // does not attend; elsewhere P = 0 only by underflow, at a pair the row
+  // attends, where a NaN or Inf in dP or D reaches the float64 gradient
+  // too. One uniform branch, no per-element work in full tiles.
+  SmallVector<Type> types(ds.size(), ops.f32);
+  auto ifOp = scf::IfOp::create(b, types, needsMask, /*withElse=*/true);
+  OpBuilder::InsertionGuard ig(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  scf::YieldOp::create(b, zero());
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  scf::YieldOp::create(b, ds);
+  return SmallVector<Value>(ifOp.getResults());
 }
 
 void BackwardBuilder::voteOnK() {
@@ -144,7 +163,9 @@ void BackwardBuilder::guardDQ(Value needsMask,
             : ops.land(needsMask, kPoisoned);
   // Each branch adds its own dQ (no merged values: the plain branch keeps
   // the registers it has without a mask).
-  auto ifOp = scf::IfOp::create(b, TypeRange{}, poisoned, /*withElse=*/true);
+  // (The guarded branch is cold: laid out of the tile loop's hot path.)
+  auto ifOp = scf::IfOp::create(b, TypeRange{}, ops.unlikely(poisoned),
+                                /*withElse=*/true);
   OpBuilder::InsertionGuard ig(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
   add(dqSkipZero(ops, shape, warp, lane, sDS, sK, mma->swizzled()));
@@ -153,7 +174,7 @@ void BackwardBuilder::guardDQ(Value needsMask,
 }
 
 void BackwardBuilder::accumulateDQ(Value head, Value q0, Value needsMask) {
-  if (!em.hasMask())
+  if (!isolate)
     return atomicDQ(head, q0, mma->computeDQ());
   guardDQ(
       needsMask, [&] { return mma->computeDQ(); },

@@ -161,8 +161,8 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   // Masked keys are isolated: dS' exactly 0 where P is (before the data
   // gradients read it); score_grad leaves dS 0 where dS' is
   // (BackwardDataGrads::scoreGrad), so P need not outlive it.
-  if (em.hasMask())
-    ds = zeroWhereUnweighted(p, ds);
+  if (isolate)
+    ds = zeroWhereUnweighted(p, ds, needsMask);
   if (grads->active())
     ds = grads->scoreGrad(ds, scoreGradInput(s, p), batch, head, seqlenQ,
                           seqlenK, {kvRow[0], kvRow[1]}, coords.qLane, nS,
@@ -285,8 +285,8 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
   SmallVector<Value> ds = scoreGradients(p, dp, {});
   // Masked keys are isolated (as in tileStep).
-  if (em.hasMask())
-    ds = zeroWhereUnweighted(p, ds);
+  if (isolate)
+    ds = zeroWhereUnweighted(p, ds, needsMask);
   if (grads->active())
     ds = grads->scoreGrad(ds, scoreGradInput(s, p), batch, head, seqlenQ,
                           seqlenK, {kvRow[0], kvRow[1]}, coords.qLane, nS,
@@ -308,7 +308,7 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
     ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
   // A partial tile meeting a poisoned K: the guarded dQ instead (dS^T and
   // K are still in shared memory; dK's product only reads them).
-  if (em.hasMask())
+  if (isolate)
     guardDQ(
         needsMask, [&] { return dq; },
         [&](ArrayRef<Value> v) { atomicDQ(head, q0, v); });

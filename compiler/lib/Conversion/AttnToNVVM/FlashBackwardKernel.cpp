@@ -64,6 +64,7 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   gpu::GPUFuncOp fn = declare(gpuModule, abi::kBackwardMainSuffix, 32 * W,
                               c.KernelConfig::sharedBytes(D, Dv));
   grads.emplace(ops, em, gradArgs);
+  isolate = em.hasMask() && maskedValueIsolation();
   tid = NVVM::ThreadIdXOp::create(b, ops.i32);
   warp = arith::DivUIOp::create(b, tid, ops.ci32(32));
   lane = arith::RemUIOp::create(b, tid, ops.ci32(32));
@@ -120,12 +121,12 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   };
   loadTileAsync(ops, tid, nthreads, sK, tensorBase(TK, headKV), st[TK][2], k0,
                 seqlenK, BM, D, swz);
-  if (em.hasMask())
+  if (isolate)
     NVVM::CpAsyncCommitGroupOp::create(b); // K first: the vote reads it
   loadTileAsync(ops, tid, nthreads, sV, tensorBase(TV, headKV), st[TV][2], k0,
                 seqlenK, BM, Dv, swz);
   NVVM::CpAsyncCommitGroupOp::create(b);
-  if (em.hasMask())
+  if (isolate)
     voteOnK();
   mma->prepare(sK, sV, sQ, sDO, sDS);
 

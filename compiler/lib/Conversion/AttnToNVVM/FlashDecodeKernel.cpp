@@ -485,7 +485,7 @@ ValueRange DecodeKernelBuilder::mainLoop() {
 }
 
 Value DecodeKernelBuilder::voteMaskedValues(Value visited, Value needsMask) {
-  if (!em.hasMask())
+  if (!em.hasMask() || !maskedValueIsolation())
     return Value();
   return tileHasNonFiniteIf(ops, ops.land(visited, needsMask),
                             VoteGroup{tid, nthreads, 0},

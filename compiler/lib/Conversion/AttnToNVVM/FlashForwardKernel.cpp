@@ -320,8 +320,13 @@ ValueRange ForwardKernelBuilder::mainLoop() {
 SmallVector<Value> ForwardKernelBuilder::tileStep(ValueRange state, Value kv0,
                                                   Value needsMask) {
   const int MT = sh.mTiles(), nS = sh.sTiles(), nO = sh.oTiles();
-  Value poisoned = voteMaskedValues(needsMask);
-  SmallVector<Value> s = mma->computeS();
+  // The masked-value vote (a scan of the V stage, then a barrier) runs
+  // while S's product does (wgmma).
+  Value poisoned;
+  SmallVector<Value> s =
+      em.hasMask() && maskedValueIsolation()
+          ? mma->computeSWhile([&] { poisoned = voteMaskedValues(needsMask); })
+          : mma->computeS();
 
   // Scores in log2 units, masked where the tile needs it.
   at.kvLane = ops.add(kv0, ops.mul(t, ops.ci32(2)));
@@ -360,12 +365,10 @@ VoteGroup ForwardKernelBuilder::computeGroup() const {
 }
 
 Value ForwardKernelBuilder::voteMaskedValues(Value needsMask) {
-  // Without a mask no key in range is masked (keys past seqlen_k load as
-  // 0): no vote, and the PTX of dense kernels stays as it was. The tile
-  // (K and V, one cp.async group or one mbarrier) has landed here, before
-  // S, where fewer registers are live than at P V.
-  if (!em.hasMask())
-    return Value();
+  // Only with a mask (tileStep): without one no key in range is masked
+  // (keys past seqlen_k load as 0), and the PTX of dense kernels stays as
+  // it was. The tile (K and V, one cp.async group or one mbarrier) has
+  // landed here, at S, where fewer registers are live than at P V.
   return tileHasNonFiniteIf(ops, needsMask, computeGroup(),
                             ops.gepBytes(sV, stageOff), c.blockN, c.headDimV,
                             mma->swizzled());

@@ -84,7 +84,7 @@ private:
   void epilogue(ValueRange fin);
   /// Masked keys are isolated (MaskedValues.h): where the tile is partial
   /// (\p needsMask), whether its V holds a NaN or Inf (the computing
-  /// threads' vote); null without a mask (no code).
+  /// threads' vote). Only with a mask (tileStep emits none without).
   Value voteMaskedValues(Value needsMask);
   /// \p o plus P V's non-finite terms, the stage's V rewritten, where
   /// \p poisoned (MaskedValues.h, isolateNonFiniteV); the plain product

@@ -22,6 +22,10 @@ KernelOps::KernelOps(ImplicitLocOpBuilder &b, bool bf16) : b(b), bf16(bf16) {
 
 Value KernelOps::exp2(Value x) { return math::Exp2Op::create(b, x); }
 
+Value KernelOps::unlikely(Value cond) {
+  return LLVM::ExpectOp::create(b, cond, cb(false));
+}
+
 Value KernelOps::loadI32(Value base, Value i) {
   Value p = LLVM::GEPOp::create(b, ptrG, i32, base, ValueRange{ext64(i)});
   return LLVM::LoadOp::create(b, i32, p, /*alignment=*/4);

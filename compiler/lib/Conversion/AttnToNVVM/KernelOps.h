@@ -74,6 +74,9 @@ public:
   mlir::Value lnot(mlir::Value x) {
     return mlir::arith::XOrIOp::create(b, x, cb(true));
   }
+  /// \p cond (i1), marked as almost always false (llvm.expect): LLVM
+  /// then lays the branch it guards out of the hot path.
+  mlir::Value unlikely(mlir::Value cond);
   // The softmax's own arithmetic may contract into FMAs (x * scale - m is
   // one FFMA, as in FlashAttention-2); the user's regions never do.
   mlir::Value fadd(mlir::Value x, mlir::Value y) {

@@ -6,11 +6,13 @@
 #include "MaskedValues.h"
 #include "SharedTile.h"
 #include "Wgmma.h"
+#include "flashjit/compiler/MaskedValueTesting.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <atomic>
 #include <string>
 
 using namespace mlir;
@@ -143,37 +145,50 @@ void forEachChunk(
   results.assign(loop.getResults().begin(), loop.getResults().end());
 }
 
-/// Whether any element of the tile is NaN or Inf (this thread's chunks,
-/// then the group's vote).
-Value tileHasNonFinite(KernelOps &ops, const VoteGroup &grp, Value smem,
-                       int rows, int dim, bool swizzled) {
-  ImplicitLocOpBuilder &b = ops.b;
-  // Per 32-bit word, y = (w & M) ^ M has a zero 16-bit lane iff that half
-  // is NaN or Inf; (y - 0x00010001) & ~y has bit 15 of a lane set iff some
-  // lane (that one or one below) is zero (lanes of y are below 0x8000).
-  const int64_t m = exponentMask(ops);
-  Value mm = ops.ci32(int32_t(m | (m << 16)));
+/// fma.rn of 16-bit pairs (bf16x2 or f16x2 as \p ops says): \p x * 0 +
+/// \p acc, NaN in a lane where x is NaN or Inf (0 * inf) or acc is NaN or
+/// Inf, else acc's lane (+0 where it was -0). Pure (ptxas schedules it).
+Value fmaZero(KernelOps &ops, Value x, Value acc) {
+  std::string text = std::string("fma.rn.") + (ops.bf16 ? "bf16x2" : "f16x2") +
+                     " $0, $1, $2, $3;";
+  return LLVM::InlineAsmOp::create(
+             ops.b, TypeRange{ops.i32}, ValueRange{x, ops.ci32(0), acc}, text,
+             "=r,r,r,r", /*has_side_effects=*/false,
+             /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+             LLVM::AsmDialectAttr::get(ops.b.getContext(),
+                                       LLVM::AsmDialect::AD_ATT),
+             ArrayAttr())
+      .getResult(0);
+}
+
+/// Whether any element of this thread's 16-byte chunks of the tile is NaN
+/// or Inf (no barrier).
+Value chunksHaveNonFinite(KernelOps &ops, const VoteGroup &grp, Value smem,
+                          int rows, int dim, bool swizzled) {
+  // One fma of 16-bit pairs per 32-bit word: x * 0 is NaN exactly where x
+  // is NaN or Inf, and NaN stays NaN in the running sum (which starts at
+  // +0 and otherwise stays a zero); the words of a chunk pair up first
+  // (w1 + w0 * 0 is NaN or Inf iff w0 or w1 holds a NaN or Inf), so the
+  // sum's chain is two fmas per chunk.
   SmallVector<Value> acc;
   forEachChunk(
       ops, grp, smem, rows, dim, swizzled, ValueRange{ops.ci32(0)},
       [&](Value, Value v, ValueRange in) -> SmallVector<Value> {
-        Value a = in[0];
-        for (int k = 0; k < 4; ++k) {
-          Value y = arith::XOrIOp::create(
-              b, arith::AndIOp::create(b, word(ops, v, k), mm), mm);
-          Value z =
-              arith::AndIOp::create(b, ops.sub(y, ops.ci32(0x00010001)),
-                                    arith::XOrIOp::create(b, y, ops.ci32(-1)));
-          a = arith::OrIOp::create(b, a, z);
-        }
-        return {a};
+        Value u = fmaZero(ops, word(ops, v, 0), word(ops, v, 1));
+        Value x = fmaZero(ops, word(ops, v, 2), word(ops, v, 3));
+        return {fmaZero(ops, u, fmaZero(ops, x, in[0]))};
       },
       acc);
-  Value any =
-      ops.cmp(arith::CmpIPredicate::ne,
-              arith::AndIOp::create(b, acc[0], ops.ci32(int32_t(0x80008000u))),
-              ops.ci32(0));
-  return voteOr(ops, grp, any);
+  return ops.lor(halfNonFinite(ops, acc[0], false),
+                 halfNonFinite(ops, acc[0], true));
+}
+
+/// Whether any element of the tile is NaN or Inf (this thread's chunks,
+/// then the group's vote).
+Value tileHasNonFinite(KernelOps &ops, const VoteGroup &grp, Value smem,
+                       int rows, int dim, bool swizzled) {
+  return voteOr(ops, grp,
+                chunksHaveNonFinite(ops, grp, smem, rows, dim, swizzled));
 }
 
 /// Replaces every NaN or Inf element of the tile by +0 in place; each
@@ -309,6 +324,10 @@ Value loadElement(KernelOps &ops, Value smem, Value row, Value col, int rows,
 
 } // namespace
 
+static std::atomic<bool> isolation{true};
+
+bool maskedValueIsolation() { return isolation.load(); }
+
 Value tileHasNonFiniteIf(KernelOps &ops, Value cond, const VoteGroup &grp,
                          Value smem, int rows, int dim, bool swizzled) {
   return ops.guarded(cond, ops.i1, ops.cb(false), [&] {
@@ -333,7 +352,9 @@ SmallVector<Value> isolateNonFiniteV(KernelOps &ops, const TileShape &sh,
                                 p[(mt * nS + n) * 4 + 2 * r + 1]));
   }
   SmallVector<Type> types(o.size(), ops.f32);
-  auto ifOp = scf::IfOp::create(b, types, poisoned, /*withElse=*/true);
+  // The guarded branch is cold (almost never taken): out of the hot path.
+  auto ifOp =
+      scf::IfOp::create(b, types, ops.unlikely(poisoned), /*withElse=*/true);
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
   {
@@ -397,3 +418,7 @@ SmallVector<Value> dqSkipZero(KernelOps &ops, const BackwardTileShape &sh,
 }
 
 } // namespace flashjit::nvvm
+
+void flashjit::setMaskedValueIsolationForTesting(bool on) {
+  flashjit::nvvm::isolation.store(on);
+}

@@ -10,7 +10,9 @@
 // Forward and decode (exact; the common path unchanged): only partial
 // tiles can hold a key masked for some row, so only there, once the tile
 // has landed in shared memory, the threads that compute vote (one barrier
-// with an OR reduction) on whether the V tile holds a non-finite element.
+// with an OR reduction) on whether the V tile holds a non-finite element
+// (each thread's scan: one fma of 16-bit pairs, x * 0 + acc, per 32-bit
+// word: NaN stays in acc iff some x was NaN or Inf).
 // Almost always it does not. When it does (the guarded path, before the
 // plain product):
 //   1. every thread adds to its own O elements (i, d), already rescaled,
@@ -34,13 +36,15 @@
 // with those values at weight 0: a row attending none of them has the
 // result of the clean tile.
 //
-// Backward: dS' = P (dP - D) is set to exactly 0 where P is (dP is NaN for
-// every query of a key whose V holds a NaN or Inf), and dQ = dS K, where K
-// of a masked key meets dS = 0, takes a guarded product (dS == 0 terms
-// skipped, from shared memory) in partial tiles whose K tile holds a NaN
-// or Inf (the same vote on K, once per CTA as soon as K has landed: a CTA
-// keeps its K tile for the whole kernel). K cannot be rewritten: later
-// query tiles' S^T = K Q^T read it.
+// Backward: dS' = P (dP - D) is set to exactly 0 where P is, in the tiles
+// that evaluate the mask (only they hold pairs a row does not attend; dP
+// is NaN for every query of a key whose V holds a NaN or Inf, and D for
+// every row that attends one, so 0 * NaN would reach dK of clean keys),
+// and dQ = dS K, where K of a masked key meets dS = 0, takes a guarded
+// product (dS == 0 terms skipped, from shared memory) in partial tiles
+// whose K tile holds a NaN or Inf (the same vote on K, once per CTA as
+// soon as K has landed: a CTA keeps its K tile for the whole kernel). K
+// cannot be rewritten: later query tiles' S^T = K Q^T read it.
 //
 // Barriers: the vote and the guarded path synchronise the threads that
 // compute: the CTA (barrier 0), or in warp-specialised kernels named
@@ -65,6 +69,10 @@ struct VoteGroup {
   int nthreads = 0;
   int barrierId = 0;
 };
+
+/// Whether kernels isolate masked keys (true unless
+/// setMaskedValueIsolationForTesting turned it off).
+bool maskedValueIsolation();
 
 /// Where \p cond (the same in the whole group): whether any 16-bit element
 /// (bf16 or fp16 as \p ops says) of the tile of \p rows x \p dim elements

@@ -51,6 +51,14 @@ public:
   virtual void selectStage(mlir::Value stageOff) = 0;
   /// S = Q K^T of the selected stage.
   virtual llvm::SmallVector<mlir::Value> computeS() = 0;
+  /// computeS with \p whileInFlight emitted while the product runs
+  /// (wgmma: between its issue and its wait; else before it). It must not
+  /// read or write S's registers.
+  virtual llvm::SmallVector<mlir::Value>
+  computeSWhile(llvm::function_ref<void()> whileInFlight) {
+    whileInFlight();
+    return computeS();
+  }
   /// \p o + P V of the selected stage, \p p in the layout of S.
   virtual llvm::SmallVector<mlir::Value>
   accumulatePV(llvm::ArrayRef<mlir::Value> o,

@@ -243,6 +243,21 @@ public:
     return wgmmaChain(ops, {}, sh.blockN, aD, {}, bD, /*transB=*/false);
   }
 
+  SmallVector<Value>
+  computeSWhile(llvm::function_ref<void()> whileInFlight) override {
+    stageDesc = arith::ShRUIOp::create(ops.b, stageOff, ops.ci64(4));
+    SmallVector<int64_t> aSteps, bSteps;
+    for (int kk = 0; kk < sh.qkSteps(); ++kk) {
+      aSteps.push_back(kStep(kk, sh.blockM));
+      bSteps.push_back(kStep(kk, sh.blockN));
+    }
+    SmallVector<Value> acc = wgmmaIssueOffsets(
+        ops, {}, sh.blockN, descQ, aSteps, {}, ops.add(descK0, stageDesc),
+        bSteps, /*transB=*/false, /*transA=*/false);
+    whileInFlight();
+    return wgmmaWait(ops, acc, 0);
+  }
+
   SmallVector<Value> accumulatePV(ArrayRef<Value> o,
                                   ArrayRef<Value> st) override {
     SmallVector<Value> pRegs, vD;

@@ -1,6 +1,7 @@
 // RUN: flashjit-opt %s -split-input-file -convert-attn-to-nvvm="block-n=64 num-warps=4" | FileCheck %s --check-prefix=FWD
 // RUN: flashjit-opt %s -split-input-file -convert-attn-to-nvvm="block-n=64 num-warps=4 backward=true" | FileCheck %s --check-prefix=BWD
 // RUN: flashjit-opt %s -split-input-file -convert-attn-to-nvvm="block-n=64 num-warps=4 decode=true" | FileCheck %s --check-prefix=DEC
+// RUN: flashjit-opt %s -split-input-file -convert-attn-to-nvvm="block-n=64 num-warps=8 backward=true wgmma=true" | FileCheck %s --check-prefix=BWDW
 // Masked keys are isolated (issue 21 section 3, MaskedValues.h). Forward:
 // in a partially masked tile (the condition the mask code runs under) the
 // CTA votes, before S, on NaN or Inf in the V tile (vector loads of its
@@ -8,12 +9,15 @@
 // holds, the guarded path adds the non-finite terms (16-bit weights picked
 // from the quad with shfl.sync idx, a run-time loop over the 64 keys),
 // then rewrites the tile (barrier, 16-byte stores, barrier); the one
-// product P V follows in both cases. Backward: dS' is 0 where P is (cmpf
-// oeq + select); the CTA votes on NaN or Inf in its K tile once, as soon
-// as K has landed (cp.async group 1 waited for, barrier), and thread 0
+// product P V follows in both cases. Backward: the CTA votes on NaN or Inf
+// in its K tile once, as soon as K has landed (cp.async group 1 waited
+// for, barrier; one fma.rn.bf16x2 x * 0 + acc per 32-bit word); dS' is 0
+// where P is (cmpf oeq + select): mma.sync in every tile, and thread 0
 // leaves the answer in shared memory (K's row padding), read by partial
-// tiles; dQ = dS K runs term by term (a loop over the keys, dS != 0) and
-// adds its own dQ where a partial tile meets a poisoned K, else the mma.
+// tiles; wgmma (BWDW) only in the tiles that evaluate the mask (a branch
+// on the masked scores' condition). dQ = dS K runs term by term (a loop
+// over the keys, dS != 0) and adds its own dQ where a partial tile meets
+// a poisoned K, else the mma.
 // Decode:
 // the vote before the tile's branch (every warp: warps without rows join
 // the rewrite), the guarded path, and the merge counts a NaN partial LSE as
@@ -61,6 +65,23 @@
 // BWD: nvvm.mma.sync
 // BWD: llvm.atomicrmw fadd
 
+// BWDW-LABEL: gpu.func @causal_bwd(
+// BWDW: nvvm.cp.async.wait.group 1
+// BWDW-NEXT: gpu.barrier
+// BWDW: llvm.inline_asm {{.*}}"fma.rn.bf16x2 $0, $1, $2, $3;"
+// BWDW: nvvm.barrier #nvvm.reduction<or>
+// BWDW-NOT: llvm.store {{.*}} : i32, !llvm.ptr<3>
+// BWDW: :32 = scf.if %[[PARTIAL:[0-9]+]] -> (f32,
+// BWDW: :32 = scf.if %[[PARTIAL]] -> (f32,
+// BWDW-NEXT: arith.constant 0.000000e+00
+// BWDW-NEXT: arith.constant 0.000000e+00
+// BWDW-NEXT: arith.cmpf oeq
+// BWDW-NEXT: arith.select
+// BWDW: } else {
+// BWDW-NEXT: scf.yield
+// BWDW-NOT: arith.cmpf oeq
+// BWDW: llvm.inline_asm {{.*}}wgmma.mma_async
+
 // DEC-LABEL: gpu.func @causal_decode(
 // DEC: %[[VOTE:[0-9]+]] = scf.if %{{.*}} -> (i1) {
 // DEC: nvvm.barrier #nvvm.reduction<or>
@@ -104,6 +125,10 @@ attn.attention @causal attributes {
 // BWD-LABEL: gpu.func @dense_bwd(
 // BWD-NOT: nvvm.barrier #nvvm.reduction
 // BWD: gpu.return
+// BWDW-LABEL: gpu.func @dense_bwd(
+// BWDW-NOT: nvvm.barrier #nvvm.reduction
+// BWDW-NOT: arith.cmpf oeq {{.*}}, %cst{{.*}} : f32
+// BWDW: gpu.return
 // DEC-LABEL: gpu.func @dense_decode(
 // DEC-NOT: nvvm.barrier #nvvm.reduction
 // DEC-NOT: nvvm.shfl.sync  idx

@@ -1,0 +1,24 @@
+//===- MaskedValueTesting.h - Kernels without isolation ---------*- C++ -*-===//
+//
+// A testing hook, not an API: the [.maskbench] timing (tests/gpu) compares
+// the GPU kernels with and without the isolation of masked keys (README,
+// "Masked keys are isolated"; issue 21 section 3), so it needs kernels
+// built without it. Kept out of GpuCompiler.h on purpose.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_COMPILER_MASKEDVALUETESTING_H
+#define FLASHJIT_COMPILER_MASKEDVALUETESTING_H
+
+namespace flashjit {
+
+/// Testing only: whether GPU kernels compiled from now on in this process
+/// isolate masked keys (default true). Off, a NaN or Inf in K or V at a
+/// masked key may reach a row, as before issue 21 section 3; the PTX is
+/// then that of the unguarded kernels. No cache key holds it: only
+/// tools that write kernels without a cache (gen_matrix_kernels
+/// mask-bench-base) may turn it off.
+void setMaskedValueIsolationForTesting(bool on);
+
+} // namespace flashjit
+
+#endif // FLASHJIT_COMPILER_MASKEDVALUETESTING_H
