@@ -158,16 +158,22 @@ int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
   return 1;
 }
 
-bool decodeFusedMerge(int64_t numSplits, int64_t groupRows, int64_t headDimV) {
-  if (numSplits < 1 || groupRows < 1 || headDimV < 1)
+bool decodeFusedMerge(int64_t numSplits, int64_t groupRows, int64_t headDimV,
+                      int threads) {
+  if (numSplits < 1 || groupRows < 1 || headDimV < 1 || threads < 1)
     fail(fmt::format("decodeFusedMerge: num_splits = {}, group rows = {}, "
-                     "head_dim_v = {} (expected >= 1)",
-                     numSplits, groupRows, headDimV));
-  // Each factor is far below 2^21 in any call run() takes; guard anyway.
-  if (numSplits > kFusedMergeLimit || groupRows > kFusedMergeLimit ||
-      headDimV > kFusedMergeLimit)
+                     "head_dim_v = {}, threads = {} (expected >= 1)",
+                     numSplits, groupRows, headDimV, threads));
+  // Far above any call run() takes; keeps the products below in range.
+  constexpr int64_t kBig = int64_t(1) << 20;
+  if (numSplits > kBig || groupRows > kBig || headDimV > kBig)
     return false;
-  return numSplits * groupRows * headDimV <= kFusedMergeLimit;
+  // DecodeMerge.cpp: (row, 4 columns) items over the threads, 8 splits'
+  // loads per step.
+  const int64_t items =
+      (groupRows * ((headDimV + 3) / 4) + threads - 1) / threads;
+  const int64_t steps = (numSplits + 7) / 8;
+  return items * steps <= kFusedMergeSteps;
 }
 
 DecodeWorkspaceLayout decodeWorkspaceLayout(int64_t rows, int64_t numSplits,
@@ -256,7 +262,7 @@ bool GpuDecodeKernel::fusesMerge(int64_t qLen, int numSplits) const {
   const int64_t rows = int64_t(spec_.headsQ / spec_.headsKV) * qLen;
   return decodeFusedMerge(numSplits,
                           std::min<int64_t>(rows, info_.config.blockM()),
-                          spec_.headDimV);
+                          spec_.headDimV, info_.config.threads());
 }
 
 void GpuDecodeKernel::launchMerge(CUdeviceptr oPart, CUdeviceptr lsePart,

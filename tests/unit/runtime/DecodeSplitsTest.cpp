@@ -92,27 +92,34 @@ TEST_CASE("a decode call's workspace parts are aligned, disjoint and sized",
 TEST_CASE("the decode merge is fused only when one CTA's merge is small",
           "[runtime][decode]") {
   using flashjit::runtime::decodeFusedMerge;
-  using flashjit::runtime::kFusedMergeLimit;
-  // The H200 shapes (D = 128) and the splits decodeNumSplits picks there.
-  // GQA 32/8, q_len 1 (4 rows): B = 8 (4 splits), B = 1 (32) fuse.
-  CHECK(decodeFusedMerge(4, 4, 128));
-  CHECK(decodeFusedMerge(32, 4, 128));
-  // MQA 32/1 (32 rows): B = 1 (244 splits, session 13's 0.78 -> 0.41 TB/s
-  // regression) and B = 8 (32 splits) take the merge kernel.
-  CHECK_FALSE(decodeFusedMerge(244, 32, 128));
-  CHECK_FALSE(decodeFusedMerge(32, 32, 128));
-  // The limit is inclusive, in (split, row, column) triples.
-  CHECK(decodeFusedMerge(16, 32, 128));
-  CHECK_FALSE(decodeFusedMerge(17, 32, 128));
-  CHECK(decodeFusedMerge(128, 4, 128));
-  CHECK_FALSE(decodeFusedMerge(129, 4, 128));
-  CHECK(decodeFusedMerge(32, 32, 64));
-  CHECK(decodeFusedMerge(kFusedMergeLimit, 1, 1));
-  CHECK_FALSE(decodeFusedMerge(kFusedMergeLimit + 1, 1, 1));
+  // The H200 shapes (D = 128, 128 threads) and the splits decodeNumSplits
+  // picks there; session 14's measurements in decodeFusedMerge's comment.
+  // GQA 32/8, q_len 1 (4 rows, 1 item per thread): B = 8 (4 splits, one
+  // step) and B = 1 (32 splits, 4 steps) fuse.
+  CHECK(decodeFusedMerge(4, 4, 128, 128));
+  CHECK(decodeFusedMerge(32, 4, 128, 128));
+  CHECK_FALSE(decodeFusedMerge(33, 4, 128, 128)); // 5 steps
+  // MQA 32/1 (32 rows, 8 items per thread): B = 64 (4 splits), B = 8 (32)
+  // and B = 1 (244, session 13's 0.78 -> 0.41 TB/s) take the merge kernel.
+  CHECK_FALSE(decodeFusedMerge(4, 32, 128, 128));
+  CHECK_FALSE(decodeFusedMerge(32, 32, 128, 128));
+  CHECK_FALSE(decodeFusedMerge(244, 32, 128, 128));
+  // GQA q_len 4 (16 rows: 4 items, one step) fuses, q_len 16 (64 rows)
+  // does not.
+  CHECK(decodeFusedMerge(4, 16, 128, 128));
+  CHECK_FALSE(decodeFusedMerge(4, 64, 128, 128));
+  // More threads, fewer items each; head_dim_v 64 halves them.
+  CHECK(decodeFusedMerge(8, 32, 128, 1024));
+  CHECK(decodeFusedMerge(8, 32, 64, 256));
+  CHECK(decodeFusedMerge(16, 32, 64, 256));
+  CHECK_FALSE(decodeFusedMerge(17, 32, 64, 256));
   // Huge factors do not overflow into a "small" product.
-  CHECK_FALSE(decodeFusedMerge(int64_t(1) << 40, int64_t(1) << 40, 1));
-  CHECK_THROWS_WITH(decodeFusedMerge(0, 4, 128),
+  CHECK_FALSE(decodeFusedMerge(int64_t(1) << 40, 1, 1, 128));
+  CHECK_FALSE(decodeFusedMerge(1, int64_t(1) << 40, int64_t(1) << 40, 128));
+  CHECK_THROWS_WITH(decodeFusedMerge(0, 4, 128, 128),
                     Catch::Contains("num_splits = 0"));
-  CHECK_THROWS_WITH(decodeFusedMerge(4, -1, 128),
+  CHECK_THROWS_WITH(decodeFusedMerge(4, -1, 128, 128),
                     Catch::Contains("group rows = -1"));
+  CHECK_THROWS_WITH(decodeFusedMerge(4, 4, 128, 0),
+                    Catch::Contains("threads = 0"));
 }

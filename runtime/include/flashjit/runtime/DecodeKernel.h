@@ -118,17 +118,21 @@ enum class DecodeMerge {
   Separate ///< the merge kernel, a second launch (one CTA per row)
 };
 
-/// Whether DecodeMerge::Auto fuses the merge: the last CTA of a group merges
-/// \p numSplits partial rows for each of the group's \p groupRows rows
-/// (min(block_m, heads_q / heads_kv * q_len)) of \p headDimV columns alone,
-/// about 11 ns per (split, row) at 128 columns on the H200 (session 13: 244
-/// splits x 32 rows took ~80 us), while the merge kernel spreads the rows
-/// over CTAs but costs a second launch (~6 us more per call). Fused when
-/// numSplits * groupRows * headDimV <= kFusedMergeLimit (512 (split, row)
-/// pairs at 128 columns, about the break-even point): GQA 32/8 decode
-/// (4 rows) fuses up to 128 splits, MQA 32/1 (32 rows) up to 16.
-bool decodeFusedMerge(int64_t numSplits, int64_t groupRows, int64_t headDimV);
-inline constexpr int64_t kFusedMergeLimit = 512 * 128;
+/// Whether DecodeMerge::Auto fuses the merge. The last CTA of a group
+/// (\p threads threads) merges the group's \p groupRows rows (min(block_m,
+/// heads_q / heads_kv * q_len)) of \p headDimV columns alone: each thread
+/// takes ceil(groupRows * headDimV / 4 / threads) (row, 4 columns) items
+/// one after another, each in ceil(numSplits / 8) steps of 8 splits' loads
+/// (DecodeMerge.cpp), while the merge kernel spreads the rows over CTAs but
+/// costs a second launch. Fused when items x steps <= kFusedMergeSteps.
+/// Measured on the H200 (session 14, page 64, TB/s fused / separate): GQA
+/// 32/8 B = 1 (4 rows, 32 splits: 1 x 4) 3.49 / 3.38, B = 8 (1 x 1)
+/// 3.72 / 3.73; MQA 32/1 B = 64 (32 rows, 4 splits: 8 x 1) 2.23 / 2.27,
+/// B = 8 (8 x 4) 1.81 / 2.17, B = 1 (244 splits: 8 x 31) 0.41 / 0.85.
+/// Throws UserError for a count below 1.
+bool decodeFusedMerge(int64_t numSplits, int64_t groupRows, int64_t headDimV,
+                      int threads);
+inline constexpr int64_t kFusedMergeSteps = 4;
 
 /// The loaded decode kernels of one spec on one device.
 class GpuDecodeKernel {
