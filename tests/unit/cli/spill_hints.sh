@@ -22,10 +22,11 @@ mma wgmma.tma.ws --spec 'attention(head_dim=128)'
 mma wgmma --spec 'attention(head_dim=64)' --mma wgmma
 mma mma.sync --spec 'attention(head_dim=96)'
 mma wgmma --spec 'attention(head_dim=64)' --kernel bwd
-# The wgmma backward asked for by name at head dim 128 with softcap spills;
-# mma.sync assembles clean, --block-n 32 is refused by the wgmma backward.
+# The wgmma backward asked for by name at head dim 128 with a runtime softcap
+# (d s'/d cap keeps the raw score live) spills; mma.sync assembles clean,
+# --block-n 32 is refused by the wgmma backward.
 "$fj" $c --kernel bwd --mma wgmma \
-  --spec 'attention(head_dim=128, score=softcap(20.0))' >"$dir/w.out" 2>"$dir/w.err"
+  --spec 'attention(head_dim=128, score=softcap(param<f32>(cap)))' >"$dir/w.out" 2>"$dir/w.err"
 cat "$dir/w.err"
 grep -q "^kernel .* mma=wgmma .*spill_bytes=[1-9]" "$dir/w.out" ||
   { echo "FAIL: no spills reported:"; cat "$dir/w.out"; fail=1; }
