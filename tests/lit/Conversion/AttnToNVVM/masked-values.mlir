@@ -6,7 +6,8 @@
 // in a partially masked tile (the condition the mask code runs under) the
 // CTA votes, before S, on NaN or Inf in the V tile (vector loads of its
 // chunks in a run-time loop, one OR-reducing barrier); where the vote
-// holds, the guarded path adds the non-finite terms (16-bit weights picked
+// holds (a branch marked unlikely: llvm.intr.expect), the guarded path
+// adds the non-finite terms (16-bit weights picked
 // from the quad with shfl.sync idx, a run-time loop over the 64 keys),
 // then rewrites the tile (barrier, 16-byte stores, barrier); the one
 // product P V follows in both cases. Backward: the CTA votes on NaN or Inf
@@ -32,7 +33,8 @@
 // FWD-NEXT: scf.yield %false{{.*}} : i1
 // FWD: nvvm.mma.sync
 // FWD: scf.if %[[PARTIAL]] -> (f32,
-// FWD: scf.if %[[VOTE]] -> (f32,
+// FWD: %[[COLD:[0-9]+]] = llvm.intr.expect %[[VOTE]], %false{{.*}} : i1
+// FWD-NEXT: scf.if %[[COLD]] -> (f32,
 // FWD: scf.for {{.*}} to %c64
 // FWD: nvvm.shfl.sync  idx {{.*}} : i32 -> i32
 // FWD: arith.cmpf une
@@ -85,7 +87,8 @@
 // DEC-LABEL: gpu.func @causal_decode(
 // DEC: %[[VOTE:[0-9]+]] = scf.if %{{.*}} -> (i1) {
 // DEC: nvvm.barrier #nvvm.reduction<or>
-// DEC: scf.if %[[VOTE]] -> (f32,
+// DEC: %[[COLD:[0-9]+]] = llvm.intr.expect %[[VOTE]], %false{{.*}} : i1
+// DEC-NEXT: scf.if %[[COLD]] -> (f32,
 // DEC: nvvm.shfl.sync  idx
 // DEC: } else {
 // DEC: scf.if %[[VOTE]] {
