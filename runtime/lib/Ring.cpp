@@ -491,15 +491,6 @@ RingStats RingRun::runAllGather() {
   return stats_;
 }
 
-template <class F> RingStats abortOnError(RingTransport &transport, F &&f) {
-  try {
-    return f();
-  } catch (const std::exception &e) {
-    transport.abort(e.what());
-    throw;
-  }
-}
-
 } // namespace
 
 RingStats ringAttentionCpu(const AttentionSpec &spec,
@@ -508,7 +499,7 @@ RingStats ringAttentionCpu(const AttentionSpec &spec,
                            const TensorRef &k, const TensorRef &v,
                            const TensorRef &o, const TensorRef *lse,
                            const Arguments &args, const RingOptions &options) {
-  return abortOnError(transport, [&] {
+  return ring::abortOnError(transport, [&] {
     RingRun run(spec, kernel, transport, args, options);
     run.initDense(q, k, v, o, lse);
     return run.run();
@@ -521,7 +512,7 @@ RingStats ringAttentionCpuVarlen(
     const TensorRef &v, const TensorRef &o, const TensorRef *lse,
     std::span<const int32_t> cuSeqlensQ, std::span<const int32_t> cuSeqlensK,
     const Arguments &args, const RingOptions &options) {
-  return abortOnError(transport, [&] {
+  return ring::abortOnError(transport, [&] {
     RingRun run(spec, kernel, transport, args, options);
     run.initVarlen(q, k, v, o, lse, cuSeqlensQ, cuSeqlensK);
     return run.run();

@@ -432,15 +432,6 @@ DataGradients RingBackwardRun::run() {
   return grads_;
 }
 
-template <class F> DataGradients abortOnError(RingTransport &transport, F &&f) {
-  try {
-    return f();
-  } catch (const std::exception &e) {
-    transport.abort(e.what());
-    throw;
-  }
-}
-
 } // namespace
 
 DataGradients ringAttentionBackwardCpu(
@@ -450,7 +441,7 @@ DataGradients ringAttentionBackwardCpu(
     const TensorRef &dO, const TensorRef &dq, const TensorRef &dk,
     const TensorRef &dv, const Arguments &args, const RingOptions &options,
     RingStats *stats) {
-  return abortOnError(transport, [&] {
+  return ring::abortOnError(transport, [&] {
     RingBackwardRun run(spec, kernel, transport, args, options);
     run.checkKernel(false);
     run.initDense(checkBackwardTensors(spec, q, k, v, o, lse, dO, dq, dk, dv));
@@ -470,7 +461,7 @@ DataGradients ringAttentionBackwardCpuVarlen(
     const TensorRef &dv, std::span<const int32_t> cuSeqlensQ,
     std::span<const int32_t> cuSeqlensK, const Arguments &args,
     const RingOptions &options, RingStats *stats) {
-  return abortOnError(transport, [&] {
+  return ring::abortOnError(transport, [&] {
     RingBackwardRun run(spec, kernel, transport, args, options);
     run.checkKernel(true);
     run.initVarlen(checkVarlenBackwardTensors(spec, q, k, v, cuSeqlensQ,

@@ -310,15 +310,12 @@ RingStats ringAttentionGpu(const AttentionSpec &spec,
                            const TensorRef &o, const TensorRef *lse,
                            const Arguments &args, const RingOptions &options,
                            CUstream stream) {
-  try {
+  return ring::abortOnError(transport, [&] {
     device.makeCurrent();
     GpuRingRun run(spec, kernel, ops, device, transport, args, options, stream);
     run.init(q, k, v, o, lse);
     return run.run();
-  } catch (const std::exception &e) {
-    transport.abort(e.what());
-    throw;
-  }
+  });
 }
 
 } // namespace flashjit::runtime

@@ -1,14 +1,15 @@
 //===- RingSupport.h - Pieces shared by the ring's forward and backward ---===//
 //
 // Private to runtime/lib: the header every ring buffer carries (source
-// rank, ring size, a hash of the layout every rank must share) and the
-// hash itself.
+// rank, ring size, a hash of the layout every rank must share), the hash
+// itself, and the rule that a failing rank aborts its ring.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_RUNTIME_LIB_RINGSUPPORT_H
 #define FLASHJIT_RUNTIME_LIB_RINGSUPPORT_H
 
 #include "flashjit/frontend/Error.h"
+#include "flashjit/runtime/Ring.h"
 
 #include <fmt/format.h>
 
@@ -18,6 +19,18 @@
 #include <vector>
 
 namespace flashjit::runtime::ring {
+
+/// Runs \p f; if it throws, aborts \p transport with the message first, so
+/// that the other ranks' waits throw instead of hanging, and rethrows.
+template <class F>
+auto abortOnError(RingTransport &transport, F &&f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception &e) {
+    transport.abort(e.what());
+    throw;
+  }
+}
 
 [[noreturn]] inline void fail(const std::string &message) {
   throw UserError(message, std::source_location());
