@@ -11,6 +11,8 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/frontend/Derivative.h"
 
+#include "DerivativeBuilders.h"
+
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
 
@@ -24,13 +26,11 @@
 #include <optional>
 #include <unordered_map>
 
-namespace flashjit {
-namespace {
-
-using Loc = std::source_location;
+namespace flashjit::derivative_detail {
 
 //===----------------------------------------------------------------------===//
-// Simplifying constructors of f32 derivative nodes
+// Simplifying constructors of f32 derivative nodes (DerivativeBuilders.h
+// declares those the output-path rewrite uses too)
 //===----------------------------------------------------------------------===//
 
 Expr lit(float v, Loc loc) { return constant(ScalarType::Float32, 0, v, loc); }
@@ -217,6 +217,13 @@ Expr zSel(const Expr &c, const Expr &a, const Expr &b, Loc loc) {
   return sel(c, a.isNull() ? lit(0.0f, loc) : a,
              b.isNull() ? lit(0.0f, loc) : b, loc);
 }
+
+} // namespace flashjit::derivative_detail
+
+namespace flashjit {
+namespace {
+
+using namespace derivative_detail;
 
 //===----------------------------------------------------------------------===//
 // Which nodes a variable reaches
@@ -449,78 +456,6 @@ void checkF32(const Expr &e) {
                     e->loc());
 }
 
-/// The nodes of \p mod's output path (Derivative.h: derivativeInOutput),
-/// each with its value as an expression of the output (the `score` leaf).
-std::vector<std::pair<Expr, Expr>> outputPath(const Expr &mod) {
-  std::vector<std::pair<Expr, Expr>> path;
-  Expr node = mod, value = score;
-  auto nonzeroLiteral = [](const Expr &e) {
-    std::optional<float> x = literal(e);
-    return x && *x != 0.0f && std::isfinite(*x);
-  };
-  while (true) {
-    path.push_back({node, value});
-    Loc loc = node->loc();
-    if (auto *u = llvm::dyn_cast<UnaryExpr>(node.get());
-        u && u->op() == UnaryOp::Neg) {
-      node = u->operand(), value = neg(value, loc);
-      continue;
-    }
-    auto *b = llvm::dyn_cast<BinaryExpr>(node.get());
-    if (!b || readsScore(b->lhs()) == readsScore(b->rhs()))
-      break;
-    bool left = readsScore(b->lhs());
-    const Expr &x = left ? b->lhs() : b->rhs();
-    const Expr &a = left ? b->rhs() : b->lhs();
-    if (b->op() == BinaryOp::Add)
-      value = sub(value, a, loc);
-    else if (b->op() == BinaryOp::Sub)
-      value = left ? add(value, a, loc) : sub(a, value, loc);
-    else if (b->op() == BinaryOp::Mul && nonzeroLiteral(a))
-      value = div(value, a, loc);
-    else if (b->op() == BinaryOp::Div && left && nonzeroLiteral(a))
-      value = mul(value, a, loc);
-    else
-      break;
-    node = x;
-  }
-  return path;
-}
-
-/// \p e with every node of \p path replaced by its value; null if \p e
-/// reads the score elsewhere.
-Expr replacePath(const Expr &e, const std::vector<std::pair<Expr, Expr>> &path,
-                 std::unordered_map<const ExprNode *, Expr> &memo) {
-  if (!readsScore(e))
-    return e;
-  if (auto it = memo.find(e.get()); it != memo.end())
-    return it->second;
-  Expr out;
-  for (const auto &[node, value] : path)
-    if (out.isNull() && structurallyEqual(node, e))
-      out = value;
-  if (out.isNull() && !llvm::isa<ScoreExpr>(e.get())) {
-    std::vector<Expr> ops;
-    for (const Expr &op : e->operands()) {
-      ops.push_back(replacePath(op, path, memo));
-      if (ops.back().isNull())
-        return memo[e.get()] = Expr();
-    }
-    Loc loc = e->loc();
-    if (auto *u = llvm::dyn_cast<UnaryExpr>(e.get()))
-      out = makeUnary(u->op(), ops[0], loc);
-    else if (auto *b = llvm::dyn_cast<BinaryExpr>(e.get()))
-      out = makeBinary(b->op(), ops[0], ops[1], loc);
-    else if (llvm::isa<SelectExpr>(e.get()))
-      out = select(ExprArg(ops[0], loc), ExprArg(ops[1], loc),
-                   ExprArg(ops[2], loc));
-    else if (auto *c = llvm::dyn_cast<CastExpr>(e.get()))
-      out = cast(c->type(), ExprArg(ops[0], loc));
-    // A buffer index never reads the score (checkDifferentiable).
-  }
-  return memo[e.get()] = out;
-}
-
 } // namespace
 
 Expr differentiate(const Expr &e, const DiffVar &var) {
@@ -581,26 +516,6 @@ std::string printDerivative(const ScoreModDerivative &d) {
   for (const ParamDerivative &p : d.params)
     out += fmt::format("d score'/d param<f32>({}) = {}\n", p.param,
                        printExpr(p.derivative));
-  return out;
-}
-
-std::optional<ScoreModDerivative>
-derivativeInOutput(const ScoreModDerivative &d, const Expr &scoreMod) {
-  std::vector<std::pair<Expr, Expr>> path = outputPath(scoreMod);
-  std::unordered_map<const ExprNode *, Expr> memo;
-  ScoreModDerivative out = d;
-  auto rewrite = [&](Expr &e) {
-    e = replacePath(e, path, memo);
-    return !e.isNull();
-  };
-  if (!rewrite(out.score))
-    return std::nullopt;
-  for (BufferDerivative &b : out.buffers)
-    if (!rewrite(b.derivative))
-      return std::nullopt;
-  for (ParamDerivative &p : out.params)
-    if (!rewrite(p.derivative))
-      return std::nullopt;
   return out;
 }
 
