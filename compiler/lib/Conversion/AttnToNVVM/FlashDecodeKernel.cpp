@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashDecodeKernel.h"
 
+#include "DecodeKernelBuilder.h"
 #include "DecodeMerge.h"
 #include "DecodeMergeKernel.h"
 #include "KernelOps.h"
@@ -48,7 +49,6 @@ namespace abi = flashjit::abi::gpu;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.4426950408889634f;
 
 /// Declares the shared-memory symbol once per module.
 void declareShared(KernelOps &ops, Operation *gpuModule) {
@@ -97,81 +97,10 @@ void loadRowsAsync(
 }
 
 /// Runs \p then / \p otherwise in the branches of `scf.if cond`.
-void ifElse(ImplicitLocOpBuilder &b, Value cond,
-            llvm::function_ref<void()> then,
-            llvm::function_ref<void()> otherwise) {
-  auto ifOp = scf::IfOp::create(b, cond, /*withElse=*/true);
-  OpBuilder::InsertionGuard g(b);
-  b.setInsertionPointToStart(ifOp.thenBlock());
-  then();
-  b.setInsertionPointToStart(ifOp.elseBlock());
-  otherwise();
-}
 
-class DecodeKernelBuilder {
-public:
-  DecodeKernelBuilder(ImplicitLocOpBuilder &b, const KernelShape &c,
-                      FragmentEmitter &em)
-      : ops(b, c.bf16), b(b), c(c), em(em), nthreads(32 * c.numWarps) {
-    sh.headDimQK = c.headDimQK;
-    sh.headDimV = c.headDimV;
-    sh.blockM = c.blockM();
-    sh.blockN = c.blockN;
-    sh.rowsPerWarp = 16;
-  }
+} // namespace
 
-  void build(Operation *gpuModule);
-
-private:
-  void bindArguments(gpu::GPUFuncOp fn);
-  void locate();
-  void planKeyTiles();
-  SmallVector<Value> pageIdsOf(Value j, int dim);
-  void loadKV(Value j, Value stage, ValueRange kIds, ValueRange vIds);
-  std::pair<Value, Value> classify(Value j);
-  ValueRange mainLoop();
-  SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask,
-                              Value poisoned);
-  void epilogue(ValueRange fin);
-  /// One split: the merge of the CTA's own state, written as O and LSE.
-  void storeFinal(ValueRange fin, ArrayRef<SoftmaxFinal> f,
-                  ArrayRef<Value> lse);
-  /// Several splits: the partial rows (split, batch, head, query).
-  void storePartials(ValueRange fin, ArrayRef<SoftmaxFinal> f,
-                     ArrayRef<Value> lse, Value rowsTotal);
-  SplitMerge splitMerge(Value rowsTotal);
-  /// Masked keys are isolated (MaskedValues.h): where the tile is visited
-  /// and partial, whether its V holds a NaN or Inf (the CTA's vote; slots
-  /// past the sequence's length load as 0); null without a mask.
-  Value voteMaskedValues(Value visited, Value needsMask);
-
-  KernelOps ops;
-  ImplicitLocOpBuilder &b;
-  const KernelShape &c;
-  FragmentEmitter &em;
-  const int nthreads;
-  TileShape sh;
-  std::unique_ptr<ForwardMma> mma;
-
-  Value qPtr, kPtr, vPtr, oPart, lsePart, pages, pageStartPtr, seqLensPtr;
-  Value counters;
-  Value qS[3], kS[3], vS[3];
-  DecodeOutputs out;
-  Value qLen, group, pageShift, numSplits, rowTiles, batchCount, headsQ;
-  Value scale, scaleLog2;
-  Value tid, warp, lane, g, t, split, rowTile, headKV, batch;
-  Value seqLen, pageStart, rows, r0, rLast, warpActive;
-  Value sK, sV, stageOff;
-  int64_t stageBytes = 0;
-  PackedRowCoords at;
-  SmallVector<Value, 2> rowIdx; // packed row of the thread's rows g, g + 8
-  SmallVector<Value> init;
-  int nAcc = 0;
-  // Page ids carried through the main loop: those of the next tile's K (and,
-  // with head_dim_v != head_dim_qk, V) rows.
-  int nKIds = 0, nVIds = 0;
-  Value numKv, jBegin, jEnd, one;
-};
+namespace detail {
 
 void DecodeKernelBuilder::build(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -528,125 +457,13 @@ SmallVector<Value> DecodeKernelBuilder::tileStep(ValueRange state, Value kv0,
   return o;
 }
 
-void DecodeKernelBuilder::epilogue(ValueRange fin) {
-  Value rowsTotal = ops.mul(ops.mul(ops.ext64(batchCount), ops.ext64(headsQ)),
-                            ops.ext64(qLen));
-  SmallVector<SoftmaxFinal, 2> f;
-  SmallVector<Value, 2> lse;
-  for (int r = 0; r < 2; ++r) {
-    f.push_back(softmaxFinish(ops, fin[nAcc + 2 + r]));
-    lse.push_back(logSumExp(ops, fin[nAcc + r], f.back()));
-  }
-  ifElse(
-      b, ops.cmp(arith::CmpIPredicate::eq, numSplits, ops.ci32(1)),
-      [&] { storeFinal(fin, f, lse); },
-      [&] {
-        storePartials(fin, f, lse, rowsTotal);
-        emitLastBlockMerge(ops, splitMerge(rowsTotal));
-      });
-}
-
-void DecodeKernelBuilder::storeFinal(ValueRange fin, ArrayRef<SoftmaxFinal> f,
-                                     ArrayRef<Value> lse) {
-  for (int r = 0; r < 2; ++r) {
-    OpBuilder::InsertionGuard rg(b);
-    ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, rowIdx[r], rows));
-    Value h = r == 0 ? at.head0[0] : at.head1[0];
-    Value qi = r == 0 ? at.qRow0[0] : at.qRow1[0];
-    // The merge of one split (DecodeMerge.h), the sink included.
-    Value l2 = ops.fmul(lse[r], ops.cf32(kLog2e));
-    Value m = l2;
-    SinkLog2 sink;
-    if (c.sink) {
-      sink = loadSinkLog2(ops, out.sink, h);
-      m = ops.fmax(m, sink.value);
-    }
-    Value mUse = mergeUse(ops, m), live;
-    Value w = splitWeight(ops, l2, mUse, live);
-    Value sum = c.sink ? ops.fadd(sinkTerm(ops, sink, mUse), w) : w;
-    MergedRow row = finishRow(ops, mUse, sum);
-    auto final = [&](Value acc) {
-      Value x = ops.fmul(acc, f[r].inv); // the partial O
-      return ops.fmul(ops.sel(live, ops.fmul(w, x), ops.cf32(0.0f)), row.inv);
-    };
-    for (int jd = 0; jd < sh.oTiles(); ++jd) {
-      int a0 = jd * 4 + 2 * r;
-      Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jd * 8));
-      storeOutputPair(ops, out, batch, h, qi, col, final(fin[a0]),
-                      final(fin[a0 + 1]));
-    }
-    ops.enterIf(ops.cmp(arith::CmpIPredicate::eq, t, ops.ci32(0)));
-    storeOutputLse(ops, out, batch, h, qi, row.lse);
-  }
-}
-
-void DecodeKernelBuilder::storePartials(ValueRange fin,
-                                        ArrayRef<SoftmaxFinal> f,
-                                        ArrayRef<Value> lse, Value rowsTotal) {
-  const int nO = sh.oTiles(), Dv = c.headDimV;
-  for (int r = 0; r < 2; ++r) {
-    OpBuilder::InsertionGuard rg(b);
-    ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, rowIdx[r], rows));
-    Value h = r == 0 ? at.head0[0] : at.head1[0];
-    Value qi = r == 0 ? at.qRow0[0] : at.qRow1[0];
-    // Partial row (split, batch, head, query), contiguous.
-    Value part = ops.add(
-        ops.mul(ops.ext64(split), rowsTotal),
-        ops.add(ops.mul(ops.add(ops.mul(ops.ext64(batch), ops.ext64(headsQ)),
-                                ops.ext64(h)),
-                        ops.ext64(qLen)),
-                ops.ext64(qi)));
-    Value rowBase = ops.gepBytes(oPart, ops.mul(part, ops.ci64(4 * Dv)));
-    for (int jd = 0; jd < nO; ++jd) {
-      int a0 = jd * 4 + 2 * r;
-      Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jd * 8));
-      Value p = ops.gepBytes(rowBase, ops.ext64(ops.mul(col, ops.ci32(4))));
-      LLVM::StoreOp::create(b, ops.fmul(fin[a0], f[r].inv), p,
-                            /*alignment=*/4);
-      LLVM::StoreOp::create(b, ops.fmul(fin[a0 + 1], f[r].inv),
-                            ops.gepBytes(p, int64_t(4)), /*alignment=*/4);
-    }
-    ops.enterIf(ops.cmp(arith::CmpIPredicate::eq, t, ops.ci32(0)));
-    LLVM::StoreOp::create(b, lse[r],
-                          ops.gepBytes(lsePart, ops.mul(part, ops.ci64(4))),
-                          /*alignment=*/4);
-  }
-}
-
-SplitMerge DecodeKernelBuilder::splitMerge(Value rowsTotal) {
-  SplitMerge m;
-  m.out = out;
-  m.tid = tid;
-  m.nthreads = nthreads;
-  m.headDimV = c.headDimV;
-  m.oPart = oPart;
-  m.lsePart = lsePart;
-  m.counters = counters;
-  m.numSplits = numSplits;
-  // Group (batch, kv head, row tile): the CTAs of its splits share it.
-  Value headsKV = NVVM::GridDimYOp::create(b, ops.i32);
-  m.group = ops.add(ops.mul(ops.add(ops.mul(batch, headsKV), headKV), rowTiles),
-                    rowTile);
-  m.rowsTotal = rowsTotal;
-  m.head0 = ops.mul(headKV, group);
-  m.rowBase = ops.mul(
-      ops.add(ops.mul(ops.ext64(batch), ops.ext64(headsQ)), ops.ext64(m.head0)),
-      ops.ext64(qLen));
-  m.r0 = r0;
-  m.rows = ops.add(ops.sub(rLast, r0), ops.ci32(1));
-  m.batch = batch;
-  m.qLen = qLen;
-  m.scratch = sK; // the K/V stages are free after the main loop
-  return m;
-}
-
-} // namespace
+} // namespace detail
 
 void buildFlashDecodeKernels(OpBuilder &builder, Location loc,
                              Operation *gpuModule, const KernelShape &config,
                              FragmentEmitter &emitter) {
   ImplicitLocOpBuilder b(loc, builder);
-  DecodeKernelBuilder(b, config, emitter).build(gpuModule);
+  detail::DecodeKernelBuilder(b, config, emitter).build(gpuModule);
   detail::buildDecodeMergeKernel(b, gpuModule, config);
 }
 
