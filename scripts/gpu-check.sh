@@ -281,7 +281,9 @@ run() {
   [[ -f $PACK/matrix_kernels.tar.xz ]] &&
     tar -C "$FLASHJIT_MATRIX_KERNELS" -xJf "$PACK/matrix_kernels.tar.xz"
   want unit && step unit "$bin/flashjit_runtime_tests"
-  want gpu && step gpu "$bin/flashjit_gpu_tests" --durations yes
+  # GPU_CHECK_GPU_FILTER (run): a Catch2 test spec for the gpu step, e.g.
+  # "[ring],[padded],[sink]" (default: every [gpu] test).
+  want gpu && step gpu "$bin/flashjit_gpu_tests" ${GPU_CHECK_GPU_FILTER:+"$GPU_CHECK_GPU_FILTER"} --durations yes
   want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
   want bwd && step bwd "$bin/flashjit_gpu_tests" "[backward]" --durations yes
   want bwdbench && step bwdbench "$bin/flashjit_gpu_tests" "[bwdbench]"
