@@ -135,30 +135,9 @@ void checkBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
   ReferenceGradients want = referenceAttentionBackward(
       spec, q.hostRef, k.hostRef, v.hostRef, dO.hostRef, args.host, params);
   checkDataGradients(got, want, dt, batch * hq * sq, std::max(sq, sk));
-  GradCheck cq, ck, cv;
-  int64_t emptyRows = 0, unseenKeys = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < hq; ++h)
-      for (int64_t i = 0; i < sq; ++i) {
-        bool empty = std::isinf(ref.lseAt(b, h, i));
-        emptyRows += empty;
-        for (int64_t d = 0; d < dqk; ++d)
-          cq.add(dq.at(b, h, i, d), want.dqAt(b, h, i, d), empty);
-      }
-    for (int64_t h = 0; h < hkv; ++h)
-      for (int64_t j = 0; j < sk; ++j) {
-        // dV_j = sum_i P_ij dO_i with random dO: exactly 0 only when no
-        // query of the group sees key j.
-        bool unseen = true;
-        for (int64_t d = 0; d < dvv; ++d)
-          unseen = unseen && want.dvAt(b, h, j, d) == 0.0;
-        unseenKeys += unseen;
-        for (int64_t d = 0; d < dqk; ++d)
-          ck.add(dk.at(b, h, j, d), want.dkAt(b, h, j, d), unseen);
-        for (int64_t d = 0; d < dvv; ++d)
-          cv.add(dv.at(b, h, j, d), want.dvAt(b, h, j, d), unseen);
-      }
-  }
+  DenseGradChecks c = compareDenseGradients(dq, dk, dv, want, ref);
+  const GradCheck &cq = c.q, &ck = c.k, &cv = c.v;
+  const int64_t emptyRows = c.emptyRows, unseenKeys = c.unseenKeys;
   INFO("rows with no allowed key: " << emptyRows
                                     << ", keys no query sees: " << unseenKeys);
   std::printf("  %-32s b%lld sq%-4lld sk%-4lld  dQ %.2e/%.2e  dK %.2e/%.2e  "

@@ -1,6 +1,6 @@
 //===- BackwardTestSupport.h - Shared pieces of the [gpu] backward tests --===//
 //
-// Loading an ahead-of-time backward kernel and checking its dQ, dK and dV
+// Loading an ahead-of-time backward kernel and checking dQ, dK and dV
 // against the float64 reference backward (relative bounds, NaN and
 // structural zeros), for BackwardGpuTest.cpp and RingBackwardGpuTest.cpp.
 //
@@ -10,12 +10,16 @@
 
 #include "GpuTestSupport.h"
 
+#include "flashjit/frontend/Reference.h"
+#include "flashjit/frontend/ReferenceBackward.h"
 #include "flashjit/runtime/AttentionKernel.h"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -98,6 +102,47 @@ inline void checkGrad(const char *name, const GradCheck &c, DType t) {
   CHECK(c.nonZero == 0);
   CHECK(c.relMax() <= maxTol(t));
   CHECK(c.relNorm() <= normTol(t));
+}
+
+/// dQ, dK and dV of one dense call (downloaded) against the reference
+/// backward: rows whose reference LSE (\p ref) is -inf have no allowed key
+/// (their dQ must be exactly 0); keys whose reference dV is all zero are
+/// seen by no query of their group (dK and dV exactly 0: dV_j = sum_i P_ij
+/// dO_i with random dO is 0 only then).
+struct DenseGradChecks {
+  GradCheck q, k, v;
+  int64_t emptyRows = 0, unseenKeys = 0;
+};
+
+inline DenseGradChecks compareDenseGradients(const GpuTensor &dq,
+                                             const GpuTensor &dk,
+                                             const GpuTensor &dv,
+                                             ReferenceGradients &want,
+                                             ReferenceOutput &ref) {
+  const std::array<int64_t, 4> &qs = dq.hostRef.shape, &ks = dk.hostRef.shape;
+  const int64_t dvv = dv.hostRef.shape[3];
+  DenseGradChecks c;
+  for (int64_t b = 0; b < qs[0]; ++b) {
+    for (int64_t h = 0; h < qs[1]; ++h)
+      for (int64_t i = 0; i < qs[2]; ++i) {
+        bool empty = std::isinf(ref.lseAt(b, h, i));
+        c.emptyRows += empty;
+        for (int64_t d = 0; d < qs[3]; ++d)
+          c.q.add(dq.at(b, h, i, d), want.dqAt(b, h, i, d), empty);
+      }
+    for (int64_t h = 0; h < ks[1]; ++h)
+      for (int64_t j = 0; j < ks[2]; ++j) {
+        bool unseen = true;
+        for (int64_t d = 0; d < dvv; ++d)
+          unseen = unseen && want.dvAt(b, h, j, d) == 0.0;
+        c.unseenKeys += unseen;
+        for (int64_t d = 0; d < ks[3]; ++d)
+          c.k.add(dk.at(b, h, j, d), want.dkAt(b, h, j, d), unseen);
+        for (int64_t d = 0; d < dvv; ++d)
+          c.v.add(dv.at(b, h, j, d), want.dvAt(b, h, j, d), unseen);
+      }
+  }
+  return c;
 }
 
 } // namespace flashjit::test::backward

@@ -135,25 +135,8 @@ RingResult checkRingBackward(Device &dev, const AttentionSpec &spec, int ranks,
   }
   ReferenceGradients want = referenceAttentionBackward(
       spec, q.hostRef, k.hostRef, v.hostRef, dO.hostRef, args.host, {});
-  GradCheck cq, ck, cv;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < hq; ++h)
-      for (int64_t i = 0; i < s; ++i) {
-        bool empty = std::isinf(ref.lseAt(b, h, i));
-        for (int64_t d = 0; d < dqk; ++d)
-          cq.add(dq.at(b, h, i, d), want.dqAt(b, h, i, d), empty);
-      }
-    for (int64_t h = 0; h < hkv; ++h)
-      for (int64_t j = 0; j < s; ++j) {
-        bool unseen = true;
-        for (int64_t d = 0; d < dvv; ++d)
-          unseen = unseen && want.dvAt(b, h, j, d) == 0.0;
-        for (int64_t d = 0; d < dqk; ++d)
-          ck.add(dk.at(b, h, j, d), want.dkAt(b, h, j, d), unseen);
-        for (int64_t d = 0; d < dvv; ++d)
-          cv.add(dv.at(b, h, j, d), want.dvAt(b, h, j, d), unseen);
-      }
-  }
+  DenseGradChecks c = compareDenseGradients(dq, dk, dv, want, ref);
+  const GradCheck &cq = c.q, &ck = c.k, &cv = c.v;
   std::printf("  ring bwd %-26s %d ranks %-10s s%-4lld dQ %.2e/%.2e  dK "
               "%.2e/%.2e  dV %.2e/%.2e (max/norm rel err)\n",
               spec.variant.name().c_str(), ranks,
