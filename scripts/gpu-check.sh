@@ -20,7 +20,10 @@
 # racecheck_generated memcheck_ws synccheck_generated (the warp-specialised
 # d128 kernels) memcheck_sparse racecheck_sparse, and sparse (only the
 # [sparse] tests, which gpu includes), bwd (only the [backward] tests, which
-# gpu includes), bwdbench (forward and backward TF/s, and the backward's
+# gpu includes), ring (only the [ring] tests: the GPU ring forward and
+# backward over one NCCL rank and 2 / 4 ranks as threads, the NCCL
+# transport; in gpu; memcheck_ring runs them under memcheck, not in the
+# default), bwdbench (forward and backward TF/s, and the backward's
 # deterministic mode against its default at D = 128, N = 4k and 16k,
 # BWDMODE lines; not in the default), masked (the [masked] tests: NaN and
 # Inf at masked keys; in gpu) and maskbench (what isolating masked keys
@@ -286,6 +289,7 @@ run() {
   want gpu && step gpu "$bin/flashjit_gpu_tests" ${GPU_CHECK_GPU_FILTER:+"$GPU_CHECK_GPU_FILTER"} --durations yes
   want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
   want bwd && step bwd "$bin/flashjit_gpu_tests" "[backward]" --durations yes
+  want ring && step ring "$bin/flashjit_gpu_tests" "[ring]" --durations yes
   want bwdbench && step bwdbench "$bin/flashjit_gpu_tests" "[bwdbench]"
   # Masked keys (issue 21 section 3): the [masked] tests, and the cost of
   # the isolation (pack with GPU_CHECK_MASKBENCH=1): MASKBENCH lines, the
@@ -318,6 +322,10 @@ run() {
     # shellcheck disable=SC2086
     PYTHONPATH=$dp step decodepeers python3 bench/decode_peers.py \
       ${GPU_CHECK_DECODE_PEERS_ARGS:-}
+  fi
+  if command -v compute-sanitizer >/dev/null && want memcheck_ring; then
+    step memcheck_ring compute-sanitizer --tool memcheck --error-exitcode 3 \
+      "$bin/flashjit_gpu_tests" "[ring]"
   fi
   if command -v compute-sanitizer >/dev/null && want memcheck_bwd; then
     FLASHJIT_MATRIX_ONLY=bwd_causal_br step memcheck_bwd compute-sanitizer \

@@ -7,9 +7,13 @@
 #include "flashjit/runtime/Nvrtc.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace flashjit::runtime {
@@ -21,7 +25,8 @@ namespace {
 // so an output that is one of the inputs is read whole before it is
 // written. Append: one CTA per (new token, kv head, sequence), threads over
 // the head dim, copying elements bit for bit. Element types: 0 fp16,
-// 1 bf16, 2 fp32 (bytes 2, 2, 4).
+// 1 bf16, 2 fp32 (bytes 2, 2, 4). Accumulate: a grid-stride loop over the
+// elements in row-major order, each one read, added in fp32 and stored.
 constexpr const char *kSource = R"cuda(
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -118,6 +123,26 @@ flashjit_merge_states(const FjStates states, int n, void *o, float *lse,
     lse[b * l0 + h * l1 + i * l2] = float(l);
 }
 
+extern "C" __global__ void __launch_bounds__(256)
+flashjit_accumulate(const void *src, int stype, long long s0, long long s1,
+                    long long s2, long long s3, void *dst, int dtype,
+                    long long d0, long long d1, long long d2, long long d3,
+                    int add, long long n0, long long n1, long long n2,
+                    long long n3) {
+  const long long n = n0 * n1 * n2 * n3;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long a = e / (n1 * n2 * n3), b = (e / (n2 * n3)) % n1,
+                    c = (e / n3) % n2, d = e % n3;
+    const long long so = a * s0 + b * s1 + c * s2 + d * s3;
+    const long long dof = a * d0 + b * d1 + c * d2 + d * d3;
+    float v = float(fjLoad(src, so, stype));
+    if (add)
+      v = float(fjLoad(dst, dof, dtype)) + v; // one fp32 addition
+    fjStore(dst, dof, dtype, v);
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(128)
 flashjit_paged_append(const char *kNew, const char *vNew, char *kCache,
                       char *vCache, const int *pages, const int *pageStart,
@@ -190,6 +215,50 @@ GpuPagedOps::GpuPagedOps(Device &device) : device_(&device) {
   module_ = Module::fromPtx(device, ptx);
   merge_ = module_.function(kMergeName);
   append_ = module_.function(kAppendName);
+  accumulate_ = module_.function(kAccumulateName);
+}
+
+void GpuPagedOps::accumulate(const TensorRef &src, const TensorRef &dst,
+                             bool add, CUstream stream) const {
+  if (src.rank < 1 || src.rank > 4)
+    throw UserError(
+        fmt::format("accumulate: rank {} outside [1, 4]", src.rank));
+  auto dims = [](const TensorRef &t) {
+    return std::span(t.shape.data(), size_t(std::clamp(t.rank, 0, 4)));
+  };
+  if (src.rank != dst.rank || !std::ranges::equal(dims(src), dims(dst)))
+    throw UserError(fmt::format("accumulate: src is [{}] but dst [{}] "
+                                "(equal shapes required)",
+                                fmt::join(dims(src), ", "),
+                                fmt::join(dims(dst), ", ")));
+  std::array<int64_t, 4> n{1, 1, 1, 1}, ss{0, 0, 0, 0}, ds{0, 0, 0, 0};
+  for (int d = 0; d < src.rank; ++d) {
+    int at = 4 - src.rank + d; // leading dims of size 1
+    n[size_t(at)] = src.shape[size_t(d)];
+    ss[size_t(at)] = src.strides[size_t(d)];
+    ds[size_t(at)] = dst.strides[size_t(d)];
+  }
+  const int64_t total = n[0] * n[1] * n[2] * n[3];
+  if (total == 0)
+    return;
+  device_->makeCurrent();
+  KernelArgs a;
+  a.add(src.data).add(static_cast<int32_t>(dtypeCode(src.dtype)));
+  for (int64_t x : ss)
+    a.add(static_cast<long long>(x));
+  a.add(dst.data).add(static_cast<int32_t>(dtypeCode(dst.dtype)));
+  for (int64_t x : ds)
+    a.add(static_cast<long long>(x));
+  a.add(static_cast<int32_t>(add));
+  for (int64_t x : n)
+    a.add(static_cast<long long>(x));
+  LaunchConfig cfg;
+  cfg.grid = {
+      static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65536)), 1,
+      1};
+  cfg.block = {256, 1, 1};
+  cfg.stream = stream;
+  launch(accumulate_, cfg, a);
 }
 
 void GpuPagedOps::mergeStates(const TensorRef &oA, const TensorRef &lseA,

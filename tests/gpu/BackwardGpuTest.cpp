@@ -13,6 +13,7 @@
 // A hidden [.bwdbench] case times forward and backward (TF/s).
 //
 //===----------------------------------------------------------------------===//
+#include "BackwardTestSupport.h"
 #include "GpuTestSupport.h"
 #include "KernelMatrix.h"
 
@@ -33,81 +34,9 @@
 using namespace flashjit;
 using namespace flashjit::runtime;
 using flashjit::test::GpuTensor;
+using namespace flashjit::test::backward;
 
 namespace {
-
-/// Loads ahead-of-time backward kernel \p id (<dir>/<id>.ptx and .info, as
-/// test::readKernelInfo reads it).
-std::unique_ptr<GpuAttentionBackwardKernel>
-loadBackward(const std::string &id, const AttentionSpec &spec, Device &dev,
-             const std::string &dir = test::matrixKernelDir()) {
-  std::string base = dir + "/" + id;
-  std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
-  INFO("kernel files " << base << ".{info,ptx}");
-  REQUIRE(infoFile);
-  REQUIRE(ptxFile);
-  GpuKernelInfo info = test::readKernelInfo(infoFile);
-  REQUIRE(infoFile);
-  REQUIRE(info.config.kind == KernelKind::Backward);
-  std::stringstream ptx;
-  ptx << ptxFile.rdbuf();
-  return std::make_unique<GpuAttentionBackwardKernel>(spec, info, ptx.str(),
-                                                      dev);
-}
-
-/// Writes \p value into element (a, b, c, d) of \p t's host copy.
-void put(GpuTensor &t, int64_t a, int64_t b, int64_t c, int64_t d,
-         double value) {
-  storeFromFloat(t.hostRef.data, t.hostRef.dtype, t.hostRef.offset(a, b, c, d),
-                 static_cast<float>(value));
-}
-void upload(GpuTensor &t) {
-  t.device.copyFromHost(t.host.data(), t.host.size());
-}
-
-/// Relative error bounds of the gradients: max |got - want| / max |want|
-/// and the Frobenius ratio ||got - want|| / ||want||. P and dS enter the
-/// tensor cores in the inputs' 16-bit dtype (as in FlashAttention-2), so
-/// the bounds follow its unit roundoff: about 3x the worst seen on the
-/// H200 (2026-12-01: bf16 5.4e-3 max / 3.2e-3 norm, fp16 7.5e-4 / 3.9e-4).
-double maxTol(DType t) { return t == DType::BF16 ? 1.5e-2 : 2.5e-3; }
-double normTol(DType t) { return t == DType::BF16 ? 7.5e-3 : 1.2e-3; }
-
-struct GradCheck {
-  double maxErr = 0, maxRef = 0, errSq = 0, refSq = 0;
-  int64_t nan = 0, nonZero = 0;
-  /// \p structuralZero: the entry belongs to a row with no allowed key
-  /// (dQ) or a key no query may see (dK, dV), so it must be exactly 0. (A
-  /// row with a single allowed key has dS = 0 in exact arithmetic only: its
-  /// reference dQ is 0, the kernel's is rounding noise.)
-  void add(float got, double want, bool structuralZero) {
-    if (std::isnan(got)) {
-      ++nan;
-      return;
-    }
-    if (structuralZero && got != 0.0f)
-      ++nonZero;
-    double e = std::fabs(got - want);
-    maxErr = std::max(maxErr, e);
-    maxRef = std::max(maxRef, std::fabs(want));
-    errSq += e * e;
-    refSq += want * want;
-  }
-  double relMax() const { return maxRef > 0 ? maxErr / maxRef : maxErr; }
-  double relNorm() const {
-    return refSq > 0 ? std::sqrt(errSq / refSq) : std::sqrt(errSq);
-  }
-};
-
-void checkGrad(const char *name, const GradCheck &c, DType t) {
-  INFO(name << ": max |err| / max |ref| = " << c.relMax()
-            << ", ||err|| / ||ref|| = " << c.relNorm() << ", NaN " << c.nan
-            << ", nonzero in rows / keys with nothing allowed: " << c.nonZero);
-  CHECK(c.nan == 0);
-  CHECK(c.nonZero == 0);
-  CHECK(c.relMax() <= maxTol(t));
-  CHECK(c.relNorm() <= normTol(t));
-}
 
 /// The buffer and parameter gradients against the reference: |got - want|
 /// <= tol * sqrt(rows) * (1 + max |want|) per array, tol 2.5e-2 (bf16) or
@@ -206,30 +135,9 @@ void checkBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
   ReferenceGradients want = referenceAttentionBackward(
       spec, q.hostRef, k.hostRef, v.hostRef, dO.hostRef, args.host, params);
   checkDataGradients(got, want, dt, batch * hq * sq, std::max(sq, sk));
-  GradCheck cq, ck, cv;
-  int64_t emptyRows = 0, unseenKeys = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < hq; ++h)
-      for (int64_t i = 0; i < sq; ++i) {
-        bool empty = std::isinf(ref.lseAt(b, h, i));
-        emptyRows += empty;
-        for (int64_t d = 0; d < dqk; ++d)
-          cq.add(dq.at(b, h, i, d), want.dqAt(b, h, i, d), empty);
-      }
-    for (int64_t h = 0; h < hkv; ++h)
-      for (int64_t j = 0; j < sk; ++j) {
-        // dV_j = sum_i P_ij dO_i with random dO: exactly 0 only when no
-        // query of the group sees key j.
-        bool unseen = true;
-        for (int64_t d = 0; d < dvv; ++d)
-          unseen = unseen && want.dvAt(b, h, j, d) == 0.0;
-        unseenKeys += unseen;
-        for (int64_t d = 0; d < dqk; ++d)
-          ck.add(dk.at(b, h, j, d), want.dkAt(b, h, j, d), unseen);
-        for (int64_t d = 0; d < dvv; ++d)
-          cv.add(dv.at(b, h, j, d), want.dvAt(b, h, j, d), unseen);
-      }
-  }
+  DenseGradChecks c = compareDenseGradients(dq, dk, dv, want, ref);
+  const GradCheck &cq = c.q, &ck = c.k, &cv = c.v;
+  const int64_t emptyRows = c.emptyRows, unseenKeys = c.unseenKeys;
   INFO("rows with no allowed key: " << emptyRows
                                     << ", keys no query sees: " << unseenKeys);
   std::printf("  %-32s b%lld sq%-4lld sk%-4lld  dQ %.2e/%.2e  dK %.2e/%.2e  "

@@ -8,14 +8,15 @@
 // Two transports: NCCL with a communicator of one rank (the one-GPU
 // machine; libnccl found as RingNcclGpuTest.cpp finds it, skipped with the
 // reason where none loads), and ranks as threads on one GPU whose shifts
-// are staged through host memory and an InProcessRing. NCCL itself cannot
-// run two ranks of one communicator on one GPU (ncclCommInitRank refuses a
-// duplicate device), so the multi-rank schedules (2 and 4 ranks, both
+// are staged through host memory and an InProcessRing (RingTestSupport.h). NCCL
+// itself cannot run two ranks of one communicator on one GPU (ncclCommInitRank
+// refuses a duplicate device), so the multi-rank schedules (2 and 4 ranks, both
 // shardings) are checked through the staged transport.
 //
 //===----------------------------------------------------------------------===//
 #include "GpuTestSupport.h"
 #include "KernelMatrix.h"
+#include "RingTestSupport.h"
 
 #include "flashjit/frontend/ContextParallel.h"
 #include "flashjit/frontend/Error.h"
@@ -26,68 +27,20 @@
 
 #include <catch2/catch.hpp>
 
-#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <random>
-#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 using namespace flashjit;
 using namespace flashjit::runtime;
 using flashjit::test::GpuTensor;
+using flashjit::test::StagedDeviceRing;
 using flashjit::test::VariantArgs;
 
 namespace {
-
-/// A rank of ranks-as-threads on one GPU: each shift copies the send
-/// buffer to host memory (after the rank's stream has finished with it),
-/// moves it through \p host (an InProcessRing rank), and copies the
-/// received bytes to the device buffer in waitShift.
-class StagedDeviceRing final : public RingTransport {
-public:
-  StagedDeviceRing(RingTransport &host, CUstream stream)
-      : host_(host), stream_(stream) {}
-  int rank() const override { return host_.rank(); }
-  int size() const override { return host_.size(); }
-  void startShift(const void *send, void *recv, size_t bytes) override {
-    const Driver &d = Driver::get();
-    check(d.cuStreamSynchronize(stream_));
-    sendHost_.resize(bytes);
-    recvHost_.resize(bytes);
-    check(d.cuMemcpyDtoH(sendHost_.data(), reinterpret_cast<CUdeviceptr>(send),
-                         bytes));
-    recv_ = recv;
-    bytes_ = bytes;
-    host_.startShift(sendHost_.data(), recvHost_.data(), bytes);
-  }
-  void waitShift() override {
-    host_.waitShift();
-    const Driver &d = Driver::get();
-    check(d.cuStreamSynchronize(stream_)); // no kernel reads recv_ now
-    check(d.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(recv_), recvHost_.data(),
-                         bytes_));
-    // A copy from pageable memory may return before its DMA lands: wait
-    // for it before the rank's stream reads the buffer (the streams are
-    // blocking ones too, ordered after the legacy stream's copy).
-    check(d.cuCtxSynchronize());
-  }
-  void abort(const std::string &why) noexcept override { host_.abort(why); }
-
-private:
-  static void check(CUresult r) {
-    if (r != CUDA_SUCCESS)
-      throw std::runtime_error("CUDA error " + std::to_string(int(r)));
-  }
-  RingTransport &host_;
-  CUstream stream_;
-  std::vector<char> sendHost_, recvHost_;
-  void *recv_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 /// One rank's tensors: its parts of q, k, v (sharded on the host, then
 /// uploaded) and its outputs.
@@ -183,44 +136,18 @@ std::vector<RingStats> runThreads(Device &dev, const LoadedRing &ring,
                                   const GpuPagedOps &ops, Sharding sharding,
                                   std::vector<RankTensors> &parts,
                                   const Arguments &args) {
-  int ranks = static_cast<int>(parts.size());
-  InProcessRing host(ranks);
   std::vector<RingStats> stats(parts.size());
-  std::vector<std::exception_ptr> errors(parts.size());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        dev.makeCurrent();
-        CUstream stream = nullptr;
-        const Driver &d = Driver::get();
-        if (d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) != CUDA_SUCCESS)
-          throw std::runtime_error("cuStreamCreate failed");
-        StagedDeviceRing t(host.rank(r), stream);
-        RankTensors &p = parts[size_t(r)];
-        RingOptions opts;
-        opts.sharding = sharding;
-        try {
-          stats[size_t(r)] = ringAttentionGpu(
-              ring.spec, *ring.kernel, ops, dev, t, p.q->deviceRef,
-              p.k->deviceRef, p.v->deviceRef, p.o->deviceRef, &p.lse->deviceRef,
-              args, opts, stream);
-          d.cuStreamSynchronize(stream);
-        } catch (...) {
-          d.cuStreamSynchronize(stream);
-          d.cuStreamDestroy(stream);
-          throw;
-        }
-        d.cuStreamDestroy(stream);
-      } catch (...) {
-        errors[size_t(r)] = std::current_exception();
-      }
-    });
-  for (std::thread &t : threads)
-    t.join();
-  for (std::exception_ptr &e : errors)
-    if (e)
-      std::rethrow_exception(e);
+  test::runRankThreads(dev, static_cast<int>(parts.size()),
+                       [&](int r, RingTransport &t, CUstream stream) {
+                         RankTensors &p = parts[size_t(r)];
+                         RingOptions opts;
+                         opts.sharding = sharding;
+                         stats[size_t(r)] = ringAttentionGpu(
+                             ring.spec, *ring.kernel, ops, dev, t,
+                             p.q->deviceRef, p.k->deviceRef, p.v->deviceRef,
+                             p.o->deviceRef, &p.lse->deviceRef, args, opts,
+                             stream);
+                       });
   return stats;
 }
 

@@ -5,7 +5,8 @@
 // tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
 // that has no MLIR (the ahead-of-time flow a host application uses), the
 // block-sparse / varlen kernels of sparseKernels(), sinkKernels(),
-// ringKernels() and paddedKernels(), the
+// ringKernels() and paddedKernels(), the ring backward kernels
+// (ringBackwardKernels()), the
 // backward kernels (backwardKernels(), backwardVarlenKernels(),
 // backwardSparseKernels(), the timing
 // pairs of benchKernels()), and
@@ -202,6 +203,19 @@ int main(int argc, char **argv) {
       break;
     write(dir, k.id,
           flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), o),
+          /*sparse=*/true);
+    ++n;
+  }
+  // Ring backward kernels (issue 20): the backward of each ring spec.
+  for (const auto &k : flashjit::testing::ringBackwardKernels()) {
+    if (skip(k.id))
+      continue;
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
+    write(dir, k.id,
+          flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), bo),
           /*sparse=*/true);
     ++n;
   }

@@ -445,6 +445,20 @@ inline std::vector<RingKernel> ringKernels() {
   };
 }
 
+/// The issue-20 ring backward kernels: \p spec is the attention over the
+/// whole sequence; the kernel is the dense GPU backward
+/// (GpuCompileOptions::kind = Backward) of ringKernelSpec(spec), run by
+/// ringAttentionBackwardGpu: no mask, a causal mask with GQA, a document
+/// mask (buffer reads at global indices); both 16-bit dtypes.
+inline std::vector<RingKernel> ringBackwardKernels() {
+  return {
+      {"ringbwd_none_d64_bf16_g1", matrixSpec("none", 64, DType::BF16, 2, 2)},
+      {"ringbwd_causal_tl_d64_bf16_g2",
+       matrixSpec("causal_tl", 64, DType::BF16, 4, 2)},
+      {"ringbwd_doc_d64_fp16_g1", matrixSpec("doc_id", 64, DType::F16, 2, 2)},
+  };
+}
+
 } // namespace flashjit::testing
 
 #endif // FLASHJIT_TESTS_SUPPORT_KERNELMATRIX_H

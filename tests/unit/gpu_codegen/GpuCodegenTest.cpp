@@ -1373,6 +1373,34 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
     }
 }
 
+TEST_CASE("every ring backward kernel assembles with no spills and takes "
+          "the chunk parameters",
+          "[gpu-codegen][ring]") {
+  for (const testing::RingKernel &k : testing::ringBackwardKernels())
+    for (const char *arch : {"sm_80", "sm_90a"}) {
+      INFO(k.id << " " << arch << ": " << printSpec(k.spec));
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.kind = KernelKind::Backward;
+      AttentionSpec ring = testing::ringKernelSpec(k.spec);
+      GpuKernelImage img = compileGpu(ring, o);
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      INFO(r.log);
+      int entries = 0;
+      for (const runtime::PtxasFunctionReport &f : r.functions) {
+        INFO(f.name);
+        CHECK(f.clean());
+        ++entries;
+      }
+      CHECK(entries >= 3); // pre, main, post
+      // Masks reading q_idx and kv_idx get cp_q_chunk and cp_kv_chunk at
+      // least; a spec with no mask gets none.
+      size_t added =
+          ring.variant.params().size() - k.spec.variant.params().size();
+      CHECK((k.id.find("none") != std::string::npos ? added == 0 : added >= 2));
+    }
+}
+
 TEST_CASE("every ring kernel assembles with no spills and takes the chunk "
           "parameters as arguments beyond its spec's",
           "[gpu-codegen][ring]") {

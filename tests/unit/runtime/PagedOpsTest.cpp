@@ -1,10 +1,13 @@
 //===- PagedOpsTest.cpp - The merge and append kernels compile cleanly ----===//
 //
 // No GPU needed: GpuPagedOps' CUDA C (issue 17: merge_states with an
-// optional sink, the paged append) compiles with NVRTC for sm_80 and sm_90a
-// and ptxas assembles both entries with no spills; the entries take the
-// argument counts GpuPagedOps passes (merge 17, append 29). The [gpu] tests
-// (tests/gpu/DecodeGpuTest.cpp) run them against the host versions.
+// optional sink, the paged append) and the ring backward's accumulation
+// (issue 20) compile with NVRTC for sm_80 and sm_90a and ptxas assembles
+// the entries with no spills; they take the argument counts GpuPagedOps
+// passes (merge 17, append 29, accumulate 17). The [gpu] tests
+// (tests/gpu/DecodeGpuTest.cpp) run merge and append against the host
+// versions, tests/gpu/RingBackwardGpuTest.cpp the accumulation inside the
+// ring backward.
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/runtime/PagedOps.h"
@@ -17,8 +20,8 @@
 
 using namespace flashjit::runtime;
 
-TEST_CASE("the merge and append kernels compile with NVRTC and assemble "
-          "cleanly",
+TEST_CASE("the merge, append and accumulate kernels compile with NVRTC and "
+          "assemble cleanly",
           "[runtime][paged]") {
   for (std::string arch : {"sm_80", "sm_90a"}) {
     INFO(arch);
@@ -28,7 +31,8 @@ TEST_CASE("the merge and append kernels compile with NVRTC and assemble "
     PtxasReport r = runPtxas(out.ptx, arch);
     INFO(r.log);
     for (auto [name, want] : {std::pair{GpuPagedOps::kMergeName, 17},
-                              std::pair{GpuPagedOps::kAppendName, 29}}) {
+                              std::pair{GpuPagedOps::kAppendName, 29},
+                              std::pair{GpuPagedOps::kAccumulateName, 17}}) {
       INFO(name);
       std::string entry = std::string(".entry ") + name + "(";
       size_t at = out.ptx.find(entry);

@@ -4,9 +4,10 @@
 // The serving helpers of issue 17 for device tensors: the public state merge
 // (mergeStates in frontend/Paged.h, 2-way and n-way, with an optional
 // attention sink) and the append helper that writes new K/V tokens into a
-// paged cache (appendPagedKV). Same semantics and checks as the host
-// versions; CUDA C compiled by NVRTC when the object is made (no MLIR; the
-// module is loaded once per object), as GpuSinkGradient does.
+// paged cache (appendPagedKV), and the element-wise accumulation the GPU
+// ring backward sums its partial gradients with. Same semantics and checks as
+// the host versions; CUDA C compiled by NVRTC when the object is made (no MLIR;
+// the module is loaded once per object), as GpuSinkGradient does.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_RUNTIME_PAGEDOPS_H
@@ -70,17 +71,29 @@ public:
               const TensorRef &kCache, const TensorRef &vCache,
               const DevicePageTable &table, CUstream stream = nullptr) const;
 
+  /// dst = src (\p add false) or dst += src (\p add true) element by
+  /// element on device memory: \p src and \p dst of equal rank (1 to 4)
+  /// and shape, each F16, BF16 or F32 with any strides (not overlapping
+  /// unless equal). The sum is one fp32 addition, rounded once to dst's
+  /// dtype (round to nearest even), as the host ring backward adds its
+  /// partial gradients (Ring.h); with \p add false, a dtype conversion.
+  /// Asynchronous on \p stream. Throws UserError naming the shapes when
+  /// they differ, or for a rank outside [1, 4].
+  void accumulate(const TensorRef &src, const TensorRef &dst, bool add,
+                  CUstream stream = nullptr) const;
+
   /// The kernels' CUDA C source (the no-GPU tests compile it with NVRTC).
   static std::string_view source();
   /// The most states one mergeStates call takes.
   static constexpr int kMaxStates = 32;
   static constexpr const char *kMergeName = "flashjit_merge_states";
   static constexpr const char *kAppendName = "flashjit_paged_append";
+  static constexpr const char *kAccumulateName = "flashjit_accumulate";
 
 private:
   Device *device_;
   Module module_;
-  Function merge_, append_;
+  Function merge_, append_, accumulate_;
 };
 
 } // namespace flashjit::runtime

@@ -9,10 +9,18 @@
 // (NcclTransport). The shifts are ordered on the caller's stream, one after
 // the other with the kernels: communication does not yet overlap compute.
 //
+// The GPU ring backward (ringAttentionBackwardGpu) follows the CPU
+// backward ring's schedule and arithmetic (ringAttentionBackwardCpu):
+// K/V travel as in the forward, fp32 dK/dV accumulators travel after each
+// step's additions and come home with one last shift, and every chunk
+// pair's gradients come from the GPU backward kernel run with the GLOBAL
+// O and LSE.
+//
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_RUNTIME_RINGGPU_H
 #define FLASHJIT_RUNTIME_RINGGPU_H
 
+#include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Ring.h"
 
 #include <cuda.h>
@@ -20,7 +28,6 @@
 namespace flashjit::runtime {
 
 class Device;
-class GpuAttentionKernel;
 class GpuPagedOps;
 
 /// One rank's part of ring attention on a GPU (dense batches; the forward
@@ -68,6 +75,61 @@ ringAttentionGpu(const AttentionSpec &spec, const GpuAttentionKernel &kernel,
                  const TensorRef &k, const TensorRef &v, const TensorRef &o,
                  const TensorRef *lse, const Arguments &args = {},
                  const RingOptions &options = {}, CUstream stream = nullptr);
+
+/// One rank's part of the ring backward on a GPU (dense batches): the
+/// gradients of ringAttentionGpu's output. \p kernel must be the dense GPU
+/// backward kernel (GpuCompileOptions::kind = Backward, not varlen, not
+/// block-sparse) of contextParallelSpec(spec, spec.dtypeO), the spec the
+/// forward ring's kernel is compiled from; \p ops (GpuPagedOps of
+/// \p device) adds the partial gradients.
+///
+/// q, k, v, o, lse, dO, dq, dk and dv are this rank's parts of the global
+/// tensors (shardSequence under options.sharding; shapes and dtypes of
+/// GpuAttentionBackwardKernel::run, device memory of \p device): o and lse
+/// are what ringAttentionGpu wrote (the global O and LSE), dO the upstream
+/// gradient of o. Schedule: R steps; at step s the rank holds rank
+/// (r - s) mod R's K/V chunks (sent on while the step computes) and their
+/// fp32 dK/dV accumulators; for each (local query chunk, visiting key
+/// chunk) pair that classifyChunkPair (without buffer ranges, as the
+/// forward) does not find empty it runs \p kernel with the global LSE
+/// (P = exp(s' - LSE) is the whole sequence's probability, D = rowsum(dO *
+/// O) its own) into 16-bit partials and adds them (GpuPagedOps::accumulate:
+/// one fp32 addition each) to its dQ accumulator and to the visiting
+/// dK/dV; then the dK/dV move on (2R - 1 shifts in all, none for one rank)
+/// and, home again, are written to dk and dv with one rounding, as dQ to
+/// dq. The kernel calls and additions come in one fixed order on
+/// \p stream, so with \p backward.deterministic (whose kernel dQ is
+/// bit-identical run to run) the gradients are bit-identical run to run.
+/// The mask and score modifier see global indices; buffers in \p args are
+/// the global ones in device memory.
+///
+/// Returns the rank's share of the f32 buffer and parameter gradients
+/// (summed over its chunk pairs in order; sum them over the ranks for the
+/// totals). \p stats, where given, receives the pairs computed and skipped
+/// and the shifts made. Asynchronous on \p stream as ringAttentionGpu
+/// (the transport's shifts and a kernel call with data gradients or
+/// unproven buffer reads synchronise it); temporary memory (two K/V
+/// slices, two fp32 dK/dV slices, the fp32 dQ accumulators and one pair's
+/// 16-bit partials) is stream-ordered. \p kernel's workspaces serve one
+/// stream at a time: ranks sharing a device need a kernel object each.
+///
+/// Throws UserError naming the field and value for bad tensors
+/// (checkBackwardTensors) or arguments, a kernel that is not a dense
+/// backward kernel of contextParallelSpec(spec, spec.dtypeO), a spec with
+/// an attention sink (not yet: d sink is GpuSinkGradient's on the rank's
+/// o, dO and lse, summed over the ranks), a local seqlen the sharding
+/// cannot cut, head dims whose rows are not a multiple of 16 bytes, and
+/// what GpuAttentionBackwardKernel::run throws; DriverError for CUDA or
+/// NCCL failures. A rank that throws calls transport.abort().
+DataGradients ringAttentionBackwardGpu(
+    const AttentionSpec &spec, const GpuAttentionBackwardKernel &kernel,
+    const GpuPagedOps &ops, Device &device, RingTransport &transport,
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const Arguments &args = {}, const RingOptions &options = {},
+    const GpuBackwardOptions &backward = {}, CUstream stream = nullptr,
+    RingStats *stats = nullptr);
 
 } // namespace flashjit::runtime
 

@@ -1,0 +1,257 @@
+//===- RingBackwardGpu.cpp - The ring's backward on a GPU -----------------===//
+//
+// ringAttentionBackwardGpu (RingGpu.h): RingBackward.cpp's schedule on
+// device memory. Two buffers travel: the K/V chunks (shifted while the
+// step computes, as in the forward) and the fp32 dK/dV accumulators of
+// those chunks (shifted after the step has added to them). At step s rank
+// r holds both for rank (r - s) mod R; after the R-th dK/dV shift each
+// rank holds its own again. Both are laid out as RingGpuSupport.h's
+// GpuKVLayout (dK chunks | dV chunks in fp32). Unlike the CPU ring the
+// buffers carry no header: every rank must pass equal shapes.
+//
+// Every pair's partial dQ, dK and dV are the backward kernel's 16-bit
+// outputs, added to the fp32 accumulators by GpuPagedOps::accumulate (the
+// CPU ring rounds its partials to the inputs' dtype too): each kernel call
+// and addition is enqueued on the caller's stream in one fixed order.
+//
+//===----------------------------------------------------------------------===//
+#include "flashjit/runtime/RingGpu.h"
+
+#include "flashjit/frontend/Error.h"
+#include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/Device.h"
+#include "flashjit/runtime/Driver.h"
+#include "flashjit/runtime/Memory.h"
+#include "flashjit/runtime/PagedOps.h"
+
+#include "Check.h"
+#include "RingGpuSupport.h"
+#include "RingSupport.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+namespace flashjit::runtime {
+namespace {
+
+using ring::fail;
+
+/// One rank's call.
+class GpuRingBackwardRun {
+public:
+  GpuRingBackwardRun(const AttentionSpec &spec,
+                     const GpuAttentionBackwardKernel &kernel,
+                     const GpuPagedOps &ops, Device &device,
+                     RingTransport &transport, const Arguments &args,
+                     const RingOptions &options,
+                     const GpuBackwardOptions &backward, CUstream stream)
+      : spec_(spec), ringSpec_(contextParallelSpec(spec, spec.dtypeO)),
+        kernel_(kernel), ops_(ops), device_(device), transport_(transport),
+        args_(args), options_(options), backward_(backward), stream_(stream) {}
+
+  void init(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+            const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+            const TensorRef &dq, const TensorRef &dk, const TensorRef &dv);
+  DataGradients run();
+  const RingStats &stats() const { return stats_; }
+
+private:
+  void checkKernel() const;
+  void allocate();
+  TensorRef part(const StreamBuffer &buf, DType dtype, int64_t heads,
+                 int64_t len, int64_t dim) const;
+  TensorRef dqAcc(int64_t i) const;
+  void computePair(int64_t i, int64_t j, const Arguments &chunkArgs);
+  void finish();
+
+  const AttentionSpec &spec_;
+  AttentionSpec ringSpec_;
+  const GpuAttentionBackwardKernel &kernel_;
+  const GpuPagedOps &ops_;
+  Device &device_;
+  RingTransport &transport_;
+  const Arguments &args_;
+  RingOptions options_;
+  GpuBackwardOptions backward_;
+  CUstream stream_;
+  ring::GpuGeometry g_;
+  ring::GpuKVLayout kvLayout_, dkvLayout_;
+  TensorRef dq_, dk_, dv_;
+  // Per local query chunk: views of q, o, dO and lse.
+  std::vector<TensorRef> qC_, oC_, dOC_, lseC_;
+  std::unique_ptr<ring::GpuTravelling> kv_, dkv_;
+  // One pair's 16-bit gradients and the fp32 dQ accumulators (one per
+  // local query chunk, chunk-major).
+  std::unique_ptr<StreamBuffer> partDq_, partDk_, partDv_, dqAcc_;
+  size_t dqAccBytes_ = 0;
+  DataGradients grads_;
+  RingStats stats_;
+};
+
+void GpuRingBackwardRun::checkKernel() const {
+  const KernelConfig &c = kernel_.info().config;
+  if (c.varlen || c.blockSparse || c.kind != KernelKind::Backward)
+    fail(fmt::format("ringAttentionBackwardGpu needs a dense backward "
+                     "kernel; '{}' is {}",
+                     kernel_.spec().variant.name(),
+                     c.varlen        ? "varlen"
+                     : c.blockSparse ? "block-sparse"
+                                     : toString(c.kind)));
+  if (!structurallyEqual(ringSpec_, kernel_.spec()))
+    fail(fmt::format("backward kernel '{}' was not compiled from "
+                     "contextParallelSpec(spec, spec.dtypeO) of spec '{}' "
+                     "(ring kernels read global indices)",
+                     kernel_.spec().variant.name(), spec_.variant.name()));
+  if (spec_.sink)
+    fail("ringAttentionBackwardGpu: spec.sink is not supported yet (dQ, "
+         "dK and dV need nothing new; d sink is GpuSinkGradient's on each "
+         "rank's o, dO and lse, summed over the ranks)");
+}
+
+void GpuRingBackwardRun::init(const TensorRef &q, const TensorRef &k,
+                              const TensorRef &v, const TensorRef &o,
+                              const TensorRef &lse, const TensorRef &dO,
+                              const TensorRef &dq, const TensorRef &dk,
+                              const TensorRef &dv) {
+  checkKernel();
+  args_.validateFor(spec_.variant);
+  AttentionShape sh =
+      checkBackwardTensors(spec_, q, k, v, o, lse, dO, dq, dk, dv);
+  g_ = ring::gpuGeometry(spec_, sh, transport_, options_.sharding,
+                         "ringAttentionBackwardGpu");
+  kvLayout_ = {g_, spec_.dtypeK, spec_.dtypeV};
+  dkvLayout_ = {g_, DType::F32, DType::F32};
+  dq_ = dq, dk_ = dk, dv_ = dv;
+  for (int64_t i = 0; i < g_.perRank; ++i) {
+    qC_.push_back(sliceDim(q, 2, i * g_.lenQ, g_.lenQ));
+    oC_.push_back(sliceDim(o, 2, i * g_.lenQ, g_.lenQ));
+    dOC_.push_back(sliceDim(dO, 2, i * g_.lenQ, g_.lenQ));
+    lseC_.push_back(sliceDim(lse, 2, i * g_.lenQ, g_.lenQ));
+  }
+  allocate();
+  ring::packKV(kvLayout_, kv_->cur(), k, v, stream_);
+}
+
+void GpuRingBackwardRun::allocate() {
+  auto bytes = [](int64_t elems, DType t) {
+    return static_cast<size_t>(elems * byteSize(t));
+  };
+  kv_ = std::make_unique<ring::GpuTravelling>(device_, kvLayout_.bytes(),
+                                              stream_, false);
+  dkv_ = std::make_unique<ring::GpuTravelling>(device_, dkvLayout_.bytes(),
+                                               stream_, true);
+  int64_t rowsQ = g_.batch * g_.headsQ * g_.lenQ;
+  int64_t rowsK = g_.batch * g_.headsKV * g_.lenK;
+  partDq_ = std::make_unique<StreamBuffer>(
+      device_, bytes(rowsQ * g_.dqk, spec_.dtypeQ), stream_);
+  partDk_ = std::make_unique<StreamBuffer>(
+      device_, bytes(rowsK * g_.dqk, spec_.dtypeK), stream_);
+  partDv_ = std::make_unique<StreamBuffer>(
+      device_, bytes(rowsK * g_.dv, spec_.dtypeV), stream_);
+  dqAccBytes_ = bytes(rowsQ * g_.dqk, DType::F32);
+  dqAcc_ = std::make_unique<StreamBuffer>(
+      device_, static_cast<size_t>(g_.perRank) * dqAccBytes_, stream_);
+  if (dqAcc_->size() > 0)
+    FLASHJIT_CHECK(Driver::get().cuMemsetD8Async(dqAcc_->ptr(), 0,
+                                                 dqAcc_->size(), stream_));
+}
+
+TensorRef GpuRingBackwardRun::part(const StreamBuffer &buf, DType dtype,
+                                   int64_t heads, int64_t len,
+                                   int64_t dim) const {
+  return TensorRef::contiguous(reinterpret_cast<void *>(buf.ptr()), dtype,
+                               {g_.batch, heads, len, dim});
+}
+
+TensorRef GpuRingBackwardRun::dqAcc(int64_t i) const {
+  return TensorRef::contiguous(
+      reinterpret_cast<void *>(dqAcc_->ptr() +
+                               static_cast<size_t>(i) * dqAccBytes_),
+      DType::F32, {g_.batch, g_.headsQ, g_.lenQ, g_.dqk});
+}
+
+void GpuRingBackwardRun::computePair(int64_t i, int64_t j,
+                                     const Arguments &chunkArgs) {
+  auto si = static_cast<size_t>(i);
+  TensorRef pdq = part(*partDq_, spec_.dtypeQ, g_.headsQ, g_.lenQ, g_.dqk);
+  TensorRef pdk = part(*partDk_, spec_.dtypeK, g_.headsKV, g_.lenK, g_.dqk);
+  TensorRef pdv = part(*partDv_, spec_.dtypeV, g_.headsKV, g_.lenK, g_.dv);
+  DataGradients g =
+      kernel_.run(qC_[si], kvLayout_.chunk(kv_->cur(), false, j),
+                  kvLayout_.chunk(kv_->cur(), true, j), oC_[si], lseC_[si],
+                  dOC_[si], pdq, pdk, pdv, chunkArgs, backward_, stream_);
+  ops_.accumulate(pdq, dqAcc(i), true, stream_);
+  ops_.accumulate(pdk, dkvLayout_.chunk(dkv_->cur(), false, j), true, stream_);
+  ops_.accumulate(pdv, dkvLayout_.chunk(dkv_->cur(), true, j), true, stream_);
+  for (auto &[name, d] : g.dBuffers) {
+    std::vector<float> &acc = grads_.dBuffers[name];
+    acc.resize(d.size(), 0.0f);
+    for (size_t x = 0; x < d.size(); ++x)
+      acc[x] += d[x];
+  }
+  for (auto &[name, d] : g.dParams)
+    grads_.dParams[name] += d;
+}
+
+void GpuRingBackwardRun::finish() {
+  for (int64_t i = 0; i < g_.perRank; ++i) {
+    ops_.accumulate(dqAcc(i), sliceDim(dq_, 2, i * g_.lenQ, g_.lenQ), false,
+                    stream_);
+    ops_.accumulate(dkvLayout_.chunk(dkv_->cur(), false, i),
+                    sliceDim(dk_, 2, i * g_.lenK, g_.lenK), false, stream_);
+    ops_.accumulate(dkvLayout_.chunk(dkv_->cur(), true, i),
+                    sliceDim(dv_, 2, i * g_.lenK, g_.lenK), false, stream_);
+  }
+}
+
+DataGradients GpuRingBackwardRun::run() {
+  for (int s = 0; s < g_.ranks; ++s) {
+    bool last = s == g_.ranks - 1;
+    if (!last)
+      kv_->start(transport_);
+    ring::forEachPair(
+        ringSpec_, args_, g_, options_.sharding, s,
+        [&](int64_t i, int64_t j, const Arguments &ca) {
+          computePair(i, j, ca);
+        },
+        stats_);
+    if (!last) {
+      kv_->finish(transport_);
+      ++stats_.shifts;
+    }
+    // dK/dV move on after this step's additions; the last shift brings
+    // them home (one rank: nothing to move).
+    if (g_.ranks > 1) {
+      dkv_->start(transport_);
+      dkv_->finish(transport_);
+      ++stats_.shifts;
+    }
+  }
+  finish();
+  return grads_;
+}
+
+} // namespace
+
+DataGradients ringAttentionBackwardGpu(
+    const AttentionSpec &spec, const GpuAttentionBackwardKernel &kernel,
+    const GpuPagedOps &ops, Device &device, RingTransport &transport,
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const Arguments &args, const RingOptions &options,
+    const GpuBackwardOptions &backward, CUstream stream, RingStats *stats) {
+  return ring::abortOnError(transport, [&] {
+    device.makeCurrent();
+    GpuRingBackwardRun run(spec, kernel, ops, device, transport, args, options,
+                           backward, stream);
+    run.init(q, k, v, o, lse, dO, dq, dk, dv);
+    DataGradients g = run.run();
+    if (stats)
+      *stats = run.stats();
+    return g;
+  });
+}
+
+} // namespace flashjit::runtime

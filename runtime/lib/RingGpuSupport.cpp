@@ -1,0 +1,156 @@
+//===- RingGpuSupport.cpp - Pieces shared by the GPU ring's passes --------===//
+//
+// RingGpuSupport.h: the geometry checks, the packed K/V layout and the
+// travelling buffer pair of the GPU ring forward and backward.
+//
+//===----------------------------------------------------------------------===//
+#include "RingGpuSupport.h"
+
+#include "flashjit/runtime/Driver.h"
+
+#include "Check.h"
+#include "RingSupport.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace flashjit::runtime::ring {
+
+GpuGeometry gpuGeometry(const AttentionSpec &spec, const AttentionShape &sh,
+                        const RingTransport &transport, Sharding sharding,
+                        const char *fn) {
+  GpuGeometry g;
+  g.ranks = transport.size();
+  g.rank = transport.rank();
+  checkRingRank(g.rank, g.ranks);
+  g.perRank = sharding == Sharding::Zigzag ? 2 : 1;
+  g.chunks = numChunks(g.ranks, sharding);
+  const std::pair<const char *, int64_t> lens[] = {{"seqlen_q", sh.seqlenQ},
+                                                   {"seqlen_k", sh.seqlenK}};
+  for (const auto &[name, len] : lens) {
+    if (len % g.perRank != 0)
+      fail(fmt::format("local {} = {} is odd: zigzag sharding holds two "
+                       "equal chunks per rank",
+                       name, len));
+    if (len / g.perRank * g.chunks > std::numeric_limits<int32_t>::max())
+      fail(fmt::format("global {} = {} exceeds 2^31 - 1 (indices are i32)",
+                       name, len / g.perRank * g.chunks));
+  }
+  g.batch = sh.batch, g.headsQ = sh.headsQ, g.headsKV = sh.headsKV;
+  g.dqk = sh.headDimQK, g.dv = sh.headDimV;
+  // The packed K/V chunks and the partial outputs have rows of head_dim
+  // elements, which the kernels need 16-byte aligned.
+  struct Row {
+    const char *name;
+    int64_t dim;
+    DType dtype;
+  };
+  for (Row r : {Row{"head_dim_qk", g.dqk, spec.dtypeK},
+                Row{"head_dim_v", g.dv, spec.dtypeV}})
+    if (r.dim * byteSize(r.dtype) % 16 != 0)
+      fail(fmt::format("{} packs rows of {} elements: {} = {} must be a "
+                       "multiple of 8 (16-byte rows)",
+                       fn, r.name, r.name, r.dim));
+  g.lenQ = sh.seqlenQ / g.perRank, g.lenK = sh.seqlenK / g.perRank;
+  return g;
+}
+
+void forEachPair(
+    const AttentionSpec &ringSpec, const Arguments &args, const GpuGeometry &g,
+    Sharding sharding, int step,
+    const std::function<void(int64_t, int64_t, const Arguments &)> &compute,
+    RingStats &stats) {
+  std::vector<int64_t> mine = rankChunks(g.rank, g.ranks, sharding);
+  int source = (g.rank - step % g.ranks + g.ranks) % g.ranks;
+  std::vector<int64_t> theirs = rankChunks(source, g.ranks, sharding);
+  for (int64_t i = 0; i < g.perRank; ++i)
+    for (int64_t j = 0; j < g.perRank; ++j) {
+      Arguments ca = chunkArguments(ringSpec, args, mine[size_t(i)],
+                                    theirs[size_t(j)], g.chunks, g.chunks);
+      if (classifyChunkPair(ringSpec, ca, g.batch, g.lenQ, g.lenK) ==
+          TileClass::Empty) {
+        ++stats.pairsSkipped;
+        continue;
+      }
+      compute(i, j, ca);
+      ++stats.pairsComputed;
+    }
+}
+
+size_t GpuKVLayout::kBytes() const {
+  return static_cast<size_t>(g.perRank * g.batch * g.lenK * g.headsKV * g.dqk *
+                             byteSize(k));
+}
+
+size_t GpuKVLayout::vBytes() const {
+  return static_cast<size_t>(g.perRank * g.batch * g.lenK * g.headsKV * g.dv *
+                             byteSize(v));
+}
+
+TensorRef GpuKVLayout::chunk(CUdeviceptr buf, bool isV, int64_t j) const {
+  size_t chunkBytes = (isV ? vBytes() : kBytes()) / size_t(g.perRank);
+  CUdeviceptr base =
+      buf + (isV ? kBytes() : 0) + static_cast<size_t>(j) * chunkBytes;
+  return TensorRef::contiguous(
+      reinterpret_cast<void *>(base), isV ? v : k,
+      {g.batch, g.headsKV, g.lenK, isV ? g.dv : g.dqk});
+}
+
+void packKV(const GpuKVLayout &l, CUdeviceptr buf, const TensorRef &k,
+            const TensorRef &v, CUstream stream) {
+  // One 2-D copy per (chunk, batch, head): lenK rows of head_dim elements
+  // (head_dim stride 1, as the kernels require), source rows strides[2]
+  // apart, packed in the buffer.
+  const Driver &d = Driver::get();
+  const GpuGeometry &g = l.g;
+  for (int64_t j = 0; j < g.perRank; ++j)
+    for (int isV = 0; isV < 2; ++isV) {
+      TensorRef src = sliceDim(isV ? v : k, 2, j * g.lenK, g.lenK);
+      TensorRef dst = l.chunk(buf, isV, j);
+      auto es = static_cast<size_t>(byteSize(src.dtype));
+      if (src.numel() == 0)
+        continue;
+      if (src.strides[3] != 1)
+        fail(fmt::format("{}.strides[3] = {}: the head_dim stride must be 1",
+                         isV ? "v" : "k", src.strides[3]));
+      for (int64_t b = 0; b < g.batch; ++b)
+        for (int64_t h = 0; h < g.headsKV; ++h) {
+          CUDA_MEMCPY2D c;
+          std::memset(&c, 0, sizeof c);
+          c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+          c.srcDevice = reinterpret_cast<CUdeviceptr>(src.data) +
+                        static_cast<size_t>(src.offset(b, h, 0, 0)) * es;
+          c.srcPitch = static_cast<size_t>(src.strides[2]) * es;
+          c.dstDevice = reinterpret_cast<CUdeviceptr>(dst.data) +
+                        static_cast<size_t>(dst.offset(b, h, 0, 0)) * es;
+          c.dstPitch = static_cast<size_t>(dst.shape[3]) * es;
+          c.WidthInBytes = c.dstPitch;
+          c.Height = static_cast<size_t>(g.lenK);
+          FLASHJIT_CHECK(d.cuMemcpy2DAsync(&c, stream));
+        }
+    }
+}
+
+GpuTravelling::GpuTravelling(Device &device, size_t bytes, CUstream stream,
+                             bool zero)
+    : a_(std::make_unique<StreamBuffer>(device, bytes, stream)),
+      b_(std::make_unique<StreamBuffer>(device, bytes, stream)),
+      cur_(a_->ptr()), next_(b_->ptr()), bytes_(bytes) {
+  if (zero && bytes > 0)
+    FLASHJIT_CHECK(Driver::get().cuMemsetD8Async(cur_, 0, bytes, stream));
+}
+
+void GpuTravelling::start(RingTransport &t) const {
+  t.startShift(reinterpret_cast<const void *>(cur_),
+               reinterpret_cast<void *>(next_), bytes_);
+}
+
+void GpuTravelling::finish(RingTransport &t) {
+  t.waitShift();
+  std::swap(cur_, next_);
+}
+
+} // namespace flashjit::runtime::ring
