@@ -1115,7 +1115,21 @@ TEST_CASE("the sm_90a backward uses wgmma where the tile policy picks it",
   a80.arch = "sm_80";
   CHECK_FALSE(picks(dense, a80));
   CHECK_FALSE(picks(testing::matrixSpec("none", 96, DType::BF16, 2, 2), o));
-  CHECK_FALSE(picks(testing::matrixSpec("none", 256, DType::BF16, 2, 2), o));
+  CHECK_FALSE(picks(testing::matrixSpec("none", 192, DType::BF16, 2, 2), o));
+  // 256: the head-dim-split wgmma kernel (64 keys per CTA), not with a
+  // score modifier.
+  AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 2, 2);
+  CHECK(picks(d256, o));
+  CHECK(resolveGpuTileConfig(d256, o).blockM() == 64);
+  CHECK_FALSE(picks(testing::matrixSpec("alibi", 256, DType::BF16, 2, 2), o));
+  CHECK_FALSE(picks(d256, a80));
+  // Asked for by name with a score modifier at 256: refused.
+  GpuCompileOptions w256 = o;
+  w256.mma = GpuMma::Wgmma;
+  CHECK_THROWS_WITH(
+      validateForGpu(testing::matrixSpec("alibi", 256, DType::BF16, 2, 2),
+                     w256),
+      Catch::Contains("head_dim_qk = 256"));
   // A runtime cap: d s'/d cap reads the raw score (mma.sync at 128).
   CHECK_FALSE(picks(testing::matrixSpec("softcap", 128, DType::BF16, 2, 2), o));
   CHECK(picks(testing::matrixSpec("alibi", 64, DType::BF16, 2, 2), o));
