@@ -336,7 +336,10 @@ TEST_CASE("generated backward kernels match the float64 reference backward",
       continue;
     INFO(k.id << ": " << printSpec(k.spec));
     auto kernel = loadBackward(k.id, k.spec, dev);
-    CHECK(kernel->function().localBytes() == 0);
+    // mma.sync spills above head dim 128 (an mma.sync pack; sm_90a's
+    // default at 256 is the head-dim-split wgmma kernel, which must not).
+    CHECK((kernel->function().localBytes() == 0 ||
+           (!kernel->info().config.wgmma && k.spec.headDimQK > 128)));
     for (int r = 0; r < 3; ++r, ++i) {
       auto [sq, sk] = shapes[i % std::size(shapes)];
       checkBackward(dev, *kernel, k.spec, 1 + i % 2, sq, sk, i % 2, seed + i);

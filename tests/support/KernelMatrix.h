@@ -109,7 +109,8 @@ inline std::vector<MatrixKernel> kernelMatrix() {
 /// test (compiled with GpuCompileOptions::kind = Backward): dense, both
 /// causal alignments, a two-sided window, chunked causal and a document
 /// mask (buffer reads), head dims 64, 96 and 128, both 16-bit dtypes, GQA
-/// ratios 1, 2 and 3; then the score modifiers (their score_grad region):
+/// ratios 1, 2 and 3, and dense, causal and the document mask at head dim
+/// 256; then the score modifiers (their score_grad region):
 /// causal softcap with a runtime cap (a parameter gradient), ALiBi (slope
 /// gradients: an index uniform per head), a relative-position bias table
 /// (an index depending on q_idx and kv_idx) and a literal softcap under a
@@ -130,6 +131,14 @@ inline std::vector<MatrixKernel> backwardKernels() {
     }
   out.push_back({"bwd_causal_br_d96_bf16_g1", "causal_br",
                  matrixSpec("causal_br", 96, DType::BF16, 2, 2)});
+  // Head dim 256: on sm_90a the wgmma kernel that splits dK and dV's
+  // columns over its two warpgroups (BackwardWgmmaSplit.cpp).
+  out.push_back({"bwd_none_d256_bf16_g2", "none",
+                 matrixSpec("none", 256, DType::BF16, 4, 2)});
+  out.push_back({"bwd_causal_tl_d256_fp16_g1", "causal_tl",
+                 matrixSpec("causal_tl", 256, DType::F16, 2, 2)});
+  out.push_back({"bwd_doc_id_d256_bf16_g3", "doc_id",
+                 matrixSpec("doc_id", 256, DType::BF16, 3, 1)});
   const std::pair<const char *, DType> mods[] = {
       {"softcap", DType::BF16},
       {"alibi", DType::F16},
@@ -213,14 +222,14 @@ inline std::vector<MatrixKernel> backwardSparseKernels() {
 }
 
 /// The kernels of the [.bwdbench] timing (forward `<id>_fwd` with the
-/// default tiles, backward `<id>`): bf16, dense and causal, head dims 64
-/// and 128, hidden 2048 (heads = 2048 / head dim); causal softcap and ALiBi
+/// default tiles, backward `<id>`): bf16, dense and causal, head dims 64,
+/// 128 and 256, hidden 2048 (heads = 2048 / head dim); causal softcap and ALiBi
 /// (with their parameter / slope gradients) at head dim 128, and causal
 /// with a literal softcap of 30 at head dim 128 (no parameter gradient).
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
-    for (int d : {64, 128})
+    for (int d : {64, 128, 256})
       out.push_back({"bench_" + name + "_d" + std::to_string(d), name,
                      matrixSpec(name, d, DType::BF16, 2048 / d, 2048 / d)});
   for (std::string name : {"softcap", "alibi"})

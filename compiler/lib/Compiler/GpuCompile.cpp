@@ -118,12 +118,16 @@ void validateForGpu(const AttentionSpec &spec,
             "block_n = 64 and num_warps = 8 (two warpgroups of 64 keys, "
             "query tiles of wgmma's 64 rows)",
             tc.blockN, tc.numWarps));
+      // rowsPerWarp 8: the head-dim-split kernel (TilePolicy.cpp:
+      // backwardWgmmaSplits), head dims 256 without a score modifier.
+      bool split = tc.rowsPerWarp == 8;
       for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
                               std::pair{"head_dim_v", spec.headDimV}})
-        if (d != 64 && d != 128)
+        if (split ? d != 256 : d != 64 && d != 128)
           throw UserError(fmt::format("{} = {} is not supported by the wgmma "
-                                      "backward (64 or 128; mma.sync takes "
-                                      "multiples of 16)",
+                                      "backward (64, 128, or 256 for both "
+                                      "without a score modifier; mma.sync "
+                                      "takes multiples of 16)",
                                       field, d));
     }
     if (options.rowsPerWarp && options.rowsPerWarp != 16)
@@ -172,7 +176,11 @@ void validateForGpu(const AttentionSpec &spec,
   if (tc.minBlocksPerSM < 1 || tc.minBlocksPerSM > 4)
     throw UserError(fmt::format("min_blocks_per_sm = {} must be in [1, 4]",
                                 tc.minBlocksPerSM));
-  if (tc.rowsPerWarp != 16 && tc.rowsPerWarp != 32)
+  // 8: the wgmma backward's warpgroups share 64 keys (resolved, never
+  // asked for).
+  bool splitBackward =
+      tc.kind == KernelKind::Backward && tc.wgmma && tc.rowsPerWarp == 8;
+  if (tc.rowsPerWarp != 16 && tc.rowsPerWarp != 32 && !splitBackward)
     throw UserError(
         fmt::format("rows_per_warp = {} must be 16 or 32", tc.rowsPerWarp));
   if (tc.wgmma) {
@@ -188,7 +196,7 @@ void validateForGpu(const AttentionSpec &spec,
                                     "wgmma (multiples of 64; mma.sync takes "
                                     "any head dim up to 256)",
                                     field, d));
-    if (tc.rowsPerWarp != 16)
+    if (tc.rowsPerWarp != 16 && !splitBackward)
       throw UserError(fmt::format("rows_per_warp = {} is not supported by "
                                   "mma = {} (16: a warpgroup's 64 rows)",
                                   tc.rowsPerWarp, tc.mmaName()));

@@ -244,6 +244,16 @@ static bool scoreGradNeedsRawScore(const AttentionSpec &spec) {
   }
 }
 
+/// Whether the wgmma backward splits dK and dV's head dims over its two
+/// warpgroups (BackwardWgmmaSplit.cpp; 64 keys per CTA): head dims 256
+/// (multiples of 128 above 128, where one warpgroup's dK and dV alone take
+/// 256 registers), without a score modifier (the data gradients' per-row
+/// sums assume a warp's query columns are the whole tile's).
+static bool backwardWgmmaSplits(const AttentionSpec &spec) {
+  return spec.headDimQK == 256 && spec.headDimV == 256 &&
+         !hasScoreModCode(spec);
+}
+
 /// Whether the default backward on \p arch uses wgmma: sm_90a, head dims
 /// 64 or 128 (dK and dV of 128 columns, S^T, dP^T and dQ fit in 255
 /// registers; above, dK and dV alone take 256) and not block-sparse (its
@@ -258,6 +268,8 @@ static bool backwardWgmmaApplies(const AttentionSpec &spec,
                                  const std::string &arch, bool blockSparse) {
   if (arch != "sm_90a" || blockSparse)
     return false;
+  if (backwardWgmmaSplits(spec))
+    return true;
   if (hasScoreModCode(spec) && spec.headDimQK == 64 && spec.headDimV == 64)
     return true;
   if (hasScoreModCode(spec) && scoreGradNeedsRawScore(spec))
@@ -288,7 +300,9 @@ bool backwardDefaultTilesSpill(const AttentionSpec &spec) {
 /// split needs it (head_dim_qk 80, 112, 144, ...); backwardDefaultTilesSpill
 /// says where these spill. wgmma (\p mma, or the
 /// default where backwardWgmmaApplies): two warpgroups of 64 keys (8 warps,
-/// 128 keys per CTA) and 64 query rows per tile (wgmma's M for dQ = dS K).
+/// 128 keys per CTA) and 64 query rows per tile (wgmma's M for dQ = dS K);
+/// where backwardWgmmaSplits, 64 keys per CTA shared by both warpgroups
+/// (rowsPerWarp 8: block_m = 64).
 static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
                                         const std::string &arch,
                                         bool blockSparse, GpuMma mma) {
@@ -299,6 +313,8 @@ static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
     c.wgmma = true;
     c.numWarps = 8;
     c.blockN = 64;
+    if (backwardWgmmaSplits(spec))
+      c.rowsPerWarp = 8;
     return c;
   }
   c.numWarps = 4;

@@ -64,6 +64,10 @@ struct ConvertAttnToNVVM
       c.name = op.getSymName().str();
       c.headDimQK = op.getHeadDimQk();
       c.headDimV = op.getHeadDimV();
+      // rows-per-warp 8: the wgmma backward whose two warpgroups share 64
+      // keys and split the head dims (BackwardWgmmaSplit.cpp).
+      const bool splitBackward =
+          c.kind == KernelKind::Backward && c.wgmma && c.rowsPerWarp == 8;
       Type dq = op.getDtypeQ();
       if (dq != op.getDtypeK() || dq != op.getDtypeV() ||
           dq != op.getDtypeO() || !(dq.isBF16() || dq.isF16())) {
@@ -85,7 +89,7 @@ struct ConvertAttnToNVVM
           c.headDimV > 256 || c.blockN % 16 || c.blockN <= 0 ||
           c.blockN > 128 || (c.numWarps != 4 && c.numWarps != 8) ||
           c.minBlocksPerSM < 1 || c.minBlocksPerSM > 4 ||
-          (c.rowsPerWarp != 16 && c.rowsPerWarp != 32)) {
+          (c.rowsPerWarp != 16 && c.rowsPerWarp != 32 && !splitBackward)) {
         op.emitOpError("unsupported GPU kernel shape: head dims must be "
                        "multiples of 16 up to 256 (mma.sync forward "
                        "kernels: any up to 256), block-n a multiple of 16 "
@@ -96,8 +100,8 @@ struct ConvertAttnToNVVM
       c.bf16 = dq.isBF16();
       c.returnLse = op.getReturnLse();
       c.sink = op.getSink();
-      if (c.wgmma &&
-          (c.rowsPerWarp != 16 || c.headDimQK % 64 || c.headDimV % 64)) {
+      if (c.wgmma && ((c.rowsPerWarp != 16 && !splitBackward) ||
+                      c.headDimQK % 64 || c.headDimV % 64)) {
         op.emitOpError("wgmma kernels need rows-per-warp 16 and head dims "
                        "that are multiples of 64");
         return signalPassFailure();
@@ -116,7 +120,8 @@ struct ConvertAttnToNVVM
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);
       if (c.kind == KernelKind::Backward) {
         int rowGroups = c.blockN / 16;
-        if (c.rowsPerWarp != 16 || c.blockN > 64 || c.numWarps % rowGroups ||
+        if ((c.rowsPerWarp != 16 && !splitBackward) || c.blockN > 64 ||
+            c.numWarps % rowGroups ||
             c.headDimQK % (16 * (c.numWarps / rowGroups))) {
           op.emitOpError("unsupported GPU backward shape: rows-per-warp 16, "
                          "block-n (query rows) 16, 32 or 64 dividing 16 * "
@@ -124,10 +129,18 @@ struct ConvertAttnToNVVM
                          "num-warps / (block-n / 16)");
           return signalPassFailure();
         }
-        if (c.wgmma && (c.blockN != 64 || c.numWarps != 8 ||
-                        c.headDimQK > 128 || c.headDimV > 128)) {
+        bool wgmmaDims = splitBackward
+                             ? c.headDimQK % 128 == 0 && c.headDimV % 128 == 0
+                             : c.headDimQK <= 128 && c.headDimV <= 128;
+        if (c.wgmma && (c.blockN != 64 || c.numWarps != 8 || !wgmmaDims)) {
           op.emitOpError("unsupported wgmma GPU backward shape: block-n 64, "
-                         "num-warps 8, head dims 64 or 128");
+                         "num-warps 8, head dims 64 or 128 (rows-per-warp "
+                         "16) or multiples of 128 (rows-per-warp 8)");
+          return signalPassFailure();
+        }
+        if (splitBackward && em->hasScoreMod()) {
+          op.emitOpError("the head-dim-split wgmma backward (rows-per-warp "
+                         "8) takes no score modifier");
           return signalPassFailure();
         }
         if (em->hasScoreMod() && !op.hasScoreGrad()) {

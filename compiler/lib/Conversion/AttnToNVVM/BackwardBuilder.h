@@ -164,8 +164,13 @@ private:
   /// This thread's query column \p jn * 8 + 2 t + \p cc (byte offset in
   /// the fp32 LSE / D rows).
   Value columnOffset(int jn, int cc) {
-    return ops.mul(ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jn * 8 + cc)),
-                   ops.ci32(4));
+    Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jn * 8 + cc));
+    return ops.mul(qCol0 ? ops.add(col, qCol0) : col, ops.ci32(4));
+  }
+  /// This thread's first query column of the tile at \p q0.
+  Value queryLane(Value q0) {
+    Value lane0 = ops.add(q0, ops.mul(t, ops.ci32(2)));
+    return qCol0 ? ops.add(lane0, qCol0) : lane0;
   }
 
   Value loadShared(Type ty, Value base, Value byteOff) {
@@ -179,6 +184,9 @@ private:
   BackwardTileShape shape;
   // The main kernel's indices and shared tiles.
   Value tid, warp, lane, g, t, headKV, headsQ, kTile, k0, kvRow[2];
+  /// shape.splitDim: the first query column of this warp's S^T (32 per
+  /// warpgroup); else null (column 0).
+  Value qCol0;
   /// i1: the semaphores argument is not null (deterministic mode).
   Value deterministic;
   Value sK, sQ, sDO, sDS, sLse, sDelta;

@@ -223,17 +223,24 @@ void BackwardBuilder::atomicDQ(Value head, Value q0, ArrayRef<Value> dq) {
 
 void BackwardBuilder::storeRows(int tensor, Value headIdx, ArrayRef<Value> acc,
                                 int dim, Value factor) {
+  // shape.splitDim: this warpgroup's half of the columns.
+  Value col0 = shape.splitDim
+                   ? ops.mul(arith::DivUIOp::create(b, warp, ops.ci32(4)),
+                             ops.ci32(dim / 2))
+                   : Value();
   for (int r = 0; r < 2; ++r) {
     OpBuilder::InsertionGuard rg(b);
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, kvRow[r], seqlenK));
     Value rowOff = offset(tensor, batch, headIdx, kvRow[r]);
-    for (int jd = 0; jd < dim / 8; ++jd) {
+    for (int jd = 0; jd < shape.accRegs(dim) / 4; ++jd) {
       Value x0 = acc[jd * 4 + 2 * r], x1 = acc[jd * 4 + 2 * r + 1];
       if (factor) {
         x0 = ops.fmul(x0, factor);
         x1 = ops.fmul(x1, factor);
       }
       Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jd * 8));
+      if (col0)
+        col = ops.add(col, col0);
       LLVM::StoreOp::create(b, ops.pack(x0, x1),
                             address(tensor, ops.add(rowOff, ops.ext64(col))),
                             /*alignment=*/4);

@@ -29,7 +29,14 @@ struct BackwardTileShape {
   int blockM = 0;                  ///< keys per CTA (16 per warp)
   int blockN = 0;                  ///< query rows per tile
   int numWarps = 0;
-  int sTiles() const { return blockN / 8; } ///< n8 tiles of S^T per warp
+  /// The split-head-dim wgmma kernel (createWgmmaSplitBackward): the two
+  /// warpgroups share the CTA's 64 keys, each holding S^T and dP^T of half
+  /// the query rows (32 w / 4..) and dK, dV of half the head dims.
+  bool splitDim = false;
+  /// n8 tiles of S^T per warp.
+  int sTiles() const { return blockN / 8 / (splitDim ? 2 : 1); }
+  /// f32 accumulators per thread of a warp's dK or dV of \p dim columns.
+  int accRegs(int dim) const { return dim / (splitDim ? 2 : 1) / 8 * 4; }
   /// Warps along dQ's query rows (16 each) and along its columns.
   int rowGroups() const { return blockN / 16; }
   int colGroups() const { return numWarps / rowGroups(); }
@@ -37,9 +44,9 @@ struct BackwardTileShape {
 };
 
 /// The backward kernel's products of one query tile. Fragments per thread:
-/// S^T and dP^T sTiles() * 4 f32 (x[jn * 4 + i]), dK D / 2, dV Dv / 2,
-/// dQ dqCols() / 2. The kernel calls prepare once, then per tile: publish
-/// before the barrier after Q / dO arrived, computeS, accumulateDV,
+/// S^T and dP^T sTiles() * 4 f32 (x[jn * 4 + i]), dK accRegs(D), dV
+/// accRegs(Dv), dQ dqCols() / 2. The kernel calls prepare once, then per tile:
+/// publish before the barrier after Q / dO arrived, computeS, accumulateDV,
 /// computeDP, accumulateDK, storeDS, publish before the next barrier,
 /// computeDQ.
 class BackwardMma {
@@ -117,6 +124,16 @@ std::unique_ptr<BackwardMma> createWgmmaBackward(KernelOps &ops,
                                                  const BackwardTileShape &sh,
                                                  mlir::Value warp,
                                                  mlir::Value lane);
+/// wgmma.mma_async for head dims above 128 (sh.splitDim; 8 warps, 64 keys
+/// per CTA, blockN = 64, head dims multiples of 128): warp w holds keys
+/// 16 (w % 4).. of S^T and dP^T for queries 32 (w / 4).. (m64n32), dV and
+/// dK for columns Dv / 2 (w / 4).. and D / 2 (w / 4)..; P^T and dS^T go
+/// through shared memory (accumulateDV / accumulateDK store and publish
+/// them behind a CTA barrier; storeDS does nothing), P^T into the unused
+/// second query-tile stage. Synchronous products only.
+std::unique_ptr<BackwardMma>
+createWgmmaSplitBackward(KernelOps &ops, const BackwardTileShape &sh,
+                         mlir::Value warp, mlir::Value lane);
 
 } // namespace flashjit::nvvm
 

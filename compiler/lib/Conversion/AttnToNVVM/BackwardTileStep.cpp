@@ -62,7 +62,7 @@ void BackwardBuilder::loadQueryTile(Value head, Value q0) {
 SmallVector<Value>
 BackwardBuilder::probabilities(ArrayRef<Value> scores,
                                SmallVectorImpl<Value> *colDelta) {
-  const int nS = c.blockN / 8;
+  const int nS = shape.sTiles();
   Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
   SmallVector<Value> colLse;
   for (int jn = 0; jn < nS; ++jn)
@@ -88,11 +88,11 @@ SmallVector<Value> BackwardBuilder::scoreGradients(ArrayRef<Value> p,
                                                    ArrayRef<Value> dp,
                                                    ArrayRef<Value> colDelta) {
   SmallVector<Value> d(colDelta.begin(), colDelta.end());
-  for (int jn = 0; colDelta.empty() && jn < c.blockN / 8; ++jn)
+  for (int jn = 0; colDelta.empty() && jn < shape.sTiles(); ++jn)
     for (int cc = 0; cc < 2; ++cc)
       d.push_back(loadShared(ops.f32, sDeltaCur, columnOffset(jn, cc)));
   SmallVector<Value> ds;
-  for (int jn = 0; jn < c.blockN / 8; ++jn)
+  for (int jn = 0; jn < shape.sTiles(); ++jn)
     for (int i = 0; i < 4; ++i)
       ds.push_back(ops.fmul(p[jn * 4 + i],
                             ops.fsub(dp[jn * 4 + i], d[jn * 2 + (i & 1)])));
@@ -118,19 +118,14 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
                                              Value q0, Value qLast,
                                              Value needsMask,
                                              Value boundsOnly) {
-  const int nS = c.blockN / 8, nK = c.headDimQK / 8 * 4;
-  const int nV = c.headDimV / 8 * 4;
+  const int nS = shape.sTiles(), nK = shape.accRegs(c.headDimQK);
+  const int nV = shape.accRegs(c.headDimV);
   loadQueryTile(head, q0);
   // S^T = K Q^T (this warp's 16 keys x BN queries).
   SmallVector<Value> s = mma->computeS();
   // Scores in log2 units, masked where the tile needs it.
-  KeyRowCoords coords{batch,
-                      head,
-                      seqlenQ,
-                      seqlenK,
-                      kvRow[0],
-                      kvRow[1],
-                      ops.add(q0, ops.mul(t, ops.ci32(2)))};
+  KeyRowCoords coords{batch,    head,     seqlenQ,      seqlenK,
+                      kvRow[0], kvRow[1], queryLane(q0)};
   SmallVector<Type> sTypes(nS * 4, ops.f32);
   auto maskIf = scf::IfOp::create(b, sTypes, needsMask, /*withElse=*/true);
   {
@@ -229,8 +224,8 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
                                                   Value needsMask,
                                                   Value boundsOnly,
                                                   Value nextVisited) {
-  const int BN = c.blockN, nS = BN / 8, nK = c.headDimQK / 8 * 4;
-  const int nV = c.headDimV / 8 * 4;
+  const int BN = c.blockN, nS = shape.sTiles();
+  const int nK = shape.accRegs(c.headDimQK), nV = shape.accRegs(c.headDimV);
   Value stage = state[state.size() - 2], prefetched = state.back();
   // This tile's Q, dO, LSE and D: prefetched by the tile before, else
   // loaded now. Its stage was last read by the tile before that one, which
@@ -254,13 +249,8 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   SmallVector<Value> sAcc = mma->issueS();
   SmallVector<Value> dpAcc = mma->issueDP();
   SmallVector<Value> s = mma->wait(sAcc, 1);
-  KeyRowCoords coords{batch,
-                      head,
-                      seqlenQ,
-                      seqlenK,
-                      kvRow[0],
-                      kvRow[1],
-                      ops.add(q0, ops.mul(t, ops.ci32(2)))};
+  KeyRowCoords coords{batch,    head,     seqlenQ,      seqlenK,
+                      kvRow[0], kvRow[1], queryLane(q0)};
   SmallVector<Type> sTypes(nS * 4, ops.f32);
   auto maskIf = scf::IfOp::create(b, sTypes, needsMask, /*withElse=*/true);
   {

@@ -61,6 +61,8 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   const int W = c.numWarps, BM = c.blockM(), BN = c.blockN;
   const int D = c.headDimQK, Dv = c.headDimV;
   shape = BackwardTileShape{D, Dv, BM, BN, W};
+  // rowsPerWarp 8: two warpgroups share 64 keys (TilePolicy.cpp).
+  shape.splitDim = c.wgmma && c.rowsPerWarp == 8;
   gpu::GPUFuncOp fn = declare(gpuModule, abi::kBackwardMainSuffix, 32 * W,
                               c.KernelConfig::sharedBytes(D, Dv));
   grads.emplace(ops, em, gradArgs);
@@ -70,8 +72,12 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   lane = arith::RemUIOp::create(b, tid, ops.ci32(32));
   g = arith::DivUIOp::create(b, lane, ops.ci32(4));
   t = arith::RemUIOp::create(b, lane, ops.ci32(4));
-  mma = c.wgmma ? createWgmmaBackward(ops, shape, warp, lane)
-                : createMmaSyncBackward(ops, shape, warp, lane);
+  mma = shape.splitDim ? createWgmmaSplitBackward(ops, shape, warp, lane)
+        : c.wgmma      ? createWgmmaBackward(ops, shape, warp, lane)
+                       : createMmaSyncBackward(ops, shape, warp, lane);
+  if (shape.splitDim)
+    qCol0 =
+        ops.mul(arith::DivUIOp::create(b, warp, ops.ci32(4)), ops.ci32(BN / 2));
   // Above head dim 64, mask or score-modifier code beside the pipelined
   // step's accumulators in flight spills: those kernels keep the
   // synchronous order.
@@ -95,13 +101,16 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   locateSequence();
   if (c.varlen)
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, k0, seqlenK));
-  kvRow[0] = ops.add(ops.add(k0, ops.mul(warp, ops.ci32(16))), g);
+  Value keyWarp =
+      shape.splitDim ? arith::RemUIOp::create(b, warp, ops.ci32(4)) : warp;
+  kvRow[0] = ops.add(ops.add(k0, ops.mul(keyWarp, ops.ci32(16))), g);
   kvRow[1] = ops.add(kvRow[0], ops.ci32(8));
 
   // [K | V | Q | dO | dS^T | LSE | D]; asynchronous products (wgmma):
   // [K | V | Q_0 | dO_0 | Q_1 | dO_1 | dS^T | LSE_0 | D_0 | LSE_1 | D_1],
-  // two stages of the query tile (KernelConfig::sharedBytes).
-  const int stages = mma->asyncProducts() ? 2 : 1;
+  // two stages of the query tile (KernelConfig::sharedBytes; the split
+  // kernel's P^T lies in the second).
+  const int stages = c.wgmma ? 2 : 1;
   qStageBytes = int64_t(2) * BN * (D + Dv + 2 * P);
   sK = ops.sharedBase();
   Value sV = ops.gepBytes(sK, int64_t(2) * BM * (D + P));
@@ -130,7 +139,7 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
     voteOnK();
   mma->prepare(sK, sV, sQ, sDO, sDS);
 
-  const int nK = D / 8 * 4, nV = Dv / 8 * 4;
+  const int nK = shape.accRegs(D), nV = shape.accRegs(Dv);
   SmallVector<Value> fin = headLoop(nK, nV);
   // K and V are waited for by the first tile; with none, here.
   NVVM::CpAsyncWaitGroupOp::create(b, 0);
@@ -294,7 +303,7 @@ void BackwardBuilder::maskPastEnds(MutableArrayRef<Value> scores, Value qLane,
                                    Value boundsOnly) {
   Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
   // Element (key row g or g + 8, query column q0 + 2t + 8jn + (i & 1)).
-  for (int jn = 0; jn < c.blockN / 8; ++jn)
+  for (int jn = 0; jn < shape.sTiles(); ++jn)
     for (int i = 0; i < 4; ++i) {
       Value col = ops.add(qLane, ops.ci32(jn * 8 + (i & 1)));
       Value out =
