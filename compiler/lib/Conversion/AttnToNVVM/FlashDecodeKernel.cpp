@@ -145,6 +145,17 @@ void DecodeKernelBuilder::build(Operation *gpuModule) {
   init.append(nextIds.begin(), nextIds.end());
   gpu::BarrierOp::create(b);
   mma->loadQ();
+  // The score modifier's row-only part (ALiBi's slopes[head]) once per CTA,
+  // before the loop: variantScoresPacked finds the rows' factors already
+  // made, so no tile loads or bounds-checks them (per tile it cost ALiBi
+  // 255 registers, 245 now). Every row in range reads its factor once, also
+  // a row no key of the CTA is allowed for (per-element evaluation would
+  // not): the same buffer elements, so only such a row's out-of-range read
+  // can now be reported where it was not.
+  if (em.hasScoreMod())
+    em.beginScoreRowFactors(
+        b, b.getLoc(), {batch, Value(), Value(), Value(), qLen, seqLen},
+        {at.head0[0], at.head1[0]}, {at.qRow0[0], at.qRow1[0]});
   epilogue(mainLoop());
   b.setInsertionPointToEnd(&fn.getBody().front());
   gpu::ReturnOp::create(b);
