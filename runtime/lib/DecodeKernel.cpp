@@ -1,6 +1,7 @@
 //===- DecodeKernel.cpp - Split-KV decoding over paged KV caches ----------===//
 #include "flashjit/runtime/DecodeKernel.h"
 
+#include "flashjit/frontend/DecodeSplits.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Driver.h"
@@ -250,12 +251,23 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
 }
 
 int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
-                                      int64_t maxSeqLen) const {
+                                      int64_t maxSeqLen,
+                                      const Arguments &args) const {
   const int64_t rows = int64_t(spec_.headsQ / spec_.headsKV) * qLen;
+  const int64_t blockN = info_.config.blockN;
   const int64_t rowTiles =
       (rows + info_.config.blockM() - 1) / info_.config.blockM();
-  return decodeNumSplits(batch, spec_.headsKV, rowTiles, maxSeqLen,
-                         info_.config.blockN, device_->properties().smCount);
+  // Every row of the call in one box (the longest sequence stands for all).
+  int64_t keys = maxSeqLen;
+  if (batch > 0 && qLen > 0 && maxSeqLen > 0)
+    keys = std::min(maxSeqLen,
+                    decodeVisibleKeyTiles(spec_, args, {0, batch - 1},
+                                          {0, spec_.headsQ - 1}, {0, qLen - 1},
+                                          qLen, maxSeqLen, blockN)
+                            .count() *
+                        blockN);
+  return decodeNumSplits(batch, spec_.headsKV, rowTiles, keys, int(blockN),
+                         device_->properties().smCount);
 }
 
 bool GpuDecodeKernel::fusesMerge(int64_t qLen, int numSplits) const {
@@ -381,9 +393,9 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   const int64_t group = s.headsQ / s.headsKV;
   const int64_t rowTiles =
       (group * s.qLen + info_.config.blockM() - 1) / info_.config.blockM();
-  const int splits = numSplits
-                         ? numSplits
-                         : defaultNumSplits(s.batch, s.qLen, table.maxSeqLen());
+  const int splits =
+      numSplits ? numSplits
+                : defaultNumSplits(s.batch, s.qLen, table.maxSeqLen(), args);
   if (splits * rowTiles > std::numeric_limits<int32_t>::max())
     fail(fmt::format("num_splits = {} x {} row tiles overflows the grid",
                      splits, rowTiles));
