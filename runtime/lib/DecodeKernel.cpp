@@ -12,6 +12,7 @@
 #include "Check.h"
 
 #include <fmt/format.h>
+#include <llvm/Support/Casting.h>
 
 #include <algorithm>
 #include <bit>
@@ -257,17 +258,26 @@ int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
   const int64_t blockN = info_.config.blockN;
   const int64_t rowTiles =
       (rows + info_.config.blockM() - 1) / info_.config.blockM();
-  // Every row of the call in one box (the longest sequence stands for all).
-  int64_t keys = maxSeqLen;
-  if (batch > 0 && qLen > 0 && maxSeqLen > 0)
-    keys = std::min(maxSeqLen,
-                    decodeVisibleKeyTiles(spec_, args, {0, batch - 1},
-                                          {0, spec_.headsQ - 1}, {0, qLen - 1},
-                                          qLen, maxSeqLen, blockN)
-                            .count() *
-                        blockN);
-  return decodeNumSplits(batch, spec_.headsKV, rowTiles, keys, int(blockN),
-                         device_->properties().smCount);
+  const int sms = device_->properties().smCount;
+  const int full = decodeNumSplits(batch, spec_.headsKV, rowTiles, maxSeqLen,
+                                   int(blockN), sms);
+  // The visible range can only lower a count above 1 (through the cap of
+  // one split per 4 tiles), and only a mask beyond bottom-right causal
+  // narrows it (the last row sees every key): the search (2 x bit_width
+  // tiles classifications, ~5-10 us on the host) runs only then, with every
+  // row of the call in one box (the longest sequence stands for all).
+  const Expr &mask = spec_.variant.maskExpr();
+  auto *k = llvm::dyn_cast<ConstantExpr>(mask.get());
+  const bool plain = k && k->boolValue() && spec_.causal != Causal::TopLeft;
+  if (full == 1 || plain || qLen < 1 || maxSeqLen < 1)
+    return full;
+  const int64_t visible =
+      decodeVisibleKeyTiles(spec_, args, {0, batch - 1}, {0, spec_.headsQ - 1},
+                            {0, qLen - 1}, qLen, maxSeqLen, blockN)
+          .count();
+  return decodeNumSplits(batch, spec_.headsKV, rowTiles,
+                         std::min(maxSeqLen, visible * blockN), int(blockN),
+                         sms);
 }
 
 bool GpuDecodeKernel::fusesMerge(int64_t qLen, int numSplits) const {
