@@ -1,12 +1,14 @@
 //===- CpuDecode.cpp - Paged decoding on the CPU --------------------------===//
 //
 // Gathers every sequence's tokens out of its pages into packed varlen
-// tensors (in the caches' dtypes, bit for bit), runs the varlen CPU kernel
-// once, and scatters O and LSE back to [batch, heads_q, q_len, ...].
+// tensors (in the caches' dtypes, bit for bit; of a sliding window only the
+// keys its rows may see, the rest left 0), runs the varlen CPU kernel once,
+// and scatters O and LSE back to [batch, heads_q, q_len, ...].
 //
 //===----------------------------------------------------------------------===//
 #include "flashjit/runtime/CpuDecode.h"
 
+#include "flashjit/frontend/DecodeSplits.h"
 #include "flashjit/frontend/Error.h"
 
 #include <fmt/format.h>
@@ -146,7 +148,15 @@ void cpuPagedDecode(const CpuAttentionKernel &kernel, const TensorRef &q,
         for (int64_t d = 0; d < s.headDimQK; ++d)
           copy(q, q.offset(b, h, i, d), qp,
                ((b * s.qLen + i) * hq + h) * s.headDimQK + d);
+    // Only the keys some row of the sequence may see (the GPU kernel's
+    // split range, DecodeSplits.h); the rest stay 0 and are masked for
+    // every row, so they cannot change O or LSE.
+    const KeyTiles seen =
+        decodeVisibleKeyTiles(spec, args, {b, b}, {0, hq - 1}, {0, s.qLen - 1},
+                              s.qLen, pages.seqLens[b], /*blockN=*/1);
     for (int64_t j = 0; j < pages.seqLens[b]; ++j, ++t) {
+      if (j < seen.first || j > seen.last)
+        continue;
       const int32_t page = pages.pageOf(b, j);
       const int64_t slot = j % s.pageSize;
       for (int64_t h = 0; h < hk; ++h) {

@@ -1,6 +1,7 @@
 //===- DecodeKernel.cpp - Split-KV decoding over paged KV caches ----------===//
 #include "flashjit/runtime/DecodeKernel.h"
 
+#include "flashjit/frontend/DecodeSplits.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Driver.h"
@@ -11,6 +12,7 @@
 #include "Check.h"
 
 #include <fmt/format.h>
+#include <llvm/Support/Casting.h>
 
 #include <algorithm>
 #include <bit>
@@ -250,12 +252,32 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
 }
 
 int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
-                                      int64_t maxSeqLen) const {
+                                      int64_t maxSeqLen,
+                                      const Arguments &args) const {
   const int64_t rows = int64_t(spec_.headsQ / spec_.headsKV) * qLen;
+  const int64_t blockN = info_.config.blockN;
   const int64_t rowTiles =
       (rows + info_.config.blockM() - 1) / info_.config.blockM();
-  return decodeNumSplits(batch, spec_.headsKV, rowTiles, maxSeqLen,
-                         info_.config.blockN, device_->properties().smCount);
+  const int sms = device_->properties().smCount;
+  const int full = decodeNumSplits(batch, spec_.headsKV, rowTiles, maxSeqLen,
+                                   int(blockN), sms);
+  // The visible range can only lower a count above 1 (through the cap of
+  // one split per 4 tiles), and only a mask beyond bottom-right causal
+  // narrows it (the last row sees every key): the search (2 x bit_width
+  // tiles classifications, ~5-10 us on the host) runs only then, with every
+  // row of the call in one box (the longest sequence stands for all).
+  const Expr &mask = spec_.variant.maskExpr();
+  auto *k = llvm::dyn_cast<ConstantExpr>(mask.get());
+  const bool plain = k && k->boolValue() && spec_.causal != Causal::TopLeft;
+  if (full == 1 || plain || qLen < 1 || maxSeqLen < 1)
+    return full;
+  const int64_t visible =
+      decodeVisibleKeyTiles(spec_, args, {0, batch - 1}, {0, spec_.headsQ - 1},
+                            {0, qLen - 1}, qLen, maxSeqLen, blockN)
+          .count();
+  return decodeNumSplits(batch, spec_.headsKV, rowTiles,
+                         std::min(maxSeqLen, visible * blockN), int(blockN),
+                         sms);
 }
 
 bool GpuDecodeKernel::fusesMerge(int64_t qLen, int numSplits) const {
@@ -381,9 +403,9 @@ void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,
   const int64_t group = s.headsQ / s.headsKV;
   const int64_t rowTiles =
       (group * s.qLen + info_.config.blockM() - 1) / info_.config.blockM();
-  const int splits = numSplits
-                         ? numSplits
-                         : defaultNumSplits(s.batch, s.qLen, table.maxSeqLen());
+  const int splits =
+      numSplits ? numSplits
+                : defaultNumSplits(s.batch, s.qLen, table.maxSeqLen(), args);
   if (splits * rowTiles > std::numeric_limits<int32_t>::max())
     fail(fmt::format("num_splits = {} x {} row tiles overflows the grid",
                      splits, rowTiles));

@@ -210,49 +210,82 @@ TEST_CASE("decode: a proven call skips the status check, a buffer too short "
 TEST_CASE("decode over a contiguous cache and with many empty splits",
           "[gpu][decode]") {
   Device &dev = Device::get(0);
-  const testing::DecodeKernel k = testing::decodeKernels().at(1); // causal
-  auto kernel = loadDecode(k, dev);
-  const AttentionSpec &spec = k.spec;
-  std::mt19937_64 rng(std::random_device{}());
-  const int64_t batch = 3, cap = 500, qLen = 2;
-  std::vector<int32_t> lens{500, 77, 0};
-  GpuTensor q(dev, DType::BF16, {batch, spec.headsQ, qLen, 128});
-  GpuTensor kt(dev, DType::BF16, {batch, spec.headsKV, cap, 128}, 4, true);
-  GpuTensor vt(dev, DType::BF16, {batch, spec.headsKV, cap, 128}, 4, true);
-  GpuTensor o(dev, DType::BF16, {batch, spec.headsQ, qLen, 128});
-  GpuTensor lse(dev, DType::F32, {batch, spec.headsQ, qLen, 1}, 3);
-  q.randomize(rng);
-  kt.randomize(rng);
-  vt.randomize(rng);
-  DevicePageTable table = DevicePageTable::contiguous(lens, cap, dev);
-  // The paged reference of the same cache: one page per sequence, read as
-  // pages of 1 token (page b * cap + t).
-  std::vector<int32_t> ids, indptr{0}, last;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t t = 0; t < lens[b]; ++t)
-      ids.push_back(static_cast<int32_t>(b * cap + t));
-    indptr.push_back(static_cast<int32_t>(ids.size()));
-    last.push_back(lens[b] ? 1 : 0);
+  // Causal, then the sliding window (300 back: its splits divide keys
+  // [198, 500) of the first sequence, all of the second).
+  for (size_t which : {1, 2}) {
+    const testing::DecodeKernel k = testing::decodeKernels().at(which);
+    INFO(k.id);
+    auto kernel = loadDecode(k, dev);
+    const AttentionSpec &spec = k.spec;
+    std::mt19937_64 rng(std::random_device{}());
+    const int64_t batch = 3, cap = 500, qLen = 2;
+    std::vector<int32_t> lens{500, 77, 0};
+    GpuTensor q(dev, DType::BF16, {batch, spec.headsQ, qLen, 128});
+    GpuTensor kt(dev, DType::BF16, {batch, spec.headsKV, cap, 128}, 4, true);
+    GpuTensor vt(dev, DType::BF16, {batch, spec.headsKV, cap, 128}, 4, true);
+    GpuTensor o(dev, DType::BF16, {batch, spec.headsQ, qLen, 128});
+    GpuTensor lse(dev, DType::F32, {batch, spec.headsQ, qLen, 1}, 3);
+    q.randomize(rng);
+    kt.randomize(rng);
+    vt.randomize(rng);
+    DevicePageTable table = DevicePageTable::contiguous(lens, cap, dev);
+    // The paged reference of the same cache: one page per sequence, read as
+    // pages of 1 token (page b * cap + t).
+    std::vector<int32_t> ids, indptr{0}, last;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < lens[b]; ++t)
+        ids.push_back(static_cast<int32_t>(b * cap + t));
+      indptr.push_back(static_cast<int32_t>(ids.size()));
+      last.push_back(lens[b] ? 1 : 0);
+    }
+    auto asPages = [&](const TensorRef &t) {
+      TensorRef r = t;
+      r.shape = {batch * cap, spec.headsKV, 1, 128};
+      r.strides = {t.strides[2], t.strides[1], t.strides[2], 1};
+      return r;
+    };
+    PageList list = checkPagedCsr({indptr, ids, last}, batch, batch * cap, 1);
+    ReferenceOutput want = referencePagedAttention(
+        spec, q.hostRef, asPages(kt.hostRef), asPages(vt.hostRef), list);
+    for (int splits : {0, 1, 40, 64})
+      for (DecodeMerge merge : {DecodeMerge::Fused, DecodeMerge::Separate}) {
+        INFO("splits " << splits << " merge " << mergeName(merge));
+        o.poison();
+        lse.poison();
+        kernel->run(q.deviceRef, kt.deviceRef, vt.deviceRef, table, o.deviceRef,
+                    &lse.deviceRef, {}, splits, nullptr, merge);
+        o.download();
+        lse.download();
+        test::compareOutputs(spec, o, lse, want, batch, qLen);
+      }
   }
-  auto asPages = [&](const TensorRef &t) {
-    TensorRef r = t;
-    r.shape = {batch * cap, spec.headsKV, 1, 128};
-    r.strides = {t.strides[2], t.strides[1], t.strides[2], 1};
-    return r;
-  };
-  PageList list = checkPagedCsr({indptr, ids, last}, batch, batch * cap, 1);
-  ReferenceOutput want = referencePagedAttention(
-      spec, q.hostRef, asPages(kt.hostRef), asPages(vt.hostRef), list);
-  for (int splits : {0, 1, 40, 64})
-    for (DecodeMerge merge : {DecodeMerge::Fused, DecodeMerge::Separate}) {
-      INFO("splits " << splits << " merge " << mergeName(merge));
-      o.poison();
-      lse.poison();
-      kernel->run(q.deviceRef, kt.deviceRef, vt.deviceRef, table, o.deviceRef,
-                  &lse.deviceRef, {}, splits, nullptr, merge);
-      o.download();
-      lse.download();
-      test::compareOutputs(spec, o, lse, want, batch, qLen);
+}
+
+TEST_CASE("decode: a sliding window's splits divide the keys it sees",
+          "[gpu][decode]") {
+  // The window kernel (300 keys back) on sequences much longer than the
+  // window, q_len 1..64: every forced split count gives the reference, and
+  // the heuristic counts the window's tiles, not the sequence's.
+  Device &dev = Device::get(0);
+  const testing::DecodeKernel k = testing::decodeKernels().at(2);
+  REQUIRE(k.id == "dec_window_g4");
+  auto kernel = loadDecode(k, dev);
+  // B = 1, Nk = 128k: the rows see 301 keys (6 tiles of 64 at most), so
+  // one split (at most one per 4 tiles), not the 32 of a dense call.
+  CHECK(kernel->defaultNumSplits(1, 1, 131072) == 1);
+  // q_len 64: 364 keys, 7 tiles: still one split; 40 such sequences x 8 KV
+  // heads fill the SMs alone.
+  CHECK(kernel->defaultNumSplits(1, 64, 131072) == 1);
+  uint64_t seed = std::random_device{}();
+  int i = 0;
+  for (int64_t qLen : {1, 5, 16, 64})
+    for (int splits : {0, 1, 3, 8, 33}) {
+      const DecodeMerge merge =
+          i % 2 ? DecodeMerge::Fused : DecodeMerge::Separate;
+      checkPaged(dev, *kernel, k.spec, {5000, 301, 0, 64, 2000},
+                 i % 3 ? 64 : 16, qLen, i % 2 == 0, i % 4 == 1, splits,
+                 seed + i, merge);
+      ++i;
     }
 }
 

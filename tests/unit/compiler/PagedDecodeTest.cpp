@@ -348,3 +348,97 @@ TEST_CASE("CPU paged decode: errors name the field", "[compiler][paged]") {
       },
       {"page id -3 of sequence 0"});
 }
+
+TEST_CASE("CPU paged decode of sliding windows smaller and larger than the "
+          "sequence, q_len 1..64",
+          "[compiler][paged][decode]") {
+  // cpuPagedDecode gathers only the keys some row of a sequence may see
+  // (decodeVisibleKeyTiles); every key before them is NaN here, so a range
+  // cut one key too short or too long shows in O, LSE or as NaN.
+  const uint64_t seed = freshSeed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  AttentionSpec spec;
+  spec.variant = Variant("pd_window_param");
+  spec.variant.mask(
+      sliding_window(param<int32_t>("window"), 0, Alignment::BottomRight));
+  spec.headsQ = 6;
+  spec.headsKV = 2;
+  spec.headDimQK = 16;
+  spec.headDimV = 8;
+  spec.dtypeQ = spec.dtypeK = spec.dtypeV = spec.dtypeO = DType::F32;
+  CompileOptions opt;
+  opt.varlen = true;
+  auto kernel = test::cachedKernel(spec, opt);
+  int cases = 0, emptyRows = 0;
+  for (int64_t window : {0, 3, 17, 70, 1000})
+    for (int64_t qLen : {1, 2, 7, 16, 33, 64}) {
+      const int64_t pageSize = std::array<int64_t, 3>{1, 16, 64}[rng() % 3];
+      const bool csr = rng() % 2;
+      std::vector<int64_t> lens{int64_t(rng() % 300) + 100, 0,
+                                std::max<int64_t>(1, qLen / 2),
+                                int64_t(rng() % 40) + qLen};
+      INFO("window " << window << " q_len " << qLen << " page_size " << pageSize
+                     << (csr ? " csr" : " table") << " lens " << lens[0] << ","
+                     << lens[3]);
+      Table t(rng, pageSize, lens);
+      const int64_t batch = int64_t(lens.size()), hq = 6, hk = 2;
+      Buf q(DType::F32, {batch, hq, qLen, 16}),
+          o(DType::F32, {batch, hq, qLen, 8});
+      Buf kc(DType::F32, {t.numPages, hk, pageSize, 16}),
+          vc(DType::F32, {t.numPages, hk, pageSize, 8});
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t h = 0; h < hq; ++h)
+          for (int64_t i = 0; i < qLen; ++i)
+            for (int64_t d = 0; d < 16; ++d)
+              q.set(b, h, i, d, u(rng));
+      // Keys [first, len) random, those before them NaN (no page is
+      // shared here: sequence 1 is empty).
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t first = std::max<int64_t>(0, lens[b] - qLen - window);
+        for (int64_t j = 0; j < lens[b]; ++j) {
+          const int32_t page = t.pagesOf[b][j / pageSize];
+          const int64_t slot = j % pageSize;
+          for (int64_t h = 0; h < hk; ++h) {
+            for (int64_t d = 0; d < 16; ++d)
+              kc.set(page, h, slot, d, j >= first ? u(rng) : NAN);
+            for (int64_t d = 0; d < 8; ++d)
+              vc.set(page, h, slot, d, j >= first ? u(rng) : NAN);
+          }
+        }
+      }
+      Arguments args;
+      args.set("window", Scalar::i32(window));
+      const PageList pages = t.list(csr);
+      std::vector<float> lse(size_t(batch * hq * qLen), NAN);
+      TensorRef lseRef =
+          TensorRef::contiguous3(lse.data(), DType::F32, {batch, hq, qLen});
+      runtime::cpuPagedDecode(*kernel, q.ref, kc.ref, vc.ref, pages, o.ref,
+                              &lseRef, args);
+      ReferenceOutput want =
+          referencePagedAttention(spec, q.ref, kc.ref, vc.ref, pages, args);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t h = 0; h < hq; ++h)
+          for (int64_t i = 0; i < qLen; ++i) {
+            INFO("row " << b << "," << h << "," << i);
+            const double wl = want.lseAt(b, h, i);
+            const float gl = lse[size_t((b * hq + h) * qLen + i)];
+            if (wl == -kInf) {
+              ++emptyRows;
+              REQUIRE(double(gl) == wl);
+              for (int64_t d = 0; d < 8; ++d)
+                REQUIRE(o.get(b, h, i, d) == 0.0);
+              continue;
+            }
+            REQUIRE(std::isfinite(wl));
+            REQUIRE(std::fabs(gl - wl) <= 1e-4 * (1.0 + std::fabs(wl)));
+            for (int64_t d = 0; d < 8; ++d)
+              REQUIRE(std::fabs(o.get(b, h, i, d) - want.oAt(b, h, i, d)) <=
+                      1e-4);
+          }
+      ++cases;
+    }
+  CHECK(cases == 5 * 6);
+  CHECK(emptyRows > 0); // the empty sequence and rows before any key
+}

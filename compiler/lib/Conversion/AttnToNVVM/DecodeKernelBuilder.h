@@ -62,6 +62,17 @@ private:
   SmallVector<Value> pageIdsOf(Value j, int dim);
   void loadKV(Value j, Value stage, ValueRange kIds, ValueRange vIds);
   std::pair<Value, Value> classify(Value j);
+  /// (may be false, may be true) of the mask over the CTA's rows and keys
+  /// [kvLo, kvHi].
+  std::pair<Value, Value> classifyKeys(Value kvLo, Value kvHi);
+  /// The longest run of n <= \p limit key tiles (keys keysOf(n)) the
+  /// classifier proves empty, by \p steps halvings.
+  Value
+  longestEmptyRun(Value limit, Value steps,
+                  llvm::function_ref<std::pair<Value, Value>(Value)> keysOf);
+  /// The key tiles [first, end) that may hold a key the CTA's rows see
+  /// (frontend DecodeSplits.h, visibleKeyTiles).
+  std::pair<Value, Value> visibleTiles();
   ValueRange mainLoop();
   SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask,
                               Value poisoned);

@@ -36,6 +36,7 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <limits>
@@ -145,6 +146,17 @@ void DecodeKernelBuilder::build(Operation *gpuModule) {
   init.append(nextIds.begin(), nextIds.end());
   gpu::BarrierOp::create(b);
   mma->loadQ();
+  // The score modifier's row-only part (ALiBi's slopes[head]) once per CTA,
+  // before the loop: variantScoresPacked finds the rows' factors already
+  // made, so no tile loads or bounds-checks them (per tile it cost ALiBi
+  // 255 registers, 245 now). Every row in range reads its factor once, also
+  // a row no key of the CTA is allowed for (per-element evaluation would
+  // not): the same buffer elements, so only such a row's out-of-range read
+  // can now be reported where it was not.
+  if (em.hasScoreMod())
+    em.beginScoreRowFactors(
+        b, b.getLoc(), {batch, Value(), Value(), Value(), qLen, seqLen},
+        {at.head0[0], at.head1[0]}, {at.qRow0[0], at.qRow1[0]});
   epilogue(mainLoop());
   b.setInsertionPointToEnd(&fn.getBody().front());
   gpu::ReturnOp::create(b);
@@ -262,6 +274,11 @@ std::pair<Value, Value> DecodeKernelBuilder::classify(Value j) {
   Value kvLast =
       ops.sub(arith::MinSIOp::create(b, ops.add(kv0, ops.ci32(BN)), seqLen),
               ops.ci32(1));
+  return classifyKeys(kv0, kvLast);
+}
+
+std::pair<Value, Value> DecodeKernelBuilder::classifyKeys(Value kvLo,
+                                                          Value kvHi) {
   // The box of the CTA's rows: their heads, and their queries (all of them
   // when the rows span several heads).
   Value head0 = ops.mul(headKV, group);
@@ -271,9 +288,53 @@ std::pair<Value, Value> DecodeKernelBuilder::classify(Value j) {
   Value qLo = ops.sel(same, arith::RemUIOp::create(b, r0, qLen), ops.ci32(0));
   Value qHi = ops.sel(same, arith::RemUIOp::create(b, rLast, qLen),
                       ops.sub(qLen, ops.ci32(1)));
-  IndexValues lo{batch, hLo, qLo, kv0, qLen, seqLen};
-  IndexValues hi{batch, hHi, qHi, kvLast, qLen, seqLen};
+  IndexValues lo{batch, hLo, qLo, kvLo, qLen, seqLen};
+  IndexValues hi{batch, hHi, qHi, kvHi, qLen, seqLen};
   return em.emitClassify(b, b.getLoc(), lo, hi);
+}
+
+Value DecodeKernelBuilder::longestEmptyRun(
+    Value limit, Value steps,
+    llvm::function_ref<std::pair<Value, Value>(Value)> keysOf) {
+  // lo: a run proven empty (0 or a box the classifier called Empty); hi:
+  // the longest run not yet excluded. Steps past lo == hi change nothing.
+  auto loop =
+      scf::ForOp::create(b, ops.toIndex(ops.ci32(0)), ops.toIndex(steps), one,
+                         ValueRange{ops.ci32(0), limit});
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value lo = loop.getRegionIterArgs()[0], hi = loop.getRegionIterArgs()[1];
+  Value active = ops.cmp(arith::CmpIPredicate::slt, lo, hi);
+  Value mid = arith::ShRUIOp::create(b, ops.add(ops.add(lo, hi), ops.ci32(1)),
+                                     ops.ci32(1));
+  auto [kvLo, kvHi] = keysOf(mid);
+  Value empty = ops.lnot(classifyKeys(kvLo, kvHi).second);
+  Value grow = ops.land(active, empty);
+  Value shrink = ops.land(active, ops.lnot(empty));
+  scf::YieldOp::create(
+      b, ValueRange{ops.sel(grow, mid, lo),
+                    ops.sel(shrink, ops.sub(mid, ops.ci32(1)), hi)});
+  return loop.getResult(0);
+}
+
+std::pair<Value, Value> DecodeKernelBuilder::visibleTiles() {
+  // frontend DecodeSplits.h's visibleKeyTiles: bit_width(tiles) halvings for
+  // the leading run of empty tiles (boxes [0, n tiles)), then as many for
+  // the trailing one (boxes [last n tiles, seqlen_k)).
+  const int BN = c.blockN;
+  Value steps =
+      ops.sub(ops.ci32(32), math::CountLeadingZerosOp::create(b, numKv));
+  Value last = ops.sub(seqLen, ops.ci32(1));
+  Value lead = longestEmptyRun(numKv, steps, [&](Value n) {
+    return std::pair{
+        ops.ci32(0),
+        ops.sub(arith::MinSIOp::create(b, ops.mul(n, ops.ci32(BN)), seqLen),
+                ops.ci32(1))};
+  });
+  Value trail = longestEmptyRun(ops.sub(numKv, lead), steps, [&](Value n) {
+    return std::pair{ops.mul(ops.sub(numKv, n), ops.ci32(BN)), last};
+  });
+  return {lead, ops.sub(numKv, trail)};
 }
 
 void DecodeKernelBuilder::planKeyTiles() {
@@ -281,17 +342,28 @@ void DecodeKernelBuilder::planKeyTiles() {
   numKv = arith::DivUIOp::create(b, ops.add(seqLen, ops.ci32(BN - 1)),
                                  ops.ci32(BN));
   one = arith::ConstantIndexOp::create(b, 1);
-  Value perSplit = arith::DivUIOp::create(
-      b, ops.sub(ops.add(numKv, numSplits), ops.ci32(1)), numSplits);
-  jBegin = ops.mul(split, perSplit);
-  jEnd = ops.sub(arith::MinSIOp::create(b, numKv, ops.add(jBegin, perSplit)),
-                 ops.ci32(1));
-  if (!em.hasMask())
+  if (!em.hasMask()) {
+    Value perSplit = arith::DivUIOp::create(
+        b, ops.sub(ops.add(numKv, numSplits), ops.ci32(1)), numSplits);
+    jBegin = ops.mul(split, perSplit);
+    jEnd = ops.sub(arith::MinSIOp::create(b, numKv, ops.add(jBegin, perSplit)),
+                   ops.ci32(1));
     return;
+  }
+  // The splits divide the tiles that may hold a visible key
+  // [visFirst, visEnd) (DecodeSplits.h's decodeSplitTiles), not the whole
+  // sequence: a sliding window's splits all get work.
+  auto [visFirst, visEnd] = visibleTiles();
+  Value count = ops.sub(visEnd, visFirst);
+  Value perSplit = arith::DivUIOp::create(
+      b, ops.sub(ops.add(count, numSplits), ops.ci32(1)), numSplits);
+  jBegin = ops.add(visFirst, ops.mul(split, perSplit));
+  jEnd = ops.sub(arith::MinSIOp::create(b, visEnd, ops.add(jBegin, perSplit)),
+                 ops.ci32(1));
   // The first and last tiles of the split that are not empty (with none,
   // first = jEnd + 1 > last = jEnd).
   auto scan = scf::ForOp::create(
-      b, ops.toIndex(arith::MinSIOp::create(b, jBegin, numKv)),
+      b, ops.toIndex(arith::MinSIOp::create(b, jBegin, visEnd)),
       ops.toIndex(ops.add(jEnd, ops.ci32(1))), one,
       ValueRange{ops.add(jEnd, ops.ci32(1)), jEnd}); // none: first > last
   {

@@ -74,7 +74,9 @@ private:
 /// The number of key splits of a decode call: enough CTAs to fill
 /// \p smCount SMs at two CTAs each with the least wave-quantization loss
 /// (the smallest count within 5% of the best occupancy efficiency), at
-/// most one split per 4 key tiles of the longest sequence and at most 256.
+/// most one split per 4 key tiles of \p maxSeqLen keys (the longest
+/// sequence's, or the keys its rows may see: defaultNumSplits) and at most
+/// 256.
 int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
                     int64_t maxSeqLen, int blockN, int smCount);
 
@@ -193,8 +195,13 @@ public:
            CUstream stream = nullptr,
            DecodeMerge merge = DecodeMerge::Auto) const;
 
-  /// The split count run() uses for this call shape when numSplits is 0.
-  int defaultNumSplits(int64_t batch, int64_t qLen, int64_t maxSeqLen) const;
+  /// The split count run() uses for this call shape when numSplits is 0:
+  /// decodeNumSplits over the key tiles a sequence of \p maxSeqLen keys
+  /// may show any of the call's rows (decodeVisibleKeyTiles with \p args'
+  /// parameters: a sliding window's, not the whole length; the kernel's
+  /// splits divide the same range per group).
+  int defaultNumSplits(int64_t batch, int64_t qLen, int64_t maxSeqLen,
+                       const Arguments &args = {}) const;
   /// Whether run() with DecodeMerge::Auto fuses the merge of a call with
   /// \p qLen query tokens and \p numSplits splits (decodeFusedMerge).
   bool fusesMerge(int64_t qLen, int numSplits) const;
