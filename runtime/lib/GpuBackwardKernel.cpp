@@ -370,7 +370,15 @@ DataGradients GpuAttentionBackwardKernel::launchBackward(
     checkBlockMaskFits(m, m.blockM, m.blockN, s.batch, s.headsQ, s.seqlenQ,
                        s.seqlenK, cuQ, cuK);
   }
-  if (options.deterministic && gradFloats > 0)
+  // Only f32 buffers and f32 parameters have gradients (the derivative of
+  // an integer is 0, and nothing is added for it): the i32 parameters of a
+  // context-parallel spec (cp_q_chunk, ...) keep the deterministic mode.
+  const bool hasF32Gradients =
+      paramOffset > 0 ||
+      std::any_of(params.begin(), params.end(), [](const ParamDecl &p) {
+        return p.type == ScalarType::Float32;
+      });
+  if (options.deterministic && hasF32Gradients)
     throw UserError(fmt::format(
         "deterministic = true: variant '{}' has f32 buffers or parameters "
         "(their gradients are summed by unordered fp32 atomics); the "
