@@ -104,22 +104,33 @@ private:
   void releaseTurn(Value head, Value q0);
   /// accumulateDQ, in key-tile order in the deterministic mode (waitTurn,
   /// releaseTurn); then Q, dO, dS^T, LSE and D are free for the next tile.
-  void addDQ(Value head, Value q0, Value qLast, Value needsMask);
+  void addDQ(Value head, Value q0, Value qLast, Value needsMask, Value kVote);
   /// dQaccum += dS K for the tile at \p q0 (dS^T in shared memory); with
   /// a mask, where the tile is partial (\p needsMask) and K holds a NaN or
-  /// Inf, the guarded product (MaskedValues.h, dqSkipZero).
-  void accumulateDQ(Value head, Value q0, Value needsMask);
-  /// Sets kPoisoned or kFlag: once per CTA, as soon as the K tile has
-  /// landed (V still in flight), the CTA votes on whether it holds a NaN or
-  /// Inf. K stays in shared memory for the whole kernel, so the answer
-  /// holds for every query tile, and the tile loop keeps no vote of its own
-  /// (its registers: the block-sparse D = 128 mma.sync kernel spilled with
-  /// a vote per tile).
+  /// Inf (\p kVote, publishDS's answer, or kFlag), the guarded product
+  /// (MaskedValues.h, dqSkipZero).
+  void accumulateDQ(Value head, Value q0, Value needsMask, Value kVote);
+  /// mma.sync kernels (padded tiles) with a mask: sets kFlag once per CTA,
+  /// as soon as the K tile has landed (V still in flight): the CTA votes
+  /// on whether it holds a NaN or Inf. K stays in shared memory for the
+  /// whole kernel, so the answer holds for every query tile, and the tile
+  /// loop keeps no vote of its own (its registers: the block-sparse D = 128
+  /// mma.sync kernel spilled with a vote per tile).
   void voteOnK();
+  /// Publishes the tile's dS^T to dQ's product: fence and the CTA barrier.
+  /// Swizzled kernels that isolate masked keys make it, in a partial tile
+  /// (\p needsMask), the CTA's OR vote on whether the K tile holds a NaN or
+  /// Inf and return the answer (i1; false in full tiles); else a null
+  /// Value. No vote, wait or barrier of its own, and no register across
+  /// the tile loop: the prologue's K vote had delayed each CTA's first
+  /// query-tile loads by a round trip and a barrier.
+  Value publishDS(Value needsMask);
   /// With a mask: \p add (dQaccum += ...) of, where \p needsMask (a partial
-  /// tile) and K is poisoned, dQ = dS K term by term from shared memory
-  /// (dqSkipZero), else \p plain()'s product.
-  void guardDQ(Value needsMask, llvm::function_ref<SmallVector<Value>()> plain,
+  /// tile) and K is poisoned (\p kVote from publishDS, or kFlag), dQ = dS K
+  /// term by term from shared memory (dqSkipZero), else \p plain()'s
+  /// product.
+  void guardDQ(Value needsMask, Value kVote,
+               llvm::function_ref<SmallVector<Value>()> plain,
                llvm::function_ref<void(ArrayRef<Value>)> add);
   /// dS^T, exactly 0 where \p p is, in a tile that evaluates the mask
   /// (\p needsMask); elsewhere \p ds itself (masked keys are isolated,
@@ -190,10 +201,10 @@ private:
   /// i1: the semaphores argument is not null (deterministic mode).
   Value deterministic;
   Value sK, sQ, sDO, sDS, sLse, sDelta;
-  /// With a mask, whether this CTA's K tile holds a NaN or Inf (voteOnK):
-  /// kPoisoned (i1) with swizzled tiles, else the i32 at kFlag (shared
-  /// memory, non-zero: poisoned).
-  Value kPoisoned, kFlag;
+  /// mma.sync kernels with a mask: whether this CTA's K tile holds a NaN
+  /// or Inf (voteOnK), the i32 at kFlag (shared memory, non-zero:
+  /// poisoned). Null in swizzled kernels (publishDS votes per tile).
+  Value kFlag;
   /// Masked keys are isolated (MaskedValues.h): the spec has a mask and the
   /// testing hook (MaskedValueTesting.h) has not turned isolation off.
   bool isolate = false;

@@ -71,14 +71,14 @@ void BackwardBuilder::waitTurn(Value head, Value q0, Value qLast) {
   gpu::BarrierOp::create(b);
 }
 
-void BackwardBuilder::addDQ(Value head, Value q0, Value qLast,
-                            Value needsMask) {
+void BackwardBuilder::addDQ(Value head, Value q0, Value qLast, Value needsMask,
+                            Value kVote) {
   // Deterministic mode: dQaccum of this query tile in key-tile order.
   // (Block-sparse kernels have no deterministic mode yet: the turn counts
   // would have to follow the lists, not the classifier.)
   if (!c.blockSparse)
     ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
-  accumulateDQ(head, q0, needsMask);
+  accumulateDQ(head, q0, needsMask, kVote);
   // Q, dO, dS^T, LSE and D are free for the next tile.
   gpu::BarrierOp::create(b);
   if (!c.blockSparse)
@@ -132,10 +132,6 @@ void BackwardBuilder::voteOnK() {
   Value poisoned =
       tileHasNonFiniteIf(ops, ops.cb(true), VoteGroup{tid, 32 * c.numWarps, 0},
                          sK, c.blockM(), c.headDimQK, mma->swizzled());
-  if (mma->swizzled()) {
-    kPoisoned = poisoned;
-    return;
-  }
   // Padded rows (mma.sync) have kPad spare elements: the answer waits in
   // row 0's, read where a partial tile needs it, instead of holding a
   // register across the tile loop (the D = 128 softcap-window kernel
@@ -147,7 +143,22 @@ void BackwardBuilder::voteOnK() {
   });
 }
 
-void BackwardBuilder::guardDQ(Value needsMask,
+Value BackwardBuilder::publishDS(Value needsMask) {
+  mma->publish();
+  if (!isolate || kFlag) {
+    gpu::BarrierOp::create(b);
+    return Value();
+  }
+  // Swizzled tiles (wgmma): the CTA votes on K at this barrier, which
+  // every tile has (dS^T published to dQ's product), and only in partial
+  // tiles (the only ones with masked pairs). K has landed: the tile's
+  // first barrier follows the wait for every cp.async group, K's included.
+  // No barrier, register or wait of its own.
+  return barrierVotingIf(ops, needsMask, VoteGroup{tid, 32 * c.numWarps, 0}, sK,
+                         c.blockM(), c.headDimQK, mma->swizzled());
+}
+
+void BackwardBuilder::guardDQ(Value needsMask, Value kVote,
                               llvm::function_ref<SmallVector<Value>()> plain,
                               llvm::function_ref<void(ArrayRef<Value>)> add) {
   // Only a partial tile has masked pairs; the guarded product where K
@@ -160,7 +171,7 @@ void BackwardBuilder::guardDQ(Value needsMask,
                             return ops.cmp(arith::CmpIPredicate::ne, f,
                                            ops.ci32(0));
                           })
-            : ops.land(needsMask, kPoisoned);
+            : kVote;
   // Each branch adds its own dQ (no merged values: the plain branch keeps
   // the registers it has without a mask).
   // (The guarded branch is cold: laid out of the tile loop's hot path.)
@@ -173,11 +184,12 @@ void BackwardBuilder::guardDQ(Value needsMask,
   add(plain());
 }
 
-void BackwardBuilder::accumulateDQ(Value head, Value q0, Value needsMask) {
+void BackwardBuilder::accumulateDQ(Value head, Value q0, Value needsMask,
+                                   Value kVote) {
   if (!isolate)
     return atomicDQ(head, q0, mma->computeDQ());
   guardDQ(
-      needsMask, [&] { return mma->computeDQ(); },
+      needsMask, kVote, [&] { return mma->computeDQ(); },
       [&](ArrayRef<Value> v) { atomicDQ(head, q0, v); });
 }
 

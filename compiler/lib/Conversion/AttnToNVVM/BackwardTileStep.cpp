@@ -166,9 +166,8 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   dk = mma->accumulateDK(dk, ds);
   // dS^T into shared memory, then dQaccum += dS K.
   mma->storeDS(ds);
-  mma->publish();
-  gpu::BarrierOp::create(b);
-  addDQ(head, q0, qLast, needsMask);
+  Value kVote = publishDS(needsMask);
+  addDQ(head, q0, qLast, needsMask, kVote);
   return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
 }
 
@@ -286,8 +285,7 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   // (wgmma groups complete in order: dV, dQ, dK).
   mma->storeDS(ds);
   dv = mma->issueDV(dv, pA);
-  mma->publish();
-  gpu::BarrierOp::create(b);
+  Value kVote = publishDS(needsMask);
   SmallVector<Value> dq = mma->issueDQ();
   dv = mma->wait(dv, 1, pA);
   // dK += dS^T Q (scaled at the end) runs during the dQ atomics.
@@ -300,7 +298,7 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   // K are still in shared memory; dK's product only reads them).
   if (isolate)
     guardDQ(
-        needsMask, [&] { return dq; },
+        needsMask, kVote, [&] { return dq; },
         [&](ArrayRef<Value> v) { atomicDQ(head, q0, v); });
   else
     atomicDQ(head, q0, dq);

@@ -130,12 +130,16 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   };
   loadTileAsync(ops, tid, nthreads, sK, tensorBase(TK, headKV), st[TK][2], k0,
                 seqlenK, BM, D, swz);
-  if (isolate)
-    NVVM::CpAsyncCommitGroupOp::create(b); // K first: the vote reads it
+  // mma.sync (padded tiles): the vote on K once, before the tile loop (K
+  // first: the vote reads it); swizzled tiles vote at each partial tile's
+  // dS barrier instead (publishDS).
+  const bool voteFirst = isolate && !swz;
+  if (voteFirst)
+    NVVM::CpAsyncCommitGroupOp::create(b);
   loadTileAsync(ops, tid, nthreads, sV, tensorBase(TV, headKV), st[TV][2], k0,
                 seqlenK, BM, Dv, swz);
   NVVM::CpAsyncCommitGroupOp::create(b);
-  if (isolate)
+  if (voteFirst)
     voteOnK();
   mma->prepare(sK, sV, sQ, sDO, sDS);
 

@@ -335,6 +335,20 @@ Value tileHasNonFiniteIf(KernelOps &ops, Value cond, const VoteGroup &grp,
   });
 }
 
+Value barrierVotingIf(KernelOps &ops, Value cond, const VoteGroup &grp,
+                      Value smem, int rows, int dim, bool swizzled) {
+  auto ifOp = scf::IfOp::create(ops.b, TypeRange{ops.i1}, cond,
+                                /*withElse=*/true);
+  OpBuilder::InsertionGuard g(ops.b);
+  ops.b.setInsertionPointToStart(ifOp.thenBlock());
+  scf::YieldOp::create(
+      ops.b, ValueRange{tileHasNonFinite(ops, grp, smem, rows, dim, swizzled)});
+  ops.b.setInsertionPointToStart(ifOp.elseBlock());
+  syncGroup(ops, grp);
+  scf::YieldOp::create(ops.b, ValueRange{ops.cb(false)});
+  return ifOp.getResult(0);
+}
+
 SmallVector<Value> isolateNonFiniteV(KernelOps &ops, const TileShape &sh,
                                      ArrayRef<Value> o, ArrayRef<Value> p,
                                      Value poisoned, Value sV, Value lane,

@@ -42,9 +42,11 @@
 // every row that attends one, so 0 * NaN would reach dK of clean keys),
 // and dQ = dS K, where K of a masked key meets dS = 0, takes a guarded
 // product (dS == 0 terms skipped, from shared memory) in partial tiles
-// whose K tile holds a NaN or Inf (the same vote on K, once per CTA as
-// soon as K has landed: a CTA keeps its K tile for the whole kernel). K
-// cannot be rewritten: later query tiles' S^T = K Q^T read it.
+// whose K tile holds a NaN or Inf (the same vote on K: with swizzled tiles
+// (wgmma) at each partial tile's dS^T barrier, which the tile has anyway
+// (barrierVotingIf); mma.sync kernels once per CTA as soon as K has
+// landed: a CTA keeps its K tile for the whole kernel). K cannot be
+// rewritten: later query tiles' S^T = K Q^T read it.
 //
 // Barriers: the vote and the guarded path synchronise the threads that
 // compute: the CTA (barrier 0), or in warp-specialised kernels named
@@ -83,6 +85,17 @@ bool maskedValueIsolation();
 mlir::Value tileHasNonFiniteIf(KernelOps &ops, mlir::Value cond,
                                const VoteGroup &group, mlir::Value smem,
                                int rows, int dim, bool swizzled);
+
+/// One barrier of the group that, where \p cond (the same in the whole
+/// group), also tells whether any 16-bit element of the tile at \p smem
+/// (as tileHasNonFiniteIf) is NaN or Inf: each thread scans its chunks and
+/// the barrier is the OR-reducing one; elsewhere a plain barrier of the
+/// group and false. For a barrier the kernel has anyway: the vote then
+/// costs the scan, and no barrier of its own. Every thread of the group
+/// must call it.
+mlir::Value barrierVotingIf(KernelOps &ops, mlir::Value cond,
+                            const VoteGroup &group, mlir::Value smem, int rows,
+                            int dim, bool swizzled);
 
 /// Step 1 and 2 of the guarded path (scheme above) where \p poisoned (the
 /// same in the whole group; tileHasNonFiniteIf's result): returns \p o

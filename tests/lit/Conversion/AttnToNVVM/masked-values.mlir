@@ -11,12 +11,14 @@
 // from the quad with shfl.sync idx, a run-time loop over the 64 keys),
 // then rewrites the tile (barrier, 16-byte stores, barrier); the one
 // product P V follows in both cases. Backward: the CTA votes on NaN or Inf
-// in its K tile once, as soon as K has landed (cp.async group 1 waited
-// for, barrier; one fma.rn.bf16x2 x * 0 + acc per 32-bit word); dS' is 0
-// where P is (cmpf oeq + select): mma.sync in every tile, and thread 0
-// leaves the answer in shared memory (K's row padding), read by partial
-// tiles; wgmma (BWDW) only in the tiles that evaluate the mask (a branch
-// on the masked scores' condition). dQ = dS K runs term by term (a loop
+// in its K tile (one fma.rn.bf16x2 x * 0 + acc per 32-bit word): mma.sync
+// once, as soon as K has landed (cp.async group 1 waited for, barrier),
+// thread 0 leaving the answer in shared memory (K's row padding), read by
+// partial tiles; wgmma (BWDW) in each partial tile, at the barrier that
+// publishes dS^T (bar.red.or there, bar.sync in full tiles; no wait or
+// barrier before the tile loop). dS' is 0 where P is (cmpf oeq + select):
+// mma.sync in every tile, wgmma only in the tiles that evaluate the mask
+// (a branch on the masked scores' condition). dQ = dS K runs term by term (a loop
 // over the keys, dS != 0) and adds its own dQ where a partial tile meets
 // a poisoned K, else the mma.
 // Decode:
@@ -68,11 +70,9 @@
 // BWD: llvm.atomicrmw fadd
 
 // BWDW-LABEL: gpu.func @causal_bwd(
-// BWDW: nvvm.cp.async.wait.group 1
-// BWDW-NEXT: gpu.barrier
-// BWDW: llvm.inline_asm {{.*}}"fma.rn.bf16x2 $0, $1, $2, $3;"
-// BWDW: nvvm.barrier #nvvm.reduction<or>
-// BWDW-NOT: llvm.store {{.*}} : i32, !llvm.ptr<3>
+// BWDW-NOT: nvvm.cp.async.wait.group 1
+// BWDW-NOT: nvvm.barrier #nvvm.reduction<or>
+// BWDW: nvvm.cp.async.wait.group 0
 // BWDW: :32 = scf.if %[[PARTIAL:[0-9]+]] -> (f32,
 // BWDW: :32 = scf.if %[[PARTIAL]] -> (f32,
 // BWDW-NEXT: arith.constant 0.000000e+00
@@ -82,7 +82,17 @@
 // BWDW: } else {
 // BWDW-NEXT: scf.yield
 // BWDW-NOT: arith.cmpf oeq
+// The K vote rides on dS^T's barrier, in partial tiles only.
+// BWDW: %[[KVOTE:[0-9]+]] = scf.if %[[PARTIAL]] -> (i1) {
+// BWDW: llvm.inline_asm {{.*}}"fma.rn.bf16x2 $0, $1, $2, $3;"
+// BWDW: nvvm.barrier #nvvm.reduction<or>
+// BWDW: } else {
+// BWDW-NEXT: gpu.barrier
+// BWDW: scf.yield %false{{.*}} : i1
 // BWDW: llvm.inline_asm {{.*}}wgmma.mma_async
+// BWDW: llvm.intr.expect %[[KVOTE]], %false{{.*}} : i1
+// BWDW-NOT: llvm.store {{.*}} : i32, !llvm.ptr<3>
+// BWDW: gpu.return
 
 // DEC-LABEL: gpu.func @causal_decode(
 // DEC: %[[VOTE:[0-9]+]] = scf.if %{{.*}} -> (i1) {
