@@ -217,7 +217,12 @@ if _HAVE_CUSTOM_OP:
         # empty list (which torch cannot tell from a list of tensors).
         rest = tuple([] if isinstance(x, (list, tuple)) and not x else None
                      for x in ctx.rest)
-        return (dq, dk, dv, _split_flat(flat, buffers, ctx.rest[9])) + rest
+        grads = (dq, dk, dv, _split_flat(flat, buffers, ctx.rest[9])) + rest
+        # The dispatcher drops trailing arguments equal to their defaults
+        # (block_mask=0) before autograd sees them, and torch checks the
+        # return against the arguments it saw: ctx.needs_input_grad has
+        # one entry per such argument (torch >= 2.5).
+        return grads[:len(ctx.needs_input_grad)]
 
     torch.library.register_autograd("flashjit::attention", _op_backward,
                                     setup_context=_setup_context)
