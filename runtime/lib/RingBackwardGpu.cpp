@@ -90,19 +90,8 @@ private:
 };
 
 void GpuRingBackwardRun::checkKernel() const {
-  const KernelConfig &c = kernel_.info().config;
-  if (c.varlen || c.blockSparse || c.kind != KernelKind::Backward)
-    fail(fmt::format("ringAttentionBackwardGpu needs a dense backward "
-                     "kernel; '{}' is {}",
-                     kernel_.spec().variant.name(),
-                     c.varlen        ? "varlen"
-                     : c.blockSparse ? "block-sparse"
-                                     : toString(c.kind)));
-  if (!structurallyEqual(ringSpec_, kernel_.spec()))
-    fail(fmt::format("backward kernel '{}' was not compiled from "
-                     "contextParallelSpec(spec, spec.dtypeO) of spec '{}' "
-                     "(ring kernels read global indices)",
-                     kernel_.spec().variant.name(), spec_.variant.name()));
+  ring::checkRingKernel(kernel_.info().config, KernelKind::Backward, kernel_.spec(),
+                        ringSpec_, spec_, "ringAttentionBackwardGpu");
   if (spec_.sink)
     fail("ringAttentionBackwardGpu: spec.sink is not supported yet (dQ, "
          "dK and dV need nothing new; d sink is GpuSinkGradient's on each "

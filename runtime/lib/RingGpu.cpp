@@ -86,19 +86,8 @@ private:
 };
 
 void GpuRingRun::checkKernel() const {
-  const KernelConfig &c = kernel_.info().config;
-  if (c.varlen || c.blockSparse || c.kind != KernelKind::Forward)
-    fail(fmt::format("ringAttentionGpu needs a dense forward kernel; '{}' is "
-                     "{}",
-                     kernel_.spec().variant.name(),
-                     c.varlen        ? "varlen"
-                     : c.blockSparse ? "block-sparse"
-                                     : toString(c.kind)));
-  if (!structurallyEqual(ringSpec_, kernel_.spec()))
-    fail(fmt::format("kernel '{}' was not compiled from "
-                     "contextParallelSpec(spec, spec.dtypeO) of spec '{}' "
-                     "(ring kernels read global indices and return LSE)",
-                     kernel_.spec().variant.name(), spec_.variant.name()));
+  ring::checkRingKernel(kernel_.info().config, KernelKind::Forward, kernel_.spec(),
+                        ringSpec_, spec_, "ringAttentionGpu");
 }
 
 void GpuRingRun::init(const TensorRef &q, const TensorRef &k,

@@ -153,4 +153,22 @@ void GpuTravelling::finish(RingTransport &t) {
   std::swap(cur_, next_);
 }
 
+void checkRingKernel(const KernelConfig &config, KernelKind kind,
+                     const AttentionSpec &kernelSpec,
+                     const AttentionSpec &ringSpec, const AttentionSpec &spec,
+                     const char *fn) {
+  if (config.varlen || config.blockSparse || config.kind != kind)
+    fail(fmt::format("{} needs a dense {} kernel; '{}' is {}", fn,
+                     toString(kind), kernelSpec.variant.name(),
+                     config.varlen        ? "varlen"
+                     : config.blockSparse ? "block-sparse"
+                                          : toString(config.kind)));
+  if (!structurallyEqual(ringSpec, kernelSpec))
+    fail(fmt::format("{}: {} kernel '{}' was not compiled from "
+                     "contextParallelSpec(spec, spec.dtypeO) of spec '{}' "
+                     "(ring kernels read global indices)",
+                     fn, toString(kind), kernelSpec.variant.name(),
+                     spec.variant.name()));
+}
+
 } // namespace flashjit::runtime::ring

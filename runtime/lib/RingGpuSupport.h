@@ -12,6 +12,7 @@
 #ifndef FLASHJIT_RUNTIME_LIB_RINGGPUSUPPORT_H
 #define FLASHJIT_RUNTIME_LIB_RINGGPUSUPPORT_H
 
+#include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Memory.h"
 #include "flashjit/runtime/Ring.h"
 
@@ -40,6 +41,15 @@ struct GpuGeometry {
 GpuGeometry gpuGeometry(const AttentionSpec &spec, const AttentionShape &shape,
                         const RingTransport &transport, Sharding sharding,
                         const char *fn);
+
+/// Throws UserError (through ring::fail) unless \p config is a dense (not
+/// varlen, not block-sparse) kernel of kind \p kind and \p kernelSpec is
+/// \p ringSpec (contextParallelSpec of the caller's spec \p spec): ring
+/// kernels read global indices. \p fn, the caller's name, in the message.
+void checkRingKernel(const KernelConfig &config, KernelKind kind,
+                     const AttentionSpec &kernelSpec,
+                     const AttentionSpec &ringSpec, const AttentionSpec &spec,
+                     const char *fn);
 
 /// Step \p step of the ring schedule on \p g's rank, which then holds the
 /// K/V of rank (rank - step) mod R: calls \p compute(i, j, chunkArgs) for
