@@ -90,8 +90,9 @@ private:
 };
 
 void GpuRingBackwardRun::checkKernel() const {
-  ring::checkRingKernel(kernel_.info().config, KernelKind::Backward, kernel_.spec(),
-                        ringSpec_, spec_, "ringAttentionBackwardGpu");
+  ring::checkRingKernel(kernel_.info().config, KernelKind::Backward,
+                        kernel_.spec(), ringSpec_, spec_,
+                        "ringAttentionBackwardGpu");
   if (spec_.sink)
     fail("ringAttentionBackwardGpu: spec.sink is not supported yet (dQ, "
          "dK and dV need nothing new; d sink is GpuSinkGradient's on each "

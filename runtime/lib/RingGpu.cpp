@@ -86,8 +86,8 @@ private:
 };
 
 void GpuRingRun::checkKernel() const {
-  ring::checkRingKernel(kernel_.info().config, KernelKind::Forward, kernel_.spec(),
-                        ringSpec_, spec_, "ringAttentionGpu");
+  ring::checkRingKernel(kernel_.info().config, KernelKind::Forward,
+                        kernel_.spec(), ringSpec_, spec_, "ringAttentionGpu");
 }
 
 void GpuRingRun::init(const TensorRef &q, const TensorRef &k,
