@@ -102,9 +102,12 @@ TEST_CASE("decode key tiles are the visible tiles of exact masks",
                                          qLen, seqLenK, blockN);
     KeyTiles want =
         bruteTiles(spec, args, {0, 3}, {qLo, qHi}, qLen, seqLenK, blockN);
-    if (pick == 4) {
+    if (pick == 4 || pick == 2) {
       // chunked && causal is exact only for chunks that are multiples of
-      // the box (TileClass.h): sound here.
+      // the box (TileClass.h), and a window without the current key
+      // (kv_idx != q_idx) is not exact on boxes either (seeds
+      // 8834428555868359301 round 190, 631579226649583938 round 341):
+      // sound here.
       if (want.count() > 0) {
         CHECK(got.first <= want.first);
         CHECK(got.last >= want.last);
