@@ -16,6 +16,7 @@
 // checked.
 //
 //===----------------------------------------------------------------------===//
+#include "BackwardTestSupport.h"
 #include "BlockMaskSupport.h"
 #include "GpuTestSupport.h"
 #include "KernelMatrix.h"
@@ -55,47 +56,7 @@ loadSparseBackward(const testing::MatrixKernel &k, Device &dev) {
                                                       dev);
 }
 
-/// Bounds as BackwardGpuTest.cpp's (3x the worst seen on the H200 for the
-/// dense kernels: P and dS enter the tensor cores in 16 bits).
-double maxTol(DType t) { return t == DType::BF16 ? 1.5e-2 : 2.5e-3; }
-double normTol(DType t) { return t == DType::BF16 ? 7.5e-3 : 1.2e-3; }
-
-struct Grad {
-  double maxErr = 0, maxRef = 0, errSq = 0, refSq = 0;
-  int64_t nan = 0, nonZero = 0;
-  void add(float got, double want, bool structuralZero) {
-    if (std::isnan(got)) {
-      ++nan;
-      return;
-    }
-    if (structuralZero && got != 0.0f)
-      ++nonZero;
-    double e = std::fabs(got - want);
-    maxErr = std::max(maxErr, e);
-    maxRef = std::max(maxRef, std::fabs(want));
-    errSq += e * e;
-    refSq += want * want;
-  }
-  double relMax() const { return maxRef > 0 ? maxErr / maxRef : maxErr; }
-  double relNorm() const {
-    return refSq > 0 ? std::sqrt(errSq / refSq) : std::sqrt(errSq);
-  }
-  void check(const char *name, DType t) const {
-    INFO(name << ": max |err| / max |ref| = " << relMax()
-              << ", ||err|| / ||ref|| = " << relNorm() << ", NaN " << nan
-              << ", nonzero where nothing is allowed: " << nonZero);
-    CHECK(nan == 0);
-    CHECK(nonZero == 0);
-    CHECK(relMax() <= maxTol(t));
-    CHECK(relNorm() <= normTol(t));
-  }
-};
-
-void put(GpuTensor &t, int64_t a, int64_t b, int64_t c, int64_t d,
-         double value) {
-  storeFromFloat(t.hostRef.data, t.hostRef.dtype, t.hostRef.offset(a, b, c, d),
-                 static_cast<float>(value));
-}
+using test::backward::put;
 
 /// The mask of a call: built from the variant's mask (document, window:
 /// partial and full tiles), or a random BSR layout (dense and causal
@@ -165,7 +126,7 @@ void checkSparseBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
   dv.download();
   ReferenceGradients want = referenceAttentionBackward(
       spec, q.hostRef, k.hostRef, v.hostRef, dO.hostRef, args.host, {}, &mask);
-  Grad cq, ck, cv;
+  test::backward::GradCheck cq, ck, cv;
   int64_t emptyRows = 0, unseenKeys = 0;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < hq; ++h)
@@ -196,9 +157,9 @@ void checkSparseBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
               cv.relNorm(), (long long)mask.numPartial(),
               (long long)mask.numFull(), (long long)emptyRows,
               (long long)unseenKeys);
-  cq.check("dQ", dt);
-  ck.check("dK", dt);
-  cv.check("dV", dt);
+  test::backward::checkGrad("dQ", cq, dt);
+  test::backward::checkGrad("dK", ck, dt);
+  test::backward::checkGrad("dV", cv, dt);
 }
 
 /// A packed varlen tensor [total, heads, dim], or LSE [heads, total].
@@ -274,7 +235,7 @@ void checkSparseVarlenBackward(Device &dev,
   VarlenReferenceGradients want = referenceVarlenAttentionBackward(
       spec, q.hostRef, k.hostRef, v.hostRef, dO.hostRef, cuQ, cuK, args.host,
       {}, &mask);
-  Grad cq, ck, cv;
+  test::backward::GradCheck cq, ck, cv;
   for (int64_t t = 0; t < tq; ++t)
     for (int64_t h = 0; h < hq; ++h) {
       bool empty = std::isinf(ref.lseAt(h, t));
@@ -296,9 +257,9 @@ void checkSparseVarlenBackward(Device &dev,
               kernel.info().name.c_str(), (long long)(cuQ.size() - 1),
               (long long)bm, (long long)bn, cq.relMax(), cq.relNorm(),
               ck.relMax(), ck.relNorm(), cv.relMax(), cv.relNorm());
-  cq.check("dQ", dt);
-  ck.check("dK", dt);
-  cv.check("dV", dt);
+  test::backward::checkGrad("dQ", cq, dt);
+  test::backward::checkGrad("dK", ck, dt);
+  test::backward::checkGrad("dV", cv, dt);
 }
 
 bool isVarlen(const testing::MatrixKernel &k) {
