@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <numeric>
 #include <tuple>
+#include <utility>
 
 namespace flashjit {
 namespace {
@@ -243,22 +244,55 @@ BlockMask blockMaskFromBsr(const BsrLayout &layout, int64_t seqlenQ,
 
 void checkBackwardBlockTiles(const BlockMask &mask, int64_t qTile,
                              int64_t kvTile) {
-  if (qTile <= 0 || kvTile <= 0)
-    fail(fmt::format("backward tiles {} x {} must be positive", qTile, kvTile));
-  if (mask.blockN % kvTile != 0)
+  constexpr int64_t g = kBackwardKeyGroup;
+  if (qTile <= 0 || kvTile <= 0 || kvTile % g != 0 || kvTile > 16 * g)
+    fail(fmt::format("backward tiles {} x {} must be positive, with key "
+                     "tiles a multiple of {} and at most {} keys",
+                     qTile, kvTile, g, 16 * g));
+  if (mask.blockN % g != 0)
     fail(fmt::format("block_mask.block_n = {} (keys per mask tile) is not a "
-                     "multiple of the backward kernel's {} keys per tile "
-                     "(its block_m): the backward needs each of its tiles "
-                     "inside one mask tile (build the mask with block_n a "
-                     "multiple of {})",
-                     mask.blockN, kvTile, kvTile));
+                     "multiple of {}: the backward kernel's tiles ({} query "
+                     "rows x {} keys) take their class per {} keys, each "
+                     "inside one mask tile ({} x {})",
+                     mask.blockN, g, qTile, kvTile, g, mask.blockM,
+                     mask.blockN));
   if (mask.blockM % qTile != 0)
     fail(fmt::format("block_mask.block_m = {} (queries per mask tile) is not "
                      "a multiple of the backward kernel's {} query rows per "
-                     "tile (its block_n): the backward needs each of its "
-                     "tiles inside one mask tile",
-                     mask.blockM, qTile));
+                     "tile: each of its tiles ({} x {}) must lie in one mask "
+                     "tile's rows ({} x {})",
+                     mask.blockM, qTile, qTile, kvTile, mask.blockM,
+                     mask.blockN));
 }
+
+namespace {
+/// The transposed class of one backward tile from the classes (0 unlisted,
+/// 1 partial, 2 full) of its key groups' mask tiles: 0, 1 or 2, and the
+/// key-group word of a partial one (TransposedBlockMask).
+std::pair<int, int32_t> tileClass(const std::vector<int8_t> &cls, int64_t j,
+                                  int64_t kvTile, int64_t maskBlockN) {
+  bool anyListed = false, allFull = true, mixed = false;
+  uint32_t word = 0;
+  for (int64_t g = 0; g < kvTile / kBackwardKeyGroup; ++g) {
+    int64_t t = (j * kvTile + g * kBackwardKeyGroup) / maskBlockN;
+    if (t >= static_cast<int64_t>(cls.size()))
+      break; // past the keys: does not count
+    int c = cls[t];
+    anyListed = anyListed || c != 0;
+    allFull = allFull && c == 2;
+    mixed = mixed || c != 1;
+    if (c == 0)
+      word |= 1u << g;
+    else if (c == 2)
+      word |= 1u << (16 + g);
+  }
+  if (!anyListed)
+    return {0, 0};
+  if (allFull)
+    return {2, 0};
+  return {1, mixed ? static_cast<int32_t>(word) : 0};
+}
+} // namespace
 
 TransposedBlockMask transposeBlockMask(const BlockMask &mask, int64_t qTile,
                                        int64_t kvTile) {
@@ -274,8 +308,9 @@ TransposedBlockMask transposeBlockMask(const BlockMask &mask, int64_t qTile,
   t.qNumBlocks.assign(rows, 0);
   t.fullQNumBlocks.assign(rows, 0);
   t.qIndices.assign(rows * t.numQTiles, 0);
+  t.qKeyGroups.assign(rows * t.numQTiles, 0);
   t.fullQIndices.assign(rows * t.numQTiles, 0);
-  const int64_t rq = mask.blockM / qTile, rk = mask.blockN / kvTile;
+  const int64_t rq = mask.blockM / qTile;
   // Per mask row: the class of each mask key tile (0 unlisted, 1 partial,
   // 2 full); query tiles i of mask row m are visited in increasing order,
   // so every transposed list comes out increasing.
@@ -290,16 +325,20 @@ TransposedBlockMask transposeBlockMask(const BlockMask &mask, int64_t qTile,
         for (int32_t e = 0; e < mask.fullKvNumBlocks[row]; ++e)
           cls[mask.fullKvIndices[row * mask.numKvTiles + e]] = 2;
         int64_t iEnd = std::min((m + 1) * rq, t.numQTiles);
-        for (int64_t i = m * rq; i < iEnd; ++i)
-          for (int64_t j = 0; j < t.numKvTiles; ++j) {
-            int8_t c = cls[j / rk];
-            if (!c)
-              continue;
-            int64_t trow = (b * t.heads + h) * t.numKvTiles + j;
-            std::vector<int32_t> &n = c == 1 ? t.qNumBlocks : t.fullQNumBlocks;
-            std::vector<int32_t> &ix = c == 1 ? t.qIndices : t.fullQIndices;
-            ix[trow * t.numQTiles + n[trow]++] = static_cast<int32_t>(i);
+        for (int64_t j = 0; j < t.numKvTiles; ++j) {
+          auto [c, word] = tileClass(cls, j, kvTile, mask.blockN);
+          if (!c)
+            continue;
+          int64_t trow = (b * t.heads + h) * t.numKvTiles + j;
+          std::vector<int32_t> &n = c == 1 ? t.qNumBlocks : t.fullQNumBlocks;
+          std::vector<int32_t> &ix = c == 1 ? t.qIndices : t.fullQIndices;
+          for (int64_t i = m * rq; i < iEnd; ++i) {
+            int64_t at = trow * t.numQTiles + n[trow]++;
+            ix[at] = static_cast<int32_t>(i);
+            if (c == 1)
+              t.qKeyGroups[at] = word;
           }
+        }
       }
   return t;
 }

@@ -115,10 +115,22 @@ void checkBlockMaskFits(const BlockMask &mask, int64_t blockM, int64_t blockN,
 
 /// A BlockMask transposed for a key-tile-outer backward kernel (the GPU
 /// backward's `_bwd_mask` kernel writes it on the device): for each (b, h,
-/// key tile j of kvTile keys), the query tiles of qTile rows whose mask
-/// tile the BlockMask lists, partial and full separately, increasing.
-/// Row (b, h, j) = (b * heads + h) * numKvTiles + j; its lists at
+/// key tile j of kvTile keys), the query tiles of qTile rows it visits,
+/// partial and full separately, increasing, with each partial tile's key
+/// groups (kBackwardKeyGroup keys each) that the mask code alone does not
+/// decide. Row (b, h, j) = (b * heads + h) * numKvTiles + j; its lists at
 /// row * numQTiles.
+///
+/// The rule (checkBackwardBlockTiles): query tile i lies in mask row m =
+/// i * qTile / mask.blockM; key group g of key tile j (keys
+/// [j * kvTile + 8 g, + 8)) lies in mask tile t = (j * kvTile + 8 g) /
+/// mask.blockN and takes its class (unlisted, partial, full); groups with t
+/// >= mask.numKvTiles (past the keys) do not count. Backward tile (i, j) is
+/// not listed if every counted group is unlisted, full if every one is
+/// full, else partial, with key-group word w: bit g set where group g is
+/// unlisted (its keys are not allowed), bit 16 + g where it is full (its
+/// keys are allowed without the mask code; the rest run it); w = 0 where
+/// every counted group is partial (a tile inside one mask tile).
 struct TransposedBlockMask {
   /// Query rows per query tile and keys per key tile (the backward's).
   int64_t qTile = 0;
@@ -133,25 +145,33 @@ struct TransposedBlockMask {
   std::vector<int32_t> qNumBlocks;
   /// [batch, heads, numKvTiles, numQTiles]: their indices.
   std::vector<int32_t> qIndices;
+  /// [batch, heads, numKvTiles, numQTiles]: their key-group words (beside
+  /// qIndices).
+  std::vector<int32_t> qKeyGroups;
   /// [batch, heads, numKvTiles]: full query tiles per row.
   std::vector<int32_t> fullQNumBlocks;
   /// [batch, heads, numKvTiles, numQTiles]: their indices.
   std::vector<int32_t> fullQIndices;
 };
 
-/// The backward's block-sparse rule: \p mask's tiles must be unions of the
-/// backward's tiles of \p qTile query rows x \p kvTile keys (mask.blockM a
-/// multiple of qTile, mask.blockN a multiple of kvTile), so that each
-/// backward tile lies in one mask tile and takes its class. Throws
-/// UserError naming both values otherwise.
+/// Keys per key group of a transposed block mask (TransposedBlockMask):
+/// the rows a thread of the GPU backward holds together (one half of an
+/// m16 fragment).
+inline constexpr int64_t kBackwardKeyGroup = 8;
+
+/// The backward's block-sparse rule for tiles of \p qTile query rows x
+/// \p kvTile keys: each query tile inside one mask tile (mask.blockM a
+/// multiple of qTile) and each key group of kBackwardKeyGroup keys inside
+/// one mask tile (mask.blockN a multiple of 8); a key tile may span
+/// several mask tiles (kvTile a multiple of 8, at most 128: 16 groups).
+/// Throws UserError naming both tile shapes otherwise.
 void checkBackwardBlockTiles(const BlockMask &mask, int64_t qTile,
                              int64_t kvTile);
 
 /// The host twin of the GPU backward's mask transposer: \p mask (validated
-/// by the caller) transposed to tiles of \p qTile x \p kvTile
-/// (checkBackwardBlockTiles): query tile i of key tile j is listed partial
-/// (full) when mask tile (i * qTile / mask.blockM, j * kvTile / mask.blockN)
-/// is. Throws UserError as checkBackwardBlockTiles.
+/// by the caller) transposed to tiles of \p qTile x \p kvTile under
+/// TransposedBlockMask's rule. Throws UserError as
+/// checkBackwardBlockTiles.
 TransposedBlockMask transposeBlockMask(const BlockMask &mask, int64_t qTile,
                                        int64_t kvTile);
 
