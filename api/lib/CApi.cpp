@@ -604,15 +604,14 @@ DataGradients runGpuBackwardMode(const runtime::GpuAttentionBackwardKernel &bwd,
   if (mask) {
     const BlockMask &m = mask->shape();
     int64_t rows = bwd.info().config.blockN, keys = bwd.info().config.blockM();
-    if (m.blockM % rows != 0 || m.blockN % keys != 0)
+    if (m.blockM % rows != 0 || m.blockN % kBackwardKeyGroup != 0)
       throw UserError(fmt::format(
           "flashjit_run_backward_ex: the block mask's tiles ({} query rows x "
-          "{} keys, the forward kernel's) are not unions of the GPU "
-          "backward's tiles ({} query rows x {} keys): block_m must be a "
-          "multiple of {} and block_n of {} (the default forward tiles are, "
-          "at head dims 64 and 128; compile the forward with tiles that "
-          "are)",
-          m.blockM, m.blockN, rows, keys, rows, keys));
+          "{} keys, the forward kernel's) do not fit the GPU backward's "
+          "tiles ({} query rows x {} keys): block_m must be a multiple of {} "
+          "and block_n of {} (the default forward tiles are; compile the "
+          "forward with tiles that are)",
+          m.blockM, m.blockN, rows, keys, rows, kBackwardKeyGroup));
   }
   if (call.varlen) {
     runtime::DeviceCuSeqlens cu(call.cuQ, call.cuK, runtime::Device::get(0));

@@ -830,8 +830,9 @@ class Kernel:
         forward ran with (the gradients are those of that forward: tiles
         the mask does not list get none); varlen kernels the forward's
         ``cu_seqlens_q``/``cu_seqlens_k`` (tensors in ``run``'s packed
-        layout). On a GPU the mask's tiles must be unions of the
-        backward's (true of the default tiles at head dims 64 and 128;
+        layout). On a GPU each backward query tile must lie in one mask
+        tile's rows and ``block_n`` be a multiple of 8 (a backward key
+        tile may span several mask tiles; true of the default tiles;
         UserError naming both otherwise). Returns ``(dq, dk, dv)`` or
         ``(dq, dk, dv, grads_dict)`` when ``grads`` is not empty. Needs
         flashjit_run_backward (and flashjit_run_backward_ex for these

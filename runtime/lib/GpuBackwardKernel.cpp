@@ -266,8 +266,8 @@ GpuAttentionBackwardKernel::launchTranspose(const DeviceBlockMask &mask,
   size_t countBytes = static_cast<size_t>(std::max<int64_t>(rows, 1)) * 4;
   size_t indexBytes =
       static_cast<size_t>(std::max<int64_t>(rows * t.numQTiles, 1)) * 4;
-  for (int i = 0; i < 4; ++i) {
-    size_t want = i % 2 ? indexBytes : countBytes;
+  for (int i = 0; i < 5; ++i) {
+    size_t want = i % 2 || i == 4 ? indexBytes : countBytes;
     if (qLists_[i].size() < want)
       qLists_[i] = DeviceBuffer(*device_, want);
   }
@@ -287,7 +287,7 @@ GpuAttentionBackwardKernel::launchTranspose(const DeviceBlockMask &mask,
   a.add(static_cast<int32_t>(m.numQTiles))
       .add(static_cast<int32_t>(m.numKvTiles))
       .add(static_cast<int32_t>(m.blockM / t.qTile))
-      .add(static_cast<int32_t>(m.blockN / t.kvTile))
+      .add(static_cast<int32_t>(m.blockN))
       .add(static_cast<int32_t>(t.numQTiles));
   checkFixedArgs(a, abi::gpu::backwardMaskArgTypes(), info_.name);
   LaunchConfig cfg;
@@ -311,10 +311,11 @@ GpuAttentionBackwardKernel::transposeOnDevice(const DeviceBlockMask &blockMask,
   TransposedBlockMask t = launchTranspose(blockMask, stream);
   FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream));
   int64_t rows = t.batch * t.heads * t.numKvTiles;
-  std::vector<int32_t> *host[4] = {&t.qNumBlocks, &t.qIndices,
-                                   &t.fullQNumBlocks, &t.fullQIndices};
-  for (int i = 0; i < 4; ++i) {
-    host[i]->assign(i % 2 ? rows * t.numQTiles : rows, 0);
+  std::vector<int32_t> *host[5] = {&t.qNumBlocks, &t.qIndices,
+                                   &t.fullQNumBlocks, &t.fullQIndices,
+                                   &t.qKeyGroups};
+  for (int i = 0; i < 5; ++i) {
+    host[i]->assign(i % 2 || i == 4 ? rows * t.numQTiles : rows, 0);
     if (!host[i]->empty())
       qLists_[i].copyToHost(host[i]->data(), host[i]->size() * 4);
   }

@@ -292,6 +292,22 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     n += 2;
   }
+  // Block-sparse timing kernels: forward <id>_fwd, backward <id> (bwdMma)
+  // and <id>_mma (mma.sync, the old path).
+  for (const auto &k : flashjit::testing::sparseBenchKernels()) {
+    if (skip(k.id))
+      continue;
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.blockSparse = true;
+    write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo), true);
+    bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
+    write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    bo.mma = flashjit::GpuMma::MmaSync;
+    write(dir, k.id + "_mma", flashjit::compileGpu(k.spec, bo), true);
+    n += 3;
+  }
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).
   for (const auto &k : flashjit::testing::optionKernels()) {
     if (o.arch != "sm_90a" || o.mma != flashjit::GpuMma::Default ||

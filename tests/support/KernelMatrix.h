@@ -199,8 +199,9 @@ inline std::vector<MatrixKernel> backwardVarlenKernels() {
 /// kind Backward) of the [gpu][backward][block-sparse] tests, the ptxas
 /// test and scripts/ptx-matrix.sh: a document mask (block masks built from
 /// the mask), a sliding window, no mask and causal (random BSR layouts), a
-/// document mask with a softcap (score_grad on listed tiles); head dims 64
-/// and 128, both 16-bit dtypes, GQA ratios 1, 2 and 3. Ids starting
+/// document mask with a softcap (score_grad on listed tiles); head dims 64,
+/// 128 and 256 (the split wgmma kernel; sm_90a only: mma.sync spills
+/// there), both 16-bit dtypes, GQA ratios 1, 2 and 3. Ids starting
 /// `bwdbsvl_` are varlen and block-sparse.
 inline std::vector<MatrixKernel> backwardSparseKernels() {
   std::vector<MatrixKernel> out = {
@@ -214,10 +215,26 @@ inline std::vector<MatrixKernel> backwardSparseKernels() {
        matrixSpec("causal_br", 128, DType::BF16, 4, 2)},
       {"bwdbsvl_doc_id_d64_fp16_g2", "doc_id",
        matrixSpec("doc_id", 64, DType::F16, 4, 2)},
+      {"bwdbs_doc_id_d256_bf16_g2", "doc_id",
+       matrixSpec("doc_id", 256, DType::BF16, 2, 1)},
   };
   AttentionSpec capped = matrixSpec("doc_id", 64, DType::BF16, 2, 2);
   capped.variant.scoreMod(softcap(20.0f));
   out.push_back({"bwdbs_doc_softcap_d64_bf16_g1", "doc_softcap", capped});
+  return out;
+}
+
+/// The kernels of the block-sparse backward timing ([.bwdsparsebench],
+/// in [bwdbench]): bf16 document-causal (doc_id), hidden 2048, head dims
+/// 64 and 128; the block-sparse forward `<id>_fwd` (default tiles; its
+/// block-mask builder makes the mask), the default backward `<id>` (wgmma
+/// on sm_90a) and the mma.sync backward `<id>_mma` (the old path),
+/// written by gen_matrix_kernels beside the timing pairs.
+inline std::vector<MatrixKernel> sparseBenchKernels() {
+  std::vector<MatrixKernel> out;
+  for (int d : {64, 128})
+    out.push_back({"sbench_doc_d" + std::to_string(d), "doc_id",
+                   matrixSpec("doc_id", d, DType::BF16, 2048 / d, 2048 / d)});
   return out;
 }
 

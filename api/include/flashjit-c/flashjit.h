@@ -365,12 +365,14 @@ flashjit_run_varlen(const flashjit_kernel *kernel, const flashjit_tensor *q,
  *  taken from the bundle (`flashjit bundle --kernel fwd,bwd` with
  *  `--varlen` / `--block-sparse`), as flashjit_run_backward; in
  *  flashjit_c_runtime without a bundled backward of that mode:
- *  FLASHJIT_USER_ERROR. On a GPU the backward visits key tiles of its own
- *  size (mma.sync: 64 keys; query tiles of 64, 32 or 16 rows by head dim),
- *  so the mask's tiles must be unions of the backward's (block_n a
- *  multiple of its keys per tile, block_m of its query rows per tile):
- *  the default forward tiles satisfy this at head dims 64 and 128
- *  (FLASHJIT_USER_ERROR naming both tile sizes otherwise).
+ *  FLASHJIT_USER_ERROR. On a GPU the backward visits tiles of its own
+ *  size (wgmma: 64 query rows x 128 keys, 64 x 64 at head dim 256;
+ *  mma.sync: 64 keys and query tiles of 64, 32 or 16 rows by head dim);
+ *  a key tile may span several mask tiles, each 8 keys keeping their mask
+ *  tile's class, so block_m must be a multiple of its query rows per tile
+ *  and block_n a multiple of 8: the default forward tiles satisfy this
+ *  at every head dim (FLASHJIT_USER_ERROR naming both tile sizes
+ *  otherwise).
  *
  *  grads, args, stream, aliasing (the cu_seqlens arrays count as inputs)
  *  and determinism as flashjit_run_backward (the GPU block-sparse backward

@@ -256,17 +256,17 @@ static bool backwardWgmmaSplits(const AttentionSpec &spec) {
 
 /// Whether the default backward on \p arch uses wgmma: sm_90a, head dims
 /// 64 or 128 (dK and dV of 128 columns, S^T, dP^T and dQ fit in 255
-/// registers; above, dK and dV alone take 256) and not block-sparse (its
-/// block masks' key tiles would have to be multiples of the wgmma kernel's
-/// 128 keys per CTA). With a score modifier: at head dim 64 always; at 128
+/// registers; above, dK and dV alone take 256), block-sparse too (its 128
+/// keys per CTA may span several of a block mask's key tiles: each 8-key
+/// group keeps its mask tile's class, KernelAbi.h). With a score modifier: at head dim 64 always; at 128
 /// (the kernel then takes the synchronous order) where no derivative reads
 /// the raw score once written in the modifier's output (ALiBi, bias
 /// tables, softcap: GpuCompile.cpp's gradOfOutput recovers s' from P, so
 /// S^T dies at P), since keeping S^T live beside dP^T spilled 12-264 bytes
 /// (softcap, 2026-12-02).
 static bool backwardWgmmaApplies(const AttentionSpec &spec,
-                                 const std::string &arch, bool blockSparse) {
-  if (arch != "sm_90a" || blockSparse)
+                                 const std::string &arch) {
+  if (arch != "sm_90a")
     return false;
   if (backwardWgmmaSplits(spec))
     return true;
@@ -304,12 +304,11 @@ bool backwardDefaultTilesSpill(const AttentionSpec &spec) {
 /// where backwardWgmmaSplits, 64 keys per CTA shared by both warpgroups
 /// (rowsPerWarp 8: block_m = 64).
 static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
-                                        const std::string &arch,
-                                        bool blockSparse, GpuMma mma) {
+                                        const std::string &arch, GpuMma mma) {
   GpuTileConfig c = mmaSyncBase(arch);
   c.kind = KernelKind::Backward;
-  if (mma == GpuMma::Wgmma || (mma == GpuMma::Default &&
-                               backwardWgmmaApplies(spec, arch, blockSparse))) {
+  if (mma == GpuMma::Wgmma ||
+      (mma == GpuMma::Default && backwardWgmmaApplies(spec, arch))) {
     c.wgmma = true;
     c.numWarps = 8;
     c.blockN = 64;
@@ -375,7 +374,7 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
                                    (options.numWarps && options.numWarps != 8)))
       mma = GpuMma::MmaSync;
     GpuTileConfig c =
-        backwardTileConfig(spec, options.arch, options.blockSparse, mma);
+        backwardTileConfig(spec, options.arch, mma);
     c.varlen = options.varlen;
     c.blockSparse = options.blockSparse;
     if (options.blockN)

@@ -23,6 +23,10 @@
 #include <optional>
 #include <utility>
 
+namespace flashjit::nvvm {
+struct KeyRowCoords; // VariantTile.h
+} // namespace flashjit::nvvm
+
 namespace flashjit::nvvm::detail {
 
 using namespace mlir;
@@ -90,6 +94,9 @@ private:
   /// fragments; first query column \p qLane) past seqlen_q or seqlen_k.
   void maskPastEnds(MutableArrayRef<Value> scores, Value qLane,
                     Value boundsOnly);
+  /// block-sparse: the class of \p at's key rows from the visited tile's
+  /// key-group word (keyGroups; KernelAbi.h's rule); nothing elsewhere.
+  void applyKeyGroups(KeyRowCoords &at);
   /// (mayBeFalse, mayBeTrue) of the key tile at \p kFirst for the query
   /// tile [q0, qLast] of query head \p head: the tile is visited where
   /// mayBeTrue holds.
@@ -221,6 +228,9 @@ private:
   /// tileStep. Both isolate masked keys (dS' zeroed where P is, the
   /// guarded dQ: MaskedValues.h).
   bool pipelined = false;
+  /// block-sparse: the visited partial tile's key-group word (i32, 0 for
+  /// full tiles; KernelAbi.h), set by listedTileLoop; null elsewhere.
+  Value keyGroups;
 };
 
 } // namespace flashjit::nvvm::detail

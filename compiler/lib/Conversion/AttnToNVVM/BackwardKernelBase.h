@@ -111,9 +111,10 @@ protected:
   /// varlen: cu_seqlens_q/k and the CTA's sequence's first tokens.
   mlir::Value cuQ, cuK, qStart, kStart;
   /// block-sparse: the transposed block mask (abi::gpu::backwardArgTypes):
-  /// q_num_blocks, q_indices, full_q_num_blocks, full_q_indices, and the
-  /// row strides and list pitch (i32).
-  mlir::Value qLists[4], rowBatchStride, rowHeadStride, listPitch;
+  /// q_num_blocks, q_indices, full_q_num_blocks, full_q_indices,
+  /// q_key_groups, and the row strides and list pitch (i32).
+  mlir::Value qLists[abi::gpu::kBackwardSparseListArgs], rowBatchStride,
+      rowHeadStride, listPitch;
   DataGradArgs gradArgs;
   /// The CTA's batch index (set by the kernel).
   mlir::Value batch;

@@ -69,12 +69,13 @@ void BackwardKernelBase::bindArguments(gpu::GPUFuncOp fn) {
     next += flashjit::abi::kVarlenArgs;
   }
   if (c.blockSparse) {
-    for (int i = 0; i < abi::kBlockSparseListArgs; ++i)
+    const int n = abi::kBackwardSparseListArgs;
+    for (int i = 0; i < n; ++i)
       qLists[i] = a[next + i];
-    rowBatchStride = a[next + abi::kBlockSparseListArgs];
-    rowHeadStride = a[next + abi::kBlockSparseListArgs + 1];
-    listPitch = a[next + abi::kBlockSparseListArgs + 2];
-    next += abi::kBlockSparseListArgs + abi::kBlockSparseScalarArgs;
+    rowBatchStride = a[next + n];
+    rowHeadStride = a[next + n + 1];
+    listPitch = a[next + n + 2];
+    next += n + abi::kBlockSparseScalarArgs;
   }
   ValueRange extra = a.drop_front(next);
   em.setArguments(extra);

@@ -126,6 +126,7 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
   // Scores in log2 units, masked where the tile needs it.
   KeyRowCoords coords{batch,    head,     seqlenQ,      seqlenK,
                       kvRow[0], kvRow[1], queryLane(q0)};
+  applyKeyGroups(coords);
   SmallVector<Type> sTypes(nS * 4, ops.f32);
   auto maskIf = scf::IfOp::create(b, sTypes, needsMask, /*withElse=*/true);
   {
@@ -250,6 +251,7 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   SmallVector<Value> s = mma->wait(sAcc, 1);
   KeyRowCoords coords{batch,    head,     seqlenQ,      seqlenK,
                       kvRow[0], kvRow[1], queryLane(q0)};
+  applyKeyGroups(coords);
   SmallVector<Type> sTypes(nS * 4, ops.f32);
   auto maskIf = scf::IfOp::create(b, sTypes, needsMask, /*withElse=*/true);
   {

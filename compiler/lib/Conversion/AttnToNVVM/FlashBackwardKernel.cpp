@@ -269,6 +269,13 @@ SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
   Value listedFull = ops.cmp(arith::CmpIPredicate::sge, it, numPartial);
   Value fi = arith::MaxSIOp::create(b, ops.sub(it, numPartial), ops.ci32(0));
   Value qTile = ops.sel(listedFull, read(qLists[3], fi), read(qLists[1], it));
+  // A partial tile spanning mask tiles of several classes (word != 0):
+  // masked, with each key row's class (applyKeyGroups); one with a full
+  // group is visited whatever the classifier says.
+  keyGroups = ops.sel(listedFull, ops.ci32(0), read(qLists[4], it));
+  Value spans = ops.cmp(arith::CmpIPredicate::ne, keyGroups, ops.ci32(0));
+  Value fullGroups = ops.cmp(arith::CmpIPredicate::uge, keyGroups,
+                             ops.ci32(1 << 16));
   Value q0 = ops.mul(qTile, ops.ci32(BN));
   Value qLast =
       ops.sub(arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BN)), seqlenQ),
@@ -278,14 +285,15 @@ SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
   // sequence's queries (a layout shared by shorter sequences): skipped.
   auto [mayBeFalse, mayBeTrue] = classify(head, q0, qLast, k0);
   mayBeFalse = ops.land(mayBeFalse, ops.lnot(listedFull));
-  mayBeTrue = ops.land(ops.lor(mayBeTrue, listedFull),
+  mayBeTrue = ops.land(ops.lor(mayBeTrue, ops.lor(listedFull, fullGroups)),
                        ops.cmp(arith::CmpIPredicate::slt, q0, seqlenQ));
   Value qPastEnd =
       ops.cmp(arith::CmpIPredicate::sgt, ops.add(q0, ops.ci32(BN)), seqlenQ);
   // A listed full tile at a sequence end masks only what lies past it (the
   // mask is not evaluated on a full tile).
   Value atEnd = ops.lor(kPastEnd, qPastEnd);
-  Value needsMask = ops.land(ops.lor(mayBeFalse, atEnd), ops.lnot(listedFull));
+  Value needsMask = ops.land(ops.lor(ops.lor(mayBeFalse, spans), atEnd),
+                             ops.lnot(listedFull));
   Value boundsOnly = ops.land(atEnd, listedFull);
   ValueRange state = tiles.getRegionIterArgs();
   auto tileIf = scf::IfOp::create(b, TypeRange(state), mayBeTrue,
@@ -299,8 +307,26 @@ SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
     scf::YieldOp::create(
         b, visit(state, head, q0, qLast, needsMask, boundsOnly, ops.cb(false)));
   }
+  keyGroups = Value();
   scf::YieldOp::create(b, tileIf.getResults());
   return SmallVector<Value>(tiles.getResults());
+}
+
+void BackwardBuilder::applyKeyGroups(KeyRowCoords &at) {
+  if (!keyGroups)
+    return;
+  // Key rows kvRow[r] lie in 8-key group (kvRow[r] - k0) / 8 of the tile.
+  Value one = ops.ci32(1);
+  for (int r = 0; r < 2; ++r) {
+    Value grp = arith::DivUIOp::create(b, ops.sub(kvRow[r], k0), ops.ci32(8));
+    auto bit = [&](Value shift) {
+      Value v = arith::ShRUIOp::create(b, keyGroups, shift);
+      return ops.cmp(arith::CmpIPredicate::ne,
+                     arith::AndIOp::create(b, v, one), ops.ci32(0));
+    };
+    (r ? at.rowOff1 : at.rowOff0) = bit(grp);
+    (r ? at.rowFull1 : at.rowFull0) = bit(ops.add(grp, ops.ci32(16)));
+  }
 }
 
 void BackwardBuilder::maskPastEnds(MutableArrayRef<Value> scores, Value qLane,

@@ -23,14 +23,22 @@ static Value allowed(KernelOps &ops, FragmentEmitter &em,
 
 /// The score of one element in log2 units (-inf where \p masked and not
 /// allowed); \p acc = q.k.
+/// \p rowOff, \p rowFull (null or i1; KeyRowCoords): the key row's class
+/// where a block-sparse backward tile spans several mask tiles.
 static Value elementScore(KernelOps &ops, FragmentEmitter &em,
                           const IndexValues &idx, Value acc, Value scale,
                           Value scaleLog2, bool masked, Value zero,
-                          Value minusInf) {
+                          Value minusInf, Value rowOff = Value(),
+                          Value rowFull = Value()) {
   const float log2e = 1.4426950408889634f;
   Value rowOk = ops.cmp(arith::CmpIPredicate::slt, idx.qIdx, idx.seqlenQ);
   // A full tile: every in-range element is allowed.
   Value ok = masked ? allowed(ops, em, idx, rowOk) : rowOk;
+  if (masked && rowOff) {
+    Value inRange = ops.land(
+        rowOk, ops.cmp(arith::CmpIPredicate::slt, idx.kvIdx, idx.seqlenK));
+    ok = ops.land(ops.lnot(rowOff), ops.lor(ok, ops.land(rowFull, inRange)));
+  }
   Value v;
   if (em.hasScoreMod()) {
     auto mod = [&] {
@@ -111,7 +119,9 @@ SmallVector<Value> variantScoresKeyRows(KernelOps &ops, FragmentEmitter &em,
       Value qi = qCols[jn * 2 + (i & 1)];
       IndexValues idx{at.batch, at.head, qi, kvi, at.seqlenQ, at.seqlenK};
       out.push_back(elementScore(ops, em, idx, s[jn * 4 + i], scale, scaleLog2,
-                                 masked, zero, minusInf));
+                                 masked, zero, minusInf,
+                                 i < 2 ? at.rowOff0 : at.rowOff1,
+                                 i < 2 ? at.rowFull0 : at.rowFull1));
     }
   if (factored)
     em.endMaskFactors();

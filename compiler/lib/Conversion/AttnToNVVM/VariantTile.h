@@ -48,6 +48,11 @@ struct KeyRowCoords {
   mlir::Value kvRow0, kvRow1;
   /// Query index of the thread's first column: q0 + 2 t.
   mlir::Value qLane;
+  /// Block-sparse backward tiles spanning mask tiles of several classes
+  /// (null otherwise; i1 per key row, only where masked): the row's keys
+  /// are not allowed (an unlisted mask tile), or allowed in range without
+  /// the mask code (a listed full one).
+  mlir::Value rowOff0 = {}, rowOff1 = {}, rowFull0 = {}, rowFull1 = {};
 };
 
 /// variantScores on S^T (sTiles * 4 f32 per thread, s = q.k): element

@@ -361,11 +361,12 @@ public:
   /// workspaces of this object: per key tile, the listed query tiles) and
   /// the main kernel visits only those: listed partial ones classified and
   /// masked per element as the dense kernel's tiles, listed full ones with
-  /// no mask code, unlisted ones never loaded. The backward's block-sparse
-  /// rule: the mask's tiles must be unions of the backward's
-  /// (checkBackwardBlockTiles: block_mask.block_n a multiple of
-  /// info().config.blockM() keys, block_mask.block_m a multiple of
-  /// info().config.blockN query rows). Throws UserError for a kernel not
+  /// no mask code, unlisted ones never loaded; a backward tile spanning
+  /// mask tiles of several classes is partial and keeps each 8-key group's
+  /// class (TransposedBlockMask). The backward's block-sparse rule
+  /// (checkBackwardBlockTiles): block_mask.block_m a multiple of
+  /// info().config.blockN query rows, block_mask.block_n a multiple of 8
+  /// keys. Throws UserError for a kernel not
   /// compiled block-sparse or compiled varlen (runVarlen takes the mask),
   /// a mask that does not fit the call (checkBlockMaskFits with the mask's
   /// own tiles) or the rule, options.deterministic (no deterministic
@@ -437,8 +438,9 @@ private:
   // Out-of-range flags, dQ accumulator, D, buffer/parameter gradients,
   // the deterministic mode's turn counters.
   mutable DeviceBuffer status_, accum_, delta_, grads_, turns_;
-  // block-sparse: the transposed block mask's four lists.
-  mutable DeviceBuffer qLists_[4];
+  // block-sparse: the transposed block mask's lists (q_num_blocks,
+  // q_indices, full_q_num_blocks, full_q_indices, q_key_groups).
+  mutable DeviceBuffer qLists_[5];
   mutable std::mutex mutex_;
   BufferReads reads_; // forward and derivative reads, gradient writes
   mutable std::atomic<uint64_t> checkSyncs_{0};

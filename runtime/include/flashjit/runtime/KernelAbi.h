@@ -553,22 +553,25 @@ inline constexpr const char *kBackwardPostSuffix = "_bwd_post";
 /// Block-sparse backward kernels (KernelConfig::blockSparse), after the
 /// varlen arguments (if any): the block mask transposed for the key-tile-
 /// outer main kernel by `<name>_bwd_mask` (BackwardMaskArg below):
-/// q_num_blocks, q_indices, full_q_num_blocks, full_q_indices (pointers to
-/// i32), then row_batch_stride, row_head_stride, num_q_tiles (i32): row (b,
-/// h, key tile j) is b * row_batch_stride + h * row_head_stride + j (h a
-/// query head; a stride is 0 where the mask is shared) and lists
-/// q_num_blocks[row] partial and full_q_num_blocks[row] full query tiles of
-/// block_n rows, increasing, at row * num_q_tiles. The same counts as the
-/// forward's (kBlockSparseListArgs, kBlockSparseScalarArgs).
+/// q_num_blocks, q_indices, full_q_num_blocks, full_q_indices,
+/// q_key_groups (pointers to i32), then row_batch_stride, row_head_stride,
+/// num_q_tiles (i32): row (b, h, key tile j) is b * row_batch_stride + h *
+/// row_head_stride + j (h a query head; a stride is 0 where the mask is
+/// shared) and lists q_num_blocks[row] partial and full_q_num_blocks[row]
+/// full query tiles of block_n rows, increasing, at row * num_q_tiles;
+/// q_key_groups beside q_indices holds each partial tile's key-group word.
 ///
-/// The backward's block-sparse rule: the block mask's tiles must be unions
-/// of the backward's: mask block_n (keys) a multiple of the backward's
-/// block_m (keys per CTA) and mask block_m (queries) a multiple of its
-/// block_n (query rows per tile). Backward tile (key tile j, query tile i)
-/// then lies in mask tile (i * block_n / mask block_m, j * block_m / mask
-/// block_n) and takes its class (listed partial, listed full, or not
-/// listed: never loaded).
-///
+/// The backward's block-sparse rule (flashjit::TransposedBlockMask,
+/// checkBackwardBlockTiles): each backward query tile lies in one mask
+/// tile's rows (mask block_m a multiple of the backward's block_n); its key
+/// tile of block_m keys may span several mask tiles, classed per 8 keys
+/// (mask block_n a multiple of 8): not listed where every 8-key group's
+/// mask tile is unlisted, full where every one is full, else partial with
+/// word w: bit g (keys 8 g .. 8 g + 7 of the tile) where that group's mask
+/// tile is unlisted (its keys are not allowed), bit 16 + g where it is full
+/// (allowed without the mask code); w = 0: every group partial.
+inline constexpr int kBackwardSparseListArgs = 5;
+
 /// The backward kernels' fixed argument types, in order (\p varlen,
 /// \p blockSparse: KernelConfig::varlen, KernelConfig::blockSparse).
 inline std::vector<ArgType> backwardArgTypes(bool varlen = false,
@@ -581,7 +584,7 @@ inline std::vector<ArgType> backwardArgTypes(bool varlen = false,
   if (varlen)
     t.insert(t.end(), kVarlenArgs, ArgType::Ptr);
   if (blockSparse) {
-    t.insert(t.end(), kBlockSparseListArgs, ArgType::Ptr);
+    t.insert(t.end(), kBackwardSparseListArgs, ArgType::Ptr);
     t.insert(t.end(), kBlockSparseScalarArgs, ArgType::I32);
   }
   return t;
@@ -593,9 +596,9 @@ inline std::vector<ArgType> backwardArgTypes(const KernelConfig &c) {
 
 /// The block-sparse backward's mask transposer `<name>_bwd_mask`
 /// (kBackwardMaskSuffix; no variant arguments): writes, for each key tile
-/// of the backward's block_m keys, the query tiles of block_n rows whose
-/// mask tile the BlockMask lists (partial and full separately, increasing),
-/// under the rule above. Grid: (ceil(seqlen_k / block_m), mask heads, mask
+/// of the backward's block_m keys, the query tiles of block_n rows it
+/// visits (partial with their key-group words, and full, increasing), under
+/// the rule above. Grid: (ceil(seqlen_k / block_m), mask heads, mask
 /// batch), block kBackwardMaskThreads threads (one warp), no shared
 /// memory; output row (b, h, j) = (b * gridDim.y + h) * gridDim.x + j.
 /// Host twin: flashjit::transposeBlockMask (frontend/BlockMask.h).
@@ -603,15 +606,15 @@ enum BackwardMaskArg : int {
   /// 4 pointers (i32): the BlockMask's kv_num_blocks, kv_indices,
   /// full_kv_num_blocks, full_kv_indices.
   kBmIn = 0,
-  /// 4 pointers (i32): the transposed q_num_blocks, q_indices,
-  /// full_q_num_blocks, full_q_indices.
+  /// 5 pointers (i32): the transposed q_num_blocks, q_indices,
+  /// full_q_num_blocks, full_q_indices, q_key_groups.
   kBmOut = 4,
-  kBmMaskQTiles = 8,  ///< i32: the mask's num_q_tiles
-  kBmMaskKvTiles = 9, ///< i32: the mask's num_kv_tiles (its list pitch)
-  kBmQRatio = 10,     ///< i32: mask block_m / backward block_n
-  kBmKvRatio = 11,    ///< i32: mask block_n / backward block_m
-  kBmQTiles = 12,     ///< i32: ceil(seqlen_q / block_n), the output pitch
-  kBackwardMaskArgs = 13,
+  kBmMaskQTiles = 9,   ///< i32: the mask's num_q_tiles
+  kBmMaskKvTiles = 10, ///< i32: the mask's num_kv_tiles (its list pitch)
+  kBmQRatio = 11,      ///< i32: mask block_m / backward block_n
+  kBmMaskBlockN = 12,  ///< i32: the mask's block_n (keys per mask tile)
+  kBmQTiles = 13,      ///< i32: ceil(seqlen_q / block_n), the output pitch
+  kBackwardMaskArgs = 14,
 };
 /// The mask transposer's argument types, in order.
 inline std::vector<ArgType> backwardMaskArgTypes() {
