@@ -66,7 +66,9 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   gpu::GPUFuncOp fn = declare(gpuModule, abi::kBackwardMainSuffix, 32 * W,
                               c.KernelConfig::sharedBytes(D, Dv));
   grads.emplace(ops, em, gradArgs);
-  isolate = em.hasMask() && maskedValueIsolation();
+  // Block-sparse kernels without mask code isolate too: a key tile may
+  // span a mask tile the block mask leaves out (its keys loaded, P = 0).
+  isolate = (em.hasMask() || c.blockSparse) && maskedValueIsolation();
   tid = NVVM::ThreadIdXOp::create(b, ops.i32);
   warp = arith::DivUIOp::create(b, tid, ops.ci32(32));
   lane = arith::RemUIOp::create(b, tid, ops.ci32(32));

@@ -1,19 +1,23 @@
 // RUN: flashjit-opt %s -convert-attn-to-nvvm="block-n=32 num-warps=4 backward=true block-sparse=true" | FileCheck %s
 // RUN: flashjit-opt %s -convert-attn-to-nvvm="block-n=32 num-warps=4 backward=true" | FileCheck %s --check-prefix=DENSE
 // The block-sparse GPU backward: the three kernels take the transposed
-// block mask after the fixed arguments (4 list pointers, 3 i32: row
+// block mask after the fixed arguments (5 list pointers, 3 i32: row
 // strides and list pitch), and the module also holds the transposer
-// @w_bwd_mask (one warp; 8 list pointers, 5 i32), which looks tiles up by
-// binary search (scf.while) and compacts them with ballots. A dense
-// backward has no transposer.
+// @w_bwd_mask (one warp; 9 list pointers, 5 i32), which looks each mask
+// key tile of a key tile up by binary search (scf.while in an scf.for over
+// them) and compacts the partial tiles (index and key-group word) and the
+// full ones with ballots. A dense backward has no transposer.
 
 // CHECK-LABEL: gpu.module @flashjit_kernels
 // CHECK-DAG: gpu.func @w_bwd_pre(
 // CHECK-DAG: gpu.func @w_bwd(
 // CHECK-DAG: gpu.func @w_bwd_post(
-// CHECK: gpu.func @w_bwd_mask(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: i32, %{{.*}}: i32, %{{.*}}: i32, %{{.*}}: i32, %{{.*}}: i32) kernel
+// CHECK: gpu.func @w_bwd_mask(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: i32, %{{.*}}: i32, %{{.*}}: i32, %{{.*}}: i32, %{{.*}}: i32) kernel
 // CHECK-SAME: known_block_size = array<i32: 32, 1, 1>
+// CHECK: scf.for
 // CHECK: scf.while
+// CHECK: scf.while
+// CHECK: nvvm.vote.sync ballot
 // CHECK: nvvm.vote.sync ballot
 // CHECK: nvvm.vote.sync ballot
 // CHECK: gpu.return
