@@ -72,15 +72,15 @@ using test::backward::put;
 BlockMask withFullTiles(std::mt19937_64 &rng, BlockMask m) {
   const int64_t rows = m.batch * m.heads * m.numQTiles;
   for (int64_t r = 0; r < rows; ++r) {
-    std::vector<int32_t> listed(
-        m.kvIndices.begin() + r * m.numKvTiles,
-        m.kvIndices.begin() + r * m.numKvTiles + m.kvNumBlocks[r]);
+    std::vector<int32_t> listed(m.kvIndices.begin() + r * m.numKvTiles,
+                                m.kvIndices.begin() + r * m.numKvTiles +
+                                    m.kvNumBlocks[r]);
     m.kvNumBlocks[r] = m.fullKvNumBlocks[r] = 0;
     for (int32_t t : listed) {
       bool full = rng() % 3 == 0;
-      (full ? m.fullKvIndices : m.kvIndices)[r * m.numKvTiles +
-                                             (full ? m.fullKvNumBlocks[r]++
-                                                   : m.kvNumBlocks[r]++)] = t;
+      (full ? m.fullKvIndices
+            : m.kvIndices)[r * m.numKvTiles + (full ? m.fullKvNumBlocks[r]++
+                                                    : m.kvNumBlocks[r]++)] = t;
     }
   }
   m.validate();
@@ -95,10 +95,10 @@ BlockMask makeMask(std::mt19937_64 &rng, const testing::MatrixKernel &k,
                    int64_t sk, bool perHead, const Arguments &hostArgs) {
   if (k.variant == "none" || k.variant == "causal_br")
     return withFullTiles(
-        rng, blockMaskFromBsr(testing::randomBsr(rng, perHead ? k.spec.headsQ
-                                                              : 1,
-                                                 bm, bn, sq, sk),
-                              sq, sk));
+        rng,
+        blockMaskFromBsr(testing::randomBsr(rng, perHead ? k.spec.headsQ : 1,
+                                            bm, bn, sq, sk),
+                         sq, sk));
   return referenceBlockMask(k.spec, bm, bn, batch, sq, sk, hostArgs);
 }
 
@@ -324,8 +324,8 @@ TEST_CASE("block-sparse backward kernels match the float64 reference "
     // keys over the forward's 64), 24 keys (unaligned with it) and 1.5x
     // its keys (neither nests).
     const std::pair<int64_t, int64_t> tiles[] = {
-        {bwdQ, bwdK},     {2 * bwdQ, 2 * bwdK},     {128, bwdK},
-        {4 * bwdQ, bwdK}, {128, bwdK / 2},          {bwdQ, bwdK / 4},
+        {bwdQ, bwdK},     {2 * bwdQ, 2 * bwdK},    {128, bwdK},
+        {4 * bwdQ, bwdK}, {128, bwdK / 2},         {bwdQ, bwdK / 4},
         {2 * bwdQ, 24},   {2 * bwdQ, 3 * bwdK / 2}};
     for (int r = 0; r < int(std::size(tiles)); ++r, ++i) {
       auto [sq, sk] = shapes[i % std::size(shapes)];
@@ -386,8 +386,8 @@ TEST_CASE("the device transposition of a block mask equals its host twin",
     for (int64_t bn : {bwdK, 2 * bwdK, bwdK / 2, int64_t(8), int64_t(24),
                        int64_t(40), 3 * bwdK / 2}) {
       int64_t sq = 1 + rng() % 900, sk = 1 + rng() % 900;
-      INFO("query ratio " << rq << ", mask block_n " << bn << ", seqlens "
-                          << sq << " x " << sk);
+      INFO("query ratio " << rq << ", mask block_n " << bn << ", seqlens " << sq
+                          << " x " << sk);
       BlockMask mask = withFullTiles(
           rng, blockMaskFromBsr(testing::randomBsr(rng, k.spec.headsQ,
                                                    rq * bwdQ, bn, sq, sk),
@@ -446,18 +446,16 @@ TEST_CASE("the block-sparse GPU backward refuses what it does not take",
   DeviceBlockMask narrow(
       blockMaskFromBsr(testing::randomBsr(rng, 1, 128, 20, sq, sk), sq, sk),
       dev);
-  CHECK_THROWS_WITH(
-      call(narrow),
-      Catch::Contains("block_mask.block_n = 20") &&
-          Catch::Contains(std::to_string(bwdK) + " keys)") &&
-          Catch::Contains("(128 x 20)"));
+  CHECK_THROWS_WITH(call(narrow),
+                    Catch::Contains("block_mask.block_n = 20") &&
+                        Catch::Contains(std::to_string(bwdK) + " keys)") &&
+                        Catch::Contains("(128 x 20)"));
   DeviceBlockMask shortRows(
       blockMaskFromBsr(testing::randomBsr(rng, 1, bwdQ / 2, bwdK, sq, sk), sq,
                        sk),
       dev);
-  CHECK_THROWS_WITH(call(shortRows),
-                    Catch::Contains("block_mask.block_m = " +
-                                    std::to_string(bwdQ / 2)));
+  CHECK_THROWS_WITH(call(shortRows), Catch::Contains("block_mask.block_m = " +
+                                                     std::to_string(bwdQ / 2)));
   DeviceBlockMask ok(
       blockMaskFromBsr(testing::randomBsr(rng, 1, 128, bwdK, sq, sk), sq, sk),
       dev);
@@ -519,13 +517,12 @@ TEST_CASE("block-sparse backward timing: mma.sync against wgmma",
           kt(dev, DType::BF16, {b, h, n, d}), v(dev, DType::BF16, {b, h, n, d}),
           o(dev, DType::BF16, {b, h, n, d}), dO(dev, DType::BF16, {b, h, n, d}),
           lse(dev, DType::F32, {b, h, n, 1}, 3);
-      GpuTensor grads[2][3] = {
-          {GpuTensor(dev, DType::BF16, {b, h, n, d}),
-           GpuTensor(dev, DType::BF16, {b, h, n, d}),
-           GpuTensor(dev, DType::BF16, {b, h, n, d})},
-          {GpuTensor(dev, DType::BF16, {b, h, n, d}),
-           GpuTensor(dev, DType::BF16, {b, h, n, d}),
-           GpuTensor(dev, DType::BF16, {b, h, n, d})}};
+      GpuTensor grads[2][3] = {{GpuTensor(dev, DType::BF16, {b, h, n, d}),
+                                GpuTensor(dev, DType::BF16, {b, h, n, d}),
+                                GpuTensor(dev, DType::BF16, {b, h, n, d})},
+                               {GpuTensor(dev, DType::BF16, {b, h, n, d}),
+                                GpuTensor(dev, DType::BF16, {b, h, n, d}),
+                                GpuTensor(dev, DType::BF16, {b, h, n, d})}};
       q.randomize(rng);
       kt.randomize(rng);
       v.randomize(rng);
@@ -536,10 +533,10 @@ TEST_CASE("block-sparse backward timing: mma.sync against wgmma",
       const GpuAttentionBackwardKernel *kernels[2] = {old.get(), neu.get()};
       auto call = [&](int which) {
         GpuTensor *g = grads[which];
-        kernels[which]->runBlockSparse(
-            q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef, lse.deviceRef,
-            dO.deviceRef, g[0].deviceRef, g[1].deviceRef, g[2].deviceRef, mask,
-            args);
+        kernels[which]->runBlockSparse(q.deviceRef, kt.deviceRef, v.deviceRef,
+                                       o.deviceRef, lse.deviceRef, dO.deviceRef,
+                                       g[0].deviceRef, g[1].deviceRef,
+                                       g[2].deviceRef, mask, args);
       };
       std::vector<float> ms[2];
       EventTimer timer(dev);

@@ -258,12 +258,12 @@ static bool backwardWgmmaSplits(const AttentionSpec &spec) {
 /// 64 or 128 (dK and dV of 128 columns, S^T, dP^T and dQ fit in 255
 /// registers; above, dK and dV alone take 256), block-sparse too (its 128
 /// keys per CTA may span several of a block mask's key tiles: each 8-key
-/// group keeps its mask tile's class, KernelAbi.h). With a score modifier: at head dim 64 always; at 128
-/// (the kernel then takes the synchronous order) where no derivative reads
-/// the raw score once written in the modifier's output (ALiBi, bias
-/// tables, softcap: GpuCompile.cpp's gradOfOutput recovers s' from P, so
-/// S^T dies at P), since keeping S^T live beside dP^T spilled 12-264 bytes
-/// (softcap, 2026-12-02).
+/// group keeps its mask tile's class, KernelAbi.h). With a score modifier: at
+/// head dim 64 always; at 128 (the kernel then takes the synchronous order)
+/// where no derivative reads the raw score once written in the modifier's
+/// output (ALiBi, bias tables, softcap: GpuCompile.cpp's gradOfOutput recovers
+/// s' from P, so S^T dies at P), since keeping S^T live beside dP^T spilled
+/// 12-264 bytes (softcap, 2026-12-02).
 static bool backwardWgmmaApplies(const AttentionSpec &spec,
                                  const std::string &arch) {
   if (arch != "sm_90a")
@@ -373,8 +373,7 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
     if (mma == GpuMma::Default && ((options.blockN && options.blockN != 64) ||
                                    (options.numWarps && options.numWarps != 8)))
       mma = GpuMma::MmaSync;
-    GpuTileConfig c =
-        backwardTileConfig(spec, options.arch, mma);
+    GpuTileConfig c = backwardTileConfig(spec, options.arch, mma);
     c.varlen = options.varlen;
     c.blockSparse = options.blockSparse;
     if (options.blockN)

@@ -123,9 +123,9 @@ void checkRow(const BlockMask &mask, const std::vector<int> &classes0,
         classes.insert(classAt(q, k));
     INFO("b " << b << " h " << h << " query tile " << i << " key tile " << j
               << " word " << word[i]);
-    int want = classes.empty() || classes == std::set<int>{0}   ? 0
-               : classes == std::set<int>{2}                    ? 2
-                                                                : 1;
+    int want = classes.empty() || classes == std::set<int>{0} ? 0
+               : classes == std::set<int>{2}                  ? 2
+                                                              : 1;
     REQUIRE(got[i] == want);
     if (want != 1)
       continue;

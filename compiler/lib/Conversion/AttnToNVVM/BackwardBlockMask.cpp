@@ -118,19 +118,20 @@ Value BackwardMaskBuilder::classifyTile(Value row, Value t0, Value t1,
     Value bits = ops.sub(bit(hi), bit(lo));
     Value zero = ops.ci32(0);
     scf::YieldOp::create(
-        b, ValueRange{ops.lor(st[0], listed), ops.land(st[1], full),
-                      ops.lor(st[2], ops.lnot(partial)),
-                      arith::OrIOp::create(b, st[3], ops.sel(listed, zero, bits)),
-                      arith::OrIOp::create(b, st[4], ops.sel(full, bits, zero))});
+        b,
+        ValueRange{ops.lor(st[0], listed), ops.land(st[1], full),
+                   ops.lor(st[2], ops.lnot(partial)),
+                   arith::OrIOp::create(b, st[3], ops.sel(listed, zero, bits)),
+                   arith::OrIOp::create(b, st[4], ops.sel(full, bits, zero))});
   }
   ValueRange r = tiles.getResults();
-  Value code = ops.sel(r[0], ops.sel(r[1], ops.ci32(2), ops.ci32(1)),
-                       ops.ci32(0));
+  Value code =
+      ops.sel(r[0], ops.sel(r[1], ops.ci32(2), ops.ci32(1)), ops.ci32(0));
   Value word = arith::OrIOp::create(
       b, r[3], arith::ShLIOp::create(b, r[4], ops.ci32(16)));
-  word = ops.sel(ops.land(ops.cmp(arith::CmpIPredicate::eq, code, ops.ci32(1)),
-                          r[2]),
-                 word, ops.ci32(0));
+  word = ops.sel(
+      ops.land(ops.cmp(arith::CmpIPredicate::eq, code, ops.ci32(1)), r[2]),
+      word, ops.ci32(0));
   Value code64 = arith::ShLIOp::create(b, ops.ext64(code), ops.ci64(32));
   return arith::OrIOp::create(b, code64,
                               arith::ExtUIOp::create(b, ops.i64, word));
@@ -202,8 +203,8 @@ void BackwardMaskBuilder::build(Operation *gpuModule) {
       Value count = chunks.getRegionIterArgs()[kind];
       if (kind == 0) // the words beside the partial indices
         warpAppend(ops, want, word, out[4], outBase, count, ltMask);
-      counts.push_back(warpAppend(ops, want, i, out[1 + 2 * kind], outBase,
-                                  count, ltMask));
+      counts.push_back(
+          warpAppend(ops, want, i, out[1 + 2 * kind], outBase, count, ltMask));
     }
     scf::YieldOp::create(b, counts);
   }

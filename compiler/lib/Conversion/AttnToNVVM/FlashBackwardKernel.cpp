@@ -276,8 +276,8 @@ SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
   // group is visited whatever the classifier says.
   keyGroups = ops.sel(listedFull, ops.ci32(0), read(qLists[4], it));
   Value spans = ops.cmp(arith::CmpIPredicate::ne, keyGroups, ops.ci32(0));
-  Value fullGroups = ops.cmp(arith::CmpIPredicate::uge, keyGroups,
-                             ops.ci32(1 << 16));
+  Value fullGroups =
+      ops.cmp(arith::CmpIPredicate::uge, keyGroups, ops.ci32(1 << 16));
   Value q0 = ops.mul(qTile, ops.ci32(BN));
   Value qLast =
       ops.sub(arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BN)), seqlenQ),
@@ -323,8 +323,8 @@ void BackwardBuilder::applyKeyGroups(KeyRowCoords &at) {
     Value grp = arith::DivUIOp::create(b, ops.sub(kvRow[r], k0), ops.ci32(8));
     auto bit = [&](Value shift) {
       Value v = arith::ShRUIOp::create(b, keyGroups, shift);
-      return ops.cmp(arith::CmpIPredicate::ne,
-                     arith::AndIOp::create(b, v, one), ops.ci32(0));
+      return ops.cmp(arith::CmpIPredicate::ne, arith::AndIOp::create(b, v, one),
+                     ops.ci32(0));
     };
     (r ? at.rowOff1 : at.rowOff0) = bit(grp);
     (r ? at.rowFull1 : at.rowFull0) = bit(ops.add(grp, ops.ci32(16)));

@@ -118,10 +118,9 @@ SmallVector<Value> variantScoresKeyRows(KernelOps &ops, FragmentEmitter &em,
       Value kvi = i < 2 ? at.kvRow0 : at.kvRow1;
       Value qi = qCols[jn * 2 + (i & 1)];
       IndexValues idx{at.batch, at.head, qi, kvi, at.seqlenQ, at.seqlenK};
-      out.push_back(elementScore(ops, em, idx, s[jn * 4 + i], scale, scaleLog2,
-                                 masked, zero, minusInf,
-                                 i < 2 ? at.rowOff0 : at.rowOff1,
-                                 i < 2 ? at.rowFull0 : at.rowFull1));
+      out.push_back(elementScore(
+          ops, em, idx, s[jn * 4 + i], scale, scaleLog2, masked, zero, minusInf,
+          i < 2 ? at.rowOff0 : at.rowOff1, i < 2 ? at.rowFull0 : at.rowFull1));
     }
   if (factored)
     em.endMaskFactors();
@@ -131,8 +130,8 @@ SmallVector<Value> variantScoresKeyRows(KernelOps &ops, FragmentEmitter &em,
 SmallVector<Value> variantScoresPacked(KernelOps &ops, FragmentEmitter &em,
                                        ArrayRef<Value> s,
                                        const PackedRowCoords &at, int mTiles,
-                                       int sTiles, Value scale,
-                                       Value scaleLog2, bool masked) {
+                                       int sTiles, Value scale, Value scaleLog2,
+                                       bool masked) {
   Value zero = ops.cf32(0.0f);
   Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
   SmallVector<Value> kvCols;
@@ -160,7 +159,7 @@ SmallVector<Value> variantScoresPacked(KernelOps &ops, FragmentEmitter &em,
       for (int i = 0; i < 4; ++i) {
         Value qi = i < 2 ? at.qRow0[mt] : at.qRow1[mt];
         Value hi = i < 2 ? at.head0[mt] : at.head1[mt];
-        IndexValues idx{at.batch, hi, qi, kvCols[jn * 2 + (i & 1)],
+        IndexValues idx{at.batch,   hi,        qi, kvCols[jn * 2 + (i & 1)],
                         at.seqlenQ, at.seqlenK};
         out.push_back(elementScore(ops, em, idx, s[(mt * sTiles + jn) * 4 + i],
                                    scale, scaleLog2, masked, zero, minusInf));
