@@ -1109,7 +1109,7 @@ TEST_CASE("the sm_90a backward uses wgmma where the tile policy picks it",
     CHECK(old.ptx.find("wgmma") == std::string::npos);
   }
   // Fallbacks to mma.sync: sm_80, head dims other than 64 / 128, a score
-  // modifier, block-sparse, other tiles asked for.
+  // modifier, other tiles asked for.
   auto picks = [](const AttentionSpec &s, const GpuCompileOptions &opt) {
     return resolveGpuTileConfig(s, opt).wgmma;
   };
@@ -1164,8 +1164,13 @@ TEST_CASE("the sm_90a backward uses wgmma where the tile policy picks it",
     CHECK(compileGpu(testing::softcap30Causal(64, 4, 2), o)
               .attnText.find("score_grad_of_output") == std::string::npos);
   }
+  // Block-sparse: wgmma too (a key tile may span several mask tiles);
+  // mma.sync asked for by name stays reachable.
   GpuCompileOptions bs = o;
   bs.blockSparse = true;
+  CHECK(picks(dense, bs));
+  CHECK(picks(d256, bs));
+  bs.mma = GpuMma::MmaSync;
   CHECK_FALSE(picks(dense, bs));
   GpuCompileOptions vl = o;
   vl.varlen = true;
