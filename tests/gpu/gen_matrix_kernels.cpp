@@ -28,13 +28,17 @@
 // contains it (the [gpu] tests take the same variable), nothing else.
 // MMA mask-bench writes only the [.maskbench] timing kernels; mask-bench-base
 // the same kernels without masked-key isolation (their baseline, through
-// setMaskedValueIsolationForTesting).
+// setMaskedValueIsolationForTesting); mask-bench-sync the same kernels with
+// the wgmma backward's synchronous tile step (setPipelinedBackwardForTesting;
+// the baseline of the pipelined step for masked kernels at head dim 128).
+// Timing ids of benchKernels() ending `_sync` are built that way too.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 #include "OutputFiles.h"
 
+#include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
 
@@ -72,7 +76,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr,
                  "usage: %s DIR [sm_80|sm_90a "
                  "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|backward-only|"
-                 "backward-only.mma.sync|mask-bench|mask-bench-base]]\n",
+                 "backward-only.mma.sync|mask-bench|mask-bench-base|"
+                 "mask-bench-sync]]\n",
                  argv[0]);
     return 1;
   }
@@ -91,7 +96,12 @@ int main(int argc, char **argv) {
     // cache).
     if (mma == "mask-bench-base")
       flashjit::setMaskedValueIsolationForTesting(false);
-    if (mma == "mask-bench" || mma == "mask-bench-base")
+    // mask-bench-sync: the same kernels with the wgmma backward's
+    // synchronous tile step (the baseline of the pipelined one).
+    if (mma == "mask-bench-sync")
+      flashjit::setPipelinedBackwardForTesting(false);
+    if (mma == "mask-bench" || mma == "mask-bench-base" ||
+        mma == "mask-bench-sync")
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
@@ -289,7 +299,12 @@ int main(int argc, char **argv) {
     write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
     bo.kind = flashjit::KernelKind::Backward;
     bo.mma = bwdMma;
+    // `_sync`: the synchronous backward tile step (its timing baseline).
+    const bool sync =
+        k.id.size() > 5 && k.id.substr(k.id.size() - 5) == "_sync";
+    flashjit::setPipelinedBackwardForTesting(!sync);
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    flashjit::setPipelinedBackwardForTesting(true);
     n += 2;
   }
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).

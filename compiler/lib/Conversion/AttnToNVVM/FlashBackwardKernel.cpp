@@ -41,6 +41,7 @@
 // abi::gpu::backwardArgTypes (runtime/KernelAbi.h).
 //
 #include "flashjit/Conversion/AttnToNVVM/FlashBackwardKernel.h"
+#include "flashjit/compiler/BackwardOrderTesting.h"
 
 #include "BackwardBuilder.h"
 #include "MaskedValues.h"
@@ -51,10 +52,14 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <optional>
 
 namespace flashjit::nvvm::detail {
+
+/// setPipelinedBackwardForTesting's switch.
+static std::atomic<bool> pipelinedBackward{true};
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -78,11 +83,15 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   if (shape.splitDim)
     qCol0 =
         ops.mul(arith::DivUIOp::create(b, warp, ops.ci32(4)), ops.ci32(BN / 2));
-  // Above head dim 64, mask or score-modifier code beside the pipelined
-  // step's accumulators in flight spills: those kernels keep the
-  // synchronous order.
-  pipelined = mma->asyncProducts() &&
-              !((em.hasMask() || em.hasScoreMod()) && std::max(D, Dv) > 64);
+  // Above head dim 64, code that reads buffers beside the pipelined step's
+  // accumulators in flight spills: a score modifier's (or buffer or
+  // parameter gradients) keeps the synchronous order; a mask's issues dP^T
+  // after P^T, so the mask runs beside S^T alone.
+  const bool wide = std::max(D, Dv) > 64;
+  pipelined =
+      mma->asyncProducts() && pipelinedBackward.load() &&
+      !(wide && (em.scoreReadsBuffers() || !em.dataGradSites().empty()));
+  dpAfterP = pipelined && wide && em.maskReadsBuffers();
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).
@@ -343,3 +352,7 @@ void buildFlashBackwardKernels(mlir::OpBuilder &builder, mlir::Location loc,
 }
 
 } // namespace flashjit::nvvm
+
+void flashjit::setPipelinedBackwardForTesting(bool on) {
+  flashjit::nvvm::detail::pipelinedBackward.store(on);
+}

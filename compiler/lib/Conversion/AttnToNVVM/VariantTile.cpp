@@ -121,8 +121,8 @@ SmallVector<Value> variantScoresKeyRows(KernelOps &ops, FragmentEmitter &em,
 SmallVector<Value> variantScoresPacked(KernelOps &ops, FragmentEmitter &em,
                                        ArrayRef<Value> s,
                                        const PackedRowCoords &at, int mTiles,
-                                       int sTiles, Value scale,
-                                       Value scaleLog2, bool masked) {
+                                       int sTiles, Value scale, Value scaleLog2,
+                                       bool masked) {
   Value zero = ops.cf32(0.0f);
   Value minusInf = ops.cf32(-std::numeric_limits<float>::infinity());
   SmallVector<Value> kvCols;
@@ -150,7 +150,7 @@ SmallVector<Value> variantScoresPacked(KernelOps &ops, FragmentEmitter &em,
       for (int i = 0; i < 4; ++i) {
         Value qi = i < 2 ? at.qRow0[mt] : at.qRow1[mt];
         Value hi = i < 2 ? at.head0[mt] : at.head1[mt];
-        IndexValues idx{at.batch, hi, qi, kvCols[jn * 2 + (i & 1)],
+        IndexValues idx{at.batch,   hi,        qi, kvCols[jn * 2 + (i & 1)],
                         at.seqlenQ, at.seqlenK};
         out.push_back(elementScore(ops, em, idx, s[(mt * sTiles + jn) * 4 + i],
                                    scale, scaleLog2, masked, zero, minusInf));
