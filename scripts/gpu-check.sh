@@ -154,11 +154,13 @@ pack() {
   fi
   # GPU_CHECK_MASKBENCH=1: the [.maskbench] kernels too (step maskbench):
   # with masked-key isolation into the matrix, without it (the baseline)
-  # into <matrix dir>/maskbench-base.
+  # into <matrix dir>/maskbench-base. GPU_CHECK_MASKBENCH_BASE=mask-bench-sync
+  # makes the baseline the same kernels with the wgmma backward's
+  # synchronous tile step instead (the pipelined step's gain).
   if [[ ${GPU_CHECK_MASKBENCH:-0} == 1 ]]; then
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a mask-bench
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-base" sm_90a \
-      mask-bench-base
+      "${GPU_CHECK_MASKBENCH_BASE:-mask-bench-base}"
   fi
   tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
   rm -rf "$kdir" "$PACK/matrix_kernels"
