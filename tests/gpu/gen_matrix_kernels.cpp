@@ -28,10 +28,11 @@
 // contains it (the [gpu] tests take the same variable), nothing else.
 // MMA mask-bench writes only the [.maskbench] timing kernels; mask-bench-base
 // the same kernels without masked-key isolation (their baseline, through
-// setMaskedValueIsolationForTesting); mask-bench-sync the same kernels with
-// the wgmma backward's synchronous tile step (setPipelinedBackwardForTesting;
-// the baseline of the pipelined step for masked kernels at head dim 128).
-// Timing ids of benchKernels() ending `_sync` are built that way too.
+// setMaskedValueIsolationForTesting); mask-bench-pipe the same kernels with
+// the wgmma backward's pipelined tile step at head dim 128 too
+// (setMaskedPipelinedBackwardForTesting; as the [.maskbench] baseline its
+// "base" columns are the pipelined kernels). Timing ids of benchKernels()
+// ending `_pipe` are built that way too.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -77,7 +78,7 @@ int main(int argc, char **argv) {
                  "usage: %s DIR [sm_80|sm_90a "
                  "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|backward-only|"
                  "backward-only.mma.sync|mask-bench|mask-bench-base|"
-                 "mask-bench-sync]]\n",
+                 "mask-bench-pipe]]\n",
                  argv[0]);
     return 1;
   }
@@ -96,12 +97,12 @@ int main(int argc, char **argv) {
     // cache).
     if (mma == "mask-bench-base")
       flashjit::setMaskedValueIsolationForTesting(false);
-    // mask-bench-sync: the same kernels with the wgmma backward's
-    // synchronous tile step (the baseline of the pipelined one).
-    if (mma == "mask-bench-sync")
-      flashjit::setPipelinedBackwardForTesting(false);
+    // mask-bench-pipe: the same kernels with the wgmma backward's
+    // pipelined tile step at head dim 128 too.
+    if (mma == "mask-bench-pipe")
+      flashjit::setMaskedPipelinedBackwardForTesting(true);
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
-        mma == "mask-bench-sync")
+        mma == "mask-bench-pipe")
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
@@ -299,12 +300,12 @@ int main(int argc, char **argv) {
     write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
     bo.kind = flashjit::KernelKind::Backward;
     bo.mma = bwdMma;
-    // `_sync`: the synchronous backward tile step (its timing baseline).
-    const bool sync =
-        k.id.size() > 5 && k.id.substr(k.id.size() - 5) == "_sync";
-    flashjit::setPipelinedBackwardForTesting(!sync);
+    // `_pipe`: the pipelined backward tile step with the mask or modifier.
+    const bool pipe =
+        k.id.size() > 5 && k.id.substr(k.id.size() - 5) == "_pipe";
+    flashjit::setMaskedPipelinedBackwardForTesting(pipe);
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
-    flashjit::setPipelinedBackwardForTesting(true);
+    flashjit::setMaskedPipelinedBackwardForTesting(false);
     n += 2;
   }
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).

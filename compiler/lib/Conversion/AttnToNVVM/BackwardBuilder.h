@@ -214,17 +214,19 @@ private:
   bool lseRaw = false;
   /// Bytes between the stages of the Q / dO ring (asyncProducts).
   int64_t qStageBytes = 0;
-  /// asyncTileStep (wgmma), except at head dims above 64 with a score
-  /// modifier that reads buffers or a score_grad with buffer or parameter
-  /// gradients: those spilled 8-24 bytes of stack in ptxas 13 (D = 128
-  /// ALiBi, a bias table; 2026-12-06) and keep the synchronous tileStep;
-  /// and off through setPipelinedBackwardForTesting. Both steps isolate
-  /// masked keys (dS' zeroed where P is, the guarded dQ: MaskedValues.h).
+  /// asyncTileStep (wgmma), except with mask or score-modifier code at head
+  /// dims above 64: some of those spill in ptxas 13 at D = 128 (8-24 bytes
+  /// of stack: ALiBi, a bias table, bottom-right and varlen windows,
+  /// varlen bottom-right causal and document masks; 2026-12-06) and they
+  /// keep the synchronous tileStep unless
+  /// setMaskedPipelinedBackwardForTesting asks (not for score modifiers
+  /// that read buffers or have data gradients). Both steps isolate masked
+  /// keys (dS' zeroed where P is, the guarded dQ: MaskedValues.h).
   bool pipelined = false;
   /// asyncTileStep issues dP^T = V dO^T only once P^T is made, not beside
-  /// S^T: a mask that reads buffers at head dims above 64 (a document mask
-  /// at D = 128 spilled 8 bytes of stack with both products in flight, none
-  /// so).
+  /// S^T: a pipelined mask that reads buffers at head dims above 64 (a
+  /// document mask at D = 128 spilled 8 bytes of stack with both products
+  /// in flight, none so).
   bool dpAfterP = false;
 };
 

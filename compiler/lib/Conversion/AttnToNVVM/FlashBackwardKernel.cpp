@@ -58,8 +58,8 @@
 
 namespace flashjit::nvvm::detail {
 
-/// setPipelinedBackwardForTesting's switch.
-static std::atomic<bool> pipelinedBackward{true};
+/// setMaskedPipelinedBackwardForTesting's switch.
+static std::atomic<bool> maskedPipelined{false};
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -83,14 +83,19 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   if (shape.splitDim)
     qCol0 =
         ops.mul(arith::DivUIOp::create(b, warp, ops.ci32(4)), ops.ci32(BN / 2));
-  // Above head dim 64, code that reads buffers beside the pipelined step's
-  // accumulators in flight spills: a score modifier's (or buffer or
-  // parameter gradients) keeps the synchronous order; a mask's issues dP^T
-  // after P^T, so the mask runs beside S^T alone.
+  // Above head dim 64, mask or score-modifier code beside the pipelined
+  // step's accumulators in flight spills in some kernels: those keep the
+  // synchronous order unless setMaskedPipelinedBackwardForTesting asks for
+  // the pipelined one (never with a score modifier that reads buffers or
+  // has buffer or parameter gradients; a mask that reads buffers then
+  // issues dP^T once P^T is made).
   const bool wide = std::max(D, Dv) > 64;
+  const bool variantCode = em.hasMask() || em.hasScoreMod();
+  const bool scoreBuffers =
+      em.scoreReadsBuffers() || !em.dataGradSites().empty();
   pipelined =
-      mma->asyncProducts() && pipelinedBackward.load() &&
-      !(wide && (em.scoreReadsBuffers() || !em.dataGradSites().empty()));
+      mma->asyncProducts() &&
+      (!(variantCode && wide) || (maskedPipelined.load() && !scoreBuffers));
   dpAfterP = pipelined && wide && em.maskReadsBuffers();
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
@@ -353,6 +358,6 @@ void buildFlashBackwardKernels(mlir::OpBuilder &builder, mlir::Location loc,
 
 } // namespace flashjit::nvvm
 
-void flashjit::setPipelinedBackwardForTesting(bool on) {
-  flashjit::nvvm::detail::pipelinedBackward.store(on);
+void flashjit::setMaskedPipelinedBackwardForTesting(bool on) {
+  flashjit::nvvm::detail::maskedPipelined.store(on);
 }
