@@ -154,11 +154,14 @@ pack() {
   fi
   # GPU_CHECK_MASKBENCH=1: the [.maskbench] kernels too (step maskbench):
   # with masked-key isolation into the matrix, without it (the baseline)
-  # into <matrix dir>/maskbench-base.
+  # into <matrix dir>/maskbench-base. GPU_CHECK_MASKBENCH_BASE=mask-bench-pipe
+  # makes the "base" the same kernels with the wgmma backward's pipelined
+  # tile step at head dim 128 instead (its gain: "new" is the default,
+  # synchronous one there).
   if [[ ${GPU_CHECK_MASKBENCH:-0} == 1 ]]; then
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a mask-bench
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-base" sm_90a \
-      mask-bench-base
+      "${GPU_CHECK_MASKBENCH_BASE:-mask-bench-base}"
   fi
   tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
   rm -rf "$kdir" "$PACK/matrix_kernels"

@@ -28,13 +28,18 @@
 // contains it (the [gpu] tests take the same variable), nothing else.
 // MMA mask-bench writes only the [.maskbench] timing kernels; mask-bench-base
 // the same kernels without masked-key isolation (their baseline, through
-// setMaskedValueIsolationForTesting).
+// setMaskedValueIsolationForTesting); mask-bench-pipe the same kernels with
+// the wgmma backward's pipelined tile step at head dim 128 too
+// (setMaskedPipelinedBackwardForTesting; as the [.maskbench] baseline its
+// "base" columns are the pipelined kernels). Timing ids of benchKernels()
+// ending `_pipe` are built that way too.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 #include "OutputFiles.h"
 
+#include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
 
@@ -72,7 +77,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr,
                  "usage: %s DIR [sm_80|sm_90a "
                  "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|backward-only|"
-                 "backward-only.mma.sync|mask-bench|mask-bench-base]]\n",
+                 "backward-only.mma.sync|mask-bench|mask-bench-base|"
+                 "mask-bench-pipe]]\n",
                  argv[0]);
     return 1;
   }
@@ -91,7 +97,12 @@ int main(int argc, char **argv) {
     // cache).
     if (mma == "mask-bench-base")
       flashjit::setMaskedValueIsolationForTesting(false);
-    if (mma == "mask-bench" || mma == "mask-bench-base")
+    // mask-bench-pipe: the same kernels with the wgmma backward's
+    // pipelined tile step at head dim 128 too.
+    if (mma == "mask-bench-pipe")
+      flashjit::setMaskedPipelinedBackwardForTesting(true);
+    if (mma == "mask-bench" || mma == "mask-bench-base" ||
+        mma == "mask-bench-pipe")
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
@@ -289,7 +300,12 @@ int main(int argc, char **argv) {
     write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
     bo.kind = flashjit::KernelKind::Backward;
     bo.mma = bwdMma;
+    // `_pipe`: the pipelined backward tile step with the mask or modifier.
+    const bool pipe =
+        k.id.size() > 5 && k.id.substr(k.id.size() - 5) == "_pipe";
+    flashjit::setMaskedPipelinedBackwardForTesting(pipe);
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    flashjit::setMaskedPipelinedBackwardForTesting(false);
     n += 2;
   }
   // Block-sparse timing kernels: forward <id>_fwd, backward <id> (bwdMma)

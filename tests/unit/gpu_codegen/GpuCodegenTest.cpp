@@ -12,6 +12,7 @@
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 
+#include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Error.h"
@@ -791,6 +792,51 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
   WARN("assembled " << checked << " backward kernel sets; most registers "
                     << "(main kernel): " << maxRegs);
   CHECK(checked == 2 * int(testing::backwardKernels().size()));
+}
+
+TEST_CASE("the pipelined masked wgmma backward at head dim 128 (a testing "
+          "hook) assembles without spills for the matrix's kernels",
+          "[gpu-codegen][backward]") {
+  // setMaskedPipelinedBackwardForTesting: the [.bwdbench] `_pipe` kernels.
+  // Masks and modifiers without buffer reads or data gradients take the
+  // pipelined step (S^T and dP^T in flight together: wait_group 1; the
+  // next query tile's LSE and D by 4-byte cp.async); a document mask too
+  // (dP^T issued after P^T); ALiBi and the bias table keep the synchronous
+  // step. Clean in ptxas 13 for these kernels (others spill: the hook's
+  // comment).
+  struct HookOn {
+    HookOn() { setMaskedPipelinedBackwardForTesting(true); }
+    ~HookOn() { setMaskedPipelinedBackwardForTesting(false); }
+  };
+  int checked = 0;
+  for (const testing::MatrixKernel &k : testing::backwardKernels()) {
+    GpuCompileOptions o;
+    o.kind = KernelKind::Backward;
+    if (k.spec.headDimQK != 128 || k.variant == "none" ||
+        !resolveGpuTileConfig(k.spec, o).wgmma)
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    GpuKernelImage img = [&] {
+      HookOn on;
+      return compileGpu(k.spec, o);
+    }();
+    const bool pipelined = k.variant != "alibi" && k.variant != "rel_bias";
+    CHECK((img.ptx.find("wgmma.wait_group.sync.aligned 1;") !=
+           std::string::npos) == pipelined);
+    CHECK((img.ptx.find("cp.async.ca.shared.global [") != std::string::npos) ==
+          pipelined);
+    // Off again: the default kernel is the synchronous one.
+    CHECK(compileGpu(k.spec, o).ptx.find("wgmma.wait_group.sync.aligned 1;") ==
+          std::string::npos);
+    runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
+    INFO(r.log);
+    CHECK(r.log.find("serialized") == std::string::npos);
+    const runtime::PtxasFunctionReport *f = r.find(img.name + "_bwd");
+    REQUIRE(f);
+    CHECK(f->clean());
+    ++checked;
+  }
+  CHECK(checked == 9);
 }
 
 TEST_CASE("varlen backward kernels assemble with no spills and carry the "

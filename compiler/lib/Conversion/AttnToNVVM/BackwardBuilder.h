@@ -222,15 +222,22 @@ private:
   /// Bytes between the stages of the Q / dO ring (asyncProducts).
   int64_t qStageBytes = 0;
   /// asyncTileStep (wgmma), except with mask or score-modifier code at head
-  /// dims above 64: those kernels spilled 4-48 bytes in ptxas (D = 128 fp16
-  /// causal bottom-right / doc_id / chunked-causal / varlen causal with
-  /// GQA, ALiBi, a bias table; 2026-12-02) and keep the synchronous
-  /// tileStep. Both isolate masked keys (dS' zeroed where P is, the
-  /// guarded dQ: MaskedValues.h).
+  /// dims above 64: some of those spill in ptxas 13 at D = 128 (8-24 bytes
+  /// of stack: ALiBi, a bias table, bottom-right and varlen windows,
+  /// varlen bottom-right causal and document masks; 2026-12-06) and they
+  /// keep the synchronous tileStep unless
+  /// setMaskedPipelinedBackwardForTesting asks (not for score modifiers
+  /// that read buffers or have data gradients). Both steps isolate masked
+  /// keys (dS' zeroed where P is, the guarded dQ: MaskedValues.h).
   bool pipelined = false;
   /// block-sparse: the visited partial tile's key-group word (i32, 0 for
   /// full tiles; KernelAbi.h), set by listedTileLoop; null elsewhere.
   Value keyGroups;
+  /// asyncTileStep issues dP^T = V dO^T only once P^T is made, not beside
+  /// S^T: a pipelined mask that reads buffers at head dims above 64 (a
+  /// document mask at D = 128 spilled 8 bytes of stack with both products
+  /// in flight, none so).
+  bool dpAfterP = false;
 };
 
 } // namespace flashjit::nvvm::detail

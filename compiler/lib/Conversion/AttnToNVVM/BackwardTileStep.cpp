@@ -245,10 +245,13 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   sDeltaCur = ops.gepBytes(sLseCur, int64_t(4) * BN);
   lseRaw = true;
 
-  // S^T = K Q^T and dP^T = V dO^T in flight together; S^T first.
+  // S^T = K Q^T and dP^T = V dO^T in flight together, S^T first; with
+  // dpAfterP, dP^T issued once P^T is made.
   SmallVector<Value> sAcc = mma->issueS();
-  SmallVector<Value> dpAcc = mma->issueDP();
-  SmallVector<Value> s = mma->wait(sAcc, 1);
+  SmallVector<Value> dpAcc;
+  if (!dpAfterP)
+    dpAcc = mma->issueDP();
+  SmallVector<Value> s = mma->wait(sAcc, dpAfterP ? 0 : 1);
   KeyRowCoords coords{batch,    head,     seqlenQ,      seqlenK,
                       kvRow[0], kvRow[1], queryLane(q0)};
   applyKeyGroups(coords);
@@ -267,6 +270,8 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   if (boundsOnly)
     maskPastEnds(scores, coords.qLane, boundsOnly);
   SmallVector<Value> p = probabilities(scores, nullptr);
+  if (dpAfterP)
+    dpAcc = mma->issueDP();
   SmallVector<Value> dp = mma->wait(dpAcc, 0);
 
   SmallVector<Value> dk(state.begin(), state.begin() + nK);
