@@ -28,7 +28,8 @@
 // contains it (the [gpu] tests take the same variable), nothing else.
 // MMA mask-bench writes only the [.maskbench] timing kernels; mask-bench-base
 // the same kernels without masked-key isolation (their baseline, through
-// setMaskedValueIsolationForTesting).
+// setMaskedValueIsolationForTesting); mask-bench-old the same with the vote
+// inside every partial tile (setMaskedValueTileVoteForTesting).
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -91,7 +92,12 @@ int main(int argc, char **argv) {
     // cache).
     if (mma == "mask-bench-base")
       flashjit::setMaskedValueIsolationForTesting(false);
-    if (mma == "mask-bench" || mma == "mask-bench-base")
+    // mask-bench-old: the same kernels with the vote in every partial tile
+    // (session 15's placement), the [.maskbench] "old" column.
+    if (mma == "mask-bench-old")
+      flashjit::setMaskedValueTileVoteForTesting(true);
+    if (mma == "mask-bench" || mma == "mask-bench-base" ||
+        mma == "mask-bench-old")
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
