@@ -345,10 +345,14 @@ void publishWarpVote(KernelOps &ops, Value bad, Value lane, Value flag,
   Value any = NVVM::VoteSyncOp::create(b, ops.i1, ops.ci32(-1), bad,
                                        NVVM::VoteSyncKind::any);
   ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0)), [&] {
-    // The store comes before the arrival (release): a warp that waits for
-    // the phase (acquire) reads it.
-    ops.ifThen(any,
-               [&] { LLVM::StoreOp::create(b, token, flag, /*alignment=*/4); });
+    // An atomic max (warps of the same use may mark the word at once: no
+    // data race; marks only grow, so the word holds this use's token iff
+    // some warp of this use marked it). Before the arrival (release): a
+    // warp that waits for the phase (acquire) reads it.
+    ops.ifThen(any, [&] {
+      LLVM::AtomicRMWOp::create(b, LLVM::AtomicBinOp::umax, flag, token,
+                                LLVM::AtomicOrdering::monotonic);
+    });
     mbarrierArrive(ops, votedBar);
   });
 }

@@ -58,8 +58,9 @@
 //     scans), once tile j + 1 has landed; the first tile votes before the
 //     loop. No barrier of its own in the loop;
 //   - warp-specialised kernels: each consumer warp scans its chunks while S
-//     is in flight, its lane 0 writes a per-stage word in shared memory when
-//     the warp saw a NaN or Inf and arrives at the stage's "voted" mbarrier
+//     is in flight, its lane 0 marks a per-stage word in shared memory
+//     (atomic max) when the warp saw a NaN or Inf and arrives at the
+//     stage's "voted" mbarrier
 //     (publishWarpVote; lane 0 of every consumer warp arrives once per use
 //     of the stage, also in tiles that need no vote); a warp waits there
 //     only in tiles that need the vote and only just before P V
@@ -111,9 +112,10 @@ mlir::Value chunksHaveNonFiniteIf(KernelOps &ops, mlir::Value cond,
 
 /// A warp's share of a published vote (warp-specialised forward): the
 /// warp's OR of \p bad (i1 per thread, vote.any); its lane 0 (\p lane 0)
-/// stores \p token (i32) to the word at \p flag (!llvm.ptr<3>) where that
-/// OR is true, then arrives once at the mbarrier \p votedBar (whose count
-/// is the number of warps that vote). Every lane of the warp must call it.
+/// raises the word at \p flag (!llvm.ptr<3>) to \p token (i32, atomic
+/// max: tokens grow from use to use) where that OR is true, then arrives
+/// once at the mbarrier \p votedBar (whose count is the number of warps
+/// that vote). Every lane of the warp must call it.
 void publishWarpVote(KernelOps &ops, mlir::Value bad, mlir::Value lane,
                      mlir::Value flag, mlir::Value token, mlir::Value votedBar);
 
