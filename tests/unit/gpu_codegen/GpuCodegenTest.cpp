@@ -543,8 +543,10 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
     CHECK(c.warpSpecialized);
     CHECK(c.threads() == 32 * c.numWarps + 128);
     int stages = c.kvStages(d, d);
+    // Q, the stages, the mbarriers (Q's, then full, empty and voted per
+    // stage) and one masked-value vote word per stage.
     CHECK(img.sharedBytes == 2 * (c.blockM() * d + stages * c.blockN * 2 * d) +
-                                 8 * (2 * stages + 1));
+                                 8 * (3 * stages + 1) + 4 * stages);
     const std::string &p = img.ptx;
     CHECK(p.find(".maxntid 384, 1, 1") != std::string::npos);
     // The instruction and its operand (ptxas text puts a tab between).
