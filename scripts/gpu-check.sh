@@ -154,14 +154,17 @@ pack() {
   fi
   # GPU_CHECK_MASKBENCH=1: the [.maskbench] kernels too (step maskbench):
   # with masked-key isolation into the matrix, without it (the baseline)
-  # into <matrix dir>/maskbench-base. GPU_CHECK_MASKBENCH_BASE=mask-bench-pipe
-  # makes the "base" the same kernels with the wgmma backward's pipelined
-  # tile step at head dim 128 instead (its gain: "new" is the default,
-  # synchronous one there).
+  # into <matrix dir>/maskbench-base, with the vote in every partial tile
+  # (session 15's placement) into <matrix dir>/maskbench-old.
+  # GPU_CHECK_MASKBENCH_BASE=mask-bench-pipe makes the "base" the same
+  # kernels with the wgmma backward's pipelined tile step at head dim 128
+  # instead (its gain: "new" is the default, synchronous one there).
   if [[ ${GPU_CHECK_MASKBENCH:-0} == 1 ]]; then
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a mask-bench
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-base" sm_90a \
       "${GPU_CHECK_MASKBENCH_BASE:-mask-bench-base}"
+    "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-old" sm_90a \
+      mask-bench-old
   fi
   tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
   rm -rf "$kdir" "$PACK/matrix_kernels"
@@ -296,10 +299,12 @@ run() {
   want bwdbench && step bwdbench "$bin/flashjit_gpu_tests" "[bwdbench]"
   # Masked keys (issue 21 section 3): the [masked] tests, and the cost of
   # the isolation (pack with GPU_CHECK_MASKBENCH=1): MASKBENCH lines, the
-  # kernels without it (maskbench-base) against those with it, fwd and bwd.
+  # kernels without it (maskbench-base) against those with it, the old vote
+  # placement (maskbench-old) and the new, fwd and bwd.
   want masked && step masked "$bin/flashjit_gpu_tests" "[masked]"
   want maskbench &&
     FLASHJIT_MASKBENCH_BASE=$FLASHJIT_MATRIX_KERNELS/maskbench-base \
+      FLASHJIT_MASKBENCH_OLD=$FLASHJIT_MATRIX_KERNELS/maskbench-old \
       step maskbench "$bin/flashjit_gpu_tests" "[maskbench]"
   # Timings (hidden cases): forward with / without an attention sink (issue
   # 22) and split-KV decode over paged caches (issue 17).

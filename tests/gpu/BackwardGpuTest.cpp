@@ -714,26 +714,35 @@ TEST_CASE("masked-value guard timing: baseline kernels against these",
   // Issue 21 section 3's cost: the masked kernels of maskBenchKernels()
   // (gen_matrix_kernels DIR sm_90a mask-bench) from
   // $FLASHJIT_MASKBENCH_BASE (the same ids without the isolation:
-  // gen_matrix_kernels DIR sm_90a mask-bench-base) and from
-  // matrixKernelDir(), timed in this process on
-  // the same inputs, rounds alternating (FLASHJIT_MASKBENCH_ROUNDS, default
-  // 3; each a median of 7 calls). bf16, batch * seqlen = 32768; documents
-  // of 1000 tokens for doc_id. Prints MASKBENCH lines: ms and TF/s
-  // (forward 4 B H D over the allowed pairs, backward 2.5x that) of both.
+  // gen_matrix_kernels DIR sm_90a mask-bench-base), optionally from
+  // $FLASHJIT_MASKBENCH_OLD (the vote in every partial tile, session 15's
+  // placement: gen_matrix_kernels DIR sm_90a mask-bench-old) and from
+  // matrixKernelDir(), timed in this process on the same inputs, rounds
+  // alternating (FLASHJIT_MASKBENCH_ROUNDS, default 3; each a median of 7
+  // calls). bf16, batch * seqlen = 32768; documents of 1000 tokens for
+  // doc_id. Prints MASKBENCH lines: ms and TF/s (forward 4 B H D over the
+  // allowed pairs, backward 2.5x that) of each, and each guarded kernel's
+  // cost against the baseline.
   const char *baseDir = std::getenv("FLASHJIT_MASKBENCH_BASE");
   REQUIRE(baseDir);
+  const char *oldDir = std::getenv("FLASHJIT_MASKBENCH_OLD");
   const char *roundsEnv = std::getenv("FLASHJIT_MASKBENCH_ROUNDS");
   const int rounds = roundsEnv ? std::atoi(roundsEnv) : 3;
   REQUIRE(rounds > 0);
   Device &dev = Device::get(0);
   std::mt19937_64 rng(13);
+  // base, [old,] new.
+  std::vector<std::string> dirs{baseDir};
+  if (oldDir)
+    dirs.push_back(oldDir);
+  dirs.push_back(test::matrixKernelDir());
+  const size_t nk = dirs.size();
   for (const testing::MatrixKernel &k : testing::maskBenchKernels()) {
     if (!selected(k.id))
       continue;
-    const std::string dirs[2] = {baseDir, test::matrixKernelDir()};
-    std::unique_ptr<GpuAttentionBackwardKernel> bwd[2];
-    std::unique_ptr<GpuAttentionKernel> fwd[2];
-    for (int i = 0; i < 2; ++i) {
+    std::vector<std::unique_ptr<GpuAttentionBackwardKernel>> bwd(nk);
+    std::vector<std::unique_ptr<GpuAttentionKernel>> fwd(nk);
+    for (size_t i = 0; i < nk; ++i) {
       bwd[i] = loadBackward(k.id, k.spec, dev, dirs[i]);
       fwd[i] = loadForward(dirs[i], k.id + "_fwd", k.spec, dev);
     }
@@ -786,8 +795,8 @@ TEST_CASE("masked-value guard timing: baseline kernels against these",
       };
       const double flops = 4.0 * b * h * pairs * d;
       for (int r = 0; r < rounds; ++r) {
-        float fms[2], bms[2];
-        for (int i = 0; i < 2; ++i) {
+        std::vector<float> fms(nk), bms(nk);
+        for (size_t i = 0; i < nk; ++i) {
           fms[i] = time([&] {
             fwd[i]->run(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
                         &lse.deviceRef, vars);
@@ -799,15 +808,30 @@ TEST_CASE("masked-value guard timing: baseline kernels against these",
           });
         }
         auto tf = [&](double f, double ms) { return f / ms / 1e9; };
-        std::printf(
-            "MASKBENCH %-18s N=%-6lld round %d  fwd TF/s base %.1f "
-            "new %.1f (%+.2f%%)  bwd base %.1f new %.1f (%+.2f%%)  "
-            "fwd+bwd base %.1f new %.1f (%+.2f%% time)\n",
-            k.id.c_str(), (long long)n, r, tf(flops, fms[0]), tf(flops, fms[1]),
-            100.0 * (fms[1] / fms[0] - 1), tf(2.5 * flops, bms[0]),
-            tf(2.5 * flops, bms[1]), 100.0 * (bms[1] / bms[0] - 1),
-            tf(3.5 * flops, fms[0] + bms[0]), tf(3.5 * flops, fms[1] + bms[1]),
-            100.0 * ((fms[1] + bms[1]) / (fms[0] + bms[0]) - 1));
+        auto pct = [](double a, double base) { return 100.0 * (a / base - 1); };
+        // Columns: base, then each guarded kernel (old, new) with its cost.
+        std::string line;
+        char buf[160];
+        const char *names[3] = {"base", nk == 3 ? "old" : "new", "new"};
+        for (size_t i = 0; i < nk; ++i) {
+          std::snprintf(buf, sizeof buf, "  %s fwd %.1f", names[i],
+                        tf(flops, fms[i]));
+          line += buf;
+          if (i > 0) {
+            std::snprintf(buf, sizeof buf, " (%+.2f%%)", pct(fms[i], fms[0]));
+            line += buf;
+          }
+          std::snprintf(buf, sizeof buf, " bwd %.1f", tf(2.5 * flops, bms[i]));
+          line += buf;
+          if (i > 0) {
+            std::snprintf(buf, sizeof buf, " (%+.2f%%) fwd+bwd %+.2f%% time",
+                          pct(bms[i], bms[0]),
+                          pct(fms[i] + bms[i], fms[0] + bms[0]));
+            line += buf;
+          }
+        }
+        std::printf("MASKBENCH %-18s N=%-6lld round %d TF/s%s\n", k.id.c_str(),
+                    (long long)n, r, line.c_str());
         std::fflush(stdout);
       }
       // A sanity check that the timed runs computed something.

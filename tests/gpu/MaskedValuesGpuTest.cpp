@@ -17,7 +17,10 @@
 //     reach key 76, window rows key 96, so the tile holding keys 64.. (or
 //     0..) holds attended and poisoned keys; no row may be poisoned and
 //     every row is clean (for kv_idx == 0 that tile is empty: the N = 2
-//     case covers those kernels).
+//     case covers those kernels);
+//   - N = 600 with keys 590.. poisoned: the poisoned tile comes after many
+//     others (later uses of the K/V stages, where the votes' barrier phases
+//     and marks are not the first ones).
 // Oracle: the float64 reference on the same inputs, which skips keys a row
 // does not attend (test::compareAttendedRows); which rows are clean follows
 // from the layouts above and is asserted, so a case cannot pass by having
@@ -70,6 +73,21 @@ const Poison kUnattended = {
     [](int64_t j, int64_t d) {
       return j >= 100 ? ((j + d) % 3 ? kInf : kNaN) : 0.0f;
     }};
+
+// Many key tiles before the poisoned one (the votes' later stage uses:
+// TMA kernels vote at the barrier that closes the tile before, their first
+// tile before the loop; warp-specialised ones publish a per-stage word
+// whose mark is the stage's use): keys 590.. poisoned, so causal and
+// document rows 0..589 and window rows 0..569 attend none of them, and the
+// diagonal tile of the last query tile (use 4 of 128-key tiles: the second
+// use of a stage of three, 9 of 64-key ones) holds attended and poisoned
+// keys.
+const Poison kLongTail = {
+    "N = 600, V of keys 590.. NaN or Inf", 600, 600,
+    [](int64_t j, int64_t d) {
+      return j >= 590 ? ((j + d) % 2 ? kNaN : (d % 3 ? kInf : -kInf)) : 0.0f;
+    },
+    [](int64_t, int64_t) { return 0.0f; }};
 
 /// Writes \p f(j, d) (where not 0) into every batch and head of \p t's
 /// host copy, then uploads it.
@@ -165,6 +183,9 @@ TEST_CASE("forward: NaN and Inf at keys a row does not attend never reach it",
     test::AttendedRows c = runPoisoned(dev, *kernel, spec, kUnattended, seed++);
     CHECK(c.poisoned == 0);
     CHECK(c.clean == 2 * 77 * heads);
+    // Many tiles before the poisoned keys: rows 0..569 clean at least.
+    test::AttendedRows d = runPoisoned(dev, *kernel, spec, kLongTail, seed++);
+    CHECK(d.clean >= (firstKey ? 600 : 570) * heads);
   }
   CHECK(kernels > 0);
 }

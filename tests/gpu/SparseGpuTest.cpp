@@ -11,7 +11,9 @@
 //    block-sparse float64 reference;
 //  - varlen batches (zero-length sequences, GQA, per-sequence causal
 //    alignment, with and without built block masks) equal the varlen float64
-//    reference.
+//    reference;
+//  - NaN and Inf in V at keys a row masks never reach it, block-sparse and
+//    varlen (issue 21 section 3; tag [masked] too).
 // Fresh random inputs every run; outputs poisoned with NaN before each run.
 //
 //===----------------------------------------------------------------------===//
@@ -26,6 +28,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 using namespace flashjit;
@@ -317,4 +320,120 @@ TEST_CASE("GPU varlen runs match the varlen reference", "[gpu][sparse]") {
       CHECK(worstLse <= 1e-4);
     }
   }
+}
+
+namespace {
+
+/// Documents of 37 tokens (causal within each: the doc_id kernels' mask);
+/// the key that ends each one is attended by its own row only.
+bool endsDocument(int64_t pos) { return pos % 37 == 36; }
+
+/// NaN, +Inf or -Inf by column.
+float poisonValue(int64_t d) {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  return d % 3 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                    : (d % 3 == 1 ? inf : -inf);
+}
+
+} // namespace
+
+TEST_CASE("GPU block-sparse and varlen runs keep NaN and Inf at masked keys "
+          "out",
+          "[gpu][sparse][masked]") {
+  // Issue 21 section 3 on the cp.async loops (block-sparse lists, varlen):
+  // V of the key that ends each 37-token document is NaN or Inf; every row
+  // but that key's own masks it, in partial tiles that hold keys the row
+  // attends, so exactly one row per document is poisoned and every other
+  // row matches the float64 reference (which skips masked keys).
+  Device &dev = Device::get(0);
+  uint64_t seed = freshSeed();
+  std::mt19937_64 rng(seed);
+  const int64_t n = 600, ends = n / 37; // 16 documents end below 600
+  std::vector<int32_t> docs(n);
+  for (int64_t i = 0; i < n; ++i)
+    docs[i] = static_cast<int32_t>(i / 37);
+  for (const char *id : {"bs_doc_d64_bf16_g2", "bs_doc_d128_fp16_g1"}) {
+    INFO(id << ", seed " << seed << " (FLASHJIT_TEST_SEED)");
+    const testing::SparseKernel &sk = sparseKernel(id);
+    auto kernel = load(sk, dev);
+    const AttentionSpec &spec = sk.spec;
+    DocArgs args(dev, spec, docs);
+    DeviceBlockMask built = kernel->buildBlockMask(1, n, n, args.device);
+    DenseInputs in(dev, spec, 1, n, n, rng);
+    const TensorRef &v = in.v.hostRef;
+    for (int64_t h = 0; h < spec.headsKV; ++h)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t d = 0; endsDocument(j) && d < spec.headDimV; ++d)
+          storeFromFloat(v.data, v.dtype, v.offset(0, h, j, d), poisonValue(d));
+    in.v.device.copyFromHost(in.v.host.data(), in.v.host.size());
+    kernel->runBlockSparse(in.q.deviceRef, in.k.deviceRef, in.v.deviceRef,
+                           in.o.deviceRef, &in.lse.deviceRef, built,
+                           args.device);
+    ReferenceOutput ref = referenceAttention(spec, in.q.hostRef, in.k.hostRef,
+                                             in.v.hostRef, args.host);
+    in.o.download();
+    in.lse.download();
+    test::AttendedRows rows =
+        test::compareAttendedRows(spec, in.o, in.lse, ref, 1, n);
+    CHECK(rows.poisoned == ends * spec.headsQ);
+    CHECK(rows.clean == (n - ends) * spec.headsQ);
+  }
+  // Varlen with a built block mask: two sequences of 300 tokens (documents
+  // restart at each sequence's position 0).
+  const testing::SparseKernel &sk = sparseKernel("vl_bs_doc_d128_bf16_g2");
+  INFO(sk.id << ", seed " << seed << " (FLASHJIT_TEST_SEED)");
+  auto kernel = load(sk, dev);
+  const AttentionSpec &spec = sk.spec;
+  std::vector<int32_t> cu{0, 300, 600};
+  DeviceCuSeqlens dcu(cu, cu, dev);
+  DocArgs args(dev, spec, docs);
+  GpuTensor q = varlenTensor(dev, spec.dtypeQ, n, spec.headsQ, spec.headDimQK);
+  GpuTensor k = varlenTensor(dev, spec.dtypeK, n, spec.headsKV, spec.headDimQK);
+  GpuTensor v = varlenTensor(dev, spec.dtypeV, n, spec.headsKV, spec.headDimV);
+  GpuTensor o = varlenTensor(dev, spec.dtypeO, n, spec.headsQ, spec.headDimV);
+  GpuTensor lse = varlenTensor(dev, DType::F32, n, spec.headsQ, 0);
+  q.randomize(rng, 2.0f);
+  k.randomize(rng, 2.0f);
+  v.randomize(rng);
+  o.poison();
+  lse.poison();
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < spec.headsKV; ++h)
+      for (int64_t d = 0; endsDocument(t % 300) && d < spec.headDimV; ++d)
+        storeFromFloat(v.hostRef.data, v.hostRef.dtype,
+                       v.hostRef.offset(t, h, d), poisonValue(d));
+  v.device.copyFromHost(v.host.data(), v.host.size());
+  DeviceBlockMask built = kernel->buildVarlenBlockMask(dcu, args.device);
+  BlockMask want =
+      referenceVarlenBlockMask(spec, kernel->info().config.blockM(),
+                               kernel->info().config.blockN, cu, cu, args.host);
+  kernel->runVarlen(q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef,
+                    &lse.deviceRef, dcu, args.device, &built);
+  VarlenReferenceOutput ref = referenceVarlenAttention(
+      spec, q.hostRef, k.hostRef, v.hostRef, cu, cu, args.host, &want);
+  o.download();
+  int64_t clean = 0, poisoned = 0;
+  double worst = 0;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < spec.headsQ; ++h) {
+      bool finite = true, reached = false;
+      for (int64_t d = 0; d < spec.headDimV; ++d) {
+        finite = finite && std::isfinite(ref.oAt(t, h, d));
+        reached = reached || !std::isfinite(o.at(t, h, d));
+      }
+      if (!finite) {
+        ++poisoned;
+        CHECK(reached); // the row attends the value: it reaches the row
+        continue;
+      }
+      ++clean;
+      for (int64_t d = 0; d < spec.headDimV; ++d) {
+        double e = std::fabs(o.at(t, h, d) - ref.oAt(t, h, d));
+        worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+      }
+    }
+  INFO("max |O - O_ref| over clean rows = " << worst);
+  CHECK(worst <= test::tolerance(spec.dtypeO));
+  CHECK(poisoned == 2 * 8 * spec.headsQ); // 8 documents end in each sequence
+  CHECK(clean == (n - 16) * spec.headsQ);
 }

@@ -28,11 +28,12 @@
 // contains it (the [gpu] tests take the same variable), nothing else.
 // MMA mask-bench writes only the [.maskbench] timing kernels; mask-bench-base
 // the same kernels without masked-key isolation (their baseline, through
-// setMaskedValueIsolationForTesting); mask-bench-pipe the same kernels with
-// the wgmma backward's pipelined tile step at head dim 128 too
-// (setMaskedPipelinedBackwardForTesting; as the [.maskbench] baseline its
-// "base" columns are the pipelined kernels). Timing ids of benchKernels()
-// ending `_pipe` are built that way too.
+// setMaskedValueIsolationForTesting); mask-bench-old the same with the vote
+// inside every partial tile (setMaskedValueTileVoteForTesting);
+// mask-bench-pipe the same kernels with the wgmma backward's pipelined tile
+// step at head dim 128 too (setMaskedPipelinedBackwardForTesting; as the
+// [.maskbench] baseline its "base" columns are the pipelined kernels).
+// Timing ids of benchKernels() ending `_pipe` are built that way too.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -101,8 +102,12 @@ int main(int argc, char **argv) {
     // pipelined tile step at head dim 128 too.
     if (mma == "mask-bench-pipe")
       flashjit::setMaskedPipelinedBackwardForTesting(true);
+    // mask-bench-old: the same kernels with the vote in every partial tile
+    // (session 15's placement), the [.maskbench] "old" column.
+    if (mma == "mask-bench-old")
+      flashjit::setMaskedValueTileVoteForTesting(true);
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
-        mma == "mask-bench-pipe")
+        mma == "mask-bench-pipe" || mma == "mask-bench-old")
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;

@@ -15,6 +15,7 @@
 #include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/compiler/MaskedValueTesting.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
@@ -543,8 +544,10 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
     CHECK(c.warpSpecialized);
     CHECK(c.threads() == 32 * c.numWarps + 128);
     int stages = c.kvStages(d, d);
+    // Q, the stages, the mbarriers (Q's, then full, empty and voted per
+    // stage) and one masked-value vote word per stage.
     CHECK(img.sharedBytes == 2 * (c.blockM() * d + stages * c.blockN * 2 * d) +
-                                 8 * (2 * stages + 1));
+                                 8 * (3 * stages + 1) + 4 * stages);
     const std::string &p = img.ptx;
     CHECK(p.find(".maxntid 384, 1, 1") != std::string::npos);
     // The instruction and its operand (ptxas text puts a tab between).
@@ -1385,8 +1388,10 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
           "[gpu-codegen][masked]") {
   // Issue 21 section 3 (MaskedValues.h): a kernel with a mask votes, in its
   // partially masked tiles, on whether the V tile (backward: its K tile,
-  // once per CTA) holds a NaN or Inf (one bar.red.or) and has a guarded
-  // path for when it does: the
+  // once per CTA) holds a NaN or Inf (one bar.red.or; TMA forwards: one
+  // before the loop and one on the barrier that closes each tile;
+  // warp-specialised ones: no barrier, a warp vote published through a
+  // per-stage mbarrier) and has a guarded path for when it does: the
   // forward and decode pick each row's P from its quad (shfl.sync.idx) and
   // rewrite the tile in shared memory (st.shared.v4); the backward's dQ
   // goes term by term from shared memory; every kind, instruction family
@@ -1404,12 +1409,16 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
     KernelKind kind;
     GpuMma mma;
     const char *arch;
+    size_t votes = 1;       ///< bar.red.or votes
+    bool published = false; ///< warp-specialised: the published vote
   };
   const Case cases[] = {
       {"causal_tl", 64, KernelKind::Forward, GpuMma::Default, "sm_80"},
-      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a"},
-      {"window_lr", 128, KernelKind::Forward, GpuMma::WgmmaTmaWs, "sm_90a"},
-      {"doc_id", 64, KernelKind::Forward, GpuMma::WgmmaTma, "sm_90a"},
+      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 0,
+       true},
+      {"window_lr", 128, KernelKind::Forward, GpuMma::WgmmaTmaWs, "sm_90a", 0,
+       true},
+      {"doc_id", 64, KernelKind::Forward, GpuMma::WgmmaTma, "sm_90a", 2},
       {"doc_id", 128, KernelKind::Forward, GpuMma::Wgmma, "sm_90a"},
       {"first_key", 96, KernelKind::Forward, GpuMma::MmaSync, "sm_90a"},
       {"causal_br", 128, KernelKind::Backward, GpuMma::Default, "sm_80"},
@@ -1435,22 +1444,25 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
       const size_t arrival = c.kind == KernelKind::Decode ? 1 : 0;
       size_t votes = count(img.ptx, "bar.red.or.pred") - arrival;
       size_t picks = count(img.ptx, "shfl.sync.idx");
+      size_t warpVotes = count(img.ptx, "vote.sync.any.pred");
       if (!masked) {
         CHECK(votes == 0);
         CHECK(picks == 0);
+        CHECK(warpVotes == 0);
         continue;
       }
-      CHECK(votes == 1);
+      CHECK(votes == c.votes);
+      CHECK(warpVotes == (c.published ? 1 : 0));
       if (c.kind == KernelKind::Backward) {
         CHECK(picks == 0); // dQ term by term from shared memory
       } else {
         CHECK(picks > 0);
         CHECK(count(img.ptx, "st.shared.v4") > 0); // the rewrite
       }
-      // Warp-specialised: the vote and the guarded path meet at named
-      // barrier 1 of the 256 consumer threads.
-      if (c.mma == GpuMma::WgmmaTmaWs)
-        CHECK(count(img.ptx, "bar.red.or.pred q, 1, 256") == 1);
+      // Warp-specialised: the guarded path meets at named barrier 1 of the
+      // 256 consumer threads (twice: before and after the rewrite).
+      if (c.published)
+        CHECK(count(img.ptx, "bar.sync \t1, 256") == 2);
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, c.arch);
       INFO(r.log);
       for (const runtime::PtxasFunctionReport &f : r.functions) {
@@ -1458,6 +1470,42 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
         CHECK(f.clean());
       }
     }
+}
+
+TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
+          "[gpu-codegen][masked]") {
+  // setMaskedValueTileVoteForTesting (the [.maskbench] "old" column): TMA
+  // forwards vote inside each partial tile with a barrier of their own, as
+  // before the votes moved onto the barriers the kernels have; turned off
+  // again, the new placement comes back.
+  struct Restore {
+    ~Restore() { setMaskedValueTileVoteForTesting(false); }
+  } restore;
+  auto countOf = [](const std::string &s, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos;
+         at = s.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  for (auto [variant, d, mma] :
+       {std::tuple{"doc_id", 64, GpuMma::WgmmaTma},
+        std::tuple{"window_lr", 128, GpuMma::WgmmaTmaWs}}) {
+    INFO(variant << " d" << d << " " << toString(mma));
+    AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 4, 2);
+    GpuCompileOptions o;
+    o.mma = mma;
+    const bool ws = mma == GpuMma::WgmmaTmaWs;
+    setMaskedValueTileVoteForTesting(true);
+    std::string old = compileGpu(s, o).ptx;
+    setMaskedValueTileVoteForTesting(false);
+    std::string now = compileGpu(s, o).ptx;
+    CHECK(countOf(old, ws ? "bar.red.or.pred q, 1, 256" : "bar.red.or.pred") ==
+          1);
+    CHECK(countOf(old, "vote.sync.any.pred") == 0);
+    CHECK(countOf(now, "bar.red.or.pred") == (ws ? 0 : 2));
+    CHECK(countOf(now, "vote.sync.any.pred") == (ws ? 1 : 0));
+  }
 }
 
 TEST_CASE("every ring backward kernel assembles with no spills and takes "

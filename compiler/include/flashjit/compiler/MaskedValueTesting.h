@@ -19,6 +19,15 @@ namespace flashjit {
 /// mask-bench-base) may turn it off.
 void setMaskedValueIsolationForTesting(bool on);
 
+/// Testing only: whether GPU forward kernels compiled from now on in this
+/// process take the masked-value vote inside each partial tile, with a
+/// barrier of its own (session 15's placement, the [.maskbench] "old"
+/// column; default false: TMA kernels fold it into the barriers they have,
+/// MaskedValues.h). The rule and the results are the same either way; only
+/// the timing differs. No cache key holds it: only tools that write
+/// kernels without a cache (gen_matrix_kernels mask-bench-old) may set it.
+void setMaskedValueTileVoteForTesting(bool on);
+
 } // namespace flashjit
 
 #endif // FLASHJIT_COMPILER_MASKEDVALUETESTING_H

@@ -244,6 +244,11 @@ ValueRange ForwardKernelBuilder::mainLoop() {
     loopInit.push_back(tileAtIfAny(jBegin));
     loopInit.push_back(tileAtIfAny(ops.add(jBegin, ops.ci32(1))));
   }
+  // TMA without warp specialisation: each tile's masked-value vote comes
+  // from the barrier before it (voteAtTileEnd), carried into the tile.
+  const bool carryVote = votePlacement() == VotePlacement::TileEnd;
+  if (carryVote)
+    loopInit.push_back(voteFirstTile());
   Value lb = ops.toIndex(jBegin);
   Value ub = ops.toIndex(ops.add(jEnd, ops.ci32(1)));
   auto loop = scf::ForOp::create(b, lb, ub, one, loopInit);
@@ -254,12 +259,14 @@ ValueRange ForwardKernelBuilder::mainLoop() {
   Value j = c.blockSparse ? loop.getRegionIterArgs()[init.size()] : it;
   Value jNext = c.blockSparse ? loop.getRegionIterArgs()[init.size() + 1]
                               : ops.add(it, ops.ci32(1));
+  Value voted = carryVote ? loop.getRegionIterArgs().back() : Value();
   Value stage;
   Value jAfter;
   if (c.tma) {
     // Dense: position = tile. Issue the tile stages - 1 ahead into the
     // stage the last iteration's closing barrier freed; wait for this one.
-    stage = arith::RemUIOp::create(b, ops.sub(it, jBegin), ops.ci32(stages));
+    tileUse = ops.sub(it, jBegin);
+    stage = tileStage = arith::RemUIOp::create(b, tileUse, ops.ci32(stages));
     if (!c.warpSpecialized) {
       Value ahead = ops.add(it, ops.ci32(stages - 1));
       issueKV(ahead, arith::RemUIOp::create(b, ops.sub(ahead, jBegin),
@@ -302,29 +309,39 @@ ValueRange ForwardKernelBuilder::mainLoop() {
   {
     OpBuilder::InsertionGuard eg(b);
     b.setInsertionPointToStart(tileIf.elseBlock()); // empty tile: skip
+    if (votePlacement() == VotePlacement::Published)
+      skipMaskedVote();
     scf::YieldOp::create(b, state);
     b.setInsertionPointToStart(tileIf.thenBlock());
-    scf::YieldOp::create(b, tileStep(state, kv0, needsMask));
+    scf::YieldOp::create(b, tileStep(state, kv0, needsMask, voted));
   }
+  Value votedNext;
   if (c.warpSpecialized) // this thread has read the stage (wgmma waited)
     mbarrierArrive(ops, emptyBarrier(stage));
+  else if (carryVote) // the same barrier, voting on the next tile
+    votedNext = voteAtTileEnd(it);
   else // this stage is free for the prefetch after next
     gpu::BarrierOp::create(b);
   SmallVector<Value> carried(tileIf.getResults());
   if (c.blockSparse)
     carried.append({jNext, jAfter});
+  if (carryVote)
+    carried.push_back(votedNext);
   scf::YieldOp::create(b, carried);
   return loop.getResults();
 }
 
 SmallVector<Value> ForwardKernelBuilder::tileStep(ValueRange state, Value kv0,
-                                                  Value needsMask) {
+                                                  Value needsMask,
+                                                  Value voted) {
   const int MT = sh.mTiles(), nS = sh.sTiles(), nO = sh.oTiles();
-  // The masked-value vote (a scan of the V stage, then a barrier) runs
-  // while S's product does (wgmma).
-  Value poisoned;
+  // The masked-value vote (a scan of the V stage, then a barrier or a
+  // published word) runs while S's product does (wgmma); TileEnd kernels
+  // took it at the barrier before the tile.
+  Value poisoned = voted;
+  const VotePlacement vp = votePlacement();
   SmallVector<Value> s =
-      em.hasMask() && maskedValueIsolation()
+      vp == VotePlacement::InTile || vp == VotePlacement::Published
           ? mma->computeSWhile([&] { poisoned = voteMaskedValues(needsMask); })
           : mma->computeS();
 
@@ -350,39 +367,14 @@ SmallVector<Value> ForwardKernelBuilder::tileStep(ValueRange state, Value kv0,
   SmallVector<Value> alpha;
   SoftmaxRows next = softmaxStep(ops, st, MT, nS, old, alpha);
   rescaleRows(ops, o, MT, nO, alpha);
+  if (vp == VotePlacement::Published) // as late as can be: no wait, mostly
+    poisoned = awaitMaskedVote(needsMask);
   if (poisoned)
     o = isolateMaskedValues(o, st, poisoned);
   o = mma->accumulatePV(o, st);
   o.append(next.m.begin(), next.m.end());
   o.append(next.l.begin(), next.l.end());
   return o;
-}
-
-VoteGroup ForwardKernelBuilder::computeGroup() const {
-  // Warp-specialised: the consumer warps meet at named barrier 1 (the
-  // producer never reaches a barrier in the loop); else the CTA.
-  return VoteGroup{tid, nthreads, c.warpSpecialized ? 1 : 0};
-}
-
-Value ForwardKernelBuilder::voteMaskedValues(Value needsMask) {
-  // Only with a mask (tileStep): without one no key in range is masked
-  // (keys past seqlen_k load as 0), and the PTX of dense kernels stays as
-  // it was. The tile (K and V, one cp.async group or one mbarrier) has
-  // landed here, at S, where fewer registers are live than at P V.
-  return tileHasNonFiniteIf(ops, needsMask, computeGroup(),
-                            ops.gepBytes(sV, stageOff), c.blockN, c.headDimV,
-                            mma->swizzled());
-}
-
-SmallVector<Value> ForwardKernelBuilder::isolateMaskedValues(ArrayRef<Value> o,
-                                                             ArrayRef<Value> p,
-                                                             Value poisoned) {
-  // The rewritten stage is read by wgmma and later written by TMA (async
-  // proxy); in warp-specialised kernels the consumers' release of the
-  // stage follows the fence, so the producer's next write follows it too.
-  return isolateNonFiniteV(ops, sh, o, p, poisoned, ops.gepBytes(sV, stageOff),
-                           lane, computeGroup(), mma->swizzled(),
-                           /*asyncProxy=*/c.wgmma || c.tma);
 }
 
 void ForwardKernelBuilder::epilogue(ValueRange fin) {

@@ -79,13 +79,47 @@ private:
   /// The loop over key tiles; returns the final state.
   ValueRange mainLoop();
   /// One non-empty key tile at \p kv0: the new loop state from \p state.
-  SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask);
+  /// \p voted: the tile's masked-value vote where it was taken before the
+  /// tile (VotePlacement::TileEnd), else null.
+  SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask,
+                              Value voted = Value());
   /// O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
   void epilogue(ValueRange fin);
+  /// Where the masked-value vote runs (MaskedValues.h, "Where the
+  /// forward's vote runs"); None: no isolation code (no mask, or turned
+  /// off for testing). Definitions: ForwardMaskedVotes.cpp.
+  enum class VotePlacement { None, InTile, TileEnd, Published };
+  VotePlacement votePlacement() const;
   /// Masked keys are isolated (MaskedValues.h): where the tile is partial
-  /// (\p needsMask), whether its V holds a NaN or Inf (the computing
-  /// threads' vote). Only with a mask (tileStep emits none without).
+  /// (\p needsMask), InTile: whether its V holds a NaN or Inf (the
+  /// computing threads' vote, with a barrier); Published: this warp's scan
+  /// and its share of the stage's published vote (returns null;
+  /// awaitMaskedVote reads it). Called while S's product is in flight.
   Value voteMaskedValues(Value needsMask);
+  /// Published: where \p needsMask, waits for the stage's vote and returns
+  /// it; else false.
+  Value awaitMaskedVote(Value needsMask);
+  /// Published: this warp's arrival at the stage's vote in a skipped tile.
+  void skipMaskedVote();
+  /// TileEnd: the vote on the first tile (its own barrier, once per CTA).
+  Value voteFirstTile();
+  /// TileEnd: the closing CTA barrier of loop position \p it, which also
+  /// returns the vote on the tile at it + 1 where that tile needs one
+  /// (waits for it to land first); else false.
+  Value voteAtTileEnd(Value it);
+  /// Whether dense key tile \p j is non-empty and partial (mask code).
+  Value maskedTile(Value j);
+  /// Published: the leader's setup of the votes' mbarriers and words.
+  void initMaskedVotes();
+  /// Published: stage \p stage's "voted" mbarrier (numWarps arrivals: lane
+  /// 0 of each consumer warp) and its 32-bit vote word.
+  Value votedBarrier(Value stage) {
+    return ops.gepBytes(barrier(stage), ops.ci64(16 * int64_t(stages)));
+  }
+  Value voteWord(Value stage) {
+    return ops.gepBytes(bars, ops.add(ops.ci64(8 * (1 + 3 * int64_t(stages))),
+                                      ops.mul(ops.ext64(stage), ops.ci64(4))));
+  }
   /// \p o plus P V's non-finite terms, the stage's V rewritten, where
   /// \p poisoned (MaskedValues.h, isolateNonFiniteV); the plain product
   /// follows.
@@ -132,6 +166,8 @@ private:
   Value tid, warp, lane, g, t, qTile, head, batch, q0, qStart, kStart;
   Value kBase, vBase, oBase, sK, sV;
   Value stageOff; // i64 bytes from the first K/V stage to this tile's
+  // tma: this tile's use of the ring (position - jBegin) and its stage.
+  Value tileUse, tileStage;
   int64_t stageBytes = 0;
   // tma: the tensor maps of Q, K, V, the mbarriers, the K/V head, stages.
   Value tmQ, tmK, tmV, bars, headKV, isLeader;

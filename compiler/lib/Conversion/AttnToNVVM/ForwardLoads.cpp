@@ -83,6 +83,7 @@ void ForwardKernelBuilder::locate() {
     if (c.warpSpecialized)
       for (int s = 0; s < stages; ++s)
         mbarrierInit(ops, emptyBarrier(ops.ci32(s)), nthreads);
+    initMaskedVotes();
   });
   gpu::BarrierOp::create(b);
   ops.ifThen(isLeader, [&] {

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 #include "MaskedValues.h"
 #include "SharedTile.h"
+#include "Tma.h"
 #include "Wgmma.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
 
@@ -325,8 +326,45 @@ Value loadElement(KernelOps &ops, Value smem, Value row, Value col, int rows,
 } // namespace
 
 static std::atomic<bool> isolation{true};
+static std::atomic<bool> tileVote{false};
 
 bool maskedValueIsolation() { return isolation.load(); }
+
+bool maskedValueTileVote() { return tileVote.load(); }
+
+Value chunksHaveNonFiniteIf(KernelOps &ops, Value cond, const VoteGroup &grp,
+                            Value smem, int rows, int dim, bool swizzled) {
+  return ops.guarded(cond, ops.i1, ops.cb(false), [&] {
+    return chunksHaveNonFinite(ops, grp, smem, rows, dim, swizzled);
+  });
+}
+
+void publishWarpVote(KernelOps &ops, Value bad, Value lane, Value flag,
+                     Value token, Value votedBar) {
+  ImplicitLocOpBuilder &b = ops.b;
+  Value any = NVVM::VoteSyncOp::create(b, ops.i1, ops.ci32(-1), bad,
+                                       NVVM::VoteSyncKind::any);
+  ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0)), [&] {
+    // An atomic max (warps of the same use may mark the word at once: no
+    // data race; marks only grow, so the word holds this use's token iff
+    // some warp of this use marked it). Before the arrival (release): a
+    // warp that waits for the phase (acquire) reads it.
+    ops.ifThen(any, [&] {
+      LLVM::AtomicRMWOp::create(b, LLVM::AtomicBinOp::umax, flag, token,
+                                LLVM::AtomicOrdering::monotonic);
+    });
+    mbarrierArrive(ops, votedBar);
+  });
+}
+
+Value awaitPublishedVote(KernelOps &ops, Value cond, Value flag, Value token,
+                         Value votedBar, Value parity) {
+  return ops.guarded(cond, ops.i1, ops.cb(false), [&] {
+    mbarrierWait(ops, votedBar, parity);
+    Value mark = LLVM::LoadOp::create(ops.b, ops.i32, flag, /*alignment=*/4);
+    return ops.cmp(arith::CmpIPredicate::eq, mark, token);
+  });
+}
 
 Value tileHasNonFiniteIf(KernelOps &ops, Value cond, const VoteGroup &grp,
                          Value smem, int rows, int dim, bool swizzled) {
@@ -435,4 +473,8 @@ SmallVector<Value> dqSkipZero(KernelOps &ops, const BackwardTileShape &sh,
 
 void flashjit::setMaskedValueIsolationForTesting(bool on) {
   flashjit::nvvm::isolation.store(on);
+}
+
+void flashjit::setMaskedValueTileVoteForTesting(bool on) {
+  flashjit::nvvm::tileVote.store(on);
 }

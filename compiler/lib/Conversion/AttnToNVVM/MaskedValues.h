@@ -48,10 +48,33 @@
 // landed: a CTA keeps its K tile for the whole kernel). K cannot be
 // rewritten: later query tiles' S^T = K Q^T read it.
 //
+// Where the forward's vote runs (its cost is the barrier more than the
+// scan: session 15 measured +12-18% on a document mask whose tiles are all
+// partial):
+//   - cp.async kernels (varlen, block-sparse, mma.sync): in the tile, a
+//     scan while S's product is in flight and a barrier of its own;
+//   - TMA kernels without warp specialisation: tile j + 1's vote rides on
+//     tile j's closing CTA barrier (barrierVotingIf: that barrier ORs the
+//     scans), once tile j + 1 has landed; the first tile votes before the
+//     loop. No barrier of its own in the loop;
+//   - warp-specialised kernels: each consumer warp scans its chunks while S
+//     is in flight, its lane 0 marks a per-stage word in shared memory
+//     (atomic max) when the warp saw a NaN or Inf and arrives at the
+//     stage's "voted" mbarrier
+//     (publishWarpVote; lane 0 of every consumer warp arrives once per use
+//     of the stage, also in tiles that need no vote); a warp waits there
+//     only in tiles that need the vote and only just before P V
+//     (awaitPublishedVote), so the two consumer warpgroups do not meet at a
+//     barrier in the loop. The word holds the stage use + 1 that last found
+//     one: a later use never matches an older one's mark.
+// The old placement (in the tile everywhere) stays reachable for timing:
+// setMaskedValueTileVoteForTesting.
+//
 // Barriers: the vote and the guarded path synchronise the threads that
 // compute: the CTA (barrier 0), or in warp-specialised kernels named
-// barrier 1 of the consumer warps (the producer never reaches it). Private
-// to the AttnToNVVM conversion.
+// barrier 1 of the consumer warps (the producer never reaches it; every
+// consumer warp reads the same published vote, so all of them take the
+// guarded path together). Private to the AttnToNVVM conversion.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_CONVERSION_ATTNTONVVM_MASKEDVALUES_H
@@ -75,6 +98,34 @@ struct VoteGroup {
 /// Whether kernels isolate masked keys (true unless
 /// setMaskedValueIsolationForTesting turned it off).
 bool maskedValueIsolation();
+
+/// Whether forward kernels vote inside each partial tile with a barrier of
+/// its own (setMaskedValueTileVoteForTesting; default false).
+bool maskedValueTileVote();
+
+/// Where \p cond: whether any 16-bit element of this thread's 16-byte
+/// chunks of the tile at \p smem (as tileHasNonFiniteIf splits the tile
+/// over \p group) is NaN or Inf; no barrier. Else false, nothing read.
+mlir::Value chunksHaveNonFiniteIf(KernelOps &ops, mlir::Value cond,
+                                  const VoteGroup &group, mlir::Value smem,
+                                  int rows, int dim, bool swizzled);
+
+/// A warp's share of a published vote (warp-specialised forward): the
+/// warp's OR of \p bad (i1 per thread, vote.any); its lane 0 (\p lane 0)
+/// raises the word at \p flag (!llvm.ptr<3>) to \p token (i32, atomic
+/// max: tokens grow from use to use) where that OR is true, then arrives
+/// once at the mbarrier \p votedBar (whose count is the number of warps
+/// that vote). Every lane of the warp must call it.
+void publishWarpVote(KernelOps &ops, mlir::Value bad, mlir::Value lane,
+                     mlir::Value flag, mlir::Value token, mlir::Value votedBar);
+
+/// Where \p cond: waits for the phase of \p votedBar with parity
+/// \p parity (every voting warp has published), then whether the word at
+/// \p flag holds \p token (some warp saw a NaN or Inf in this use). Else
+/// false, no wait.
+mlir::Value awaitPublishedVote(KernelOps &ops, mlir::Value cond,
+                               mlir::Value flag, mlir::Value token,
+                               mlir::Value votedBar, mlir::Value parity);
 
 /// Where \p cond (the same in the whole group): whether any 16-bit element
 /// (bf16 or fp16 as \p ops says) of the tile of \p rows x \p dim elements

@@ -280,8 +280,9 @@ struct KernelConfig {
   /// and kvStages() K/V stages of 16-bit elements, rows padded by kSharedRowPad
   /// elements for mma.sync (ldmatrix without bank conflicts), unpadded and
   /// 128-byte swizzled for wgmma; with tma, one 8-byte mbarrier for Q and
-  /// one per stage after them (warpSpecialized: then one "empty" mbarrier
-  /// per stage).
+  /// one per stage after them (warpSpecialized: then one "empty" and one
+  /// "voted" mbarrier per stage, then a 32-bit word per stage: the
+  /// masked-value vote, compiler/lib/Conversion/AttnToNVVM/MaskedValues.h).
   /// Backward (main kernel): K and V of its blockM() keys, Q and dO of
   /// blockN query rows, dS^T [blockM() x blockN] (padded rows of 16-bit
   /// elements), then LSE and D of the query rows (fp32); wgmma: unpadded
@@ -319,7 +320,7 @@ private:
     int64_t pad = wgmma ? 0 : kSharedRowPad;
     return 2 * (int64_t(blockM()) * (headDimQK + pad) +
                 stages * int64_t(blockN) * (headDimQK + pad + headDimV + pad)) +
-           (tma ? 8 * (stages + 1) : 0) + (warpSpecialized ? 8 * stages : 0);
+           (tma ? 8 * (stages + 1) : 0) + (warpSpecialized ? 20 * stages : 0);
   }
 };
 
