@@ -88,6 +88,22 @@ static void validateHeadDims(const AttentionSpec &spec, KernelKind kind) {
   }
 }
 
+/// mma = wgmma.tma.ws.overlap asked for by name: built with the overlap
+/// or refused (it needs a ring of 3 K/V stages).
+static void checkOverlapAsked(const AttentionSpec &spec,
+                              const GpuCompileOptions &options,
+                              const GpuTileConfig &tc) {
+  if (tc.kind == KernelKind::Forward &&
+      options.mma == GpuMma::WgmmaTmaWsOverlap && tc.warpSpecialized &&
+      !tc.overlapSoftmax)
+    throw UserError(fmt::format(
+        "mma = wgmma.tma.ws.overlap needs a ring of 3 K/V stages (head dims "
+        "up to 128 with the default tiles), not {} at head_dim {}/{} and "
+        "block_n {}",
+        tc.kvStages(spec.headDimQK, spec.headDimV), spec.headDimQK,
+        spec.headDimV, tc.blockN));
+}
+
 void validateForGpu(const AttentionSpec &spec,
                     const GpuCompileOptions &options) {
   spec.validate();
@@ -220,15 +236,7 @@ void validateForGpu(const AttentionSpec &spec,
         "head_dim above 64), not num_warps = {} at head_dim {}/{} (mma = "
         "wgmma.tma is the TMA kernel without warp specialisation)",
         toString(options.mma), tc.numWarps, spec.headDimQK, spec.headDimV));
-  if (tc.kind == KernelKind::Forward &&
-      options.mma == GpuMma::WgmmaTmaWsOverlap && tc.warpSpecialized &&
-      !tc.overlapSoftmax)
-    throw UserError(fmt::format(
-        "mma = wgmma.tma.ws.overlap needs a ring of 3 K/V stages (head dims "
-        "up to 128 with the default tiles), not {} at head_dim {}/{} and "
-        "block_n {}",
-        tc.kvStages(spec.headDimQK, spec.headDimV), spec.headDimQK,
-        spec.headDimV, tc.blockN));
+  checkOverlapAsked(spec, options, tc);
   if (tc.warpSpecialized && (tc.numWarps != 8 || tc.minBlocksPerSM != 1))
     throw UserError(fmt::format(
         "mma = wgmma.tma.ws needs num_warps = 8 and min_blocks_per_sm = 1 "
