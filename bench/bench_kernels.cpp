@@ -274,6 +274,16 @@ int main(int argc, char **argv) {
       o.mma = GpuMma::WgmmaTmaWs;
       jobs.push_back({name, d, o, "ws"});
     }
+  // Issue 16, session 16: the warp-specialised forward with
+  // FlashAttention-3's intra-warpgroup overlap (3 K/V stages: head dim 128),
+  // labelled "overlap": run_bench.py --labels default,overlap times it
+  // beside the default (the serial tile step).
+  for (std::string name :
+       {"dense", "causal", "swa1024", "softcap30", "alibi"}) {
+    GpuCompileOptions o;
+    o.mma = GpuMma::WgmmaTmaWsOverlap;
+    jobs.push_back({name, 128, o, "overlap"});
+  }
   // Issue 22: the cost of a sink (run_bench.py --variants dense,dense_sink
   // --d 128 --n 4096,16384 times it beside the dense kernel).
   jobs.push_back({"dense_sink", 128, {}, "default"});

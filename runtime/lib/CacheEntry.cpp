@@ -149,6 +149,8 @@ llvm::json::Object detail::configToJson(const KernelConfig &c) {
     o["tma"] = true;
   if (c.warpSpecialized)
     o["warp_specialized"] = true;
+  if (c.overlapSoftmax)
+    o["overlap_softmax"] = true;
   return o;
 }
 
@@ -212,6 +214,16 @@ detail::configFromJson(const llvm::json::Value *value, std::string &why) {
       return std::nullopt;
     }
     c.warpSpecialized = true;
+    ++optional;
+  }
+  if (const llvm::json::Value *ov = o->get("overlap_softmax")) {
+    std::optional<bool> v = ov->getAsBoolean();
+    if (!v || !*v || !c.warpSpecialized) {
+      why = "config field \"overlap_softmax\" is not true on a "
+            "warp-specialised kernel";
+      return std::nullopt;
+    }
+    c.overlapSoftmax = true;
     ++optional;
   }
   if (o->size() != 2 + std::size(ints) + std::size(flags) + optional) {

@@ -11,7 +11,8 @@
 // backwardSparseKernels(), the timing
 // pairs of benchKernels()), and
 // (sm_90a) those of optionKernels(). Usage: gen_matrix_kernels DIR [ARCH
-// [MMA]]; MMA (default, mma.sync, wgmma, wgmma.tma or wgmma.tma.ws) applies
+// [MMA]]; MMA (default, mma.sync, wgmma, wgmma.tma, wgmma.tma.ws or
+// wgmma.tma.ws.overlap) applies
 // to the matrix and sparse kernels (scripts/ptx-matrix.sh uses it to
 // compare the PTX of every instruction kind before and after a change);
 // wgmma.tma applies where wgmma does (head dims multiples of 64; the
@@ -77,9 +78,11 @@ int main(int argc, char **argv) {
   if (argc < 2 || argc > 4) {
     std::fprintf(stderr,
                  "usage: %s DIR [sm_80|sm_90a "
-                 "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|backward-only|"
+                 "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
+                 "wgmma.tma.ws.overlap|backward-only|"
                  "backward-only.mma.sync|mask-bench|mask-bench-base|"
-                 "mask-bench-pipe]]\n",
+                 "mask-bench-pipe|mask-bench-old]]
+",
                  argv[0]);
     return 1;
   }
@@ -90,7 +93,8 @@ int main(int argc, char **argv) {
   // MMA "backward-only": only the backward and timing kernels (a quick pack
   // for the [backward] tests: scripts/gpu-check.sh with
   // GPU_CHECK_PACK=backward).
-  bool backwardOnly = false, tma = false, ws = false, maskBench = false;
+  bool backwardOnly = false, tma = false, ws = false, overlap = false,
+       maskBench = false;
   if (argc > 3) {
     std::string mma = argv[3];
     // mask-bench-base: the [.maskbench] baseline, the same kernels without
@@ -122,6 +126,8 @@ int main(int argc, char **argv) {
       tma = true;
     else if (mma == "wgmma.tma.ws")
       tma = ws = true;
+    else if (mma == "wgmma.tma.ws.overlap")
+      tma = ws = overlap = true;
     else if (mma != "default") {
       std::fprintf(stderr, "unknown MMA '%s'\n", mma.c_str());
       return 1;
@@ -130,7 +136,8 @@ int main(int argc, char **argv) {
   // wgmma.tma: where wgmma applies, else the default; varlen and
   // block-sparse kernels take wgmma (cp.async: TMA asked for by name is
   // refused there); wgmma.tma.ws: where two consumer warpgroups exist (head
-  // dims above 64), else wgmma.tma.
+  // dims above 64), else wgmma.tma; wgmma.tma.ws.overlap: wgmma.tma.ws
+  // with the intra-warpgroup overlap up to head dim 128 (3 K/V stages).
   auto forSpec = [&](const flashjit::AttentionSpec &spec, bool varlen = false,
                      bool blockSparse = false) {
     flashjit::GpuCompileOptions so = o;
@@ -139,8 +146,11 @@ int main(int argc, char **argv) {
     if (tma && spec.headDimQK % 64 == 0 && spec.headDimV % 64 == 0) {
       bool twoWarpgroups = std::max(spec.headDimQK, spec.headDimV) > 64;
       so.mma = varlen || blockSparse ? flashjit::GpuMma::Wgmma
-               : ws && twoWarpgroups ? flashjit::GpuMma::WgmmaTmaWs
-                                     : flashjit::GpuMma::WgmmaTma;
+               : ws && twoWarpgroups
+                   ? (overlap && std::max(spec.headDimQK, spec.headDimV) <= 128
+                          ? flashjit::GpuMma::WgmmaTmaWsOverlap
+                          : flashjit::GpuMma::WgmmaTmaWs)
+                   : flashjit::GpuMma::WgmmaTma;
     }
     return so;
   };

@@ -139,10 +139,12 @@ cl::opt<int> rowsPerWarp(
     cl::init(0), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(inspectCmd));
 cl::opt<std::string> mmaFlag(
     "mma",
-    cl::desc("default | mma.sync | wgmma | wgmma.tma | wgmma.tma.ws: the "
-             "tensor-core instructions (default: wgmma on sm_90a where head "
-             "dims are multiples of 64, with TMA loads in dense kernels, "
-             "warp-specialised above head dim 64 = wgmma.tma.ws; wgmma.tma: "
+    cl::desc("default | mma.sync | wgmma | wgmma.tma | wgmma.tma.ws | "
+             "wgmma.tma.ws.overlap: the tensor-core instructions (default: "
+             "wgmma on sm_90a where head dims are multiples of 64, with TMA "
+             "loads in dense kernels, warp-specialised above head dim 64 = "
+             "wgmma.tma.ws; wgmma.tma.ws.overlap: with the softmax "
+             "overlapped with the products (head dims up to 128); wgmma.tma: "
              "TMA without warp specialisation; wgmma: cp.async loads; GPU "
              "targets only)"),
     cl::init("default"), cl::sub(compileCmd), cl::sub(runCmd),
@@ -507,12 +509,13 @@ std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
 /// --mma as a GpuMma.
 GpuMma gpuMma() {
   checkGpuFlags();
-  for (GpuMma m : {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma,
-                   GpuMma::WgmmaTma, GpuMma::WgmmaTmaWs})
+  for (GpuMma m :
+       {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma, GpuMma::WgmmaTma,
+        GpuMma::WgmmaTmaWs, GpuMma::WgmmaTmaWsOverlap})
     if (mmaFlag == toString(m))
       return m;
   userError(fmt::format("--mma '{}' is not one of default, mma.sync, wgmma, "
-                        "wgmma.tma, wgmma.tma.ws",
+                        "wgmma.tma, wgmma.tma.ws, wgmma.tma.ws.overlap",
                         excerpt(mmaFlag)));
 }
 

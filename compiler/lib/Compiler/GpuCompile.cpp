@@ -88,6 +88,22 @@ static void validateHeadDims(const AttentionSpec &spec, KernelKind kind) {
   }
 }
 
+/// mma = wgmma.tma.ws.overlap asked for by name: built with the overlap
+/// or refused (it needs a ring of 3 K/V stages).
+static void checkOverlapAsked(const AttentionSpec &spec,
+                              const GpuCompileOptions &options,
+                              const GpuTileConfig &tc) {
+  if (tc.kind == KernelKind::Forward &&
+      options.mma == GpuMma::WgmmaTmaWsOverlap && tc.warpSpecialized &&
+      !tc.overlapSoftmax)
+    throw UserError(fmt::format(
+        "mma = wgmma.tma.ws.overlap needs a ring of 3 K/V stages (head dims "
+        "up to 128 with the default tiles), not {} at head_dim {}/{} and "
+        "block_n {}",
+        tc.kvStages(spec.headDimQK, spec.headDimV), spec.headDimQK,
+        spec.headDimV, tc.blockN));
+}
+
 void validateForGpu(const AttentionSpec &spec,
                     const GpuCompileOptions &options) {
   spec.validate();
@@ -107,7 +123,8 @@ void validateForGpu(const AttentionSpec &spec,
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
   validateHeadDims(spec, tc.kind);
   if (tc.kind == KernelKind::Backward) {
-    if (options.mma == GpuMma::WgmmaTma || options.mma == GpuMma::WgmmaTmaWs)
+    if (options.mma == GpuMma::WgmmaTma || options.mma == GpuMma::WgmmaTmaWs ||
+        options.mma == GpuMma::WgmmaTmaWsOverlap)
       throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
                                   "or wgmma (cp.async, no TMA)",
                                   toString(options.mma)));
@@ -156,7 +173,8 @@ void validateForGpu(const AttentionSpec &spec,
       throw UserError("the GPU decode kernel reads K/V through a page table "
                       "(varlen and block_sparse do not apply)");
     if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma ||
-        options.mma == GpuMma::WgmmaTmaWs)
+        options.mma == GpuMma::WgmmaTmaWs ||
+        options.mma == GpuMma::WgmmaTmaWsOverlap)
       throw UserError(fmt::format("mma = {}: the GPU decode kernel uses "
                                   "mma.sync only",
                                   toString(options.mma)));
@@ -203,21 +221,22 @@ void validateForGpu(const AttentionSpec &spec,
   }
   // An MMA asked for by name is built as asked or refused, never replaced
   // by another one that would sit under its own cache key.
-  bool askedTma =
-      options.mma == GpuMma::WgmmaTma || options.mma == GpuMma::WgmmaTmaWs;
+  bool askedWs = options.mma == GpuMma::WgmmaTmaWs ||
+                 options.mma == GpuMma::WgmmaTmaWsOverlap;
+  bool askedTma = options.mma == GpuMma::WgmmaTma || askedWs;
   if (tc.kind == KernelKind::Forward && askedTma &&
       (options.varlen || options.blockSparse))
     throw UserError(fmt::format(
         "mma = {}: TMA loads take dense calls only ({} kernels load with "
         "cp.async: mma = wgmma, or the default)",
         toString(options.mma), options.varlen ? "varlen" : "block-sparse"));
-  if (tc.kind == KernelKind::Forward && options.mma == GpuMma::WgmmaTmaWs &&
-      !tc.warpSpecialized)
+  if (tc.kind == KernelKind::Forward && askedWs && !tc.warpSpecialized)
     throw UserError(fmt::format(
-        "mma = wgmma.tma.ws needs two consumer warpgroups (num_warps = 8: "
+        "mma = {} needs two consumer warpgroups (num_warps = 8: "
         "head_dim above 64), not num_warps = {} at head_dim {}/{} (mma = "
         "wgmma.tma is the TMA kernel without warp specialisation)",
-        tc.numWarps, spec.headDimQK, spec.headDimV));
+        toString(options.mma), tc.numWarps, spec.headDimQK, spec.headDimV));
+  checkOverlapAsked(spec, options, tc);
   if (tc.warpSpecialized && (tc.numWarps != 8 || tc.minBlocksPerSM != 1))
     throw UserError(fmt::format(
         "mma = wgmma.tma.ws needs num_warps = 8 and min_blocks_per_sm = 1 "

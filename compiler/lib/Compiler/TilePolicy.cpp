@@ -82,6 +82,8 @@ const char *toString(GpuMma mma) {
     return "wgmma.tma";
   case GpuMma::WgmmaTmaWs:
     return "wgmma.tma.ws";
+  case GpuMma::WgmmaTmaWsOverlap:
+    return "wgmma.tma.ws.overlap";
   }
   return "?";
 }
@@ -105,11 +107,26 @@ static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
          spec.headDimV % 64 == 0;
 }
 
+/// Whether the warp-specialised kernel \p c of \p spec can take
+/// FlashAttention-3's intra-warpgroup overlap (KernelConfig::
+/// overlapSoftmax; mma = wgmma.tma.ws.overlap asks for it). The
+/// overlapped step holds a tile's K/V stage until the next tile's P V has
+/// read V, so the producer runs a tile ahead only with 3 stages in the
+/// ring: head dims up to 128 (with 2, at 256, it would wait for each load
+/// once per tile). Not the default anywhere yet: at head_dim 128 (ptxas -v,
+/// sm_90a, 2026-12-06) the consumers spill at 240 registers: dense 8 bytes
+/// (4 stored, 4 loaded), causal, sliding window and causal + softcap 56
+/// (16 / 40); ALiBi assembles clean. The serial step spills nothing there.
+static bool overlapFits(const AttentionSpec &spec, const GpuTileConfig &c) {
+  return c.kvStages(spec.headDimQK, spec.headDimV) >= 3;
+}
+
 /// defaultGpuTileConfig's tiles and instruction kind.
 static GpuTileConfig chooseTiles(const AttentionSpec &spec,
                                  const std::string &arch, bool varlen,
                                  bool blockSparse, GpuMma mma) {
-  bool tma = mma == GpuMma::WgmmaTma || mma == GpuMma::WgmmaTmaWs;
+  bool askedWs = mma == GpuMma::WgmmaTmaWs || mma == GpuMma::WgmmaTmaWsOverlap;
+  bool tma = mma == GpuMma::WgmmaTma || askedWs;
   if (mma == GpuMma::Wgmma || tma ||
       (mma == GpuMma::Default && wgmmaApplies(spec, arch))) {
     // Measured on the H200 (bench/RESULTS.md, session 4 tile experiment):
@@ -156,9 +173,10 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     // 16 bytes with issue 21's masked-value guard, measured on its branch)
     // keep the TMA kernel without it unless asked for by name.
     bool wsFits = d <= 128 || !hasMaskCode(spec);
-    c.warpSpecialized =
-        c.tma && c.numWarps == 8 &&
-        (mma == GpuMma::WgmmaTmaWs || (mma == GpuMma::Default && wsFits));
+    c.warpSpecialized = c.tma && c.numWarps == 8 &&
+                        (askedWs || (mma == GpuMma::Default && wsFits));
+    c.overlapSoftmax = c.warpSpecialized && mma == GpuMma::WgmmaTmaWsOverlap &&
+                       overlapFits(spec, c);
     return c;
   }
   GpuTileConfig c = denseTileConfig(spec, arch);
@@ -412,6 +430,9 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
   if (c.warpSpecialized && mma == GpuMma::Default &&
       (c.numWarps != 8 || c.minBlocksPerSM != 1 || c.rowsPerWarp != 16))
     c.warpSpecialized = false;
+  // Reshaped tiles may change the ring's stages.
+  c.overlapSoftmax =
+      c.overlapSoftmax && c.warpSpecialized && overlapFits(spec, c);
   return c;
 }
 

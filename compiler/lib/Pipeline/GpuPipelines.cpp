@@ -148,6 +148,10 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
       *this, "warp-specialized",
       llvm::cl::desc("with tma: producer and consumer warpgroups"),
       llvm::cl::init(false)};
+  Option<bool> overlapSoftmax{
+      *this, "overlap-softmax",
+      llvm::cl::desc("with warp-specialized: softmax beside the products"),
+      llvm::cl::init(false)};
   Option<bool> backward{*this, "backward",
                         llvm::cl::desc("the three backward kernels"),
                         llvm::cl::init(false)};

@@ -521,6 +521,40 @@ TEST_CASE("wgmma kernels are assembled whole-program by ptxas",
   CHECK(separate.infoLog.find("C7509") != std::string::npos);
 }
 
+TEST_CASE("mma = wgmma.tma.ws.overlap: two wgmma groups in flight, asked "
+          "for by name only",
+          "[gpu-codegen]") {
+  // FlashAttention-3's intra-warpgroup overlap (ForwardOverlap.cpp): S of
+  // a tile and P V of the previous one are issued together, S is waited
+  // for alone (wait_group 1), P V after the softmax (wait_group 0); ptxas
+  // keeps them asynchronous (no C7513 "serialized" warning). Not a default:
+  // the default kernel keeps the serial step (no wait_group 1).
+  CHECK(std::string(toString(GpuMma::WgmmaTmaWsOverlap)) ==
+        "wgmma.tma.ws.overlap");
+  GpuCompileOptions o;
+  o.mma = GpuMma::WgmmaTmaWsOverlap;
+  AttentionSpec alibi = testing::matrixSpec("alibi", 128, DType::BF16, 2, 2);
+  GpuKernelImage img = compileGpu(alibi, o);
+  CHECK(img.config.warpSpecialized);
+  CHECK(img.config.overlapSoftmax);
+  CHECK(img.ptx.find("wgmma.wait_group.sync.aligned 1;") != std::string::npos);
+  runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
+  const runtime::PtxasFunctionReport *f = r.find(img.name);
+  REQUIRE(f);
+  INFO(r.log);
+  CHECK(r.log.find("C7513") == std::string::npos);
+  CHECK(f->clean()); // ALiBi fits 240 registers (dense spills 8 bytes)
+  GpuKernelImage dflt = compileGpu(alibi, GpuCompileOptions{});
+  CHECK(dflt.config.warpSpecialized);
+  CHECK_FALSE(dflt.config.overlapSoftmax);
+  CHECK(dflt.ptx.find("wgmma.wait_group.sync.aligned 1;") == std::string::npos);
+  // Two K/V stages (head dim 256): refused, not built serially.
+  AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 2, 2);
+  CHECK_THROWS_WITH(compileGpu(d256, o),
+                    Catch::Contains("wgmma.tma.ws.overlap") &&
+                        Catch::Contains("3 K/V stages"));
+}
+
 TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
           "[gpu-codegen]") {
   // Two consumer warpgroups (head dims above 64) get the producer

@@ -30,6 +30,7 @@ template <class Options> KernelConfig fromPassOptions(const Options &options) {
   c.wgmma = options.wgmma;
   c.tma = options.tma;
   c.warpSpecialized = options.warpSpecialized;
+  c.overlapSoftmax = options.overlapSoftmax;
   c.kind = options.backward ? KernelKind::Backward
            : options.decode ? KernelKind::Decode
                             : KernelKind::Forward;

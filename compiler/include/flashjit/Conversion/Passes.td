@@ -90,7 +90,11 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
     Option<"warpSpecialized", "warp-specialized", "bool", /*default=*/"false",
            "with tma: one producer warpgroup issues the TMA loads into the "
            "K/V ring (mbarrier full/empty pairs per stage), the num-warps "
-           "consumer warps compute; setmaxnreg 24 / 240">
+           "consumer warps compute; setmaxnreg 24 / 240">,
+    Option<"overlapSoftmax", "overlap-softmax", "bool", /*default=*/"false",
+           "with warp-specialized: FlashAttention-3's intra-warpgroup "
+           "overlap (two wgmma groups in flight: a tile's S = Q K^T and the "
+           "previous tile's P V; the softmax runs while P V does)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::NVVM::NVVMDialect",

@@ -42,9 +42,15 @@ enum class GpuMma {
   /// to 64) it is WgmmaTma; varlen and block-sparse get Wgmma. What Default
   /// picks where TMA tiles have two warpgroups (head dims above 64).
   WgmmaTmaWs,
+  /// WgmmaTmaWs with FlashAttention-3's intra-warpgroup overlap
+  /// (KernelConfig::overlapSoftmax): needs a ring of 3 K/V stages (head
+  /// dims up to 128), else refused. Not a default yet: ptxas spills at the
+  /// consumers' 240 registers (TilePolicy.cpp: overlapFits).
+  WgmmaTmaWsOverlap,
 };
 
-/// "default", "mma.sync", "wgmma", "wgmma.tma" or "wgmma.tma.ws".
+/// "default", "mma.sync", "wgmma", "wgmma.tma", "wgmma.tma.ws" or
+/// "wgmma.tma.ws.overlap".
 const char *toString(GpuMma mma);
 
 /// The tile configuration of a GPU kernel: the one kernel configuration

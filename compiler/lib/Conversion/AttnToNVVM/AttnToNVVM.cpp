@@ -112,6 +112,10 @@ struct ConvertAttnToNVVM
                        "varlen, block-sparse or backward)");
         return signalPassFailure();
       }
+      if (c.overlapSoftmax && !c.warpSpecialized) {
+        op.emitOpError("overlap-softmax kernels are warp-specialized");
+        return signalPassFailure();
+      }
       if (c.warpSpecialized && (!c.tma || c.numWarps != 8)) {
         op.emitOpError("warp-specialized kernels are tma kernels with "
                        "num-warps 8 (two consumer warpgroups)");
@@ -203,6 +207,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.wgmma = config.wgmma;
   o.tma = config.tma;
   o.warpSpecialized = config.warpSpecialized;
+  o.overlapSoftmax = config.overlapSoftmax;
   o.backward = config.kind == KernelKind::Backward;
   o.decode = config.kind == KernelKind::Decode;
   return o;

@@ -83,6 +83,22 @@ private:
   /// tile (VotePlacement::TileEnd), else null.
   SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask,
                               Value voted = Value());
+  /// overlapSoftmax: the consumers' loop over key tiles with
+  /// FlashAttention-3's intra-warpgroup overlap (ForwardOverlap.cpp);
+  /// returns the final state (O, m, l) as mainLoop's.
+  SmallVector<Value> overlapLoop();
+  /// overlapLoop's non-empty tile at \p kv0 in K/V stage \p stage: both
+  /// versions, masked and not, under one scf.if on \p needsMask.
+  /// \p prevStage: the previous position's stage (its P V is pending).
+  SmallVector<Value> overlapTile(ValueRange state, Value kv0, Value needsMask,
+                                 Value stage, Value prevStage, bool pending);
+  /// One version of overlapTile: S of this tile, and (\p pending) the
+  /// previous tile's P V in flight beside it.
+  SmallVector<Value> overlapStep(ValueRange state, Value kv0, Value stage,
+                                 Value prevStage, bool masked, bool pending);
+  /// overlapLoop's state with its pending P V (if any; of K/V stage
+  /// \p pendStage) completed and that stage released.
+  SmallVector<Value> flushPV(ValueRange state, Value pendStage);
   /// O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
   void epilogue(ValueRange fin);
   /// Where the masked-value vote runs (MaskedValues.h, "Where the

@@ -203,7 +203,10 @@ void ForwardKernelBuilder::buildWarpSpecialized() {
         NVVM::SetMaxRegisterOp::create(b, kConsumerRegs,
                                        NVVM::SetMaxRegisterAction::increase);
         mbarrierWait(ops, barrier(ops.ci32(-1)), ops.ci32(0)); // Q has landed
-        epilogue(mainLoop());
+        if (c.overlapSoftmax)
+          epilogue(overlapLoop());
+        else
+          epilogue(mainLoop());
       });
 }
 

@@ -18,7 +18,9 @@ ForwardKernelBuilder::votePlacement() const {
   // seqlen_k load as 0), and the PTX of dense kernels stays as it was.
   if (!em.hasMask() || !maskedValueIsolation())
     return VotePlacement::None;
-  if (maskedValueTileVote() || !c.tma)
+  // The overlapped consumer loop (ForwardOverlap.cpp) keeps the vote in the
+  // tile: the published protocol's once-per-use arrivals are mainLoop's.
+  if (maskedValueTileVote() || !c.tma || c.overlapSoftmax)
     return VotePlacement::InTile;
   return c.warpSpecialized ? VotePlacement::Published : VotePlacement::TileEnd;
 }

@@ -63,6 +63,25 @@ public:
   virtual llvm::SmallVector<mlir::Value>
   accumulatePV(llvm::ArrayRef<mlir::Value> o,
                llvm::ArrayRef<mlir::Value> p) = 0;
+
+  // The overlapped tile step (wgmma only: FlashForwardKernel's
+  // overlapLoop): the products are issued as wgmma groups and waited for
+  // with wgmmaWait (Wgmma.h); the results of an issue must not be read
+  // before a wait that covers its group.
+
+  /// S = Q K^T of the selected stage, issued and committed as one group.
+  virtual llvm::SmallVector<mlir::Value> issueS();
+  /// \p p (the layout of S, f32) as the 16-bit pairs P V takes (i32).
+  virtual llvm::SmallVector<mlir::Value> packP(llvm::ArrayRef<mlir::Value> p);
+  /// packP's inverse (exact: f32 holds every 16-bit value).
+  virtual llvm::SmallVector<mlir::Value>
+  unpackP(llvm::ArrayRef<mlir::Value> pPacked);
+  /// \p o + P V of the K/V stage \p stageOff bytes (i64) after the first,
+  /// \p pPacked from packP; issued and committed as one group (\p pPacked
+  /// must stay live up to the wait: wgmmaWait's keep).
+  virtual llvm::SmallVector<mlir::Value>
+  issuePV(llvm::ArrayRef<mlir::Value> o, llvm::ArrayRef<mlir::Value> pPacked,
+          mlir::Value stageOff);
 };
 
 /// mma.sync m16n8k16 with ldmatrix fragments from padded tiles; Q stays in

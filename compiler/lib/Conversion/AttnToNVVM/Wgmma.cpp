@@ -10,6 +10,8 @@
 #include "Wgmma.h"
 #include "MmaStrategy.h"
 
+#include "llvm/Support/ErrorHandling.h"
+
 #include <string>
 
 using namespace mlir;
@@ -196,6 +198,23 @@ void fenceProxyAsync(KernelOps &ops) {
   ops.inlineAsm(Type(), {}, "fence.proxy.async.shared::cta;", "");
 }
 
+SmallVector<Value> ForwardMma::issueS() {
+  llvm_unreachable("issueS: wgmma kernels only");
+}
+
+SmallVector<Value> ForwardMma::packP(ArrayRef<Value>) {
+  llvm_unreachable("packP: wgmma kernels only");
+}
+
+SmallVector<Value> ForwardMma::unpackP(ArrayRef<Value>) {
+  llvm_unreachable("unpackP: wgmma kernels only");
+}
+
+SmallVector<Value> ForwardMma::issuePV(ArrayRef<Value>, ArrayRef<Value>,
+                                       Value) {
+  llvm_unreachable("issuePV: wgmma kernels only");
+}
+
 namespace {
 
 class WgmmaForward : public ForwardMma {
@@ -245,17 +264,59 @@ public:
 
   SmallVector<Value>
   computeSWhile(llvm::function_ref<void()> whileInFlight) override {
+    SmallVector<Value> acc = issueS();
+    whileInFlight();
+    return wgmmaWait(ops, acc, 0);
+  }
+
+  SmallVector<Value> issueS() override {
     stageDesc = arith::ShRUIOp::create(ops.b, stageOff, ops.ci64(4));
     SmallVector<int64_t> aSteps, bSteps;
     for (int kk = 0; kk < sh.qkSteps(); ++kk) {
       aSteps.push_back(kStep(kk, sh.blockM));
       bSteps.push_back(kStep(kk, sh.blockN));
     }
-    SmallVector<Value> acc = wgmmaIssueOffsets(
-        ops, {}, sh.blockN, descQ, aSteps, {}, ops.add(descK0, stageDesc),
-        bSteps, /*transB=*/false, /*transA=*/false);
-    whileInFlight();
-    return wgmmaWait(ops, acc, 0);
+    return wgmmaIssueOffsets(ops, {}, sh.blockN, descQ, aSteps, {},
+                             ops.add(descK0, stageDesc), bSteps,
+                             /*transB=*/false, /*transA=*/false);
+  }
+
+  SmallVector<Value> packP(ArrayRef<Value> st) override {
+    SmallVector<Value> pRegs;
+    for (int kk = 0; kk < sh.pvSteps(); ++kk) {
+      int n0 = 2 * kk, n1 = 2 * kk + 1;
+      pRegs.append({ops.pack(st[n0 * 4 + 0], st[n0 * 4 + 1]),
+                    ops.pack(st[n0 * 4 + 2], st[n0 * 4 + 3]),
+                    ops.pack(st[n1 * 4 + 0], st[n1 * 4 + 1]),
+                    ops.pack(st[n1 * 4 + 2], st[n1 * 4 + 3])});
+    }
+    return pRegs;
+  }
+
+  // packP's word i holds elements 2 i and 2 i + 1 of S's layout.
+  SmallVector<Value> unpackP(ArrayRef<Value> pPacked) override {
+    ImplicitLocOpBuilder &b = ops.b;
+    Type h = ops.bf16 ? Type(b.getBF16Type()) : Type(b.getF16Type());
+    auto vt = VectorType::get({2}, h);
+    SmallVector<Value> st;
+    for (Value w : pPacked) {
+      Value v = LLVM::BitcastOp::create(b, vt, w);
+      for (int e = 0; e < 2; ++e)
+        st.push_back(arith::ExtFOp::create(
+            b, ops.f32,
+            LLVM::ExtractElementOp::create(b, v, ops.ci32(e)).getResult()));
+    }
+    return st;
+  }
+
+  SmallVector<Value> issuePV(ArrayRef<Value> o, ArrayRef<Value> pPacked,
+                             Value off) override {
+    SmallVector<int64_t> vSteps;
+    for (int kk = 0; kk < sh.pvSteps(); ++kk)
+      vSteps.push_back((int64_t(kk) * 2048) >> 4);
+    Value dV = ops.add(descV0, arith::ShRUIOp::create(ops.b, off, ops.ci64(4)));
+    return wgmmaIssueOffsets(ops, o, sh.headDimV, Value(), {}, pPacked, dV,
+                             vSteps, /*transB=*/true, /*transA=*/false);
   }
 
   SmallVector<Value> accumulatePV(ArrayRef<Value> o,

@@ -248,6 +248,13 @@ struct KernelConfig {
   /// registers from the producer to the consumers. threads() counts the
   /// producer; blockM() does not.
   bool warpSpecialized = false;
+  /// warpSpecialized kernels only: FlashAttention-3's intra-warpgroup
+  /// overlap (Shah et al. 2024, section 3.2): each consumer warpgroup
+  /// issues a key tile's S = Q K^T and the previous tile's O += P V
+  /// together and computes the tile's softmax while P V runs (holding the
+  /// previous tile's stage one step longer); else the serial tile step
+  /// (S, softmax, P V, each product waited for at once).
+  bool overlapSoftmax = false;
   /// Packed variable-length sequences (cu_seqlens arguments).
   bool varlen = false;
   /// Visits only the key tiles of a block mask (block-mask arguments; the

@@ -1,4 +1,5 @@
-// RUN: flashjit-opt %s -convert-attn-to-nvvm="block-n=128 num-warps=8 wgmma=true tma=true warp-specialized=true" | FileCheck %s
+// RUN: flashjit-opt %s -convert-attn-to-nvvm="block-n=128 num-warps=8 wgmma=true tma=true warp-specialized=true" | FileCheck %s --check-prefixes=CHECK,SERIAL
+// RUN: flashjit-opt %s -convert-attn-to-nvvm="block-n=128 num-warps=8 wgmma=true tma=true warp-specialized=true overlap-softmax=true" | FileCheck %s --check-prefixes=CHECK,OVL
 // warp-specialized=true: FlashAttention-3's structure. 256 consumer
 // threads and a producer warpgroup (384 threads); thread 0 initialises the
 // Q and per-stage full mbarriers (one arrival) and the per-stage empty
@@ -7,6 +8,11 @@
 // key tiles, waiting for a stage's release before loading it by TMA; the
 // consumers take registers (setmaxnreg 240), wait for each stage's data,
 // compute and release it with an arrival, no CTA barrier in their loop.
+// overlap-softmax=true (FlashAttention-3's intra-warpgroup overlap): the
+// first step of the loop (a partial tile with the previous tile's P V
+// pending) issues S = Q K^T and P V as two wgmma groups without waiting,
+// waits for S alone (wait_group 1), then for P V (wait_group 0), and only
+// then releases the previous tile's stage.
 
 // CHECK-LABEL: gpu.func @causal(
 // CHECK-SAME: flashjit.grid_constant_args = array<i32: [[Q:[0-9]+]], [[K:[0-9]+]], [[V:[0-9]+]]>
@@ -28,7 +34,16 @@
 // CHECK-NOT: gpu.barrier
 // CHECK: mbarrier.try_wait.parity
 // CHECK-NOT: gpu.barrier
-// CHECK: wgmma.mma_async
+// SERIAL-NOT: wgmma.wait_group.sync.aligned 1
+// SERIAL: wgmma.mma_async
+// OVL: wgmma.mma_async{{.*}}wgmma.commit_group.sync.aligned;\0A}"
+// OVL-NOT: wgmma.wait_group
+// OVL: wgmma.mma_async{{.*}}wgmma.commit_group.sync.aligned;\0A}"
+// OVL-NOT: wgmma.wait_group
+// OVL: wgmma.wait_group.sync.aligned 1;
+// OVL-NOT: gpu.barrier
+// OVL-NOT: mbarrier.arrive
+// OVL: wgmma.wait_group.sync.aligned 0;
 // CHECK-NOT: gpu.barrier
 // CHECK: mbarrier.arrive.shared::cta.b64
 // CHECK-NOT: gpu.barrier

@@ -1,0 +1,220 @@
+//===- ForwardOverlap.cpp - The forward's overlapped consumer loop --------===//
+//
+// Part of the forward kernel's builder (ForwardKernelBuilder.h): the loop of
+// the warp-specialised consumers with FlashAttention-3's intra-warpgroup
+// overlap (Shah et al. 2024, section 3.2; KernelConfig::overlapSoftmax).
+// mainLoop's tile step runs S = Q K^T, the softmax and O += P V one after
+// the other, each product waited for at once. Here each consumer warpgroup
+// keeps two wgmma groups in flight: at key tile j it issues S_j = Q K_j^T,
+// then O += P_{j-1} V_{j-1} of the previous tile, waits for S_j alone
+// (wgmma.wait_group 1), computes tile j's scores and softmax while P V
+// runs on the tensor cores, then waits for P V (wait_group 0), releases
+// the stage of tile j - 1 (its V has been read) and rescales O.
+//
+// The maths (m, l, alpha, P: OnlineSoftmax.h; frames: a value "in frame m"
+// is scaled by exp2(-m) per row). The serial step computes
+//   m_j = max(m_{j-1}, rowmax S_j),  alpha_j = exp2(m_{j-1} - m_j),
+//   P_j = exp2(S_j - m_j),  l_j = alpha_j l_{j-1} + rowsum P_j,
+//   O_j = alpha_j O_{j-1} + P_j V_j                       (frame m_j).
+// Here the accumulator holds, on entering tile j with a pending tile j - 1,
+//   Õ_{j-1} = O_{j-1} - P_{j-1} V_{j-1} = alpha_{j-1} O_{j-2}  (frame m_{j-1}).
+// The step adds the pending product, Õ_{j-1} + P_{j-1} V_{j-1} = O_{j-1}
+// (still frame m_{j-1}, so P_{j-1}, computed in frame m_{j-1}, is added
+// unscaled), and only then multiplies by the new alpha_j:
+//   alpha_j O_{j-1} = O_j - P_j V_j = Õ_j                     (frame m_j),
+// the invariant for tile j + 1 with P_j pending. l needs no deferral (no
+// product). The rescale must follow the wait for P V: scaling before the
+// issue would put P_{j-1} in frame m_j unscaled. After the last tile the
+// pending product completes O_last (flushPV) and the epilogue divides by l.
+//
+// Tile positions: the loop visits every position of [jBegin, jEnd] (warp-
+// specialised kernels are dense: never varlen or block-sparse), and each
+// position's stage is (it - jBegin) % stages, released once by every
+// consumer thread. Empty tiles (skipped by the classifier) read nothing:
+// their stage is released at once, and a pending product completes first
+// (flushPV), so the tile in flight is always the previous position: the
+// consumer holds at most the stage of position it - 1 while it waits for
+// position it, and the producer's load of position it needs only the
+// release of position it - stages (a ring of 2 stages cannot deadlock; 3
+// are needed for the producer to run a tile ahead: TilePolicy.cpp).
+// A tile after an empty one (or the first) has nothing pending: it takes
+// the same step without the P V (pending = false).
+//
+// Masked values (MaskedValues.h): tile j's vote on its V runs while both
+// products are in flight, and its isolation (the non-finite terms added to
+// Õ_j, the stage's V rewritten) closes the step, after the rescale, so
+// P_j V_j (issued at tile j + 1 or by flushPV) reads the rewritten V.
+//
+// Registers: the versions of a step (masked or not, pending or not) are
+// separate regions, so no branch runs between a wgmma's issue and its wait
+// except the vote's (which touches no accumulator); P_{j-1} is kept live up
+// to the wait (wgmmaWait's keep), so ptxas need not serialise the products.
+//
+//===----------------------------------------------------------------------===//
+#include "ForwardKernelBuilder.h"
+
+#include "Tma.h"
+#include "Wgmma.h"
+
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace flashjit::nvvm::detail {
+
+namespace {
+
+/// The types of \p values.
+SmallVector<Type> typesOf(ValueRange values) {
+  return SmallVector<Type>(values.getTypes().begin(), values.getTypes().end());
+}
+
+} // namespace
+
+// The loop state: O (nAcc), m and l (2 MT each), then the pending tile's P
+// packed (4 pvSteps i32) and whether there is one (i1). The pending tile is
+// always the previous position: its stage is not carried.
+
+SmallVector<Value> ForwardKernelBuilder::overlapLoop() {
+  const int nP = 4 * sh.pvSteps();
+  SmallVector<Value> loopInit(init);
+  loopInit.append(nP, ops.ci32(0));
+  loopInit.push_back(ops.cb(false));
+  Value lb = ops.toIndex(jBegin);
+  Value ub = ops.toIndex(ops.add(jEnd, ops.ci32(1)));
+  auto loop = scf::ForOp::create(b, lb, ub, one, loopInit);
+  {
+    OpBuilder::InsertionGuard lg(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value it = arith::IndexCastOp::create(b, ops.i32, loop.getInductionVar());
+    ValueRange state = loop.getRegionIterArgs();
+    Value stage =
+        arith::RemUIOp::create(b, ops.sub(it, jBegin), ops.ci32(stages));
+    Value prevStage = arith::RemUIOp::create(
+        b, ops.add(ops.sub(it, jBegin), ops.ci32(stages - 1)),
+        ops.ci32(stages));
+    waitKV(it);
+    Value kv0 = ops.mul(it, ops.ci32(c.blockN));
+    auto [mayBeFalse, mayBeTrue] = classify(it);
+    Value pastEnd = ops.cmp(arith::CmpIPredicate::sgt,
+                            ops.add(kv0, ops.ci32(c.blockN)), seqlenK);
+    Value needsMask = ops.lor(mayBeFalse, pastEnd);
+    Value pending = state.back();
+    auto tileIf =
+        scf::IfOp::create(b, typesOf(state), mayBeTrue, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard tg(b);
+      b.setInsertionPointToStart(tileIf.thenBlock());
+      auto pendIf =
+          scf::IfOp::create(b, typesOf(state), pending, /*withElse=*/true);
+      for (bool p : {true, false}) {
+        OpBuilder::InsertionGuard pg(b);
+        b.setInsertionPointToStart(p ? pendIf.thenBlock() : pendIf.elseBlock());
+        scf::YieldOp::create(
+            b, overlapTile(state, kv0, needsMask, stage, prevStage, p));
+      }
+      scf::YieldOp::create(b, pendIf.getResults());
+      // Empty tile: nothing read; the pending product first (its stage is
+      // released before the next position's load is waited for).
+      b.setInsertionPointToStart(tileIf.elseBlock());
+      SmallVector<Value> flushed = flushPV(state, prevStage);
+      mbarrierArrive(ops, emptyBarrier(stage));
+      scf::YieldOp::create(b, flushed);
+    }
+    scf::YieldOp::create(b, tileIf.getResults());
+  }
+  SmallVector<Value> fin = flushPV(
+      loop.getResults(),
+      arith::RemUIOp::create(b, ops.sub(jEnd, jBegin), ops.ci32(stages)));
+  fin.resize(init.size());
+  return fin;
+}
+
+SmallVector<Value>
+ForwardKernelBuilder::overlapTile(ValueRange state, Value kv0, Value needsMask,
+                                  Value stage, Value prevStage, bool pending) {
+  auto maskIf =
+      scf::IfOp::create(b, typesOf(state), needsMask, /*withElse=*/true);
+  for (bool masked : {true, false}) {
+    OpBuilder::InsertionGuard mg(b);
+    b.setInsertionPointToStart(masked ? maskIf.thenBlock()
+                                      : maskIf.elseBlock());
+    scf::YieldOp::create(
+        b, overlapStep(state, kv0, stage, prevStage, masked, pending));
+  }
+  return SmallVector<Value>(maskIf.getResults());
+}
+
+SmallVector<Value>
+ForwardKernelBuilder::overlapStep(ValueRange state, Value kv0, Value stage,
+                                  Value pendStage, bool masked, bool pending) {
+  const int MT = sh.mTiles(), nS = sh.sTiles(), nO = sh.oTiles();
+  const int nP = 4 * sh.pvSteps(), nInit = int(init.size());
+  SmallVector<Value> pPrev(state.slice(nInit, nP));
+  stageOff = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
+  mma->selectStage(stageOff);
+
+  // Issue S_j, then P_{j-1} V_{j-1}; the vote on V_j (partial tiles) runs
+  // while both are in flight.
+  SmallVector<Value> sAcc = mma->issueS();
+  SmallVector<Value> oAcc(state.begin(), state.begin() + nAcc);
+  if (pending)
+    oAcc = mma->issuePV(oAcc, pPrev,
+                        ops.mul(ops.ext64(pendStage), ops.ci64(stageBytes)));
+  Value poisoned;
+  if (masked && em.hasMask() && maskedValueIsolation())
+    poisoned = voteMaskedValues(ops.cb(true));
+  SmallVector<Value> s = wgmmaWait(ops, sAcc, pending ? 1 : 0);
+
+  // Tile j's scores and softmax while P V runs.
+  at.kvLane = ops.add(kv0, ops.mul(t, ops.ci32(2)));
+  SmallVector<Value> st =
+      variantScores(ops, em, s, at, MT, nS, scale, scaleLog2, masked);
+  SoftmaxRows old;
+  old.m.assign(state.begin() + nAcc, state.begin() + nAcc + 2 * MT);
+  old.l.assign(state.begin() + nAcc + 2 * MT, state.begin() + nAcc + 4 * MT);
+  SmallVector<Value> alpha;
+  SoftmaxRows next = softmaxStep(ops, st, MT, nS, old, alpha);
+
+  // O_{j-1} complete (frame m_{j-1}): V_{j-1} is free; then Õ_j.
+  SmallVector<Value> o = oAcc;
+  if (pending) {
+    o = wgmmaWait(ops, oAcc, 0, pPrev);
+    mbarrierArrive(ops, emptyBarrier(pendStage));
+  }
+  rescaleRows(ops, o, MT, nO, alpha);
+  // P_j packed only now: registers that a later wgmma reads, written while
+  // one is in flight, make ptxas serialise the products (C7513).
+  SmallVector<Value> p = mma->packP(st);
+  if (poisoned) // P as the product takes it, from its packed words
+    o = isolateMaskedValues(o, mma->unpackP(p), poisoned);
+  o.append(next.m.begin(), next.m.end());
+  o.append(next.l.begin(), next.l.end());
+  o.append(p.begin(), p.end());
+  o.push_back(ops.cb(true));
+  return o;
+}
+
+SmallVector<Value> ForwardKernelBuilder::flushPV(ValueRange state,
+                                                 Value pendStage) {
+  const int nP = 4 * sh.pvSteps(), nInit = int(init.size());
+  auto flushIf =
+      scf::IfOp::create(b, typesOf(state), state.back(), /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard fg(b);
+    b.setInsertionPointToStart(flushIf.thenBlock());
+    SmallVector<Value> pPrev(state.slice(nInit, nP));
+    SmallVector<Value> o =
+        mma->issuePV(SmallVector<Value>(state.take_front(nAcc)), pPrev,
+                     ops.mul(ops.ext64(pendStage), ops.ci64(stageBytes)));
+    o = wgmmaWait(ops, o, 0, pPrev);
+    mbarrierArrive(ops, emptyBarrier(pendStage));
+    o.append(state.begin() + nAcc, state.end());
+    scf::YieldOp::create(b, o);
+    b.setInsertionPointToStart(flushIf.elseBlock());
+    scf::YieldOp::create(b, SmallVector<Value>(state));
+  }
+  SmallVector<Value> out(flushIf.getResults());
+  out.back() = ops.cb(false);
+  return out;
+}
+
+} // namespace flashjit::nvvm::detail
