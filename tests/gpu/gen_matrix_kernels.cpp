@@ -81,8 +81,7 @@ int main(int argc, char **argv) {
                  "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
                  "wgmma.tma.ws.overlap|backward-only|"
                  "backward-only.mma.sync|mask-bench|mask-bench-base|"
-                 "mask-bench-pipe|mask-bench-old]]
-",
+                 "mask-bench-pipe|mask-bench-old]]\n",
                  argv[0]);
     return 1;
   }
