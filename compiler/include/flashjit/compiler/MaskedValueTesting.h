@@ -28,6 +28,13 @@ void setMaskedValueIsolationForTesting(bool on);
 /// kernels without a cache (gen_matrix_kernels mask-bench-old) may set it.
 void setMaskedValueTileVoteForTesting(bool on);
 
+/// Testing only: whether TMA forward kernels without warp specialisation
+/// compiled from now on take the vote on the next tile at the barrier that
+/// closes each tile (default false: they vote inside the tile, which
+/// measured 4-8 points cheaper at head dim 64 on an H100, session 16).
+/// Same rule and results; no cache key holds it.
+void setMaskedValueTileEndVoteForTesting(bool on);
+
 } // namespace flashjit
 
 #endif // FLASHJIT_COMPILER_MASKEDVALUETESTING_H

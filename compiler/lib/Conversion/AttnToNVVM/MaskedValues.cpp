@@ -327,10 +327,13 @@ Value loadElement(KernelOps &ops, Value smem, Value row, Value col, int rows,
 
 static std::atomic<bool> isolation{true};
 static std::atomic<bool> tileVote{false};
+static std::atomic<bool> tileEndVote{false};
 
 bool maskedValueIsolation() { return isolation.load(); }
 
 bool maskedValueTileVote() { return tileVote.load(); }
+
+bool maskedValueTileEndVote() { return tileEndVote.load(); }
 
 Value chunksHaveNonFiniteIf(KernelOps &ops, Value cond, const VoteGroup &grp,
                             Value smem, int rows, int dim, bool swizzled) {
@@ -477,4 +480,8 @@ void flashjit::setMaskedValueIsolationForTesting(bool on) {
 
 void flashjit::setMaskedValueTileVoteForTesting(bool on) {
   flashjit::nvvm::tileVote.store(on);
+}
+
+void flashjit::setMaskedValueTileEndVoteForTesting(bool on) {
+  flashjit::nvvm::tileEndVote.store(on);
 }

@@ -103,6 +103,10 @@ bool maskedValueIsolation();
 /// its own (setMaskedValueTileVoteForTesting; default false).
 bool maskedValueTileVote();
 
+/// Whether TMA forward kernels without warp specialisation vote at the
+/// closing barrier (setMaskedValueTileEndVoteForTesting; default false).
+bool maskedValueTileEndVote();
+
 /// Where \p cond: whether any 16-bit element of this thread's 16-byte
 /// chunks of the tile at \p smem (as tileHasNonFiniteIf splits the tile
 /// over \p group) is NaN or Inf; no barrier. Else false, nothing read.
