@@ -120,6 +120,12 @@ void validateForGpu(const AttentionSpec &spec,
   if (spec.dtypeQ == DType::F32)
     throw UserError("dtype = fp32 is not supported on the GPU (fp16 or "
                     "bf16; the CPU backend takes fp32)");
+  if (options.decodeStages != 0 &&
+      (options.kind != KernelKind::Decode ||
+       (options.decodeStages != 2 && options.decodeStages != 3)))
+    throw UserError(fmt::format("decode_stages = {} must be 2 or 3, on a "
+                                "decode kernel (kind '{}')",
+                                options.decodeStages, toString(options.kind)));
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
   validateHeadDims(spec, tc.kind);
   if (tc.kind == KernelKind::Backward) {
@@ -182,6 +188,12 @@ void validateForGpu(const AttentionSpec &spec,
       throw UserError(fmt::format("rows_per_warp = {}: the GPU decode kernel "
                                   "has 16 packed query rows per warp",
                                   tc.rowsPerWarp));
+    if (tc.decodeStages == 3 && spec.headDimQK > 128)
+      throw UserError(fmt::format(
+          "decode_stages = 3 needs head_dim_qk <= 128 (Q lives in registers "
+          "once loaded, its shared tile overlaid on the third stage), not "
+          "{}; decode_stages = 2 takes any head dim",
+          spec.headDimQK));
   }
   int blockN = tc.blockN;
   if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
@@ -346,6 +358,7 @@ KernelConfig requestedConfig(const GpuCompileOptions &options) {
   c.varlen = options.varlen;
   c.blockSparse = options.blockSparse;
   c.kind = options.kind;
+  c.decodeStages = options.decodeStages;
   return c;
 }
 
