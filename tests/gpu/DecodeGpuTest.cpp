@@ -639,6 +639,11 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
                      DecodeMerge merge = DecodeMerge::Auto,
                      int forcedSplits = 0) {
     const int64_t hq = k.spec.headsQ, hk = k.spec.headsKV, d = 128;
+    // ps = -1: contiguous and head-major, [B, Hkv, Nk, D] (the peers'
+    // layout: each CTA reads one run of memory, not 256-byte rows 2 KiB
+    // apart).
+    const bool hnd = ps < 0;
+    ps = std::max<int64_t>(ps, 0);
     GpuTensor q(dev, DType::BF16, {batch, hq, qLen, d});
     GpuTensor o(dev, DType::BF16, {batch, hq, qLen, d});
     q.randomize(rng);
@@ -653,7 +658,10 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
       t.data = buf.data();
       t.dtype = DType::BF16;
       t.shape = {pages, hk, pageLen, d};
-      t.strides = {pageLen * hk * d, d, hk * d, 1};
+      if (hnd)
+        t.strides = {hk * pageLen * d, pageLen * d, d, 1};
+      else
+        t.strides = {pageLen * hk * d, d, hk * d, 1};
       return t;
     };
     std::vector<int32_t> lens(static_cast<size_t>(batch),
@@ -687,8 +695,10 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
                 "splits=%-3d%s merge=%-8s%s %8.3f ms %6.2f TB/s %7.1f TF/s "
                 "h=%lld/%lld%s (alone %.3f ms %.2f TB/s)\n",
                 k.id.c_str(), (long long)batch, (long long)nk, (long long)qLen,
-                ps ? fmt::format("page {}", ps).c_str() : "contiguous", splits,
-                forcedSplits ? " (forced)" : "", how.c_str(),
+                hnd  ? "contig-hnd"
+                : ps ? fmt::format("page {}", ps).c_str()
+                     : "contiguous",
+                splits, forcedSplits ? " (forced)" : "", how.c_str(),
                 merge == DecodeMerge::Auto ? "" : " (forced)", ms,
                 kvBytes / (ms * 1e-3) / 1e12, flops / (ms * 1e-3) / 1e12,
                 (long long)hq, (long long)hk,
@@ -715,8 +725,10 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
       for (int64_t qLen : {1, 4, 16}) {
         if (qLen > 1 && (s.batch != 8 || !dense))
           continue;
-        for (int64_t ps : {0, 16, 64}) { // 0: contiguous [B, Nk, Hkv, D]
-          if ((ps == 16 && !dense) || (ps == 0 && !dense && !mqa))
+        // 0: contiguous [B, Nk, Hkv, D]; -1: [B, Hkv, Nk, D] (q_len 1).
+        for (int64_t ps : {0, -1, 16, 64}) {
+          if ((ps == 16 && !dense) || (ps <= 0 && !dense && !mqa) ||
+              (ps < 0 && qLen > 1))
             continue;
           measure(k, *kernel, va, s.batch, s.nk, qLen, ps,
                   window ? std::min<int64_t>(s.nk, 301) : 0);

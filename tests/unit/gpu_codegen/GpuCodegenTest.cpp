@@ -1363,8 +1363,8 @@ TEST_CASE("decode kernels: three K/V stages by default up to head dim 128, "
     CHECK(runtime::gpuLaunchConfigMismatch(spec, b.info(), b.ptx).empty());
     // Three stages: Q waited for behind two tile groups, one CTA barrier
     // fewer (the one that closed each tile).
-    CHECK(count(a.ptx, "cp.async.wait_group 2") == 0);
-    CHECK(count(b.ptx, "cp.async.wait_group 2") == 1);
+    CHECK(count(a.ptx, "cp.async.wait_group \t2;") == 0);
+    CHECK(count(b.ptx, "cp.async.wait_group \t2;") == 1);
     CHECK(count(b.ptx, "bar.sync") == count(a.ptx, "bar.sync") - 1);
     for (const GpuKernelImage *img : {&a, &b}) {
       runtime::PtxasReport r = runtime::runPtxas(img->ptx, "sm_90a");
