@@ -151,6 +151,8 @@ llvm::json::Object detail::configToJson(const KernelConfig &c) {
     o["warp_specialized"] = true;
   if (c.overlapSoftmax)
     o["overlap_softmax"] = true;
+  if (c.decodeStages)
+    o["decode_stages"] = c.decodeStages;
   return o;
 }
 
@@ -224,6 +226,16 @@ detail::configFromJson(const llvm::json::Value *value, std::string &why) {
       return std::nullopt;
     }
     c.overlapSoftmax = true;
+    ++optional;
+  }
+  if (const llvm::json::Value *ds = o->get("decode_stages")) {
+    std::optional<int64_t> v = ds->getAsInteger();
+    if (!v || (*v != 2 && *v != 3) || c.kind != KernelKind::Decode) {
+      why = "config field \"decode_stages\" is not 2 or 3 on a decode "
+            "kernel";
+      return std::nullopt;
+    }
+    c.decodeStages = int(*v);
     ++optional;
   }
   if (o->size() != 2 + std::size(ints) + std::size(flags) + optional) {
@@ -326,6 +338,8 @@ std::string configMismatch(const CacheKey &key, const KernelArtifacts &a) {
     if (v.first != 0 && v.first != v.second)
       return differs(name, v.first, v.second);
   }
+  if (want.decodeStages != 0 && want.decodeStages != got.decodeStages)
+    return differs("decode_stages", want.decodeStages, got.decodeStages);
   // wgmma.tma(.ws) falls back to wgmma (varlen, block-sparse) and to
   // wgmma.tma (tiles without two consumer warpgroups): the resolved
   // configuration, which the compiler compares whole, says which.

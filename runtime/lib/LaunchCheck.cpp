@@ -168,8 +168,8 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
                           abi::gpu::kMergeThreads, -1);
         !why.empty())
       return why;
-    // The split kernel's dynamic shared memory: the packed Q tile and two
-    // padded K/V stages (KernelConfig::sharedBytes), as for the forward.
+    // The split kernel's dynamic shared memory: the packed Q tile and
+    // decodeStages padded K/V stages (KernelConfig::sharedBytes).
     if (info.sharedBytes != c.sharedBytes(spec.headDimQK, spec.headDimV))
       return fmt::format("shared memory {} bytes is not the {} bytes the "
                          "decode configuration's tiles take",

@@ -636,8 +636,14 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
                      const GpuDecodeKernel &kernel, const test::VariantArgs &va,
                      int64_t batch, int64_t nk, int64_t qLen, int64_t ps,
                      int64_t countedKeys = 0,
-                     DecodeMerge merge = DecodeMerge::Auto) {
+                     DecodeMerge merge = DecodeMerge::Auto,
+                     int forcedSplits = 0) {
     const int64_t hq = k.spec.headsQ, hk = k.spec.headsKV, d = 128;
+    // ps = -1: contiguous and head-major, [B, Hkv, Nk, D] (the peers'
+    // layout: each CTA reads one run of memory, not 256-byte rows 2 KiB
+    // apart).
+    const bool hnd = ps < 0;
+    ps = std::max<int64_t>(ps, 0);
     GpuTensor q(dev, DType::BF16, {batch, hq, qLen, d});
     GpuTensor o(dev, DType::BF16, {batch, hq, qLen, d});
     q.randomize(rng);
@@ -652,7 +658,10 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
       t.data = buf.data();
       t.dtype = DType::BF16;
       t.shape = {pages, hk, pageLen, d};
-      t.strides = {pageLen * hk * d, d, hk * d, 1};
+      if (hnd)
+        t.strides = {hk * pageLen * d, pageLen * d, d, 1};
+      else
+        t.strides = {pageLen * hk * d, d, hk * d, 1};
       return t;
     };
     std::vector<int32_t> lens(static_cast<size_t>(batch),
@@ -669,10 +678,11 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
           DevicePageTable::contiguous(lens, nk, dev));
     }
     TensorRef kv = view(kb), vv = view(vb);
-    int splits = kernel.defaultNumSplits(batch, qLen, nk);
+    int splits =
+        forcedSplits ? forcedSplits : kernel.defaultNumSplits(batch, qLen, nk);
     auto [ms, msAlone] = time([&] {
       kernel.run(q.deviceRef, kv, vv, *table, o.deviceRef, nullptr, va.device,
-                 0, nullptr, merge);
+                 forcedSplits, nullptr, merge);
     });
     const bool fused =
         merge == DecodeMerge::Fused ||
@@ -681,12 +691,15 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
     const int64_t keys = countedKeys ? countedKeys : nk;
     const double kvBytes = double(batch) * keys * hk * d * 2 * 2;
     const double flops = 4.0 * batch * hq * qLen * double(keys) * d;
-    std::printf("DECODE %-15s B=%-3lld Nk=%-6lld q_len=%-2lld %-10s "
-                "splits=%-3d merge=%-8s%s %8.3f ms %6.2f TB/s %7.1f TF/s "
+    std::printf("DECODE %-18s B=%-3lld Nk=%-6lld q_len=%-2lld %-10s "
+                "splits=%-3d%s merge=%-8s%s %8.3f ms %6.2f TB/s %7.1f TF/s "
                 "h=%lld/%lld%s (alone %.3f ms %.2f TB/s)\n",
                 k.id.c_str(), (long long)batch, (long long)nk, (long long)qLen,
-                ps ? fmt::format("page {}", ps).c_str() : "contiguous", splits,
-                how.c_str(), merge == DecodeMerge::Auto ? "" : " (forced)", ms,
+                hnd  ? "contig-hnd"
+                : ps ? fmt::format("page {}", ps).c_str()
+                     : "contiguous",
+                splits, forcedSplits ? " (forced)" : "", how.c_str(),
+                merge == DecodeMerge::Auto ? "" : " (forced)", ms,
                 kvBytes / (ms * 1e-3) / 1e12, flops / (ms * 1e-3) / 1e12,
                 (long long)hq, (long long)hk,
                 countedKeys
@@ -694,22 +707,28 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
                     : "",
                 msAlone, kvBytes / (msAlone * 1e-3) / 1e12);
   };
-  for (const char *id : {"dec_dense_g4", "dec_softcap_g4", "dec_alibi_g4",
-                         "dec_window_g4", "dec_dense_mqa32"}) {
+  // The "_s2" ids: the same kernels with two K/V stages (the configuration
+  // before session 17), their rows beside the three-stage default's.
+  for (const char *id :
+       {"dec_dense_g4", "dec_dense_g4_s2", "dec_softcap_g4", "dec_alibi_g4",
+        "dec_window_g4", "dec_dense_mqa32", "dec_dense_mqa32_s2"}) {
     testing::DecodeKernel k = find(id);
     if (!selected(k.id))
       continue;
     auto kernel = loadDecode(k, dev);
     test::VariantArgs va(dev, k.spec, 1, 1);
     const std::string name = id;
-    const bool dense = name == "dec_dense_g4", mqa = name == "dec_dense_mqa32",
+    const bool dense = name.rfind("dec_dense_g4", 0) == 0,
+               mqa = name.rfind("dec_dense_mqa32", 0) == 0,
                window = name == "dec_window_g4";
     for (Shape s : shapes) {
       for (int64_t qLen : {1, 4, 16}) {
         if (qLen > 1 && (s.batch != 8 || !dense))
           continue;
-        for (int64_t ps : {0, 16, 64}) { // 0: contiguous [B, Nk, Hkv, D]
-          if ((ps == 16 && !dense) || (ps == 0 && !dense && !mqa))
+        // 0: contiguous [B, Nk, Hkv, D]; -1: [B, Hkv, Nk, D] (q_len 1).
+        for (int64_t ps : {0, -1, 16, 64}) {
+          if ((ps == 16 && !dense) || (ps <= 0 && !dense && !mqa) ||
+              (ps < 0 && qLen > 1))
             continue;
           measure(k, *kernel, va, s.batch, s.nk, qLen, ps,
                   window ? std::min<int64_t>(s.nk, 301) : 0);
@@ -722,6 +741,13 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
                                                      : DecodeMerge::Fused);
         }
       }
+      // MQA at B = 1 (one KV head: the splits are the whole grid; the
+      // default's 244 leave each CTA ~9 key tiles and the merge kernel
+      // ~31 steps of 8 splits): fewer splits, each merge, contiguous.
+      if (mqa && s.batch == 1)
+        for (int n : {33, 66, 132, 176})
+          for (DecodeMerge m : {DecodeMerge::Separate, DecodeMerge::Fused})
+            measure(k, *kernel, va, s.batch, s.nk, 1, 0, 0, m, n);
     }
     if (window && selected("dec_dense_g4")) {
       // Dense decode over the window's tiles (Nk = 320), page 64: the time

@@ -120,8 +120,8 @@ inline void checkNoLocalMemory(const runtime::GpuAttentionKernel &kernel,
 /// The GpuKernelInfo a gen_matrix_kernels .info line holds ("name arch warps
 /// rows_per_warp min_blocks_per_sm wgmma block_n varlen block_sparse
 /// shared_bytes kind", then "tma" for TMA kernels and "ws" for
-/// warp-specialised ones); sets \p in's failbit on an unknown kind or
-/// trailing word.
+/// warp-specialised ones, "decode_stages=N" for decode kernels); sets \p
+/// in's failbit on an unknown kind or trailing word.
 inline runtime::GpuKernelInfo readKernelInfo(std::istream &in) {
   runtime::GpuKernelInfo info;
   KernelConfig &c = info.config;
@@ -138,6 +138,8 @@ inline runtime::GpuKernelInfo readKernelInfo(std::istream &in) {
       c.tma = true;
     else if (flag == "ws" && c.tma)
       c.warpSpecialized = true;
+    else if (flag == "decode_stages=2" || flag == "decode_stages=3")
+      c.decodeStages = flag.back() - '0';
     else
       in.setstate(std::ios::failbit);
   }

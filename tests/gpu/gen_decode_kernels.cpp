@@ -1,8 +1,9 @@
 //===- gen_decode_kernels.cpp - The decode kernels, ahead of time ---------===//
 //
 // Writes DIR/<id>.ptx and DIR/<id>.info (gen_matrix_kernels' line, read
-// by test::readKernelInfo) for every kernel of decodeKernels(), compiled with
-// GpuCompileOptions::kind = KernelKind::Decode for sm_90a.
+// by test::readKernelInfo, with "decode_stages=N" last) for every kernel of
+// decodeKernels(), compiled with GpuCompileOptions::kind =
+// KernelKind::Decode and the kernel's decodeStages for sm_90a.
 //
 //===----------------------------------------------------------------------===//
 #include "DecodeKernels.h"
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
   o.arch = "sm_90a";
   o.kind = flashjit::KernelKind::Decode;
   for (const auto &k : flashjit::testing::decodeKernels()) {
+    o.decodeStages = k.stages;
     flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, o);
     flashjit::testing::writeOutputFile(dir + "/" + k.id + ".ptx", img.ptx);
     // The .info line of gen_matrix_kernels (test::readKernelInfo).
@@ -33,7 +35,10 @@ int main(int argc, char **argv) {
     info << img.name << ' ' << c.arch << ' ' << c.numWarps << ' '
          << c.rowsPerWarp << ' ' << c.minBlocksPerSM << ' ' << c.wgmma << ' '
          << c.blockN << ' ' << c.varlen << ' ' << c.blockSparse << ' '
-         << img.sharedBytes << ' ' << flashjit::toString(c.kind) << '\n';
+         << img.sharedBytes << ' ' << flashjit::toString(c.kind);
+    if (c.decodeStages)
+      info << " decode_stages=" << c.decodeStages;
+    info << '\n';
     flashjit::testing::writeOutputFile(dir + "/" + k.id + ".info", info.str());
   }
   std::printf("%zu decode kernels in %s\n",

@@ -104,6 +104,41 @@ static void checkOverlapAsked(const AttentionSpec &spec,
         spec.headDimV, tc.blockN));
 }
 
+/// decode_stages asked for: 2 or 3, on a decode kernel.
+static void checkDecodeStagesAsked(const GpuCompileOptions &options) {
+  if (options.decodeStages != 0 &&
+      (options.kind != KernelKind::Decode ||
+       (options.decodeStages != 2 && options.decodeStages != 3)))
+    throw UserError(fmt::format("decode_stages = {} must be 2 or 3, on a "
+                                "decode kernel (kind '{}')",
+                                options.decodeStages, toString(options.kind)));
+}
+
+/// The decode kernel's own limits (\p tc resolved from \p options).
+static void validateDecode(const AttentionSpec &spec,
+                           const GpuCompileOptions &options,
+                           const GpuTileConfig &tc) {
+  if (options.varlen || options.blockSparse)
+    throw UserError("the GPU decode kernel reads K/V through a page table "
+                    "(varlen and block_sparse do not apply)");
+  if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma ||
+      options.mma == GpuMma::WgmmaTmaWs ||
+      options.mma == GpuMma::WgmmaTmaWsOverlap)
+    throw UserError(fmt::format("mma = {}: the GPU decode kernel uses "
+                                "mma.sync only",
+                                toString(options.mma)));
+  if (tc.rowsPerWarp != 16)
+    throw UserError(fmt::format("rows_per_warp = {}: the GPU decode kernel "
+                                "has 16 packed query rows per warp",
+                                tc.rowsPerWarp));
+  if (tc.decodeStages == 3 && spec.headDimQK > 128)
+    throw UserError(fmt::format(
+        "decode_stages = 3 needs head_dim_qk <= 128 (Q lives in registers "
+        "once loaded, its shared tile overlaid on the third stage), not "
+        "{}; decode_stages = 2 takes any head dim",
+        spec.headDimQK));
+}
+
 void validateForGpu(const AttentionSpec &spec,
                     const GpuCompileOptions &options) {
   spec.validate();
@@ -120,6 +155,7 @@ void validateForGpu(const AttentionSpec &spec,
   if (spec.dtypeQ == DType::F32)
     throw UserError("dtype = fp32 is not supported on the GPU (fp16 or "
                     "bf16; the CPU backend takes fp32)");
+  checkDecodeStagesAsked(options);
   GpuTileConfig tc = resolveGpuTileConfig(spec, options);
   validateHeadDims(spec, tc.kind);
   if (tc.kind == KernelKind::Backward) {
@@ -168,21 +204,8 @@ void validateForGpu(const AttentionSpec &spec,
           "splits dQ's columns over {} warps (a multiple of {} needed)",
           spec.headDimQK, tc.blockN, tc.numWarps, colGroups, 16 * colGroups));
   }
-  if (tc.kind == KernelKind::Decode) {
-    if (options.varlen || options.blockSparse)
-      throw UserError("the GPU decode kernel reads K/V through a page table "
-                      "(varlen and block_sparse do not apply)");
-    if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma ||
-        options.mma == GpuMma::WgmmaTmaWs ||
-        options.mma == GpuMma::WgmmaTmaWsOverlap)
-      throw UserError(fmt::format("mma = {}: the GPU decode kernel uses "
-                                  "mma.sync only",
-                                  toString(options.mma)));
-    if (tc.rowsPerWarp != 16)
-      throw UserError(fmt::format("rows_per_warp = {}: the GPU decode kernel "
-                                  "has 16 packed query rows per warp",
-                                  tc.rowsPerWarp));
-  }
+  if (tc.kind == KernelKind::Decode)
+    validateDecode(spec, options, tc);
   int blockN = tc.blockN;
   if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
     throw UserError(fmt::format("block_n = {} must be a multiple of 16 in "
@@ -346,6 +369,7 @@ KernelConfig requestedConfig(const GpuCompileOptions &options) {
   c.varlen = options.varlen;
   c.blockSparse = options.blockSparse;
   c.kind = options.kind;
+  c.decodeStages = options.decodeStages;
   return c;
 }
 

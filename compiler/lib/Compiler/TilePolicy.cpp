@@ -356,8 +356,9 @@ static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
 
 /// The decode kernels' tiles: 4 warps of 16 packed query rows (a GQA group
 /// times q_len; warps with only padding rows just load), 64 keys per tile
-/// up to head dim 128, 32 above (two K/V stages: ~87 KB of shared memory
-/// at head dim 128, two CTAs per SM).
+/// up to head dim 128, 32 above; three K/V stages with Q overlaid on the
+/// third up to head_dim_qk 128 (Q in registers: 102 KiB of shared memory
+/// at head dim 128, still two CTAs per SM), else two.
 static GpuTileConfig decodeTileConfig(const AttentionSpec &spec,
                                       const std::string &arch) {
   GpuTileConfig c = mmaSyncBase(arch);
@@ -366,6 +367,7 @@ static GpuTileConfig decodeTileConfig(const AttentionSpec &spec,
   c.rowsPerWarp = 16;
   c.minBlocksPerSM = 2;
   c.blockN = std::max(spec.headDimQK, spec.headDimV) <= 128 ? 64 : 32;
+  c.decodeStages = spec.headDimQK <= 128 ? 3 : 2;
   return c;
 }
 
@@ -381,6 +383,8 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
       c.rowsPerWarp = options.rowsPerWarp;
     if (options.minBlocksPerSM)
       c.minBlocksPerSM = options.minBlocksPerSM;
+    if (options.decodeStages)
+      c.decodeStages = options.decodeStages;
     return c;
   }
   if (options.kind == KernelKind::Backward) {

@@ -190,6 +190,13 @@ TEST_CASE("GPU decode kernels are cached under their own key", "[cache]") {
   GpuCompileOptions tiles = o;
   tiles.blockN = 32;
   CHECK(gpuCacheKey(spec, tiles).hash() != decKey.hash());
+  // So does the stage count asked for (the default is not written: 0).
+  GpuCompileOptions two = o, three = o;
+  two.decodeStages = 2;
+  three.decodeStages = 3;
+  CHECK(gpuCacheKey(spec, two).hash() != decKey.hash());
+  CHECK(gpuCacheKey(spec, two).hash() != gpuCacheKey(spec, three).hash());
+  CHECK(decKey.config.decodeStages == 0);
 
   LoadReport cold, warm;
   KernelArtifacts a, b;
@@ -216,6 +223,11 @@ TEST_CASE("GPU decode kernels are cached under their own key", "[cache]") {
   CHECK(warm.outcome == CacheOutcome::Hit);
   CHECK(warm.entryDir == cold.entryDir);
   CHECK(b.files == a.files);
+  // The resolved stage count (3 at head dim 64) is in the manifest and read
+  // back with it.
+  CHECK(a.config.decodeStages == 3);
+  CHECK(b.config.decodeStages == 3);
+  CHECK(b.config == a.config);
 
   // The launch check reads both entries of the decode module.
   GpuKernelInfo good = gpuKernelInfo(a);
@@ -224,6 +236,11 @@ TEST_CASE("GPU decode kernels are cached under their own key", "[cache]") {
   bad.config.numWarps ^= 12; // 4 <-> 8
   CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
              Catch::Contains("threads per CTA"));
+  // Read as a two-stage kernel, its shared memory is not the module's.
+  bad = good;
+  bad.config.decodeStages = 2;
+  CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
+             Catch::Contains("shared memory"));
   // Without the sink the kernel's parameters differ.
   AttentionSpec noSink = spec;
   noSink.sink = false;

@@ -1290,9 +1290,13 @@ TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
       GpuCompileOptions o;
       o.arch = arch;
       o.kind = KernelKind::Decode;
+      o.decodeStages = k.stages;
       GpuKernelImage img = compileGpu(k.spec, o);
       GpuTileConfig tc = resolveGpuTileConfig(k.spec, o);
       CHECK(tc.kind == KernelKind::Decode);
+      CHECK(img.config.decodeStages == (k.stages                  ? k.stages
+                                        : k.spec.headDimQK <= 128 ? 3
+                                                                  : 2));
       CHECK(img.config.blockM() == 64);
       CHECK(img.config.threads() == 128);
       CHECK(img.config.blockN == (k.spec.headDimQK <= 128 ? 64 : 32));
@@ -1315,6 +1319,62 @@ TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
   CHECK(checked == 2 * int(testing::decodeKernels().size()));
 }
 
+TEST_CASE("decode kernels: three K/V stages by default up to head dim 128, "
+          "two on request; one barrier per key tile",
+          "[gpu-codegen][decode]") {
+  // KernelConfig::decodeStages. Shared memory at head dim 128, 64 keys per
+  // tile, 64 packed rows (padded rows of 136 elements): two stages
+  // 2 * (64 * 136 + 2 * 64 * 272) = 87040 bytes; three
+  // 3 * 2 * 64 * 272 = 104448 (Q's 17408 inside the third).
+  AttentionSpec d128 = testing::matrixSpec("none", 128, DType::BF16, 32, 8);
+  AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 4, 2);
+  AttentionSpec causal =
+      testing::matrixSpec("causal_br", 128, DType::BF16, 32, 8);
+  GpuCompileOptions o;
+  o.kind = KernelKind::Decode;
+  o.arch = "sm_90a";
+  GpuCompileOptions two = o;
+  two.decodeStages = 2;
+  CHECK(resolveGpuTileConfig(d128, o).decodeStages == 3);
+  CHECK(resolveGpuTileConfig(d128, two).decodeStages == 2);
+  CHECK(resolveGpuTileConfig(d256, o).decodeStages == 2);
+  CHECK(resolveGpuTileConfig(d128, o).sharedBytes(128, 128) == 104448);
+  CHECK(resolveGpuTileConfig(d128, two).sharedBytes(128, 128) == 87040);
+  // 8 warps: Q's 128 rows (34816 bytes) fill the third stage exactly; at
+  // 32 keys per tile (17408-byte stages) they run past it.
+  GpuCompileOptions wide = o;
+  wide.numWarps = 8;
+  CHECK(resolveGpuTileConfig(d128, wide).sharedBytes(128, 128) == 104448);
+  wide.blockN = 32;
+  CHECK(resolveGpuTileConfig(d128, wide).sharedBytes(128, 128) ==
+        2 * 17408 + 34816);
+  auto count = [](const std::string &s, const std::string &what) {
+    int n = 0;
+    for (size_t at = s.find(what); at != std::string::npos;
+         at = s.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  for (const AttentionSpec &spec : {d128, causal}) {
+    INFO(printSpec(spec));
+    GpuKernelImage a = compileGpu(spec, two), b = compileGpu(spec, o);
+    CHECK(a.sharedBytes == 87040);
+    CHECK(b.sharedBytes == 104448);
+    CHECK(runtime::gpuLaunchConfigMismatch(spec, b.info(), b.ptx).empty());
+    // Three stages: Q waited for behind two tile groups, one CTA barrier
+    // fewer (the one that closed each tile).
+    CHECK(count(a.ptx, "cp.async.wait_group \t2;") == 0);
+    CHECK(count(b.ptx, "cp.async.wait_group \t2;") == 1);
+    CHECK(count(b.ptx, "bar.sync") == count(a.ptx, "bar.sync") - 1);
+    for (const GpuKernelImage *img : {&a, &b}) {
+      runtime::PtxasReport r = runtime::runPtxas(img->ptx, "sm_90a");
+      const runtime::PtxasFunctionReport *f = r.find(img->name + "_decode");
+      REQUIRE(f);
+      CHECK(f->clean());
+    }
+  }
+}
+
 TEST_CASE("GPU decode rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions o;
   o.kind = KernelKind::Decode;
@@ -1329,6 +1389,25 @@ TEST_CASE("GPU decode rejects what it cannot generate", "[gpu-codegen]") {
   r.rowsPerWarp = 32;
   CHECK_THROWS_WITH(compileGpu(dense, r),
                     Catch::Contains("rows_per_warp = 32"));
+  // K/V stages: 2 or 3 on a decode kernel; 3 needs Q in registers.
+  for (int n : {1, 4, -1}) {
+    GpuCompileOptions s = o;
+    s.decodeStages = n;
+    CHECK_THROWS_AS(compileGpu(dense, s), UserError);
+    CHECK_THROWS_WITH(compileGpu(dense, s),
+                      Catch::Contains("decode_stages = " + std::to_string(n)));
+  }
+  GpuCompileOptions fwd;
+  fwd.decodeStages = 3;
+  CHECK_THROWS_WITH(compileGpu(dense, fwd),
+                    Catch::Contains("decode_stages = 3 must be 2 or 3, on a "
+                                    "decode kernel (kind 'forward')"));
+  GpuCompileOptions three = o;
+  three.decodeStages = 3;
+  AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 4, 2);
+  CHECK_THROWS_WITH(compileGpu(d256, three),
+                    Catch::Contains("decode_stages = 3 needs head_dim_qk <= "
+                                    "128"));
 }
 
 TEST_CASE("decode kernels with a sink take it as their last fixed argument",

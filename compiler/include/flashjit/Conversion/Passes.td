@@ -94,7 +94,11 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
     Option<"overlapSoftmax", "overlap-softmax", "bool", /*default=*/"false",
            "with warp-specialized: FlashAttention-3's intra-warpgroup "
            "overlap (two wgmma groups in flight: a tile's S = Q K^T and the "
-           "previous tile's P V; the softmax runs while P V does)">
+           "previous tile's P V; the softmax runs while P V does)">,
+    Option<"decodeStages", "decode-stages", "int", /*default=*/"0",
+           "with decode: K/V cp.async stages, 2 (0 reads as 2) or 3 (Q "
+           "overlaid on the third stage, one barrier per key tile; "
+           "head dim qk at most 128)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::NVVM::NVVMDialect",

@@ -63,6 +63,12 @@ struct GpuCompileOptions {
   /// image's threads, blockM (keys per CTA), blockN (query rows per tile)
   /// and sharedBytes describe `<name>_bwd`.
   KernelKind kind = KernelKind::Forward;
+  /// Decode only: K/V cp.async stages of the decode kernel
+  /// (KernelConfig::decodeStages): 2, or 3 (Q overlaid on the third stage,
+  /// one CTA barrier per key tile; head_dim_qk at most 128); 0 picks the
+  /// default (3 where it applies, else 2). Another value, or a value on
+  /// another kind, throws UserError.
+  int decodeStages = 0;
   /// Directory that receives <name>.<key>.attn.mlir, .gpu.mlir and
   /// .<arch>.ptx (<key>: gpuCacheKey's hash, so compiles never overwrite each
   /// other); empty means $FLASHJIT_DUMP_DIR if set, else no files.

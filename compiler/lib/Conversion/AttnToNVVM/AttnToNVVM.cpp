@@ -174,9 +174,13 @@ struct ConvertAttnToNVVM
         continue;
       }
       if (c.kind == KernelKind::Decode) {
-        if (c.wgmma || c.varlen || c.blockSparse || c.rowsPerWarp != 16) {
+        if (c.wgmma || c.varlen || c.blockSparse || c.rowsPerWarp != 16 ||
+            (c.decodeStages != 0 && c.decodeStages != 2 &&
+             c.decodeStages != 3) ||
+            (c.decodeStages == 3 && c.headDimQK > 128)) {
           op.emitOpError("unsupported GPU decode shape: mma.sync, dense "
-                         "(paged through the page table), rows-per-warp 16");
+                         "(paged through the page table), rows-per-warp 16, "
+                         "decode-stages 2 or 3 (3: head dim qk <= 128)");
           return signalPassFailure();
         }
         buildFlashDecodeKernels(b, op.getLoc(), gm, c, *em);
@@ -208,6 +212,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.tma = config.tma;
   o.warpSpecialized = config.warpSpecialized;
   o.overlapSoftmax = config.overlapSoftmax;
+  o.decodeStages = config.decodeStages;
   o.backward = config.kind == KernelKind::Backward;
   o.decode = config.kind == KernelKind::Decode;
   return o;

@@ -56,6 +56,8 @@ public:
   void build(Operation *gpuModule);
 
 private:
+  /// K/V stages (KernelConfig::decodeStages; 0 reads as 2).
+  int stages() const { return c.decodeStages == 3 ? 3 : 2; }
   void bindArguments(gpu::GPUFuncOp fn);
   void locate();
   void planKeyTiles();
@@ -73,7 +75,20 @@ private:
   /// The key tiles [first, end) that may hold a key the CTA's rows see
   /// (frontend DecodeSplits.h, visibleKeyTiles).
   std::pair<Value, Value> visibleTiles();
+  /// Two stages: tile jBegin in flight, the page ids of jBegin + 1 in the
+  /// loop's state, Q's fragments loaded.
+  void prologueTwo();
+  /// Three stages (DecodeStages.cpp): tiles jBegin and jBegin + 1 in
+  /// flight (a cp.async group each, empty past jEnd), the page ids of
+  /// jBegin + 2 in the loop's state, Q's fragments loaded from the third
+  /// stage.
+  void prologueThree();
   ValueRange mainLoop();
+  /// The three-stage loop (DecodeStages.cpp): one CTA barrier per tile.
+  ValueRange mainLoopThree();
+  /// Tile j from stage \p stage: the masked-value vote, the products and
+  /// the online softmax of the warps with rows; the new state.
+  SmallVector<Value> visitTile(Value j, Value stage, ValueRange state);
   SmallVector<Value> tileStep(ValueRange state, Value kv0, Value needsMask,
                               Value poisoned);
   void epilogue(ValueRange fin);

@@ -14,7 +14,8 @@
 // The query heads sharing a KV head (GQA) and the q_len query tokens of a
 // sequence are packed into the CTA's rows, so K and V are read once per
 // group. K/V rows are gathered through the page table with cp.async (two
-// stages); rows at or past the sequence's length are
+// stages, or three with Q on the third: DecodeStages.cpp,
+// KernelConfig::decodeStages); rows at or past the sequence's length are
 // zero-filled and never read, so garbage in unused page slots cannot reach
 // the result. The pieces are the forward kernel's: MmaSync (S = Q K^T,
 // O += P V), VariantTile (the variant per element, variantScoresPacked),
@@ -122,6 +123,27 @@ void DecodeKernelBuilder::build(Operation *gpuModule) {
   bindArguments(fn);
   locate();
   planKeyTiles();
+  if (stages() == 3)
+    prologueThree();
+  else
+    prologueTwo();
+  // The score modifier's row-only part (ALiBi's slopes[head]) once per CTA,
+  // before the loop: variantScoresPacked finds the rows' factors already
+  // made, so no tile loads or bounds-checks them (per tile it cost ALiBi
+  // 255 registers, 245 now). Every row in range reads its factor once, also
+  // a row no key of the CTA is allowed for (per-element evaluation would
+  // not): the same buffer elements, so only such a row's out-of-range read
+  // can now be reported where it was not.
+  if (em.hasScoreMod())
+    em.beginScoreRowFactors(
+        b, b.getLoc(), {batch, Value(), Value(), Value(), qLen, seqLen},
+        {at.head0[0], at.head1[0]}, {at.qRow0[0], at.qRow1[0]});
+  epilogue(stages() == 3 ? mainLoopThree() : mainLoop());
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  gpu::ReturnOp::create(b);
+}
+
+void DecodeKernelBuilder::prologueTwo() {
   // The first K/V tile, then Q's fragments once Q has landed. The page ids
   // of a tile are loaded one tile ahead of its copies (the loop carries
   // them), so a page-table miss does not hold up the cp.async issue.
@@ -146,20 +168,6 @@ void DecodeKernelBuilder::build(Operation *gpuModule) {
   init.append(nextIds.begin(), nextIds.end());
   gpu::BarrierOp::create(b);
   mma->loadQ();
-  // The score modifier's row-only part (ALiBi's slopes[head]) once per CTA,
-  // before the loop: variantScoresPacked finds the rows' factors already
-  // made, so no tile loads or bounds-checks them (per tile it cost ALiBi
-  // 255 registers, 245 now). Every row in range reads its factor once, also
-  // a row no key of the CTA is allowed for (per-element evaluation would
-  // not): the same buffer elements, so only such a row's out-of-range read
-  // can now be reported where it was not.
-  if (em.hasScoreMod())
-    em.beginScoreRowFactors(
-        b, b.getLoc(), {batch, Value(), Value(), Value(), qLen, seqLen},
-        {at.head0[0], at.head1[0]}, {at.qRow0[0], at.qRow1[0]});
-  epilogue(mainLoop());
-  b.setInsertionPointToEnd(&fn.getBody().front());
-  gpu::ReturnOp::create(b);
 }
 
 void DecodeKernelBuilder::bindArguments(gpu::GPUFuncOp fn) {
@@ -239,15 +247,25 @@ void DecodeKernelBuilder::locate() {
   Value smem = ops.sharedBase();
   const int D = c.headDimQK, Dv = c.headDimV;
   mma = createMmaSyncForward(ops, sh, warp, lane);
-  sK = ops.gepBytes(smem, int64_t(2) * c.blockM() * (D + kPad));
-  sV = ops.gepBytes(sK, int64_t(2) * c.blockN * (D + kPad));
-  stageBytes = int64_t(2) * c.blockN * (D + kPad + Dv + kPad);
+  // Two stages: Q, then the stages (K, V each). Three: the stages, Q on
+  // the third (KernelConfig::sharedBytes).
+  Value sQ = smem;
+  if (stages() == 3) {
+    stageBytes = int64_t(2) * c.blockN * (D + kPad + Dv + kPad);
+    sK = smem;
+    sV = ops.gepBytes(sK, int64_t(2) * c.blockN * (D + kPad));
+    sQ = ops.gepBytes(smem, 2 * stageBytes);
+  } else {
+    sK = ops.gepBytes(smem, int64_t(2) * c.blockM() * (D + kPad));
+    sV = ops.gepBytes(sK, int64_t(2) * c.blockN * (D + kPad));
+    stageBytes = int64_t(2) * c.blockN * (D + kPad + Dv + kPad);
+  }
 
   // Q rows, packed: row r of the tile is query r % q_len of head
   // head0 + r / q_len; padding rows are zero-filled.
   Value qBatch = ops.gepBytes(
       qPtr, ops.mul(ops.mul(ops.ext64(batch), qS[0]), ops.ci64(2)));
-  loadRowsAsync(ops, tid, nthreads, smem, c.blockM(), D, [&](Value row, int) {
+  loadRowsAsync(ops, tid, nthreads, sQ, c.blockM(), D, [&](Value row, int) {
     Value pr = ops.add(r0, row);
     Value valid = ops.cmp(arith::CmpIPredicate::slt, pr, rows);
     Value prc = ops.sel(valid, pr, ops.ci32(0));
@@ -258,7 +276,7 @@ void DecodeKernelBuilder::locate() {
     return std::pair{valid, ops.gepBytes(qBatch, ops.mul(off, ops.ci64(2)))};
   });
   NVVM::CpAsyncCommitGroupOp::create(b);
-  mma->prepare(smem, sK, sV);
+  mma->prepare(sQ, sK, sV);
 
   nAcc = sh.oTiles() * 4;
   init.append(nAcc, ops.cf32(0.0f));
@@ -454,6 +472,15 @@ ValueRange DecodeKernelBuilder::mainLoop() {
   }
   mma->publishStage();
   gpu::BarrierOp::create(b);
+  SmallVector<Value> yield = visitTile(j, stage, state);
+  gpu::BarrierOp::create(b); // this stage is free for the next prefetch
+  yield.append(nextIds.begin(), nextIds.end());
+  scf::YieldOp::create(b, yield);
+  return loop.getResults();
+}
+
+SmallVector<Value> DecodeKernelBuilder::visitTile(Value j, Value stage,
+                                                  ValueRange state) {
   stageOff = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
   mma->selectStage(stageOff);
   Value kv0 = ops.mul(j, ops.ci32(c.blockN));
@@ -478,11 +505,7 @@ ValueRange DecodeKernelBuilder::mainLoop() {
     b.setInsertionPointToStart(tileIf.thenBlock());
     scf::YieldOp::create(b, tileStep(state, kv0, needsMask, poisoned));
   }
-  gpu::BarrierOp::create(b); // this stage is free for the next prefetch
-  SmallVector<Value> yield(tileIf.getResults());
-  yield.append(nextIds.begin(), nextIds.end());
-  scf::YieldOp::create(b, yield);
-  return loop.getResults();
+  return SmallVector<Value>(tileIf.getResults());
 }
 
 Value DecodeKernelBuilder::voteMaskedValues(Value visited, Value needsMask) {

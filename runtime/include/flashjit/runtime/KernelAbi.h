@@ -211,7 +211,8 @@ inline bool parseKernelKind(std::string_view name, KernelKind &kind) {
 /// fields mean "not chosen yet" where a request carries it.
 ///
 /// GPU kernels use arch ("sm_80", "sm_90a"), kind, blockN, numWarps,
-/// rowsPerWarp, minBlocksPerSM, wgmma, varlen and blockSparse; block_m is
+/// rowsPerWarp, minBlocksPerSM, wgmma, varlen and blockSparse (decode
+/// kernels also decodeStages); block_m is
 /// rowsPerWarp * numWarps. CPU kernels (arch "cpu") use the subset kind,
 /// cpuBlockM, blockN, varlen, blockSparse, countTiles and optLevel; their
 /// GPU fields stay 0 / false.
@@ -260,6 +261,14 @@ struct KernelConfig {
   /// Visits only the key tiles of a block mask (block-mask arguments; the
   /// module also holds the block-mask builder).
   bool blockSparse = false;
+  /// GPU decode kernels only: K/V cp.async stages, 2 or 3. 2 (or 0, the
+  /// records written before the field): Q has its own tile, the loop waits
+  /// for tile j, then prefetches tile j + 1 into the other stage, with a
+  /// CTA barrier before and after the tile's products. 3: Q lands in the
+  /// third stage's bytes (it lives in registers once loaded, so head_dim_qk
+  /// at most 128 with 16 rows per warp), two tiles are in flight during a
+  /// tile's products and one barrier per tile orders the stages.
+  int decodeStages = 0;
   /// CPU: queries per tile (GPU kernels derive theirs: blockM()).
   int cpuBlockM = 0;
   /// CPU: the kernel counts tile classes (RunStats::tiles).
@@ -290,6 +299,9 @@ struct KernelConfig {
   /// one per stage after them (warpSpecialized: then one "empty" and one
   /// "voted" mbarrier per stage, then a 32-bit word per stage: the
   /// masked-value vote, compiler/lib/Conversion/AttnToNVVM/MaskedValues.h).
+  /// Decode: the forward's layout with two stages; with decodeStages 3,
+  /// three padded K/V stages, the Q tile overlaid on the third (its bytes
+  /// beyond the stage's, if any, after it).
   /// Backward (main kernel): K and V of its blockM() keys, Q and dO of
   /// blockN query rows, dS^T [blockM() x blockN] (padded rows of 16-bit
   /// elements), then LSE and D of the query rows (fp32); wgmma: unpadded
@@ -305,6 +317,13 @@ struct KernelConfig {
       return 2 * (m * (headDimQK + p) + m * (headDimV + p) +
                   n * (headDimQK + p) + n * (headDimV + p) + m * (n + p)) +
              8 * n;
+    }
+    if (kind == KernelKind::Decode && decodeStages == 3) {
+      const int64_t p = kSharedRowPad;
+      const int64_t stage =
+          2 * int64_t(blockN) * (headDimQK + p + headDimV + p);
+      const int64_t q = 2 * int64_t(blockM()) * (headDimQK + p);
+      return 2 * stage + (q > stage ? q : stage);
     }
     return forwardBytes(headDimQK, headDimV, kvStages(headDimQK, headDimV));
   }

@@ -23,8 +23,9 @@ namespace flashjit::nvvm {
 /// the last CTA of a (batch, kv head, row tile) group merges (DecodeMerge.h)
 /// or, with null counters, the merge kernel does (DecodeMergeKernel.h).
 /// mma.sync with rows-per-warp 16: config.blockM() packed query rows per
-/// CTA, config.blockN keys per tile, two cp.async K/V stages gathered
-/// through the page table; warps whose rows are all padding only load. The
+/// CTA, config.blockN keys per tile, config.decodeStages cp.async K/V
+/// stages (2, or 3 with Q's tile on the third) gathered through the page
+/// table; warps whose rows are all padding only load. The
 /// variant is evaluated per element by variantScoresPacked (VariantTile.h),
 /// exactly as the forward kernel evaluates it, with seqlen_q = q_len and
 /// seqlen_k the sequence's length. Keys at or past a sequence's length are
