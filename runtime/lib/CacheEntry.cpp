@@ -151,6 +151,8 @@ llvm::json::Object detail::configToJson(const KernelConfig &c) {
     o["warp_specialized"] = true;
   if (c.overlapSoftmax)
     o["overlap_softmax"] = true;
+  if (c.syncBackward)
+    o["sync_backward"] = true;
   return o;
 }
 
@@ -224,6 +226,17 @@ detail::configFromJson(const llvm::json::Value *value, std::string &why) {
       return std::nullopt;
     }
     c.overlapSoftmax = true;
+    ++optional;
+  }
+  if (const llvm::json::Value *sb = o->get("sync_backward")) {
+    std::optional<bool> v = sb->getAsBoolean();
+    // A request's (key_inputs) has no wgmma field set: backward is all.
+    if (!v || !*v || c.kind != KernelKind::Backward) {
+      why = "config field \"sync_backward\" is not true on a backward "
+            "kernel";
+      return std::nullopt;
+    }
+    c.syncBackward = true;
     ++optional;
   }
   if (o->size() != 2 + std::size(ints) + std::size(flags) + optional) {

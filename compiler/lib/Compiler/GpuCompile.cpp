@@ -183,6 +183,10 @@ void validateForGpu(const AttentionSpec &spec,
                                   "has 16 packed query rows per warp",
                                   tc.rowsPerWarp));
   }
+  if (options.syncBackward && tc.kind != KernelKind::Backward)
+    throw UserError(fmt::format("sync_backward: the {} kernel has no "
+                                "backward tile step (backward kernels only)",
+                                toString(tc.kind)));
   int blockN = tc.blockN;
   if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
     throw UserError(fmt::format("block_n = {} must be a multiple of 16 in "
@@ -346,6 +350,7 @@ KernelConfig requestedConfig(const GpuCompileOptions &options) {
   c.varlen = options.varlen;
   c.blockSparse = options.blockSparse;
   c.kind = options.kind;
+  c.syncBackward = options.syncBackward;
   return c;
 }
 

@@ -152,6 +152,10 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
       *this, "overlap-softmax",
       llvm::cl::desc("with warp-specialized: softmax beside the products"),
       llvm::cl::init(false)};
+  Option<bool> syncBackward{
+      *this, "sync-backward",
+      llvm::cl::desc("with backward and wgmma: the synchronous tile step"),
+      llvm::cl::init(false)};
   Option<bool> backward{*this, "backward",
                         llvm::cl::desc("the three backward kernels"),
                         llvm::cl::init(false)};

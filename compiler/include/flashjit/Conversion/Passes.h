@@ -31,6 +31,7 @@ template <class Options> KernelConfig fromPassOptions(const Options &options) {
   c.tma = options.tma;
   c.warpSpecialized = options.warpSpecialized;
   c.overlapSoftmax = options.overlapSoftmax;
+  c.syncBackward = options.syncBackward;
   c.kind = options.backward ? KernelKind::Backward
            : options.decode ? KernelKind::Decode
                             : KernelKind::Forward;

@@ -94,7 +94,11 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
     Option<"overlapSoftmax", "overlap-softmax", "bool", /*default=*/"false",
            "with warp-specialized: FlashAttention-3's intra-warpgroup "
            "overlap (two wgmma groups in flight: a tile's S = Q K^T and the "
-           "previous tile's P V; the softmax runs while P V does)">
+           "previous tile's P V; the softmax runs while P V does)">,
+    Option<"syncBackward", "sync-backward", "bool", /*default=*/"false",
+           "with backward and wgmma: the synchronous tile step for mask or "
+           "score-modifier code at head dims above 64 (not split, not "
+           "block-sparse) instead of the pipelined one">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::NVVM::NVVMDialect",
