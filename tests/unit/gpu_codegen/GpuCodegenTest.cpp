@@ -885,8 +885,9 @@ TEST_CASE("a masked wgmma backward that spills pipelined is built with the "
           "[gpu-codegen][backward]") {
   // compileGpuArtifacts' chain: pipelined -> synchronous wgmma -> mma.sync,
   // the least spilling kept. Causal at head dim 128 assembles pipelined
-  // clean; a bottom-right window spills there in ptxas 13 (measured
-  // 2026-12-06) and must end on the synchronous wgmma kernel, not mma.sync.
+  // clean; varlen bottom-right causal spills 8 bytes there (ptxas 13,
+  // 2026-12-06; the synchronous kernel 0) and must end on the synchronous
+  // wgmma kernel, not mma.sync.
   GpuCompileOptions o;
   o.kind = KernelKind::Backward;
   o.arch = "sm_90a";
@@ -896,8 +897,12 @@ TEST_CASE("a masked wgmma backward that spills pipelined is built with the "
   mma.mma = GpuMma::MmaSync;
   AttentionSpec causal =
       testing::matrixSpec("causal_tl", 128, DType::BF16, 16, 16);
-  AttentionSpec br = testing::matrixSpec("none", 128, DType::F16, 4, 2);
-  br.variant.mask(sliding_window(50, 20, Alignment::BottomRight));
+  // The spec and options `flashjit compile --kernel bwd --varlen` builds
+  // (tests/unit/cli: spill_hints.sh checks the same through the CLI).
+  AttentionSpec br =
+      backwardSpec(parseSpec("attention(head_dim=128, causal=bottom_right)"));
+  GpuCompileOptions ov = o, sov = so, mmav = mma;
+  ov.varlen = sov.varlen = mmav.varlen = true;
 
   runtime::KernelArtifacts p = compileGpuArtifacts(causal, o);
   CHECK(p.config.wgmma);
@@ -909,16 +914,16 @@ TEST_CASE("a masked wgmma backward that spills pipelined is built with the "
   CHECK(p.file(runtime::kPtxFile)->find("wgmma.wait_group.sync.aligned 1;") !=
         std::string::npos);
 
-  // The premise: the pipelined window kernel spills.
-  REQUIRE(resolveGpuTileConfig(br, o).wgmma);
-  runtime::PtxasReport r = runtime::runPtxas(compileGpu(br, o).ptx, o.arch);
+  // The premise: the pipelined kernel spills.
+  REQUIRE(resolveGpuTileConfig(br, ov).wgmma);
+  runtime::PtxasReport r = runtime::runPtxas(compileGpu(br, ov).ptx, o.arch);
   const runtime::PtxasFunctionReport *f = r.find(br.variant.name() + "_bwd");
   REQUIRE(f);
   CHECK(f->spillStoreBytes > 0);
-  runtime::KernelArtifacts s = compileGpuArtifacts(br, o);
+  runtime::KernelArtifacts s = compileGpuArtifacts(br, ov);
   CHECK(s.config.wgmma);
   CHECK(s.config.syncBackward);
-  CHECK(s.config == resolveGpuTileConfig(br, so));
+  CHECK(s.config == resolveGpuTileConfig(br, sov));
   CHECK(s.registers > 0);
   CHECK(s.spillBytes == 0);
   REQUIRE(s.file(runtime::kPtxFile));
@@ -929,11 +934,11 @@ TEST_CASE("a masked wgmma backward that spills pipelined is built with the "
   // answers a request for it, the pipelined one does not, and neither is
   // an mma.sync request's.
   CHECK(gpuEntryMismatch(causal, o, p) == "");
-  CHECK(gpuEntryMismatch(br, o, s) == "");
-  CHECK(gpuEntryMismatch(br, so, s) == "");
+  CHECK(gpuEntryMismatch(br, ov, s) == "");
+  CHECK(gpuEntryMismatch(br, sov, s) == "");
   CHECK_THAT(gpuEntryMismatch(causal, so, p),
              Catch::Contains("wgmma (synchronous) this request resolves to"));
-  CHECK(gpuEntryMismatch(br, mma, s) != "");
+  CHECK(gpuEntryMismatch(br, mmav, s) != "");
   CHECK(gpuEntryMismatch(causal, mma, p) != "");
   // The synchronous order is recorded only where it is a choice: an entry
   // claiming it for an unmasked kernel is not that request's.
