@@ -199,46 +199,33 @@ detail::configFromJson(const llvm::json::Value *value, std::string &why) {
     }
     *out = *v;
   }
+  // Fields written only where set, each true only on the kernels it
+  // applies to (\p allowed, read after the fields before it).
   size_t optional = 0;
-  if (const llvm::json::Value *tma = o->get("tma")) {
-    std::optional<bool> v = tma->getAsBoolean();
-    if (!v || !*v || !c.wgmma) {
-      why = "config field \"tma\" is not true on a wgmma kernel";
-      return std::nullopt;
+  auto optionalFlag = [&](const char *name, bool &out, bool allowed,
+                          const char *kernels) {
+    const llvm::json::Value *v = o->get(name);
+    if (!v)
+      return true;
+    std::optional<bool> b = v->getAsBoolean();
+    if (!b || !*b || !allowed) {
+      why =
+          fmt::format("config field \"{}\" is not true on a {}", name, kernels);
+      return false;
     }
-    c.tma = true;
-    optional = 1;
-  }
-  if (const llvm::json::Value *ws = o->get("warp_specialized")) {
-    std::optional<bool> v = ws->getAsBoolean();
-    if (!v || !*v || !c.tma) {
-      why = "config field \"warp_specialized\" is not true on a tma kernel";
-      return std::nullopt;
-    }
-    c.warpSpecialized = true;
+    out = true;
     ++optional;
-  }
-  if (const llvm::json::Value *ov = o->get("overlap_softmax")) {
-    std::optional<bool> v = ov->getAsBoolean();
-    if (!v || !*v || !c.warpSpecialized) {
-      why = "config field \"overlap_softmax\" is not true on a "
-            "warp-specialised kernel";
-      return std::nullopt;
-    }
-    c.overlapSoftmax = true;
-    ++optional;
-  }
-  if (const llvm::json::Value *sb = o->get("sync_backward")) {
-    std::optional<bool> v = sb->getAsBoolean();
-    // A request's (key_inputs) has no wgmma field set: backward is all.
-    if (!v || !*v || c.kind != KernelKind::Backward) {
-      why = "config field \"sync_backward\" is not true on a backward "
-            "kernel";
-      return std::nullopt;
-    }
-    c.syncBackward = true;
-    ++optional;
-  }
+    return true;
+  };
+  // A request's (key_inputs) sync_backward has no wgmma set: backward is all.
+  if (!optionalFlag("tma", c.tma, c.wgmma, "wgmma kernel") ||
+      !optionalFlag("warp_specialized", c.warpSpecialized, c.tma,
+                    "tma kernel") ||
+      !optionalFlag("overlap_softmax", c.overlapSoftmax, c.warpSpecialized,
+                    "warp-specialised kernel") ||
+      !optionalFlag("sync_backward", c.syncBackward,
+                    c.kind == KernelKind::Backward, "backward kernel"))
+    return std::nullopt;
   if (o->size() != 2 + std::size(ints) + std::size(flags) + optional) {
     why = "config has unknown fields";
     return std::nullopt;
