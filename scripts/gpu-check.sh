@@ -156,9 +156,9 @@ pack() {
   # with masked-key isolation into the matrix, without it (the baseline)
   # into <matrix dir>/maskbench-base, with the vote in every partial tile
   # (session 15's placement) into <matrix dir>/maskbench-old.
-  # GPU_CHECK_MASKBENCH_BASE=mask-bench-pipe makes the "base" the same
-  # kernels with the wgmma backward's pipelined tile step at head dim 128
-  # instead (its gain: "new" is the default, synchronous one there).
+  # GPU_CHECK_MASKBENCH_BASE=mask-bench-sync makes the "base" the same
+  # kernels with the wgmma backward's synchronous tile step at head dim 128
+  # instead (the pipelined default's gain: "new" is the pipelined one).
   if [[ ${GPU_CHECK_MASKBENCH:-0} == 1 ]]; then
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a mask-bench
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-base" sm_90a \

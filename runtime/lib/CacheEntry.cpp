@@ -153,6 +153,8 @@ llvm::json::Object detail::configToJson(const KernelConfig &c) {
     o["overlap_softmax"] = true;
   if (c.decodeStages)
     o["decode_stages"] = c.decodeStages;
+  if (c.syncBackward)
+    o["sync_backward"] = true;
   return o;
 }
 
@@ -199,35 +201,33 @@ detail::configFromJson(const llvm::json::Value *value, std::string &why) {
     }
     *out = *v;
   }
+  // Fields written only where set, each true only on the kernels it
+  // applies to (\p allowed, read after the fields before it).
   size_t optional = 0;
-  if (const llvm::json::Value *tma = o->get("tma")) {
-    std::optional<bool> v = tma->getAsBoolean();
-    if (!v || !*v || !c.wgmma) {
-      why = "config field \"tma\" is not true on a wgmma kernel";
-      return std::nullopt;
+  auto optionalFlag = [&](const char *name, bool &out, bool allowed,
+                          const char *kernels) {
+    const llvm::json::Value *v = o->get(name);
+    if (!v)
+      return true;
+    std::optional<bool> b = v->getAsBoolean();
+    if (!b || !*b || !allowed) {
+      why =
+          fmt::format("config field \"{}\" is not true on a {}", name, kernels);
+      return false;
     }
-    c.tma = true;
-    optional = 1;
-  }
-  if (const llvm::json::Value *ws = o->get("warp_specialized")) {
-    std::optional<bool> v = ws->getAsBoolean();
-    if (!v || !*v || !c.tma) {
-      why = "config field \"warp_specialized\" is not true on a tma kernel";
-      return std::nullopt;
-    }
-    c.warpSpecialized = true;
+    out = true;
     ++optional;
-  }
-  if (const llvm::json::Value *ov = o->get("overlap_softmax")) {
-    std::optional<bool> v = ov->getAsBoolean();
-    if (!v || !*v || !c.warpSpecialized) {
-      why = "config field \"overlap_softmax\" is not true on a "
-            "warp-specialised kernel";
-      return std::nullopt;
-    }
-    c.overlapSoftmax = true;
-    ++optional;
-  }
+    return true;
+  };
+  // A request's (key_inputs) sync_backward has no wgmma set: backward is all.
+  if (!optionalFlag("tma", c.tma, c.wgmma, "wgmma kernel") ||
+      !optionalFlag("warp_specialized", c.warpSpecialized, c.tma,
+                    "tma kernel") ||
+      !optionalFlag("overlap_softmax", c.overlapSoftmax, c.warpSpecialized,
+                    "warp-specialised kernel") ||
+      !optionalFlag("sync_backward", c.syncBackward,
+                    c.kind == KernelKind::Backward, "backward kernel"))
+    return std::nullopt;
   if (const llvm::json::Value *ds = o->get("decode_stages")) {
     std::optional<int64_t> v = ds->getAsInteger();
     if (!v || (*v != 2 && *v != 3) || c.kind != KernelKind::Decode) {

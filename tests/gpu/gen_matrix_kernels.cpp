@@ -31,17 +31,17 @@
 // the same kernels without masked-key isolation (their baseline, through
 // setMaskedValueIsolationForTesting); mask-bench-old the same with the vote
 // inside every partial tile (setMaskedValueTileVoteForTesting);
-// mask-bench-pipe the same kernels with the wgmma backward's pipelined tile
-// step at head dim 128 too (setMaskedPipelinedBackwardForTesting; as the
-// [.maskbench] baseline its "base" columns are the pipelined kernels).
-// Timing ids of benchKernels() ending `_pipe` are built that way too.
+// mask-bench-sync the same kernels with the wgmma backward's synchronous
+// tile step where the order is a choice (GpuCompileOptions::syncBackward;
+// as the [.maskbench] baseline its "base" columns are the synchronous
+// kernels). Timing ids of benchKernels() ending `_sync` are built that way
+// too.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 #include "OutputFiles.h"
 
-#include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
 
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
                  "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
                  "wgmma.tma.ws.overlap|backward-only|"
                  "backward-only.mma.sync|mask-bench|mask-bench-base|"
-                 "mask-bench-pipe|mask-bench-old]]\n",
+                 "mask-bench-sync|mask-bench-old]]\n",
                  argv[0]);
     return 1;
   }
@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
   // for the [backward] tests: scripts/gpu-check.sh with
   // GPU_CHECK_PACK=backward).
   bool backwardOnly = false, tma = false, ws = false, overlap = false,
-       maskBench = false;
+       maskBench = false, syncBackward = false;
   if (argc > 3) {
     std::string mma = argv[3];
     // mask-bench-base: the [.maskbench] baseline, the same kernels without
@@ -101,16 +101,15 @@ int main(int argc, char **argv) {
     // cache).
     if (mma == "mask-bench-base")
       flashjit::setMaskedValueIsolationForTesting(false);
-    // mask-bench-pipe: the same kernels with the wgmma backward's
-    // pipelined tile step at head dim 128 too.
-    if (mma == "mask-bench-pipe")
-      flashjit::setMaskedPipelinedBackwardForTesting(true);
+    // mask-bench-sync: the same kernels with the wgmma backward's
+    // synchronous tile step (the maskbench loop below).
+    syncBackward = mma == "mask-bench-sync";
     // mask-bench-old: the same kernels with the vote in every partial tile
     // (session 15's placement), the [.maskbench] "old" column.
     if (mma == "mask-bench-old")
       flashjit::setMaskedValueTileVoteForTesting(true);
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
-        mma == "mask-bench-pipe" || mma == "mask-bench-old")
+        mma == "mask-bench-sync" || mma == "mask-bench-old")
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
@@ -174,6 +173,7 @@ int main(int argc, char **argv) {
       bo.arch = o.arch;
       write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
       bo.kind = flashjit::KernelKind::Backward;
+      bo.syncBackward = syncBackward;
       write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
       n += 2;
     }
@@ -314,12 +314,11 @@ int main(int argc, char **argv) {
     write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
     bo.kind = flashjit::KernelKind::Backward;
     bo.mma = bwdMma;
-    // `_pipe`: the pipelined backward tile step with the mask or modifier.
-    const bool pipe =
-        k.id.size() > 5 && k.id.substr(k.id.size() - 5) == "_pipe";
-    flashjit::setMaskedPipelinedBackwardForTesting(pipe);
+    // `_sync`: the synchronous backward tile step (the old default with
+    // mask or modifier code at head dim 128).
+    bo.syncBackward =
+        k.id.size() > 5 && k.id.substr(k.id.size() - 5) == "_sync";
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
-    flashjit::setMaskedPipelinedBackwardForTesting(false);
     n += 2;
   }
   // Block-sparse timing kernels: forward <id>_fwd, backward <id> (bwdMma)

@@ -244,10 +244,10 @@ inline std::vector<MatrixKernel> sparseBenchKernels() {
 /// (with their parameter / slope gradients) at head dim 128, and causal
 /// with a literal softcap of 30 at head dim 128 (no parameter gradient), a
 /// causal sliding window of 1024 keys (variant "window_1024") at head dim
-/// 128. Ids ending `_pipe` are the same masked specs with the wgmma
-/// backward's pipelined tile step (gen_matrix_kernels:
-/// setMaskedPipelinedBackwardForTesting on), timed beside the synchronous
-/// one they take by default.
+/// 128. Ids ending `_sync` are the same masked specs with the wgmma
+/// backward's synchronous tile step (gen_matrix_kernels:
+/// GpuCompileOptions::syncBackward; the default before session 17), timed
+/// beside the pipelined one they take by default.
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
@@ -262,12 +262,12 @@ inline std::vector<MatrixKernel> benchKernels() {
   AttentionSpec w = matrixSpec("none", 128, DType::BF16, 16, 16);
   w.variant.mask(sliding_window(1024, 0, Alignment::TopLeft));
   out.push_back({"bench_window_d128", "window_1024", w});
-  // The pipelined step beside the synchronous one (masked, head dim 128).
+  // The synchronous step beside the pipelined one (masked, head dim 128).
   for (const char *id :
        {"bench_causal_tl_d128", "bench_softcap30_d128", "bench_window_d128"})
     for (size_t i = 0, n = out.size(); i < n; ++i)
       if (out[i].id == id)
-        out.push_back({out[i].id + "_pipe", out[i].variant, out[i].spec});
+        out.push_back({out[i].id + "_sync", out[i].variant, out[i].spec});
   return out;
 }
 

@@ -719,11 +719,12 @@ int runCompile() {
   else
     llvm::outs() << fmt::format(
         "kernel  {} mma={} threads={} block_m={} block_n={} shared_bytes={} "
-        "registers={} spill_bytes={}{}{}\n",
+        "registers={} spill_bytes={}{}{}{}\n",
         a.entry, a.config.mmaName(), a.config.threads(), a.config.blockM(),
         a.config.blockN, a.sharedBytes, a.registers, a.spillBytes,
         a.config.varlen ? " varlen" : "",
-        a.config.blockSparse ? " block_sparse" : "");
+        a.config.blockSparse ? " block_sparse" : "",
+        a.config.syncBackward ? " sync_backward" : "");
   if (a.spillBytes > 0)
     warnSpills(spec, target,
                backward ? KernelKind::Backward : KernelKind::Forward, a);

@@ -71,6 +71,13 @@ GpuCompileOptions withMmaSync(GpuCompileOptions o) {
   o.mma = GpuMma::MmaSync;
   return o;
 }
+
+/// \p o asking for the wgmma backward's synchronous tile step: its first
+/// fallback.
+GpuCompileOptions withSyncBackward(GpuCompileOptions o) {
+  o.syncBackward = true;
+  return o;
+}
 } // namespace
 
 /// compileGpuArtifacts without the backward's fallback.
@@ -147,46 +154,75 @@ compileGpuArtifactsOnce(const AttentionSpec &spec,
   return a;
 }
 
+/// \p best, or \p next if it spills fewer bytes (ties: \p best, the
+/// earlier kernel of the chain); \p what names \p next's kernel, \p keep
+/// (may be empty) how to keep \p best's.
+static KernelArtifacts lessSpilled(KernelArtifacts best, KernelArtifacts next,
+                                   const char *what, const char *keep) {
+  if (next.registers == 0 || next.spillBytes >= best.spillBytes)
+    return best;
+  llvm::errs() << fmt::format(
+      "flashjit: note: the {} backward of '{}' spills {} bytes of "
+      "registers; using the {} backward ({} bytes{}{})\n",
+      best.config.syncBackward ? "synchronous wgmma"
+      : best.config.wgmma      ? "wgmma"
+                               : "mma.sync",
+      best.entry, best.spillBytes, what, next.spillBytes, *keep ? "; " : "",
+      keep);
+  return next;
+}
+
 KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
                                     const GpuCompileOptions &options) {
   KernelArtifacts a = compileGpuArtifactsOnce(spec, options);
+  // The wgmma backward with mask or score-modifier code above head dim 64
+  // takes the pipelined tile step; ordinary user masks (bottom-right and
+  // varlen windows, varlen document masks) spill 4-16 bytes there in
+  // ptxas 13 and take the synchronous step, where the configuration
+  // differs (KernelConfig::syncBackward), if it spills less.
+  if (options.kind != KernelKind::Backward || a.spillBytes == 0)
+    return a;
+  if (a.config.wgmma && !a.config.syncBackward &&
+      resolveGpuTileConfig(spec, withSyncBackward(options)) != a.config)
+    a = lessSpilled(a, compileGpuArtifactsOnce(spec, withSyncBackward(options)),
+                    "synchronous wgmma", "");
   // The wgmma backward's policy (TilePolicy.cpp backwardWgmmaApplies) was
   // measured on single score modifiers; composed ones (softcap with ALiBi
   // at head dim 64, bias buffers or a document mask with a bias at 128)
   // spill 72-616 bytes there. Where ptxas reports spills and the policy
   // chose wgmma, the mma.sync kernel is built instead if it spills less
   // (none did in those cases). The key stays the request's: a hit holds
-  // either kernel (gpuEntryMismatch), each a pure function of the spec,
-  // this build and its ptxas.
+  // any kernel of the chain (gpuEntryMismatch), each a pure function of
+  // the spec, this build and its ptxas.
   if (!policyBackward(options) || !a.config.wgmma || a.spillBytes == 0)
     return a;
-  KernelArtifacts sync = compileGpuArtifactsOnce(spec, withMmaSync(options));
-  if (sync.registers == 0 || sync.spillBytes >= a.spillBytes)
-    return a;
-  llvm::errs() << fmt::format(
-      "flashjit: note: the wgmma backward of '{}' spills {} bytes of "
-      "registers; using the mma.sync backward ({} bytes; --mma wgmma keeps "
-      "wgmma)\n",
-      a.entry, a.spillBytes, sync.spillBytes);
-  return sync;
+  return lessSpilled(a, compileGpuArtifactsOnce(spec, withMmaSync(options)),
+                     "mma.sync", "--mma wgmma keeps wgmma");
 }
 
 std::string gpuEntryMismatch(const AttentionSpec &spec,
                              const GpuCompileOptions &options,
                              const KernelArtifacts &a) {
   KernelConfig want = resolveGpuTileConfig(spec, options);
-  // The backward's mma.sync fallback (compileGpuArtifacts) is the policy's
-  // other kernel for this request.
+  // The backward's fallbacks (compileGpuArtifacts), the synchronous wgmma
+  // step and mma.sync, are this request's other kernels.
+  if (a.config != want && options.kind == KernelKind::Backward && want.wgmma &&
+      a.config.syncBackward)
+    want = resolveGpuTileConfig(spec, withSyncBackward(options));
   if (a.config != want && policyBackward(options) && want.wgmma &&
       !a.config.wgmma)
     want = resolveGpuTileConfig(spec, withMmaSync(options));
+  auto order = [](const KernelConfig &c) {
+    return c.syncBackward ? " (synchronous)" : "";
+  };
   if (a.config != want)
     return fmt::format("its configuration (warps {}, rows per warp {}, "
-                       "block_n {}, {}) is not the {}, {}, {}, {} this "
+                       "block_n {}, {}{}) is not the {}, {}, {}, {}{} this "
                        "request resolves to",
                        a.config.numWarps, a.config.rowsPerWarp, a.config.blockN,
-                       a.config.mmaName(), want.numWarps, want.rowsPerWarp,
-                       want.blockN, want.mmaName());
+                       a.config.mmaName(), order(a.config), want.numWarps,
+                       want.rowsPerWarp, want.blockN, want.mmaName(),
+                       order(want));
   if (a.entry != spec.variant.name())
     return fmt::format("its entry is '{}', not '{}'", a.entry,
                        spec.variant.name());

@@ -206,6 +206,10 @@ void validateForGpu(const AttentionSpec &spec,
   }
   if (tc.kind == KernelKind::Decode)
     validateDecode(spec, options, tc);
+  if (options.syncBackward && tc.kind != KernelKind::Backward)
+    throw UserError(fmt::format("sync_backward: the {} kernel has no "
+                                "backward tile step (backward kernels only)",
+                                toString(tc.kind)));
   int blockN = tc.blockN;
   if (blockN < 16 || blockN > 128 || blockN % 16 != 0)
     throw UserError(fmt::format("block_n = {} must be a multiple of 16 in "
@@ -370,6 +374,7 @@ KernelConfig requestedConfig(const GpuCompileOptions &options) {
   c.blockSparse = options.blockSparse;
   c.kind = options.kind;
   c.decodeStages = options.decodeStages;
+  c.syncBackward = options.syncBackward;
   return c;
 }
 

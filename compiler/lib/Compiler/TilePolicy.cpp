@@ -354,6 +354,16 @@ static GpuTileConfig backwardTileConfig(const AttentionSpec &spec,
   return c;
 }
 
+/// Whether the backward kernel \p c of \p spec may take either tile order
+/// (KernelConfig::syncBackward): wgmma, mask or score-modifier code, head
+/// dims above 64, not the split kernel (rowsPerWarp 8), not block-sparse.
+static bool backwardOrderIsChoice(const AttentionSpec &spec,
+                                  const GpuTileConfig &c) {
+  return c.wgmma && c.rowsPerWarp != 8 && !c.blockSparse &&
+         std::max(spec.headDimQK, spec.headDimV) > 64 &&
+         (hasMaskCode(spec) || hasScoreModCode(spec));
+}
+
 /// The decode kernels' tiles: 4 warps of 16 packed query rows (a GQA group
 /// times q_len; warps with only padding rows just load), 64 keys per tile
 /// up to head dim 128, 32 above; three K/V stages with Q overlaid on the
@@ -404,6 +414,7 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
       c.numWarps = options.numWarps;
     if (options.minBlocksPerSM)
       c.minBlocksPerSM = options.minBlocksPerSM;
+    c.syncBackward = options.syncBackward && backwardOrderIsChoice(spec, c);
     return c;
   }
   // Two m16 tiles per warp exist only for mma.sync: asking for them picks

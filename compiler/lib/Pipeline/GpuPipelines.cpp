@@ -156,6 +156,10 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
       *this, "decode-stages",
       llvm::cl::desc("with decode: K/V stages (2, or 3: Q on the third)"),
       llvm::cl::init(0)};
+  Option<bool> syncBackward{
+      *this, "sync-backward",
+      llvm::cl::desc("with backward and wgmma: the synchronous tile step"),
+      llvm::cl::init(false)};
   Option<bool> backward{*this, "backward",
                         llvm::cl::desc("the three backward kernels"),
                         llvm::cl::init(false)};

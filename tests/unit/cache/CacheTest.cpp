@@ -232,6 +232,40 @@ TEST_CASE("a TMA configuration survives the manifest", "[cache]") {
   }
 }
 
+TEST_CASE("the backward's synchronous order survives the manifest and is "
+          "refused on other kernels",
+          "[cache]") {
+  // meta.json names "sync_backward" only where it is set; a forward entry
+  // (or a hand-edited one) claiming it is invalid, not silently loaded.
+  for (bool sync : {false, true}) {
+    INFO("sync " << sync);
+    TempDir tmp;
+    DiskCache cache(configIn(tmp / "cache"));
+    REQUIRE(cache.usable());
+    CacheKey key = CacheKey::make(kSpec, "sm_90a", 64, 8);
+    KernelArtifacts a = fakeArtifacts(kSpec, "one");
+    a.config.kind = KernelKind::Backward;
+    a.config.wgmma = true;
+    a.config.syncBackward = sync;
+    REQUIRE(cache.store(key, a));
+    std::string meta = readAll(cache.entryDir(key.hash()) + "/" + kMetaFile);
+    CHECK((meta.find("\"sync_backward\": true") != std::string::npos) == sync);
+    CHECK((meta.find("\"sync_backward\"") != std::string::npos) == sync);
+    std::optional<KernelArtifacts> b = cache.load(key);
+    REQUIRE(b);
+    CHECK(b->config.syncBackward == sync);
+    CHECK(b->config == a.config);
+  }
+  TempDir tmp;
+  DiskCache cache(configIn(tmp / "cache"));
+  CacheKey key = CacheKey::make(kSpec, "sm_90a", 64, 8);
+  KernelArtifacts fwd = fakeArtifacts(kSpec, "one");
+  fwd.config.wgmma = true;
+  fwd.config.syncBackward = true; // a forward kernel has no tile order
+  REQUIRE(cache.store(key, fwd));
+  CHECK_FALSE(cache.load(key));
+}
+
 TEST_CASE("getOrCompile compiles on a miss and loads on a hit", "[cache]") {
   TempDir tmp;
   DiskCache cache(configIn(tmp.path()));

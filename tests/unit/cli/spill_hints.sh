@@ -34,4 +34,23 @@ grep -q "warning: the kernel spills .*; --mma mma.sync assembles without spills 
   { echo "FAIL: no checked mma.sync hint"; fail=1; }
 ! grep -q -- "--block-n" "$dir/w.err" ||
   { echo "FAIL: a refused --block-n hint"; fail=1; }
+# The masked wgmma backward at head dim 128: causal assembles pipelined
+# clean; varlen bottom-right causal spills 8 bytes pipelined (ptxas 13) and
+# is built with the synchronous step (sync_backward), clean, not with
+# mma.sync.
+order() { # EXPECTED-SYNC SPEC [FLAGS]: `compile --kernel bwd` of SPEC
+  want=$1 spec=$2; shift 2
+  out=$("$fj" $c --kernel bwd "$@" --spec "$spec" 2>/dev/null)
+  echo "$out" | grep -q "^kernel .* mma=wgmma .*spill_bytes=0" ||
+    { echo "FAIL: $spec: $out"; fail=1; }
+  if [ "$want" = sync ]; then
+    echo "$out" | grep -q " sync_backward" ||
+      { echo "FAIL: $spec: not sync_backward: $out"; fail=1; }
+  else
+    ! echo "$out" | grep -q " sync_backward" ||
+      { echo "FAIL: $spec: sync_backward: $out"; fail=1; }
+  fi
+}
+order pipelined 'attention(head_dim=128, causal=top_left)'
+order sync 'attention(head_dim=128, causal=bottom_right)' --varlen
 [ $fail = 0 ] && echo spill-hints-ok

@@ -12,7 +12,6 @@
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 
-#include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
@@ -784,14 +783,16 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
         CHECK(img.ptx.find("fence.proxy.async.shared::cta") !=
               std::string::npos);
         CHECK(img.ptx.find("mma.sync.aligned.m16n8k16") == std::string::npos);
-        // Asynchronous products (not with mask code above head dim 64,
-        // which keeps the synchronous order): S^T and dP^T in flight
-        // together, dQ and dK beside the previous group; the query tile's
-        // LSE and D by 4-byte cp.async (the ring); dQ added two columns at
-        // a time.
+        // Asynchronous products (not with a score modifier that reads
+        // buffers above head dim 64, nor with mask code in the split
+        // kernel: those keep the synchronous order): S^T and dP^T in
+        // flight together, dQ and dK beside the previous group; the query
+        // tile's LSE and D by 4-byte cp.async (the ring); dQ added two
+        // columns at a time.
         const bool pipelined =
             !split && (k.variant == "none" ||
-                       std::max(k.spec.headDimQK, k.spec.headDimV) <= 64);
+                       std::max(k.spec.headDimQK, k.spec.headDimV) <= 64 ||
+                       (k.variant != "alibi" && k.variant != "rel_bias"));
         CHECK((img.ptx.find("wgmma.wait_group.sync.aligned 1;") !=
                std::string::npos) == pipelined);
         CHECK((img.ptx.find("cp.async.ca.shared.global [") !=
@@ -831,20 +832,17 @@ TEST_CASE("every backward kernel assembles with no spills for sm_80 and "
   CHECK(checked == 2 * int(testing::backwardKernels().size()));
 }
 
-TEST_CASE("the pipelined masked wgmma backward at head dim 128 (a testing "
-          "hook) assembles without spills for the matrix's kernels",
+TEST_CASE("the masked wgmma backward at head dim 128 takes the pipelined "
+          "step and assembles without spills for the matrix's kernels",
           "[gpu-codegen][backward]") {
-  // setMaskedPipelinedBackwardForTesting: the [.bwdbench] `_pipe` kernels.
   // Masks and modifiers without buffer reads or data gradients take the
-  // pipelined step (S^T and dP^T in flight together: wait_group 1; the
-  // next query tile's LSE and D by 4-byte cp.async); a document mask too
-  // (dP^T issued after P^T); ALiBi and the bias table keep the synchronous
-  // step. Clean in ptxas 13 for these kernels (others spill: the hook's
-  // comment).
-  struct HookOn {
-    HookOn() { setMaskedPipelinedBackwardForTesting(true); }
-    ~HookOn() { setMaskedPipelinedBackwardForTesting(false); }
-  };
+  // pipelined step by default (S^T and dP^T in flight together:
+  // wait_group 1; the next query tile's LSE and D by 4-byte cp.async); a
+  // document mask too (dP^T issued after P^T); ALiBi and the bias table
+  // keep the synchronous step. Clean in ptxas 13 for these kernels (others
+  // spill: compileGpuArtifacts then takes the synchronous step, see the
+  // next case). syncBackward (the [.bwdbench] `_sync` kernels) gives the
+  // synchronous step, also clean.
   int checked = 0;
   for (const testing::MatrixKernel &k : testing::backwardKernels()) {
     GpuCompileOptions o;
@@ -853,27 +851,108 @@ TEST_CASE("the pipelined masked wgmma backward at head dim 128 (a testing "
         !resolveGpuTileConfig(k.spec, o).wgmma)
       continue;
     INFO(k.id << ": " << printSpec(k.spec));
-    GpuKernelImage img = [&] {
-      HookOn on;
-      return compileGpu(k.spec, o);
-    }();
+    GpuKernelImage img = compileGpu(k.spec, o);
+    CHECK_FALSE(img.config.syncBackward);
     const bool pipelined = k.variant != "alibi" && k.variant != "rel_bias";
     CHECK((img.ptx.find("wgmma.wait_group.sync.aligned 1;") !=
            std::string::npos) == pipelined);
     CHECK((img.ptx.find("cp.async.ca.shared.global [") != std::string::npos) ==
           pipelined);
-    // Off again: the default kernel is the synchronous one.
-    CHECK(compileGpu(k.spec, o).ptx.find("wgmma.wait_group.sync.aligned 1;") ==
+    GpuCompileOptions so = o;
+    so.syncBackward = true;
+    GpuKernelImage sync = compileGpu(k.spec, so);
+    CHECK(sync.config.syncBackward);
+    CHECK(sync.config == resolveGpuTileConfig(k.spec, so));
+    CHECK(sync.ptx.find("wgmma.wait_group.sync.aligned 1;") ==
           std::string::npos);
-    runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
-    INFO(r.log);
-    CHECK(r.log.find("serialized") == std::string::npos);
-    const runtime::PtxasFunctionReport *f = r.find(img.name + "_bwd");
-    REQUIRE(f);
-    CHECK(f->clean());
+    // Same arguments and shared memory either way.
+    CHECK(sync.sharedBytes == img.sharedBytes);
+    for (const GpuKernelImage *i : {&img, &sync}) {
+      runtime::PtxasReport r = runtime::runPtxas(i->ptx, "sm_90a");
+      INFO(r.log);
+      CHECK(r.log.find("serialized") == std::string::npos);
+      const runtime::PtxasFunctionReport *f = r.find(i->name + "_bwd");
+      REQUIRE(f);
+      CHECK(f->clean());
+    }
     ++checked;
   }
   CHECK(checked == 9);
+}
+
+TEST_CASE("a masked wgmma backward that spills pipelined is built with the "
+          "synchronous step, and the cache tells the two apart",
+          "[gpu-codegen][backward]") {
+  // compileGpuArtifacts' chain: pipelined -> synchronous wgmma -> mma.sync,
+  // the least spilling kept. Causal at head dim 128 assembles pipelined
+  // clean; varlen bottom-right causal spills 8 bytes there (ptxas 13,
+  // 2026-12-06; the synchronous kernel 0) and must end on the synchronous
+  // wgmma kernel, not mma.sync.
+  GpuCompileOptions o;
+  o.kind = KernelKind::Backward;
+  o.arch = "sm_90a";
+  GpuCompileOptions so = o;
+  so.syncBackward = true;
+  GpuCompileOptions mma = o;
+  mma.mma = GpuMma::MmaSync;
+  AttentionSpec causal =
+      testing::matrixSpec("causal_tl", 128, DType::BF16, 16, 16);
+  // The spec and options `flashjit compile --kernel bwd --varlen` builds
+  // (tests/unit/cli: spill_hints.sh checks the same through the CLI).
+  AttentionSpec br =
+      backwardSpec(parseSpec("attention(head_dim=128, causal=bottom_right)"));
+  GpuCompileOptions ov = o, sov = so, mmav = mma;
+  ov.varlen = sov.varlen = mmav.varlen = true;
+
+  runtime::KernelArtifacts p = compileGpuArtifacts(causal, o);
+  CHECK(p.config.wgmma);
+  CHECK_FALSE(p.config.syncBackward);
+  CHECK(p.config == resolveGpuTileConfig(causal, o));
+  CHECK(p.registers > 0);
+  CHECK(p.spillBytes == 0);
+  REQUIRE(p.file(runtime::kPtxFile));
+  CHECK(p.file(runtime::kPtxFile)->find("wgmma.wait_group.sync.aligned 1;") !=
+        std::string::npos);
+
+  // The premise: the pipelined kernel spills.
+  REQUIRE(resolveGpuTileConfig(br, ov).wgmma);
+  runtime::PtxasReport r = runtime::runPtxas(compileGpu(br, ov).ptx, o.arch);
+  const runtime::PtxasFunctionReport *f = r.find(br.variant.name() + "_bwd");
+  REQUIRE(f);
+  CHECK(f->spillStoreBytes > 0);
+  runtime::KernelArtifacts s = compileGpuArtifacts(br, ov);
+  CHECK(s.config.wgmma);
+  CHECK(s.config.syncBackward);
+  CHECK(s.config == resolveGpuTileConfig(br, sov));
+  CHECK(s.registers > 0);
+  CHECK(s.spillBytes == 0);
+  REQUIRE(s.file(runtime::kPtxFile));
+  CHECK(s.file(runtime::kPtxFile)->find("wgmma.wait_group.sync.aligned 1;") ==
+        std::string::npos);
+
+  // Hits: each entry is its request's kernel; the synchronous entry also
+  // answers a request for it, the pipelined one does not, and neither is
+  // an mma.sync request's.
+  CHECK(gpuEntryMismatch(causal, o, p) == "");
+  CHECK(gpuEntryMismatch(br, ov, s) == "");
+  CHECK(gpuEntryMismatch(br, sov, s) == "");
+  CHECK_THAT(gpuEntryMismatch(causal, so, p),
+             Catch::Contains("wgmma (synchronous) this request resolves to"));
+  CHECK(gpuEntryMismatch(br, mmav, s) != "");
+  CHECK(gpuEntryMismatch(causal, mma, p) != "");
+  // The synchronous order is recorded only where it is a choice: an entry
+  // claiming it for an unmasked kernel is not that request's.
+  AttentionSpec dense = testing::matrixSpec("none", 128, DType::BF16, 4, 4);
+  CHECK_FALSE(resolveGpuTileConfig(dense, so).syncBackward);
+  runtime::KernelArtifacts d = compileGpuArtifacts(dense, o);
+  CHECK(gpuEntryMismatch(dense, o, d) == "");
+  d.config.syncBackward = true;
+  CHECK(gpuEntryMismatch(dense, o, d) != "");
+  // Asked for by name on a forward kernel: refused, naming the field.
+  GpuCompileOptions fwd;
+  fwd.syncBackward = true;
+  CHECK_THROWS_WITH(validateForGpu(causal, fwd),
+                    Catch::Contains("sync_backward"));
 }
 
 TEST_CASE("varlen backward kernels assemble with no spills and carry the "

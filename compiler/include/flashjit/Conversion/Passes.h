@@ -32,6 +32,7 @@ template <class Options> KernelConfig fromPassOptions(const Options &options) {
   c.warpSpecialized = options.warpSpecialized;
   c.overlapSoftmax = options.overlapSoftmax;
   c.decodeStages = options.decodeStages;
+  c.syncBackward = options.syncBackward;
   c.kind = options.backward ? KernelKind::Backward
            : options.decode ? KernelKind::Decode
                             : KernelKind::Forward;

@@ -32,14 +32,15 @@ struct DeviceProperties;
 std::string gpuTargetFor(const runtime::DeviceProperties &device);
 
 /// The configuration \p options request (CacheKey::config): arch, tile
-/// fields as given (0: the tile policy picks), kernel kind, varlen and
-/// block-sparse.
+/// fields as given (0: the tile policy picks), kernel kind, varlen,
+/// block-sparse and syncBackward.
 KernelConfig requestedConfig(const GpuCompileOptions &options);
 
 /// Empty when the artifacts \p a (a cache entry or a bundle) hold the kernel
 /// \p spec and \p options compile to: the configuration is exactly
-/// resolveGpuTileConfig's (or, for a policy-chosen wgmma backward, that of
-/// its mma.sync fallback, compileGpuArtifacts), the entry symbol the variant's,
+/// resolveGpuTileConfig's (or, for a wgmma backward, that of its
+/// synchronous-step fallback, and for a policy-chosen one that of its
+/// mma.sync fallback: compileGpuArtifacts), the entry symbol the variant's,
 /// and the PTX declares that configuration (runtime::gpuLaunchConfigMismatch);
 /// else what differs. The cache runs it on every disk hit (a mismatch is a
 /// miss, recompiled with one warning), and `flashjit compile` reports it the
@@ -61,11 +62,15 @@ runtime::CacheKey gpuCacheKey(const AttentionSpec &spec,
 /// (runtime::assembleCubin: ptxas where it exists, else nvJitLink; no cubin
 /// for wgmma / setmaxnreg PTX without ptxas) and registers/spills from its
 /// report, with the launch facts. A failing assembler only leaves out the cubin
-/// or the report (with a warning on stderr). A backward whose instructions
-/// and tiles are the policy's (no mma, block_n, warps, rows or CTAs per SM
-/// asked for) that chose wgmma and spills per ptxas is built with mma.sync
-/// instead where that spills less (one note on stderr); gpuEntryMismatch
-/// takes either. Throws UserError or CompileError like compileGpu.
+/// or the report (with a warning on stderr). A wgmma backward that spills
+/// per ptxas and takes the pipelined tile step where the synchronous one
+/// is a choice (KernelConfig::syncBackward) is built with the synchronous
+/// step where that spills less; then, if the instructions and tiles are
+/// the policy's (no mma, block_n, warps, rows or CTAs per SM asked for)
+/// and it still spills, with mma.sync where that spills less (ties keep
+/// the earlier kernel; one note on stderr per fallback taken);
+/// gpuEntryMismatch takes any of them. Throws UserError or CompileError
+/// like compileGpu.
 runtime::KernelArtifacts
 compileGpuArtifacts(const AttentionSpec &spec,
                     const GpuCompileOptions &options = {});

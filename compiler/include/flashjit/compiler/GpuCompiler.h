@@ -69,6 +69,14 @@ struct GpuCompileOptions {
   /// default (3 where it applies, else 2). Another value, or a value on
   /// another kind, throws UserError.
   int decodeStages = 0;
+  /// Backward only: the synchronous tile step (KernelConfig::syncBackward)
+  /// where the wgmma kernel's order is a choice (mask or score-modifier
+  /// code at head dims above 64, not split, not block-sparse; elsewhere
+  /// it changes nothing and the resolved config does not record it). False
+  /// leaves the order to the compiler: the pipelined step, and the
+  /// synchronous one where that spills (compileGpuArtifacts). Throws
+  /// UserError (validateForGpu) on other kinds.
+  bool syncBackward = false;
   /// Directory that receives <name>.<key>.attn.mlir, .gpu.mlir and
   /// .<arch>.ptx (<key>: gpuCacheKey's hash, so compiles never overwrite each
   /// other); empty means $FLASHJIT_DUMP_DIR if set, else no files.

@@ -112,6 +112,10 @@ struct ConvertAttnToNVVM
                        "varlen, block-sparse or backward)");
         return signalPassFailure();
       }
+      if (c.syncBackward && (!c.wgmma || c.kind != KernelKind::Backward)) {
+        op.emitOpError("sync-backward kernels are wgmma backward kernels");
+        return signalPassFailure();
+      }
       if (c.overlapSoftmax && !c.warpSpecialized) {
         op.emitOpError("overlap-softmax kernels are warp-specialized");
         return signalPassFailure();
@@ -213,6 +217,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.warpSpecialized = config.warpSpecialized;
   o.overlapSoftmax = config.overlapSoftmax;
   o.decodeStages = config.decodeStages;
+  o.syncBackward = config.syncBackward;
   o.backward = config.kind == KernelKind::Backward;
   o.decode = config.kind == KernelKind::Decode;
   return o;

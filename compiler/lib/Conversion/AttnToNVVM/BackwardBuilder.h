@@ -222,13 +222,15 @@ private:
   /// Bytes between the stages of the Q / dO ring (asyncProducts).
   int64_t qStageBytes = 0;
   /// asyncTileStep (wgmma), except with mask or score-modifier code at head
-  /// dims above 64: some of those spill in ptxas 13 at D = 128 (8-24 bytes
-  /// of stack: ALiBi, a bias table, bottom-right and varlen windows,
-  /// varlen bottom-right causal and document masks; 2026-12-06) and they
-  /// keep the synchronous tileStep unless
-  /// setMaskedPipelinedBackwardForTesting asks (not for score modifiers
-  /// that read buffers or have data gradients). Both steps isolate masked
-  /// keys (dS' zeroed where P is, the guarded dQ: MaskedValues.h).
+  /// dims above 64 where KernelConfig::syncBackward asks for the
+  /// synchronous tileStep (compileGpuArtifacts' fallback: bottom-right and
+  /// varlen windows, varlen bottom-right causal and document masks spill
+  /// 4-16 bytes pipelined in ptxas 13 at D = 128; 2026-12-06), and always
+  /// with a score modifier that reads buffers or has data gradients (ALiBi,
+  /// a bias table: 8-36 bytes), in the split kernel (head dim 256) and in
+  /// block-sparse kernels (neither measured pipelined with masks). Both
+  /// steps isolate masked keys (dS' zeroed where P is, the guarded dQ:
+  /// MaskedValues.h).
   bool pipelined = false;
   /// block-sparse: the visited partial tile's key-group word (i32, 0 for
   /// full tiles; KernelAbi.h), set by listedTileLoop; null elsewhere.

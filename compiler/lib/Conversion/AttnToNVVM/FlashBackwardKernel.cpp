@@ -41,7 +41,6 @@
 // abi::gpu::backwardArgTypes (runtime/KernelAbi.h).
 //
 #include "flashjit/Conversion/AttnToNVVM/FlashBackwardKernel.h"
-#include "flashjit/compiler/BackwardOrderTesting.h"
 
 #include "BackwardBuilder.h"
 #include "MaskedValues.h"
@@ -52,14 +51,10 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <algorithm>
-#include <atomic>
 #include <limits>
 #include <optional>
 
 namespace flashjit::nvvm::detail {
-
-/// setMaskedPipelinedBackwardForTesting's switch.
-static std::atomic<bool> maskedPipelined{false};
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -86,18 +81,18 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
     qCol0 =
         ops.mul(arith::DivUIOp::create(b, warp, ops.ci32(4)), ops.ci32(BN / 2));
   // Above head dim 64, mask or score-modifier code beside the pipelined
-  // step's accumulators in flight spills in some kernels: those keep the
-  // synchronous order unless setMaskedPipelinedBackwardForTesting asks for
-  // the pipelined one (never with a score modifier that reads buffers or
-  // has buffer or parameter gradients; a mask that reads buffers then
-  // issues dP^T once P^T is made).
+  // step's accumulators in flight spills in some kernels: those take the
+  // synchronous order where the configuration asks (compileGpuArtifacts'
+  // fallback), and always with a score modifier that reads buffers or has
+  // buffer or parameter gradients, in the split kernel and block-sparse
+  // kernels; a mask that reads buffers issues dP^T once P^T is made.
   const bool wide = std::max(D, Dv) > 64;
   const bool variantCode = em.hasMask() || em.hasScoreMod();
   const bool scoreBuffers =
       em.scoreReadsBuffers() || !em.dataGradSites().empty();
-  pipelined =
-      mma->asyncProducts() &&
-      (!(variantCode && wide) || (maskedPipelined.load() && !scoreBuffers));
+  pipelined = mma->asyncProducts() &&
+              (!(variantCode && wide) || (!scoreBuffers && !c.syncBackward &&
+                                          !shape.splitDim && !c.blockSparse));
   dpAfterP = pipelined && wide && em.maskReadsBuffers();
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
@@ -385,7 +380,3 @@ void buildFlashBackwardKernels(mlir::OpBuilder &builder, mlir::Location loc,
 }
 
 } // namespace flashjit::nvvm
-
-void flashjit::setMaskedPipelinedBackwardForTesting(bool on) {
-  flashjit::nvvm::detail::maskedPipelined.store(on);
-}

@@ -256,6 +256,16 @@ struct KernelConfig {
   /// previous tile's stage one step longer); else the serial tile step
   /// (S, softmax, P V, each product waited for at once).
   bool overlapSoftmax = false;
+  /// wgmma backward kernels with mask or score-modifier code, head dims up
+  /// to 128 and above 64, not block-sparse (the only ones whose order is a
+  /// choice): the synchronous tile step (each product waited for at once)
+  /// instead of the pipelined one (the next products issued while the
+  /// mask and softmax run; compiler/lib/Conversion/AttnToNVVM/
+  /// BackwardTileStep.cpp). compileGpuArtifacts builds it where the
+  /// pipelined kernel spills (GpuCompileOptions::syncBackward asks for
+  /// it). Score modifiers that read buffers or have data gradients take
+  /// the synchronous step either way.
+  bool syncBackward = false;
   /// Packed variable-length sequences (cu_seqlens arguments).
   bool varlen = false;
   /// Visits only the key tiles of a block mask (block-mask arguments; the

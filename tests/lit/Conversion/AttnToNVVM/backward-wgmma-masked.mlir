@@ -1,17 +1,32 @@
-// RUN: flashjit-opt %s -convert-attn-to-nvvm="block-n=64 num-warps=8 backward=true wgmma=true" | FileCheck %s
-// The sm_90a backward at head dim 128 with a mask (causal here) keeps the
-// synchronous tile step by default (the pipelined one spills in some masked
-// kernels there; setMaskedPipelinedBackwardForTesting builds it, see
-// GpuCodegenTest): each product waited for in its own asm right after its
-// commit (wait_group 0 only), S^T before dP^T.
+// RUN: flashjit-opt %s -convert-attn-to-nvvm="block-n=64 num-warps=8 backward=true wgmma=true" | FileCheck %s --check-prefix=PIPE
+// RUN: flashjit-opt %s -convert-attn-to-nvvm="block-n=64 num-warps=8 backward=true wgmma=true sync-backward=true" | FileCheck %s --check-prefix=SYNC
+// RUN: not flashjit-opt %s -convert-attn-to-nvvm="block-n=64 num-warps=8 backward=true sync-backward=true" 2>&1 | FileCheck %s --check-prefix=BAD
+// The sm_90a backward at head dim 128 with a mask (causal here) takes the
+// pipelined tile step by default: S^T and dP^T issued together, S^T
+// waited for with dP^T still in flight (wait_group 1) while the mask and
+// exp2 run. sync-backward=true (KernelConfig::syncBackward, the fallback
+// where the pipelined kernel spills) gives the synchronous step: each
+// product waited for in its own asm right after its commit (wait_group 0
+// only), S^T before dP^T.
 
-// CHECK-LABEL: gpu.func @c128_bwd(
-// CHECK-NOT: "wgmma.wait_group.sync.aligned 1;"
-// CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
-// CHECK: wgmma.commit_group.sync.aligned;\0Awgmma.wait_group.sync.aligned 0;
-// CHECK: math.exp2
-// CHECK-NOT: "wgmma.wait_group.sync.aligned 1;"
-// CHECK: gpu.return
+// PIPE-LABEL: gpu.func @c128_bwd(
+// PIPE: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
+// PIPE-NOT: wgmma.wait_group
+// PIPE: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
+// PIPE: "wgmma.wait_group.sync.aligned 1;"
+// PIPE: math.exp2
+// PIPE: "wgmma.wait_group.sync.aligned 0;"
+// PIPE: gpu.return
+
+// SYNC-LABEL: gpu.func @c128_bwd(
+// SYNC-NOT: "wgmma.wait_group.sync.aligned 1;"
+// SYNC: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
+// SYNC: wgmma.commit_group.sync.aligned;\0Awgmma.wait_group.sync.aligned 0;
+// SYNC: math.exp2
+// SYNC-NOT: "wgmma.wait_group.sync.aligned 1;"
+// SYNC: gpu.return
+
+// BAD: sync-backward kernels are wgmma backward kernels
 attn.attention @c128 attributes {
     dtype_q = bf16, dtype_k = bf16, dtype_v = bf16, dtype_o = bf16,
     head_dim_qk = 128 : i64, head_dim_v = 128 : i64, heads_q = 2 : i64,
