@@ -984,6 +984,18 @@ TEST_CASE("backward: NaN and Inf at keys a row does not attend reach no "
         },
         [](int64_t j, int64_t) { return j == 190 ? nan : 0.0f; }, seed++);
     CHECK(a[0] > 0);
+    // The same with the kinds swapped: K[140] = +-inf, V[170] = NaN (the
+    // head-dim-64 wgmma kernels check their own dQ and dS^T for them,
+    // MaskedValues.h): rows that attend neither share partial tiles with
+    // both.
+    auto c = checkMaskedBackward(
+        dev, *kernel, k.spec, 201, 201,
+        [](int64_t j, int64_t) { return j == 170 ? nan : 0.0f; },
+        [](int64_t j, int64_t d) {
+          return j == 140 ? (d % 2 ? -inf : inf) : 0.0f;
+        },
+        seed++);
+    CHECK(c[0] > 0);
     // Keys no row attends (from 100, seqlen_q 77: the window reaches key 96,
     // the others key 76) in a partially masked key tile: every gradient is
     // finite and clean, dK and dV of those keys exactly 0.

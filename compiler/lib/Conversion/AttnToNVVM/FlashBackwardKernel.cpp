@@ -99,6 +99,8 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
       mma->asyncProducts() &&
       (!(variantCode && wide) || (maskedPipelined.load() && !scoreBuffers));
   dpAfterP = pipelined && wide && em.maskReadsBuffers();
+  checkResults = isolate && pipelined && !wide && !grads->active() &&
+                 !maskedValueBackwardTileVote();
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).
