@@ -716,7 +716,8 @@ TEST_CASE("masked-value guard timing: baseline kernels against these",
   // $FLASHJIT_MASKBENCH_BASE (the same ids without the isolation:
   // gen_matrix_kernels DIR sm_90a mask-bench-base), optionally from
   // $FLASHJIT_MASKBENCH_OLD (the vote in every partial tile, session 15's
-  // placement: gen_matrix_kernels DIR sm_90a mask-bench-old) and from
+  // forward placement and session 16's backward: gen_matrix_kernels DIR
+  // sm_90a mask-bench-old) and from
   // matrixKernelDir(), timed in this process on the same inputs, rounds
   // alternating (FLASHJIT_MASKBENCH_ROUNDS, default 3; each a median of 7
   // calls). bf16, batch * seqlen = 32768; documents of 1000 tokens for
