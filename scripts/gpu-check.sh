@@ -155,7 +155,8 @@ pack() {
   # GPU_CHECK_MASKBENCH=1: the [.maskbench] kernels too (step maskbench):
   # with masked-key isolation into the matrix, without it (the baseline)
   # into <matrix dir>/maskbench-base, with the vote in every partial tile
-  # (session 15's placement) into <matrix dir>/maskbench-old.
+  # (session 15's forward placement, session 16's backward: dS' zeroed and
+  # K voted on in every partial tile) into <matrix dir>/maskbench-old.
   # GPU_CHECK_MASKBENCH_BASE=mask-bench-sync makes the "base" the same
   # kernels with the wgmma backward's synchronous tile step at head dim 128
   # instead (the pipelined default's gain: "new" is the pipelined one).

@@ -716,7 +716,8 @@ TEST_CASE("masked-value guard timing: baseline kernels against these",
   // $FLASHJIT_MASKBENCH_BASE (the same ids without the isolation:
   // gen_matrix_kernels DIR sm_90a mask-bench-base), optionally from
   // $FLASHJIT_MASKBENCH_OLD (the vote in every partial tile, session 15's
-  // placement: gen_matrix_kernels DIR sm_90a mask-bench-old) and from
+  // forward placement and session 16's backward: gen_matrix_kernels DIR
+  // sm_90a mask-bench-old) and from
   // matrixKernelDir(), timed in this process on the same inputs, rounds
   // alternating (FLASHJIT_MASKBENCH_ROUNDS, default 3; each a median of 7
   // calls). bf16, batch * seqlen = 32768; documents of 1000 tokens for
@@ -984,6 +985,18 @@ TEST_CASE("backward: NaN and Inf at keys a row does not attend reach no "
         },
         [](int64_t j, int64_t) { return j == 190 ? nan : 0.0f; }, seed++);
     CHECK(a[0] > 0);
+    // The same with the kinds swapped: K[140] = +-inf, V[170] = NaN (the
+    // head-dim-64 wgmma kernels check their own dQ and dS^T for them,
+    // MaskedValues.h): rows that attend neither share partial tiles with
+    // both.
+    auto c = checkMaskedBackward(
+        dev, *kernel, k.spec, 201, 201,
+        [](int64_t j, int64_t) { return j == 170 ? nan : 0.0f; },
+        [](int64_t j, int64_t d) {
+          return j == 140 ? (d % 2 ? -inf : inf) : 0.0f;
+        },
+        seed++);
+    CHECK(c[0] > 0);
     // Keys no row attends (from 100, seqlen_q 77: the window reaches key 96,
     // the others key 76) in a partially masked key tile: every gradient is
     // finite and clean, dK and dV of those keys exactly 0.

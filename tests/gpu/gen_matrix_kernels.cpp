@@ -30,7 +30,8 @@
 // MMA mask-bench writes only the [.maskbench] timing kernels; mask-bench-base
 // the same kernels without masked-key isolation (their baseline, through
 // setMaskedValueIsolationForTesting); mask-bench-old the same with the vote
-// inside every partial tile (setMaskedValueTileVoteForTesting);
+// inside every partial tile (setMaskedValueTileVoteForTesting; backward:
+// setMaskedValueBackwardTileVoteForTesting);
 // mask-bench-sync the same kernels with the wgmma backward's synchronous
 // tile step where the order is a choice (GpuCompileOptions::syncBackward;
 // as the [.maskbench] baseline its "base" columns are the synchronous
@@ -105,9 +106,12 @@ int main(int argc, char **argv) {
     // synchronous tile step (the maskbench loop below).
     syncBackward = mma == "mask-bench-sync";
     // mask-bench-old: the same kernels with the vote in every partial tile
-    // (session 15's placement), the [.maskbench] "old" column.
-    if (mma == "mask-bench-old")
+    // (session 15's forward placement; session 16's backward: dS' zeroed
+    // and K voted on in every partial tile), the [.maskbench] "old" column.
+    if (mma == "mask-bench-old") {
       flashjit::setMaskedValueTileVoteForTesting(true);
+      flashjit::setMaskedValueBackwardTileVoteForTesting(true);
+    }
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
         mma == "mask-bench-sync" || mma == "mask-bench-old")
       maskBench = true;

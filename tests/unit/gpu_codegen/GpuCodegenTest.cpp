@@ -1615,6 +1615,9 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
       {"causal_br", 128, KernelKind::Backward, GpuMma::Default, "sm_80"},
       {"causal_tl", 128, KernelKind::Backward, GpuMma::Default, "sm_90a"},
       {"doc_id", 64, KernelKind::Backward, GpuMma::MmaSync, "sm_90a"},
+      // The pipelined wgmma backward at head dim 64 checks its own dS^T
+      // and dQ for a NaN or Inf instead of voting (MaskedValues.h).
+      {"doc_id", 64, KernelKind::Backward, GpuMma::Default, "sm_90a", 0},
       {"window_lr", 128, KernelKind::Decode, GpuMma::Default, "sm_90a"},
   };
   for (const Case &c : cases)
@@ -1710,6 +1713,62 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
     std::string tileEnd = compileGpu(s, o).ptx;
     setMaskedValueTileEndVoteForTesting(false);
     CHECK(countOf(tileEnd, "bar.red.or.pred") == 2);
+  }
+}
+
+TEST_CASE("the head-dim-64 backward checks its results; the old votes stay "
+          "reachable for timing",
+          "[gpu-codegen][masked]") {
+  // MaskedValues.h, "Backward": the pipelined wgmma backward at head dim 64
+  // checks each thread's packed dS^T (bf16: 8 fma.rn.bf16x2 over 16 words,
+  // fp16: 15 fma.rn.f16x2) and dQ (f32 fmas) and votes on nothing;
+  // setMaskedValueBackwardTileVoteForTesting (the [.maskbench] "old"
+  // column) brings back the K vote on the dS^T barrier (one bar.red.or)
+  // and no 16-bit fma at all; both assemble clean. Head dim 128 (the
+  // synchronous step) and a kernel without a mask are the same PTX either
+  // way.
+  struct Restore {
+    ~Restore() { setMaskedValueBackwardTileVoteForTesting(false); }
+  } restore;
+  auto countOf = [](const std::string &s, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos;
+         at = s.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  GpuCompileOptions o;
+  o.arch = "sm_90a";
+  o.kind = KernelKind::Backward;
+  auto both = [&](const AttentionSpec &s) {
+    setMaskedValueBackwardTileVoteForTesting(true);
+    std::string old = compileGpu(s, o).ptx;
+    setMaskedValueBackwardTileVoteForTesting(false);
+    return std::pair{old, compileGpu(s, o).ptx};
+  };
+  for (auto [variant, t] :
+       {std::pair{"doc_id", DType::BF16}, std::pair{"window_lr", DType::F16},
+        std::pair{"causal_tl", DType::BF16}}) {
+    INFO(variant << " " << toString(t));
+    auto [old, now] = both(testing::matrixSpec(variant, 64, t, 4, 2));
+    const std::string fma = t == DType::BF16 ? "fma.rn.bf16x2" : "fma.rn.f16x2";
+    CHECK(countOf(old, "bar.red.or.pred") == 1);
+    CHECK(countOf(old, fma) == 16); // the K scan: 4 chunks per thread
+    CHECK(countOf(now, "bar.red.or.pred") == 0);
+    CHECK(countOf(now, fma) == (t == DType::BF16 ? 8 : 15));
+    for (const std::string *ptx : {&old, &now}) {
+      runtime::PtxasReport r = runtime::runPtxas(*ptx, "sm_90a");
+      INFO(r.log);
+      for (const runtime::PtxasFunctionReport &f : r.functions) {
+        INFO(f.name);
+        CHECK(f.clean());
+      }
+    }
+  }
+  for (auto [variant, d] : {std::pair{"doc_id", 128}, std::pair{"none", 64}}) {
+    INFO(variant << " d" << d);
+    auto [old, now] = both(testing::matrixSpec(variant, d, DType::BF16, 4, 2));
+    CHECK(old == now);
   }
 }
 

@@ -35,6 +35,18 @@ void setMaskedValueTileVoteForTesting(bool on);
 /// Same rule and results; no cache key holds it.
 void setMaskedValueTileEndVoteForTesting(bool on);
 
+/// Testing only: whether GPU backward kernels compiled from now on in this
+/// process isolate masked keys as before session 17 (the [.maskbench]
+/// "old" column; default false). On, the pipelined wgmma backward at head
+/// dim 64 zeroes dS' where P is 0 in every partial tile and votes on its K
+/// tile at the dS^T barrier of every partial tile; off, it checks its own
+/// dS^T and dQ fragments for a NaN or Inf and takes those paths only where
+/// one holds (MaskedValues.h, "Backward"). The rule and the results are the
+/// same either way; only the timing differs. No cache key holds it: only
+/// tools that write kernels without a cache (gen_matrix_kernels
+/// mask-bench-old) may set it.
+void setMaskedValueBackwardTileVoteForTesting(bool on);
+
 } // namespace flashjit
 
 #endif // FLASHJIT_COMPILER_MASKEDVALUETESTING_H

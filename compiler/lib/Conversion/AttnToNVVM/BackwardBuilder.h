@@ -125,7 +125,8 @@ private:
   /// mma.sync kernel spilled with a vote per tile).
   void voteOnK();
   /// Publishes the tile's dS^T to dQ's product: fence and the CTA barrier.
-  /// Swizzled kernels that isolate masked keys make it, in a partial tile
+  /// Swizzled kernels that isolate masked keys (not checkResults) make it,
+  /// in a partial tile
   /// (\p needsMask), the CTA's OR vote on whether the K tile holds a NaN or
   /// Inf and return the answer (i1; false in full tiles); else a null
   /// Value. No vote, wait or barrier of its own, and no register across
@@ -133,7 +134,8 @@ private:
   /// query-tile loads by a round trip and a barrier.
   Value publishDS(Value needsMask);
   /// With a mask: \p add (dQaccum += ...) of, where \p needsMask (a partial
-  /// tile) and K is poisoned (\p kVote from publishDS, or kFlag), dQ = dS K
+  /// tile) and K is poisoned (\p kVote from publishDS, or kFlag; with
+  /// checkResults: this thread's dQ has a NaN or Inf), dQ = dS K
   /// term by term from shared memory (dqSkipZero), else \p plain()'s
   /// product.
   void guardDQ(Value needsMask, Value kVote,
@@ -148,6 +150,16 @@ private:
   /// kernels: in every tile (registers).
   SmallVector<Value> zeroWhereUnweighted(ArrayRef<Value> p, ArrayRef<Value> ds,
                                          Value needsMask);
+  /// \p ds with every element 0 where \p p is 0 (one select each).
+  SmallVector<Value> zeroedWhereUnweighted(ArrayRef<Value> p,
+                                           ArrayRef<Value> ds);
+  /// checkResults: \p dsPacked (packA(\p ds)) where this thread's packed
+  /// dS^T has no NaN or Inf or the tile evaluates no mask (\p needsMask
+  /// false); else packA of \p ds zeroed where \p p is 0 (a cold branch of
+  /// this thread only). The same products as zeroWhereUnweighted's
+  /// (MaskedValues.h, "Backward").
+  SmallVector<Value> checkedDS(ArrayRef<Value> p, ArrayRef<Value> ds,
+                               ArrayRef<Value> dsPacked, Value needsMask);
   /// dQaccum += \p dq (this warp's part of dS K, BackwardMma.h's layout)
   /// for the tile at \p q0.
   void atomicDQ(Value head, Value q0, ArrayRef<Value> dq);
@@ -215,6 +227,12 @@ private:
   /// Masked keys are isolated (MaskedValues.h): the spec has a mask and the
   /// testing hook (MaskedValueTesting.h) has not turned isolation off.
   bool isolate = false;
+  /// isolate in the pipelined step at head dims up to 64 without
+  /// score_grad code: each thread checks its own dS^T and dQ for a NaN or
+  /// Inf (checkedDS; asyncTileStep's dQ) instead of zeroing dS' in every
+  /// partial tile and the CTA's vote on K at its dS^T barrier (kept for
+  /// timing: setMaskedValueBackwardTileVoteForTesting).
+  bool checkResults = false;
   /// The current tile's LSE and D rows (stage of the ring); lseRaw: LSE is
   /// stored in natural-log units (scaled by log2 e when read).
   Value sLseCur, sDeltaCur;

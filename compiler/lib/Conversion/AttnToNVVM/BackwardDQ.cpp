@@ -97,15 +97,18 @@ void BackwardBuilder::releaseTurn(Value head, Value q0) {
              });
 }
 
+SmallVector<Value> BackwardBuilder::zeroedWhereUnweighted(ArrayRef<Value> p,
+                                                          ArrayRef<Value> ds) {
+  SmallVector<Value> out;
+  for (auto [pe, de] : llvm::zip_equal(p, ds))
+    out.push_back(ops.sel(ops.feq(pe, ops.cf32(0.0f)), ops.cf32(0.0f), de));
+  return out;
+}
+
 SmallVector<Value> BackwardBuilder::zeroWhereUnweighted(ArrayRef<Value> p,
                                                         ArrayRef<Value> ds,
                                                         Value needsMask) {
-  auto zero = [&] {
-    SmallVector<Value> out;
-    for (auto [pe, de] : llvm::zip_equal(p, ds))
-      out.push_back(ops.sel(ops.feq(pe, ops.cf32(0.0f)), ops.cf32(0.0f), de));
-    return out;
-  };
+  auto zero = [&] { return zeroedWhereUnweighted(p, ds); };
   // mma.sync (padded tiles): in every tile, as the branch below made the
   // block-sparse D = 128 window kernel spill 8 bytes (ptxas, sm_90a).
   if (!mma->swizzled())
@@ -121,6 +124,25 @@ SmallVector<Value> BackwardBuilder::zeroWhereUnweighted(ArrayRef<Value> p,
   scf::YieldOp::create(b, zero());
   b.setInsertionPointToStart(ifOp.elseBlock());
   scf::YieldOp::create(b, ds);
+  return SmallVector<Value>(ifOp.getResults());
+}
+
+SmallVector<Value> BackwardBuilder::checkedDS(ArrayRef<Value> p,
+                                              ArrayRef<Value> ds,
+                                              ArrayRef<Value> dsPacked,
+                                              Value needsMask) {
+  // Only a tile that evaluates the mask has masked pairs (P = +0 there:
+  // dS' = +-0 unless dP - D is NaN or Inf); the check is this thread's own
+  // (packed words, as the products and the dS^T tile take them).
+  Value bad = ops.guarded(needsMask, ops.i1, ops.cb(false),
+                          [&] { return wordsHaveNonFinite(ops, dsPacked); });
+  SmallVector<Type> types(dsPacked.size(), ops.i32);
+  auto ifOp = scf::IfOp::create(b, types, ops.unlikely(bad), /*withElse=*/true);
+  OpBuilder::InsertionGuard ig(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  scf::YieldOp::create(b, mma->packA(zeroedWhereUnweighted(p, ds)));
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  scf::YieldOp::create(b, dsPacked);
   return SmallVector<Value>(ifOp.getResults());
 }
 
@@ -145,7 +167,7 @@ void BackwardBuilder::voteOnK() {
 
 Value BackwardBuilder::publishDS(Value needsMask) {
   mma->publish();
-  if (!isolate || kFlag) {
+  if (!isolate || kFlag || checkResults) {
     gpu::BarrierOp::create(b);
     return Value();
   }

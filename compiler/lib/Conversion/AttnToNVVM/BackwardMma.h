@@ -100,6 +100,9 @@ public:
   /// \p dk + dS^T Q with \p dsPacked = packA(dS^T), issued.
   virtual llvm::SmallVector<mlir::Value>
   issueDK(llvm::ArrayRef<mlir::Value> dk, llvm::ArrayRef<mlir::Value> dsPacked);
+  /// storeDS of \p dsPacked = packA(dS^T) (the same words the products
+  /// take).
+  virtual void storeDSPacked(llvm::ArrayRef<mlir::Value> dsPacked);
   /// computeDQ, issued.
   virtual llvm::SmallVector<mlir::Value> issueDQ();
   /// Waits until at most \p pending groups are in flight; returns \p acc

@@ -280,8 +280,9 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
                                state.begin() + (state.size() - 2));
   // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
   SmallVector<Value> ds = scoreGradients(p, dp, {});
-  // Masked keys are isolated (as in tileStep).
-  if (isolate)
+  // Masked keys are isolated (as in tileStep; checkResults: where this
+  // thread's dS^T has a NaN or Inf).
+  if (isolate && !checkResults)
     ds = zeroWhereUnweighted(p, ds, needsMask);
   if (grads->active())
     ds = grads->scoreGrad(ds, scoreGradInput(s, p), batch, head, seqlenQ,
@@ -290,7 +291,12 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   SmallVector<Value> pA = mma->packA(p), dsA = mma->packA(ds);
   // dS^T into shared memory while dV += P^T dO runs; then dQ = dS K
   // (wgmma groups complete in order: dV, dQ, dK).
-  mma->storeDS(ds);
+  if (checkResults) {
+    dsA = checkedDS(p, ds, dsA, needsMask);
+    mma->storeDSPacked(dsA);
+  } else {
+    mma->storeDS(ds);
+  }
   dv = mma->issueDV(dv, pA);
   Value kVote = publishDS(needsMask);
   SmallVector<Value> dq = mma->issueDQ();
@@ -303,6 +309,11 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
     ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
   // A partial tile meeting a poisoned K: the guarded dQ instead (dS^T and
   // K are still in shared memory; dK's product only reads them).
+  // checkResults: a masked pair meets a NaN or Inf in K only as 0 * Inf or
+  // 0 * NaN, so only a thread whose dQ has one takes it.
+  if (checkResults)
+    kVote = ops.guarded(needsMask, ops.i1, ops.cb(false),
+                        [&] { return valuesHaveNonFinite(ops, dq); });
   if (isolate)
     guardDQ(
         needsMask, kVote, [&] { return dq; },

@@ -116,8 +116,23 @@ public:
   }
 
   void storeDS(ArrayRef<Value> ds) override {
-    // Key row 16 w + g (+ 8) of the [blockM x blockN] tile, queries 8 jn +
-    // 2 t, 2 t + 1: chunk jn of the row, 4 bytes at 4 t.
+    storeWords([&](int r, int jn) {
+      return ops.pack(ds[jn * 4 + 2 * r], ds[jn * 4 + 2 * r + 1]);
+    });
+  }
+
+  // packA's word 2 jn + r holds elements jn * 4 + 2 r, + 1 (see packA).
+  void storeDSPacked(ArrayRef<Value> dsPacked) override {
+    storeWords([&](int r, int jn) { return dsPacked[2 * jn + r]; });
+  }
+
+  SmallVector<Value> computeDQ() override { return productDQ(/*wait=*/true); }
+
+private:
+  /// Stores \p word(r, jn) (packed 16-bit pair) at key row 16 w + g (+ 8
+  /// for \p r 1) of the [blockM x blockN] dS^T tile, queries 8 jn + 2 t,
+  /// 2 t + 1: chunk jn of the row, 4 bytes at 4 t.
+  void storeWords(llvm::function_ref<Value(int, int)> word) {
     Value g = arith::DivUIOp::create(b, lane, ops.ci32(4));
     Value t4 =
         ops.mul(arith::RemUIOp::create(b, lane, ops.ci32(4)), ops.ci32(4));
@@ -128,16 +143,13 @@ public:
         Value off = ops.add(tileOffset(ops, row, ops.ci32(jn), sh.blockM,
                                        sh.blockN, /*swizzled=*/true),
                             t4);
-        LLVM::StoreOp::create(
-            b, ops.pack(ds[jn * 4 + 2 * r], ds[jn * 4 + 2 * r + 1]),
-            ops.gepBytes(sDSp, ops.ext64(off)), /*alignment=*/4);
+        LLVM::StoreOp::create(b, word(r, jn),
+                              ops.gepBytes(sDSp, ops.ext64(off)),
+                              /*alignment=*/4);
       }
     }
   }
 
-  SmallVector<Value> computeDQ() override { return productDQ(/*wait=*/true); }
-
-private:
   /// Descriptor offset (16-byte units) of k16 step \p kk of a K-major tile
   /// of \p rows rows.
   static int64_t kStep(int kk, int rows) {
@@ -258,6 +270,9 @@ SmallVector<Value> BackwardMma::issueDV(ArrayRef<Value>, ArrayRef<Value>) {
   llvm_unreachable("asynchronous products are wgmma's");
 }
 SmallVector<Value> BackwardMma::issueDK(ArrayRef<Value>, ArrayRef<Value>) {
+  llvm_unreachable("asynchronous products are wgmma's");
+}
+void BackwardMma::storeDSPacked(ArrayRef<Value>) {
   llvm_unreachable("asynchronous products are wgmma's");
 }
 SmallVector<Value> BackwardMma::issueDQ() {

@@ -94,6 +94,8 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
               (!(variantCode && wide) || (!scoreBuffers && !c.syncBackward &&
                                           !shape.splitDim && !c.blockSparse));
   dpAfterP = pipelined && wide && em.maskReadsBuffers();
+  checkResults = isolate && pipelined && !wide && !grads->active() &&
+                 !maskedValueBackwardTileVote();
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).

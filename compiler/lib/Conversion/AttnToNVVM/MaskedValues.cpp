@@ -11,9 +11,11 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <atomic>
+#include <limits>
 #include <string>
 
 using namespace mlir;
@@ -328,12 +330,94 @@ Value loadElement(KernelOps &ops, Value smem, Value row, Value col, int rows,
 static std::atomic<bool> isolation{true};
 static std::atomic<bool> tileVote{false};
 static std::atomic<bool> tileEndVote{false};
+static std::atomic<bool> backwardTileVote{false};
 
 bool maskedValueIsolation() { return isolation.load(); }
 
 bool maskedValueTileVote() { return tileVote.load(); }
 
 bool maskedValueTileEndVote() { return tileEndVote.load(); }
+
+bool maskedValueBackwardTileVote() { return backwardTileVote.load(); }
+
+namespace {
+
+/// A tree over \p xs (non-empty): \p fold3 takes three values and
+/// \p fold2 two, each giving one, until one is left (n values: about n / 2
+/// folds, depth about log3 n).
+Value foldTree(ArrayRef<Value> xs,
+               llvm::function_ref<Value(Value, Value, Value)> fold3,
+               llvm::function_ref<Value(Value, Value)> fold2) {
+  SmallVector<Value> level(xs);
+  while (level.size() > 1) {
+    SmallVector<Value> next;
+    size_t i = 0;
+    for (; i + 2 < level.size(); i += 3)
+      next.push_back(fold3(level[i], level[i + 1], level[i + 2]));
+    if (level.size() - i == 2)
+      next.push_back(fold2(level[i], level[i + 1]));
+    else if (level.size() - i == 1)
+      next.push_back(level[i]);
+    level = std::move(next);
+  }
+  return level[0];
+}
+
+/// fma.rn of 16-bit pairs: \p x * \p y + \p z (pure).
+Value fma16(KernelOps &ops, Value x, Value y, Value z) {
+  std::string text = std::string("fma.rn.") + (ops.bf16 ? "bf16x2" : "f16x2") +
+                     " $0, $1, $2, $3;";
+  return LLVM::InlineAsmOp::create(
+             ops.b, TypeRange{ops.i32}, ValueRange{x, y, z}, text, "=r,r,r,r",
+             /*has_side_effects=*/false,
+             /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+             LLVM::AsmDialectAttr::get(ops.b.getContext(),
+                                       LLVM::AsmDialect::AD_ATT),
+             ArrayAttr())
+      .getResult(0);
+}
+
+} // namespace
+
+Value wordsHaveNonFinite(KernelOps &ops, ArrayRef<Value> words) {
+  // x * y + z is NaN or Inf in a lane where x, y or z is (Inf * 0 is NaN,
+  // Inf * y is Inf or NaN, a NaN or Inf term stays one), else finite or,
+  // where x * y overflows, a false alarm: bf16 has f32's range, so only
+  // |x y| > 3e38. fp16 (max 65504) folds two words at a time, x * 0 + z
+  // (fmaZero), which has no false alarm.
+  Value root =
+      ops.bf16
+          ? foldTree(
+                words,
+                [&](Value x, Value y, Value z) { return fma16(ops, x, y, z); },
+                [&](Value x, Value y) { return fmaZero(ops, x, y); })
+          : foldTree(
+                words,
+                [&](Value x, Value y, Value z) {
+                  return fmaZero(ops, x, fmaZero(ops, y, z));
+                },
+                [&](Value x, Value y) { return fmaZero(ops, x, y); });
+  return ops.lor(halfNonFinite(ops, root, false),
+                 halfNonFinite(ops, root, true));
+}
+
+Value valuesHaveNonFinite(KernelOps &ops, ArrayRef<Value> xs) {
+  // IEEE fmas (x * y + z, no fast-math flags): NaN or Inf where a term
+  // was, else finite or, where x * y or the sum overflows (|x y| > 3e38),
+  // a false alarm.
+  Value root = foldTree(
+      xs,
+      [&](Value x, Value y, Value z) -> Value {
+        return math::FmaOp::create(ops.b, x, y, z);
+      },
+      [&](Value x, Value y) -> Value {
+        return arith::AddFOp::create(ops.b, x, y);
+      });
+  Value mag = math::AbsFOp::create(ops.b, root);
+  return arith::CmpFOp::create(
+      ops.b, arith::CmpFPredicate::UGE, mag,
+      ops.cf32(std::numeric_limits<float>::infinity()));
+}
 
 Value chunksHaveNonFiniteIf(KernelOps &ops, Value cond, const VoteGroup &grp,
                             Value smem, int rows, int dim, bool swizzled) {
@@ -484,4 +568,8 @@ void flashjit::setMaskedValueTileVoteForTesting(bool on) {
 
 void flashjit::setMaskedValueTileEndVoteForTesting(bool on) {
   flashjit::nvvm::tileEndVote.store(on);
+}
+
+void flashjit::setMaskedValueBackwardTileVoteForTesting(bool on) {
+  flashjit::nvvm::backwardTileVote.store(on);
 }

@@ -48,6 +48,23 @@
 // landed: a CTA keeps its K tile for the whole kernel). K cannot be
 // rewritten: later query tiles' S^T = K Q^T read it.
 //
+// The pipelined wgmma backward at head dim 64 (without score_grad code)
+// checks results instead (no vote, no barrier, no select in the common
+// path; setMaskedValueBackwardTileVoteForTesting restores the above):
+//   - dS': at a masked pair P = +0 exactly, so P (dP - D) is +-0 unless
+//     dP - D is NaN or Inf, and then the product is NaN. Each thread
+//     checks its own dS^T fragments, packed to 16 bits as the products
+//     take them (wordsHaveNonFinite: a NaN or Inf in f32 stays one in
+//     16 bits; a finite value that rounds to Inf is a false alarm): only a
+//     thread with one, in a partial tile, zeroes its dS' where P is 0 and
+//     packs again (a +-0 and a +0 weight give the same products);
+//   - dQ = dS K: a masked pair meets a NaN or Inf in K only as 0 * Inf or
+//     0 * NaN, which makes that dQ element NaN. Each thread checks its own
+//     dQ fragments (valuesHaveNonFinite, once the product has landed):
+//     only a thread with one, in a partial tile, adds dqSkipZero's terms
+//     instead (per thread: it reads the published dS^T and K tiles, no
+//     barrier). A dQ element without a NaN or Inf got no such term.
+//
 // Where the forward's vote runs (its cost is the barrier more than the
 // scan: session 15 measured +12-18% on a document mask whose tiles are all
 // partial):
@@ -106,6 +123,23 @@ bool maskedValueTileVote();
 /// Whether TMA forward kernels without warp specialisation vote at the
 /// closing barrier (setMaskedValueTileEndVoteForTesting; default false).
 bool maskedValueTileEndVote();
+
+/// Whether backward kernels isolate masked keys with session 16's votes
+/// and selects (setMaskedValueBackwardTileVoteForTesting; default false:
+/// the pipelined wgmma backward at head dim 64 checks its results).
+bool maskedValueBackwardTileVote();
+
+/// Whether any 16-bit element (bf16 or fp16 as \p ops says) of the packed
+/// pairs \p words (i32 each) is NaN or Inf: this thread's answer, no vote
+/// (a pairwise tree of 16-bit fmas, words.size() - 1 of them).
+mlir::Value wordsHaveNonFinite(KernelOps &ops,
+                               llvm::ArrayRef<mlir::Value> words);
+
+/// Whether any of the f32 values \p xs is NaN or Inf, or their sum
+/// overflows (a pairwise tree of adds, xs.size() of them; an overflow is
+/// a false alarm for callers whose guarded path is exact too): this
+/// thread's answer, no vote.
+mlir::Value valuesHaveNonFinite(KernelOps &ops, llvm::ArrayRef<mlir::Value> xs);
 
 /// Where \p cond: whether any 16-bit element of this thread's 16-byte
 /// chunks of the tile at \p smem (as tileHasNonFiniteIf splits the tile
