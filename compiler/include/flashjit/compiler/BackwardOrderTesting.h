@@ -4,7 +4,8 @@
 // the wgmma backward's synchronous tile step, which masked and
 // score-modifier kernels take above head dim 64, with the pipelined step
 // (asyncTileStep) built for them anyway, so it needs kernels built that
-// way. Kept out of GpuCompiler.h on purpose.
+// way; the block-sparse timing likewise compares listed-tile prefetching
+// with the kernels without it. Kept out of GpuCompiler.h on purpose.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FLASHJIT_COMPILER_BACKWARDORDERTESTING_H
@@ -24,6 +25,15 @@ namespace flashjit {
 /// cache (gen_matrix_kernels' `_pipe` timing kernels, the codegen test)
 /// may turn it on.
 void setMaskedPipelinedBackwardForTesting(bool on);
+
+/// Testing only: whether block-sparse wgmma backward kernels compiled from
+/// now on in this process (not the split kernel above head dim 128) load
+/// the next listed query tile's Q, dO, LSE and D into the other stage of
+/// the query-tile ring while the current tile computes (default true).
+/// Off: each listed tile is loaded when it is visited (session 16's
+/// kernels, byte-identical), the old column of the [.bwdsparsebench]
+/// timing (gen_matrix_kernels' `_nopf` ids). No cache key holds it.
+void setListedPrefetchBackwardForTesting(bool on);
 
 } // namespace flashjit
 
