@@ -12,7 +12,10 @@
 // next visited query tile load into the other stage of a two-stage ring
 // during the current tile; S^T and dP^T are issued together; dV, dQ and dK
 // are issued before the previous group is waited for, so the dQ atomics run
-// beside dK; one barrier fewer per tile. The kernel:
+// beside dK; one barrier fewer per tile. Block-sparse wgmma kernels load the
+// next listed query tile into the other stage in either step (the
+// synchronous one too, which masked kernels keep above head dim 64). The
+// kernel:
 //   _bwd_pre:  D_i = dO_i . O_i (fp32), dQaccum_i = 0        (warp per row;
 //              BackwardRowKernels.cpp)
 //   _bwd:      one CTA per (key tile, kv head, batch); K and V of its keys
