@@ -355,6 +355,14 @@ run() {
       --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "varlen block-sparse backward kernels match the float64 varlen*"
   fi
+  # The head-dim-128 block-sparse kernels' synchronous step with the
+  # listed-tile prefetch (the varlen case above is head dim 64, pipelined).
+  if command -v compute-sanitizer >/dev/null && want racecheck_bwd_sparse; then
+    FLASHJIT_MATRIX_ONLY=bwdbs_causal_br_d128 step racecheck_bwd_sparse128 \
+      compute-sanitizer --tool racecheck --error-exitcode 3 \
+      "$bin/flashjit_gpu_tests" \
+      "block-sparse backward kernels match the float64 reference backward*"
+  fi
   # Decode under the sanitizers: every [decode] case under memcheck; one
   # kernel's float64 test plus the merge and append kernels under racecheck
   # (tags, not names: "GPU merge_states matches ... (2-way, n-way, sink)"
@@ -524,7 +532,7 @@ run() {
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
     racecheck_generated memcheck_ws synccheck_generated sparse memcheck_sparse \
     racecheck_sparse memcheck_padded racecheck_padded bwd bwdbench memcheck_bwd racecheck_bwd \
-    memcheck_bwd_sparse racecheck_bwd_sparse bwdpeers python cli peers \
+    memcheck_bwd_sparse racecheck_bwd_sparse racecheck_bwd_sparse128 bwdpeers python cli peers \
     decodebench decodesplit decodepeers memcheck_decode racecheck_decode; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \

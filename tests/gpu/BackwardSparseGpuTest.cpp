@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -102,12 +103,30 @@ BlockMask makeMask(std::mt19937_64 &rng, const testing::MatrixKernel &k,
   return referenceBlockMask(k.spec, bm, bn, batch, sq, sk, hostArgs);
 }
 
+/// What the listed-tile loop met (the next listed tile is prefetched
+/// during the current one): rows of the backward's transposed lists with
+/// 0 entries, 1, an odd number >= 3, and both partial and full entries
+/// (the prefetch crosses from the partial list to the full one).
+struct ListLengths {
+  int64_t empty = 0, one = 0, oddMany = 0, mixed = 0;
+  void add(const BlockMask &mask, int64_t qTile, int64_t kvTile) {
+    TransposedBlockMask t = transposeBlockMask(mask, qTile, kvTile);
+    for (size_t r = 0; r < t.qNumBlocks.size(); ++r) {
+      int32_t n = t.qNumBlocks[r] + t.fullQNumBlocks[r];
+      empty += n == 0;
+      one += n == 1;
+      oddMany += n >= 3 && n % 2 == 1;
+      mixed += t.qNumBlocks[r] > 0 && t.fullQNumBlocks[r] > 0;
+    }
+  }
+};
+
 /// One block-sparse backward call against the float64 reference with the
-/// same block mask.
+/// same block mask; the backward's list lengths tallied into \p lengths.
 void checkSparseBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
                          const testing::MatrixKernel &mk, int64_t batch,
                          int64_t sq, int64_t sk, int64_t bm, int64_t bn,
-                         bool perHead, uint64_t seed) {
+                         bool perHead, uint64_t seed, ListLengths &lengths) {
   const AttentionSpec &spec = mk.spec;
   INFO("batch " << batch << ", seqlen_q " << sq << ", seqlen_k " << sk
                 << ", mask tiles " << bm << " x " << bn << ", per head "
@@ -130,6 +149,7 @@ void checkSparseBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
   dO.randomize(rng);
   test::VariantArgs args(dev, spec, sq, sk);
   BlockMask mask = makeMask(rng, mk, bm, bn, batch, sq, sk, perHead, args.host);
+  lengths.add(mask, kernel.info().config.blockN, kernel.info().config.blockM());
   AttentionSpec fwd = spec;
   fwd.returnLse = true;
   ReferenceOutput ref =
@@ -307,10 +327,15 @@ TEST_CASE("block-sparse backward kernels match the float64 reference "
       {1, 1}, {65, 17}, {130, 77}, {257, 300}, {200, 200}, {0, 9}, {9, 0}};
   uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
-  int i = 0, checked = 0;
+  int i = 0, checked = 0, kernels = 0;
+  ListLengths lengths;
+  // FLASHJIT_MATRIX_ONLY=<substring>: only those kernels (the sanitizer
+  // steps of scripts/gpu-check.sh).
+  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
   for (const testing::MatrixKernel &k : testing::backwardSparseKernels()) {
-    if (isVarlen(k))
+    if (isVarlen(k) || (only && k.id.find(only) == std::string::npos))
       continue;
+    ++kernels;
     INFO(k.id << ": " << printSpec(k.spec));
     auto kernel = loadSparseBackward(k, dev);
     // (mma.sync at head dim 256 spills: a matrix built with MMA mma.sync.)
@@ -331,11 +356,24 @@ TEST_CASE("block-sparse backward kernels match the float64 reference "
       auto [sq, sk] = shapes[i % std::size(shapes)];
       auto [bm, bn] = tiles[r];
       checkSparseBackward(dev, *kernel, k, 1 + i % 2, sq, sk, bm, bn, i % 2,
-                          seed + i);
+                          seed + i, lengths);
       ++checked;
     }
   }
-  CHECK(checked == 48);
+  // The listed-tile loops met lists of 0, 1 and odd lengths, and lists
+  // running from partial into full entries.
+  std::printf("  list rows: %lld empty, %lld of one, %lld odd >= 3, %lld "
+              "partial and full\n",
+              (long long)lengths.empty, (long long)lengths.one,
+              (long long)lengths.oddMany, (long long)lengths.mixed);
+  if (!only) {
+    CHECK(lengths.empty > 0);
+    CHECK(lengths.one > 0);
+    CHECK(lengths.oddMany > 0);
+    CHECK(lengths.mixed > 0);
+  }
+  CHECK(kernels > 0);
+  CHECK(checked == 8 * kernels);
 }
 
 TEST_CASE("varlen block-sparse backward kernels match the float64 varlen "
@@ -477,20 +515,24 @@ TEST_CASE("the block-sparse GPU backward refuses what it does not take",
 
 TEST_CASE("block-sparse backward timing: mma.sync against wgmma",
           "[.bwdsparsebench][.bwdbench]") {
+  constexpr int kKernels = 3; // mma.sync, wgmma without prefetch, default
   // bf16 document-causal (16 random documents per sequence), hidden 2048,
   // batch * seqlen = 32768, N = 4k and 16k; the block mask built on the
   // GPU by the block-sparse forward's builder, O and LSE from that
   // forward. Prints SPARSEBENCH lines: the mma.sync backward `<id>_mma`
-  // (the old path) and the default one `<id>` (wgmma on sm_90a), ms and
-  // TF/s (2.5 x 4 B H N^2 D over the allowed pairs), timed alternately in
-  // this process on the same inputs; the two kernels' dQ, dK, dV must
-  // agree (bf16 rounding of two summation orders).
+  // and the wgmma one without the listed-tile prefetch `<id>_nopf` (the
+  // old paths), and the default one `<id>` (wgmma on sm_90a, prefetching),
+  // ms and TF/s (2.5 x 4 B H N^2 D over the allowed pairs), timed
+  // alternately in this process on the same inputs; the kernels' dQ, dK,
+  // dV must agree with the mma.sync one's (bf16 rounding of summation
+  // orders).
   Device &dev = Device::get(0);
   std::mt19937_64 rng(13);
   for (const testing::MatrixKernel &k : testing::sparseBenchKernels()) {
     auto fwd = test::loadAheadOfTime(k.id + "_fwd", k.spec, dev, true);
     auto neu = loadSparseBackward(k, dev);
     auto old = loadSparseBackward(k, dev, k.id + "_mma");
+    auto nopf = loadSparseBackward(k, dev, k.id + "_nopf");
     for (int64_t n : {4096, 16384}) {
       const int64_t b = 32768 / n, h = k.spec.headsQ, d = k.spec.headDimQK;
       // 16 documents: random cut points, each at least one token.
@@ -517,12 +559,12 @@ TEST_CASE("block-sparse backward timing: mma.sync against wgmma",
           kt(dev, DType::BF16, {b, h, n, d}), v(dev, DType::BF16, {b, h, n, d}),
           o(dev, DType::BF16, {b, h, n, d}), dO(dev, DType::BF16, {b, h, n, d}),
           lse(dev, DType::F32, {b, h, n, 1}, 3);
-      GpuTensor grads[2][3] = {{GpuTensor(dev, DType::BF16, {b, h, n, d}),
-                                GpuTensor(dev, DType::BF16, {b, h, n, d}),
-                                GpuTensor(dev, DType::BF16, {b, h, n, d})},
-                               {GpuTensor(dev, DType::BF16, {b, h, n, d}),
-                                GpuTensor(dev, DType::BF16, {b, h, n, d}),
-                                GpuTensor(dev, DType::BF16, {b, h, n, d})}};
+      std::vector<std::vector<GpuTensor>> grads(kKernels);
+      for (auto &g : grads) {
+        g.reserve(3); // no moves: hostRef points into host
+        for (int t = 0; t < 3; ++t)
+          g.emplace_back(dev, DType::BF16, std::array<int64_t, 4>{b, h, n, d});
+      }
       q.randomize(rng);
       kt.randomize(rng);
       v.randomize(rng);
@@ -530,51 +572,60 @@ TEST_CASE("block-sparse backward timing: mma.sync against wgmma",
       DeviceBlockMask mask = fwd->buildBlockMask(b, n, n, args);
       fwd->runBlockSparse(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
                           &lse.deviceRef, mask, args);
-      const GpuAttentionBackwardKernel *kernels[2] = {old.get(), neu.get()};
+      const GpuAttentionBackwardKernel *kernels[kKernels] = {
+          old.get(), nopf.get(), neu.get()};
       auto call = [&](int which) {
-        GpuTensor *g = grads[which];
+        std::vector<GpuTensor> &g = grads[which];
         kernels[which]->runBlockSparse(q.deviceRef, kt.deviceRef, v.deviceRef,
                                        o.deviceRef, lse.deviceRef, dO.deviceRef,
                                        g[0].deviceRef, g[1].deviceRef,
                                        g[2].deviceRef, mask, args);
       };
-      std::vector<float> ms[2];
+      std::vector<float> ms[kKernels];
       EventTimer timer(dev);
-      for (int which : {0, 1, 0, 1})
-        call(which); // warm-up
+      for (int r = 0; r < 2; ++r)
+        for (int which = 0; which < kKernels; ++which)
+          call(which); // warm-up
       for (int r = 0; r < 7; ++r)
-        for (int which : {0, 1}) {
+        for (int which = 0; which < kKernels; ++which) {
           timer.start();
           call(which);
           ms[which].push_back(timer.stopMs());
         }
       const double flops = 2.5 * 4.0 * b * h * double(allowed) * d;
-      double med[2];
-      for (int which : {0, 1}) {
+      double med[kKernels];
+      for (int which = 0; which < kKernels; ++which) {
         std::sort(ms[which].begin(), ms[which].end());
         med[which] = ms[which][ms[which].size() / 2];
       }
       std::printf("SPARSEBENCH %-16s N=%-6lld mma.sync %.3f ms %.0f TF/s  "
-                  "%s %.3f ms %.0f TF/s  speedup %.2fx\n",
+                  "%s-noprefetch %.3f ms %.0f TF/s  %s %.3f ms %.0f TF/s  "
+                  "speedup %.2fx (prefetch %.2fx)\n",
                   k.id.c_str(), (long long)n, med[0], flops / med[0] / 1e9,
-                  neu->info().config.wgmma ? "wgmma" : "default", med[1],
-                  flops / med[1] / 1e9, med[0] / med[1]);
-      // The two kernels computed the same gradients.
-      for (int t = 0; t < 3; ++t) {
+                  nopf->info().config.wgmma ? "wgmma" : "default", med[1],
+                  flops / med[1] / 1e9,
+                  neu->info().config.wgmma ? "wgmma" : "default", med[2],
+                  flops / med[2] / 1e9, med[0] / med[2], med[1] / med[2]);
+      // The kernels computed the same gradients as the mma.sync one.
+      for (int t = 0; t < 3; ++t)
         grads[0][t].download();
-        grads[1][t].download();
-        double num = 0, den = 0;
-        for (size_t e = 0; e < grads[0][t].host.size() / 2; e += 97) {
-          double x = loadAsFloat(grads[0][t].hostRef.data, DType::BF16, e),
-                 y = loadAsFloat(grads[1][t].hostRef.data, DType::BF16, e);
-          REQUIRE(std::isfinite(y));
-          num += (x - y) * (x - y);
-          den += x * x;
+      for (int which = 1; which < kKernels; ++which)
+        for (int t = 0; t < 3; ++t) {
+          grads[which][t].download();
+          double num = 0, den = 0;
+          for (size_t e = 0; e < grads[0][t].host.size() / 2; e += 97) {
+            double x = loadAsFloat(grads[0][t].hostRef.data, DType::BF16, e),
+                   y = loadAsFloat(grads[which][t].hostRef.data, DType::BF16,
+                                   e);
+            REQUIRE(std::isfinite(y));
+            num += (x - y) * (x - y);
+            den += x * x;
+          }
+          INFO("kernel " << which << ", gradient " << t
+                         << " (dQ, dK, dV): relative L2 difference");
+          CHECK(den > 0);
+          CHECK(std::sqrt(num / den) < 2e-2);
         }
-        INFO("gradient " << t << " (dQ, dK, dV): relative L2 difference");
-        CHECK(den > 0);
-        CHECK(std::sqrt(num / den) < 2e-2);
-      }
     }
   }
 }

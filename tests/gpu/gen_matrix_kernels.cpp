@@ -44,6 +44,7 @@
 #include "OutputFiles.h"
 
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
 
 #include <algorithm>
@@ -325,8 +326,9 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     n += 2;
   }
-  // Block-sparse timing kernels: forward <id>_fwd, backward <id> (bwdMma)
-  // and <id>_mma (mma.sync, the old path).
+  // Block-sparse timing kernels: forward <id>_fwd, backward <id> (bwdMma),
+  // <id>_nopf (bwdMma without the listed-tile prefetch) and <id>_mma
+  // (mma.sync, the old paths).
   for (const auto &k : flashjit::testing::sparseBenchKernels()) {
     if (skip(k.id))
       continue;
@@ -337,9 +339,13 @@ int main(int argc, char **argv) {
     bo.kind = flashjit::KernelKind::Backward;
     bo.mma = bwdMma;
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    // `_nopf`: the same without the listed-tile prefetch (session 16's).
+    flashjit::setListedPrefetchBackwardForTesting(false);
+    write(dir, k.id + "_nopf", flashjit::compileGpu(k.spec, bo), true);
+    flashjit::setListedPrefetchBackwardForTesting(true);
     bo.mma = flashjit::GpuMma::MmaSync;
     write(dir, k.id + "_mma", flashjit::compileGpu(k.spec, bo), true);
-    n += 3;
+    n += 4;
   }
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).
   for (const auto &k : flashjit::testing::optionKernels()) {

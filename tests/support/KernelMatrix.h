@@ -228,8 +228,10 @@ inline std::vector<MatrixKernel> backwardSparseKernels() {
 /// in [bwdbench]): bf16 document-causal (doc_id), hidden 2048, head dims
 /// 64 and 128; the block-sparse forward `<id>_fwd` (default tiles; its
 /// block-mask builder makes the mask), the default backward `<id>` (wgmma
-/// on sm_90a) and the mma.sync backward `<id>_mma` (the old path),
-/// written by gen_matrix_kernels beside the timing pairs.
+/// on sm_90a, prefetching the next listed query tile), `<id>_nopf` (the
+/// same without the prefetch: setListedPrefetchBackwardForTesting off) and
+/// the mma.sync backward `<id>_mma` (the old paths), written by
+/// gen_matrix_kernels beside the timing pairs.
 inline std::vector<MatrixKernel> sparseBenchKernels() {
   std::vector<MatrixKernel> out;
   for (int d : {64, 128})

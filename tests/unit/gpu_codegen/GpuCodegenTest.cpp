@@ -14,6 +14,7 @@
 
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
@@ -1068,6 +1069,85 @@ TEST_CASE("block-sparse backward kernels assemble with no spills and carry "
   WARN("assembled " << checked << " block-sparse backward kernel sets; most "
                     << "registers (main kernel): " << maxRegs);
   CHECK(checked == 2 * int(testing::backwardSparseKernels().size()));
+}
+
+TEST_CASE("the block-sparse wgmma backward issues the next listed query "
+          "tile's loads before the current tile's products",
+          "[gpu-codegen][backward][block-sparse]") {
+  // The listed-tile loop's ring: after the barrier that publishes this
+  // tile's Q / dO, the next listed tile's cp.async (Q, dO, LSE, D) come
+  // before the first wgmma; a skipped listed tile waits for them (one more
+  // cp.async.wait_group 0). setListedPrefetchBackwardForTesting(false)
+  // gives session 16's kernels (no cp.async there); the split kernel
+  // (head dim 256, its P^T in the second stage) does not prefetch.
+  struct HookOff {
+    HookOff() { setListedPrefetchBackwardForTesting(false); }
+    ~HookOff() { setListedPrefetchBackwardForTesting(true); }
+  };
+  // The main kernel's text.
+  auto mainEntry = [](const GpuKernelImage &img) {
+    size_t at = img.ptx.find(".entry " + img.name + "_bwd(");
+    REQUIRE(at != std::string::npos);
+    size_t end = img.ptx.find(".entry ", at + 1);
+    return img.ptx.substr(at, end == std::string::npos ? end : end - at);
+  };
+  // cp.async copies between the barrier before the first wgmma and it.
+  auto copiesBeforeProducts = [](const std::string &ptx) {
+    size_t mma = ptx.find("wgmma.mma_async");
+    REQUIRE(mma != std::string::npos);
+    size_t bar = ptx.rfind("bar.sync", mma);
+    REQUIRE(bar != std::string::npos);
+    int n = 0; // 16-byte (cg) and 4-byte (ca) copies, not commit_group
+    for (const char *copy : {"cp.async.cg.shared", "cp.async.ca.shared"})
+      for (size_t p = ptx.find(copy, bar); p < mma; p = ptx.find(copy, p + 1))
+        ++n;
+    return n;
+  };
+  auto count = [](const std::string &ptx, const std::string &what) {
+    int n = 0;
+    for (size_t p = ptx.find(what); p != std::string::npos;
+         p = ptx.find(what, p + 1))
+      ++n;
+    return n;
+  };
+  int checked = 0;
+  for (const testing::MatrixKernel &k : testing::backwardSparseKernels()) {
+    INFO(k.id << ": " << printSpec(k.spec));
+    GpuCompileOptions o;
+    o.arch = "sm_90a";
+    o.kind = KernelKind::Backward;
+    o.blockSparse = true;
+    o.varlen = k.id.rfind("bwdbsvl_", 0) == 0;
+    GpuKernelImage img = compileGpu(k.spec, o);
+    GpuKernelImage old = [&] {
+      HookOff off;
+      return compileGpu(k.spec, o);
+    }();
+    REQUIRE(img.config.wgmma);
+    const std::string neu = mainEntry(img), was = mainEntry(old);
+    if (k.spec.headDimQK > 128) {
+      CHECK(img.ptx == old.ptx);
+      ++checked;
+      continue;
+    }
+    // Q and dO (16-byte copies) and LSE / D rows (4-byte ones).
+    CHECK(copiesBeforeProducts(neu) > 0);
+    CHECK(neu.find("cp.async.ca.shared.global",
+                   neu.rfind("bar.sync", neu.find("wgmma.mma_async"))) <
+          neu.find("wgmma.mma_async"));
+    CHECK(copiesBeforeProducts(was) == 0);
+    CHECK(count(neu, "cp.async.wait_group") ==
+          count(was, "cp.async.wait_group") + 1);
+    // Off again: the default prefetches.
+    CHECK(compileGpu(k.spec, o).ptx == img.ptx);
+    runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
+    INFO(r.log);
+    const runtime::PtxasFunctionReport *f = r.find(img.name + "_bwd");
+    REQUIRE(f);
+    CHECK(f->clean());
+    ++checked;
+  }
+  CHECK(checked == int(testing::backwardSparseKernels().size()));
 }
 
 TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {

@@ -64,31 +64,46 @@ private:
   SmallVector<Value> listedTileLoop(Value head, ValueRange carried,
                                     Value kPastEnd);
   /// One non-empty query tile at \p q0 of query head \p head; \p state
-  /// is dK, dV and the data gradients' running sums. \p boundsOnly
+  /// is dK, dV and the data gradients' running sums (then, with the ring,
+  /// the stage and "prefetched", as asyncTileStep's). \p boundsOnly
   /// (block-sparse; i1): a listed full tile at a sequence end, whose
-  /// out-of-range elements are masked without the mask code.
+  /// out-of-range elements are masked without the mask code. With the
+  /// ring (prefetchListed), the tile at \p nextQ0 is loaded into the other
+  /// stage where \p nextVisited holds, as asyncTileStep does.
   SmallVector<Value> tileStep(ValueRange state, Value head, Value q0,
                               Value qLast, Value needsMask,
-                              Value boundsOnly = Value());
+                              Value boundsOnly = Value(),
+                              Value nextVisited = Value(),
+                              Value nextQ0 = Value());
   /// tileStep with asynchronous products (wgmma): \p state ends with the
   /// query-tile stage (i32, 0 / 1) and whether this tile's Q, dO, LSE and
   /// D were prefetched into it (i1); \p nextVisited (i1): the next query
-  /// tile is visited too, so its loads are issued into the other stage
-  /// during this tile's products. Returns the state for the next tile.
+  /// tile, at \p nextQ0 (null: q0 + blockN), is visited too, so its loads
+  /// are issued into the other stage during this tile's products. Returns
+  /// the state for the next tile.
   SmallVector<Value> asyncTileStep(ValueRange state, Value head, Value q0,
                                    Value qLast, Value needsMask,
-                                   Value boundsOnly, Value nextVisited);
-  /// The state a skipped tile passes on (asyncProducts: nothing
-  /// prefetched).
+                                   Value boundsOnly, Value nextVisited,
+                                   Value nextQ0 = Value());
+  /// The ring's start of a tile (\p state as asyncTileStep's): this
+  /// tile's Q, dO, LSE and D loaded into its stage unless prefetched,
+  /// waited for and published (CTA barrier); then the tile at \p nextQ0
+  /// (null: q0 + blockN) issued into the other stage where \p nextVisited
+  /// holds, and the products, sLseCur and sDeltaCur set to this stage.
+  /// Returns the other stage (i32).
+  Value enterStage(ValueRange state, Value head, Value q0, Value nextVisited,
+                   Value nextQ0);
+  /// The state a skipped tile passes on (ring: nothing prefetched).
   SmallVector<Value> skippedState(ValueRange state);
   /// Runs tileStep or asyncTileStep.
   SmallVector<Value> visit(ValueRange state, Value head, Value q0, Value qLast,
-                           Value needsMask, Value boundsOnly,
-                           Value nextVisited) {
+                           Value needsMask, Value boundsOnly, Value nextVisited,
+                           Value nextQ0 = Value()) {
     if (pipelined)
       return asyncTileStep(state, head, q0, qLast, needsMask, boundsOnly,
-                           nextVisited);
-    return tileStep(state, head, q0, qLast, needsMask, boundsOnly);
+                           nextVisited, nextQ0);
+    return tileStep(state, head, q0, qLast, needsMask, boundsOnly,
+                    ring ? nextVisited : Value(), nextQ0);
   }
   /// Where \p boundsOnly holds: -inf for the elements of \p scores (S^T
   /// fragments; first query column \p qLane) past seqlen_q or seqlen_k.
@@ -250,6 +265,15 @@ private:
   /// steps isolate masked keys (dS' zeroed where P is, the guarded dQ:
   /// MaskedValues.h).
   bool pipelined = false;
+  /// block-sparse wgmma kernels (not the split one): the listed-tile loop
+  /// issues the next listed tile's Q, dO, LSE and D into the other stage
+  /// of the ring during the current tile, in either step
+  /// (setListedPrefetchBackwardForTesting can turn it off: then listed
+  /// tiles are loaded when visited, session 16's kernels).
+  bool prefetchListed = false;
+  /// The loops carry the query-tile ring's stage and "prefetched"
+  /// (pipelined or prefetchListed).
+  bool ring = false;
   /// block-sparse: the visited partial tile's key-group word (i32, 0 for
   /// full tiles; KernelAbi.h), set by listedTileLoop; null elsewhere.
   Value keyGroups;

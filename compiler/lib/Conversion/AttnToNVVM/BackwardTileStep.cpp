@@ -116,13 +116,24 @@ std::function<Value(int)> BackwardBuilder::scoreGradInput(ArrayRef<Value> s,
 
 SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
                                              Value q0, Value qLast,
-                                             Value needsMask,
-                                             Value boundsOnly) {
+                                             Value needsMask, Value boundsOnly,
+                                             Value nextVisited, Value nextQ0) {
   const int nS = shape.sTiles(), nK = shape.accRegs(c.headDimQK);
   const int nV = shape.accRegs(c.headDimV);
-  loadQueryTile(head, q0);
+  // The ring (block-sparse prefetch): state ends with stage, prefetched.
+  const int ringArgs = nextVisited ? 2 : 0;
+  Value other;
+  if (nextVisited)
+    other = enterStage(state, head, q0, nextVisited, nextQ0);
+  else
+    loadQueryTile(head, q0);
+  // With the ring, the products are the asynchronous ones waited for at
+  // once: they address the stage from two descriptors (registers: the
+  // synchronous ones' eight, each moved to the stage, spilled at D = 128).
+  const bool waitNow = bool(nextVisited);
   // S^T = K Q^T (this warp's 16 keys x BN queries).
-  SmallVector<Value> s = mma->computeS();
+  SmallVector<Value> s =
+      waitNow ? mma->wait(mma->issueS(), 0) : mma->computeS();
   // Scores in log2 units, masked where the tile needs it.
   KeyRowCoords coords{batch,    head,     seqlenQ,      seqlenK,
                       kvRow[0], kvRow[1], queryLane(q0)};
@@ -148,10 +159,17 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
 
   SmallVector<Value> dk(state.begin(), state.begin() + nK);
   SmallVector<Value> dv(state.begin() + nK, state.begin() + nK + nV);
-  SmallVector<Value> gradState(state.begin() + nK + nV, state.end());
+  SmallVector<Value> gradState(state.begin() + nK + nV,
+                               state.begin() + (state.size() - ringArgs));
   // dV += P^T dO; dP^T = V dO^T.
-  dv = mma->accumulateDV(dv, p);
-  SmallVector<Value> dp = mma->computeDP();
+  if (waitNow) {
+    SmallVector<Value> pA = mma->packA(p);
+    dv = mma->wait(mma->issueDV(dv, pA), 0, pA);
+  } else {
+    dv = mma->accumulateDV(dv, p);
+  }
+  SmallVector<Value> dp =
+      waitNow ? mma->wait(mma->issueDP(), 0) : mma->computeDP();
   // dS'^T = P^T (dP^T - D); dS^T = score_grad(dS'^T, s).
   SmallVector<Value> ds = scoreGradients(p, dp, colDelta);
   // Masked keys are isolated: dS' exactly 0 where P is (before the data
@@ -164,17 +182,29 @@ SmallVector<Value> BackwardBuilder::tileStep(ValueRange state, Value head,
                           seqlenK, {kvRow[0], kvRow[1]}, coords.qLane, nS,
                           gradState);
   // dK += dS^T Q (scaled at the end).
-  dk = mma->accumulateDK(dk, ds);
+  if (waitNow) {
+    SmallVector<Value> dsA = mma->packA(ds);
+    dk = mma->wait(mma->issueDK(dk, dsA), 0, dsA);
+  } else {
+    dk = mma->accumulateDK(dk, ds);
+  }
   // dS^T into shared memory, then dQaccum += dS K.
   mma->storeDS(ds);
   Value kVote = publishDS(needsMask);
+  // With the ring too, the barrier after dQ (addDQ): without it ptxas
+  // moves the next tile's list reads and classifier into this one's
+  // products and the D = 128 kernels spill (32-40 bytes).
   addDQ(head, q0, qLast, needsMask, kVote);
-  return llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
+  SmallVector<Value> out =
+      llvm::to_vector(llvm::concat<Value>(dk, dv, gradState));
+  if (nextVisited)
+    out.append({other, nextVisited});
+  return out;
 }
 
 SmallVector<Value> BackwardBuilder::skippedState(ValueRange state) {
   SmallVector<Value> out(state);
-  if (pipelined)
+  if (ring)
     out.back() = ops.cb(false);
   return out;
 }
@@ -219,13 +249,9 @@ void BackwardBuilder::issueQueryTile(Value head, Value q0, Value stage) {
       });
 }
 
-SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
-                                                  Value q0, Value qLast,
-                                                  Value needsMask,
-                                                  Value boundsOnly,
-                                                  Value nextVisited) {
-  const int BN = c.blockN, nS = shape.sTiles();
-  const int nK = shape.accRegs(c.headDimQK), nV = shape.accRegs(c.headDimV);
+Value BackwardBuilder::enterStage(ValueRange state, Value head, Value q0,
+                                  Value nextVisited, Value nextQ0) {
+  const int BN = c.blockN;
   Value stage = state[state.size() - 2], prefetched = state.back();
   // This tile's Q, dO, LSE and D: prefetched by the tile before, else
   // loaded now. Its stage was last read by the tile before that one, which
@@ -237,13 +263,24 @@ SmallVector<Value> BackwardBuilder::asyncTileStep(ValueRange state, Value head,
   gpu::BarrierOp::create(b);
   // Every warp is past the previous tile: its stage takes the next tile.
   Value other = ops.sub(ops.ci32(1), stage);
-  ops.ifThen(nextVisited,
-             [&] { issueQueryTile(head, ops.add(q0, ops.ci32(BN)), other); });
+  ops.ifThen(nextVisited, [&] {
+    issueQueryTile(head, nextQ0 ? nextQ0 : ops.add(q0, ops.ci32(BN)), other);
+  });
   NVVM::CpAsyncCommitGroupOp::create(b);
   mma->selectStage(ops.mul(ops.ext64(stage), ops.ci64(qStageBytes)));
   sLseCur = ops.gepBytes(sLse, ops.mul(ops.ext64(stage), ops.ci64(8 * BN)));
   sDeltaCur = ops.gepBytes(sLseCur, int64_t(4) * BN);
   lseRaw = true;
+  return other;
+}
+
+SmallVector<Value>
+BackwardBuilder::asyncTileStep(ValueRange state, Value head, Value q0,
+                               Value qLast, Value needsMask, Value boundsOnly,
+                               Value nextVisited, Value nextQ0) {
+  const int nS = shape.sTiles();
+  const int nK = shape.accRegs(c.headDimQK), nV = shape.accRegs(c.headDimV);
+  Value other = enterStage(state, head, q0, nextVisited, nextQ0);
 
   // S^T = K Q^T and dP^T = V dO^T in flight together, S^T first; with
   // dpAfterP, dP^T issued once P^T is made.

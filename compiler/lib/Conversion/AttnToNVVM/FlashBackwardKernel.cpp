@@ -12,7 +12,10 @@
 // next visited query tile load into the other stage of a two-stage ring
 // during the current tile; S^T and dP^T are issued together; dV, dQ and dK
 // are issued before the previous group is waited for, so the dQ atomics run
-// beside dK; one barrier fewer per tile. The kernel:
+// beside dK; one barrier fewer per tile. Block-sparse wgmma kernels load the
+// next listed query tile into the other stage in either step (the
+// synchronous one too, which masked kernels keep above head dim 64). The
+// kernel:
 //   _bwd_pre:  D_i = dO_i . O_i (fp32), dQaccum_i = 0        (warp per row;
 //              BackwardRowKernels.cpp)
 //   _bwd:      one CTA per (key tile, kv head, batch); K and V of its keys
@@ -41,6 +44,7 @@
 // abi::gpu::backwardArgTypes (runtime/KernelAbi.h).
 //
 #include "flashjit/Conversion/AttnToNVVM/FlashBackwardKernel.h"
+#include "flashjit/compiler/BackwardOrderTesting.h"
 
 #include "BackwardBuilder.h"
 #include "MaskedValues.h"
@@ -51,10 +55,14 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <optional>
 
 namespace flashjit::nvvm::detail {
+
+/// setListedPrefetchBackwardForTesting's switch.
+static std::atomic<bool> listedPrefetch{true};
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -96,6 +104,12 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   dpAfterP = pipelined && wide && em.maskReadsBuffers();
   checkResults = isolate && pipelined && !wide && !grads->active() &&
                  !maskedValueBackwardTileVote();
+  // Block-sparse wgmma kernels (not the split one, whose P^T lies in the
+  // second stage) prefetch the next listed query tile into the ring, with
+  // either step.
+  prefetchListed =
+      c.blockSparse && c.wgmma && !shape.splitDim && listedPrefetch.load();
+  ring = pipelined || prefetchListed;
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).
@@ -173,8 +187,9 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
   Value numQ = arith::DivUIOp::create(b, ops.add(seqlenQ, ops.ci32(BN - 1)),
                                       ops.ci32(BN));
   SmallVector<Value> init(nK + nV, ops.cf32(0.0f));
-  // Asynchronous products: the query-tile stage, carried across heads.
-  const bool async = pipelined;
+  // The query-tile ring (asynchronous products, or the block-sparse
+  // prefetch): its stage, carried across heads.
+  const bool async = ring;
   if (async)
     init.push_back(ops.ci32(0));
   Value zeroIdx = arith::ConstantIndexOp::create(b, 0);
@@ -279,9 +294,28 @@ SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
                                   ValueRange{ops.add(listRow, ops.ext64(i))});
     return LLVM::LoadOp::create(b, ops.i32, p, /*alignment=*/4).getResult();
   };
-  Value listedFull = ops.cmp(arith::CmpIPredicate::sge, it, numPartial);
-  Value fi = arith::MaxSIOp::create(b, ops.sub(it, numPartial), ops.ci32(0));
-  Value qTile = ops.sel(listedFull, read(qLists[3], fi), read(qLists[1], it));
+  // Entry i's query tile (its list: partial before full).
+  auto isFull = [&](Value i) {
+    return ops.cmp(arith::CmpIPredicate::sge, i, numPartial);
+  };
+  auto entryTile = [&](Value i, Value full) {
+    Value fi = arith::MaxSIOp::create(b, ops.sub(i, numPartial), ops.ci32(0));
+    return ops.sel(full, read(qLists[3], fi), read(qLists[1], i));
+  };
+  Value listedFull = isFull(it);
+  Value qTile = entryTile(it, listedFull);
+  // The ring: the next entry's tile is loaded into the other stage during
+  // this one (nextVisited; a tile past the queries is not). It may still
+  // be skipped by the classifier: the skip waits for its loads then, so the
+  // tile after it can reuse the stage. The index stays in the row.
+  Value nextQ0, nextVisited = ops.cb(false);
+  if (prefetchListed) {
+    Value next = ops.add(it, ops.ci32(1));
+    Value i = arith::MinSIOp::create(b, next, ops.sub(numListed, ops.ci32(1)));
+    nextQ0 = ops.mul(entryTile(i, isFull(i)), ops.ci32(BN));
+    nextVisited = ops.land(ops.cmp(arith::CmpIPredicate::slt, next, numListed),
+                           ops.cmp(arith::CmpIPredicate::slt, nextQ0, seqlenQ));
+  }
   // A partial tile spanning mask tiles of several classes (word != 0):
   // masked, with each key row's class (applyKeyGroups); one with a full
   // group is visited whatever the classifier says.
@@ -314,11 +348,12 @@ SmallVector<Value> BackwardBuilder::listedTileLoop(Value head,
   {
     OpBuilder::InsertionGuard ig(b);
     b.setInsertionPointToStart(tileIf.elseBlock()); // empty: skipped
+    if (prefetchListed) // its prefetched loads land before the stage's next
+      NVVM::CpAsyncWaitGroupOp::create(b, 0);
     scf::YieldOp::create(b, skippedState(state));
     b.setInsertionPointToStart(tileIf.thenBlock());
-    // Listed tiles are not prefetched.
-    scf::YieldOp::create(
-        b, visit(state, head, q0, qLast, needsMask, boundsOnly, ops.cb(false)));
+    scf::YieldOp::create(b, visit(state, head, q0, qLast, needsMask, boundsOnly,
+                                  nextVisited, nextQ0));
   }
   keyGroups = Value();
   scf::YieldOp::create(b, tileIf.getResults());
@@ -382,3 +417,7 @@ void buildFlashBackwardKernels(mlir::OpBuilder &builder, mlir::Location loc,
 }
 
 } // namespace flashjit::nvvm
+
+void flashjit::setListedPrefetchBackwardForTesting(bool on) {
+  flashjit::nvvm::detail::listedPrefetch.store(on);
+}

@@ -1,0 +1,25 @@
+//===- BackwardOrderTesting.h - Block-sparse backward prefetch --*- C++ -*-===//
+//
+// A testing hook, not an API: the [.bwdsparsebench] timing (tests/gpu)
+// compares the block-sparse wgmma backward's listed-tile prefetching with
+// the kernels without it, so it needs kernels built both ways. Kept out of
+// GpuCompiler.h on purpose.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FLASHJIT_COMPILER_BACKWARDORDERTESTING_H
+#define FLASHJIT_COMPILER_BACKWARDORDERTESTING_H
+
+namespace flashjit {
+
+/// Testing only: whether block-sparse wgmma backward kernels compiled from
+/// now on in this process (not the split kernel above head dim 128) load
+/// the next listed query tile's Q, dO, LSE and D into the other stage of
+/// the query-tile ring while the current tile computes (default true).
+/// Off: each listed tile is loaded when it is visited (session 16's
+/// kernels, byte-identical), the old column of the [.bwdsparsebench]
+/// timing (gen_matrix_kernels' `_nopf` ids). No cache key holds it.
+void setListedPrefetchBackwardForTesting(bool on);
+
+} // namespace flashjit
+
+#endif // FLASHJIT_COMPILER_BACKWARDORDERTESTING_H
