@@ -43,8 +43,8 @@
 #include "OptionKernelOptions.h"
 #include "OutputFiles.h"
 
-#include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/BackwardOrderTesting.h"
+#include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
 
 #include <algorithm>

@@ -12,9 +12,9 @@
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 
+#include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
-#include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
