@@ -98,7 +98,7 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
     Option<"decodeStages", "decode-stages", "int", /*default=*/"0",
            "with decode: K/V cp.async stages, 2 (0 reads as 2) or 3 (Q "
            "overlaid on the third stage, one barrier per key tile; "
-           "head dim qk at most 128)">
+           "head dim qk at most 128)">,
     Option<"syncBackward", "sync-backward", "bool", /*default=*/"false",
            "with backward and wgmma: the synchronous tile step for mask or "
            "score-modifier code at head dims above 64 (not split, not "
