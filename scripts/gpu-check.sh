@@ -279,7 +279,11 @@ run() {
     shift
     echo "=== $name: $*"
     local t0=$SECONDS
-    "$@" 2>&1 | tee "$out/$name.log" | tail -n 40
+    # Line-buffered (stdbuf) so a step cut short by a timeout keeps the
+    # lines it printed (Catch2 buffers a pipe's output to the end).
+    local lb=()
+    command -v stdbuf >/dev/null && lb=(stdbuf -oL -eL)
+    "${lb[@]}" "$@" 2>&1 | tee "$out/$name.log" | tail -n 40
     local rc=${PIPESTATUS[0]}
     status[$name]="rc=$rc $((SECONDS - t0))s"
   }

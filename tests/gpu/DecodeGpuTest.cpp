@@ -707,11 +707,11 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
                     : "",
                 msAlone, kvBytes / (msAlone * 1e-3) / 1e12);
   };
-  // The "_s2" ids: the same kernels with two K/V stages (the configuration
-  // before session 17), their rows beside the three-stage default's.
+  // The "_s3" ids: the same kernels with three K/V stages (session 17's
+  // experiment), their rows beside the two-stage default's.
   for (const char *id :
-       {"dec_dense_g4", "dec_dense_g4_s2", "dec_softcap_g4", "dec_alibi_g4",
-        "dec_window_g4", "dec_dense_mqa32", "dec_dense_mqa32_s2"}) {
+       {"dec_dense_g4", "dec_dense_g4_s3", "dec_softcap_g4", "dec_alibi_g4",
+        "dec_window_g4", "dec_dense_mqa32", "dec_dense_mqa32_s3"}) {
     testing::DecodeKernel k = find(id);
     if (!selected(k.id))
       continue;

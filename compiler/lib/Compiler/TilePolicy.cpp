@@ -377,7 +377,9 @@ static GpuTileConfig decodeTileConfig(const AttentionSpec &spec,
   c.rowsPerWarp = 16;
   c.minBlocksPerSM = 2;
   c.blockN = std::max(spec.headDimQK, spec.headDimV) <= 128 ? 64 : 32;
-  c.decodeStages = spec.headDimQK <= 128 ? 3 : 2;
+  // Two stages: three (Q on the third) measured 1-3% slower on an H100,
+  // session 17 (bench/RESULTS.md); they stay reachable by decodeStages.
+  c.decodeStages = 2;
   return c;
 }
 

@@ -223,10 +223,10 @@ TEST_CASE("GPU decode kernels are cached under their own key", "[cache]") {
   CHECK(warm.outcome == CacheOutcome::Hit);
   CHECK(warm.entryDir == cold.entryDir);
   CHECK(b.files == a.files);
-  // The resolved stage count (3 at head dim 64) is in the manifest and read
+  // The resolved stage count (2 by default) is in the manifest and read
   // back with it.
-  CHECK(a.config.decodeStages == 3);
-  CHECK(b.config.decodeStages == 3);
+  CHECK(a.config.decodeStages == 2);
+  CHECK(b.config.decodeStages == 2);
   CHECK(b.config == a.config);
 
   // The launch check reads both entries of the decode module.
@@ -236,9 +236,9 @@ TEST_CASE("GPU decode kernels are cached under their own key", "[cache]") {
   bad.config.numWarps ^= 12; // 4 <-> 8
   CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
              Catch::Contains("threads per CTA"));
-  // Read as a two-stage kernel, its shared memory is not the module's.
+  // Read as a three-stage kernel, its shared memory is not the module's.
   bad = good;
-  bad.config.decodeStages = 2;
+  bad.config.decodeStages = 3;
   CHECK_THAT(gpuLaunchConfigMismatch(spec, bad, ptx),
              Catch::Contains("shared memory"));
   // Without the sink the kernel's parameters differ.

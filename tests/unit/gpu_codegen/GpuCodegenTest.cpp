@@ -1453,9 +1453,7 @@ TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
       GpuKernelImage img = compileGpu(k.spec, o);
       GpuTileConfig tc = resolveGpuTileConfig(k.spec, o);
       CHECK(tc.kind == KernelKind::Decode);
-      CHECK(img.config.decodeStages == (k.stages                  ? k.stages
-                                        : k.spec.headDimQK <= 128 ? 3
-                                                                  : 2));
+      CHECK(img.config.decodeStages == (k.stages ? k.stages : 2));
       CHECK(img.config.blockM() == 64);
       CHECK(img.config.threads() == 128);
       CHECK(img.config.blockN == (k.spec.headDimQK <= 128 ? 64 : 32));
@@ -1478,8 +1476,8 @@ TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
   CHECK(checked == 2 * int(testing::decodeKernels().size()));
 }
 
-TEST_CASE("decode kernels: three K/V stages by default up to head dim 128, "
-          "two on request; one barrier per key tile",
+TEST_CASE("decode kernels: two K/V stages by default, three on request up "
+          "to head dim 128 with one barrier per key tile",
           "[gpu-codegen][decode]") {
   // KernelConfig::decodeStages. Shared memory at head dim 128, 64 keys per
   // tile, 64 packed rows (padded rows of 136 elements): two stages
@@ -1494,14 +1492,16 @@ TEST_CASE("decode kernels: three K/V stages by default up to head dim 128, "
   o.arch = "sm_90a";
   GpuCompileOptions two = o;
   two.decodeStages = 2;
-  CHECK(resolveGpuTileConfig(d128, o).decodeStages == 3);
-  CHECK(resolveGpuTileConfig(d128, two).decodeStages == 2);
+  GpuCompileOptions three = o;
+  three.decodeStages = 3;
+  CHECK(resolveGpuTileConfig(d128, o).decodeStages == 2);
+  CHECK(resolveGpuTileConfig(d128, three).decodeStages == 3);
   CHECK(resolveGpuTileConfig(d256, o).decodeStages == 2);
-  CHECK(resolveGpuTileConfig(d128, o).sharedBytes(128, 128) == 104448);
+  CHECK(resolveGpuTileConfig(d128, three).sharedBytes(128, 128) == 104448);
   CHECK(resolveGpuTileConfig(d128, two).sharedBytes(128, 128) == 87040);
   // 8 warps: Q's 128 rows (34816 bytes) fill the third stage exactly; at
   // 32 keys per tile (17408-byte stages) they run past it.
-  GpuCompileOptions wide = o;
+  GpuCompileOptions wide = three;
   wide.numWarps = 8;
   CHECK(resolveGpuTileConfig(d128, wide).sharedBytes(128, 128) == 104448);
   wide.blockN = 32;
@@ -1516,7 +1516,7 @@ TEST_CASE("decode kernels: three K/V stages by default up to head dim 128, "
   };
   for (const AttentionSpec &spec : {d128, causal}) {
     INFO(printSpec(spec));
-    GpuKernelImage a = compileGpu(spec, two), b = compileGpu(spec, o);
+    GpuKernelImage a = compileGpu(spec, o), b = compileGpu(spec, three);
     CHECK(a.sharedBytes == 87040);
     CHECK(b.sharedBytes == 104448);
     CHECK(runtime::gpuLaunchConfigMismatch(spec, b.info(), b.ptx).empty());
