@@ -40,6 +40,12 @@ using namespace mlir;
 namespace flashjit::nvvm {
 namespace {
 
+/// Decode K/V stages: 0 (the default, 2), 2, or 3 up to head dim qk 128.
+bool decodeStagesValid(const KernelShape &c) {
+  return c.decodeStages == 0 || c.decodeStages == 2 ||
+         (c.decodeStages == 3 && c.headDimQK <= 128);
+}
+
 struct ConvertAttnToNVVM
     : flashjit::impl::ConvertAttnToNVVMBase<ConvertAttnToNVVM> {
   using ConvertAttnToNVVMBase::ConvertAttnToNVVMBase;
@@ -179,9 +185,7 @@ struct ConvertAttnToNVVM
       }
       if (c.kind == KernelKind::Decode) {
         if (c.wgmma || c.varlen || c.blockSparse || c.rowsPerWarp != 16 ||
-            (c.decodeStages != 0 && c.decodeStages != 2 &&
-             c.decodeStages != 3) ||
-            (c.decodeStages == 3 && c.headDimQK > 128)) {
+            !decodeStagesValid(c)) {
           op.emitOpError("unsupported GPU decode shape: mma.sync, dense "
                          "(paged through the page table), rows-per-warp 16, "
                          "decode-stages 2 or 3 (3: head dim qk <= 128)");
