@@ -62,6 +62,9 @@ private:
   void locate();
   void planKeyTiles();
   SmallVector<Value> pageIdsOf(Value j, int dim);
+  /// Appends the page ids of tile \p j's K rows (then V's, where the head
+  /// dims differ) to the loop's state (init) and records their counts.
+  void carryPageIdsOf(Value j);
   void loadKV(Value j, Value stage, ValueRange kIds, ValueRange vIds);
   std::pair<Value, Value> classify(Value j);
   /// (may be false, may be true) of the mask over the CTA's rows and keys

@@ -35,15 +35,7 @@ void DecodeKernelBuilder::prologueThree() {
         [&] { loadKV(j, ops.ci32(i), kIds[i], vIds[i]); },
         [&] { NVVM::CpAsyncCommitGroupOp::create(b); });
   }
-  Value jNext = ops.add(jBegin, ops.ci32(2));
-  SmallVector<Value> nextIds = pageIdsOf(jNext, c.headDimQK);
-  nKIds = static_cast<int>(nextIds.size());
-  if (c.headDimV != c.headDimQK) {
-    SmallVector<Value> v = pageIdsOf(jNext, c.headDimV);
-    nVIds = static_cast<int>(v.size());
-    nextIds.append(v.begin(), v.end());
-  }
-  init.append(nextIds.begin(), nextIds.end());
+  carryPageIdsOf(ops.add(jBegin, ops.ci32(2)));
   // Q's group is the oldest of three: Q has landed. The loop's first
   // barrier orders these reads of the third stage before its first copy.
   NVVM::CpAsyncWaitGroupOp::create(b, 2);

@@ -157,15 +157,7 @@ void DecodeKernelBuilder::prologueTwo() {
         NVVM::CpAsyncWaitGroupOp::create(b, 1);
       },
       [&] { NVVM::CpAsyncWaitGroupOp::create(b, 0); });
-  Value jNext = ops.add(jBegin, ops.ci32(1));
-  SmallVector<Value> nextIds = pageIdsOf(jNext, c.headDimQK);
-  nKIds = static_cast<int>(nextIds.size());
-  if (c.headDimV != c.headDimQK) {
-    SmallVector<Value> v = pageIdsOf(jNext, c.headDimV);
-    nVIds = static_cast<int>(v.size());
-    nextIds.append(v.begin(), v.end());
-  }
-  init.append(nextIds.begin(), nextIds.end());
+  carryPageIdsOf(ops.add(jBegin, ops.ci32(1)));
   gpu::BarrierOp::create(b);
   mma->loadQ();
 }
@@ -417,6 +409,17 @@ SmallVector<Value> DecodeKernelBuilder::pageIdsOf(Value j, int dim) {
     ids.push_back(ops.loadI32(pages, entry));
   }
   return ids;
+}
+
+void DecodeKernelBuilder::carryPageIdsOf(Value j) {
+  SmallVector<Value> ids = pageIdsOf(j, c.headDimQK);
+  nKIds = static_cast<int>(ids.size());
+  if (c.headDimV != c.headDimQK) {
+    SmallVector<Value> v = pageIdsOf(j, c.headDimV);
+    nVIds = static_cast<int>(v.size());
+    ids.append(v.begin(), v.end());
+  }
+  init.append(ids.begin(), ids.end());
 }
 
 void DecodeKernelBuilder::loadKV(Value j, Value stage, ValueRange kIds,
