@@ -176,10 +176,10 @@ KernelArtifacts compileGpuArtifacts(const AttentionSpec &spec,
                                     const GpuCompileOptions &options) {
   KernelArtifacts a = compileGpuArtifactsOnce(spec, options);
   // The wgmma backward with mask or score-modifier code above head dim 64
-  // takes the pipelined tile step; ordinary user masks (bottom-right and
-  // varlen windows, varlen document masks) spill 4-16 bytes there in
-  // ptxas 13 and take the synchronous step, where the configuration
-  // differs (KernelConfig::syncBackward), if it spills less.
+  // takes the pipelined tile step; some varlen masks spill there in
+  // ptxas 13 (bottom-right causal 8 bytes, a bottom-right window 100) and
+  // take the synchronous step, where the configuration differs
+  // (KernelConfig::syncBackward), if it spills less.
   if (options.kind != KernelKind::Backward || a.spillBytes == 0)
     return a;
   if (a.config.wgmma && !a.config.syncBackward &&
