@@ -137,47 +137,6 @@ DevicePageTable DevicePageTable::contiguous(std::span<const int32_t> seqLens,
   return t;
 }
 
-int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
-                    int64_t maxSeqLen, int blockN, int smCount) {
-  const int64_t ctas = batch * headsKV * rowTiles;
-  const int64_t tiles = (maxSeqLen + blockN - 1) / blockN;
-  const int64_t slots = 2 * int64_t(std::max(smCount, 1));
-  const int64_t most = std::clamp<int64_t>(
-      tiles / 4, 1,
-      std::min<int64_t>(256, 65535 / std::max<int64_t>(rowTiles, 1)));
-  if (ctas <= 0 || ctas >= slots)
-    return 1;
-  auto efficiency = [&](int64_t n) {
-    const double waves = double(ctas * n) / double(slots);
-    return waves / std::ceil(waves);
-  };
-  double best = 0.0;
-  for (int64_t n = 1; n <= most; ++n)
-    best = std::max(best, efficiency(n));
-  for (int64_t n = 1; n <= most; ++n)
-    if (efficiency(n) >= 0.95 * best)
-      return static_cast<int>(n);
-  return 1;
-}
-
-bool decodeFusedMerge(int64_t numSplits, int64_t groupRows, int64_t headDimV,
-                      int threads) {
-  if (numSplits < 1 || groupRows < 1 || headDimV < 1 || threads < 1)
-    fail(fmt::format("decodeFusedMerge: num_splits = {}, group rows = {}, "
-                     "head_dim_v = {}, threads = {} (expected >= 1)",
-                     numSplits, groupRows, headDimV, threads));
-  // Far above any call run() takes; keeps the products below in range.
-  constexpr int64_t kBig = int64_t(1) << 20;
-  if (numSplits > kBig || groupRows > kBig || headDimV > kBig)
-    return false;
-  // DecodeMerge.cpp: (row, 4 columns) items over the threads, 8 splits'
-  // loads per step.
-  const int64_t items =
-      (groupRows * ((headDimV + 3) / 4) + threads - 1) / threads;
-  const int64_t steps = (numSplits + 7) / 8;
-  return items * steps <= kFusedMergeSteps;
-}
-
 DecodeWorkspaceLayout decodeWorkspaceLayout(int64_t rows, int64_t numSplits,
                                             int64_t headDimV, size_t numBuffers,
                                             int64_t groups) {
@@ -256,13 +215,21 @@ int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
                                       const Arguments &args) const {
   const int64_t rows = int64_t(spec_.headsQ / spec_.headsKV) * qLen;
   const int64_t blockN = info_.config.blockN;
-  const int64_t rowTiles =
-      (rows + info_.config.blockM() - 1) / info_.config.blockM();
-  const int sms = device_->properties().smCount;
-  const int full = decodeNumSplits(batch, spec_.headsKV, rowTiles, maxSeqLen,
-                                   int(blockN), sms);
-  // The visible range can only lower a count above 1 (through the cap of
-  // one split per 4 tiles), and only a mask beyond bottom-right causal
+  DecodeSplitShape shape;
+  shape.batch = batch;
+  shape.headsKV = spec_.headsKV;
+  shape.rowTiles = (rows + info_.config.blockM() - 1) / info_.config.blockM();
+  shape.groupRows = std::clamp<int64_t>(rows, 1, info_.config.blockM());
+  shape.maxSeqLen = std::max<int64_t>(maxSeqLen, 0);
+  shape.blockN = int(blockN);
+  shape.tileBytes = blockN * (spec_.headDimQK * byteSize(spec_.dtypeK) +
+                              spec_.headDimV * byteSize(spec_.dtypeV));
+  shape.headDimV = spec_.headDimV;
+  shape.threads = info_.config.threads();
+  shape.smCount = device_->properties().smCount;
+  const int full = decodeNumSplits(shape);
+  // The visible range can only lower a count above 1 (fewer tiles to
+  // split), and only a mask beyond bottom-right causal
   // narrows it (the last row sees every key): the search (2 x bit_width
   // tiles classifications, ~5-10 us on the host) runs only then, with every
   // row of the call in one box (the longest sequence stands for all).
@@ -275,9 +242,8 @@ int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
       decodeVisibleKeyTiles(spec_, args, {0, batch - 1}, {0, spec_.headsQ - 1},
                             {0, qLen - 1}, qLen, maxSeqLen, blockN)
           .count();
-  return decodeNumSplits(batch, spec_.headsKV, rowTiles,
-                         std::min(maxSeqLen, visible * blockN), int(blockN),
-                         sms);
+  shape.maxSeqLen = std::min(maxSeqLen, visible * blockN);
+  return decodeNumSplits(shape);
 }
 
 bool GpuDecodeKernel::fusesMerge(int64_t qLen, int numSplits) const {

@@ -6,28 +6,198 @@
 #include <random>
 
 using flashjit::runtime::decodeNumSplits;
+using flashjit::runtime::decodeNumSplitsWaves;
+using flashjit::runtime::DecodeSplitModel;
+using flashjit::runtime::DecodeSplitShape;
+using flashjit::runtime::decodeSplitTimeUs;
 
-TEST_CASE("decode splits fill the SMs with little wave loss",
+TEST_CASE("session 16's wave rule fills the SMs with little wave loss",
           "[runtime][decode]") {
-  // H200: 132 SMs, 2 CTAs each = 264 slots; block_n 64.
+  // decodeNumSplitsWaves, kept for [.decodesplitbench]. 132 SMs, 2 CTAs
+  // each = 264 slots; block_n 64.
   // B=8, 8 KV heads: 64 CTAs; 4 splits = 256 CTAs (97% of one wave).
-  CHECK(decodeNumSplits(8, 8, 1, 32768, 64, 132) == 4);
+  CHECK(decodeNumSplitsWaves(8, 8, 1, 32768, 64, 132) == 4);
   // One sequence: 8 CTAs; 32 splits = 256 (33 would be exact, 32 is the
   // smallest within 5%).
-  CHECK(decodeNumSplits(1, 8, 1, 131072, 64, 132) == 32);
+  CHECK(decodeNumSplitsWaves(1, 8, 1, 131072, 64, 132) == 32);
+  // MQA B = 1: 1 CTA; 244 is the smallest within 5% of 256's 97%.
+  CHECK(decodeNumSplitsWaves(1, 1, 1, 131072, 64, 132) == 244);
   // Enough CTAs already: no split.
-  CHECK(decodeNumSplits(64, 8, 1, 4096, 64, 132) == 1);
+  CHECK(decodeNumSplitsWaves(64, 8, 1, 4096, 64, 132) == 1);
   // Short sequences: at most one split per 4 key tiles.
-  CHECK(decodeNumSplits(1, 1, 1, 64 * 8, 64, 132) == 2);
-  CHECK(decodeNumSplits(1, 1, 1, 10, 64, 132) == 1);
-  CHECK(decodeNumSplits(1, 1, 1, 0, 64, 132) == 1);
-  // Every result is in [1, 256].
-  for (int64_t b : {1, 3, 17})
-    for (int64_t n : {1, 1000, 1 << 20}) {
-      int s = decodeNumSplits(b, 2, 2, n, 64, 132);
-      CHECK(s >= 1);
-      CHECK(s <= 256);
+  CHECK(decodeNumSplitsWaves(1, 1, 1, 64 * 8, 64, 132) == 2);
+  CHECK(decodeNumSplitsWaves(1, 1, 1, 10, 64, 132) == 1);
+  CHECK(decodeNumSplitsWaves(1, 1, 1, 0, 64, 132) == 1);
+}
+
+namespace {
+
+/// The shape of a bf16 D = 128 decode call on 132 SMs (the generated
+/// kernels: block_m 64, block_n 64, 128 threads) with heads_q / heads_kv
+/// query heads per KV head and q_len tokens.
+DecodeSplitShape shapeOf(int64_t batch, int64_t headsQ, int64_t headsKV,
+                         int64_t qLen, int64_t nk) {
+  DecodeSplitShape s;
+  const int64_t rows = headsQ / headsKV * qLen;
+  s.batch = batch;
+  s.headsKV = headsKV;
+  s.rowTiles = (rows + 63) / 64;
+  s.groupRows = std::min<int64_t>(rows, 64);
+  s.maxSeqLen = nk;
+  s.blockN = 64;
+  s.tileBytes = 64 * (128 + 128) * 2;
+  s.headDimV = 128;
+  s.threads = 128;
+  s.smCount = 132;
+  return s;
+}
+
+/// The model as DecodeKernel.h states it, written out here from the
+/// statement (not from DecodeSplitModel.cpp): split waves x tiles per CTA
+/// x one tile's time at the slot rate, plus the merge decodeFusedMerge's
+/// rule picks (items x ceil(n / 8) rounds fused, else a launch and n
+/// rounds).
+double modelUs(const DecodeSplitShape &s, int64_t n) {
+  using M = DecodeSplitModel;
+  const int64_t tiles = (s.maxSeqLen + s.blockN - 1) / s.blockN;
+  const int64_t ctas = s.batch * s.headsKV * s.rowTiles * n;
+  const int64_t slots = M::kCtasPerSm * int64_t(s.smCount);
+  const int64_t waves = (ctas + slots - 1) / slots;
+  const double tileUs = double(s.tileBytes) / M::kSlotBytesPerUs;
+  double t = double(waves * ((tiles + n - 1) / n)) * tileUs;
+  if (n == 1)
+    return t;
+  const int64_t items =
+      (s.groupRows * ((s.headDimV + 3) / 4) + s.threads - 1) / s.threads;
+  const int64_t steps = (n + 7) / 8;
+  if (items * steps <= flashjit::runtime::kFusedMergeSteps)
+    return t + double(items * steps) * M::kMergeSplitUs;
+  return t + M::kMergeLaunchUs + double(n) * M::kMergeSplitUs;
+}
+
+/// The smallest count in [1, most] with the least modelUs.
+int64_t modelPick(const DecodeSplitShape &s) {
+  const int64_t tiles = (s.maxSeqLen + s.blockN - 1) / s.blockN;
+  const int64_t most = std::max<int64_t>(
+      1, std::min<int64_t>({DecodeSplitModel::kMaxSplits,
+                            tiles / DecodeSplitModel::kMinTilesPerSplit,
+                            65535 / s.rowTiles}));
+  int64_t best = 1;
+  for (int64_t n = 2; n <= most; ++n)
+    if (modelUs(s, n) < modelUs(s, best))
+      best = n;
+  return best;
+}
+
+} // namespace
+
+TEST_CASE("decode splits: the modelled time of waves plus the merge",
+          "[runtime][decode]") {
+  // MQA 32/1, B = 1, Nk = 128k: 2048 tiles of 2.73 us (32 KiB at 12 KB/us)
+  // in one group of 32 rows, merged by the merge kernel at every count
+  // (8 items per thread): T(n) = 2.73 ceil(2048 / n) + 6 + 0.33 n for
+  // n <= 264. 128 splits: 16 tiles, 43.7 + 6 + 42.2 = 91.9 us; 137: 15
+  // tiles, 41.0 + 6 + 45.2 = 92.2; 121: 17 tiles, 46.4 + 6 + 39.9 = 92.3;
+  // session 16's 244: 9 tiles, 24.6 + 6 + 80.5 = 111.1. One split per SM,
+  // not two: session 17's sweep had 132 best (1.03 TB/s, 244: 0.77).
+  const DecodeSplitShape mqa = shapeOf(1, 32, 1, 1, 131072);
+  CHECK(decodeSplitTimeUs(mqa, 128) == Approx(91.9).margin(0.1));
+  CHECK(decodeSplitTimeUs(mqa, 244) == Approx(111.1).margin(0.1));
+  CHECK(decodeNumSplits(mqa) == 128);
+  CHECK(decodeNumSplitsWaves(1, 1, 1, 131072, 64, 132) == 244);
+  // GQA 32/8 keeps session 16's measured picks. B = 1, Nk = 128k: 8 groups
+  // of 4 rows; 32 splits = 256 CTAs of 64 tiles and a fused merge of 1
+  // item x 4 steps (174.8 + 1.3 us); 33 = 63 tiles but 5 steps, so the
+  // merge kernel (172.0 + 6 + 10.9); 31 = 67 tiles.
+  const DecodeSplitShape gqa1 = shapeOf(1, 32, 8, 1, 131072);
+  CHECK(decodeSplitTimeUs(gqa1, 32) == Approx(176.1).margin(0.1));
+  CHECK(decodeSplitTimeUs(gqa1, 33) == Approx(188.9).margin(0.1));
+  CHECK(decodeNumSplits(gqa1) == 32);
+  // B = 8, Nk = 32k: 64 groups; 4 splits = 256 CTAs of 128 tiles; 5 would
+  // be 2 waves.
+  CHECK(decodeNumSplits(shapeOf(8, 32, 8, 1, 32768)) == 4);
+  // B = 64, Nk = 4k: 512 groups = 2 waves of 64 tiles at 1 split; 2
+  // splits = 4 waves of 32 tiles, the same, plus a merge.
+  CHECK(decodeNumSplits(shapeOf(64, 32, 8, 1, 4096)) == 1);
+  // MQA B = 64 (4 splits, as session 16) and B = 8 (32).
+  CHECK(decodeNumSplits(shapeOf(64, 32, 1, 1, 4096)) == 4);
+  CHECK(decodeNumSplits(shapeOf(8, 32, 1, 1, 32768)) == 32);
+  // Short sequences: at most one split per 4 key tiles; none for 0 keys or
+  // no sequence.
+  CHECK(decodeNumSplits(shapeOf(1, 1, 1, 1, 64 * 8)) == 2);
+  CHECK(decodeNumSplits(shapeOf(1, 1, 1, 1, 10)) == 1);
+  CHECK(decodeNumSplits(shapeOf(1, 1, 1, 1, 0)) == 1);
+  CHECK(decodeNumSplits(shapeOf(0, 32, 8, 1, 131072)) == 1);
+}
+
+TEST_CASE("decode splits agree with the stated model on random shapes",
+          "[runtime][decode]") {
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int64_t> batchD(1, 80), groupD(0, 5),
+      qLenD(1, 64), kvD(1, 16), nkD(0, 300000);
+  std::uniform_int_distribution<int> smD(16, 160);
+  for (int i = 0; i < 300; ++i) {
+    const int64_t hk = kvD(rng), hq = hk << groupD(rng);
+    DecodeSplitShape s = shapeOf(batchD(rng), hq, hk, qLenD(rng), nkD(rng));
+    s.smCount = smD(rng);
+    if (i % 3 == 0) { // D = 64 fp16 kernels: half the tile, half the items
+      s.tileBytes = 64 * (64 + 64) * 2;
+      s.headDimV = 64;
     }
+    INFO("batch " << s.batch << " heads " << hq << "/" << hk << " row tiles "
+                  << s.rowTiles << " group rows " << s.groupRows << " Nk "
+                  << s.maxSeqLen << " SMs " << s.smCount);
+    const int n = decodeNumSplits(s);
+    CHECK(n == modelPick(s));
+    CHECK(n >= 1);
+    CHECK(n <= DecodeSplitModel::kMaxSplits);
+    CHECK(n <= std::max<int64_t>(1, (s.maxSeqLen + 63) / 64 / 4));
+    for (int64_t m : {int64_t(1), int64_t(n), int64_t(n) + 1})
+      CHECK(decodeSplitTimeUs(s, m) == Approx(modelUs(s, m)).epsilon(1e-12));
+  }
+  // q_len 4 and 16 stay near one wave: GQA 32/8 B = 8 at Nk = 32k keeps 4;
+  // MQA q_len 16 (8 row tiles, 64 rows each) at B = 1 fills the SMs like
+  // GQA does.
+  CHECK(decodeNumSplits(shapeOf(8, 32, 8, 4, 32768)) == 4);
+  CHECK(decodeNumSplits(shapeOf(8, 32, 8, 16, 32768)) == 4);
+  const int mqa16 = decodeNumSplits(shapeOf(1, 32, 1, 16, 131072));
+  CHECK(mqa16 * 8 <= 2 * 132);
+  CHECK(mqa16 * 8 >= 132);
+}
+
+TEST_CASE("decode split shapes out of range are refused by name",
+          "[runtime][decode]") {
+  const DecodeSplitShape ok = shapeOf(1, 32, 8, 1, 4096);
+  auto bad = [&](auto set) {
+    DecodeSplitShape s = ok;
+    set(s);
+    return s;
+  };
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.batch = -1; })),
+                    Catch::Contains("batch = -1"));
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.headsKV = 0; })),
+                    Catch::Contains("heads_kv = 0"));
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.rowTiles = 0; })),
+                    Catch::Contains("row_tiles = 0"));
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.groupRows = 0; })),
+                    Catch::Contains("group_rows = 0"));
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.maxSeqLen = -5; })),
+                    Catch::Contains("max_seq_len = -5"));
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.blockN = 0; })),
+                    Catch::Contains("block_n = 0"));
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.tileBytes = 0; })),
+                    Catch::Contains("tile_bytes = 0"));
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.headDimV = 0; })),
+                    Catch::Contains("head_dim_v = 0"));
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.threads = 0; })),
+                    Catch::Contains("threads = 0"));
+  CHECK_THROWS_WITH(decodeNumSplits(bad([](auto &s) { s.smCount = 0; })),
+                    Catch::Contains("sm_count = 0"));
+  CHECK_THROWS_WITH(
+      decodeNumSplits(bad([](auto &s) { s.maxSeqLen = int64_t(1) << 40; })),
+      Catch::Contains("max_seq_len"));
+  CHECK_THROWS_WITH(decodeSplitTimeUs(ok, 0),
+                    Catch::Contains("num_splits = 0"));
 }
 
 TEST_CASE("a decode call's workspace parts are aligned, disjoint and sized",

@@ -71,14 +71,74 @@ private:
   bool contiguous_ = false;
 };
 
-/// The number of key splits of a decode call: enough CTAs to fill
+/// A decode call's shape as the split-count model (decodeNumSplits) sees
+/// it: the grid of one split is batch x heads_kv x rowTiles CTAs ("groups"),
+/// each streaming the K/V tiles of its (sequence, KV head).
+struct DecodeSplitShape {
+  int64_t batch = 0;     ///< sequences (0: nothing to split, 1 split)
+  int64_t headsKV = 1;   ///< KV heads
+  int64_t rowTiles = 1;  ///< row tiles per group: ceil(group rows / block_m)
+  int64_t groupRows = 1; ///< rows one CTA holds: min(block_m, heads_q /
+                         ///< heads_kv * q_len) (decodeFusedMerge's)
+  int64_t maxSeqLen = 0; ///< keys of the longest sequence (or the range its
+                         ///< rows may see: defaultNumSplits)
+  int blockN = 64;       ///< keys per tile
+  int64_t tileBytes = 64 * 256 * 2; ///< K + V bytes of one key tile of one
+                                    ///< KV head: block_n x (head_dim_qk +
+                                    ///< head_dim_v) x element bytes
+  int64_t headDimV = 128;           ///< columns the merge combines
+  int threads = 128;                ///< the split kernel's threads
+  int smCount = 132;                ///< the device's SMs
+};
+
+/// The split-count model's constants (decodeNumSplits; session 17's H100
+/// sweep and ptxas, see DecodeSplitModel.cpp).
+struct DecodeSplitModel {
+  /// CTAs of the split kernel resident per SM: every decode kernel holds
+  /// 183-245 registers x 128 threads and 45-102 KiB of shared memory, so 2.
+  static constexpr int kCtasPerSm = 2;
+  /// K + V bytes one resident CTA streams per microsecond with all 2 x SM
+  /// slots busy (H100: ~3.2 TB/s / 264 slots).
+  static constexpr double kSlotBytesPerUs = 12.0e3;
+  /// The merge kernel's walk over one split (both passes, one row per CTA:
+  /// all rows in parallel), and the fused merge's one step of 8 splits for
+  /// one (row, 4 columns) item per thread: about one dependent load round.
+  static constexpr double kMergeSplitUs = 0.33;
+  /// The merge kernel's second launch (session 14: ~6 us).
+  static constexpr double kMergeLaunchUs = 6.0;
+  /// At least this many key tiles per split (a CTA's fixed cost: Q, the
+  /// pipeline's fill, its partial state).
+  static constexpr int64_t kMinTilesPerSplit = 4;
+  /// At most this many splits.
+  static constexpr int64_t kMaxSplits = 256;
+};
+
+/// The modelled time (microseconds) of a decode call of shape \p s with
+/// \p numSplits splits: the split kernel's waves of CTAs, each streaming
+/// its ceil(tiles / numSplits) key tiles at the full-occupancy slot rate,
+/// plus the merge run() would pick (decodeFusedMerge): none for one split,
+/// the fused merge's items x steps rounds, or the merge kernel's launch and
+/// its serial walk over the splits. Formula and constants:
+/// DecodeSplitModel and DecodeSplitModel.cpp. Throws UserError for a field out
+/// of range (as decodeNumSplits) or \p numSplits < 1.
+double decodeSplitTimeUs(const DecodeSplitShape &s, int64_t numSplits);
+
+/// The number of key splits of a decode call: the count in [1, most] with
+/// the least decodeSplitTimeUs (the smallest on a tie), where most =
+/// min(kMaxSplits, tiles / kMinTilesPerSplit, 65535 / rowTiles) and at
+/// least 1. Throws UserError naming the field for batch < 0, headsKV,
+/// rowTiles, groupRows, blockN, tileBytes, headDimV, threads or smCount
+/// below 1, maxSeqLen < 0, or a count above 2^31.
+int decodeNumSplits(const DecodeSplitShape &s);
+
+/// Session 16's rule, kept for the split benchmark ([.decodesplitbench]
+/// prints its pick beside decodeNumSplits'): enough CTAs to fill
 /// \p smCount SMs at two CTAs each with the least wave-quantization loss
 /// (the smallest count within 5% of the best occupancy efficiency), at
-/// most one split per 4 key tiles of \p maxSeqLen keys (the longest
-/// sequence's, or the keys its rows may see: defaultNumSplits) and at most
-/// 256.
-int decodeNumSplits(int64_t batch, int64_t headsKV, int64_t rowTiles,
-                    int64_t maxSeqLen, int blockN, int smCount);
+/// most one split per 4 key tiles of \p maxSeqLen keys and at most 256;
+/// blind to the merge's cost.
+int decodeNumSplitsWaves(int64_t batch, int64_t headsKV, int64_t rowTiles,
+                         int64_t maxSeqLen, int blockN, int smCount);
 
 /// Where the parts of one GpuDecodeKernel::run() call's workspace lie in
 /// its one stream-ordered allocation (StreamBuffer): byte offsets, each
