@@ -210,9 +210,8 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
   reads_ = BufferReads::of(spec_.variant);
 }
 
-int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
-                                      int64_t maxSeqLen,
-                                      const Arguments &args) const {
+DecodeSplitShape GpuDecodeKernel::splitShape(int64_t batch, int64_t qLen,
+                                             int64_t maxSeqLen) const {
   const int64_t rows = int64_t(spec_.headsQ / spec_.headsKV) * qLen;
   const int64_t blockN = info_.config.blockN;
   DecodeSplitShape shape;
@@ -227,16 +226,26 @@ int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
   shape.headDimV = spec_.headDimV;
   shape.threads = info_.config.threads();
   shape.smCount = device_->properties().smCount;
+  return shape;
+}
+
+int GpuDecodeKernel::defaultNumSplits(int64_t batch, int64_t qLen,
+                                      int64_t maxSeqLen,
+                                      const Arguments &args) const {
+  if (batch < 1 || qLen < 1)
+    return 1;
+  const int64_t blockN = info_.config.blockN;
+  DecodeSplitShape shape = splitShape(batch, qLen, maxSeqLen);
   const int full = decodeNumSplits(shape);
-  // The visible range can only lower a count above 1 (fewer tiles to
-  // split), and only a mask beyond bottom-right causal
-  // narrows it (the last row sees every key): the search (2 x bit_width
-  // tiles classifications, ~5-10 us on the host) runs only then, with every
-  // row of the call in one box (the longest sequence stands for all).
+  // The visible range has fewer tiles to split, so it matters only for a
+  // count above 1, and only a mask beyond bottom-right causal narrows it
+  // (the last row sees every key): the search (2 x bit_width tiles
+  // classifications, ~5-10 us on the host) runs only then, with every row
+  // of the call in one box (the longest sequence stands for all).
   const Expr &mask = spec_.variant.maskExpr();
   auto *k = llvm::dyn_cast<ConstantExpr>(mask.get());
   const bool plain = k && k->boolValue() && spec_.causal != Causal::TopLeft;
-  if (full == 1 || plain || qLen < 1 || maxSeqLen < 1)
+  if (full == 1 || plain || maxSeqLen < 1)
     return full;
   const int64_t visible =
       decodeVisibleKeyTiles(spec_, args, {0, batch - 1}, {0, spec_.headsQ - 1},

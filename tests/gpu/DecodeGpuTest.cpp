@@ -132,6 +132,49 @@ void checkPaged(Device &dev, const GpuDecodeKernel &kernel,
   test::compareOutputs(spec, o, lse, want, batch, qLen);
 }
 
+/// (do_bench-style ms, synchronous ms) of \p call, medians of 20: each
+/// queued call after a memset of \p flush (the L2) between CUDA events, no
+/// host wait between calls; then each call alone (events, then a wait).
+template <class Call>
+std::pair<float, float> benchMs(Device &dev, DeviceBuffer &flush, Call &&call) {
+  auto median = [](std::vector<float> ms) {
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  call(); // warm-up
+  const int reps = 20;
+  std::vector<CUevent> ev(2 * reps);
+  for (CUevent &e : ev)
+    REQUIRE(Driver::get().cuEventCreate(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS);
+  REQUIRE(Driver::get().cuCtxSynchronize() == CUDA_SUCCESS);
+  for (int r = 0; r < reps; ++r) {
+    REQUIRE(Driver::get().cuMemsetD8Async(flush.ptr(), 0, flush.size(),
+                                          nullptr) == CUDA_SUCCESS);
+    REQUIRE(Driver::get().cuEventRecord(ev[2 * r], nullptr) == CUDA_SUCCESS);
+    call();
+    REQUIRE(Driver::get().cuEventRecord(ev[2 * r + 1], nullptr) ==
+            CUDA_SUCCESS);
+  }
+  REQUIRE(Driver::get().cuCtxSynchronize() == CUDA_SUCCESS);
+  std::vector<float> queued;
+  for (int r = 0; r < reps; ++r) {
+    float ms = 0;
+    REQUIRE(Driver::get().cuEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]) ==
+            CUDA_SUCCESS);
+    queued.push_back(ms);
+  }
+  for (CUevent e : ev)
+    Driver::get().cuEventDestroy(e);
+  std::vector<float> alone;
+  EventTimer timer(dev);
+  for (int r = 0; r < reps; ++r) {
+    timer.start();
+    call();
+    alone.push_back(timer.stopMs());
+  }
+  return std::pair{median(queued), median(alone)};
+}
+
 bool selected(const std::string &id) {
   const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
   return !only || id.find(only) != std::string::npos;
@@ -589,46 +632,7 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
         FAIL("cuMemcpyHtoD");
   };
   DeviceBuffer flush(dev, size_t(256) << 20);
-  auto median = [](std::vector<float> ms) {
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
-  // (do_bench-style ms, synchronous ms) of \p call, medians of 20.
-  auto time = [&](auto &&call) {
-    call(); // warm-up
-    const int reps = 20;
-    std::vector<CUevent> ev(2 * reps);
-    for (CUevent &e : ev)
-      REQUIRE(Driver::get().cuEventCreate(&e, CU_EVENT_DEFAULT) ==
-              CUDA_SUCCESS);
-    REQUIRE(Driver::get().cuCtxSynchronize() == CUDA_SUCCESS);
-    for (int r = 0; r < reps; ++r) {
-      REQUIRE(Driver::get().cuMemsetD8Async(flush.ptr(), 0, flush.size(),
-                                            nullptr) == CUDA_SUCCESS);
-      REQUIRE(Driver::get().cuEventRecord(ev[2 * r], nullptr) == CUDA_SUCCESS);
-      call();
-      REQUIRE(Driver::get().cuEventRecord(ev[2 * r + 1], nullptr) ==
-              CUDA_SUCCESS);
-    }
-    REQUIRE(Driver::get().cuCtxSynchronize() == CUDA_SUCCESS);
-    std::vector<float> queued;
-    for (int r = 0; r < reps; ++r) {
-      float ms = 0;
-      REQUIRE(Driver::get().cuEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]) ==
-              CUDA_SUCCESS);
-      queued.push_back(ms);
-    }
-    for (CUevent e : ev)
-      Driver::get().cuEventDestroy(e);
-    std::vector<float> alone;
-    EventTimer timer(dev);
-    for (int r = 0; r < reps; ++r) {
-      timer.start();
-      call();
-      alone.push_back(timer.stopMs());
-    }
-    return std::pair{median(queued), median(alone)};
-  };
+  auto time = [&](auto &&call) { return benchMs(dev, flush, call); };
   // One row: kernel \p k over batch x nk keys (page size ps, 0: the
   // contiguous [B, Nk, Hkv, D] cache), TB/s over the bytes of
   // countedKeys keys per sequence (nk unless given).
@@ -757,6 +761,95 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
       test::VariantArgs dva(dev, dk.spec, 1, 1);
       for (Shape s : shapes)
         measure(dk, *dkernel, dva, s.batch, 320, 1, 64);
+    }
+  }
+}
+
+TEST_CASE("decode split counts: the model's pick beside the old rule's",
+          "[.decodesplitbench]") {
+  // Issue 17, the split rule (decodeNumSplits, DecodeSplitModel.cpp): GQA
+  // 32/8 and MQA 32/1, bf16, D = 128, q_len 1, the contiguous [B, Nk, Hkv,
+  // D] cache, at B = 1 (Nk 32k, 128k), B = 8 (32k), B = 64 (4k): TB/s of
+  // K + V for the new pick ("new"), session 16's (decodeNumSplitsWaves,
+  // "old") and forced counts around them (1/2, 3/4 and 5/4 of the new pick
+  // and one more, one and two CTAs per SM), timed as [.decodebench] times
+  // (benchMs, the merge Auto picks). One DECODESWEEP line per count, with
+  // the model's time (decodeSplitTimeUs: its order, not its scale, is what
+  // the rule uses). ~10 s on an H100.
+  Device &dev = Device::get(0);
+  DeviceBuffer flush(dev, size_t(256) << 20);
+  std::mt19937_64 rng(17);
+  const int sms = dev.properties().smCount;
+  struct Shape {
+    int64_t batch, nk;
+  };
+  for (const char *id : {"dec_dense_g4", "dec_dense_mqa32"}) {
+    testing::DecodeKernel k;
+    for (const auto &c : testing::decodeKernels())
+      if (c.id == id)
+        k = c;
+    if (!selected(k.id))
+      continue;
+    auto kernel = loadDecode(k, dev);
+    test::VariantArgs va(dev, k.spec, 1, 1);
+    const int64_t hq = k.spec.headsQ, hk = k.spec.headsKV, d = 128;
+    const int64_t rowTiles = (hq / hk + kernel->info().config.blockM() - 1) /
+                             kernel->info().config.blockM();
+    for (Shape s : {Shape{1, 32768}, Shape{1, 131072}, Shape{8, 32768},
+                    Shape{64, 4096}}) {
+      GpuTensor q(dev, DType::BF16, {s.batch, hq, 1, d});
+      GpuTensor o(dev, DType::BF16, {s.batch, hq, 1, d});
+      q.randomize(rng);
+      const size_t bytes = size_t(s.batch * s.nk * hk * d * 2);
+      DeviceBuffer kb(dev, bytes), vb(dev, bytes);
+      // Zeros time as any values do (the same loads and instructions).
+      REQUIRE(Driver::get().cuMemsetD8(kb.ptr(), 0, bytes) == CUDA_SUCCESS);
+      REQUIRE(Driver::get().cuMemsetD8(vb.ptr(), 0, bytes) == CUDA_SUCCESS);
+      TensorRef kv, vv;
+      for (auto [t, buf] : {std::pair{&kv, &kb}, std::pair{&vv, &vb}}) {
+        t->data = buf->data();
+        t->dtype = DType::BF16;
+        t->shape = {s.batch, hk, s.nk, d};
+        t->strides = {s.nk * hk * d, d, hk * d, 1};
+      }
+      std::vector<int32_t> lens(size_t(s.batch), int32_t(s.nk));
+      DevicePageTable table = DevicePageTable::contiguous(lens, s.nk, dev);
+      const int fresh = kernel->defaultNumSplits(s.batch, 1, s.nk);
+      const int old = decodeNumSplitsWaves(s.batch, hk, rowTiles, s.nk,
+                                           kernel->info().config.blockN, sms);
+      const int64_t groups = s.batch * hk * rowTiles;
+      std::vector<int> counts = {fresh,
+                                 old,
+                                 std::max(1, fresh / 2),
+                                 std::max(1, fresh * 3 / 4),
+                                 fresh * 5 / 4,
+                                 fresh + 1,
+                                 int((sms + groups - 1) / groups),
+                                 int((2 * sms + groups - 1) / groups)};
+      std::sort(counts.begin(), counts.end());
+      counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+      for (int n : counts) {
+        if (n < 1 || n > 256)
+          continue;
+        auto [ms, msAlone] = benchMs(dev, flush, [&] {
+          kernel->run(q.deviceRef, kv, vv, table, o.deviceRef, nullptr,
+                      va.device, n);
+        });
+        const double kvBytes = double(s.batch) * s.nk * hk * d * 2 * 2;
+        const std::string tag = n == fresh && n == old ? "new,old"
+                                : n == fresh           ? "new"
+                                : n == old             ? "old"
+                                                       : "forced";
+        std::printf(
+            "DECODESWEEP %-15s B=%-3lld Nk=%-6lld splits=%-3d %-7s "
+            "merge=%-8s %8.4f ms %5.2f TB/s (alone %.4f ms) model %.1f us\n",
+            k.id.c_str(), (long long)s.batch, (long long)s.nk, n, tag.c_str(),
+            n == 1                     ? "none"
+            : kernel->fusesMerge(1, n) ? "fused"
+                                       : "separate",
+            ms, kvBytes / (ms * 1e-3) / 1e12, msAlone,
+            decodeSplitTimeUs(kernel->splitShape(s.batch, 1, s.nk), n));
+      }
     }
   }
 }

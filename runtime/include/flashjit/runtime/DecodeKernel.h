@@ -262,6 +262,12 @@ public:
   /// splits divide the same range per group).
   int defaultNumSplits(int64_t batch, int64_t qLen, int64_t maxSeqLen,
                        const Arguments &args = {}) const;
+  /// The shape decodeNumSplits sees for a call of \p batch sequences of at
+  /// most \p maxSeqLen keys and \p qLen query tokens on this kernel and
+  /// device (its block_m, block_n, threads, head dims and dtypes, the
+  /// device's SMs): defaultNumSplits' shape before a mask narrows the keys.
+  DecodeSplitShape splitShape(int64_t batch, int64_t qLen,
+                              int64_t maxSeqLen) const;
   /// Whether run() with DecodeMerge::Auto fuses the merge of a call with
   /// \p qLen query tokens and \p numSplits splits (decodeFusedMerge).
   bool fusesMerge(int64_t qLen, int numSplits) const;
