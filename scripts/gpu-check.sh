@@ -53,7 +53,10 @@
 # splits merged in the same kernel) timed, with the DRAM bytes it reads,
 # DRAM throughput, instructions, active warps, grid and registers: dense
 # page 64 / contiguous, softcap and ALiBi at B = 1, Nk = 128k, the
-# sliding window at B = 8, Nk = 32k; the [.decodesplit] case).
+# sliding window at B = 8, Nk = 32k; the [.decodesplit] case) and
+# decodesplitbench (the [.decodesplitbench] DECODESWEEP rows: the split
+# count decodeNumSplits picks beside session 16's rule and forced counts,
+# GQA 32/8 and MQA 32/1 at B = 1, 8, 64; ~10 s).
 #
 # GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix
 # with another MMA, e.g. wgmma.tma.ws. GPU_CHECK_BENCH_N, _D and _ARGS (run)
@@ -315,6 +318,8 @@ run() {
   # 22) and split-KV decode over paged caches (issue 17).
   want sinkbench && step sinkbench "$bin/flashjit_gpu_tests" "[sinkbench]"
   want decodebench && step decodebench "$bin/flashjit_gpu_tests" "[decodebench]"
+  want decodesplitbench &&
+    step decodesplitbench "$bin/flashjit_gpu_tests" "[decodesplitbench]"
   if want decodesplit; then
     local ncu
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -531,13 +536,15 @@ run() {
   grep -h "^BENCH\|^BWDMODE" "$out/bwdbench.log" 2>/dev/null || true
   grep -h "^DECODE \|^PEER " "$out/decodebench.log" "$out/decodepeers.log" \
     2>/dev/null || true
+  grep -h "^DECODESWEEP " "$out/decodesplitbench.log" 2>/dev/null || true
   printf '%-10s %s\n' step status
   local failed=0
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
     racecheck_generated memcheck_ws synccheck_generated sparse memcheck_sparse \
     racecheck_sparse memcheck_padded racecheck_padded bwd bwdbench memcheck_bwd racecheck_bwd \
     memcheck_bwd_sparse racecheck_bwd_sparse racecheck_bwd_sparse128 bwdpeers python cli peers \
-    decodebench decodesplit decodepeers memcheck_decode racecheck_decode; do
+    decodebench decodesplitbench decodesplit decodepeers memcheck_decode \
+    racecheck_decode; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
       "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|=+ RACECHECK SUMMARY|[0-9]+/[0-9]+ cases passed|run_bwd_bench:|decode_peers:|[0-9]+ (passed|failed))' "$out/$s.log" | tail -1)"
