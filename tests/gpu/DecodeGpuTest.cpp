@@ -745,9 +745,11 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
                                                      : DecodeMerge::Fused);
         }
       }
-      // MQA at B = 1 (one KV head: the splits are the whole grid; the
-      // default's 244 leave each CTA ~9 key tiles and the merge kernel
-      // ~31 steps of 8 splits): fewer splits, each merge, contiguous.
+      // MQA at B = 1 (one KV head: the splits are the whole grid; session
+      // 16's default of 244 left each CTA ~9 key tiles and the merge
+      // kernel a walk over 244 splits; decodeNumSplits now takes 128, and
+      // [.decodesplitbench] sweeps around it): fewer splits, each merge,
+      // contiguous.
       if (mqa && s.batch == 1)
         for (int n : {33, 66, 132, 176})
           for (DecodeMerge m : {DecodeMerge::Separate, DecodeMerge::Fused})
