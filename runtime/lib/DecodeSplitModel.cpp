@@ -28,11 +28,13 @@
 // split: 244 splits cost more in the merge than they save in the split
 // kernel. Session 17's H100 sweep (MQA B = 1, Nk = 128k, separate merge):
 // 33 / 66 / 132 / 176 / 244 splits at 120 / 73 / 65 / 79 / 87 us; a fit of
-// T = a x split waves + b x n + c gives b = 0.31 us per split, hence
-// kMergeSplitUs = 0.33. R = 3.2 TB/s / 264 slots = 12 KB/us puts one key
-// tile (64 keys, D = 128, bf16: 32 KiB) at 2.73 us, so a split costs 0.12
-// tiles of merge: T(n) ~ 2.73 ceil(2048 / n) + 0.33 n, least at n = 128
-// (16 tiles per CTA; 137 needs 15 but 9 more splits' walk). GQA keeps its
+// T = a x split waves + b x n + c gives b = 0.31 us per split (the 66 /
+// 132 and 132 / 244 pairs alone: 0.33 and 0.31), hence kMergeSplitUs =
+// 0.33; the fused merge's step is taken to cost the same (one round of
+// dependent loads; not measured apart). R = 3.2 TB/s / 264 slots = 12 KB/us
+// puts one key tile (64 keys, D = 128, bf16: 32 KiB) at 2.73 us, so a split
+// costs 0.12 tiles of merge: T(n) ~ 2.73 ceil(2048 / n) + 0.33 n, least at n =
+// 128 (16 tiles per CTA; 137 needs 15 but 9 more splits' walk). GQA keeps its
 // picks: B = 1 at 32 (33 is one tile less but 5 steps: the merge kernel's
 // launch and walk), B = 8 at Nk = 32k 4, B = 64 at Nk = 4k 1 (512 CTAs:
 // 2 waves either way).
