@@ -22,8 +22,11 @@
 # [sparse] tests, which gpu includes), bwd (only the [backward] tests, which
 # gpu includes), ring (only the [ring] tests: the GPU ring forward and
 # backward over one NCCL rank and 2 / 4 ranks as threads, the NCCL
-# transport; in gpu; memcheck_ring runs them under memcheck, not in the
-# default), bwdbench (forward and backward TF/s, and the backward's
+# transport, the overlapped shifts, and on machines with several GPUs the
+# [multigpu] NCCL rings; in gpu; memcheck_ring runs them under memcheck,
+# not in the default), ringbench (ms per ring forward, serial / overlapped
+# shifts, one GPU; not in the default), ringmultibench (N = 128k-1M on
+# every GPU against one, fraction of ideal; not in the default), bwdbench (forward and backward TF/s, and the backward's
 # deterministic mode against its default at D = 128, N = 4k and 16k,
 # BWDMODE lines; not in the default), masked (the [masked] tests: NaN and
 # Inf at masked keys; in gpu) and maskbench (what isolating masked keys
@@ -320,6 +323,12 @@ run() {
   want decodebench && step decodebench "$bin/flashjit_gpu_tests" "[decodebench]"
   want decodesplitbench &&
     step decodesplitbench "$bin/flashjit_gpu_tests" "[decodesplitbench]"
+  # Ring attention (issue 20): serial vs overlapped shifts on one GPU
+  # ([.ringbench]), and on several GPUs the throughput against one GPU
+  # ([.ringmultibench]; skipped below 2 GPUs).
+  want ringbench && step ringbench "$bin/flashjit_gpu_tests" "[ringbench]"
+  want ringmultibench &&
+    step ringmultibench "$bin/flashjit_gpu_tests" "[ringmultibench]"
   if want decodesplit; then
     local ncu
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

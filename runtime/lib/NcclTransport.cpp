@@ -12,6 +12,9 @@
 
 #include "flashjit/frontend/Error.h"
 #include "flashjit/runtime/Device.h"
+#include "flashjit/runtime/Driver.h"
+
+#include "Check.h"
 
 #include <fmt/format.h>
 
@@ -167,6 +170,31 @@ NcclTransport::NcclTransport(void *comm, CUstream stream)
   check(n, n.fns().commCount(comm, &size_), "ncclCommCount");
 }
 
+NcclTransport::~NcclTransport() {
+  if (!commStream_)
+    return;
+  const Driver &d = Driver::get();
+  (void)d.cuStreamSynchronize(commStream_);
+  (void)d.cuEventDestroy(ready_);
+  (void)d.cuEventDestroy(done_);
+  (void)d.cuStreamDestroy(commStream_);
+}
+
+bool NcclTransport::overlapShifts(bool on) {
+  if (pending_)
+    throw UserError(fmt::format("rank {}: overlapShifts called while a shift "
+                                "is pending",
+                                rank_));
+  if (on && !commStream_) {
+    const Driver &d = Driver::get();
+    FLASHJIT_CHECK(d.cuEventCreate(&ready_, CU_EVENT_DISABLE_TIMING));
+    FLASHJIT_CHECK(d.cuEventCreate(&done_, CU_EVENT_DISABLE_TIMING));
+    FLASHJIT_CHECK(d.cuStreamCreate(&commStream_, CU_STREAM_NON_BLOCKING));
+  }
+  overlap_ = on;
+  return on;
+}
+
 void NcclTransport::startShift(const void *send, void *recv, size_t bytes) {
   if (pending_)
     throw UserError(fmt::format("rank {}: startShift called twice without "
@@ -176,16 +204,27 @@ void NcclTransport::startShift(const void *send, void *recv, size_t bytes) {
     throw UserError(fmt::format("rank {}: a shift of {} bytes with a null "
                                 "{} buffer",
                                 rank_, bytes, send ? "receive" : "send"));
+  CUstream on = stream_;
+  if (overlap_) {
+    // The send buffer is complete and the receive buffer free once the
+    // caller's stream reaches this point.
+    const Driver &d = Driver::get();
+    FLASHJIT_CHECK(d.cuEventRecord(ready_, stream_));
+    FLASHJIT_CHECK(d.cuStreamWaitEvent(commStream_, ready_, 0));
+    on = commStream_;
+  }
   const Nccl &n = Nccl::get();
   const Nccl::Fns &f = n.fns();
   int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   check(n, f.groupStart(), "ncclGroupStart");
-  int r1 = f.send(send, bytes, kNcclUint8, next, comm_, stream_);
-  int r2 = f.recv(recv, bytes, kNcclUint8, prev, comm_, stream_);
+  int r1 = f.send(send, bytes, kNcclUint8, next, comm_, on);
+  int r2 = f.recv(recv, bytes, kNcclUint8, prev, comm_, on);
   int r3 = f.groupEnd(); // always close the group, even after an error
   check(n, r1, "ncclSend");
   check(n, r2, "ncclRecv");
   check(n, r3, "ncclGroupEnd");
+  if (overlap_)
+    FLASHJIT_CHECK(Driver::get().cuEventRecord(done_, commStream_));
   pending_ = true;
 }
 
@@ -194,6 +233,8 @@ void NcclTransport::waitShift() {
     throw UserError(
         fmt::format("rank {}: waitShift without startShift", rank_));
   pending_ = false;
+  if (overlap_)
+    FLASHJIT_CHECK(Driver::get().cuStreamWaitEvent(stream_, done_, 0));
 }
 
 } // namespace flashjit::runtime

@@ -196,6 +196,11 @@ void GpuRingBackwardRun::finish() {
 }
 
 DataGradients GpuRingBackwardRun::run() {
+  // With overlap the K/V shift runs while the step computes; the dK/dV
+  // shift needs the step's additions and the next step's too need it, so
+  // it overlaps nothing (it only runs on the transport's stream).
+  if (g_.ranks > 1)
+    stats_.overlapped = transport_.overlapShifts(options_.overlap);
   for (int s = 0; s < g_.ranks; ++s) {
     bool last = s == g_.ranks - 1;
     if (!last)

@@ -5,8 +5,10 @@
 // the shift of `cur` into `next`, runs the ring kernel of each (local query
 // chunk, visiting key chunk) pair whose mask is not empty into a partial
 // state and merges it into that query chunk's fp32 accumulator, then swaps
-// the buffers. Everything is enqueued on the caller's stream, so the shift
-// and the kernels run one after the other (no overlap yet).
+// the buffers. The kernels and merges are enqueued on the caller's stream;
+// the shift on the transport's communication stream where it overlaps
+// (RingOptions::overlap, RingTransport::overlapShifts), else on the
+// caller's stream, one after the other with the kernels.
 //
 // Buffer layout: K chunks | V chunks (RingGpuSupport.h's GpuKVLayout).
 // The accumulators start as the empty state (O = 0, LSE = -inf), so every
@@ -177,6 +179,11 @@ void GpuRingRun::finish() {
 }
 
 RingStats GpuRingRun::run() {
+  // With overlap, the shift begun before a step's kernels runs on the
+  // transport's stream while they compute (RingGpu.h says why the two
+  // buffers are race-free); without, it runs before them on stream_.
+  if (g_.ranks > 1)
+    stats_.overlapped = transport_.overlapShifts(options_.overlap);
   for (int s = 0; s < g_.ranks; ++s) {
     bool last = s == g_.ranks - 1;
     if (!last)

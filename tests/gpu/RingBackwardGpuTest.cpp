@@ -173,25 +173,30 @@ LoadedBackward loadRingBackward(Device &dev, const std::string &id,
   throw;
 }
 
-/// Every rank as a thread over staged transports, rank r on kernel r.
-std::vector<RingStats> runThreads(Device &dev, const LoadedBackward &ring,
-                                  const GpuPagedOps &ops, Sharding sharding,
-                                  const GpuBackwardOptions &backward,
-                                  std::vector<RankTensors> &parts,
-                                  const Arguments &args) {
+/// Every rank as a thread over \p kind's transports (host-staged by
+/// default), rank r on kernel r, shifts overlapped or not as \p overlap
+/// says.
+std::vector<RingStats>
+runThreads(Device &dev, const LoadedBackward &ring, const GpuPagedOps &ops,
+           Sharding sharding, const GpuBackwardOptions &backward,
+           std::vector<RankTensors> &parts, const Arguments &args,
+           test::RankTransport kind = test::RankTransport::Staged,
+           bool overlap = true) {
   std::vector<RingStats> stats(parts.size());
-  test::runRankThreads(dev, static_cast<int>(parts.size()),
-                       [&](int r, RingTransport &t, CUstream stream) {
-                         RankTensors &p = parts[size_t(r)];
-                         RingOptions opts;
-                         opts.sharding = sharding;
-                         ringAttentionBackwardGpu(
-                             ring.spec, *ring.kernels[size_t(r)], ops, dev, t,
-                             p.q->deviceRef, p.k->deviceRef, p.v->deviceRef,
-                             p.o->deviceRef, p.lse->deviceRef, p.dO->deviceRef,
-                             p.dq->deviceRef, p.dk->deviceRef, p.dv->deviceRef,
-                             args, opts, backward, stream, &stats[size_t(r)]);
-                       });
+  test::runRankThreads(
+      dev, static_cast<int>(parts.size()),
+      [&](int r, RingTransport &t, CUstream stream) {
+        RankTensors &p = parts[size_t(r)];
+        RingOptions opts;
+        opts.sharding = sharding;
+        opts.overlap = overlap;
+        ringAttentionBackwardGpu(
+            ring.spec, *ring.kernels[size_t(r)], ops, dev, t, p.q->deviceRef,
+            p.k->deviceRef, p.v->deviceRef, p.o->deviceRef, p.lse->deviceRef,
+            p.dO->deviceRef, p.dq->deviceRef, p.dk->deviceRef, p.dv->deviceRef,
+            args, opts, backward, stream, &stats[size_t(r)]);
+      },
+      kind);
   return stats;
 }
 
@@ -316,6 +321,43 @@ TEST_CASE("GPU ring backward, deterministic mode: bit-identical gradients "
     REQUIRE(runs[0].size() == runs[1].size());
     CHECK(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size()) == 0);
   }
+}
+
+TEST_CASE("GPU ring backward, overlapped K/V shifts: device-to-device ranks "
+          "as threads, bit-identical to the serial path (deterministic) and "
+          "against the reference",
+          "[gpu][ring][overlap]") {
+  Device &dev = Device::get(0);
+  dev.makeCurrent();
+  GpuPagedOps ops(dev);
+  GpuBackwardOptions det;
+  det.deterministic = true;
+  for (const char *id :
+       {"ringbwd_causal_tl_d64_bf16_g2", "ringbwd_doc_d64_fp16_g1"})
+    for (int ranks : {2, 4}) {
+      LoadedBackward ring = loadRingBackward(dev, id, ranks);
+      std::vector<uint8_t> out[2];
+      for (int overlap = 0; overlap < 2; ++overlap) {
+        INFO(id << ", " << ranks << " ranks, zigzag"
+                << (overlap ? ", overlapped" : ", serial"));
+        RingResult res = checkRingBackward(
+            dev, ring.spec, ranks, Sharding::Zigzag, 2,
+            oddSeqlen(ranks, Sharding::Zigzag),
+            [&](std::vector<RankTensors> &parts, const Arguments &args) {
+              return runThreads(dev, ring, ops, Sharding::Zigzag, det, parts,
+                                args, test::RankTransport::Device,
+                                overlap != 0);
+            });
+        for (const RingStats &st : res.stats) {
+          CHECK(st.shifts == 2 * ranks - 1);
+          CHECK(st.overlapped == (overlap != 0));
+        }
+        out[overlap] = std::move(res.bytes);
+      }
+      INFO(id << ", " << ranks << " ranks: overlapped vs serial");
+      REQUIRE(out[0].size() == out[1].size());
+      CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size()) == 0);
+    }
 }
 
 TEST_CASE("GPU ring backward refuses a kernel of another spec and an odd "

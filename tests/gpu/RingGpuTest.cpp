@@ -11,7 +11,10 @@
 // are staged through host memory and an InProcessRing (RingTestSupport.h). NCCL
 // itself cannot run two ranks of one communicator on one GPU (ncclCommInitRank
 // refuses a duplicate device), so the multi-rank schedules (2 and 4 ranks, both
-// shardings) are checked through the staged transport.
+// shardings) are checked through the staged transport, and the overlapped
+// shifts ([overlap]) through device-to-device ranks as threads (DeviceRing),
+// bit for bit against the serial path. The hidden [.ringbench] case times
+// both orderings.
 //
 //===----------------------------------------------------------------------===//
 #include "GpuTestSupport.h"
@@ -27,6 +30,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,7 +63,8 @@ using RunRanks = std::function<std::vector<RingStats>(
 
 std::vector<RingStats> checkRing(Device &dev, const AttentionSpec &spec,
                                  int ranks, Sharding sharding, int64_t batch,
-                                 int64_t s, const RunRanks &runRanks) {
+                                 int64_t s, const RunRanks &runRanks,
+                                 std::vector<uint8_t> *bytes = nullptr) {
   const int64_t hq = spec.headsQ, hkv = spec.headsKV;
   const int64_t dqk = spec.headDimQK, dv = spec.headDimV, l = s / ranks;
   std::mt19937_64 rng(20 + ranks + 7 * int(sharding));
@@ -102,6 +109,10 @@ std::vector<RingStats> checkRing(Device &dev, const AttentionSpec &spec,
   ReferenceOutput want =
       referenceAttention(spec, q.hostRef, k.hostRef, v.hostRef, args.host);
   test::compareOutputs(spec, o, lse, want, batch, s);
+  if (bytes) { // O and LSE in global order, for bit-for-bit comparisons
+    *bytes = o.host;
+    bytes->insert(bytes->end(), lse.host.begin(), lse.host.end());
+  }
   return stats;
 }
 
@@ -130,24 +141,29 @@ LoadedRing &ringKernel(Device &dev, std::map<std::string, LoadedRing> &loaded,
   throw;
 }
 
-/// Runs every rank as a thread with its own stream over staged transports;
-/// rethrows the first rank's exception.
-std::vector<RingStats> runThreads(Device &dev, const LoadedRing &ring,
-                                  const GpuPagedOps &ops, Sharding sharding,
-                                  std::vector<RankTensors> &parts,
-                                  const Arguments &args) {
+/// Runs every rank as a thread with its own stream over \p kind's
+/// transports (host-staged by default), shifts overlapped or not as
+/// \p overlap says; rethrows the first rank's exception.
+std::vector<RingStats>
+runThreads(Device &dev, const LoadedRing &ring, const GpuPagedOps &ops,
+           Sharding sharding, std::vector<RankTensors> &parts,
+           const Arguments &args,
+           test::RankTransport kind = test::RankTransport::Staged,
+           bool overlap = true) {
   std::vector<RingStats> stats(parts.size());
-  test::runRankThreads(dev, static_cast<int>(parts.size()),
-                       [&](int r, RingTransport &t, CUstream stream) {
-                         RankTensors &p = parts[size_t(r)];
-                         RingOptions opts;
-                         opts.sharding = sharding;
-                         stats[size_t(r)] = ringAttentionGpu(
-                             ring.spec, *ring.kernel, ops, dev, t,
-                             p.q->deviceRef, p.k->deviceRef, p.v->deviceRef,
-                             p.o->deviceRef, &p.lse->deviceRef, args, opts,
-                             stream);
-                       });
+  test::runRankThreads(
+      dev, static_cast<int>(parts.size()),
+      [&](int r, RingTransport &t, CUstream stream) {
+        RankTensors &p = parts[size_t(r)];
+        RingOptions opts;
+        opts.sharding = sharding;
+        opts.overlap = overlap;
+        stats[size_t(r)] = ringAttentionGpu(
+            ring.spec, *ring.kernel, ops, dev, t, p.q->deviceRef,
+            p.k->deviceRef, p.v->deviceRef, p.o->deviceRef, &p.lse->deviceRef,
+            args, opts, stream);
+      },
+      kind);
   return stats;
 }
 
@@ -234,6 +250,8 @@ TEST_CASE("GPU ring forward, ranks as threads on one GPU: 2 and 4 ranks, "
             });
         for (int r = 0; r < ranks; ++r) {
           CHECK(stats[size_t(r)].shifts == ranks - 1);
+          // Host-staged shifts do not overlap (overlapShifts says false).
+          CHECK_FALSE(stats[size_t(r)].overlapped);
           if (std::string(id) != "ring_causal_tl_d64_bf16_g2")
             continue;
           // Causal: zigzag computes 2R + 1 of 4R pairs on every rank,
@@ -283,4 +301,171 @@ TEST_CASE("GPU ring forward refuses a kernel of another spec and an odd "
                                      odd.v->deviceRef, odd.o->deviceRef,
                                      &odd.lse->deviceRef, {}, zigzag),
                     Catch::Contains("local seqlen_q = 63 is odd"));
+}
+
+TEST_CASE("GPU ring forward, overlapped shifts: device-to-device ranks as "
+          "threads, bit-identical to the serial path and against the "
+          "reference",
+          "[gpu][ring][overlap]") {
+  Device &dev = Device::get(0);
+  dev.makeCurrent();
+  GpuPagedOps ops(dev);
+  std::map<std::string, LoadedRing> kernels;
+  struct Case {
+    const char *id;
+    Sharding sharding;
+  };
+  for (Case c : {Case{"ring_causal_tl_d64_bf16_g2", Sharding::Zigzag},
+                 Case{"ring_doc_d64_fp16_g1", Sharding::Zigzag},
+                 Case{"ring_window_lr_d64_bf16_g1", Sharding::Contiguous}})
+    for (int ranks : {2, 4}) {
+      LoadedRing &ring = ringKernel(dev, kernels, c.id);
+      // Chunks of 1000 / (2 R) or 1000 / R tokens: several tiles, not
+      // whole ones, so a step's kernels run long enough for a racing copy
+      // to land while they read.
+      std::vector<uint8_t> out[2];
+      for (int overlap = 0; overlap < 2; ++overlap) {
+        INFO(c.id << ", " << ranks << " ranks, " << name(c.sharding)
+                  << (overlap ? ", overlapped" : ", serial"));
+        std::vector<RingStats> stats = checkRing(
+            dev, ring.spec, ranks, c.sharding, 2, 1000,
+            [&](std::vector<RankTensors> &parts, const Arguments &args) {
+              return runThreads(dev, ring, ops, c.sharding, parts, args,
+                                test::RankTransport::Device, overlap != 0);
+            },
+            &out[overlap]);
+        for (const RingStats &st : stats) {
+          CHECK(st.shifts == ranks - 1);
+          CHECK(st.overlapped == (overlap != 0));
+        }
+      }
+      INFO(c.id << ", " << ranks << " ranks: overlapped vs serial");
+      REQUIRE(out[0].size() == out[1].size());
+      CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size()) == 0);
+    }
+}
+
+namespace {
+
+/// Milliseconds per ring forward of the causal zigzag ring kernel over a
+/// global sequence of \p n tokens (batch 1, constant inputs), \p ranks
+/// ranks as threads on one GPU over device-to-device transports: the
+/// wall time of \p reps calls per rank after one warm-up call.
+double timeThreads(Device &dev, const LoadedRing &ring, const GpuPagedOps &ops,
+                   int ranks, int64_t n, bool overlap, int reps) {
+  const AttentionSpec &spec = ring.spec;
+  const int64_t l = n / ranks, hq = spec.headsQ, hkv = spec.headsKV;
+  const int64_t d = spec.headDimQK;
+  std::vector<RankTensors> parts(static_cast<size_t>(ranks));
+  for (RankTensors &p : parts) {
+    auto t = [&](DType dt, int64_t h, int64_t dim, int rank = 4) {
+      auto g = std::make_unique<GpuTensor>(
+          dev, dt, std::array<int64_t, 4>{1, h, l, dim}, rank);
+      g->device.fill(0x3C); // bf16 0x3C3C ~ 0.0115 (finite scores)
+      return g;
+    };
+    p.q = t(spec.dtypeQ, hq, d), p.k = t(spec.dtypeK, hkv, d);
+    p.v = t(spec.dtypeV, hkv, d), p.o = t(spec.dtypeO, hq, d);
+    p.lse = t(DType::F32, hq, 1, 3);
+  }
+  auto run = [&](int calls) {
+    test::runRankThreads(
+        dev, ranks,
+        [&](int r, RingTransport &t, CUstream stream) {
+          RankTensors &p = parts[size_t(r)];
+          RingOptions opts;
+          opts.sharding = Sharding::Zigzag;
+          opts.overlap = overlap;
+          for (int c = 0; c < calls; ++c)
+            ringAttentionGpu(spec, *ring.kernel, ops, dev, t, p.q->deviceRef,
+                             p.k->deviceRef, p.v->deviceRef, p.o->deviceRef,
+                             &p.lse->deviceRef, {}, opts, stream);
+        },
+        test::RankTransport::Device);
+  };
+  run(1);
+  dev.synchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  run(reps);
+  dev.synchronize();
+  std::chrono::duration<double, std::milli> ms =
+      std::chrono::steady_clock::now() - t0;
+  return ms.count() / reps;
+}
+
+/// The same through one NCCL rank (no shifts: a ring of one holds the
+/// whole sequence), or -1 where libnccl does not load.
+double timeNccl(Device &dev, const LoadedRing &ring, const GpuPagedOps &ops,
+                int64_t n, bool overlap, int reps) {
+  if (!Nccl::available())
+    return -1;
+  const AttentionSpec &spec = ring.spec;
+  const int64_t hq = spec.headsQ, hkv = spec.headsKV, d = spec.headDimQK;
+  NcclCommunicator comm(Nccl::get().uniqueId(), 1, 0, dev);
+  const Driver &drv = Driver::get();
+  CUstream stream = nullptr;
+  REQUIRE(drv.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+  double out = 0;
+  {
+    NcclTransport t(comm.handle(), stream);
+    GpuTensor q(dev, spec.dtypeQ, {1, hq, n, d}),
+        k(dev, spec.dtypeK, {1, hkv, n, d});
+    GpuTensor v(dev, spec.dtypeV, {1, hkv, n, d}),
+        o(dev, spec.dtypeO, {1, hq, n, d});
+    GpuTensor lse(dev, DType::F32, {1, hq, n, 1}, 3);
+    for (GpuTensor *g : {&q, &k, &v})
+      g->device.fill(0x3C);
+    RingOptions opts;
+    opts.sharding = Sharding::Zigzag;
+    opts.overlap = overlap;
+    auto call = [&] {
+      ringAttentionGpu(spec, *ring.kernel, ops, dev, t, q.deviceRef,
+                       k.deviceRef, v.deviceRef, o.deviceRef, &lse.deviceRef,
+                       {}, opts, stream);
+    };
+    call();
+    REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r)
+      call();
+    REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    std::chrono::duration<double, std::milli> ms =
+        std::chrono::steady_clock::now() - t0;
+    out = ms.count() / reps;
+  }
+  REQUIRE(drv.cuStreamDestroy(stream) == CUDA_SUCCESS);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("GPU ring forward timing: serial vs overlapped shifts on one GPU",
+          "[.ringbench]") {
+  Device &dev = Device::get(0);
+  dev.makeCurrent();
+  GpuPagedOps ops(dev);
+  std::map<std::string, LoadedRing> kernels;
+  LoadedRing &ring = ringKernel(dev, kernels, "ring_causal_tl_d64_bf16_g2");
+  const int reps = 10;
+  std::printf("ring forward, causal zigzag, bf16, Hq 4 Hkv 2 D 64, batch 1; "
+              "ms per call (mean of %d), serial / overlapped\n",
+              reps);
+  for (int64_t n : {16384, 32768, 65536}) {
+    // One NCCL rank makes no shift (the ring of one holds everything):
+    // both orderings run the same work, so they must time the same.
+    double ns = timeNccl(dev, ring, ops, n, false, reps);
+    double no = timeNccl(dev, ring, ops, n, true, reps);
+    if (ns >= 0)
+      std::printf("N %6lld  nccl 1 rank           %8.3f / %8.3f  (x%.3f)\n",
+                  static_cast<long long>(n), ns, no, ns / no);
+    // Ranks as threads sharing the GPU: the shifts are device copies of
+    // the K/V slice (n / R tokens), hidden behind the other streams' work
+    // when overlapped.
+    for (int ranks : {1, 2, 4}) {
+      double s = timeThreads(dev, ring, ops, ranks, n, false, reps);
+      double o = timeThreads(dev, ring, ops, ranks, n, true, reps);
+      std::printf("N %6lld  %d ranks as threads   %8.3f / %8.3f  (x%.3f)\n",
+                  static_cast<long long>(n), ranks, s, o, s / o);
+    }
+  }
 }

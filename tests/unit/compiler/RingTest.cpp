@@ -24,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
 #include <thread>
 
 using namespace flashjit;
@@ -323,6 +324,8 @@ TEST_CASE("causal ring skips the empty chunk pairs, and zigzag gives every "
       CHECK(plain.stats[size_t(r)].pairsSkipped == ranks - 1 - r);
       CHECK(plain.stats[size_t(r)].pairsComputed == r + 1);
       CHECK(plain.stats[size_t(r)].shifts == ranks - 1);
+      // RingOptions::overlap (on by default) is a GPU matter.
+      CHECK_FALSE(plain.stats[size_t(r)].overlapped);
       skipped += plain.stats[size_t(r)].pairsSkipped;
     }
     CHECK(skipped == ranks * (ranks - 1) / 2);
@@ -336,6 +339,34 @@ TEST_CASE("causal ring skips the empty chunk pairs, and zigzag gives every "
     ReferenceOutput ref = referenceAttention(c.spec, g.q.ref, g.k.ref, g.v.ref);
     checkAgainst(ref, plain, DType::F32, "contiguous");
     checkAgainst(ref, zig, DType::F32, "zigzag");
+  }
+}
+
+TEST_CASE("the in-process ring stays a host copy when asked to overlap: "
+          "each rank receives its predecessor's bytes, shift after shift",
+          "[ring]") {
+  for (int ranks : {1, 3}) {
+    INFO("ranks = " << ranks);
+    onRanks(ranks, [&](int r, runtime::RingTransport &t) {
+      if (t.overlapShifts(true))
+        throw std::runtime_error("InProcessRing::overlapShifts(true) is true");
+      const int n = 1001, prev = (r + ranks - 1) % ranks;
+      auto word = [&](int rank, int step, int i) {
+        return rank * 1000000 + step * 10000 + i;
+      };
+      std::vector<int32_t> send(n), recv(n);
+      for (int step = 0; step < ranks + 2; ++step) {
+        for (int i = 0; i < n; ++i)
+          send[size_t(i)] = word(r, step, i), recv[size_t(i)] = -1;
+        t.startShift(send.data(), recv.data(), n * sizeof(int32_t));
+        t.waitShift();
+        for (int i = 0; i < n; ++i)
+          if (recv[size_t(i)] != word(prev, step, i))
+            throw std::runtime_error(
+                fmt::format("rank {} shift {} word {}: {} != {}", r, step, i,
+                            recv[size_t(i)], word(prev, step, i)));
+      }
+    });
   }
 }
 

@@ -59,6 +59,7 @@ namespace flashjit::runtime {
   X(cuMemsetD8Async)                                                           \
   X(cuMemsetD32Async)                                                          \
   X(cuMemcpy2DAsync)                                                           \
+  X(cuMemcpyDtoDAsync)                                                         \
   X(cuStreamCreate)                                                            \
   X(cuStreamDestroy)                                                           \
   X(cuStreamSynchronize)                                                       \

@@ -89,31 +89,57 @@ private:
 
 /// A RingTransport over an NCCL communicator the caller owns (its own, or
 /// an NcclCommunicator's handle()): each shift is one ncclGroupStart /
-/// ncclSend(next) / ncclRecv(prev) / ncclGroupEnd of bytes (ncclUint8) on
-/// \p stream. Buffers are device memory of the communicator's device.
-/// waitShift() returns at once: the shift is ordered on the stream, so
-/// work the caller enqueues on \p stream after it sees the received bytes
-/// (synchronise the stream before reading them on the host). A ring of one
+/// ncclSend(next) / ncclRecv(prev) / ncclGroupEnd of bytes (ncclUint8).
+/// Buffers are device memory of the communicator's device. A ring of one
 /// rank sends to itself.
+///
+/// Two orderings (overlapShifts). Serial (the default): the group is
+/// enqueued on \p stream, so it runs after the work enqueued there before
+/// startShift and before the work enqueued after it, and waitShift returns
+/// at once. Overlapped (PyTorch's isend / irecv + wait): the transport's
+/// own communication stream (non-blocking, made on first use in the
+/// current context) waits for an event recorded on \p stream at
+/// startShift (the send buffer is written and the receive buffer no longer
+/// read by the work enqueued before it), runs the group, and records a
+/// second event that waitShift makes \p stream wait for; the caller's
+/// kernels enqueued between the two calls run concurrently with the
+/// shift. Either way the host never waits: synchronise \p stream before
+/// reading received bytes on the host.
 class NcclTransport final : public RingTransport {
 public:
   /// Reads the communicator's rank and size (ncclCommUserRank /
   /// ncclCommCount). Throws DriverError when NCCL is unavailable or fails,
   /// UserError for a null communicator.
   NcclTransport(void *comm, CUstream stream);
+  /// Destroys the communication stream and events, if made (the stream is
+  /// synchronised first).
+  ~NcclTransport() override;
+  NcclTransport(const NcclTransport &) = delete;
+  NcclTransport &operator=(const NcclTransport &) = delete;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  /// Enqueues the shift on the stream. Throws DriverError with NCCL's
-  /// message, UserError for null buffers of non-zero size or a shift
-  /// already begun.
+  /// Enqueues the shift as the current ordering says. Throws DriverError
+  /// with NCCL's or CUDA's message, UserError for null buffers of non-zero
+  /// size or a shift already begun.
   void startShift(const void *send, void *recv, size_t bytes) override;
+  /// Overlapped: makes the caller's stream wait for the shift. Throws
+  /// UserError without a shift begun, DriverError for CUDA's errors.
   void waitShift() override;
+  /// Switches between the serial and the overlapped ordering (class
+  /// comment) for the shifts begun from now on; returns \p on. Throws
+  /// UserError while a shift is pending, DriverError when the stream or
+  /// events cannot be made.
+  bool overlapShifts(bool on) override;
 
 private:
   void *comm_;
   CUstream stream_;
+  CUstream commStream_ = nullptr; // overlapped shifts run here
+  CUevent ready_ = nullptr;       // recorded on stream_ at startShift
+  CUevent done_ = nullptr;        // recorded on commStream_ after the group
   int rank_ = 0, size_ = 1;
   bool pending_ = false;
+  bool overlap_ = false;
 };
 
 } // namespace flashjit::runtime

@@ -60,6 +60,20 @@ public:
   /// waiting for it (InProcessRing: their waitShift throws UserError naming
   /// the rank and \p why). No-op by default.
   virtual void abort(const std::string &why) noexcept { (void)why; }
+  /// Asks a transport whose shifts are ordered on a GPU stream
+  /// (NcclTransport) to run the shifts begun from now on concurrently with
+  /// the caller's stream (\p on: on a communication stream of its own,
+  /// after the work enqueued on the caller's stream before startShift, with
+  /// waitShift making the caller's stream wait for the shift) or on the
+  /// caller's stream itself, in order with its kernels (off). Returns
+  /// whether shifts now overlap the caller's stream. Transports that move
+  /// host memory (InProcessRing) keep their behaviour and return false,
+  /// the default. Throws DriverError when the stream or events cannot be
+  /// made.
+  virtual bool overlapShifts(bool on) {
+    (void)on;
+    return false;
+  }
 };
 
 /// An in-process ring of \p size ranks, each used by one thread (the
@@ -108,6 +122,13 @@ struct RingOptions {
   /// The forward's schedule; every rank must pick the same (Auto does: its
   /// inputs are equal on every rank).
   RingSchedule schedule = RingSchedule::Auto;
+  /// GPU rings: whether the K/V shifts run concurrently with the kernels
+  /// (RingTransport::overlapShifts(true): step s computes on the caller's
+  /// stream while step s + 1's slice arrives) or on the caller's stream one
+  /// after the other with them (false: the serial path, kept for timing).
+  /// Results are bit-identical either way (same kernels, same merge order).
+  /// CPU rings ignore it.
+  bool overlap = true;
 };
 
 /// What a rank did in one ring call.
@@ -119,6 +140,9 @@ struct RingStats {
   int shifts = 0;
   /// Whether the forward ran the all-gather schedule.
   bool allGather = false;
+  /// Whether the shifts overlapped compute (the transport's answer to
+  /// RingTransport::overlapShifts; always false on the CPU).
+  bool overlapped = false;
 };
 
 /// One rank's part of ring attention on the CPU backend. \p spec is the

@@ -6,8 +6,13 @@
 // empty, merges the partial (O, LSE) states exactly on the device
 // (GpuPagedOps::mergeStates into fp32 accumulators), and passes the K/V
 // slice on through a RingTransport whose buffers are device memory
-// (NcclTransport). The shifts are ordered on the caller's stream, one after
-// the other with the kernels: communication does not yet overlap compute.
+// (NcclTransport). With RingOptions::overlap (the default) the shift that
+// brings step s + 1's slice runs on the transport's communication stream
+// while step s computes on the caller's stream (two K/V buffers, events
+// ordering the shift after the work that wrote its send buffer and last
+// read its receive buffer, and the next step's kernels after the shift);
+// without it every shift is ordered on the caller's stream, one after the
+// other with the kernels (the serial path, kept for timing).
 //
 // The GPU ring backward (ringAttentionBackwardGpu) follows the CPU
 // backward ring's schedule and arithmetic (ringAttentionBackwardCpu):
@@ -52,13 +57,23 @@ class GpuPagedOps;
 /// ring always runs: AllGather is CPU-only for now) and
 /// options.numThreads too.
 ///
-/// \p transport moves device memory and must order its shifts on
-/// \p stream (an NcclTransport made with \p stream): each rank enqueues its
-/// kernels, merges and shifts on \p stream and returns without
-/// synchronising it. Every rank calls this with the same spec and equally
-/// shaped tensors (unlike the CPU ring, a rank with other shapes is not
-/// detected: the buffers carry no header). Temporary memory (two K/V
-/// slices, one partial and fp32 accumulators per local query chunk) is
+/// \p transport moves device memory and must order its shifts after
+/// \p stream's work (an NcclTransport made with \p stream): each rank
+/// enqueues its kernels and merges on \p stream and returns without
+/// synchronising it. With options.overlap (and R > 1) the call asks
+/// transport.overlapShifts(true), which for an NcclTransport puts the
+/// shifts on its communication stream (it stays in that ordering after the
+/// call) and returns whether they overlap (RingStats::overlapped): at step
+/// s the shift of the slice held (buffer A) into buffer B starts after the
+/// work enqueued on \p stream before it (step s - 1's kernels, the last to
+/// read B; the packing of A at step 0), step s's kernels read A on
+/// \p stream while it runs, and waitShift orders step s + 1's kernels
+/// (reading B) and step s + 1's shift (receiving into A) after it. Results
+/// are bit-identical with and without overlap. Host-staged transports
+/// (InProcessRing) answer false and run as before. Every rank calls this with
+/// the same spec and equally shaped tensors (unlike the CPU ring, a rank with
+/// other shapes is not detected: the buffers carry no header). Temporary memory
+/// (two K/V slices, one partial and fp32 accumulators per local query chunk) is
 /// stream-ordered (StreamBuffer) on \p stream.
 ///
 /// Throws UserError naming the field and value for bad tensors or
@@ -101,7 +116,10 @@ ringAttentionGpu(const AttentionSpec &spec, const GpuAttentionKernel &kernel,
 /// \p stream, so with \p backward.deterministic (whose kernel dQ is
 /// bit-identical run to run) the gradients are bit-identical run to run.
 /// The mask and score modifier see global indices; buffers in \p args are
-/// the global ones in device memory.
+/// the global ones in device memory. options.overlap as in the forward:
+/// the K/V shift overlaps the step's kernels; the dK/dV shift, which needs
+/// the step's additions and which the next step's additions need, runs on
+/// the transport's stream without overlapping compute.
 ///
 /// Returns the rank's share of the f32 buffer and parameter gradients
 /// (summed over its chunk pairs in order; sum them over the ranks for the
