@@ -45,8 +45,12 @@ KernelOps::KernelOps(ImplicitLocOpBuilder &b, bool bf16) : b(b), bf16(bf16) {
 // that underflows to 0 is skipped by the isolation as before (an attended
 // pair whose weight underflowed); ftz moves that threshold from 2^-149 to
 // 2^-126. setSoftmaxExp2FtzForTesting(false) restores math.exp2.
+// fp16 kernels keep math.exp2 for now: with ftz, ptxas (CUDA 13) spilled
+// 20 bytes in the sm_90a backward of bwd_doc_id_d128_fp16_g3 (255
+// registers either way; the PTX differs only in the ex2 form), so the
+// fp16 kernels stay as they were until that one is looked at.
 Value KernelOps::exp2(Value x) {
-  if (!ftzExp2.load() || x.getType() != f32)
+  if (!ftzExp2.load() || x.getType() != f32 || !bf16)
     return math::Exp2Op::create(b, x);
   return LLVM::CallIntrinsicOp::create(
              b, f32, b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f32"),
