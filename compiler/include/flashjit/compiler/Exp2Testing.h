@@ -15,7 +15,8 @@ namespace flashjit {
 /// Testing only: whether GPU kernels compiled from now on in this process
 /// take their softmax exponentials (the forward's online softmax, the
 /// backward's P = exp2(s - LSE), the decode kernel and its merge) as
-/// `ex2.approx.ftz.f32` (default true) or, off, as `math.exp2`, which
+/// `ex2.approx.ftz.f32` (default true; bf16 kernels only, fp16 ones keep
+/// the plain form for now: KernelOps.cpp) or, off, as `math.exp2`, which
 /// lowers to `ex2.approx.f32` (the kernels before session 18,
 /// byte-identical). The results differ only where an exponential's input
 /// or result is subnormal (KernelOps.cpp). No cache key holds it: only
