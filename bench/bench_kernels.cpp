@@ -8,7 +8,10 @@
 // Usage: bench_kernels DIR [--tiles] [--sparse]
 // The sm_90a defaults load by TMA (the manifest's "tma": 1 tells
 // run_bench.py to pass tensor maps); beside each dense and causal default
-// kernel: the same with cp.async loads (mma wgmma, label "cpasync").
+// kernel: the same with cp.async loads (mma wgmma, label "cpasync"); beside
+// each default kernel: the same with the softmax exponentials as
+// ex2.approx.f32 (label "noftz": setSoftmaxExp2FtzForTesting off, the
+// kernels before session 18; run_bench.py --labels default,noftz).
 //
 // --sparse also writes the issue-7 kernels and <dir>/block_sparse.json for
 // bench/run_block_sparse.py: the document-causal mask with and without a
@@ -17,6 +20,7 @@
 // each pair with the same tile configuration.
 //
 //===----------------------------------------------------------------------===//
+#include "flashjit/compiler/Exp2Testing.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Printer.h"
@@ -255,11 +259,17 @@ int main(int argc, char **argv) {
     int d;
     GpuCompileOptions options;
     std::string label;
+    bool ftz = true; ///< false: setSoftmaxExp2FtzForTesting(false)
   };
   std::vector<Job> jobs;
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
     for (int d : {64, 128, 256})
       jobs.push_back({name, d, {}, "default"});
+  // Session 18: the default kernels with the softmax exponentials without
+  // ftz (ex2.approx.f32), labelled "noftz".
+  for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
+    for (int d : {64, 128, 256})
+      jobs.push_back({name, d, {}, "noftz", false});
   for (std::string name : {"dense", "causal"})
     for (int d : {64, 128, 256}) {
       GpuCompileOptions o;
@@ -331,8 +341,11 @@ int main(int argc, char **argv) {
       AttentionSpec spec = benchSpec(name, d);
       GpuKernelImage img;
       try {
+        setSoftmaxExp2FtzForTesting(job.ftz);
         img = compileGpu(spec, job.options);
+        setSoftmaxExp2FtzForTesting(true);
       } catch (const UserError &e) { // e.g. too much shared memory
+        setSoftmaxExp2FtzForTesting(true);
         std::printf("%-10s d%-4d %-14s skipped: %s\n", name.c_str(), d,
                     job.label.c_str(), e.what());
         continue;

@@ -515,13 +515,16 @@ TEST_CASE("the block-sparse GPU backward refuses what it does not take",
 
 TEST_CASE("block-sparse backward timing: mma.sync against wgmma",
           "[.bwdsparsebench][.bwdbench]") {
-  constexpr int kKernels = 3; // mma.sync, wgmma without prefetch, default
+  // mma.sync, wgmma without prefetch, default without ftz, default.
+  constexpr int kKernels = 4;
   // bf16 document-causal (16 random documents per sequence), hidden 2048,
   // batch * seqlen = 32768, N = 4k and 16k; the block mask built on the
   // GPU by the block-sparse forward's builder, O and LSE from that
   // forward. Prints SPARSEBENCH lines: the mma.sync backward `<id>_mma`
   // and the wgmma one without the listed-tile prefetch `<id>_nopf` (the
-  // old paths), and the default one `<id>` (wgmma on sm_90a, prefetching),
+  // old paths), the default one with the softmax exponentials as
+  // ex2.approx.f32 `<id>_noftz` (session 17's), and the default one `<id>`
+  // (wgmma on sm_90a, prefetching, ex2.approx.ftz.f32),
   // ms and TF/s (2.5 x 4 B H N^2 D over the allowed pairs), timed
   // alternately in this process on the same inputs; the kernels' dQ, dK,
   // dV must agree with the mma.sync one's (bf16 rounding of summation
@@ -533,6 +536,7 @@ TEST_CASE("block-sparse backward timing: mma.sync against wgmma",
     auto neu = loadSparseBackward(k, dev);
     auto old = loadSparseBackward(k, dev, k.id + "_mma");
     auto nopf = loadSparseBackward(k, dev, k.id + "_nopf");
+    auto noftz = loadSparseBackward(k, dev, k.id + "_noftz");
     for (int64_t n : {4096, 16384}) {
       const int64_t b = 32768 / n, h = k.spec.headsQ, d = k.spec.headDimQK;
       // 16 documents: random cut points, each at least one token.
@@ -573,7 +577,7 @@ TEST_CASE("block-sparse backward timing: mma.sync against wgmma",
       fwd->runBlockSparse(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
                           &lse.deviceRef, mask, args);
       const GpuAttentionBackwardKernel *kernels[kKernels] = {
-          old.get(), nopf.get(), neu.get()};
+          old.get(), nopf.get(), noftz.get(), neu.get()};
       auto call = [&](int which) {
         std::vector<GpuTensor> &g = grads[which];
         kernels[which]->runBlockSparse(q.deviceRef, kt.deviceRef, v.deviceRef,
@@ -598,14 +602,15 @@ TEST_CASE("block-sparse backward timing: mma.sync against wgmma",
         std::sort(ms[which].begin(), ms[which].end());
         med[which] = ms[which][ms[which].size() / 2];
       }
+      const char *kind = neu->info().config.wgmma ? "wgmma" : "default";
       std::printf("SPARSEBENCH %-16s N=%-6lld mma.sync %.3f ms %.0f TF/s  "
-                  "%s-noprefetch %.3f ms %.0f TF/s  %s %.3f ms %.0f TF/s  "
-                  "speedup %.2fx (prefetch %.2fx)\n",
+                  "%s-noprefetch %.3f ms %.0f TF/s  %s-noftz %.3f ms %.0f "
+                  "TF/s  %s %.3f ms %.0f TF/s  speedup %.2fx (prefetch "
+                  "%.2fx, ftz %.3fx)\n",
                   k.id.c_str(), (long long)n, med[0], flops / med[0] / 1e9,
-                  nopf->info().config.wgmma ? "wgmma" : "default", med[1],
-                  flops / med[1] / 1e9,
-                  neu->info().config.wgmma ? "wgmma" : "default", med[2],
-                  flops / med[2] / 1e9, med[0] / med[2], med[1] / med[2]);
+                  kind, med[1], flops / med[1] / 1e9, kind, med[2],
+                  flops / med[2] / 1e9, kind, med[3], flops / med[3] / 1e9,
+                  med[0] / med[3], med[1] / med[3], med[2] / med[3]);
       // The kernels computed the same gradients as the mma.sync one.
       for (int t = 0; t < 3; ++t)
         grads[0][t].download();

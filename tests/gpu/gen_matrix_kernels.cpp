@@ -36,7 +36,9 @@
 // tile step where the order is a choice (GpuCompileOptions::syncBackward;
 // as the [.maskbench] baseline its "base" columns are the synchronous
 // kernels). Timing ids of benchKernels() ending `_sync` are built that way
-// too.
+// too; those ending `_noftz` (forward and backward) and the block-sparse
+// timing ids `<id>_noftz` with the softmax exponentials as ex2.approx.f32
+// (setSoftmaxExp2FtzForTesting off).
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -44,6 +46,7 @@
 #include "OutputFiles.h"
 
 #include "flashjit/compiler/BackwardOrderTesting.h"
+#include "flashjit/compiler/Exp2Testing.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
 
@@ -316,19 +319,26 @@ int main(int argc, char **argv) {
       continue;
     flashjit::GpuCompileOptions bo;
     bo.arch = o.arch;
+    auto endsWith = [&](const std::string &tail) {
+      return k.id.size() > tail.size() &&
+             k.id.compare(k.id.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    // `_noftz`: the softmax exponentials without ftz (before session 18).
+    flashjit::setSoftmaxExp2FtzForTesting(!endsWith("_noftz"));
     write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
     bo.kind = flashjit::KernelKind::Backward;
     bo.mma = bwdMma;
     // `_sync`: the synchronous backward tile step (the old default with
     // mask or modifier code at head dim 128).
-    bo.syncBackward =
-        k.id.size() > 5 && k.id.substr(k.id.size() - 5) == "_sync";
+    bo.syncBackward = endsWith("_sync");
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    flashjit::setSoftmaxExp2FtzForTesting(true);
     n += 2;
   }
   // Block-sparse timing kernels: forward <id>_fwd, backward <id> (bwdMma),
-  // <id>_nopf (bwdMma without the listed-tile prefetch) and <id>_mma
-  // (mma.sync, the old paths).
+  // <id>_nopf (bwdMma without the listed-tile prefetch), <id>_noftz (bwdMma
+  // with the softmax exponentials without ftz) and <id>_mma (mma.sync, the
+  // old paths).
   for (const auto &k : flashjit::testing::sparseBenchKernels()) {
     if (skip(k.id))
       continue;
@@ -343,9 +353,13 @@ int main(int argc, char **argv) {
     flashjit::setListedPrefetchBackwardForTesting(false);
     write(dir, k.id + "_nopf", flashjit::compileGpu(k.spec, bo), true);
     flashjit::setListedPrefetchBackwardForTesting(true);
+    // `_noftz`: ex2.approx.f32 (session 17's exponentials).
+    flashjit::setSoftmaxExp2FtzForTesting(false);
+    write(dir, k.id + "_noftz", flashjit::compileGpu(k.spec, bo), true);
+    flashjit::setSoftmaxExp2FtzForTesting(true);
     bo.mma = flashjit::GpuMma::MmaSync;
     write(dir, k.id + "_mma", flashjit::compileGpu(k.spec, bo), true);
-    n += 4;
+    n += 5;
   }
   // Option kernels (sm_90a only: wgmma and the mma choice exist there).
   for (const auto &k : flashjit::testing::optionKernels()) {

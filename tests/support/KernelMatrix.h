@@ -229,9 +229,11 @@ inline std::vector<MatrixKernel> backwardSparseKernels() {
 /// 64 and 128; the block-sparse forward `<id>_fwd` (default tiles; its
 /// block-mask builder makes the mask), the default backward `<id>` (wgmma
 /// on sm_90a, prefetching the next listed query tile), `<id>_nopf` (the
-/// same without the prefetch: setListedPrefetchBackwardForTesting off) and
-/// the mma.sync backward `<id>_mma` (the old paths), written by
-/// gen_matrix_kernels beside the timing pairs.
+/// same without the prefetch: setListedPrefetchBackwardForTesting off),
+/// `<id>_noftz` (the default with the softmax exponentials as
+/// `ex2.approx.f32`: setSoftmaxExp2FtzForTesting off) and the mma.sync
+/// backward `<id>_mma` (the old paths), written by gen_matrix_kernels
+/// beside the timing pairs.
 inline std::vector<MatrixKernel> sparseBenchKernels() {
   std::vector<MatrixKernel> out;
   for (int d : {64, 128})
@@ -249,7 +251,12 @@ inline std::vector<MatrixKernel> sparseBenchKernels() {
 /// 128. Ids ending `_sync` are the same masked specs with the wgmma
 /// backward's synchronous tile step (gen_matrix_kernels:
 /// GpuCompileOptions::syncBackward; the default before session 17), timed
-/// beside the pipelined one they take by default.
+/// beside the pipelined one they take by default. A causal sliding window
+/// of 1024 keys at head dim 64 too; ids ending `_noftz` are dense, causal
+/// (head dims 64 and 128) and that window with the softmax exponentials
+/// as `ex2.approx.f32` (gen_matrix_kernels: setSoftmaxExp2FtzForTesting
+/// off, forward and backward; the default before session 18), timed beside
+/// the default `ex2.approx.ftz.f32`.
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
@@ -261,15 +268,24 @@ inline std::vector<MatrixKernel> benchKernels() {
                    matrixSpec(name, 128, DType::BF16, 16, 16)});
   out.push_back({"bench_softcap30_d128", "softcap30_causal",
                  softcap30Causal(128, 16, 16)});
-  AttentionSpec w = matrixSpec("none", 128, DType::BF16, 16, 16);
-  w.variant.mask(sliding_window(1024, 0, Alignment::TopLeft));
-  out.push_back({"bench_window_d128", "window_1024", w});
+  for (int d : {128, 64}) {
+    AttentionSpec w = matrixSpec("none", d, DType::BF16, 2048 / d, 2048 / d);
+    w.variant.mask(sliding_window(1024, 0, Alignment::TopLeft));
+    out.push_back({"bench_window_d" + std::to_string(d), "window_1024", w});
+  }
   // The synchronous step beside the pipelined one (masked, head dim 128).
   for (const char *id :
        {"bench_causal_tl_d128", "bench_softcap30_d128", "bench_window_d128"})
     for (size_t i = 0, n = out.size(); i < n; ++i)
       if (out[i].id == id)
         out.push_back({out[i].id + "_sync", out[i].variant, out[i].spec});
+  // The softmax exponentials without ftz beside the default.
+  for (const char *id :
+       {"bench_none_d64", "bench_none_d128", "bench_causal_tl_d64",
+        "bench_causal_tl_d128", "bench_window_d64"})
+    for (size_t i = 0, n = out.size(); i < n; ++i)
+      if (out[i].id == id)
+        out.push_back({out[i].id + "_noftz", out[i].variant, out[i].spec});
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "OptionKernelOptions.h"
 
 #include "flashjit/compiler/BackwardOrderTesting.h"
+#include "flashjit/compiler/Exp2Testing.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
@@ -1916,4 +1917,67 @@ TEST_CASE("every ring kernel assembles with no spills and takes the chunk "
       CHECK(params(img.ptx, img.name) ==
             params(p.ptx, p.name) + static_cast<int>(added));
     }
+}
+
+TEST_CASE("the softmax exponentials are ex2.approx.ftz.f32; the old form "
+          "stays reachable for timing",
+          "[gpu-codegen]") {
+  // KernelOps::exp2: forward, backward (P = exp2(s - LSE)) and decode (and
+  // its merge) kernels take ex2.approx.ftz.f32 and no ex2.approx.f32;
+  // setSoftmaxExp2FtzForTesting(false) gives the kernels before session 18,
+  // the same PTX with every such ftz form plain (softcap's tanh has ftz
+  // exponentials of its own either way).
+  struct Restore {
+    ~Restore() { setSoftmaxExp2FtzForTesting(true); }
+  } restore;
+  auto countOf = [](const std::string &s, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos;
+         at = s.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  auto plain = [](std::string s) {
+    return std::regex_replace(s, std::regex("ex2\\.approx\\.ftz\\.f32"),
+                              "ex2.approx.f32");
+  };
+  struct Case {
+    const char *variant;
+    int d;
+    const char *arch;
+    KernelKind kind;
+  };
+  const Case cases[] = {
+      {"none", 128, "sm_90a", KernelKind::Forward},
+      {"causal_tl", 64, "sm_80", KernelKind::Forward},
+      {"softcap", 128, "sm_90a", KernelKind::Forward},
+      {"none", 128, "sm_90a", KernelKind::Backward},
+      {"causal_tl", 64, "sm_90a", KernelKind::Backward},
+      {"window_lr", 64, "sm_80", KernelKind::Backward},
+      {"dec_dense", 128, "sm_90a", KernelKind::Decode},
+  };
+  for (const Case &c : cases) {
+    INFO(c.variant << " d" << c.d << " " << c.arch << " " << toString(c.kind));
+    AttentionSpec s = testing::matrixSpec(
+        c.kind == KernelKind::Decode ? "none" : c.variant, c.d, DType::BF16,
+        c.kind == KernelKind::Decode ? 32 : 4,
+        c.kind == KernelKind::Decode ? 8 : 2);
+    GpuCompileOptions o;
+    o.arch = c.arch;
+    o.kind = c.kind;
+    setSoftmaxExp2FtzForTesting(false);
+    std::string old = compileGpu(s, o).ptx;
+    setSoftmaxExp2FtzForTesting(true);
+    std::string now = compileGpu(s, o).ptx;
+    CHECK(countOf(now, "ex2.approx.ftz.f32") > 0);
+    CHECK(countOf(now, "ex2.approx.f32") == 0);
+    CHECK(countOf(old, "ex2.approx.f32") > 0);
+    if (std::string(c.variant) != "softcap")
+      CHECK(countOf(old, "ex2.approx.ftz.f32") == 0);
+    CHECK(countOf(now, "ex2.approx.ftz.f32") ==
+          countOf(old, "ex2.approx.ftz.f32") + countOf(old, "ex2.approx.f32"));
+    CHECK(plain(now) == plain(old));
+    if (std::string(c.variant) != "softcap")
+      CHECK(plain(now) == old);
+  }
 }

@@ -1,13 +1,20 @@
 //===- KernelOps.cpp - Builder primitives of the GPU kernels --------------===//
 #include "KernelOps.h"
 
+#include "flashjit/compiler/Exp2Testing.h"
+
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <atomic>
+
 using namespace mlir;
 
 namespace flashjit::nvvm {
+
+/// setSoftmaxExp2FtzForTesting's switch.
+static std::atomic<bool> ftzExp2{true};
 
 KernelOps::KernelOps(ImplicitLocOpBuilder &b, bool bf16) : b(b), bf16(bf16) {
   MLIRContext *ctx = b.getContext();
@@ -20,7 +27,36 @@ KernelOps::KernelOps(ImplicitLocOpBuilder &b, bool bf16) : b(b), bf16(bf16) {
   ptrS = LLVM::LLVMPointerType::get(ctx, 3);
 }
 
-Value KernelOps::exp2(Value x) { return math::Exp2Op::create(b, x); }
+// The softmax's exponentials are PTX ex2.approx.ftz.f32, as in
+// FlashAttention-2/3/4: math.exp2 lowers (llvm.exp2) to ex2.approx.f32,
+// whose subnormal handling costs extra SASS around each MUFU.EX2 on sm_80
+// and sm_90. What ftz changes (PTX ISA, ex2): a subnormal input becomes
+// +-0, and 2^+-0 = 1, as 2^x is for any |x| < 2^-126 in f32 anyway; a
+// result below 2^-126 (an input below -126) becomes +0 instead of a
+// subnormal. Every input here is a difference to a row maximum or an LSE
+// (<= 0, or the merge's split LSEs to their maximum), so the flushed
+// results are weights below 2^-126 beside the maximum's weight of 1: the
+// row sum (>= 1) and O, dS, dK, dV cannot resolve them (f32 keeps 24
+// bits, the 16-bit P that the products take 8 or 11). The special values
+// are those of ex2.approx.f32: -inf -> +0 (masked scores: P is exactly +0,
+// as the masked-value isolation's P == 0 tests and the backward's dS'
+// check (MaskedValues.h) need), +inf -> +inf, NaN -> NaN, so the
+// isnan/isinf checks on results see the same non-finite values. A weight
+// that underflows to 0 is skipped by the isolation as before (an attended
+// pair whose weight underflowed); ftz moves that threshold from 2^-149 to
+// 2^-126. setSoftmaxExp2FtzForTesting(false) restores math.exp2.
+// fp16 kernels keep math.exp2 for now: with ftz, ptxas (CUDA 13) spilled
+// 20 bytes in the sm_90a backward of bwd_doc_id_d128_fp16_g3 (255
+// registers either way; the PTX differs only in the ex2 form), so the
+// fp16 kernels stay as they were until that one is looked at.
+Value KernelOps::exp2(Value x) {
+  if (!ftzExp2.load() || x.getType() != f32 || !bf16)
+    return math::Exp2Op::create(b, x);
+  return LLVM::CallIntrinsicOp::create(
+             b, f32, b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f32"),
+             ValueRange{x})
+      .getResult(0);
+}
 
 Value KernelOps::unlikely(Value cond) {
   return LLVM::ExpectOp::create(b, cond, cb(false));
@@ -142,3 +178,7 @@ Value warpAppend(KernelOps &ops, Value want, Value value, Value list,
 }
 
 } // namespace flashjit::nvvm
+
+void flashjit::setSoftmaxExp2FtzForTesting(bool on) {
+  flashjit::nvvm::ftzExp2.store(on);
+}

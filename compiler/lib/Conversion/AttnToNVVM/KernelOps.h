@@ -94,6 +94,10 @@ public:
   mlir::Value fmax(mlir::Value x, mlir::Value y) {
     return mlir::arith::MaximumFOp::create(b, x, y);
   }
+  /// 2^x of an f32 \p x for the softmax: PTX ex2.approx.ftz.f32 (an
+  /// llvm.nvvm intrinsic; KernelOps.cpp has the numerics), or math.exp2
+  /// (ex2.approx.f32) under setSoftmaxExp2FtzForTesting(false), in fp16
+  /// kernels or for another type.
   mlir::Value exp2(mlir::Value x);
   /// x == y for floats (ordered).
   mlir::Value feq(mlir::Value x, mlir::Value y) {

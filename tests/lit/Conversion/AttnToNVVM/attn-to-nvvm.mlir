@@ -19,7 +19,7 @@
 // CHECK-SAME: multiplicandAPtxType = #nvvm.mma_type<bf16>
 // CHECK: arith.cmpi sle
 // CHECK: nvvm.shfl.sync bfly
-// CHECK: math.exp2
+// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK: nvvm.ldmatrix {{.*}}layout = #nvvm.mma_layout<col>
 // CHECK: gpu.return
 attn.attention @causal attributes {

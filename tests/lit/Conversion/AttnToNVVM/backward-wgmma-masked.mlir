@@ -14,7 +14,7 @@
 // PIPE-NOT: wgmma.wait_group
 // PIPE: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
 // PIPE: "wgmma.wait_group.sync.aligned 1;"
-// PIPE: math.exp2
+// PIPE: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // PIPE: "wgmma.wait_group.sync.aligned 0;"
 // PIPE: gpu.return
 
@@ -22,7 +22,7 @@
 // SYNC-NOT: "wgmma.wait_group.sync.aligned 1;"
 // SYNC: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
 // SYNC: wgmma.commit_group.sync.aligned;\0Awgmma.wait_group.sync.aligned 0;
-// SYNC: math.exp2
+// SYNC: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // SYNC-NOT: "wgmma.wait_group.sync.aligned 1;"
 // SYNC: gpu.return
 

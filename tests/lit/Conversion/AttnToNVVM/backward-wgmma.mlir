@@ -23,7 +23,7 @@
 // CHECK-NOT: wgmma.wait_group
 // CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, z, 1, 1, 0, 0;
 // CHECK: "wgmma.wait_group.sync.aligned 1;"
-// CHECK: math.exp2
+// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK: "wgmma.wait_group.sync.aligned 0;"
 // CHECK: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 1;
 // CHECK: "fence.proxy.async.shared::cta;"
