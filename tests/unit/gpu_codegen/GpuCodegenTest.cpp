@@ -548,6 +548,19 @@ TEST_CASE("mma = wgmma.tma.ws.overlap: two wgmma groups in flight, asked "
   CHECK(dflt.config.warpSpecialized);
   CHECK_FALSE(dflt.config.overlapSoftmax);
   CHECK(dflt.ptx.find("wgmma.wait_group.sync.aligned 1;") == std::string::npos);
+  // Head dim 64 (two consumer warpgroups asked for by name): 3 stages of
+  // 128 keys, the overlap; the dense kernel assembles clean there.
+  AttentionSpec d64 = testing::matrixSpec("none", 64, DType::BF16, 2, 2);
+  GpuKernelImage img64 = compileGpu(d64, o);
+  CHECK(img64.config.numWarps == 8);
+  CHECK(img64.config.overlapSoftmax);
+  CHECK(img64.ptx.find("wgmma.wait_group.sync.aligned 1;") !=
+        std::string::npos);
+  runtime::PtxasReport r64 = runtime::runPtxas(img64.ptx, "sm_90a");
+  const runtime::PtxasFunctionReport *f64 = r64.find(img64.name);
+  REQUIRE(f64);
+  INFO(r64.log);
+  CHECK(f64->clean());
   // Two K/V stages (head dim 256): refused, not built serially.
   AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 2, 2);
   CHECK_THROWS_WITH(compileGpu(d256, o),
@@ -557,11 +570,11 @@ TEST_CASE("mma = wgmma.tma.ws.overlap: two wgmma groups in flight, asked "
 
 TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
           "[gpu-codegen]") {
-  // Two consumer warpgroups (head dims above 64) get the producer
-  // warpgroup: 384 threads, full/empty mbarrier pairs per stage,
-  // setmaxnreg 24 / 240 that ptxas honours (no C7508 warning); one
-  // warpgroup's tiles (head dim 64) are refused (before 2026-12-02 they
-  // compiled wgmma.tma silently), the default gives them wgmma.tma.
+  // Two consumer warpgroups get the producer warpgroup: 384 threads,
+  // full/empty mbarrier pairs per stage, setmaxnreg 24 / 240 that ptxas
+  // honours (no C7508 warning). At head dim 64 (since 2026-12-06) asked for
+  // by name only: two warpgroups of 64 rows and 128-key tiles, where the
+  // default is one warpgroup without a producer (wgmma.tma).
   CHECK(std::string(toString(GpuMma::WgmmaTmaWs)) == "wgmma.tma.ws");
   GpuCompileOptions o;
   o.mma = GpuMma::WgmmaTmaWs;
@@ -569,7 +582,13 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
                             {"none", 128},
                             {"softcap", 128},
                             {"none", 256},
-                            {"alibi", 192}}) {
+                            {"alibi", 192},
+                            {"none", 64},
+                            {"causal_tl", 64},
+                            {"window_lr", 64},
+                            {"softcap", 64},
+                            {"alibi", 64},
+                            {"doc_id", 64}}) {
     AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 2, 2);
     INFO(variant << " d" << d);
     GpuKernelImage img = compileGpu(s, o);
@@ -577,6 +596,11 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
     CHECK(c.tma);
     CHECK(c.warpSpecialized);
     CHECK(c.threads() == 32 * c.numWarps + 128);
+    CHECK(c.blockM() == 128);
+    if (d == 64) {
+      CHECK(c.blockN == 128);
+      CHECK(c.kvStages(d, d) == 3);
+    }
     int stages = c.kvStages(d, d);
     // Q, the stages, the mbarriers (Q's, then full, empty and voted per
     // stage) and one masked-value vote word per stage.
@@ -622,9 +646,6 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
     CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit("sm_90a"));
   }
   AttentionSpec d64 = testing::matrixSpec("causal_tl", 64, DType::BF16, 2, 2);
-  CHECK_THROWS_WITH(compileGpu(d64, o),
-                    Catch::Contains("two consumer warpgroups") &&
-                        Catch::Contains("head_dim 64/64"));
   GpuKernelImage one = compileGpu(d64, GpuCompileOptions{});
   CHECK(one.config.tma);
   CHECK_FALSE(one.config.warpSpecialized);
@@ -635,6 +656,14 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
   // The user's tiles win; warp specialisation needs two consumer
   // warpgroups (the policy asked for it, the override took one away).
   CHECK_THROWS_WITH(compileGpu(d128, four), Catch::Contains("num_warps = 8"));
+  CHECK_THROWS_WITH(compileGpu(d64, four), Catch::Contains("num_warps = 8"));
+  // 64-key tiles asked for beside it: two stages of half the bytes.
+  GpuCompileOptions n64 = o;
+  n64.blockN = 64;
+  GpuKernelImage half = compileGpu(d64, n64);
+  CHECK(half.config.warpSpecialized);
+  CHECK(half.config.blockN == 64);
+  CHECK(half.sharedBytes == 2 * (128 * 64 + 3 * 64 * 2 * 64) + 8 * 10 + 12);
 }
 
 TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",
