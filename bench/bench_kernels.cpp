@@ -282,6 +282,15 @@ int main(int argc, char **argv) {
     o.blockN = 64;
     jobs.push_back({name, 64, o, "wsn64"});
   }
+  // Three consumer warpgroups at head dim 64 (block_m 192, 512 threads,
+  // setmaxnreg 24 / 160; FlashAttention-3's tiles there), labelled "ws3".
+  for (std::string name :
+       {"dense", "causal", "swa1024", "softcap30", "alibi"}) {
+    GpuCompileOptions o;
+    o.mma = GpuMma::WgmmaTmaWs;
+    o.numWarps = 12;
+    jobs.push_back({name, 64, o, "ws3"});
+  }
   // Issue 16, session 16: the warp-specialised forward with
   // FlashAttention-3's intra-warpgroup overlap (3 K/V stages: head dims 64
   // and 128), labelled "overlap": run_bench.py --labels default,overlap

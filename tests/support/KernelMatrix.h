@@ -463,8 +463,10 @@ inline std::vector<OptionKernel> optionKernels() {
               })},
       // Issue 16: the warp-specialised forward at head dim 64 (two consumer
       // warpgroups, block_m 128; the default there is one warpgroup
-      // without a producer), with 64-key tiles, and with the
-      // intra-warpgroup overlap.
+      // without a producer), with 64-key tiles, with three consumer
+      // warpgroups (num_warps 12, block_m 192; at 160 registers bottom-right
+      // causal spills 4 bytes, ptxas 13) and with the intra-warpgroup
+      // overlap.
       {"opt_ws_none_d64_bf16_g2", matrixSpec("none", 64, DType::BF16, 4, 2),
        "wgmma.tma.ws"},
       {"opt_ws_causal_tl_d64_fp16_g1",
@@ -481,6 +483,12 @@ inline std::vector<OptionKernel> optionKernels() {
        "wgmma.tma.ws"},
       {"opt_ws_window_left_d64_fp16_g2_n64",
        matrixSpec("window_left", 64, DType::F16, 4, 2), "wgmma.tma.ws", 64},
+      {"opt_ws3_none_d64_bf16_g2", matrixSpec("none", 64, DType::BF16, 4, 2),
+       "wgmma.tma.ws", 0, 12},
+      {"opt_ws3_causal_tl_d64_fp16_g1",
+       matrixSpec("causal_tl", 64, DType::F16, 2, 2), "wgmma.tma.ws", 0, 12},
+      {"opt_ws3_softcap_d64_bf16_g3",
+       matrixSpec("softcap", 64, DType::BF16, 6, 2), "wgmma.tma.ws", 0, 12},
       {"opt_wsov_none_d64_fp16_g1", matrixSpec("none", 64, DType::F16, 2, 2),
        "wgmma.tma.ws.overlap"},
       {"opt_wsov_causal_tl_d64_bf16_g2",

@@ -182,8 +182,9 @@ TEST_CASE("every option kernel assembles with no spills", "[gpu-codegen]") {
     CHECK(img.config.wgmma == (k.mma != "mma.sync"));
     if (k.blockN)
       CHECK(img.config.blockN == k.blockN);
-    if (k.numWarps)
-      CHECK(img.config.threads() == 32 * k.numWarps);
+    if (k.numWarps) // and the producer warpgroup, if any
+      CHECK(img.config.threads() ==
+            32 * k.numWarps + (img.config.warpSpecialized ? 128 : 0));
     runtime::PtxasReport r = runtime::runPtxas(img.ptx, o.arch);
     const runtime::PtxasFunctionReport *f = r.find(img.name);
     REQUIRE(f);
@@ -664,6 +665,36 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
   CHECK(half.config.warpSpecialized);
   CHECK(half.config.blockN == 64);
   CHECK(half.sharedBytes == 2 * (128 * 64 + 3 * 64 * 2 * 64) + 8 * 10 + 12);
+  // Three consumer warpgroups (num_warps 12, block_m 192; FlashAttention-3's
+  // head-dim-64 tiles): 512 threads, setmaxnreg 24 / 160 (128 * 24 + 384 *
+  // 160 <= 65536), the consumers' named barrier of 384 threads; no spills
+  // with a mask and a score modifier. Only by name: the default's tiles
+  // reshaped to 12 warps are refused.
+  GpuCompileOptions three = o;
+  three.numWarps = 12;
+  AttentionSpec softcap64 =
+      testing::matrixSpec("softcap", 64, DType::BF16, 2, 2);
+  GpuKernelImage wide = compileGpu(softcap64, three);
+  CHECK(wide.config.warpSpecialized);
+  CHECK(wide.config.blockM() == 192);
+  CHECK(wide.config.threads() == 512);
+  CHECK(wide.ptx.find(".maxntid 512, 1, 1") != std::string::npos);
+  CHECK(wide.ptx.find("setmaxnreg.inc.sync.aligned.u32 \t160;") !=
+        std::string::npos);
+  CHECK(wide.ptx.find("setmaxnreg.dec.sync.aligned.u32 \t24;") !=
+        std::string::npos);
+  CHECK(wide.ptx.find("bar.sync \t1, 384;") != std::string::npos);
+  CHECK(wide.ptx.find("1, 256;") == std::string::npos);
+  runtime::PtxasReport wr = runtime::runPtxas(wide.ptx, "sm_90a");
+  const runtime::PtxasFunctionReport *wf = wr.find(wide.name);
+  REQUIRE(wf);
+  INFO(wr.log);
+  CHECK(wf->clean());
+  CHECK(wr.log.find("C7508") == std::string::npos);
+  GpuCompileOptions twelve;
+  twelve.numWarps = 12;
+  CHECK_THROWS_WITH(compileGpu(softcap64, twelve),
+                    Catch::Contains("num_warps = 12 must be 4 or 8"));
 }
 
 TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",

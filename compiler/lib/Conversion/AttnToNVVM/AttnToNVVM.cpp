@@ -93,7 +93,9 @@ struct ConvertAttnToNVVM
       }
       if (c.headDimQK % 16 || c.headDimV % 16 || c.headDimQK > 256 ||
           c.headDimV > 256 || c.blockN % 16 || c.blockN <= 0 ||
-          c.blockN > 128 || (c.numWarps != 4 && c.numWarps != 8) ||
+          c.blockN > 128 ||
+          (c.numWarps != 4 && c.numWarps != 8 &&
+           !(c.numWarps == 12 && c.warpSpecialized)) ||
           c.minBlocksPerSM < 1 || c.minBlocksPerSM > 4 ||
           (c.rowsPerWarp != 16 && c.rowsPerWarp != 32 && !splitBackward)) {
         op.emitOpError("unsupported GPU kernel shape: head dims must be "
@@ -126,9 +128,11 @@ struct ConvertAttnToNVVM
         op.emitOpError("overlap-softmax kernels are warp-specialized");
         return signalPassFailure();
       }
-      if (c.warpSpecialized && (!c.tma || c.numWarps != 8)) {
+      if (c.warpSpecialized &&
+          (!c.tma || (c.numWarps != 8 && c.numWarps != 12))) {
         op.emitOpError("warp-specialized kernels are tma kernels with "
-                       "num-warps 8 (two consumer warpgroups)");
+                       "num-warps 8 or 12 (two or three consumer "
+                       "warpgroups)");
         return signalPassFailure();
       }
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);
