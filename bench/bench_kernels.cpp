@@ -276,24 +276,41 @@ int main(int argc, char **argv) {
       o.mma = GpuMma::Wgmma;
       jobs.push_back({name, d, o, "cpasync"});
     }
-  // Issue 16: the warp-specialised forward where its tiles have two
-  // consumer warpgroups (head dims above 64), labelled "ws".
+  // Issue 16: the warp-specialised forward (two consumer warpgroups: at
+  // head dim 64 block_m 128 against the default's one warpgroup of 64
+  // rows), labelled "ws"; at head dim 64 also with 64-key tiles where a
+  // mask or score modifier has code ("wsn64", the default's block_n there).
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
-    for (int d : {128, 256}) {
+    for (int d : {64, 128, 256}) {
       GpuCompileOptions o;
       o.mma = GpuMma::WgmmaTmaWs;
       jobs.push_back({name, d, o, "ws"});
     }
-  // Issue 16, session 16: the warp-specialised forward with
-  // FlashAttention-3's intra-warpgroup overlap (3 K/V stages: head dim 128),
-  // labelled "overlap": run_bench.py --labels default,overlap times it
-  // beside the default (the serial tile step).
+  for (std::string name : {"causal", "swa1024", "softcap30", "alibi"}) {
+    GpuCompileOptions o;
+    o.mma = GpuMma::WgmmaTmaWs;
+    o.blockN = 64;
+    jobs.push_back({name, 64, o, "wsn64"});
+  }
+  // Three consumer warpgroups at head dim 64 (block_m 192, 512 threads,
+  // setmaxnreg 24 / 160; FlashAttention-3's tiles there), labelled "ws3".
   for (std::string name :
        {"dense", "causal", "swa1024", "softcap30", "alibi"}) {
     GpuCompileOptions o;
-    o.mma = GpuMma::WgmmaTmaWsOverlap;
-    jobs.push_back({name, 128, o, "overlap"});
+    o.mma = GpuMma::WgmmaTmaWs;
+    o.numWarps = 12;
+    jobs.push_back({name, 64, o, "ws3"});
   }
+  // Issue 16, session 16: the warp-specialised forward with
+  // FlashAttention-3's intra-warpgroup overlap (3 K/V stages: head dims 64
+  // and 128), labelled "overlap": run_bench.py --labels default,overlap
+  // times it beside the default (the serial tile step).
+  for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
+    for (int d : {64, 128}) {
+      GpuCompileOptions o;
+      o.mma = GpuMma::WgmmaTmaWsOverlap;
+      jobs.push_back({name, d, o, "overlap"});
+    }
   // Issue 22: the cost of a sink (run_bench.py --variants dense,dense_sink
   // --d 128 --n 4096,16384 times it beside the dense kernel).
   jobs.push_back({"dense_sink", 128, {}, "default"});

@@ -521,14 +521,16 @@ run() {
   fi
   # The warp-specialised TMA default (sm_90a, head_dim 128: producer
   # warpgroup, mbarrier ring, setmaxnreg) under memcheck and synccheck
-  # (issue 16, section 4); memcheck_generated's d64 kernels are not WS.
+  # (issue 16, section 4); memcheck_generated's d64 kernels are not WS
+  # unless packed with GPU_CHECK_MATRIX_MMA=wgmma.tma.ws, where
+  # GPU_CHECK_WS_ONLY=d64_bf16_g3 (run) puts these two on head dim 64's.
   if command -v compute-sanitizer >/dev/null && want memcheck_ws; then
-    FLASHJIT_MATRIX_ONLY=d128_bf16_g3 step memcheck_ws compute-sanitizer \
+    FLASHJIT_MATRIX_ONLY=${GPU_CHECK_WS_ONLY:-d128_bf16_g3} step memcheck_ws compute-sanitizer \
       --tool memcheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "generated kernels match the float64 reference on the matrix"
   fi
   if command -v compute-sanitizer >/dev/null && want synccheck_generated; then
-    FLASHJIT_MATRIX_ONLY=d128_bf16_g3 step synccheck_generated \
+    FLASHJIT_MATRIX_ONLY=${GPU_CHECK_WS_ONLY:-d128_bf16_g3} step synccheck_generated \
       compute-sanitizer --tool synccheck --error-exitcode 3 \
       "$bin/flashjit_gpu_tests" \
       "generated kernels match the float64 reference on the matrix"

@@ -16,8 +16,8 @@
 // to the matrix and sparse kernels (scripts/ptx-matrix.sh uses it to
 // compare the PTX of every instruction kind before and after a change);
 // wgmma.tma applies where wgmma does (head dims multiples of 64; the
-// default elsewhere), wgmma.tma.ws where two consumer warpgroups exist
-// (wgmma.tma at head dim 64), and varlen / block-sparse kernels get wgmma's
+// default elsewhere), and so does wgmma.tma.ws (head dim 64 with two
+// consumer warpgroups), and varlen / block-sparse kernels get wgmma's
 // cp.async loads.
 // The backward kernels take the default instruction kind (wgmma on sm_90a
 // where the tile policy picks it) except under MMA mma.sync, which forces
@@ -141,22 +141,21 @@ int main(int argc, char **argv) {
   }
   // wgmma.tma: where wgmma applies, else the default; varlen and
   // block-sparse kernels take wgmma (cp.async: TMA asked for by name is
-  // refused there); wgmma.tma.ws: where two consumer warpgroups exist (head
-  // dims above 64), else wgmma.tma; wgmma.tma.ws.overlap: wgmma.tma.ws
-  // with the intra-warpgroup overlap up to head dim 128 (3 K/V stages).
+  // refused there); wgmma.tma.ws: head dim 64 too (two consumer warpgroups,
+  // block_m 128, since 2026-12-06; wgmma.tma before); wgmma.tma.ws.overlap:
+  // wgmma.tma.ws with the intra-warpgroup overlap up to head dim 128 (3 K/V
+  // stages).
   auto forSpec = [&](const flashjit::AttentionSpec &spec, bool varlen = false,
                      bool blockSparse = false) {
     flashjit::GpuCompileOptions so = o;
     so.varlen = varlen;
     so.blockSparse = blockSparse;
     if (tma && spec.headDimQK % 64 == 0 && spec.headDimV % 64 == 0) {
-      bool twoWarpgroups = std::max(spec.headDimQK, spec.headDimV) > 64;
       so.mma = varlen || blockSparse ? flashjit::GpuMma::Wgmma
-               : ws && twoWarpgroups
-                   ? (overlap && std::max(spec.headDimQK, spec.headDimV) <= 128
-                          ? flashjit::GpuMma::WgmmaTmaWsOverlap
-                          : flashjit::GpuMma::WgmmaTmaWs)
-                   : flashjit::GpuMma::WgmmaTma;
+               : ws ? (overlap && std::max(spec.headDimQK, spec.headDimV) <= 128
+                           ? flashjit::GpuMma::WgmmaTmaWsOverlap
+                           : flashjit::GpuMma::WgmmaTmaWs)
+                    : flashjit::GpuMma::WgmmaTma;
     }
     return so;
   };

@@ -411,8 +411,10 @@ inline std::vector<SparseKernel> paddedKernels() {
 }
 
 /// A kernel compiled with non-default GPU options (sm_90a): mma.sync where
-/// the default is wgmma, unequal head dims, and wgmma tiles other than the
-/// default ones (GpuCompileOptions fields; 0 and "default" keep defaults).
+/// the default is wgmma, unequal head dims, wgmma tiles other than the
+/// default ones, and the warp-specialised forward where the default is
+/// not (GpuCompileOptions fields; 0 and "default" keep defaults; mma as
+/// toString(GpuMma) spells it).
 struct OptionKernel {
   std::string id;
   AttentionSpec spec;
@@ -475,6 +477,40 @@ inline std::vector<OptionKernel> optionKernels() {
                 v.scoreMod(
                     select(q_idx > kv_idx, score + table[q_idx % 16], score));
               })},
+      // Issue 16: the warp-specialised forward at head dim 64 (two consumer
+      // warpgroups, block_m 128; the default there is one warpgroup
+      // without a producer), with 64-key tiles, with three consumer
+      // warpgroups (num_warps 12, block_m 192; at 160 registers bottom-right
+      // causal spills 4 bytes, ptxas 13) and with the intra-warpgroup
+      // overlap.
+      {"opt_ws_none_d64_bf16_g2", matrixSpec("none", 64, DType::BF16, 4, 2),
+       "wgmma.tma.ws"},
+      {"opt_ws_causal_tl_d64_fp16_g1",
+       matrixSpec("causal_tl", 64, DType::F16, 2, 2), "wgmma.tma.ws"},
+      {"opt_ws_causal_br_d64_bf16_g3",
+       matrixSpec("causal_br", 64, DType::BF16, 6, 2), "wgmma.tma.ws"},
+      {"opt_ws_window_lr_d64_bf16_g1",
+       matrixSpec("window_lr", 64, DType::BF16, 2, 2), "wgmma.tma.ws"},
+      {"opt_ws_softcap_d64_fp16_g2",
+       matrixSpec("softcap", 64, DType::F16, 4, 2), "wgmma.tma.ws"},
+      {"opt_ws_alibi_d64_bf16_g2", matrixSpec("alibi", 64, DType::BF16, 4, 2),
+       "wgmma.tma.ws"},
+      {"opt_ws_doc_id_d64_bf16_g1", matrixSpec("doc_id", 64, DType::BF16, 2, 2),
+       "wgmma.tma.ws"},
+      {"opt_ws_window_left_d64_fp16_g2_n64",
+       matrixSpec("window_left", 64, DType::F16, 4, 2), "wgmma.tma.ws", 64},
+      {"opt_ws3_none_d64_bf16_g2", matrixSpec("none", 64, DType::BF16, 4, 2),
+       "wgmma.tma.ws", 0, 12},
+      {"opt_ws3_causal_tl_d64_fp16_g1",
+       matrixSpec("causal_tl", 64, DType::F16, 2, 2), "wgmma.tma.ws", 0, 12},
+      {"opt_ws3_softcap_d64_bf16_g3",
+       matrixSpec("softcap", 64, DType::BF16, 6, 2), "wgmma.tma.ws", 0, 12},
+      {"opt_wsov_none_d64_fp16_g1", matrixSpec("none", 64, DType::F16, 2, 2),
+       "wgmma.tma.ws.overlap"},
+      {"opt_wsov_causal_tl_d64_bf16_g2",
+       matrixSpec("causal_tl", 64, DType::BF16, 4, 2), "wgmma.tma.ws.overlap"},
+      {"opt_wsov_softcap_d64_bf16_g1",
+       matrixSpec("softcap", 64, DType::BF16, 2, 2), "wgmma.tma.ws.overlap"},
   };
 }
 

@@ -18,9 +18,11 @@ namespace flashjit::testing {
 inline GpuCompileOptions options(const OptionKernel &k) {
   GpuCompileOptions o;
   o.arch = "sm_90a";
-  o.mma = k.mma == "mma.sync" ? GpuMma::MmaSync
-          : k.mma == "wgmma"  ? GpuMma::Wgmma
-                              : GpuMma::Default;
+  o.mma = GpuMma::Default;
+  for (GpuMma m : {GpuMma::MmaSync, GpuMma::Wgmma, GpuMma::WgmmaTma,
+                   GpuMma::WgmmaTmaWs, GpuMma::WgmmaTmaWsOverlap})
+    if (k.mma == toString(m))
+      o.mma = m;
   o.blockN = k.blockN;
   o.numWarps = k.numWarps;
   return o;

@@ -144,7 +144,8 @@ cl::opt<std::string> mmaFlag(
              "wgmma on sm_90a where head dims are multiples of 64, with TMA "
              "loads in dense kernels, warp-specialised above head dim 64 = "
              "wgmma.tma.ws; wgmma.tma.ws.overlap: with the softmax "
-             "overlapped with the products (head dims up to 128); wgmma.tma: "
+             "overlapped with the products (head dims up to 128); at head "
+             "dim 64 both build two consumer warpgroups; wgmma.tma: "
              "TMA without warp specialisation; wgmma: cp.async loads; GPU "
              "targets only)"),
     cl::init("default"), cl::sub(compileCmd), cl::sub(runCmd),
@@ -456,9 +457,10 @@ void checkBlockN(bool cpu) {
 /// The GPU flags on their own: --block-n, --warps, --rows-per-warp, --mma.
 void checkGpuFlags() {
   checkBlockN(/*cpu=*/false);
-  if (warps != 0 && warps != 4 && warps != 8)
-    userError(
-        fmt::format("--warps {} is not 0 (the default), 4 or 8", int(warps)));
+  if (warps != 0 && warps != 4 && warps != 8 && warps != 12)
+    userError(fmt::format("--warps {} is not 0 (the default), 4 or 8 (12: "
+                          "--mma wgmma.tma.ws)",
+                          int(warps)));
   if (rowsPerWarp != 0 && rowsPerWarp != 16 && rowsPerWarp != 32)
     userError(fmt::format("--rows-per-warp {} is not 0 (the default), 16 or "
                           "32",

@@ -216,8 +216,10 @@ void validateForGpu(const AttentionSpec &spec,
                                 "[16, 128]",
                                 blockN));
   int warps = tc.numWarps;
-  if (warps != 4 && warps != 8)
-    throw UserError(fmt::format("num_warps = {} must be 4 or 8", warps));
+  if (warps != 4 && warps != 8 && !(warps == 12 && tc.warpSpecialized))
+    throw UserError(fmt::format("num_warps = {} must be 4 or 8 (12: three "
+                                "consumer warpgroups, mma = wgmma.tma.ws)",
+                                warps));
   if (tc.minBlocksPerSM < 1 || tc.minBlocksPerSM > 4)
     throw UserError(fmt::format("min_blocks_per_sm = {} must be in [1, 4]",
                                 tc.minBlocksPerSM));
@@ -259,16 +261,17 @@ void validateForGpu(const AttentionSpec &spec,
         toString(options.mma), options.varlen ? "varlen" : "block-sparse"));
   if (tc.kind == KernelKind::Forward && askedWs && !tc.warpSpecialized)
     throw UserError(fmt::format(
-        "mma = {} needs two consumer warpgroups (num_warps = 8: "
-        "head_dim above 64), not num_warps = {} at head_dim {}/{} (mma = "
-        "wgmma.tma is the TMA kernel without warp specialisation)",
+        "mma = {} needs two consumer warpgroups (num_warps = 8), not "
+        "num_warps = {} at head_dim {}/{} (mma = wgmma.tma is the TMA "
+        "kernel without warp specialisation)",
         toString(options.mma), tc.numWarps, spec.headDimQK, spec.headDimV));
   checkOverlapAsked(spec, options, tc);
-  if (tc.warpSpecialized && (tc.numWarps != 8 || tc.minBlocksPerSM != 1))
+  if (tc.warpSpecialized &&
+      ((tc.numWarps != 8 && tc.numWarps != 12) || tc.minBlocksPerSM != 1))
     throw UserError(fmt::format(
-        "mma = wgmma.tma.ws needs num_warps = 8 and min_blocks_per_sm = 1 "
-        "(two consumer warpgroups beside the producer, 240 and 24 "
-        "registers per thread), not {} and {}",
+        "mma = wgmma.tma.ws needs num_warps = 8 or 12 and "
+        "min_blocks_per_sm = 1 (two or three consumer warpgroups beside the "
+        "producer, 240 or 160 and 24 registers per thread), not {} and {}",
         tc.numWarps, tc.minBlocksPerSM));
   int64_t smem = forwardTileBytes(spec, tc);
   const int64_t limit = options.arch == "sm_80" ? 166912 : 232448;

@@ -146,7 +146,11 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     c.tma = (tma || mma == GpuMma::Default) && !varlen && !blockSparse;
     c.rowsPerWarp = 16;
     int d = std::max(spec.headDimQK, spec.headDimV);
-    if (d <= 64) {
+    // Warp specialisation asked for by name at head_dim 64 takes the tiles
+    // above it (two consumer warpgroups of 64 rows, 128-key tiles, masks
+    // included: block_m 128, not yet timed against one warpgroup's); the
+    // default keeps one warpgroup there.
+    if (d <= 64 && !askedWs) {
       c.numWarps = 4;
       bool plain = !hasMaskCode(spec) && !hasScoreModCode(spec);
       c.blockN = plain ? 128 : 64;

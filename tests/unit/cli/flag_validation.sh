@@ -41,7 +41,7 @@ expect_error "--spec 'attention(heads_q=3, heads_kv=2)': heads_kv = 2 must divid
 expect_error "--block-n 7 is not 0 (the default), 16, 32, 64 or 128 (CPU)" $c --causal top_left --block-n 7
 expect_error "--block-n 24 is not 0 (the default), 16, 32, 64 or 128 (CPU)" $c --causal top_left --block-n 24
 expect_error "--block-n 136 is not 0 (the default) or a multiple of 16" compile --target sm_80 --no-cache --causal top_left --block-n 136
-expect_error "--warps 3 is not 0 (the default), 4 or 8" compile --target sm_80 --no-cache --causal top_left --warps 3
+expect_error "--warps 3 is not 0 (the default), 4 or 8 (12: --mma wgmma.tma.ws)" compile --target sm_80 --no-cache --causal top_left --warps 3
 expect_error "--rows-per-warp 8 is not 0 (the default), 16 or 32" compile --target sm_80 --no-cache --causal top_left --rows-per-warp 8
 expect_error "--mma 'hmma' is not one of default, mma.sync, wgmma" compile --target sm_80 --no-cache --causal top_left --mma hmma
 expect_error "--target 'sm_70' is not one of sm_80, sm_90a, cpu" compile --causal top_left --target sm_70

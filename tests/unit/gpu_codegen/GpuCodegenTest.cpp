@@ -183,8 +183,9 @@ TEST_CASE("every option kernel assembles with no spills", "[gpu-codegen]") {
     CHECK(img.config.wgmma == (k.mma != "mma.sync"));
     if (k.blockN)
       CHECK(img.config.blockN == k.blockN);
-    if (k.numWarps)
-      CHECK(img.config.threads() == 32 * k.numWarps);
+    if (k.numWarps) // and the producer warpgroup, if any
+      CHECK(img.config.threads() ==
+            32 * k.numWarps + (img.config.warpSpecialized ? 128 : 0));
     runtime::PtxasReport r = runtime::runPtxas(img.ptx, o.arch);
     const runtime::PtxasFunctionReport *f = r.find(img.name);
     REQUIRE(f);
@@ -549,6 +550,19 @@ TEST_CASE("mma = wgmma.tma.ws.overlap: two wgmma groups in flight, asked "
   CHECK(dflt.config.warpSpecialized);
   CHECK_FALSE(dflt.config.overlapSoftmax);
   CHECK(dflt.ptx.find("wgmma.wait_group.sync.aligned 1;") == std::string::npos);
+  // Head dim 64 (two consumer warpgroups asked for by name): 3 stages of
+  // 128 keys, the overlap; the dense kernel assembles clean there.
+  AttentionSpec d64 = testing::matrixSpec("none", 64, DType::BF16, 2, 2);
+  GpuKernelImage img64 = compileGpu(d64, o);
+  CHECK(img64.config.numWarps == 8);
+  CHECK(img64.config.overlapSoftmax);
+  CHECK(img64.ptx.find("wgmma.wait_group.sync.aligned 1;") !=
+        std::string::npos);
+  runtime::PtxasReport r64 = runtime::runPtxas(img64.ptx, "sm_90a");
+  const runtime::PtxasFunctionReport *f64 = r64.find(img64.name);
+  REQUIRE(f64);
+  INFO(r64.log);
+  CHECK(f64->clean());
   // Two K/V stages (head dim 256): refused, not built serially.
   AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 2, 2);
   CHECK_THROWS_WITH(compileGpu(d256, o),
@@ -558,11 +572,11 @@ TEST_CASE("mma = wgmma.tma.ws.overlap: two wgmma groups in flight, asked "
 
 TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
           "[gpu-codegen]") {
-  // Two consumer warpgroups (head dims above 64) get the producer
-  // warpgroup: 384 threads, full/empty mbarrier pairs per stage,
-  // setmaxnreg 24 / 240 that ptxas honours (no C7508 warning); one
-  // warpgroup's tiles (head dim 64) are refused (before 2026-12-02 they
-  // compiled wgmma.tma silently), the default gives them wgmma.tma.
+  // Two consumer warpgroups get the producer warpgroup: 384 threads,
+  // full/empty mbarrier pairs per stage, setmaxnreg 24 / 240 that ptxas
+  // honours (no C7508 warning). At head dim 64 (since 2026-12-06) asked for
+  // by name only: two warpgroups of 64 rows and 128-key tiles, where the
+  // default is one warpgroup without a producer (wgmma.tma).
   CHECK(std::string(toString(GpuMma::WgmmaTmaWs)) == "wgmma.tma.ws");
   GpuCompileOptions o;
   o.mma = GpuMma::WgmmaTmaWs;
@@ -570,7 +584,13 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
                             {"none", 128},
                             {"softcap", 128},
                             {"none", 256},
-                            {"alibi", 192}}) {
+                            {"alibi", 192},
+                            {"none", 64},
+                            {"causal_tl", 64},
+                            {"window_lr", 64},
+                            {"softcap", 64},
+                            {"alibi", 64},
+                            {"doc_id", 64}}) {
     AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 2, 2);
     INFO(variant << " d" << d);
     GpuKernelImage img = compileGpu(s, o);
@@ -578,6 +598,11 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
     CHECK(c.tma);
     CHECK(c.warpSpecialized);
     CHECK(c.threads() == 32 * c.numWarps + 128);
+    CHECK(c.blockM() == 128);
+    if (d == 64) {
+      CHECK(c.blockN == 128);
+      CHECK(c.kvStages(d, d) == 3);
+    }
     int stages = c.kvStages(d, d);
     // Q, the stages, the mbarriers (Q's, then full, empty and voted per
     // stage) and one masked-value vote word per stage.
@@ -623,9 +648,6 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
     CHECK(f->sharedBytes + img.sharedBytes <= sharedLimit("sm_90a"));
   }
   AttentionSpec d64 = testing::matrixSpec("causal_tl", 64, DType::BF16, 2, 2);
-  CHECK_THROWS_WITH(compileGpu(d64, o),
-                    Catch::Contains("two consumer warpgroups") &&
-                        Catch::Contains("head_dim 64/64"));
   GpuKernelImage one = compileGpu(d64, GpuCompileOptions{});
   CHECK(one.config.tma);
   CHECK_FALSE(one.config.warpSpecialized);
@@ -636,6 +658,44 @@ TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
   // The user's tiles win; warp specialisation needs two consumer
   // warpgroups (the policy asked for it, the override took one away).
   CHECK_THROWS_WITH(compileGpu(d128, four), Catch::Contains("num_warps = 8"));
+  CHECK_THROWS_WITH(compileGpu(d64, four), Catch::Contains("num_warps = 8"));
+  // 64-key tiles asked for beside it: two stages of half the bytes.
+  GpuCompileOptions n64 = o;
+  n64.blockN = 64;
+  GpuKernelImage half = compileGpu(d64, n64);
+  CHECK(half.config.warpSpecialized);
+  CHECK(half.config.blockN == 64);
+  CHECK(half.sharedBytes == 2 * (128 * 64 + 3 * 64 * 2 * 64) + 8 * 10 + 12);
+  // Three consumer warpgroups (num_warps 12, block_m 192; FlashAttention-3's
+  // head-dim-64 tiles): 512 threads, setmaxnreg 24 / 160 (128 * 24 + 384 *
+  // 160 <= 65536), the consumers' named barrier of 384 threads; no spills
+  // with a mask and a score modifier. Only by name: the default's tiles
+  // reshaped to 12 warps are refused.
+  GpuCompileOptions three = o;
+  three.numWarps = 12;
+  AttentionSpec softcap64 =
+      testing::matrixSpec("softcap", 64, DType::BF16, 2, 2);
+  GpuKernelImage wide = compileGpu(softcap64, three);
+  CHECK(wide.config.warpSpecialized);
+  CHECK(wide.config.blockM() == 192);
+  CHECK(wide.config.threads() == 512);
+  CHECK(wide.ptx.find(".maxntid 512, 1, 1") != std::string::npos);
+  CHECK(wide.ptx.find("setmaxnreg.inc.sync.aligned.u32 \t160;") !=
+        std::string::npos);
+  CHECK(wide.ptx.find("setmaxnreg.dec.sync.aligned.u32 \t24;") !=
+        std::string::npos);
+  CHECK(wide.ptx.find("bar.sync \t1, 384;") != std::string::npos);
+  CHECK(wide.ptx.find("1, 256;") == std::string::npos);
+  runtime::PtxasReport wr = runtime::runPtxas(wide.ptx, "sm_90a");
+  const runtime::PtxasFunctionReport *wf = wr.find(wide.name);
+  REQUIRE(wf);
+  INFO(wr.log);
+  CHECK(wf->clean());
+  CHECK(wr.log.find("C7508") == std::string::npos);
+  GpuCompileOptions twelve;
+  twelve.numWarps = 12;
+  CHECK_THROWS_WITH(compileGpu(softcap64, twelve),
+                    Catch::Contains("num_warps = 12 must be 4 or 8"));
 }
 
 TEST_CASE("GPU codegen rejects what it cannot generate, before MLIR",

@@ -38,13 +38,15 @@ enum class GpuMma {
   WgmmaTma,
   /// WgmmaTma, warp-specialised (KernelConfig::warpSpecialized): a producer
   /// warpgroup issues the TMA loads, two consumer warpgroups compute, with
-  /// setmaxnreg 24 / 240. Where the tiles have one warpgroup (head dims up
-  /// to 64) it is WgmmaTma; varlen and block-sparse get Wgmma. What Default
-  /// picks where TMA tiles have two warpgroups (head dims above 64).
+  /// setmaxnreg 24 / 240; at head dim 64 too, with the tiles above it (two
+  /// warpgroups of 64 rows, 128-key tiles), where Default keeps one
+  /// warpgroup without a producer (WgmmaTma). Varlen and block-sparse are
+  /// refused. What Default picks where TMA tiles have two warpgroups (head
+  /// dims above 64).
   WgmmaTmaWs,
   /// WgmmaTmaWs with FlashAttention-3's intra-warpgroup overlap
   /// (KernelConfig::overlapSoftmax): needs a ring of 3 K/V stages (head
-  /// dims up to 128), else refused. Not a default yet: ptxas spills at the
+  /// dims 64 to 128), else refused. Not a default yet: ptxas spills at the
   /// consumers' 240 registers (TilePolicy.cpp: overlapFits).
   WgmmaTmaWsOverlap,
 };

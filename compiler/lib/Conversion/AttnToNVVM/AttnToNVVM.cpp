@@ -46,6 +46,13 @@ bool decodeStagesValid(const KernelShape &c) {
          (c.decodeStages == 3 && c.headDimQK <= 128);
 }
 
+/// Warps per CTA: 4 or 8; 12 (three consumer warpgroups) when
+/// warp-specialised.
+bool warpsValid(const KernelShape &c) {
+  return c.numWarps == 4 || c.numWarps == 8 ||
+         (c.numWarps == 12 && c.warpSpecialized);
+}
+
 struct ConvertAttnToNVVM
     : flashjit::impl::ConvertAttnToNVVMBase<ConvertAttnToNVVM> {
   using ConvertAttnToNVVMBase::ConvertAttnToNVVMBase;
@@ -93,14 +100,14 @@ struct ConvertAttnToNVVM
       }
       if (c.headDimQK % 16 || c.headDimV % 16 || c.headDimQK > 256 ||
           c.headDimV > 256 || c.blockN % 16 || c.blockN <= 0 ||
-          c.blockN > 128 || (c.numWarps != 4 && c.numWarps != 8) ||
-          c.minBlocksPerSM < 1 || c.minBlocksPerSM > 4 ||
+          c.blockN > 128 || !warpsValid(c) || c.minBlocksPerSM < 1 ||
+          c.minBlocksPerSM > 4 ||
           (c.rowsPerWarp != 16 && c.rowsPerWarp != 32 && !splitBackward)) {
         op.emitOpError("unsupported GPU kernel shape: head dims must be "
                        "multiples of 16 up to 256 (mma.sync forward "
                        "kernels: any up to 256), block-n a multiple of 16 "
-                       "up to 128, num-warps 4 or 8, min-blocks-per-sm 1 to "
-                       "4, rows-per-warp 16 or 32");
+                       "up to 128, num-warps 4 or 8 (12 warp-specialized), "
+                       "min-blocks-per-sm 1 to 4, rows-per-warp 16 or 32");
         return signalPassFailure();
       }
       c.bf16 = dq.isBF16();
@@ -126,9 +133,9 @@ struct ConvertAttnToNVVM
         op.emitOpError("overlap-softmax kernels are warp-specialized");
         return signalPassFailure();
       }
-      if (c.warpSpecialized && (!c.tma || c.numWarps != 8)) {
+      if (c.warpSpecialized && (!c.tma || c.numWarps == 4)) {
         op.emitOpError("warp-specialized kernels are tma kernels with "
-                       "num-warps 8 (two consumer warpgroups)");
+                       "num-warps 8 or 12 (2 or 3 consumer warpgroups)");
         return signalPassFailure();
       }
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);

@@ -165,10 +165,11 @@ void ForwardKernelBuilder::firstLoad() {
 }
 
 void ForwardKernelBuilder::buildWarpSpecialized() {
-  // FlashAttention-3's register split for two consumer warpgroups: the
-  // producer keeps 24 registers per thread, the consumers get 240
-  // (128 * 24 + 256 * 240 <= 65536).
-  constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // FlashAttention-3's register split: the producer keeps 24 registers per
+  // thread, two consumer warpgroups get 240 (128 * 24 + 256 * 240 <=
+  // 65536), three get 160 (128 * 24 + 384 * 160 <= 65536).
+  constexpr int kProducerRegs = 24;
+  const int kConsumerRegs = c.numWarps == 12 ? 160 : 240;
   Value isProducer =
       ops.cmp(arith::CmpIPredicate::sge, tid, ops.ci32(nthreads));
   ifElse(
