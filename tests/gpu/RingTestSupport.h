@@ -96,6 +96,7 @@ struct DeviceRingShared {
   std::vector<Slot> slots;
   bool aborted = false;
   std::string why;
+  int finished = 0; // ranks done with the ring (runRankThreads)
 };
 
 /// A rank of ranks-as-threads on one GPU whose shifts are device-to-device
@@ -215,7 +216,11 @@ enum class RankTransport { Staged, Device };
 /// Runs \p body(rank, transport, stream) for each of \p ranks ranks on its
 /// own thread, stream (made current on \p dev) and transport (a
 /// StagedDeviceRing, or a DeviceRing), then synchronises and destroys the
-/// stream; rethrows the first rank's exception.
+/// stream; rethrows the first rank's exception. No rank destroys its
+/// transport before every rank is done: a DeviceRing's last waitShift
+/// enqueues a wait on its successor's `copied` event, which must still
+/// exist (seen under compute-sanitizer memcheck: error 709 on
+/// cuStreamWaitEvent when a successor had already destroyed it).
 inline void
 runRankThreads(runtime::Device &dev, int ranks,
                const std::function<void(int, RingTransport &, CUstream)> &body,
@@ -224,8 +229,16 @@ runRankThreads(runtime::Device &dev, int ranks,
   auto shared = std::make_shared<DeviceRingShared>(ranks);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;
+  // Every rank arrives once, whether its body returned or threw.
+  auto arriveAndWait = [&shared, ranks] {
+    std::unique_lock<std::mutex> lock(shared->m);
+    ++shared->finished;
+    shared->cv.notify_all();
+    shared->cv.wait(lock, [&] { return shared->finished >= ranks; });
+  };
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
+      bool arrived = false;
       try {
         dev.makeCurrent();
         CUstream stream = nullptr;
@@ -243,14 +256,20 @@ runRankThreads(runtime::Device &dev, int ranks,
         } catch (...) {
           t->abort("a rank threw");
           d.cuStreamSynchronize(stream);
+          arrived = true;
+          arriveAndWait();
           t.reset();
           d.cuStreamDestroy(stream);
           throw;
         }
+        arrived = true;
+        arriveAndWait();
         t.reset();
         d.cuStreamDestroy(stream);
       } catch (...) {
         errors[size_t(r)] = std::current_exception();
+        if (!arrived)
+          arriveAndWait();
       }
     });
   for (std::thread &t : threads)
