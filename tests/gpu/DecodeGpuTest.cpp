@@ -44,6 +44,16 @@ using test::PagedCase;
 
 namespace {
 
+/// The decode kernel of the matrix (testing::decodeKernels()) named \p id;
+/// an empty one (id "") when there is none.
+testing::DecodeKernel decodeKernelById(const std::string &id) {
+  for (const auto &c : testing::decodeKernels())
+    if (c.id == id)
+      return c;
+  testing::DecodeKernel none;
+  return none;
+}
+
 std::string decodeKernelDir() {
   if (const char *env = std::getenv("FLASHJIT_DECODE_KERNELS"))
     return env;
@@ -458,10 +468,7 @@ TEST_CASE("one decode kernel object on several streams and threads at once",
   // calls' partial results.
   Device &dev = Device::get(0);
   for (const char *id : {"dec_causal_g4", "dec_alibi_g4"}) {
-    testing::DecodeKernel k;
-    for (const auto &c : testing::decodeKernels())
-      if (c.id == id)
-        k = c;
+    testing::DecodeKernel k = decodeKernelById(id);
     INFO(k.id);
     auto kernel = loadDecode(k, dev);
     const uint64_t seed = std::random_device{}();
@@ -555,10 +562,7 @@ TEST_CASE("decode calls back to back over dirty workspaces",
   // memory of the ones before; every output against the float64 reference.
   Device &dev = Device::get(0);
   for (const char *id : {"dec_causal_g4", "dec_sink_g4"}) {
-    testing::DecodeKernel k;
-    for (const auto &c : testing::decodeKernels())
-      if (c.id == id)
-        k = c;
+    testing::DecodeKernel k = decodeKernelById(id);
     if (!selected(k.id))
       continue;
     INFO(k.id);
@@ -786,10 +790,7 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
     int64_t batch, nk;
   };
   for (const char *id : {"dec_dense_g4", "dec_dense_mqa32"}) {
-    testing::DecodeKernel k;
-    for (const auto &c : testing::decodeKernels())
-      if (c.id == id)
-        k = c;
+    testing::DecodeKernel k = decodeKernelById(id);
     if (!selected(k.id))
       continue;
     auto kernel = loadDecode(k, dev);
@@ -875,10 +876,7 @@ TEST_CASE("decode kernels under a profiler", "[.decodesplit]") {
         Run{"dec_softcap_g4", 1, 131072, 64},
         Run{"dec_alibi_g4", 1, 131072, 64},
         Run{"dec_window_g4", 8, 32768, 64}}) {
-    testing::DecodeKernel k;
-    for (const auto &c : testing::decodeKernels())
-      if (c.id == r.id)
-        k = c;
+    testing::DecodeKernel k = decodeKernelById(r.id);
     auto kernel = loadDecode(k, dev);
     test::VariantArgs va(dev, k.spec, 1, 1);
     const int64_t hk = k.spec.headsKV, d = 128;
