@@ -13,10 +13,52 @@
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Variant.h"
 
+#include <cstdint>
+#include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
 namespace flashjit::testing {
+
+/// The no-GPU code-generation tests' sample of the matrix (CI time: assembling
+/// every kernel for every target takes ~270 CPU-seconds). A run checks about
+/// one (kernel, target) pair in \p every, drawn afresh for each run from
+/// FLASHJIT_TEST_SEED (or std::random_device); FLASHJIT_TEST_FULL_MATRIX=1
+/// checks every pair. The [gpu] step on the GPU machine loads every matrix
+/// kernel and checks it for local memory, so the full sweep runs there.
+class MatrixSample {
+public:
+  explicit MatrixSample(uint64_t every = 3) : every_(every) {
+    const char *full = std::getenv("FLASHJIT_TEST_FULL_MATRIX");
+    full_ = full && std::string(full) == "1";
+    if (const char *env = std::getenv("FLASHJIT_TEST_SEED")) {
+      seed_ = std::strtoull(env, nullptr, 0);
+    } else {
+      std::random_device rd;
+      seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }
+  }
+  /// Whether this run checks the pair named \p key (e.g. id + target).
+  bool contains(const std::string &key) const {
+    if (full_ || every_ <= 1)
+      return true;
+    uint64_t h = 1469598103934665603ull ^ seed_; // FNV-1a, seeded
+    for (unsigned char c : key)
+      h = (h ^ c) * 1099511628211ull;
+    h ^= h >> 29; // FNV's low bits mix poorly for keys differing at the end
+    return ((h * 0x9e3779b97f4a7c15ull) >> 32) % every_ == 0;
+  }
+  /// The seed that replays this run's sample (as FLASHJIT_TEST_SEED).
+  uint64_t seed() const { return seed_; }
+  /// Whether every pair is checked.
+  bool full() const { return full_; }
+
+private:
+  uint64_t every_;
+  uint64_t seed_ = 0;
+  bool full_ = false;
+};
 
 /// One generated kernel: a spec and the id its files are named after.
 struct MatrixKernel {
