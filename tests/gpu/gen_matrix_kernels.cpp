@@ -5,7 +5,8 @@
 // tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
 // that has no MLIR (the ahead-of-time flow a host application uses), the
 // block-sparse / varlen kernels of sparseKernels(), sinkKernels(),
-// ringKernels() and paddedKernels(), the ring backward kernels
+// ringKernels(), ringVarlenKernels() and paddedKernels(), the ring backward
+// kernels
 // (ringBackwardKernels()), the
 // backward kernels (backwardKernels(), backwardVarlenKernels(),
 // backwardSparseKernels(), the timing
@@ -44,6 +45,7 @@
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 #include "OutputFiles.h"
+#include "RingVarlenKernels.h"
 
 #include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/Exp2Testing.h"
@@ -235,6 +237,17 @@ int main(int argc, char **argv) {
       break;
     write(dir, k.id,
           flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), o),
+          /*sparse=*/true);
+    ++n;
+  }
+  // Varlen ring kernels (issue 20): the varlen forward of each ring spec.
+  for (const auto &k : flashjit::testing::ringVarlenKernels()) {
+    if (backwardOnly)
+      break;
+    flashjit::GpuCompileOptions vo = o;
+    vo.varlen = true;
+    write(dir, k.id,
+          flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), vo),
           /*sparse=*/true);
     ++n;
   }
