@@ -233,6 +233,28 @@ void copyTokens(const TensorRef &src, int64_t srcRow, const TensorRef &dst,
   }
 }
 
+void copyLseTokens(const TensorRef &src, int64_t srcCol, const TensorRef &dst,
+                   int64_t dstCol, int64_t n, CUstream stream) {
+  if (n == 0 || src.shape[0] == 0)
+    return;
+  if (src.strides[1] != 1 || dst.strides[1] != 1)
+    fail(fmt::format("lse.strides[1] = {}: the varlen ring packs LSE rows "
+                     "and needs the token stride 1",
+                     src.strides[1] != 1 ? src.strides[1] : dst.strides[1]));
+  CUDA_MEMCPY2D c;
+  std::memset(&c, 0, sizeof c);
+  c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = reinterpret_cast<CUdeviceptr>(src.data) +
+                static_cast<size_t>(srcCol) * sizeof(float);
+  c.srcPitch = static_cast<size_t>(src.strides[0]) * sizeof(float);
+  c.dstDevice = reinterpret_cast<CUdeviceptr>(dst.data) +
+                static_cast<size_t>(dstCol) * sizeof(float);
+  c.dstPitch = static_cast<size_t>(dst.strides[0]) * sizeof(float);
+  c.WidthInBytes = static_cast<size_t>(n) * sizeof(float);
+  c.Height = static_cast<size_t>(src.shape[0]);
+  FLASHJIT_CHECK(Driver::get().cuMemcpy2DAsync(&c, stream));
+}
+
 GpuTravelling::GpuTravelling(Device &device, size_t bytes, CUstream stream,
                              bool zero)
     : a_(std::make_unique<StreamBuffer>(device, bytes, stream)),

@@ -116,6 +116,12 @@ void packKV(const GpuKVLayout &l, CUdeviceptr buf, const TensorRef &k,
 void copyTokens(const TensorRef &src, int64_t srcRow, const TensorRef &dst,
                 int64_t dstRow, int64_t n, CUstream stream);
 
+/// The same for varlen LSEs [H, T] (fp32): tokens [srcCol, srcCol + n) of
+/// every head into tokens from \p dstCol, one 2-D copy. Throws UserError
+/// for a token stride other than 1.
+void copyLseTokens(const TensorRef &src, int64_t srcCol, const TensorRef &dst,
+                   int64_t dstCol, int64_t n, CUstream stream);
+
 /// Two stream-ordered device buffers of equal size that travel around the
 /// ring: cur() is this step's, and a shift sends it while the other
 /// receives, then swaps them.

@@ -7,10 +7,14 @@
 // one GPU with device-to-device shifts (RingTestSupport.h's DeviceRing),
 // both shardings, the ring and the all-gather schedules; the overlapped
 // ring bit for bit against the serial one; one NCCL rank where libnccl
-// loads. Kernels: ringVarlenKernels() (RingVarlenKernels.h), made ahead of
-// time by gen_matrix_kernels.
+// loads. The backward (ringAttentionBackwardGpuVarlen) is checked the same
+// way against the float64 varlen reference backward, O and LSE coming from
+// the float64 forward. Kernels: ringVarlenKernels() and
+// ringVarlenBackwardKernels() (RingVarlenKernels.h), made ahead of time by
+// gen_matrix_kernels.
 //
 //===----------------------------------------------------------------------===//
+#include "BackwardTestSupport.h"
 #include "GpuTestSupport.h"
 #include "RingTestSupport.h"
 #include "RingVarlenKernels.h"
@@ -18,6 +22,7 @@
 #include "flashjit/frontend/ContextParallel.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Reference.h"
+#include "flashjit/frontend/ReferenceBackward.h"
 #include "flashjit/runtime/Driver.h"
 #include "flashjit/runtime/NcclTransport.h"
 #include "flashjit/runtime/PagedOps.h"
@@ -26,6 +31,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -388,4 +394,190 @@ TEST_CASE("GPU varlen ring forward refuses a dense kernel, a varlen kernel "
                                      dkv->deviceRef, dq->deviceRef,
                                      &dlse->deviceRef, {}, zigzag),
                     Catch::Contains("needs a dense forward kernel"));
+}
+
+namespace {
+
+/// One rank's backward tensors: its parts of the global inputs and its
+/// gradients.
+struct BackwardRank {
+  std::unique_ptr<GpuTensor> q, k, v, o, dO, lse, dq, dk, dv;
+};
+
+/// Runs every rank of a backward; returns each rank's stats.
+using RunBackward = std::function<std::vector<RingStats>(
+    std::vector<BackwardRank> &, const std::vector<int32_t> &,
+    const Arguments &)>;
+
+/// A varlen ring backward of \p ranks ranks over random global tensors of
+/// \p spec packed by globalCu(), checked against
+/// referenceVarlenAttentionBackward; returns the host bytes of dQ, dK, dV
+/// in global order.
+std::vector<uint8_t> checkVarlenBackward(Device &dev, const AttentionSpec &spec,
+                                         int ranks, Sharding sharding,
+                                         const RunBackward &run,
+                                         std::vector<RingStats> &stats) {
+  using namespace flashjit::test::backward;
+  const std::vector<int32_t> cu = globalCu(ranks, sharding);
+  const std::vector<int32_t> localCu = shardCuSeqlens(cu, ranks, sharding);
+  const int64_t total = cu.back(), lt = total / ranks;
+  const int64_t hq = spec.headsQ, hkv = spec.headsKV;
+  const int64_t dqk = spec.headDimQK, dvv = spec.headDimV;
+  const DType dt = spec.dtypeQ;
+  std::mt19937_64 rng(400 + ranks + 7 * int(sharding));
+  auto q = packed(dev, dt, total, hq, dqk),
+       k = packed(dev, dt, total, hkv, dqk);
+  auto v = packed(dev, dt, total, hkv, dvv),
+       o = packed(dev, dt, total, hq, dvv);
+  auto dO = packed(dev, dt, total, hq, dvv);
+  auto lse = packed(dev, DType::F32, total, hq, 0);
+  auto dq = packed(dev, dt, total, hq, dqk),
+       dk = packed(dev, dt, total, hkv, dqk);
+  auto dv = packed(dev, dt, total, hkv, dvv);
+  q->randomize(rng, 2.0f);
+  k->randomize(rng, 2.0f);
+  v->randomize(rng);
+  dO->randomize(rng);
+  int64_t longest = 61 * numChunks(ranks, sharding);
+  VariantArgs args(dev, spec, longest, longest);
+  AttentionSpec fwd = spec;
+  fwd.returnLse = true;
+  VarlenReferenceOutput ref = referenceVarlenAttention(
+      fwd, q->hostRef, k->hostRef, v->hostRef, cu, cu, args.host);
+  for (int64_t t = 0; t < total; ++t)
+    for (int64_t h = 0; h < hq; ++h) {
+      storeFromFloat(lse->hostRef.data, DType::F32,
+                     lse->hostRef.offset(h, t, 0),
+                     static_cast<float>(ref.lseAt(h, t)));
+      for (int64_t d = 0; d < dvv; ++d)
+        storeFromFloat(o->hostRef.data, dt, o->hostRef.offset(t, h, d),
+                       static_cast<float>(ref.oAt(t, h, d)));
+    }
+  std::vector<BackwardRank> parts(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    BackwardRank &p = parts[size_t(r)];
+    p.q = packed(dev, dt, lt, hq, dqk), p.k = packed(dev, dt, lt, hkv, dqk);
+    p.v = packed(dev, dt, lt, hkv, dvv), p.o = packed(dev, dt, lt, hq, dvv);
+    p.dO = packed(dev, dt, lt, hq, dvv);
+    p.lse = packed(dev, DType::F32, lt, hq, 0);
+    std::pair<GpuTensor *, GpuTensor *> in[] = {
+        {q.get(), p.q.get()}, {k.get(), p.k.get()},   {v.get(), p.v.get()},
+        {o.get(), p.o.get()}, {dO.get(), p.dO.get()}, {lse.get(), p.lse.get()}};
+    for (auto [g, t] : in) {
+      shardVarlen(g->hostRef, t->hostRef, cu, r, ranks, sharding);
+      upload(*t);
+    }
+    p.dq = packed(dev, dt, lt, hq, dqk), p.dk = packed(dev, dt, lt, hkv, dqk);
+    p.dv = packed(dev, dt, lt, hkv, dvv);
+    for (GpuTensor *t : {p.dq.get(), p.dk.get(), p.dv.get()})
+      t->poison();
+  }
+  stats = run(parts, localCu, args.device);
+  for (int r = 0; r < ranks; ++r) {
+    BackwardRank &p = parts[size_t(r)];
+    for (auto [t, g] :
+         {std::pair{p.dq.get(), dq.get()}, std::pair{p.dk.get(), dk.get()},
+          std::pair{p.dv.get(), dv.get()}}) {
+      t->download();
+      unshardVarlen(t->hostRef, g->hostRef, cu, r, ranks, sharding);
+    }
+  }
+  VarlenReferenceGradients want =
+      referenceVarlenAttentionBackward(spec, q->hostRef, k->hostRef, v->hostRef,
+                                       dO->hostRef, cu, cu, args.host, {});
+  GradCheck cq, ck, cv;
+  for (int64_t t = 0; t < total; ++t)
+    for (int64_t h = 0; h < hq; ++h) {
+      bool empty = std::isinf(ref.lseAt(h, t));
+      for (int64_t d = 0; d < dqk; ++d)
+        cq.add(dq->at(t, h, d), want.dqAt(t, h, d), empty);
+    }
+  for (int64_t t = 0; t < total; ++t)
+    for (int64_t h = 0; h < hkv; ++h) {
+      bool unseen = true;
+      for (int64_t d = 0; d < dvv; ++d)
+        unseen = unseen && want.dvAt(t, h, d) == 0.0;
+      for (int64_t d = 0; d < dqk; ++d)
+        ck.add(dk->at(t, h, d), want.dkAt(t, h, d), unseen);
+      for (int64_t d = 0; d < dvv; ++d)
+        cv.add(dv->at(t, h, d), want.dvAt(t, h, d), unseen);
+    }
+  std::printf("  varlen ring bwd %-8s %d ranks %-10s dQ %.2e/%.2e  dK "
+              "%.2e/%.2e  dV %.2e/%.2e (max/norm rel err)\n",
+              spec.variant.name().c_str(), ranks,
+              std::string(toString(sharding)).c_str(), cq.relMax(),
+              cq.relNorm(), ck.relMax(), ck.relNorm(), cv.relMax(),
+              cv.relNorm());
+  checkGrad("dQ", cq, dt);
+  checkGrad("dK", ck, dt);
+  checkGrad("dV", cv, dt);
+  std::vector<uint8_t> bytes;
+  for (const auto *g : {dq.get(), dk.get(), dv.get()})
+    bytes.insert(bytes.end(), g->host.begin(), g->host.end());
+  return bytes;
+}
+
+} // namespace
+
+TEST_CASE("GPU varlen ring backward, ranks as threads: 1 to 4 ranks, both "
+          "shardings, odd lengths and an empty sequence, against the varlen "
+          "reference backward; deterministic overlapped vs serial bit for "
+          "bit",
+          "[gpu][ring][varlen][backward]") {
+  Device &dev = Device::get(0);
+  dev.makeCurrent();
+  GpuPagedOps ops(dev);
+  for (const testing::RingKernel &rk : testing::ringVarlenBackwardKernels())
+    for (int ranks : {1, 2, 3, 4}) {
+      // One kernel object per rank: the backward's workspaces serve one
+      // stream at a time.
+      std::vector<std::unique_ptr<GpuAttentionBackwardKernel>> kernels;
+      for (int r = 0; r < ranks; ++r)
+        kernels.push_back(test::backward::loadBackward(
+            rk.id, testing::ringKernelSpec(rk.spec), dev));
+      for (Sharding sh : {Sharding::Zigzag, Sharding::Contiguous}) {
+        std::vector<uint8_t> out[2];
+        for (int overlap = 0; overlap < 2; ++overlap) {
+          INFO(rk.id << ", " << ranks << " ranks, " << name(sh)
+                     << (overlap ? ", overlapped" : ", serial"));
+          std::vector<RingStats> stats;
+          out[overlap] = checkVarlenBackward(
+              dev, rk.spec, ranks, sh,
+              [&](std::vector<BackwardRank> &parts,
+                  const std::vector<int32_t> &cu, const Arguments &args) {
+                std::vector<RingStats> st(parts.size());
+                test::runRankThreads(
+                    dev, ranks,
+                    [&](int r, RingTransport &t, CUstream stream) {
+                      BackwardRank &p = parts[size_t(r)];
+                      RingOptions opts;
+                      opts.sharding = sh;
+                      opts.overlap = overlap != 0;
+                      GpuBackwardOptions bo;
+                      bo.deterministic = true;
+                      ringAttentionBackwardGpuVarlen(
+                          rk.spec, *kernels[size_t(r)], ops, dev, t,
+                          p.q->deviceRef, p.k->deviceRef, p.v->deviceRef,
+                          p.o->deviceRef, p.lse->deviceRef, p.dO->deviceRef,
+                          p.dq->deviceRef, p.dk->deviceRef, p.dv->deviceRef, cu,
+                          cu, args, opts, bo, stream, &st[size_t(r)]);
+                    },
+                    test::RankTransport::Device);
+                return st;
+              },
+              stats);
+          for (int r = 0; r < ranks; ++r) {
+            const RingStats &st = stats[size_t(r)];
+            CHECK(st.shifts == (ranks > 1 ? 2 * ranks - 1 : 0));
+            if (rk.id == "ringvlbwd_causal_tl_d64_bf16_g2")
+              CHECK(st.pairsComputed ==
+                    (sh == Sharding::Zigzag ? 2 * ranks + 1 : r + 1));
+          }
+        }
+        INFO(rk.id << ", " << ranks << " ranks, " << name(sh)
+                   << ": overlapped vs serial");
+        REQUIRE(out[0].size() == out[1].size());
+        CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size()) == 0);
+      }
+    }
 }

@@ -7,7 +7,7 @@
 // block-sparse / varlen kernels of sparseKernels(), sinkKernels(),
 // ringKernels(), ringVarlenKernels() and paddedKernels(), the ring backward
 // kernels
-// (ringBackwardKernels()), the
+// (ringBackwardKernels(), ringVarlenBackwardKernels()), the
 // backward kernels (backwardKernels(), backwardVarlenKernels(),
 // backwardSparseKernels(), the timing
 // pairs of benchKernels()), and
@@ -259,6 +259,20 @@ int main(int argc, char **argv) {
     bo.arch = o.arch;
     bo.kind = flashjit::KernelKind::Backward;
     bo.mma = bwdMma;
+    write(dir, k.id,
+          flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), bo),
+          /*sparse=*/true);
+    ++n;
+  }
+  // Varlen ring backward kernels (issue 20).
+  for (const auto &k : flashjit::testing::ringVarlenBackwardKernels()) {
+    if (skip(k.id))
+      continue;
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
+    bo.varlen = true;
     write(dir, k.id,
           flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), bo),
           /*sparse=*/true);

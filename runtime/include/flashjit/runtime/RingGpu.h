@@ -186,6 +186,34 @@ DataGradients ringAttentionBackwardGpu(
     const GpuBackwardOptions &backward = {}, CUstream stream = nullptr,
     RingStats *stats = nullptr);
 
+/// The GPU ring backward on a packed varlen batch: the gradients of
+/// ringAttentionGpuVarlen's output, on ringAttentionBackwardGpu's schedule
+/// and arithmetic. \p kernel must be the varlen GPU backward kernel
+/// (GpuCompileOptions::kind = Backward, varlen, not block-sparse) of
+/// contextParallelSpec(spec, spec.dtypeO); the layouts of
+/// ringAttentionBackwardCpuVarlen on device memory (q, dq [total_q / R,
+/// Hq, Dqk], k, v, dk, dv [total_k / R, Hkv, D], o, dO [total_q / R, Hq,
+/// Dv], lse [Hq, total_q / R] fp32 with token stride 1 under zigzag) with
+/// the local cu_seqlens \p cuSeqlensQ / \p cuSeqlensK in host memory
+/// (shardCuSeqlens of the global ones, the same on every rank). Sequences
+/// of length 0 are allowed (their keys get dK = dV = 0). Under zigzag the
+/// query side (q, o, dO, lse) is packed per chunk into stream-ordered
+/// memory. Like ringAttentionGpuVarlen the call synchronises \p stream
+/// before it returns. Throws as ringAttentionBackwardGpu, for a kernel
+/// that is not varlen, for bad tensors or cu_seqlens
+/// (checkVarlenBackwardTensors) and for local sequence lengths the
+/// sharding cannot cut (naming the sequence).
+DataGradients ringAttentionBackwardGpuVarlen(
+    const AttentionSpec &spec, const GpuAttentionBackwardKernel &kernel,
+    const GpuPagedOps &ops, Device &device, RingTransport &transport,
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    std::span<const int32_t> cuSeqlensQ, std::span<const int32_t> cuSeqlensK,
+    const Arguments &args = {}, const RingOptions &options = {},
+    const GpuBackwardOptions &backward = {}, CUstream stream = nullptr,
+    RingStats *stats = nullptr);
+
 } // namespace flashjit::runtime
 
 #endif // FLASHJIT_RUNTIME_RINGGPU_H
