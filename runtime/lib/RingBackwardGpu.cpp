@@ -180,7 +180,9 @@ void GpuRingBackwardRun::packQuerySide(const TensorRef &q, const TensorRef &o,
     return static_cast<size_t>(t * h * dim * byteSize(dt));
   };
   size_t bq = bytes(g_.dqk, spec_.dtypeQ), bo = bytes(g_.dv, spec_.dtypeO);
-  size_t bl = bytes(1, DType::F32), per = bq + 2 * bo + bl;
+  // Each chunk's part starts 256-byte aligned (the kernels need 16-byte
+  // aligned rows; the LSE's size is any multiple of 4).
+  size_t bl = bytes(1, DType::F32), per = (bq + 2 * bo + bl + 255) / 256 * 256;
   qSide_ = std::make_unique<StreamBuffer>(
       device_, per * static_cast<size_t>(g_.perRank), stream_);
   for (int64_t i = 0; i < g_.perRank; ++i) {
