@@ -353,6 +353,10 @@ RingStats GpuRingRun::runAllGather() {
     cuGlobal.push_back(static_cast<int32_t>(cuGlobal.back() + len * g_.chunks));
     seqKFull.push_back(len * g_.chunks);
   }
+  // Uploaded before the first shift: the upload synchronises (DeviceBuffer),
+  // which must not wait behind a shift that waits for another rank.
+  if (g_.varlen)
+    cuFull_ = std::make_unique<DeviceCuSeqlens>(g_.cuChunkQ, cuGlobal, device_);
   int64_t tokens = g_.varlen ? cuGlobal.back() : g_.batch * g_.chunks * g_.lenK;
   StreamBuffer kBuf(device_,
                     static_cast<size_t>(tokens * g_.headsKV * g_.dqk *
@@ -381,8 +385,6 @@ RingStats GpuRingRun::runAllGather() {
       ++stats_.shifts;
     }
   }
-  if (g_.varlen)
-    cuFull_ = std::make_unique<DeviceCuSeqlens>(g_.cuChunkQ, cuGlobal, device_);
   std::vector<int64_t> mine = rankChunks(g_.rank, g_.ranks, options_.sharding);
   for (int64_t i = 0; i < g_.perRank; ++i) {
     // Query chunk mine[i] against the whole key sequence (key chunk 0 of
