@@ -228,7 +228,7 @@ const char *const kIds[] = {"ringvl_causal_tl_d64_bf16_g2",
 
 TEST_CASE("GPU varlen ring forward, ranks as threads: 1 to 4 ranks, both "
           "shardings, odd lengths and an empty sequence, against the varlen "
-          "reference; overlapped vs serial bit for bit",
+          "reference, overlapped vs serial bit for bit",
           "[gpu][ring][varlen]") {
   Device &dev = Device::get(0);
   dev.makeCurrent();
@@ -521,7 +521,7 @@ std::vector<uint8_t> checkVarlenBackward(Device &dev, const AttentionSpec &spec,
 
 TEST_CASE("GPU varlen ring backward, ranks as threads: 1 to 4 ranks, both "
           "shardings, odd lengths and an empty sequence, against the varlen "
-          "reference backward; deterministic overlapped vs serial bit for "
+          "reference backward, deterministic overlapped vs serial bit for "
           "bit",
           "[gpu][ring][varlen][backward]") {
   Device &dev = Device::get(0);
