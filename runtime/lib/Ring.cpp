@@ -58,8 +58,6 @@ public:
                   std::span<const int32_t> cuQ, std::span<const int32_t> cuK);
   RingStats run();
   RingStats runAllGather();
-  /// Whether RingSchedule::Auto picks the all-gather schedule (Ring.h).
-  bool preferAllGather() const;
 
 private:
   void checkCommon();
@@ -278,21 +276,7 @@ TensorRef RingRun::accLse(int64_t i) {
   return TensorRef::contiguous3(p, DType::F32, {batch_, headsQ_, lenQ_});
 }
 
-/// A packed varlen O [T, H, D] as the [1, H, T, D] view mergeStates takes
-/// (an LSE [H, T] as [1, H, T]).
-TensorRef asMergeView(const TensorRef &t) {
-  TensorRef out = t;
-  if (t.rank == 3) {
-    out.rank = 4;
-    out.shape = {1, t.shape[1], t.shape[0], t.shape[2]};
-    out.strides = {0, t.strides[1], t.strides[0], t.strides[2]};
-  } else {
-    out.rank = 3;
-    out.shape = {1, t.shape[0], t.shape[1], 1};
-    out.strides = {0, t.strides[0], t.strides[1], 0};
-  }
-  return out;
-}
+using ring::asMergeView;
 
 TensorRef mergeView(const TensorRef &t, bool varlen) {
   return varlen ? asMergeView(t) : t;
@@ -369,8 +353,7 @@ RingStats RingRun::run() {
     accLse_.emplace_back(accElems, -std::numeric_limits<float>::infinity());
   }
   hasState_.assign(static_cast<size_t>(perRank_), false);
-  if (options_.schedule == RingSchedule::AllGather ||
-      (options_.schedule == RingSchedule::Auto && preferAllGather()))
+  if (ring::useAllGather(options_, spec_, ranks_, headsQ_, headsKV_, dqk_, dv_))
     return runAllGather();
   std::vector<int64_t> mine = rankChunks(rank_, ranks_, options_.sharding);
   for (int s = 0; s < ranks_; ++s) {
@@ -403,18 +386,6 @@ RingStats RingRun::run() {
   }
   finish();
   return stats_;
-}
-
-bool RingRun::preferAllGather() const {
-  // The gathered K/V of every rank against this rank's Q and O: GQA with
-  // few K/V heads, or a short ring, gathers cheaply and saves the R - 1
-  // merges of the ring's partial states.
-  int64_t gathered =
-      ranks_ * headsKV_ *
-      (dqk_ * byteSize(spec_.dtypeK) + dv_ * byteSize(spec_.dtypeV));
-  int64_t local =
-      headsQ_ * (dqk_ * byteSize(spec_.dtypeQ) + dv_ * byteSize(spec_.dtypeO));
-  return gathered <= local;
 }
 
 RingStats RingRun::runAllGather() {

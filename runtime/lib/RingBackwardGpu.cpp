@@ -14,6 +14,11 @@
 // CPU ring rounds its partials to the inputs' dtype too): each kernel call
 // and addition is enqueued on the caller's stream in one fixed order.
 //
+// Varlen batches (ringAttentionBackwardGpuVarlen) run the same schedule on
+// packed chunks, as the forward: chunk j of K/V and of dK/dV packs every
+// sequence's part j, and under zigzag the query side (q, o, dO, lse) is
+// packed per chunk too; the gradients go back per sequence at the end.
+//
 //===----------------------------------------------------------------------===//
 #include "flashjit/runtime/RingGpu.h"
 
@@ -53,14 +58,22 @@ public:
   void init(const TensorRef &q, const TensorRef &k, const TensorRef &v,
             const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
             const TensorRef &dq, const TensorRef &dk, const TensorRef &dv);
+  void initVarlen(const TensorRef &q, const TensorRef &k, const TensorRef &v,
+                  const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+                  const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+                  std::span<const int32_t> cuQ, std::span<const int32_t> cuK);
   DataGradients run();
   const RingStats &stats() const { return stats_; }
 
 private:
-  void checkKernel() const;
+  void checkKernel(bool varlen) const;
   void allocate();
+  void packQuerySide(const TensorRef &q, const TensorRef &o,
+                     const TensorRef &dO, const TensorRef &lse);
   TensorRef part(const StreamBuffer &buf, DType dtype, int64_t heads,
                  int64_t len, int64_t dim) const;
+  void store(const TensorRef &acc, const TensorRef &out, int64_t i,
+             bool keys) const;
   TensorRef dqAcc(int64_t i) const;
   void computePair(int64_t i, int64_t j, const Arguments &chunkArgs);
   void finish();
@@ -84,15 +97,21 @@ private:
   // One pair's 16-bit gradients and the fp32 dQ accumulators (one per
   // local query chunk, chunk-major).
   std::unique_ptr<StreamBuffer> partDq_, partDk_, partDv_, dqAcc_;
+  // Varlen zigzag: the packed query-side chunks (q, o, dO, lse per chunk);
+  // varlen: the cu_seqlens of a query chunk against a key chunk.
+  std::unique_ptr<StreamBuffer> qSide_;
+  std::unique_ptr<DeviceCuSeqlens> cuChunk_;
   size_t dqAccBytes_ = 0;
   DataGradients grads_;
   RingStats stats_;
 };
 
-void GpuRingBackwardRun::checkKernel() const {
+void GpuRingBackwardRun::checkKernel(bool varlen) const {
   ring::checkRingKernel(kernel_.info().config, KernelKind::Backward,
                         kernel_.spec(), ringSpec_, spec_,
-                        "ringAttentionBackwardGpu");
+                        varlen ? "ringAttentionBackwardGpuVarlen"
+                               : "ringAttentionBackwardGpu",
+                        varlen);
   if (spec_.sink)
     fail("ringAttentionBackwardGpu: spec.sink is not supported yet (dQ, "
          "dK and dV need nothing new; d sink is GpuSinkGradient's on each "
@@ -104,7 +123,7 @@ void GpuRingBackwardRun::init(const TensorRef &q, const TensorRef &k,
                               const TensorRef &lse, const TensorRef &dO,
                               const TensorRef &dq, const TensorRef &dk,
                               const TensorRef &dv) {
-  checkKernel();
+  checkKernel(false);
   args_.validateFor(spec_.variant);
   AttentionShape sh =
       checkBackwardTensors(spec_, q, k, v, o, lse, dO, dq, dk, dv);
@@ -123,6 +142,70 @@ void GpuRingBackwardRun::init(const TensorRef &q, const TensorRef &k,
   ring::packKV(kvLayout_, kv_->cur(), k, v, stream_);
 }
 
+void GpuRingBackwardRun::initVarlen(const TensorRef &q, const TensorRef &k,
+                                    const TensorRef &v, const TensorRef &o,
+                                    const TensorRef &lse, const TensorRef &dO,
+                                    const TensorRef &dq, const TensorRef &dk,
+                                    const TensorRef &dv,
+                                    std::span<const int32_t> cuQ,
+                                    std::span<const int32_t> cuK) {
+  checkKernel(true);
+  args_.validateFor(spec_.variant);
+  VarlenShape sh = checkVarlenBackwardTensors(spec_, q, k, v, cuQ, cuK, o, lse,
+                                              dO, dq, dk, dv);
+  g_ = ring::gpuVarlenGeometry(spec_, sh, cuQ, cuK, transport_,
+                               options_.sharding,
+                               "ringAttentionBackwardGpuVarlen");
+  kvLayout_ = {g_, spec_.dtypeK, spec_.dtypeV};
+  dkvLayout_ = {g_, DType::F32, DType::F32};
+  dq_ = dq, dk_ = dk, dv_ = dv;
+  cuChunk_ =
+      std::make_unique<DeviceCuSeqlens>(g_.cuChunkQ, g_.cuChunkK, device_);
+  allocate();
+  packQuerySide(q, o, dO, lse);
+  ring::packKV(kvLayout_, kv_->cur(), k, v, stream_);
+}
+
+void GpuRingBackwardRun::packQuerySide(const TensorRef &q, const TensorRef &o,
+                                       const TensorRef &dO,
+                                       const TensorRef &lse) {
+  if (g_.perRank == 1) { // the one chunk is laid out as the caller's tensors
+    qC_ = {q}, oC_ = {o}, dOC_ = {dO}, lseC_ = {lse};
+    return;
+  }
+  // Chunk i packs every sequence's part i: q, o, dO [Tq, Hq, D] and lse
+  // [Hq, Tq], one after the other per chunk.
+  const int64_t t = g_.lenQ, h = g_.headsQ;
+  auto bytes = [&](int64_t dim, DType dt) {
+    return static_cast<size_t>(t * h * dim * byteSize(dt));
+  };
+  size_t bq = bytes(g_.dqk, spec_.dtypeQ), bo = bytes(g_.dv, spec_.dtypeO);
+  // Each chunk's part starts 256-byte aligned (the kernels need 16-byte
+  // aligned rows; the LSE's size is any multiple of 4).
+  size_t bl = bytes(1, DType::F32), per = (bq + 2 * bo + bl + 255) / 256 * 256;
+  qSide_ = std::make_unique<StreamBuffer>(
+      device_, per * static_cast<size_t>(g_.perRank), stream_);
+  for (int64_t i = 0; i < g_.perRank; ++i) {
+    CUdeviceptr base = qSide_->ptr() + static_cast<size_t>(i) * per;
+    auto at = [](CUdeviceptr p) { return reinterpret_cast<void *>(p); };
+    qC_.push_back(
+        TensorRef::contiguous3(at(base), spec_.dtypeQ, {t, h, g_.dqk}));
+    oC_.push_back(
+        TensorRef::contiguous3(at(base + bq), spec_.dtypeO, {t, h, g_.dv}));
+    dOC_.push_back(TensorRef::contiguous3(at(base + bq + bo), spec_.dtypeO,
+                                          {t, h, g_.dv}));
+    lseC_.push_back(
+        TensorRef::contiguous2(at(base + bq + 2 * bo), DType::F32, {h, t}));
+    for (size_t b = 0; b < g_.seqQ.size(); ++b) {
+      int64_t n = g_.seqQ[b], from = g_.cuLocalQ[b] + i * n;
+      ring::copyTokens(q, from, qC_.back(), g_.cuChunkQ[b], n, stream_);
+      ring::copyTokens(o, from, oC_.back(), g_.cuChunkQ[b], n, stream_);
+      ring::copyTokens(dO, from, dOC_.back(), g_.cuChunkQ[b], n, stream_);
+      ring::copyLseTokens(lse, from, lseC_.back(), g_.cuChunkQ[b], n, stream_);
+    }
+  }
+}
+
 void GpuRingBackwardRun::allocate() {
   auto bytes = [](int64_t elems, DType t) {
     return static_cast<size_t>(elems * byteSize(t));
@@ -131,8 +214,8 @@ void GpuRingBackwardRun::allocate() {
                                               stream_, false);
   dkv_ = std::make_unique<ring::GpuTravelling>(device_, dkvLayout_.bytes(),
                                                stream_, true);
-  int64_t rowsQ = g_.batch * g_.headsQ * g_.lenQ;
-  int64_t rowsK = g_.batch * g_.headsKV * g_.lenK;
+  int64_t rowsQ = g_.tokensQ() * g_.headsQ;
+  int64_t rowsK = g_.tokensK() * g_.headsKV;
   partDq_ = std::make_unique<StreamBuffer>(
       device_, bytes(rowsQ * g_.dqk, spec_.dtypeQ), stream_);
   partDk_ = std::make_unique<StreamBuffer>(
@@ -150,15 +233,20 @@ void GpuRingBackwardRun::allocate() {
 TensorRef GpuRingBackwardRun::part(const StreamBuffer &buf, DType dtype,
                                    int64_t heads, int64_t len,
                                    int64_t dim) const {
+  if (g_.varlen)
+    return TensorRef::contiguous3(reinterpret_cast<void *>(buf.ptr()), dtype,
+                                  {len, heads, dim});
   return TensorRef::contiguous(reinterpret_cast<void *>(buf.ptr()), dtype,
                                {g_.batch, heads, len, dim});
 }
 
 TensorRef GpuRingBackwardRun::dqAcc(int64_t i) const {
-  return TensorRef::contiguous(
-      reinterpret_cast<void *>(dqAcc_->ptr() +
-                               static_cast<size_t>(i) * dqAccBytes_),
-      DType::F32, {g_.batch, g_.headsQ, g_.lenQ, g_.dqk});
+  auto *p = reinterpret_cast<void *>(dqAcc_->ptr() +
+                                     static_cast<size_t>(i) * dqAccBytes_);
+  if (g_.varlen)
+    return TensorRef::contiguous3(p, DType::F32, {g_.lenQ, g_.headsQ, g_.dqk});
+  return TensorRef::contiguous(p, DType::F32,
+                               {g_.batch, g_.headsQ, g_.lenQ, g_.dqk});
 }
 
 void GpuRingBackwardRun::computePair(int64_t i, int64_t j,
@@ -167,10 +255,14 @@ void GpuRingBackwardRun::computePair(int64_t i, int64_t j,
   TensorRef pdq = part(*partDq_, spec_.dtypeQ, g_.headsQ, g_.lenQ, g_.dqk);
   TensorRef pdk = part(*partDk_, spec_.dtypeK, g_.headsKV, g_.lenK, g_.dqk);
   TensorRef pdv = part(*partDv_, spec_.dtypeV, g_.headsKV, g_.lenK, g_.dv);
+  TensorRef kj = kvLayout_.chunk(kv_->cur(), false, j);
+  TensorRef vj = kvLayout_.chunk(kv_->cur(), true, j);
   DataGradients g =
-      kernel_.run(qC_[si], kvLayout_.chunk(kv_->cur(), false, j),
-                  kvLayout_.chunk(kv_->cur(), true, j), oC_[si], lseC_[si],
-                  dOC_[si], pdq, pdk, pdv, chunkArgs, backward_, stream_);
+      cuChunk_ ? kernel_.runVarlen(qC_[si], kj, vj, oC_[si], lseC_[si],
+                                   dOC_[si], pdq, pdk, pdv, *cuChunk_,
+                                   chunkArgs, backward_, stream_)
+               : kernel_.run(qC_[si], kj, vj, oC_[si], lseC_[si], dOC_[si], pdq,
+                             pdk, pdv, chunkArgs, backward_, stream_);
   ops_.accumulate(pdq, dqAcc(i), true, stream_);
   ops_.accumulate(pdk, dkvLayout_.chunk(dkv_->cur(), false, j), true, stream_);
   ops_.accumulate(pdv, dkvLayout_.chunk(dkv_->cur(), true, j), true, stream_);
@@ -184,14 +276,33 @@ void GpuRingBackwardRun::computePair(int64_t i, int64_t j,
     grads_.dParams[name] += d;
 }
 
+void GpuRingBackwardRun::store(const TensorRef &acc, const TensorRef &out,
+                               int64_t i, bool keys) const {
+  int64_t len = keys ? g_.lenK : g_.lenQ;
+  if (!g_.varlen) {
+    ops_.accumulate(acc, sliceDim(out, 2, i * len, len), false, stream_);
+    return;
+  }
+  if (g_.perRank == 1) { // the chunk is laid out as out itself
+    if (acc.numel() > 0)
+      ops_.accumulate(acc, out, false, stream_);
+    return;
+  }
+  const std::vector<int64_t> &seq = keys ? g_.seqK : g_.seqQ;
+  const std::vector<int32_t> &cuL = keys ? g_.cuLocalK : g_.cuLocalQ;
+  const std::vector<int32_t> &cuC = keys ? g_.cuChunkK : g_.cuChunkQ;
+  for (size_t b = 0; b < seq.size(); ++b)
+    if (seq[b] > 0 && acc.shape[1] > 0)
+      ops_.accumulate(sliceDim(acc, 0, cuC[b], seq[b]),
+                      sliceDim(out, 0, cuL[b] + i * seq[b], seq[b]), false,
+                      stream_);
+}
+
 void GpuRingBackwardRun::finish() {
   for (int64_t i = 0; i < g_.perRank; ++i) {
-    ops_.accumulate(dqAcc(i), sliceDim(dq_, 2, i * g_.lenQ, g_.lenQ), false,
-                    stream_);
-    ops_.accumulate(dkvLayout_.chunk(dkv_->cur(), false, i),
-                    sliceDim(dk_, 2, i * g_.lenK, g_.lenK), false, stream_);
-    ops_.accumulate(dkvLayout_.chunk(dkv_->cur(), true, i),
-                    sliceDim(dv_, 2, i * g_.lenK, g_.lenK), false, stream_);
+    store(dqAcc(i), dq_, i, false);
+    store(dkvLayout_.chunk(dkv_->cur(), false, i), dk_, i, true);
+    store(dkvLayout_.chunk(dkv_->cur(), true, i), dv_, i, true);
   }
 }
 
@@ -224,10 +335,35 @@ DataGradients GpuRingBackwardRun::run() {
     }
   }
   finish();
+  // The varlen cu_seqlens are the call's device buffers (DeviceCuSeqlens),
+  // freed on return: the stream must be done with them.
+  if (cuChunk_)
+    FLASHJIT_CHECK(Driver::get().cuStreamSynchronize(stream_));
   return grads_;
 }
 
 } // namespace
+
+DataGradients ringAttentionBackwardGpuVarlen(
+    const AttentionSpec &spec, const GpuAttentionBackwardKernel &kernel,
+    const GpuPagedOps &ops, Device &device, RingTransport &transport,
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    std::span<const int32_t> cuSeqlensQ, std::span<const int32_t> cuSeqlensK,
+    const Arguments &args, const RingOptions &options,
+    const GpuBackwardOptions &backward, CUstream stream, RingStats *stats) {
+  return ring::abortOnError(transport, [&] {
+    device.makeCurrent();
+    GpuRingBackwardRun run(spec, kernel, ops, device, transport, args, options,
+                           backward, stream);
+    run.initVarlen(q, k, v, o, lse, dO, dq, dk, dv, cuSeqlensQ, cuSeqlensK);
+    DataGradients g = run.run();
+    if (stats)
+      *stats = run.stats();
+    return g;
+  });
+}
 
 DataGradients ringAttentionBackwardGpu(
     const AttentionSpec &spec, const GpuAttentionBackwardKernel &kernel,

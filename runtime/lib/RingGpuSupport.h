@@ -21,16 +21,30 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <vector>
 
 namespace flashjit::runtime::ring {
 
-/// One rank's dense GPU ring call: its place in the ring, the chunks it
-/// holds (perRank per tensor, chunks in all) and their shapes.
+/// One rank's GPU ring call: its place in the ring, the chunks it holds
+/// (perRank per tensor, chunks in all) and their shapes. Dense chunks are
+/// [B, H, len, D]; a varlen chunk packs every sequence's part of that chunk
+/// ([tokens, H, D], sequence b's part seqQ[b] / seqK[b] tokens long at rows
+/// cuChunkQ[b] / cuChunkK[b]).
 struct GpuGeometry {
   int rank = 0, ranks = 1;
   int64_t perRank = 1, chunks = 1;
   int64_t batch = 0, headsQ = 0, headsKV = 0, dqk = 0, dv = 0;
-  int64_t lenQ = 0, lenK = 0; // chunk lengths
+  int64_t lenQ = 0, lenK = 0; // chunk lengths (dense) or chunk totals (varlen)
+  bool varlen = false;
+  // Varlen: per-sequence chunk lengths, a chunk's cu_seqlens, and the
+  // rank's local cu_seqlens (the caller's).
+  std::vector<int64_t> seqQ, seqK;
+  std::vector<int32_t> cuChunkQ, cuChunkK, cuLocalQ, cuLocalK;
+
+  /// Token rows of one query / key chunk over the batch.
+  int64_t tokensQ() const { return varlen ? lenQ : batch * lenQ; }
+  int64_t tokensK() const { return varlen ? lenK : batch * lenK; }
 };
 
 /// The geometry of \p shape (the rank's checked tensors) in \p transport's
@@ -42,20 +56,33 @@ GpuGeometry gpuGeometry(const AttentionSpec &spec, const AttentionShape &shape,
                         const RingTransport &transport, Sharding sharding,
                         const char *fn);
 
-/// Throws UserError (through ring::fail) unless \p config is a dense (not
-/// varlen, not block-sparse) kernel of kind \p kind and \p kernelSpec is
-/// \p ringSpec (contextParallelSpec of the caller's spec \p spec): ring
-/// kernels read global indices. \p fn, the caller's name, in the message.
+/// The same for a packed varlen batch of \p shape with the rank's local
+/// cu_seqlens \p cuQ / \p cuK (checkVarlenTensors'd). Throws UserError
+/// as gpuGeometry, naming the sequence whose local length the sharding
+/// cannot cut.
+GpuGeometry gpuVarlenGeometry(const AttentionSpec &spec,
+                              const VarlenShape &shape,
+                              std::span<const int32_t> cuQ,
+                              std::span<const int32_t> cuK,
+                              const RingTransport &transport, Sharding sharding,
+                              const char *fn);
+
+/// Throws UserError (through ring::fail) unless \p config is a kernel of
+/// kind \p kind, not block-sparse, varlen exactly when \p varlen, and
+/// \p kernelSpec is \p ringSpec (contextParallelSpec of the caller's spec
+/// \p spec): ring kernels read global indices. \p fn, the caller's name,
+/// in the message.
 void checkRingKernel(const KernelConfig &config, KernelKind kind,
                      const AttentionSpec &kernelSpec,
                      const AttentionSpec &ringSpec, const AttentionSpec &spec,
-                     const char *fn);
+                     const char *fn, bool varlen = false);
 
 /// Step \p step of the ring schedule on \p g's rank, which then holds the
 /// K/V of rank (rank - step) mod R: calls \p compute(i, j, chunkArgs) for
 /// each (local query chunk i, visiting key chunk j) pair, i major, whose
 /// mask classifyChunkPair does not find empty on its indices alone (device
-/// buffers: no buffer ranges), chunkArgs being chunkArguments of the pair;
+/// buffers: no buffer ranges; varlen: over every sequence's chunk
+/// lengths), chunkArgs being chunkArguments of the pair;
 /// counts the pairs computed and skipped in \p stats.
 void forEachPair(
     const AttentionSpec &ringSpec, const Arguments &args, const GpuGeometry &g,
@@ -64,7 +91,7 @@ void forEachPair(
     RingStats &stats);
 
 /// perRank chunks of K (dtype \p k) and then of V (\p v), [B, Hkv, Lk, D]
-/// each, packed in one device buffer.
+/// each (varlen: [tokensK, Hkv, D]), packed in one device buffer.
 struct GpuKVLayout {
   GpuGeometry g;
   DType k = DType::BF16, v = DType::BF16;
@@ -81,6 +108,19 @@ struct GpuKVLayout {
 /// for a head_dim stride other than 1.
 void packKV(const GpuKVLayout &l, CUdeviceptr buf, const TensorRef &k,
             const TensorRef &v, CUstream stream);
+
+/// Copies \p n token rows of \p src [T, H, D] from row \p srcRow into
+/// \p dst [T', H, D] (same dtype, heads and head dim) from row \p dstRow,
+/// on \p stream: one 2-D copy where both keep a token's heads packed, else
+/// one per head. Throws UserError for a head_dim stride other than 1.
+void copyTokens(const TensorRef &src, int64_t srcRow, const TensorRef &dst,
+                int64_t dstRow, int64_t n, CUstream stream);
+
+/// The same for varlen LSEs [H, T] (fp32): tokens [srcCol, srcCol + n) of
+/// every head into tokens from \p dstCol, one 2-D copy. Throws UserError
+/// for a token stride other than 1.
+void copyLseTokens(const TensorRef &src, int64_t srcCol, const TensorRef &dst,
+                   int64_t dstCol, int64_t n, CUstream stream);
 
 /// Two stream-ordered device buffers of equal size that travel around the
 /// ring: cur() is this step's, and a shift sends it while the other

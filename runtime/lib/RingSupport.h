@@ -79,6 +79,46 @@ inline void checkHeader(const std::vector<char> &buf, int rank, int source,
                      rank, what, source));
 }
 
+/// A packed varlen O [T, H, D] as the [1, H, T, D] view mergeStates takes
+/// (an LSE [H, T] as [1, H, T]).
+inline TensorRef asMergeView(const TensorRef &t) {
+  TensorRef out = t;
+  if (t.rank == 3) {
+    out.rank = 4;
+    out.shape = {1, t.shape[1], t.shape[0], t.shape[2]};
+    out.strides = {0, t.strides[1], t.strides[0], t.strides[2]};
+  } else {
+    out.rank = 3;
+    out.shape = {1, t.shape[0], t.shape[1], 1};
+    out.strides = {0, t.strides[0], t.strides[1], 0};
+  }
+  return out;
+}
+
+/// RingSchedule::Auto's rule (Ring.h), the same on the CPU and the GPU:
+/// the all-gather schedule when the K/V of all \p ranks ranks take no more
+/// bytes per token than this rank's Q and O (GQA with few K/V heads, or a
+/// short ring, gathers cheaply and saves the R - 1 merges of the ring's
+/// partial states).
+inline bool preferAllGather(const AttentionSpec &spec, int ranks,
+                            int64_t headsQ, int64_t headsKV, int64_t dqk,
+                            int64_t dv) {
+  int64_t gathered = ranks * headsKV *
+                     (dqk * byteSize(spec.dtypeK) + dv * byteSize(spec.dtypeV));
+  int64_t local =
+      headsQ * (dqk * byteSize(spec.dtypeQ) + dv * byteSize(spec.dtypeO));
+  return gathered <= local;
+}
+
+/// Whether \p options pick the all-gather schedule (Auto: the rule above).
+inline bool useAllGather(const RingOptions &options, const AttentionSpec &spec,
+                         int ranks, int64_t headsQ, int64_t headsKV,
+                         int64_t dqk, int64_t dv) {
+  return options.schedule == RingSchedule::AllGather ||
+         (options.schedule == RingSchedule::Auto &&
+          preferAllGather(spec, ranks, headsQ, headsKV, dqk, dv));
+}
+
 } // namespace flashjit::runtime::ring
 
 #endif // FLASHJIT_RUNTIME_LIB_RINGSUPPORT_H

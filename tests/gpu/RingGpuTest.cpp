@@ -143,13 +143,14 @@ LoadedRing &ringKernel(Device &dev, std::map<std::string, LoadedRing> &loaded,
 
 /// Runs every rank as a thread with its own stream over \p kind's
 /// transports (host-staged by default), shifts overlapped or not as
-/// \p overlap says; rethrows the first rank's exception.
+/// \p overlap says, under \p schedule (the ring by default); rethrows the
+/// first rank's exception.
 std::vector<RingStats>
 runThreads(Device &dev, const LoadedRing &ring, const GpuPagedOps &ops,
            Sharding sharding, std::vector<RankTensors> &parts,
            const Arguments &args,
            test::RankTransport kind = test::RankTransport::Staged,
-           bool overlap = true) {
+           bool overlap = true, RingSchedule schedule = RingSchedule::Ring) {
   std::vector<RingStats> stats(parts.size());
   test::runRankThreads(
       dev, static_cast<int>(parts.size()),
@@ -158,6 +159,7 @@ runThreads(Device &dev, const LoadedRing &ring, const GpuPagedOps &ops,
         RingOptions opts;
         opts.sharding = sharding;
         opts.overlap = overlap;
+        opts.schedule = schedule;
         stats[size_t(r)] = ringAttentionGpu(
             ring.spec, *ring.kernel, ops, dev, t, p.q->deviceRef,
             p.k->deviceRef, p.v->deviceRef, p.o->deviceRef, &p.lse->deviceRef,
@@ -208,6 +210,7 @@ TEST_CASE("GPU ring forward over NCCL, one rank: causal zigzag, document "
           RankTensors &p = parts[0];
           RingOptions opts;
           opts.sharding = c.sharding;
+          opts.schedule = RingSchedule::Ring;
           RingStats st = ringAttentionGpu(
               ring.spec, *ring.kernel, ops, dev, t, p.q->deviceRef,
               p.k->deviceRef, p.v->deviceRef, p.o->deviceRef, &p.lse->deviceRef,
@@ -345,6 +348,73 @@ TEST_CASE("GPU ring forward, overlapped shifts: device-to-device ranks as "
     }
 }
 
+TEST_CASE("GPU ring forward, all-gather schedule: 1 to 4 ranks as threads, "
+          "both shardings, against the reference, overlapped vs serial bit "
+          "for bit, and Auto's choice",
+          "[gpu][ring][allgather]") {
+  Device &dev = Device::get(0);
+  dev.makeCurrent();
+  GpuPagedOps ops(dev);
+  std::map<std::string, LoadedRing> kernels;
+  for (const char *id : {"ring_causal_tl_d64_bf16_g2", "ring_doc_d64_fp16_g1",
+                         "ring_window_lr_d64_bf16_g1"})
+    for (int ranks : {1, 2, 3, 4})
+      for (Sharding sh : {Sharding::Zigzag, Sharding::Contiguous}) {
+        LoadedRing &ring = ringKernel(dev, kernels, id);
+        // 216 tokens: zigzag chunks of 27 to 108, contiguous of 54 to 216.
+        std::vector<uint8_t> out[2];
+        for (int overlap = 0; overlap < 2; ++overlap) {
+          INFO(id << ", " << ranks << " ranks, " << name(sh)
+                  << (overlap ? ", overlapped" : ", serial"));
+          std::vector<RingStats> stats = checkRing(
+              dev, ring.spec, ranks, sh, 2, 216,
+              [&](std::vector<RankTensors> &parts, const Arguments &args) {
+                return runThreads(dev, ring, ops, sh, parts, args,
+                                  test::RankTransport::Device, overlap != 0,
+                                  RingSchedule::AllGather);
+              },
+              &out[overlap]);
+          for (const RingStats &st : stats) {
+            CHECK(st.allGather);
+            CHECK(st.shifts == ranks - 1);
+            CHECK(st.overlapped == (overlap != 0 && ranks > 1));
+            // One call per local query chunk against the whole key
+            // sequence; none of these masks empties a whole chunk row.
+            CHECK(st.pairsComputed == (sh == Sharding::Zigzag ? 2 : 1));
+            CHECK(st.pairsSkipped == 0);
+          }
+        }
+        INFO(id << ", " << ranks << " ranks, " << name(sh)
+                << ": overlapped vs serial");
+        REQUIRE(out[0].size() == out[1].size());
+        CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size()) == 0);
+      }
+  // Auto gathers while the K/V of all ranks take no more bytes per token
+  // than the rank's Q and O: Hq 4, Hkv 2 (g2) up to 2 ranks, Hq = Hkv (g1)
+  // only one.
+  struct AutoCase {
+    const char *id;
+    int ranks;
+    bool gathers;
+  };
+  for (AutoCase c : {AutoCase{"ring_causal_tl_d64_bf16_g2", 2, true},
+                     AutoCase{"ring_causal_tl_d64_bf16_g2", 4, false},
+                     AutoCase{"ring_doc_d64_fp16_g1", 1, true},
+                     AutoCase{"ring_doc_d64_fp16_g1", 2, false}}) {
+    INFO(c.id << ", " << c.ranks << " ranks, Auto");
+    LoadedRing &ring = ringKernel(dev, kernels, c.id);
+    std::vector<RingStats> stats =
+        checkRing(dev, ring.spec, c.ranks, Sharding::Zigzag, 1, 200,
+                  [&](std::vector<RankTensors> &parts, const Arguments &args) {
+                    return runThreads(dev, ring, ops, Sharding::Zigzag, parts,
+                                      args, test::RankTransport::Device, true,
+                                      RingSchedule::Auto);
+                  });
+    for (const RingStats &st : stats)
+      CHECK(st.allGather == c.gathers);
+  }
+}
+
 namespace {
 
 /// Milliseconds per ring forward of the causal zigzag ring kernel over a
@@ -352,7 +422,8 @@ namespace {
 /// ranks as threads on one GPU over device-to-device transports: the
 /// wall time of \p reps calls per rank after one warm-up call.
 double timeThreads(Device &dev, const LoadedRing &ring, const GpuPagedOps &ops,
-                   int ranks, int64_t n, bool overlap, int reps) {
+                   int ranks, int64_t n, bool overlap, int reps,
+                   RingSchedule schedule = RingSchedule::Ring) {
   const AttentionSpec &spec = ring.spec;
   const int64_t l = n / ranks, hq = spec.headsQ, hkv = spec.headsKV;
   const int64_t d = spec.headDimQK;
@@ -376,6 +447,7 @@ double timeThreads(Device &dev, const LoadedRing &ring, const GpuPagedOps &ops,
           RingOptions opts;
           opts.sharding = Sharding::Zigzag;
           opts.overlap = overlap;
+          opts.schedule = schedule;
           for (int c = 0; c < calls; ++c)
             ringAttentionGpu(spec, *ring.kernel, ops, dev, t, p.q->deviceRef,
                              p.k->deviceRef, p.v->deviceRef, p.o->deviceRef,
@@ -418,6 +490,7 @@ double timeNccl(Device &dev, const LoadedRing &ring, const GpuPagedOps &ops,
     RingOptions opts;
     opts.sharding = Sharding::Zigzag;
     opts.overlap = overlap;
+    opts.schedule = RingSchedule::Ring;
     auto call = [&] {
       ringAttentionGpu(spec, *ring.kernel, ops, dev, t, q.deviceRef,
                        k.deviceRef, v.deviceRef, o.deviceRef, &lse.deviceRef,
@@ -448,7 +521,8 @@ TEST_CASE("GPU ring forward timing: serial vs overlapped shifts on one GPU",
   LoadedRing &ring = ringKernel(dev, kernels, "ring_causal_tl_d64_bf16_g2");
   const int reps = 10;
   std::printf("ring forward, causal zigzag, bf16, Hq 4 Hkv 2 D 64, batch 1; "
-              "ms per call (mean of %d), serial / overlapped\n",
+              "ms per call (mean of %d), ring serial / ring overlapped; "
+              "ranks as threads also all-gather (overlapped)\n",
               reps);
   for (int64_t n : {16384, 32768, 65536}) {
     // One NCCL rank makes no shift (the ring of one holds everything):
@@ -464,8 +538,11 @@ TEST_CASE("GPU ring forward timing: serial vs overlapped shifts on one GPU",
     for (int ranks : {1, 2, 4}) {
       double s = timeThreads(dev, ring, ops, ranks, n, false, reps);
       double o = timeThreads(dev, ring, ops, ranks, n, true, reps);
-      std::printf("N %6lld  %d ranks as threads   %8.3f / %8.3f  (x%.3f)\n",
-                  static_cast<long long>(n), ranks, s, o, s / o);
+      double ag = timeThreads(dev, ring, ops, ranks, n, true, reps,
+                              RingSchedule::AllGather);
+      std::printf("N %6lld  %d ranks as threads   %8.3f / %8.3f  (x%.3f)  "
+                  "all-gather %8.3f\n",
+                  static_cast<long long>(n), ranks, s, o, s / o, ag);
     }
   }
 }

@@ -5,8 +5,9 @@
 // tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
 // that has no MLIR (the ahead-of-time flow a host application uses), the
 // block-sparse / varlen kernels of sparseKernels(), sinkKernels(),
-// ringKernels() and paddedKernels(), the ring backward kernels
-// (ringBackwardKernels()), the
+// ringKernels(), ringVarlenKernels() and paddedKernels(), the ring backward
+// kernels
+// (ringBackwardKernels(), ringVarlenBackwardKernels()), the
 // backward kernels (backwardKernels(), backwardVarlenKernels(),
 // backwardSparseKernels(), the timing
 // pairs of benchKernels()), and
@@ -44,6 +45,7 @@
 #include "KernelMatrix.h"
 #include "OptionKernelOptions.h"
 #include "OutputFiles.h"
+#include "RingVarlenKernels.h"
 
 #include "flashjit/compiler/BackwardOrderTesting.h"
 #include "flashjit/compiler/Exp2Testing.h"
@@ -238,6 +240,17 @@ int main(int argc, char **argv) {
           /*sparse=*/true);
     ++n;
   }
+  // Varlen ring kernels (issue 20): the varlen forward of each ring spec.
+  for (const auto &k : flashjit::testing::ringVarlenKernels()) {
+    if (backwardOnly)
+      break;
+    flashjit::GpuCompileOptions vo = o;
+    vo.varlen = true;
+    write(dir, k.id,
+          flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), vo),
+          /*sparse=*/true);
+    ++n;
+  }
   // Ring backward kernels (issue 20): the backward of each ring spec.
   for (const auto &k : flashjit::testing::ringBackwardKernels()) {
     if (skip(k.id))
@@ -246,6 +259,20 @@ int main(int argc, char **argv) {
     bo.arch = o.arch;
     bo.kind = flashjit::KernelKind::Backward;
     bo.mma = bwdMma;
+    write(dir, k.id,
+          flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), bo),
+          /*sparse=*/true);
+    ++n;
+  }
+  // Varlen ring backward kernels (issue 20).
+  for (const auto &k : flashjit::testing::ringVarlenBackwardKernels()) {
+    if (skip(k.id))
+      continue;
+    flashjit::GpuCompileOptions bo;
+    bo.arch = o.arch;
+    bo.kind = flashjit::KernelKind::Backward;
+    bo.mma = bwdMma;
+    bo.varlen = true;
     write(dir, k.id,
           flashjit::compileGpu(flashjit::testing::ringKernelSpec(k.spec), bo),
           /*sparse=*/true);

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "RingGpuSupport.h"
+#include "RingSupport.h"
 
 #include "flashjit/frontend/ContextParallel.h"
 #include "flashjit/frontend/Error.h"
@@ -176,4 +177,127 @@ TEST_CASE("GPU ring schedule: causal pairs skipped on global indices, buffer "
         CHECK(sd.pairsSkipped == 0);
       }
     }
+}
+
+namespace {
+
+VarlenShape varlenShape(int64_t totalQ, int64_t totalK, int64_t d = 64) {
+  VarlenShape s;
+  s.batch = 4, s.headsQ = 4, s.headsKV = 2;
+  s.totalQ = totalQ, s.totalK = totalK;
+  s.headDimQK = s.headDimV = d;
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("GPU varlen ring geometry and layout: per-sequence chunk lengths, "
+          "chunk cu_seqlens, packed chunks, and the errors",
+          "[ring][runtime][varlen]") {
+  // Local sequences of 74, 0, 10 and 122 tokens: zigzag chunks of 37, 0, 5
+  // and 61 (the [gpu][ring][varlen] tests' geometry at 3 ranks).
+  std::vector<int32_t> cu{0, 74, 74, 84, 206};
+  FixedRank r1of3(1, 3);
+  ring::GpuGeometry g = ring::gpuVarlenGeometry(
+      spec(64), varlenShape(206, 206), cu, cu, r1of3, Sharding::Zigzag, "fn");
+  CHECK(g.varlen);
+  CHECK(g.perRank == 2);
+  CHECK(g.chunks == 6);
+  CHECK(g.batch == 4);
+  CHECK(g.lenQ == 103);
+  CHECK(g.lenK == 103);
+  CHECK(g.tokensQ() == 103);
+  CHECK(g.seqQ == std::vector<int64_t>{37, 0, 5, 61});
+  CHECK(g.cuChunkQ == std::vector<int32_t>{0, 37, 37, 42, 103});
+  CHECK(g.cuChunkK == g.cuChunkQ);
+  CHECK(g.cuLocalQ == cu);
+  // Packed chunks: [103, Hkv, 64], K chunks then V chunks, 16-byte rows.
+  ring::GpuKVLayout l{g, DType::BF16, DType::BF16};
+  const size_t chunk = size_t(103 * 2 * 64) * 2;
+  CHECK(l.kBytes() == 2 * chunk);
+  CHECK(l.bytes() == 4 * chunk);
+  const CUdeviceptr base = 4096;
+  for (int isV = 0; isV < 2; ++isV)
+    for (int64_t j = 0; j < 2; ++j) {
+      TensorRef t = l.chunk(base, isV, j);
+      CHECK(t.rank == 3);
+      CHECK(reinterpret_cast<CUdeviceptr>(t.data) ==
+            base + size_t(2 * isV + j) * chunk);
+      CHECK(t.shape[0] == 103);
+      CHECK(t.shape[1] == 2);
+      CHECK(t.shape[2] == 64);
+      CHECK(t.strides[0] == 128);
+      CHECK(t.strides[1] == 64);
+      CHECK(t.strides[2] == 1);
+    }
+  // Contiguous: the local lengths are the chunk lengths.
+  g = ring::gpuVarlenGeometry(spec(64), varlenShape(206, 206), cu, cu, r1of3,
+                              Sharding::Contiguous, "fn");
+  CHECK(g.perRank == 1);
+  CHECK(g.seqQ == std::vector<int64_t>{74, 0, 10, 122});
+  CHECK(g.lenQ == 206);
+  std::vector<int32_t> odd{0, 74, 75, 84, 206};
+  CHECK_THROWS_WITH(ring::gpuVarlenGeometry(spec(64), varlenShape(206, 206),
+                                            odd, cu, r1of3, Sharding::Zigzag,
+                                            "fn"),
+                    Catch::Contains("cu_seqlens_q: local sequence 1 has 1 "
+                                    "tokens, odd"));
+  CHECK_THROWS_WITH(ring::gpuVarlenGeometry(spec(60), varlenShape(206, 206, 60),
+                                            cu, cu, r1of3, Sharding::Zigzag,
+                                            "ringFnVarlen"),
+                    Catch::Contains("ringFnVarlen packs rows of head_dim_qk"));
+}
+
+TEST_CASE("GPU varlen ring schedule: a causal pair is skipped only when it "
+          "is empty for every sequence, an empty sequence never keeps one",
+          "[ring][runtime][varlen]") {
+  AttentionSpec causal = spec(64);
+  causal.causal = Causal::TopLeft;
+  AttentionSpec ringCausal = contextParallelSpec(causal, DType::BF16);
+  for (int ranks : {1, 2, 3, 4})
+    for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag}) {
+      int64_t per = sh == Sharding::Zigzag ? 2 : 1;
+      // Local sequences of 37, 0, 5 and 61 tokens per chunk.
+      std::vector<int32_t> cu{0};
+      for (int64_t m : {37, 0, 5, 61})
+        cu.push_back(int32_t(cu.back() + m * per));
+      for (int r = 0; r < ranks; ++r) {
+        INFO(ranks << " ranks, rank " << r << ", " << toString(sh));
+        FixedRank t(r, ranks);
+        ring::GpuGeometry g = ring::gpuVarlenGeometry(
+            causal, varlenShape(cu.back(), cu.back()), cu, cu, t, sh, "fn");
+        RingStats st;
+        std::vector<int64_t> mine = rankChunks(r, ranks, sh);
+        for (int s = 0; s < ranks; ++s) {
+          std::vector<int64_t> theirs =
+              rankChunks((r - s + ranks) % ranks, ranks, sh);
+          ring::forEachPair(
+              ringCausal, {}, g, sh, s,
+              [&](int64_t i, int64_t j, const Arguments &) {
+                CHECK(theirs[size_t(j)] <= mine[size_t(i)]);
+              },
+              st);
+        }
+        CHECK(st.pairsComputed ==
+              (sh == Sharding::Zigzag ? 2 * ranks + 1 : r + 1));
+        CHECK(st.pairsComputed + st.pairsSkipped == ranks * per * per);
+      }
+    }
+}
+
+TEST_CASE("RingSchedule::Auto: all-gather while the K/V of all ranks take no "
+          "more bytes per token than the rank's Q and O",
+          "[ring][runtime]") {
+  AttentionSpec s = spec(64); // Hq 4, Hkv 2, bf16
+  RingOptions autoOpts, ringOpts, gatherOpts;
+  ringOpts.schedule = RingSchedule::Ring;
+  gatherOpts.schedule = RingSchedule::AllGather;
+  // K/V of R ranks: R * 2 heads * (128 + 128) bytes; Q and O: 4 * 256.
+  CHECK(ring::useAllGather(autoOpts, s, 1, 4, 2, 64, 64));
+  CHECK(ring::useAllGather(autoOpts, s, 2, 4, 2, 64, 64));
+  CHECK_FALSE(ring::useAllGather(autoOpts, s, 3, 4, 2, 64, 64));
+  CHECK_FALSE(ring::useAllGather(autoOpts, s, 2, 2, 2, 64, 64));
+  CHECK(ring::useAllGather(autoOpts, s, 8, 32, 4, 64, 64)); // GQA 8
+  CHECK_FALSE(ring::useAllGather(ringOpts, s, 1, 4, 2, 64, 64));
+  CHECK(ring::useAllGather(gatherOpts, s, 8, 2, 2, 64, 64));
 }

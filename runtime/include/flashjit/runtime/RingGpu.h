@@ -13,6 +13,9 @@
 // read its receive buffer, and the next step's kernels after the shift);
 // without it every shift is ordered on the caller's stream, one after the
 // other with the kernels (the serial path, kept for timing).
+// ringAttentionGpuVarlen does the same on packed varlen batches, and both
+// run the all-gather schedule where RingOptions::schedule picks it (Auto:
+// the bytes-per-token rule of Ring.h's RingSchedule, as on the CPU).
 //
 // The GPU ring backward (ringAttentionBackwardGpu) follows the CPU
 // backward ring's schedule and arithmetic (ringAttentionBackwardCpu):
@@ -29,6 +32,9 @@
 #include "flashjit/runtime/Ring.h"
 
 #include <cuda.h>
+
+#include <cstdint>
+#include <span>
 
 namespace flashjit::runtime {
 
@@ -53,9 +59,13 @@ class GpuPagedOps;
 /// row once, at the final merge. Chunk pairs are skipped when the mask is
 /// empty on its indices alone (classifyChunkPair without buffer ranges:
 /// causal and window masks skip pairs, a document mask's buffer reads do
-/// not; the kernel skips their tiles). options.schedule is ignored (the
-/// ring always runs: AllGather is CPU-only for now) and
-/// options.numThreads too.
+/// not; the kernel skips their tiles). options.schedule picks the ring or
+/// the all-gather schedule as on the CPU (Ring.h, RingSchedule; Auto by its
+/// bytes-per-token rule): all-gather shifts the K/V slices R - 1 times,
+/// copying each to its global place in full K/V tensors (R slices of
+/// stream-ordered memory), then runs one kernel call per local query chunk
+/// against the whole key sequence (chunk pairs counted in RingStats are
+/// then those calls). options.numThreads is ignored.
 ///
 /// \p transport moves device memory and must order its shifts after
 /// \p stream's work (an NcclTransport made with \p stream): each rank
@@ -90,6 +100,33 @@ ringAttentionGpu(const AttentionSpec &spec, const GpuAttentionKernel &kernel,
                  const TensorRef &k, const TensorRef &v, const TensorRef &o,
                  const TensorRef *lse, const Arguments &args = {},
                  const RingOptions &options = {}, CUstream stream = nullptr);
+
+/// The GPU ring forward on a packed varlen batch (ringAttentionCpuVarlen's
+/// layout and semantics on device memory): \p kernel must be the varlen
+/// GPU forward kernel (GpuCompileOptions::varlen, not block-sparse) of
+/// contextParallelSpec(spec, spec.dtypeO); q [total_q / R, Hq, Dqk], k, v
+/// [total_k / R, Hkv, D], o [total_q / R, Hq, Dv] and lse [Hq, total_q / R]
+/// (fp32) are this rank's parts (shardVarlen), device memory, and
+/// \p cuSeqlensQ / \p cuSeqlensK the local cu_seqlens in host memory
+/// (shardCuSeqlens of the global ones, the same on every rank). Masks see
+/// batch = b and q_idx / kv_idx from sequence b's first token of the whole
+/// sequence with its global lengths; chunk pairs empty for every sequence
+/// are skipped, and sequences of length 0 are allowed. Each query chunk
+/// packs every sequence's part of it (zigzag: a stream-ordered copy), and
+/// the K/V chunks travel packed likewise. Schedules, overlap, sink and
+/// transport as ringAttentionGpu, except that the call synchronises
+/// \p stream before it returns (the chunk cu_seqlens it uploads are device
+/// buffers of the call). Throws as ringAttentionGpu, for a kernel that is
+/// not varlen, for bad cu_seqlens (checkVarlenTensors) and for local
+/// sequence lengths the sharding cannot cut (naming the sequence).
+RingStats ringAttentionGpuVarlen(
+    const AttentionSpec &spec, const GpuAttentionKernel &kernel,
+    const GpuPagedOps &ops, Device &device, RingTransport &transport,
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef *lse,
+    std::span<const int32_t> cuSeqlensQ, std::span<const int32_t> cuSeqlensK,
+    const Arguments &args = {}, const RingOptions &options = {},
+    CUstream stream = nullptr);
 
 /// One rank's part of the ring backward on a GPU (dense batches): the
 /// gradients of ringAttentionGpu's output. \p kernel must be the dense GPU
@@ -145,6 +182,34 @@ DataGradients ringAttentionBackwardGpu(
     const TensorRef &q, const TensorRef &k, const TensorRef &v,
     const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
     const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    const Arguments &args = {}, const RingOptions &options = {},
+    const GpuBackwardOptions &backward = {}, CUstream stream = nullptr,
+    RingStats *stats = nullptr);
+
+/// The GPU ring backward on a packed varlen batch: the gradients of
+/// ringAttentionGpuVarlen's output, on ringAttentionBackwardGpu's schedule
+/// and arithmetic. \p kernel must be the varlen GPU backward kernel
+/// (GpuCompileOptions::kind = Backward, varlen, not block-sparse) of
+/// contextParallelSpec(spec, spec.dtypeO); the layouts of
+/// ringAttentionBackwardCpuVarlen on device memory (q, dq [total_q / R,
+/// Hq, Dqk], k, v, dk, dv [total_k / R, Hkv, D], o, dO [total_q / R, Hq,
+/// Dv], lse [Hq, total_q / R] fp32 with token stride 1 under zigzag) with
+/// the local cu_seqlens \p cuSeqlensQ / \p cuSeqlensK in host memory
+/// (shardCuSeqlens of the global ones, the same on every rank). Sequences
+/// of length 0 are allowed (their keys get dK = dV = 0). Under zigzag the
+/// query side (q, o, dO, lse) is packed per chunk into stream-ordered
+/// memory. Like ringAttentionGpuVarlen the call synchronises \p stream
+/// before it returns. Throws as ringAttentionBackwardGpu, for a kernel
+/// that is not varlen, for bad tensors or cu_seqlens
+/// (checkVarlenBackwardTensors) and for local sequence lengths the
+/// sharding cannot cut (naming the sequence).
+DataGradients ringAttentionBackwardGpuVarlen(
+    const AttentionSpec &spec, const GpuAttentionBackwardKernel &kernel,
+    const GpuPagedOps &ops, Device &device, RingTransport &transport,
+    const TensorRef &q, const TensorRef &k, const TensorRef &v,
+    const TensorRef &o, const TensorRef &lse, const TensorRef &dO,
+    const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+    std::span<const int32_t> cuSeqlensQ, std::span<const int32_t> cuSeqlensK,
     const Arguments &args = {}, const RingOptions &options = {},
     const GpuBackwardOptions &backward = {}, CUstream stream = nullptr,
     RingStats *stats = nullptr);
