@@ -136,8 +136,7 @@ static bool overlapByDefault(const AttentionSpec &spec,
                              const GpuTileConfig &c) {
   return c.warpSpecialized && !hasMaskCode(spec) &&
          spec.variant.buffers().empty() &&
-         std::max(spec.headDimQK, spec.headDimV) <= 128 &&
-         overlapFits(spec, c);
+         std::max(spec.headDimQK, spec.headDimV) <= 128 && overlapFits(spec, c);
 }
 
 /// defaultGpuTileConfig's tiles and instruction kind.

@@ -577,8 +577,8 @@ TEST_CASE("the intra-warpgroup overlap: the default of unmasked "
   CHECK_FALSE(halfTiles.overlapSoftmax);
   // Mask code, buffer reads, head dims 64 (one warpgroup) and 256 (two
   // stages): the serial step or no warp specialisation by default.
-  for (const char *v : {"causal_tl", "window_lr", "softcap", "alibi",
-                        "rel_bias", "doc_id"}) {
+  for (const char *v :
+       {"causal_tl", "window_lr", "softcap", "alibi", "rel_bias", "doc_id"}) {
     INFO(v);
     GpuTileConfig c = defaultGpuTileConfig(
         testing::matrixSpec(v, 128, DType::BF16, 2, 2), "sm_90a");

@@ -187,7 +187,7 @@ private:
   // Indices and bases.
   Value tid, warp, lane, g, t, qTile, head, batch, q0, qStart, kStart;
   Value kBase, vBase, sK, sV;
-  Value oBase; // null where the epilogue computes it (overlapSoftmax)
+  Value oBase;    // null where the epilogue computes it (overlapSoftmax)
   Value stageOff; // i64 bytes from the first K/V stage to this tile's
   // tma: this tile's use of the ring (position - jBegin) and its stage.
   Value tileUse, tileStage;
