@@ -303,8 +303,10 @@ int main(int argc, char **argv) {
   }
   // Issue 16, session 16: the warp-specialised forward with
   // FlashAttention-3's intra-warpgroup overlap (3 K/V stages: head dims 64
-  // and 128), labelled "overlap": run_bench.py --labels default,overlap
-  // times it beside the default (the serial tile step).
+  // and 128), labelled "overlap": run_bench.py --labels default,ws,overlap
+  // times it beside the default and the serial tile step ("ws"; since
+  // session 19 the default at D = 128 is the overlap for dense, the serial
+  // step for masks and ALiBi).
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
     for (int d : {64, 128}) {
       GpuCompileOptions o;

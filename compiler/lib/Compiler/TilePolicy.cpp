@@ -113,12 +113,30 @@ static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
 /// overlapped step holds a tile's K/V stage until the next tile's P V has
 /// read V, so the producer runs a tile ahead only with 3 stages in the
 /// ring: head dims up to 128 (with 2, at 256, it would wait for each load
-/// once per tile). Not the default anywhere yet: at head_dim 128 (ptxas -v,
-/// sm_90a, 2026-12-06) the consumers spill at 240 registers: dense 8 bytes
-/// (4 stored, 4 loaded), causal, sliding window and causal + softcap 56
-/// (16 / 40); ALiBi assembles clean. The serial step spills nothing there.
+/// once per tile).
 static bool overlapFits(const AttentionSpec &spec, const GpuTileConfig &c) {
   return c.kvStages(spec.headDimQK, spec.headDimV) >= 3;
+}
+
+/// Whether the default warp-specialised kernel \p c of \p spec takes the
+/// overlap: head dims up to 128 (above 64, where the default is
+/// warp-specialised), no mask code, no buffer reads; score modifiers on the
+/// score, indices and parameters only (softcap). Measured on an H100
+/// (bench/RESULTS.md, sessions 16 and 18, D = 128, the serial step = 1):
+/// dense 1.02-1.10, causal + softcap 1.05-1.09, causal 0.95-1.06, sliding
+/// window 0.93-1.07, ALiBi 0.85 (its slope term lengthens the softmax that
+/// runs beside P V). At 240 consumer registers (ptxas -v, sm_90a,
+/// 2026-12-06, O's base computed after the loop) dense, softcap, ALiBi, a
+/// bias table, a sink, fp16 and head dims 128/64 assemble with no spills;
+/// causal, sliding window and causal + softcap spill (8 bytes stored, 32
+/// loaded). Masked and buffer-reading kernels keep the serial step;
+/// mma = wgmma.tma.ws asks for it everywhere, wgmma.tma.ws.overlap for the
+/// overlap.
+static bool overlapByDefault(const AttentionSpec &spec,
+                             const GpuTileConfig &c) {
+  return c.warpSpecialized && !hasMaskCode(spec) &&
+         spec.variant.buffers().empty() &&
+         std::max(spec.headDimQK, spec.headDimV) <= 128 && overlapFits(spec, c);
 }
 
 /// defaultGpuTileConfig's tiles and instruction kind.
@@ -179,8 +197,10 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     bool wsFits = d <= 128 || !hasMaskCode(spec);
     c.warpSpecialized = c.tma && c.numWarps == 8 &&
                         (askedWs || (mma == GpuMma::Default && wsFits));
-    c.overlapSoftmax = c.warpSpecialized && mma == GpuMma::WgmmaTmaWsOverlap &&
-                       overlapFits(spec, c);
+    c.overlapSoftmax =
+        c.warpSpecialized &&
+        ((mma == GpuMma::WgmmaTmaWsOverlap && overlapFits(spec, c)) ||
+         (mma == GpuMma::Default && overlapByDefault(spec, c)));
     return c;
   }
   GpuTileConfig c = denseTileConfig(spec, arch);
@@ -451,9 +471,11 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
   if (c.warpSpecialized && mma == GpuMma::Default &&
       (c.numWarps != 8 || c.minBlocksPerSM != 1 || c.rowsPerWarp != 16))
     c.warpSpecialized = false;
-  // Reshaped tiles may change the ring's stages.
-  c.overlapSoftmax =
-      c.overlapSoftmax && c.warpSpecialized && overlapFits(spec, c);
+  // Reshaped tiles may change the ring's stages; the default's overlap
+  // belongs to the default tiles (the ones measured and checked by ptxas).
+  c.overlapSoftmax = c.overlapSoftmax && c.warpSpecialized &&
+                     overlapFits(spec, c) &&
+                     (mma != GpuMma::Default || !reshaped);
   return c;
 }
 

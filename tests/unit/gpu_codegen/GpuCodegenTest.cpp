@@ -536,20 +536,10 @@ TEST_CASE("wgmma kernels are assembled whole-program by ptxas",
   CHECK(separate.infoLog.find("C7509") != std::string::npos);
 }
 
-TEST_CASE("mma = wgmma.tma.ws.overlap: two wgmma groups in flight, asked "
-          "for by name only",
-          "[gpu-codegen]") {
-  // FlashAttention-3's intra-warpgroup overlap (ForwardOverlap.cpp): S of
-  // a tile and P V of the previous one are issued together, S is waited
-  // for alone (wait_group 1), P V after the softmax (wait_group 0); ptxas
-  // keeps them asynchronous (no C7513 "serialized" warning). Not a default:
-  // the default kernel keeps the serial step (no wait_group 1).
-  CHECK(std::string(toString(GpuMma::WgmmaTmaWsOverlap)) ==
-        "wgmma.tma.ws.overlap");
-  GpuCompileOptions o;
-  o.mma = GpuMma::WgmmaTmaWsOverlap;
-  AttentionSpec alibi = testing::matrixSpec("alibi", 128, DType::BF16, 2, 2);
-  GpuKernelImage img = compileGpu(alibi, o);
+namespace {
+/// Whether \p img's PTX keeps two wgmma groups in flight (wait_group 1)
+/// and ptxas keeps them asynchronous (no C7513) with no spills.
+void checkOverlapped(const GpuKernelImage &img) {
   CHECK(img.config.warpSpecialized);
   CHECK(img.config.overlapSoftmax);
   CHECK(img.ptx.find("wgmma.wait_group.sync.aligned 1;") != std::string::npos);
@@ -558,24 +548,71 @@ TEST_CASE("mma = wgmma.tma.ws.overlap: two wgmma groups in flight, asked "
   REQUIRE(f);
   INFO(r.log);
   CHECK(r.log.find("C7513") == std::string::npos);
-  CHECK(f->clean()); // ALiBi fits 240 registers (dense spills 8 bytes)
-  GpuKernelImage dflt = compileGpu(alibi, GpuCompileOptions{});
-  CHECK(dflt.config.warpSpecialized);
-  CHECK_FALSE(dflt.config.overlapSoftmax);
-  CHECK(dflt.ptx.find("wgmma.wait_group.sync.aligned 1;") == std::string::npos);
-  // Head dim 64 (two consumer warpgroups asked for by name): 3 stages of
-  // 128 keys, the overlap; the dense kernel assembles clean there.
-  AttentionSpec d64 = testing::matrixSpec("none", 64, DType::BF16, 2, 2);
-  GpuKernelImage img64 = compileGpu(d64, o);
+  CHECK(f->clean());
+}
+} // namespace
+
+TEST_CASE("the intra-warpgroup overlap: the default of unmasked "
+          "warp-specialised kernels up to head dim 128",
+          "[gpu-codegen]") {
+  // FlashAttention-3's intra-warpgroup overlap (ForwardOverlap.cpp): S of
+  // a tile and P V of the previous one are issued together, S is waited
+  // for alone (wait_group 1), P V after the softmax (wait_group 0); ptxas
+  // keeps them asynchronous (no C7513 "serialized" warning). The default
+  // at head dim 128 without mask code or buffer reads (TilePolicy.cpp,
+  // overlapByDefault); masked and ALiBi kernels keep the serial step,
+  // which mma = wgmma.tma.ws asks for everywhere.
+  CHECK(std::string(toString(GpuMma::WgmmaTmaWsOverlap)) ==
+        "wgmma.tma.ws.overlap");
+  AttentionSpec dense = testing::matrixSpec("none", 128, DType::BF16, 2, 2);
+  AttentionSpec dense16 = testing::matrixSpec("none", 128, DType::F16, 8, 1);
+  AttentionSpec capped = dense; // softcap without a mask, runtime cap
+  capped.variant.scoreMod(softcap(param<float>("cap")));
+  AttentionSpec sink = dense;
+  sink.sink = true;
+  AttentionSpec mixed = dense; // head dims 128 / 64
+  mixed.headDimV = 64;
+  for (const AttentionSpec &s : {dense, dense16, capped, sink, mixed}) {
+    INFO(printSpec(s));
+    checkOverlapped(compileGpu(s, GpuCompileOptions{}));
+  }
+  // The serial step by name, and for reshaped default tiles.
+  GpuCompileOptions serial;
+  serial.mma = GpuMma::WgmmaTmaWs;
+  GpuKernelImage ws = compileGpu(dense, serial);
+  CHECK(ws.config.warpSpecialized);
+  CHECK_FALSE(ws.config.overlapSoftmax);
+  CHECK(ws.ptx.find("wgmma.wait_group.sync.aligned 1;") == std::string::npos);
+  GpuCompileOptions half;
+  half.blockN = 64;
+  GpuTileConfig halfTiles = resolveGpuTileConfig(dense, half);
+  CHECK(halfTiles.warpSpecialized);
+  CHECK_FALSE(halfTiles.overlapSoftmax);
+  // Mask code, buffer reads, head dims 64 (one warpgroup) and 256 (two
+  // stages): the serial step or no warp specialisation by default.
+  for (const char *v :
+       {"causal_tl", "window_lr", "softcap", "alibi", "rel_bias", "doc_id"}) {
+    INFO(v);
+    GpuTileConfig c = defaultGpuTileConfig(
+        testing::matrixSpec(v, 128, DType::BF16, 2, 2), "sm_90a");
+    CHECK(c.warpSpecialized);
+    CHECK_FALSE(c.overlapSoftmax);
+  }
+  for (int d : {64, 256})
+    CHECK_FALSE(defaultGpuTileConfig(
+                    testing::matrixSpec("none", d, DType::BF16, 2, 2), "sm_90a")
+                    .overlapSoftmax);
+  CHECK_FALSE(defaultGpuTileConfig(dense, "sm_80").overlapSoftmax);
+  // By name: ALiBi at 128 and dense at head dim 64 (two consumer
+  // warpgroups asked for) assemble clean with the overlap.
+  GpuCompileOptions o;
+  o.mma = GpuMma::WgmmaTmaWsOverlap;
+  checkOverlapped(
+      compileGpu(testing::matrixSpec("alibi", 128, DType::BF16, 2, 2), o));
+  GpuKernelImage img64 =
+      compileGpu(testing::matrixSpec("none", 64, DType::BF16, 2, 2), o);
   CHECK(img64.config.numWarps == 8);
-  CHECK(img64.config.overlapSoftmax);
-  CHECK(img64.ptx.find("wgmma.wait_group.sync.aligned 1;") !=
-        std::string::npos);
-  runtime::PtxasReport r64 = runtime::runPtxas(img64.ptx, "sm_90a");
-  const runtime::PtxasFunctionReport *f64 = r64.find(img64.name);
-  REQUIRE(f64);
-  INFO(r64.log);
-  CHECK(f64->clean());
+  checkOverlapped(img64);
   // Two K/V stages (head dim 256): refused, not built serially.
   AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 2, 2);
   CHECK_THROWS_WITH(compileGpu(d256, o),

@@ -42,12 +42,15 @@ enum class GpuMma {
   /// warpgroups of 64 rows, 128-key tiles), where Default keeps one
   /// warpgroup without a producer (WgmmaTma). Varlen and block-sparse are
   /// refused. What Default picks where TMA tiles have two warpgroups (head
-  /// dims above 64).
+  /// dims above 64), except the kernels that take WgmmaTmaWsOverlap; asked
+  /// for by name, always the serial tile step.
   WgmmaTmaWs,
   /// WgmmaTmaWs with FlashAttention-3's intra-warpgroup overlap
   /// (KernelConfig::overlapSoftmax): needs a ring of 3 K/V stages (head
-  /// dims 64 to 128), else refused. Not a default yet: ptxas spills at the
-  /// consumers' 240 registers (TilePolicy.cpp: overlapFits).
+  /// dims 64 to 128), else refused. What Default picks at head dim 128
+  /// without mask code or buffer reads (dense, softcap; TilePolicy.cpp:
+  /// overlapByDefault); masked kernels spill with it at the consumers' 240
+  /// registers.
   WgmmaTmaWsOverlap,
 };
 

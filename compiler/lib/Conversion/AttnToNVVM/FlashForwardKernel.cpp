@@ -386,6 +386,7 @@ void ForwardKernelBuilder::epilogue(ValueRange fin) {
     sinkLog2 = ops.fmul(LLVM::LoadOp::create(b, ops.f32, at, /*alignment=*/4),
                         ops.cf32(1.4426950408889634f));
   }
+  Value oRows = oBase ? oBase : tensorBase(oPtr, oS, head, qStart);
   for (int rr = 0; rr < 2 * MT; ++rr) {
     int mt = rr / 2, r = rr % 2;
     SoftmaxFinal f = softmaxFinish(ops, fin[nAcc + 2 * MT + rr]);
@@ -396,7 +397,7 @@ void ForwardKernelBuilder::epilogue(ValueRange fin) {
     OpBuilder::InsertionGuard rg(b);
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, row, seqlenQ));
     Value rowBase = ops.gepBytes(
-        oBase, ops.mul(ops.mul(ops.ext64(row), oS[2]), ops.ci64(2)));
+        oRows, ops.mul(ops.mul(ops.ext64(row), oS[2]), ops.ci64(2)));
     for (int jd = 0; jd < nO; ++jd) {
       int a0 = (mt * nO + jd) * 4 + 2 * r;
       Value v =

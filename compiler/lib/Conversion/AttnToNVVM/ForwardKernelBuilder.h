@@ -157,6 +157,12 @@ private:
     return ops.guarded(ops.cmp(arith::CmpIPredicate::sle, it, jEnd), ops.i32,
                        ops.ci32(0), [&] { return tileAt(it); });
   }
+  /// The 16-bit tensor at \p ptr with strides \p s: the address of head
+  /// \p h of this sequence (first token \p start where varlen).
+  Value tensorBase(Value ptr, Value *s, Value h, Value start) {
+    Value off = ops.add(seqOff(s, start), ops.mul(ops.ext64(h), s[1]));
+    return ops.gepBytes(ptr, ops.mul(off, ops.ci64(2)));
+  }
   /// Element offset of this sequence in a tensor with strides \p s: batch *
   /// s[0], or (varlen) its first token * s[2].
   Value seqOff(Value *s, Value start) {
@@ -180,7 +186,8 @@ private:
   Value sinkPtr; // f32 [heads_q], specs with a sink only
   // Indices and bases.
   Value tid, warp, lane, g, t, qTile, head, batch, q0, qStart, kStart;
-  Value kBase, vBase, oBase, sK, sV;
+  Value kBase, vBase, sK, sV;
+  Value oBase;    // null where the epilogue computes it (overlapSoftmax)
   Value stageOff; // i64 bytes from the first K/V stage to this tile's
   // tma: this tile's use of the ring (position - jBegin) and its stage.
   Value tileUse, tileStage;

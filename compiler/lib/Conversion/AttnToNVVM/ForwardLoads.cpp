@@ -42,14 +42,13 @@ void ForwardKernelBuilder::locate() {
     seqlenK = s.seqlenK;
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, q0, seqlenQ));
   }
-  auto base = [&](Value ptr, Value *s, Value h, Value start) {
-    Value off = ops.add(seqOff(s, start), ops.mul(ops.ext64(h), s[1]));
-    return ops.gepBytes(ptr, ops.mul(off, ops.ci64(2)));
-  };
-  Value qBase = base(qPtr, qS, head, qStart);
-  kBase = base(kPtr, kS, headKV, kStart);
-  vBase = base(vPtr, vS, headKV, kStart);
-  oBase = base(oPtr, oS, head, qStart);
+  Value qBase = tensorBase(qPtr, qS, head, qStart);
+  kBase = tensorBase(kPtr, kS, headKV, kStart);
+  vBase = tensorBase(vPtr, vS, headKV, kStart);
+  // The overlapped consumers' loop (ForwardOverlap.cpp) leaves no register
+  // for O's base beside it: the epilogue computes it there.
+  if (!c.overlapSoftmax)
+    oBase = tensorBase(oPtr, oS, head, qStart);
 
   Value smem = ops.sharedBase();
   Value sQ = smem;
