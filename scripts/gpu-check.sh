@@ -44,7 +44,10 @@
 # in the default, memcheck_padded (the [padded] tests: head dims that are
 # not multiples of 16, issue 16; in the default) and racecheck_padded (its
 # varlen case at head dim 59, plain 2-byte loads into shared memory; not in
-# the default). Exit status: 0 iff every selected test step passed.
+# the default), racecheck_masked and synccheck_masked (the head-dim-64
+# document forwards that check their result, second pass included, and
+# their in-tile twins: the [masked] bit-for-bit case; not in the default).
+# Exit status: 0 iff every selected test step passed.
 #
 # Decode timing (issue 17), not in the default: decodebench (the
 # [.decodebench] DECODE rows: flashjit's decode kernels, GQA 32/8 and MQA
@@ -540,6 +543,17 @@ run() {
       --tool racecheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "generated kernels match the float64 reference on the matrix"
   fi
+  # The head-dim-64 TMA forward that checks its result and reruns a row
+  # block (its second pass continues the mbarrier ring) under racecheck and
+  # synccheck: the document kernels of the bit-for-bit comparison with the
+  # in-tile vote (not in the default).
+  local mvcase="forward: kernels that check their results for NaN and Inf equal the in-tile vote bit for bit"
+  for tool in racecheck synccheck; do
+    if command -v compute-sanitizer >/dev/null && want ${tool}_masked; then
+      FLASHJIT_MATRIX_ONLY=doc_id_d64 step ${tool}_masked compute-sanitizer \
+        --tool $tool --error-exitcode 3 "$bin/flashjit_gpu_tests" "$mvcase"
+    fi
+  done
   echo
   echo "=== gpu-check summary (logs in $out)"
   grep -h "^GPU:" "$out/gpu.log" 2>/dev/null || true
@@ -555,7 +569,7 @@ run() {
     racecheck_sparse memcheck_padded racecheck_padded bwd bwdbench memcheck_bwd racecheck_bwd \
     memcheck_bwd_sparse racecheck_bwd_sparse racecheck_bwd_sparse128 bwdpeers python cli peers \
     decodebench decodesplitbench decodesplit decodepeers memcheck_decode \
-    racecheck_decode; do
+    racecheck_decode masked maskbench racecheck_masked synccheck_masked; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
       "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|=+ RACECHECK SUMMARY|[0-9]+/[0-9]+ cases passed|run_bwd_bench:|decode_peers:|[0-9]+ (passed|failed))' "$out/$s.log" | tail -1)"

@@ -39,7 +39,9 @@
 // kernels). Timing ids of benchKernels() ending `_sync` are built that way
 // too; those ending `_noftz` (forward and backward) and the block-sparse
 // timing ids `<id>_noftz` with the softmax exponentials as ex2.approx.f32
-// (setSoftmaxExp2FtzForTesting off).
+// (setSoftmaxExp2FtzForTesting off). resultCheckKernels() are written a
+// second time as `<id>_tilevote`, built with the in-tile masked-value vote
+// (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -205,6 +207,20 @@ int main(int argc, char **argv) {
     if (only && k.id.find(only) == std::string::npos)
       continue;
     write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
+    ++n;
+  }
+  // The same specs with the in-tile vote (`<id>_tilevote`), which the
+  // [gpu][masked] tests compare with the kernels that check their results.
+  for (const auto &k : flashjit::testing::resultCheckKernels()) {
+    if (backwardOnly)
+      break;
+    if (only && k.id.find(only) == std::string::npos)
+      continue;
+    flashjit::setMaskedValueTileVoteForTesting(true);
+    flashjit::GpuKernelImage img =
+        flashjit::compileGpu(k.spec, forSpec(k.spec));
+    flashjit::setMaskedValueTileVoteForTesting(false);
+    write(dir, k.id + "_tilevote", img);
     ++n;
   }
   if (only) {

@@ -216,6 +216,25 @@ inline std::vector<MatrixKernel> maskedValueKernels(bool backward) {
   return out;
 }
 
+/// The forward kernels whose results the [gpu][masked] tests also compare,
+/// bit for bit, with the same spec built with the in-tile vote
+/// (setMaskedValueTileVoteForTesting; gen_matrix_kernels writes those as
+/// `<id>_tilevote`): the matrix's causal, window and document kernels and
+/// maskedValueKernels()'s at head dim 64, both 16-bit dtypes (on sm_90a
+/// TMA kernels that check their results instead of voting, MaskedValues.h).
+inline std::vector<MatrixKernel> resultCheckKernels() {
+  std::vector<MatrixKernel> out;
+  for (const MatrixKernel &k : kernelMatrix())
+    if ((k.variant == "causal_tl" || k.variant == "window_lr" ||
+         k.variant == "doc_id") &&
+        k.spec.headDimQK == 64)
+      out.push_back(k);
+  for (const MatrixKernel &k : maskedValueKernels(false))
+    if (k.spec.headDimQK == 64)
+      out.push_back(k);
+  return out;
+}
+
 /// The varlen backward kernels of the [gpu][backward] tests and the no-GPU
 /// ptxas test (GpuCompileOptions::varlen, kind Backward): both causal
 /// alignments (per sequence), no mask, a document mask (buffer reads at

@@ -1800,7 +1800,11 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
        true},
       {"window_lr", 128, KernelKind::Forward, GpuMma::WgmmaTmaWs, "sm_90a", 0,
        true},
-      {"doc_id", 64, KernelKind::Forward, GpuMma::WgmmaTma, "sm_90a"},
+      // TMA without warp specialisation at head dim 64 checks its result
+      // (MaskedValues.h): one vote of the CTA on its O after the loop, and
+      // the in-tile vote of the rare second pass.
+      {"doc_id", 64, KernelKind::Forward, GpuMma::WgmmaTma, "sm_90a", 2},
+      {"doc_id", 128, KernelKind::Forward, GpuMma::WgmmaTma, "sm_90a"},
       {"doc_id", 128, KernelKind::Forward, GpuMma::Wgmma, "sm_90a"},
       {"first_key", 96, KernelKind::Forward, GpuMma::MmaSync, "sm_90a"},
       {"causal_br", 128, KernelKind::Backward, GpuMma::Default, "sm_80"},
@@ -1867,6 +1871,7 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
     ~Restore() {
       setMaskedValueTileVoteForTesting(false);
       setMaskedValueTileEndVoteForTesting(false);
+      setMaskedValueIsolationForTesting(true);
     }
   } restore;
   auto countOf = [](const std::string &s, const std::string &what) {
@@ -1876,11 +1881,15 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
       ++n;
     return n;
   };
-  for (auto [variant, d, mma] :
-       {std::tuple{"doc_id", 64, GpuMma::WgmmaTma},
-        std::tuple{"window_lr", 128, GpuMma::WgmmaTmaWs}}) {
-    INFO(variant << " d" << d << " " << toString(mma));
-    AttentionSpec s = testing::matrixSpec(variant, d, DType::BF16, 4, 2);
+  for (auto [variant, d, mma, dtype] :
+       {std::tuple{"doc_id", 64, GpuMma::WgmmaTma, DType::BF16},
+        std::tuple{"window_lr", 64, GpuMma::WgmmaTma, DType::F16},
+        std::tuple{"causal_tl", 64, GpuMma::WgmmaTma, DType::BF16},
+        std::tuple{"doc_id", 128, GpuMma::WgmmaTma, DType::BF16},
+        std::tuple{"window_lr", 128, GpuMma::WgmmaTmaWs, DType::BF16}}) {
+    INFO(variant << " d" << d << " " << toString(mma) << " "
+                 << toString(dtype));
+    AttentionSpec s = testing::matrixSpec(variant, d, dtype, 4, 2);
     GpuCompileOptions o;
     o.mma = mma;
     const bool ws = mma == GpuMma::WgmmaTmaWs;
@@ -1891,15 +1900,47 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
     CHECK(countOf(old, ws ? "bar.red.or.pred q, 1, 256" : "bar.red.or.pred") ==
           1);
     CHECK(countOf(old, "vote.sync.any.pred") == 0);
-    CHECK(countOf(now, "bar.red.or.pred") == (ws ? 0 : 1));
     CHECK(countOf(now, "vote.sync.any.pred") == (ws ? 1 : 0));
-    if (ws)
+    if (ws) {
+      CHECK(countOf(now, "bar.red.or.pred") == 0);
       continue;
-    // TMA without warp specialisation: the default is the in-tile vote
-    // (the same kernel as the old switch); the tile-end placement, measured
-    // slower (session 16), votes once before the loop and on each closing
-    // barrier.
-    CHECK(now == old);
+    }
+    if (d > 64) {
+      // TMA without warp specialisation above head dim 64: the in-tile
+      // vote (the same kernel as the old switch).
+      CHECK(now == old);
+    } else {
+      // Head dim 64: the default checks its result (MaskedValues.h). The
+      // first pass has the products of the kernel without isolation and
+      // nothing of the vote before its last one (no scan, no bar.red.or);
+      // then one vote of the CTA and the old kernel's loop again (its scan
+      // and its vote) for the rare second pass.
+      setMaskedValueIsolationForTesting(false);
+      std::string bare = compileGpu(s, o).ptx;
+      setMaskedValueIsolationForTesting(true);
+      const size_t mmas = countOf(bare, "wgmma.mma_async");
+      REQUIRE(mmas > 0);
+      CHECK(countOf(old, "wgmma.mma_async") == mmas);
+      CHECK(countOf(now, "wgmma.mma_async") == 2 * mmas);
+      size_t lastOfFirst = 0;
+      for (size_t i = 0; i < mmas; ++i)
+        lastOfFirst = now.find("wgmma.mma_async", lastOfFirst + 1);
+      const std::string scan =
+          dtype == DType::BF16 ? "fma.rn.bf16x2" : "fma.rn.f16x2";
+      CHECK(countOf(old, scan) > 0);
+      CHECK(countOf(now, scan) == countOf(old, scan));
+      CHECK(now.find(scan) > lastOfFirst);
+      CHECK(now.find("bar.red.or.pred") > lastOfFirst);
+      CHECK(countOf(now, "bar.red.or.pred") == 2);
+      runtime::PtxasReport r = runtime::runPtxas(now, "sm_90a");
+      INFO(r.log);
+      for (const runtime::PtxasFunctionReport &f : r.functions) {
+        INFO(f.name);
+        CHECK(f.clean());
+      }
+    }
+    // The tile-end placement, measured slower (session 16), votes once
+    // before the loop and on each closing barrier.
     setMaskedValueTileEndVoteForTesting(true);
     std::string tileEnd = compileGpu(s, o).ptx;
     setMaskedValueTileEndVoteForTesting(false);

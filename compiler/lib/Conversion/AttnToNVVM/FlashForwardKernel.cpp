@@ -54,7 +54,10 @@ void ForwardKernelBuilder::build(Operation *gpuModule) {
     buildWarpSpecialized();
   } else {
     firstLoad();
-    epilogue(mainLoop());
+    if (checksResults())
+      epilogue(checkedLoop());
+    else
+      epilogue(mainLoop());
   }
   b.setInsertionPointToEnd(&fn.getBody().front());
   gpu::ReturnOp::create(b);
@@ -265,12 +268,11 @@ ValueRange ForwardKernelBuilder::mainLoop() {
   if (c.tma) {
     // Dense: position = tile. Issue the tile stages - 1 ahead into the
     // stage the last iteration's closing barrier freed; wait for this one.
-    tileUse = ops.sub(it, jBegin);
+    tileUse = useOf(it);
     stage = tileStage = arith::RemUIOp::create(b, tileUse, ops.ci32(stages));
     if (!c.warpSpecialized) {
       Value ahead = ops.add(it, ops.ci32(stages - 1));
-      issueKV(ahead, arith::RemUIOp::create(b, ops.sub(ahead, jBegin),
-                                            ops.ci32(stages)));
+      issueKV(ahead, arith::RemUIOp::create(b, useOf(ahead), ops.ci32(stages)));
     }
     waitKV(it);
   } else {

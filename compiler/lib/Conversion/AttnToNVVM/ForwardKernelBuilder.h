@@ -61,7 +61,7 @@ private:
   /// tma: thread 0 arms stage \p stage's mbarrier and loads key tile \p j
   /// into it, when tile position \p pos is at most jEnd.
   void issueKV(Value pos, Value stage);
-  /// tma: waits for the stage of loop position \p pos (the (pos - jBegin) /
+  /// tma: waits for the stage of loop position \p pos (the useOf(pos) /
   /// stages-th use of that stage: parity its lowest bit).
   void waitKV(Value pos);
   /// The first K/V tile, then Q's fragments once Q has landed.
@@ -78,6 +78,11 @@ private:
   }
   /// The loop over key tiles; returns the final state.
   ValueRange mainLoop();
+  /// checksResults(): mainLoop without isolation, then one vote of the CTA
+  /// on whether any O accumulator came out NaN or Inf; only then the row
+  /// block again from its first tile with the in-tile vote (rerunning,
+  /// the ring's uses continuing at useBase). Returns the final state.
+  SmallVector<Value> checkedLoop();
   /// One non-empty key tile at \p kv0: the new loop state from \p state.
   /// \p voted: the tile's masked-value vote where it was taken before the
   /// tile (VotePlacement::TileEnd), else null.
@@ -102,10 +107,20 @@ private:
   /// O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
   void epilogue(ValueRange fin);
   /// Where the masked-value vote runs (MaskedValues.h, "Where the
-  /// forward's vote runs"); None: no isolation code (no mask, or turned
-  /// off for testing). Definitions: ForwardMaskedVotes.cpp.
+  /// forward's vote runs"); None: no isolation code in this loop (no mask,
+  /// turned off for testing, or the first pass of checkedLoop).
+  /// Definitions: ForwardMaskedVotes.cpp.
   enum class VotePlacement { None, InTile, TileEnd, Published };
   VotePlacement votePlacement() const;
+  /// Whether the kernel isolates masked keys by checking its result
+  /// (checkedLoop): TMA without warp specialisation, head dims up to 64.
+  bool checksResults() const;
+  /// The ring use of loop position \p pos: pos - jBegin, plus useBase in
+  /// checkedLoop's second pass.
+  Value useOf(Value pos) {
+    Value use = ops.sub(pos, jBegin);
+    return useBase ? ops.add(use, useBase) : use;
+  }
   /// Masked keys are isolated (MaskedValues.h): where the tile is partial
   /// (\p needsMask), InTile: whether its V holds a NaN or Inf (the
   /// computing threads' vote, with a barrier); Published: this warp's scan
@@ -189,8 +204,12 @@ private:
   Value kBase, vBase, sK, sV;
   Value oBase;    // null where the epilogue computes it (overlapSoftmax)
   Value stageOff; // i64 bytes from the first K/V stage to this tile's
-  // tma: this tile's use of the ring (position - jBegin) and its stage.
+  // tma: this tile's use of the ring (useOf(position)) and its stage.
   Value tileUse, tileStage;
+  // checkedLoop's second pass: the loop votes in the tile (rerunning) and
+  // the ring's uses start at useBase (the first pass's count); else null.
+  bool rerunning = false;
+  Value useBase;
   int64_t stageBytes = 0;
   // tma: the tensor maps of Q, K, V, the mbarriers, the K/V head, stages.
   Value tmQ, tmK, tmV, bars, headKV, isLeader;

@@ -137,7 +137,7 @@ void ForwardKernelBuilder::issueKV(Value pos, Value stage) {
 }
 
 void ForwardKernelBuilder::waitKV(Value pos) {
-  Value use = ops.sub(pos, jBegin);
+  Value use = useOf(pos);
   Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
   Value parity =
       ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)), ops.ci32(1));

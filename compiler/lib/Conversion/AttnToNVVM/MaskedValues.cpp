@@ -64,33 +64,6 @@ void syncGroup(KernelOps &ops, const VoteGroup &grp) {
                           Value());
 }
 
-/// One barrier of the group that ORs the i1 \p vote over its threads.
-Value voteOr(KernelOps &ops, const VoteGroup &grp, Value vote) {
-  ImplicitLocOpBuilder &b = ops.b;
-  Value v32 = arith::ExtUIOp::create(b, ops.i32, vote);
-  Value red;
-  if (grp.barrierId == 0) {
-    red =
-        NVVM::BarrierOp::create(b, TypeRange{ops.i32}, Value(), Value(),
-                                NVVM::BarrierReductionAttr::get(
-                                    b.getContext(), NVVM::BarrierReduction::OR),
-                                v32)
-            .getResult(0);
-  } else {
-    // nvvm.barrier takes a reduction only at barrier 0; PTX's bar.red takes
-    // any barrier and a thread count.
-    red = ops.inlineAsm(ops.i32, {v32},
-                        "{\n.reg .pred p, q;\nsetp.ne.u32 p, $1, 0;\n"
-                        "bar.red.or.pred q, " +
-                            std::to_string(grp.barrierId) + ", " +
-                            std::to_string(grp.nthreads) +
-                            ", p;\nselp.u32 $0, 1, 0, q;\n}",
-                        "=r,r")
-              .getResult(0);
-  }
-  return ops.cmp(arith::CmpIPredicate::ne, red, ops.ci32(0));
-}
-
 /// Calls \p body(address, chunk) for each 16-byte chunk of the tile this
 /// thread owns (chunk c = tid + k * nthreads, row c / (dim / 8)), in a
 /// run-time loop (small code; the paths that use it are rare or short).
@@ -399,6 +372,32 @@ Value wordsHaveNonFinite(KernelOps &ops, ArrayRef<Value> words) {
                 [&](Value x, Value y) { return fmaZero(ops, x, y); });
   return ops.lor(halfNonFinite(ops, root, false),
                  halfNonFinite(ops, root, true));
+}
+
+Value voteOr(KernelOps &ops, const VoteGroup &grp, Value vote) {
+  ImplicitLocOpBuilder &b = ops.b;
+  Value v32 = arith::ExtUIOp::create(b, ops.i32, vote);
+  Value red;
+  if (grp.barrierId == 0) {
+    red =
+        NVVM::BarrierOp::create(b, TypeRange{ops.i32}, Value(), Value(),
+                                NVVM::BarrierReductionAttr::get(
+                                    b.getContext(), NVVM::BarrierReduction::OR),
+                                v32)
+            .getResult(0);
+  } else {
+    // nvvm.barrier takes a reduction only at barrier 0; PTX's bar.red takes
+    // any barrier and a thread count.
+    red = ops.inlineAsm(ops.i32, {v32},
+                        "{\n.reg .pred p, q;\nsetp.ne.u32 p, $1, 0;\n"
+                        "bar.red.or.pred q, " +
+                            std::to_string(grp.barrierId) + ", " +
+                            std::to_string(grp.nthreads) +
+                            ", p;\nselp.u32 $0, 1, 0, q;\n}",
+                        "=r,r")
+              .getResult(0);
+  }
+  return ops.cmp(arith::CmpIPredicate::ne, red, ops.ci32(0));
 }
 
 Value valuesHaveNonFinite(KernelOps &ops, ArrayRef<Value> xs) {

@@ -70,10 +70,13 @@
 // partial):
 //   - cp.async kernels (varlen, block-sparse, mma.sync): in the tile, a
 //     scan while S's product is in flight and a barrier of its own;
-//   - TMA kernels without warp specialisation: tile j + 1's vote rides on
-//     tile j's closing CTA barrier (barrierVotingIf: that barrier ORs the
-//     scans), once tile j + 1 has landed; the first tile votes before the
-//     loop. No barrier of its own in the loop;
+//   - TMA kernels without warp specialisation above head dim 64: in the
+//     tile, as cp.async kernels (setMaskedValueTileEndVoteForTesting
+//     builds session 16's placement, measured slower: tile j + 1's vote
+//     rides on tile j's closing CTA barrier, barrierVotingIf, once tile
+//     j + 1 has landed; the first tile votes before the loop);
+//   - TMA kernels without warp specialisation up to head dim 64 (their
+//     default there): no vote in the loop; they check their result (below);
 //   - warp-specialised kernels: each consumer warp scans its chunks while S
 //     is in flight, its lane 0 marks a per-stage word in shared memory
 //     (atomic max) when the warp saw a NaN or Inf and arrives at the
@@ -86,6 +89,25 @@
 //     one: a later use never matches an older one's mark.
 // The old placement (in the tile everywhere) stays reachable for timing:
 // setMaskedValueTileVoteForTesting.
+//
+// The forward at head dim 64 (TMA, no warp specialisation) checks its
+// result (ForwardKernelBuilder::checkedLoop): the row block runs with no
+// vote and no guarded path, as without isolation; after the loop each
+// thread checks its O accumulators for a NaN or Inf (valuesHaveNonFinite)
+// and the CTA votes once (voteOr); only where one holds does the CTA run
+// the row block again from its first key tile with the in-tile vote, the
+// ring's stage uses and mbarrier phases going on from the first pass's.
+// Exact, bit for bit the in-tile kernel's O and LSE: a NaN or Inf in V of
+// a key tile the CTA visits meets every row of the CTA (masked: 0 * Inf or
+// 0 * NaN is NaN; attended: P * Inf), so some O accumulator becomes NaN or
+// Inf, and stays so (the rescale by alpha in [0, 1] and the sums never
+// make it finite); an overflow is a false alarm. So a finite O means the
+// in-tile vote would have found nothing in any tile and its loop is the
+// plain one; otherwise the second pass is the in-tile kernel. m, l and
+// LSE come from the masked scores, which V does not touch. Cost: the
+// common path is the loop of the kernel without isolation plus one f32
+// add tree and one reducing barrier per CTA; a CTA that meets a NaN or Inf
+// in V (attended or not) takes about twice its time.
 //
 // Barriers: the vote and the guarded path synchronise the threads that
 // compute: the CTA (barrier 0), or in warp-specialised kernels named
@@ -140,6 +162,11 @@ mlir::Value wordsHaveNonFinite(KernelOps &ops,
 /// a false alarm for callers whose guarded path is exact too): this
 /// thread's answer, no vote.
 mlir::Value valuesHaveNonFinite(KernelOps &ops, llvm::ArrayRef<mlir::Value> xs);
+
+/// One barrier of \p group that ORs the i1 \p vote over its threads: true
+/// in all of them iff it was true in one. Every thread of the group must
+/// call it.
+mlir::Value voteOr(KernelOps &ops, const VoteGroup &group, mlir::Value vote);
 
 /// Where \p cond: whether any 16-bit element of this thread's 16-byte
 /// chunks of the tile at \p smem (as tileHasNonFiniteIf splits the tile
