@@ -103,6 +103,8 @@ struct DecodeSplitModel {
   /// The merge kernel's walk over one split (both passes, one row per CTA:
   /// all rows in parallel), and the fused merge's one step of 8 splits for
   /// one (row, 4 columns) item per thread: about one dependent load round.
+  /// Fitted (session 17) to the serial merge kernel; session 19's parallel
+  /// one (DecodeMergeKernel.cpp) is not modelled yet (DecodeSplitModel.cpp).
   static constexpr double kMergeSplitUs = 0.33;
   /// The merge kernel's second launch (session 14: ~6 us).
   static constexpr double kMergeLaunchUs = 6.0;
