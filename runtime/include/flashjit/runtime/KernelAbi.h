@@ -767,8 +767,7 @@ inline std::vector<ArgType> mergeArgTypes(bool sink = false) {
   return t;
 }
 
-/// Threads per CTA of the merge kernel (one CTA per row; groups of
-/// head_dim_v / 4 threads over the splits, DecodeMergeKernel.h).
+/// Threads per CTA of the merge kernel (one row; DecodeMergeKernel.h).
 inline constexpr int kMergeThreads = 128;
 /// The suffixes of the decode kernels.
 inline constexpr const char *kDecodeSuffix = "_decode";
