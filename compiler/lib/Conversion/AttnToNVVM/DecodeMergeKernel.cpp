@@ -413,8 +413,7 @@ void buildDecodeMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
   // 16 (32 registers) and issues each split's loads only after the
   // previous split's arithmetic (one memory latency per split, the serial
   // kernel's cost); with it a step's kUnroll loads are all in flight.
-  fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
-              b.getI32IntegerAttr(4));
+  fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(4));
   Value smem = LLVM::AddressOfOp::create(b, ops.ptrS, name + "_smem");
   ParallelMerge(b, ops, fn, c, smem).emit();
 }
