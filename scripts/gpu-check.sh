@@ -62,7 +62,10 @@
 # sliding window at B = 8, Nk = 32k; the [.decodesplit] case) and
 # decodesplitbench (the [.decodesplitbench] DECODESWEEP rows: the split
 # count decodeNumSplits picks beside session 16's rule and forced counts,
-# GQA 32/8 and MQA 32/1 at B = 1, 8, 64; ~10 s).
+# GQA 32/8 and MQA 32/1 at B = 1, 8, 64, with the serial merge kernel's
+# time at the end of the rows where the merge kernel runs; ~15 s) and
+# decodemergebench (the [.decodemergebench] DECODEMERGE rows: the merge
+# kernel alone, parallel beside serial, 32-2048 rows x 4-244 splits; ~2 s).
 #
 # GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix
 # with another MMA, e.g. wgmma.tma.ws. GPU_CHECK_BENCH_N, _D and _ARGS (run)
@@ -326,6 +329,8 @@ run() {
   want decodebench && step decodebench "$bin/flashjit_gpu_tests" "[decodebench]"
   want decodesplitbench &&
     step decodesplitbench "$bin/flashjit_gpu_tests" "[decodesplitbench]"
+  want decodemergebench &&
+    step decodemergebench "$bin/flashjit_gpu_tests" "[decodemergebench]"
   # Ring attention (issue 20): serial vs overlapped shifts on one GPU
   # ([.ringbench]), and on several GPUs the throughput against one GPU
   # ([.ringmultibench]; skipped below 2 GPUs).
@@ -562,14 +567,16 @@ run() {
   grep -h "^DECODE \|^PEER " "$out/decodebench.log" "$out/decodepeers.log" \
     2>/dev/null || true
   grep -h "^DECODESWEEP " "$out/decodesplitbench.log" 2>/dev/null || true
+  grep -h "^DECODEMERGE " "$out/decodemergebench.log" 2>/dev/null || true
   printf '%-10s %s\n' step status
   local failed=0
   for s in unit gpu large torch memcheck racecheck memcheck_generated \
     racecheck_generated memcheck_ws synccheck_generated sparse memcheck_sparse \
     racecheck_sparse memcheck_padded racecheck_padded bwd bwdbench memcheck_bwd racecheck_bwd \
     memcheck_bwd_sparse racecheck_bwd_sparse racecheck_bwd_sparse128 bwdpeers python cli peers \
-    decodebench decodesplitbench decodesplit decodepeers memcheck_decode \
-    racecheck_decode masked maskbench racecheck_masked synccheck_masked; do
+    decodebench decodesplitbench decodemergebench decodesplit decodepeers \
+    memcheck_decode racecheck_decode masked maskbench racecheck_masked \
+    synccheck_masked; do
     [[ -n ${status[$s]:-} ]] || continue
     printf '%-10s %s  %s\n' "$s" "${status[$s]}" \
       "$(grep -hE '^(All tests passed|test cases:|SKIPPED|=+ ERROR SUMMARY|=+ RACECHECK SUMMARY|[0-9]+/[0-9]+ cases passed|run_bwd_bench:|decode_peers:|[0-9]+ (passed|failed))' "$out/$s.log" | tail -1)"

@@ -39,6 +39,20 @@
 // launch and walk), B = 8 at Nk = 32k 4, B = 64 at Nk = 4k 1 (512 CTAs:
 // 2 waves either way).
 //
+// Session 19: the merge kernel no longer walks the splits serially (groups
+// of head_dim_v / 4 threads take slices of a row's splits, 8 splits' loads
+// in flight per step: ~ceil(n / 128) + ceil(n / (8 x groups)) load rounds,
+// 5 at n = 128, D = 128, instead of n). The separate term above still
+// holds the serial kernel's fit: it overstates the merge for the MQA
+// picks (fewer splits than the new kernel would justify), and is kept
+// until a device sweep ([.decodesplitbench] with both merges,
+// [.decodemergebench]) measures the new kernel's launch and per-round
+// cost. Replacing n by that round count with today's constants would move
+// MQA B = 1, Nk = 128k from 128 to 256 splits (likely right) but also GQA
+// B = 8, Nk = 32k from 4 to 103 (a near tie, 349.0 vs 349.9 us modelled,
+// not evidence), so a recalibration needs the measured curve and a tie
+// margin.
+//
 //===----------------------------------------------------------------------===//
 #include "flashjit/runtime/DecodeKernel.h"
 

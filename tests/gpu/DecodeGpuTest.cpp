@@ -300,7 +300,9 @@ TEST_CASE("decode over a contiguous cache and with many empty splits",
     PageList list = checkPagedCsr({indptr, ids, last}, batch, batch * cap, 1);
     ReferenceOutput want = referencePagedAttention(
         spec, q.hostRef, asPages(kt.hostRef), asPages(vt.hostRef), list);
-    for (int splits : {0, 1, 40, 64})
+    // 128 and 244: the merge kernel's groups each take several splits,
+    // most of them empty (500 keys: 8 tiles).
+    for (int splits : {0, 1, 40, 64, 128, 244})
       for (DecodeMerge merge : {DecodeMerge::Fused, DecodeMerge::Separate}) {
         INFO("splits " << splits << " merge " << mergeName(merge));
         o.poison();
@@ -717,9 +719,11 @@ TEST_CASE("decode bandwidth", "[.decodebench]") {
   };
   // The "_s3" ids: the same kernels with three K/V stages (session 17's
   // experiment), their rows beside the two-stage default's.
-  for (const char *id :
-       {"dec_dense_g4", "dec_dense_g4_s3", "dec_softcap_g4", "dec_alibi_g4",
-        "dec_window_g4", "dec_dense_mqa32", "dec_dense_mqa32_s3"}) {
+  // "_serialmerge": the merge kernel before session 19 (each CTA walks
+  // all splits in order), its MQA rows beside the default's.
+  for (const char *id : {"dec_dense_g4", "dec_dense_g4_s3", "dec_softcap_g4",
+                         "dec_alibi_g4", "dec_window_g4", "dec_dense_mqa32",
+                         "dec_dense_mqa32_s3", "dec_dense_mqa32_serialmerge"}) {
     testing::DecodeKernel k = find(id);
     if (!selected(k.id))
       continue;
@@ -781,7 +785,9 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
   // and one more, one and two CTAs per SM), timed as [.decodebench] times
   // (benchMs, the merge Auto picks). One DECODESWEEP line per count, with
   // the model's time (decodeSplitTimeUs: its order, not its scale, is what
-  // the rule uses). ~10 s on an H100.
+  // the rule uses); where the merge kernel runs, the same call with the
+  // serial merge kernel (the `_serialmerge` id, before session 19) at the
+  // end of the line. ~15 s on an H100.
   Device &dev = Device::get(0);
   DeviceBuffer flush(dev, size_t(256) << 20);
   std::mt19937_64 rng(17);
@@ -794,6 +800,7 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
     if (!selected(k.id))
       continue;
     auto kernel = loadDecode(k, dev);
+    auto serial = loadDecode(decodeKernelById(k.id + "_serialmerge"), dev);
     test::VariantArgs va(dev, k.spec, 1, 1);
     const int64_t hq = k.spec.headsQ, hk = k.spec.headsKV, d = 128;
     const int64_t rowTiles = (hq / hk + kernel->info().config.blockM() - 1) /
@@ -834,10 +841,15 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
       for (int n : counts) {
         if (n < 1 || n > 256)
           continue;
-        auto [ms, msAlone] = benchMs(dev, flush, [&] {
-          kernel->run(q.deviceRef, kv, vv, table, o.deviceRef, nullptr,
-                      va.device, n);
-        });
+        auto timeWith = [&](const GpuDecodeKernel &kk) {
+          return benchMs(dev, flush, [&] {
+            kk.run(q.deviceRef, kv, vv, table, o.deviceRef, nullptr, va.device,
+                   n);
+          });
+        };
+        auto [ms, msAlone] = timeWith(*kernel);
+        const bool separate = n > 1 && !kernel->fusesMerge(1, n);
+        const float msSerial = separate ? timeWith(*serial).first : 0.0f;
         const double kvBytes = double(s.batch) * s.nk * hk * d * 2 * 2;
         const std::string tag = n == fresh && n == old ? "new,old"
                                 : n == fresh           ? "new"
@@ -845,13 +857,17 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
                                                        : "forced";
         std::printf(
             "DECODESWEEP %-15s B=%-3lld Nk=%-6lld splits=%-3d %-7s "
-            "merge=%-8s %8.4f ms %5.2f TB/s (alone %.4f ms) model %.1f us\n",
+            "merge=%-8s %8.4f ms %5.2f TB/s (alone %.4f ms) model %.1f us%s\n",
             k.id.c_str(), (long long)s.batch, (long long)s.nk, n, tag.c_str(),
-            n == 1                     ? "none"
-            : kernel->fusesMerge(1, n) ? "fused"
-                                       : "separate",
+            n == 1     ? "none"
+            : separate ? "separate"
+                       : "fused",
             ms, kvBytes / (ms * 1e-3) / 1e12, msAlone,
-            decodeSplitTimeUs(kernel->splitShape(s.batch, 1, s.nk), n));
+            decodeSplitTimeUs(kernel->splitShape(s.batch, 1, s.nk), n),
+            separate ? fmt::format(" | serialmerge {:.4f} ms {:.2f} TB/s",
+                                   msSerial, kvBytes / (msSerial * 1e-3) / 1e12)
+                           .c_str()
+                     : "");
       }
     }
   }

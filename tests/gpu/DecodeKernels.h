@@ -21,6 +21,9 @@ struct DecodeKernel {
   AttentionSpec spec;
   /// GpuCompileOptions::decodeStages (0: the default, 2).
   int stages = 0;
+  /// The serial merge kernel of sessions 16-18
+  /// (setDecodeSerialMergeForTesting), for timing beside the default.
+  bool serialMerge = false;
 };
 
 /// bf16, head dim 128, GQA 32/8 unless the id says otherwise; causal masks
@@ -28,7 +31,10 @@ struct DecodeKernel {
 /// attention sink (AttentionSpec::sink). Ids ending "_s3" are the kernel
 /// before them with three K/V stages (Q on the third, one barrier per key
 /// tile; measured 1-3% slower than the default two in session 17:
-/// [.decodebench] times both in one run).
+/// [.decodebench] times both in one run). Ids ending "_serialmerge" are the
+/// kernel before them with the serial merge kernel (each CTA walks all
+/// splits in order; the default before session 19): [.decodesplitbench]
+/// and [.decodebench] time both merges in one run.
 inline std::vector<DecodeKernel> decodeKernels() {
   auto base = [](const char *name, int hq, int hk) {
     AttentionSpec s;
@@ -78,6 +84,10 @@ inline std::vector<DecodeKernel> decodeKernels() {
   AttentionSpec causalS3 = base("dec_causal", 32, 8);
   causalS3.causal = Causal::BottomRight;
   out.push_back({"dec_causal_g4_s3", causalS3, 3});
+  out.push_back(
+      {"dec_dense_mqa32_serialmerge", base("dec_mqa32", 32, 1), 0, true});
+  out.push_back(
+      {"dec_dense_g4_serialmerge", base("dec_dense", 32, 8), 0, true});
   return out;
 }
 

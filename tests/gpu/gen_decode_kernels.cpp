@@ -3,12 +3,14 @@
 // Writes DIR/<id>.ptx and DIR/<id>.info (gen_matrix_kernels' line, read
 // by test::readKernelInfo, with "decode_stages=N" last) for every kernel of
 // decodeKernels(), compiled with GpuCompileOptions::kind =
-// KernelKind::Decode and the kernel's decodeStages for sm_90a.
+// KernelKind::Decode and the kernel's decodeStages for sm_90a (the
+// `_serialmerge` ids with setDecodeSerialMergeForTesting on).
 //
 //===----------------------------------------------------------------------===//
 #include "DecodeKernels.h"
 #include "OutputFiles.h"
 
+#include "flashjit/compiler/DecodeMergeTesting.h"
 #include "flashjit/compiler/GpuCompiler.h"
 
 #include <cstdio>
@@ -27,7 +29,9 @@ int main(int argc, char **argv) {
   o.kind = flashjit::KernelKind::Decode;
   for (const auto &k : flashjit::testing::decodeKernels()) {
     o.decodeStages = k.stages;
+    flashjit::setDecodeSerialMergeForTesting(k.serialMerge);
     flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, o);
+    flashjit::setDecodeSerialMergeForTesting(false);
     flashjit::testing::writeOutputFile(dir + "/" + k.id + ".ptx", img.ptx);
     // The .info line of gen_matrix_kernels (test::readKernelInfo).
     const flashjit::KernelConfig &c = img.config;

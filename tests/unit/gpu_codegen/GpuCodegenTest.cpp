@@ -13,6 +13,7 @@
 #include "OptionKernelOptions.h"
 
 #include "flashjit/compiler/BackwardOrderTesting.h"
+#include "flashjit/compiler/DecodeMergeTesting.h"
 #include "flashjit/compiler/Exp2Testing.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
@@ -1561,7 +1562,9 @@ TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
       o.arch = arch;
       o.kind = KernelKind::Decode;
       o.decodeStages = k.stages;
+      setDecodeSerialMergeForTesting(k.serialMerge);
       GpuKernelImage img = compileGpu(k.spec, o);
+      setDecodeSerialMergeForTesting(false);
       GpuTileConfig tc = resolveGpuTileConfig(k.spec, o);
       CHECK(tc.kind == KernelKind::Decode);
       CHECK(img.config.decodeStages == (k.stages ? k.stages : 2));
@@ -1585,6 +1588,75 @@ TEST_CASE("every decode kernel assembles with no spills for sm_80 and sm_90a",
       ++checked;
     }
   CHECK(checked == 2 * int(testing::decodeKernels().size()));
+}
+
+TEST_CASE("decode merge kernel: groups of threads over the splits by "
+          "default, the serial walk under the testing hook",
+          "[gpu-codegen][decode]") {
+  // Session 19: `<name>_decode_merge` splits a row's splits over groups of
+  // head_dim_v / 4 threads (16-byte loads of the partial O rows, kUnroll =
+  // 8 splits' loads per step, issued together), reduced through 2 KiB of
+  // static shared memory; .minnctapersm 4 lets ptxas keep the loads in
+  // flight (at its default target of 16 CTAs it issued one split's loads
+  // after the previous split's arithmetic). The serial kernel (the hook)
+  // has no barrier, no shared memory and 2-column 4-byte loads.
+  for (int dv : {64, 128, 256}) {
+    AttentionSpec spec;
+    spec.variant = Variant("merge_d" + std::to_string(dv));
+    spec.headDimQK = spec.headDimV = dv;
+    spec.headsQ = 8;
+    spec.headsKV = 2;
+    GpuCompileOptions o;
+    o.arch = "sm_90a";
+    o.kind = KernelKind::Decode;
+    std::string splitKernel[2]; // `<name>_decode`, parallel / serial merge
+    for (bool serial : {false, true}) {
+      INFO("head_dim_v " << dv << (serial ? " serial" : " parallel"));
+      setDecodeSerialMergeForTesting(serial);
+      GpuKernelImage img = compileGpu(spec, o);
+      setDecodeSerialMergeForTesting(false);
+      const std::string name = img.name + "_decode_merge";
+      size_t at = img.ptx.find(".entry " + name + "(");
+      REQUIRE(at != std::string::npos);
+      size_t end = img.ptx.find("\n}", at);
+      std::string body = img.ptx.substr(at, end - at);
+      size_t split = img.ptx.find(".entry " + img.name + "_decode(");
+      REQUIRE(split != std::string::npos);
+      splitKernel[serial] =
+          img.ptx.substr(split, img.ptx.find("\n}", split) - split);
+      auto count = [&](const std::string &what) {
+        int n = 0;
+        for (size_t p = body.find(what); p != std::string::npos;
+             p = body.find(what, p + 1))
+          ++n;
+        return n;
+      };
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
+      INFO(r.log);
+      const runtime::PtxasFunctionReport *f = r.find(name);
+      REQUIRE(f);
+      CHECK(f->clean());
+      if (serial) {
+        CHECK(count("bar.sync") == 0);
+        CHECK(count("ld.global.v4") == 0);
+        CHECK(f->sharedBytes == 0);
+        continue;
+      }
+      // Two barriers (the warps' maxima, the groups' sums); the unrolled
+      // step's 8 vector loads of partial O.
+      CHECK(count("bar.sync") == 2);
+      CHECK(count("ld.global.v4.b32") == 8);
+      CHECK(count(".minnctapersm 4") == 1);
+      // [groups][dv] + groups + 4 warps' floats, 16-byte aligned.
+      const int groups = 128 / (dv / 4);
+      CHECK(body.find(".shared .align 16 .b8 " + name + "_smem[" +
+                      std::to_string(groups * dv * 4 + groups * 4 + 16) +
+                      "]") != std::string::npos);
+      CHECK(f->registers <= 128);
+    }
+    // The split kernel beside either merge is the same.
+    CHECK(splitKernel[0] == splitKernel[1]);
+  }
 }
 
 TEST_CASE("decode kernels: two K/V stages by default, three on request up "

@@ -16,7 +16,15 @@ namespace flashjit::nvvm::detail {
 
 /// Appends @<name>_decode_merge (abi::gpu::mergeArgTypes; one CTA of
 /// abi::gpu::kMergeThreads per (query, head_q, batch) row) to \p gpuModule,
-/// before its terminator.
+/// before its terminator. The CTA's threads form 128 / (head_dim_v / 4)
+/// groups of head_dim_v / 4 (a 16-byte column quad each); group g folds
+/// splits g, g + groups, ... (8 per step, their loads in flight together)
+/// into a weight sum and 4 column sums, after a first pass that takes the
+/// row's maximum LSE over all threads; the groups' sums meet in static
+/// shared memory (DecodeMerge.h has the formula). Under
+/// setDecodeSerialMergeForTesting (or a head_dim_v above 512) it is the
+/// serial kernel of sessions 16-18 instead: every thread walks all splits
+/// for its two columns.
 void buildDecodeMergeKernel(mlir::ImplicitLocOpBuilder &b,
                             mlir::Operation *gpuModule, const KernelShape &c);
 

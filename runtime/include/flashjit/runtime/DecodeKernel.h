@@ -100,9 +100,9 @@ struct DecodeSplitModel {
   /// K + V bytes one resident CTA streams per microsecond with all 2 x SM
   /// slots busy (H100: ~3.2 TB/s / 264 slots).
   static constexpr double kSlotBytesPerUs = 12.0e3;
-  /// The merge kernel's walk over one split (both passes, one row per CTA:
-  /// all rows in parallel), and the fused merge's one step of 8 splits for
-  /// one (row, 4 columns) item per thread: about one dependent load round.
+  /// The serial merge kernel's walk over one split (session 17's fit; the
+  /// parallel one is not modelled yet: DecodeSplitModel.cpp), and the fused
+  /// merge's 8-split step per (row, 4 columns) item: one load round.
   static constexpr double kMergeSplitUs = 0.33;
   /// The merge kernel's second launch (session 14: ~6 us).
   static constexpr double kMergeLaunchUs = 6.0;

@@ -767,7 +767,7 @@ inline std::vector<ArgType> mergeArgTypes(bool sink = false) {
   return t;
 }
 
-/// Threads per CTA of the merge kernel (two head_dim_v columns each).
+/// Threads per CTA of the merge kernel (one row; DecodeMergeKernel.h).
 inline constexpr int kMergeThreads = 128;
 /// The suffixes of the decode kernels.
 inline constexpr const char *kDecodeSuffix = "_decode";
