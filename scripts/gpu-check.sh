@@ -226,8 +226,10 @@ packLibs() {
       [[ $name =~ $skip ]] && continue
       local tmp="$PACK/lib/.$name.tmp"
       objcopy --strip-debug "$path" "$tmp" 2>/dev/null || cp -L "$path" "$tmp"
-      if (($(stat -c %s "$tmp") > 4000000)); then
-        # Big libraries travel xz-compressed; recompress only when changed.
+      if (($(stat -c %s "$tmp") > 1500000)); then
+        # Big libraries travel xz-compressed (the carry limit is 64 MiB with
+        # the tree); recompress only when changed.
+        rm -f "$PACK/lib/$name"
         if [[ ! -f $PACK/lib/$name.xz || $path -nt $PACK/lib/$name.xz ]]; then
           echo "pack: compressing $name"
           xz -T2 -6 -c "$tmp" >"$PACK/lib/$name.xz.tmp"
