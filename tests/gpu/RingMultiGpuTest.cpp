@@ -6,16 +6,23 @@
 // id), stream, NcclTransport, kernel object and GpuPagedOps.
 // [gpu][ring][multigpu] checks 2, 4 and 8 ranks (as many as there are
 // GPUs) against the float64 reference of the whole sequence, overlapped
-// and serial, bit for bit against each other. The hidden [.ringmultibench]
-// case times the forward at N = 128k-1M (causal zigzag and a document
-// mask of 16k-token documents, zigzag) on R GPUs against one GPU running
-// the whole sequence: fraction of ideal = T(1) / (R T(R)).
+// and serial, bit for bit against each other. [gpu][ring][multigpu]
+// [backward] checks ringAttentionBackwardGpu on the same machines (causal
+// zigzag and a document mask): dQ, dK and dV against the float64 reference
+// backward of the whole sequence (RingBackwardGpuTest.cpp's tolerances),
+// deterministic mode bit for bit run to run and overlapped vs serial.
+// The hidden [.ringmultibench] case times the forward at N = 128k-1M
+// (causal zigzag and a document mask of 16k-token documents, zigzag) on R
+// GPUs against one GPU running the whole sequence: fraction of ideal =
+// T(1) / (R T(R)).
 //
 //===----------------------------------------------------------------------===//
+#include "BackwardTestSupport.h"
 #include "GpuTestSupport.h"
 #include "KernelMatrix.h"
 
 #include "flashjit/frontend/ContextParallel.h"
+#include "flashjit/frontend/ReferenceBackward.h"
 #include "flashjit/runtime/Driver.h"
 #include "flashjit/runtime/NcclTransport.h"
 #include "flashjit/runtime/PagedOps.h"
@@ -31,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -83,6 +91,9 @@ struct RankCache {
   std::map<std::pair<std::string, int>, std::shared_ptr<GpuAttentionKernel>>
       kernels;
   std::map<int, std::shared_ptr<GpuPagedOps>> ops;
+  std::map<std::pair<std::string, int>,
+           std::shared_ptr<GpuAttentionBackwardKernel>>
+      backward; // [backward]: one per (id, device)
 };
 
 /// Rank r's device, kernel and ops for ring kernel \p id.
@@ -319,4 +330,248 @@ TEST_CASE("GPU ring forward throughput on several GPUs against the ideal",
                     100 * t1 / (n * ser), ovl, 100 * t1 / (n * ovl));
       }
     }
+}
+
+namespace {
+
+namespace bwd = flashjit::test::backward;
+
+/// A backward case over the whole sequence (host copies, on GPU 0): random
+/// inputs, O and LSE from the float64 forward rounded to the kernel's
+/// dtypes (so the check depends on no forward kernel), the gradients put
+/// back from the ranks, and the float64 reference backward.
+struct BackwardCase {
+  AttentionSpec spec;
+  int64_t batch = 2, s = 0;
+  std::unique_ptr<GpuTensor> q, k, v, o, dO, lse, dq, dk, dv;
+  ReferenceOutput ref;
+  ReferenceGradients want;
+};
+
+/// Ring backward kernel \p id of ringBackwardKernels(): the whole-sequence
+/// case at batch 2 and global seqlen \p s.
+std::unique_ptr<BackwardCase> makeBackwardCase(const std::string &id,
+                                               int64_t s) {
+  auto c = std::make_unique<BackwardCase>();
+  bool found = false;
+  for (const testing::RingKernel &k : testing::ringBackwardKernels())
+    if (k.id == id)
+      c->spec = k.spec, found = true;
+  REQUIRE(found);
+  const AttentionSpec &spec = c->spec;
+  const int64_t b = c->batch, hq = spec.headsQ, hkv = spec.headsKV;
+  const int64_t dqk = spec.headDimQK, dvv = spec.headDimV;
+  const DType dt = spec.dtypeQ;
+  c->s = s;
+  Device &dev0 = Device::get(0);
+  dev0.makeCurrent();
+  auto t = [&](std::unique_ptr<GpuTensor> &p, DType dtype, int64_t h,
+               int64_t dim, int rank = 4) {
+    p = std::make_unique<GpuTensor>(dev0, dtype,
+                                    std::array<int64_t, 4>{b, h, s, dim}, rank);
+  };
+  t(c->q, dt, hq, dqk), t(c->k, dt, hkv, dqk), t(c->v, dt, hkv, dvv);
+  t(c->o, dt, hq, dvv), t(c->dO, dt, hq, dvv), t(c->lse, DType::F32, hq, 1, 3);
+  t(c->dq, dt, hq, dqk), t(c->dk, dt, hkv, dqk), t(c->dv, dt, hkv, dvv);
+  std::mt19937_64 rng(2021);
+  c->q->randomize(rng, 2.0f), c->k->randomize(rng, 2.0f);
+  c->v->randomize(rng), c->dO->randomize(rng);
+  test::VariantArgs args(dev0, spec, s, s); // doc_id: s global entries
+  AttentionSpec fwd = spec;
+  fwd.returnLse = true;
+  c->ref = referenceAttention(fwd, c->q->hostRef, c->k->hostRef, c->v->hostRef,
+                              args.host);
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < s; ++i) {
+        bwd::put(*c->lse, bi, h, i, 0, c->ref.lseAt(bi, h, i));
+        for (int64_t d = 0; d < dvv; ++d)
+          bwd::put(*c->o, bi, h, i, d, c->ref.oAt(bi, h, i, d));
+      }
+  c->want =
+      referenceAttentionBackward(spec, c->q->hostRef, c->k->hostRef,
+                                 c->v->hostRef, c->dO->hostRef, args.host, {});
+  return c;
+}
+
+/// One rank of the backward on its GPU: its kernel object (one per device,
+/// loaded once per test case), merge ops, the global arguments in its
+/// memory and its parts of the tensors (gradients NaN-poisoned).
+struct BackwardRank {
+  Device *dev = nullptr;
+  std::shared_ptr<GpuAttentionBackwardKernel> kernel;
+  std::shared_ptr<GpuPagedOps> ops;
+  std::unique_ptr<test::VariantArgs> args;
+  std::unique_ptr<GpuTensor> q, k, v, o, dO, lse, dq, dk, dv;
+};
+
+/// Rank r of \p n of case \p c (kernel \p id) under \p sharding.
+BackwardRank makeBackwardRank(RankCache &cache, const std::string &id,
+                              const BackwardCase &c, int r, int n,
+                              Sharding sharding) {
+  BackwardRank g;
+  g.dev = &Device::get(r);
+  g.dev->makeCurrent();
+  std::shared_ptr<GpuAttentionBackwardKernel> &k = cache.backward[{id, r}];
+  if (!k)
+    k = bwd::loadBackward(id, testing::ringKernelSpec(c.spec), *g.dev);
+  std::shared_ptr<GpuPagedOps> &o = cache.ops[r];
+  if (!o)
+    o = std::make_shared<GpuPagedOps>(*g.dev);
+  g.kernel = k, g.ops = o;
+  g.args = std::make_unique<test::VariantArgs>(*g.dev, c.spec, c.s, c.s);
+  auto part = [&](std::unique_ptr<GpuTensor> &p, const GpuTensor &global) {
+    const TensorRef &w = global.hostRef;
+    p = std::make_unique<GpuTensor>(
+        *g.dev, w.dtype,
+        std::array<int64_t, 4>{w.shape[0], w.shape[1], c.s / n, w.shape[3]},
+        global.hostRef.rank);
+    shardSequence(w, p->hostRef, r, n, sharding);
+    bwd::upload(*p);
+  };
+  part(g.q, *c.q), part(g.k, *c.k), part(g.v, *c.v), part(g.o, *c.o);
+  part(g.dO, *c.dO), part(g.lse, *c.lse);
+  part(g.dq, *c.dq), part(g.dk, *c.dk), part(g.dv, *c.dv);
+  for (GpuTensor *t : {g.dq.get(), g.dk.get(), g.dv.get()})
+    t->poison();
+  return g;
+}
+
+/// Runs ringAttentionBackwardGpu on every rank (rank r on its GPU, one
+/// thread each, a communicator per rank) and waits for it; returns each
+/// rank's stats and rethrows the first rank's exception.
+std::vector<RingStats> runBackwardRanks(std::vector<BackwardRank> &ranks,
+                                        const AttentionSpec &spec,
+                                        const RingOptions &opts,
+                                        const GpuBackwardOptions &backward) {
+  const int n = static_cast<int>(ranks.size());
+  NcclUniqueId id = Nccl::get().uniqueId();
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<RingStats> stats(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        BackwardRank &g = ranks[size_t(r)];
+        g.dev->makeCurrent();
+        const Driver &d = Driver::get();
+        CUstream stream = nullptr;
+        if (d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) != CUDA_SUCCESS)
+          throw std::runtime_error("cuStreamCreate failed");
+        {
+          NcclCommunicator comm(id, n, r, *g.dev);
+          NcclTransport t(comm.handle(), stream);
+          ringAttentionBackwardGpu(
+              spec, *g.kernel, *g.ops, *g.dev, t, g.q->deviceRef,
+              g.k->deviceRef, g.v->deviceRef, g.o->deviceRef, g.lse->deviceRef,
+              g.dO->deviceRef, g.dq->deviceRef, g.dk->deviceRef,
+              g.dv->deviceRef, g.args->device, opts, backward, stream,
+              &stats[size_t(r)]);
+          if (d.cuStreamSynchronize(stream) != CUDA_SUCCESS)
+            throw std::runtime_error("cuStreamSynchronize failed");
+        }
+        d.cuStreamDestroy(stream);
+      } catch (...) {
+        errors[size_t(r)] = std::current_exception();
+      }
+    });
+  for (std::thread &t : threads)
+    t.join();
+  for (std::exception_ptr &e : errors)
+    if (e)
+      std::rethrow_exception(e);
+  return stats;
+}
+
+/// The gradients of \p ranks put back in global order into \p c, checked
+/// against the float64 reference backward; returns the host bytes of dQ,
+/// dK and dV.
+std::vector<uint8_t> checkBackwardRanks(BackwardCase &c,
+                                        std::vector<BackwardRank> &ranks,
+                                        Sharding sharding) {
+  const int n = static_cast<int>(ranks.size());
+  for (int r = 0; r < n; ++r) {
+    BackwardRank &g = ranks[size_t(r)];
+    g.dev->makeCurrent();
+    for (auto [t, w] :
+         {std::pair{g.dq.get(), c.dq.get()}, std::pair{g.dk.get(), c.dk.get()},
+          std::pair{g.dv.get(), c.dv.get()}}) {
+      t->download();
+      unshardSequence(t->hostRef, w->hostRef, r, n, sharding);
+    }
+  }
+  bwd::DenseGradChecks k =
+      bwd::compareDenseGradients(*c.dq, *c.dk, *c.dv, c.want, c.ref);
+  const DType dt = c.spec.dtypeQ;
+  std::printf("  ring bwd %-26s %d GPUs s%-5lld dQ %.2e/%.2e  dK %.2e/%.2e  "
+              "dV %.2e/%.2e (max/norm rel err)\n",
+              c.spec.variant.name().c_str(), n, (long long)c.s, k.q.relMax(),
+              k.q.relNorm(), k.k.relMax(), k.k.relNorm(), k.v.relMax(),
+              k.v.relNorm());
+  bwd::checkGrad("dQ", k.q, dt);
+  bwd::checkGrad("dK", k.k, dt);
+  bwd::checkGrad("dV", k.v, dt);
+  std::vector<uint8_t> bytes;
+  for (GpuTensor *g : {c.dq.get(), c.dk.get(), c.dv.get()})
+    bytes.insert(bytes.end(), g->host.begin(), g->host.end());
+  return bytes;
+}
+
+} // namespace
+
+TEST_CASE("GPU ring backward over NCCL on 2, 4 and 8 GPUs against the whole "
+          "sequence's reference backward, deterministic bit for bit run to "
+          "run and overlapped vs serial",
+          "[gpu][ring][multigpu][backward]") {
+  std::string why;
+  if (!multiGpu(why)) {
+    WARN("SKIPPED: " << why);
+    return;
+  }
+  // 656 tokens: zigzag chunks of 164, 82 or 41 (not whole tiles, the
+  // lengths RingBackwardGpuTest.cpp checks); documents of 37 tokens
+  // straddle them.
+  const int64_t s = 16 * 41;
+  const Sharding sh = Sharding::Zigzag;
+  RankCache cache;
+  for (const char *id :
+       {"ringbwd_causal_tl_d64_bf16_g2", "ringbwd_doc_d64_fp16_g1"}) {
+    std::unique_ptr<BackwardCase> c = makeBackwardCase(id, s);
+    for (int n : {2, 4, 8}) {
+      if (n > Device::count())
+        continue;
+      // Runs: default (atomic dQ) overlapped; deterministic overlapped
+      // twice; deterministic serial. All against the reference; the
+      // deterministic ones bit for bit.
+      std::vector<uint8_t> out[4];
+      for (int run = 0; run < 4; ++run) {
+        RingOptions opts;
+        opts.sharding = sh;
+        opts.overlap = run < 3;
+        GpuBackwardOptions backward;
+        backward.deterministic = run > 0;
+        INFO(id << ", " << n << " GPUs, run " << run
+                << (backward.deterministic ? ", deterministic" : "")
+                << (opts.overlap ? ", overlapped" : ", serial"));
+        std::vector<BackwardRank> ranks;
+        for (int r = 0; r < n; ++r)
+          ranks.push_back(makeBackwardRank(cache, id, *c, r, n, sh));
+        std::vector<RingStats> stats =
+            runBackwardRanks(ranks, c->spec, opts, backward);
+        for (const RingStats &st : stats) {
+          CHECK(st.shifts == 2 * n - 1);
+          CHECK(st.overlapped == opts.overlap);
+          // Causal zigzag: 2R + 1 of 4R chunk pairs on every rank.
+          if (std::string(id) == "ringbwd_causal_tl_d64_bf16_g2")
+            CHECK(st.pairsComputed == 2 * n + 1);
+        }
+        out[run] = checkBackwardRanks(*c, ranks, sh);
+      }
+      INFO(id << ", " << n << " GPUs: deterministic run to run, serial");
+      for (int run : {2, 3}) {
+        REQUIRE(out[1].size() == out[run].size());
+        CHECK(std::memcmp(out[1].data(), out[run].data(), out[1].size()) == 0);
+      }
+    }
+  }
 }
