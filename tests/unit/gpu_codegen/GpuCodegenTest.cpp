@@ -41,6 +41,15 @@ namespace {
 int sharedLimit(const std::string &arch) {
   return arch == "sm_90a" ? 232448 : 166912; // opt-in bytes per block
 }
+
+/// How often \p what occurs in \p s (overlapping occurrences count).
+size_t countOf(const std::string &s, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos;
+       at = s.find(what, at + 1))
+    ++n;
+  return n;
+}
 } // namespace
 
 TEST_CASE("every matrix kernel assembles with no spills for sm_80 and sm_90a",
@@ -1215,13 +1224,6 @@ TEST_CASE("the block-sparse wgmma backward issues the next listed query "
         ++n;
     return n;
   };
-  auto count = [](const std::string &ptx, const std::string &what) {
-    int n = 0;
-    for (size_t p = ptx.find(what); p != std::string::npos;
-         p = ptx.find(what, p + 1))
-      ++n;
-    return n;
-  };
   int checked = 0;
   for (const testing::MatrixKernel &k : testing::backwardSparseKernels()) {
     INFO(k.id << ": " << printSpec(k.spec));
@@ -1248,8 +1250,8 @@ TEST_CASE("the block-sparse wgmma backward issues the next listed query "
                    neu.rfind("bar.sync", neu.find("wgmma.mma_async"))) <
           neu.find("wgmma.mma_async"));
     CHECK(copiesBeforeProducts(was) == 0);
-    CHECK(count(neu, "cp.async.wait_group") ==
-          count(was, "cp.async.wait_group") + 1);
+    CHECK(countOf(neu, "cp.async.wait_group") ==
+          countOf(was, "cp.async.wait_group") + 1);
     // Off again: the default prefetches.
     CHECK(compileGpu(k.spec, o).ptx == img.ptx);
     runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
@@ -1624,13 +1626,7 @@ TEST_CASE("decode merge kernel: groups of threads over the splits by "
       REQUIRE(split != std::string::npos);
       splitKernel[serial] =
           img.ptx.substr(split, img.ptx.find("\n}", split) - split);
-      auto count = [&](const std::string &what) {
-        int n = 0;
-        for (size_t p = body.find(what); p != std::string::npos;
-             p = body.find(what, p + 1))
-          ++n;
-        return n;
-      };
+      auto count = [&](const std::string &what) { return countOf(body, what); };
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
       INFO(r.log);
       const runtime::PtxasFunctionReport *f = r.find(name);
@@ -1690,13 +1686,6 @@ TEST_CASE("decode kernels: two K/V stages by default, three on request up "
   wide.blockN = 32;
   CHECK(resolveGpuTileConfig(d128, wide).sharedBytes(128, 128) ==
         2 * 17408 + 34816);
-  auto count = [](const std::string &s, const std::string &what) {
-    int n = 0;
-    for (size_t at = s.find(what); at != std::string::npos;
-         at = s.find(what, at + 1))
-      ++n;
-    return n;
-  };
   for (const AttentionSpec &spec : {d128, causal}) {
     INFO(printSpec(spec));
     GpuKernelImage a = compileGpu(spec, o), b = compileGpu(spec, three);
@@ -1705,9 +1694,9 @@ TEST_CASE("decode kernels: two K/V stages by default, three on request up "
     CHECK(runtime::gpuLaunchConfigMismatch(spec, b.info(), b.ptx).empty());
     // Three stages: Q waited for behind two tile groups, one CTA barrier
     // fewer (the one that closed each tile).
-    CHECK(count(a.ptx, "cp.async.wait_group \t2;") == 0);
-    CHECK(count(b.ptx, "cp.async.wait_group \t2;") == 1);
-    CHECK(count(b.ptx, "bar.sync") == count(a.ptx, "bar.sync") - 1);
+    CHECK(countOf(a.ptx, "cp.async.wait_group \t2;") == 0);
+    CHECK(countOf(b.ptx, "cp.async.wait_group \t2;") == 1);
+    CHECK(countOf(b.ptx, "bar.sync") == countOf(a.ptx, "bar.sync") - 1);
     for (const GpuKernelImage *img : {&a, &b}) {
       runtime::PtxasReport r = runtime::runPtxas(img->ptx, "sm_90a");
       const runtime::PtxasFunctionReport *f = r.find(img->name + "_decode");
@@ -1850,13 +1839,6 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
   // rewrite the tile in shared memory (st.shared.v4); the backward's dQ
   // goes term by term from shared memory; every kind, instruction family
   // and target assembles clean. A kernel without a mask emits none of it.
-  auto count = [](const std::string &s, const std::string &what) {
-    size_t n = 0;
-    for (size_t at = s.find(what); at != std::string::npos;
-         at = s.find(what, at + 1))
-      ++n;
-    return n;
-  };
   struct Case {
     const char *variant;
     int d;
@@ -1903,9 +1885,9 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
       // last to arrive with one more bar.red.or (DecodeMerge.cpp), mask or
       // not.
       const size_t arrival = c.kind == KernelKind::Decode ? 1 : 0;
-      size_t votes = count(img.ptx, "bar.red.or.pred") - arrival;
-      size_t picks = count(img.ptx, "shfl.sync.idx");
-      size_t warpVotes = count(img.ptx, "vote.sync.any.pred");
+      size_t votes = countOf(img.ptx, "bar.red.or.pred") - arrival;
+      size_t picks = countOf(img.ptx, "shfl.sync.idx");
+      size_t warpVotes = countOf(img.ptx, "vote.sync.any.pred");
       if (!masked) {
         CHECK(votes == 0);
         CHECK(picks == 0);
@@ -1918,12 +1900,12 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
         CHECK(picks == 0); // dQ term by term from shared memory
       } else {
         CHECK(picks > 0);
-        CHECK(count(img.ptx, "st.shared.v4") > 0); // the rewrite
+        CHECK(countOf(img.ptx, "st.shared.v4") > 0); // the rewrite
       }
       // Warp-specialised: the guarded path meets at named barrier 1 of the
       // 256 consumer threads (twice: before and after the rewrite).
       if (c.published)
-        CHECK(count(img.ptx, "bar.sync \t1, 256") == 2);
+        CHECK(countOf(img.ptx, "bar.sync \t1, 256") == 2);
       runtime::PtxasReport r = runtime::runPtxas(img.ptx, c.arch);
       INFO(r.log);
       for (const runtime::PtxasFunctionReport &f : r.functions) {
@@ -1946,13 +1928,6 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
       setMaskedValueIsolationForTesting(true);
     }
   } restore;
-  auto countOf = [](const std::string &s, const std::string &what) {
-    size_t n = 0;
-    for (size_t at = s.find(what); at != std::string::npos;
-         at = s.find(what, at + 1))
-      ++n;
-    return n;
-  };
   for (auto [variant, d, mma, dtype] :
        {std::tuple{"doc_id", 64, GpuMma::WgmmaTma, DType::BF16},
         std::tuple{"window_lr", 64, GpuMma::WgmmaTma, DType::F16},
@@ -2034,13 +2009,6 @@ TEST_CASE("the head-dim-64 backward checks its results; the old votes stay "
   struct Restore {
     ~Restore() { setMaskedValueBackwardTileVoteForTesting(false); }
   } restore;
-  auto countOf = [](const std::string &s, const std::string &what) {
-    size_t n = 0;
-    for (size_t at = s.find(what); at != std::string::npos;
-         at = s.find(what, at + 1))
-      ++n;
-    return n;
-  };
   GpuCompileOptions o;
   o.arch = "sm_90a";
   o.kind = KernelKind::Backward;
@@ -2153,13 +2121,6 @@ TEST_CASE("the softmax exponentials are ex2.approx.ftz.f32; the old form "
   struct Restore {
     ~Restore() { setSoftmaxExp2FtzForTesting(true); }
   } restore;
-  auto countOf = [](const std::string &s, const std::string &what) {
-    size_t n = 0;
-    for (size_t at = s.find(what); at != std::string::npos;
-         at = s.find(what, at + 1))
-      ++n;
-    return n;
-  };
   auto plain = [](std::string s) {
     return std::regex_replace(s, std::regex("ex2\\.approx\\.ftz\\.f32"),
                               "ex2.approx.f32");
