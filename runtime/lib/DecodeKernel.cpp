@@ -3,6 +3,7 @@
 
 #include "flashjit/frontend/DecodeSplits.h"
 #include "flashjit/frontend/Error.h"
+#include "flashjit/runtime/DecodeMergeAbi.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Driver.h"
 #include "flashjit/runtime/KernelAbi.h"
@@ -206,6 +207,8 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
   module_ = Module::fromPtx(device, ptx);
   decode_ = module_.function(info_.name + abi::gpu::kDecodeSuffix);
   merge_ = module_.function(info_.name + abi::gpu::kDecodeMergeSuffix);
+  mergeSerial_ =
+      module_.function(info_.name + abi::gpu::kDecodeMergeSerialSuffix);
   decode_.setMaxDynamicSharedBytes(info_.sharedBytes);
   reads_ = BufferReads::of(spec_.variant);
 }
@@ -288,7 +291,9 @@ void GpuDecodeKernel::launchMerge(CUdeviceptr oPart, CUdeviceptr lsePart,
              static_cast<unsigned>(batch)};
   mc.block = {static_cast<unsigned>(abi::gpu::kMergeThreads), 1, 1};
   mc.stream = stream;
-  launch(merge_, mc, m);
+  const bool serial =
+      decodeSerialMerge(splits, int64_t(rows), device_->properties().smCount);
+  launch(serial ? mergeSerial_ : merge_, mc, m);
 }
 
 void GpuDecodeKernel::run(const TensorRef &q, const TensorRef &kCache,

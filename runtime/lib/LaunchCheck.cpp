@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/runtime/AttentionKernel.h"
 
+#include "flashjit/runtime/DecodeMergeAbi.h"
 #include "flashjit/runtime/HeadDim.h"
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Ptxas.h"
@@ -153,7 +154,8 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
   if (c.kind == KernelKind::Decode) {
     // `<name>_decode` (the variant's arguments follow the fixed ones; the
     // sink pointer is the last fixed one for a spec with a sink) and
-    // `<name>_decode_merge` (no variant arguments; the sink pointer last).
+    // `<name>_decode_merge` and `<name>_decode_merge_serial` (no variant
+    // arguments; the sink pointer last).
     if (std::string why = entryMismatch(
             ptx, info.name + abi::gpu::kDecodeSuffix,
             expectedParams(spec, abi::gpu::decodeArgTypes(spec.sink)),
@@ -163,11 +165,12 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
     std::vector<std::string> merge;
     for (abi::gpu::ArgType t : abi::gpu::mergeArgTypes(spec.sink))
       merge.push_back(ptxType(t));
-    if (std::string why =
-            entryMismatch(ptx, info.name + abi::gpu::kDecodeMergeSuffix, merge,
-                          abi::gpu::kMergeThreads, -1);
-        !why.empty())
-      return why;
+    for (const char *suffix :
+         {abi::gpu::kDecodeMergeSuffix, abi::gpu::kDecodeMergeSerialSuffix})
+      if (std::string why = entryMismatch(ptx, info.name + suffix, merge,
+                                          abi::gpu::kMergeThreads, -1);
+          !why.empty())
+        return why;
     // The split kernel's dynamic shared memory: the packed Q tile and
     // decodeStages padded K/V stages (KernelConfig::sharedBytes).
     if (info.sharedBytes != c.sharedBytes(spec.headDimQK, spec.headDimV))

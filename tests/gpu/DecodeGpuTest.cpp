@@ -316,6 +316,34 @@ TEST_CASE("decode over a contiguous cache and with many empty splits",
   }
 }
 
+TEST_CASE("decode: few splits over many rows take the merge kernel's "
+          "serial twin",
+          "[gpu][decode][merge]") {
+  // runtime::decodeSerialMerge: at most 8 splits over more rows than the
+  // parallel merge kernel's one wave (6 CTAs per SM) go to
+  // `<name>_decode_merge_serial`; 9 splits over the same rows to the
+  // parallel kernel. MQA 32/1 (32 rows per sequence and query), q_len 2,
+  // random lengths (one empty sequence), page 16, against the float64
+  // paged reference.
+  Device &dev = Device::get(0);
+  const testing::DecodeKernel k = decodeKernelById("dec_dense_mqa32");
+  auto kernel = loadDecode(k, dev);
+  const int sms = dev.properties().smCount;
+  const int64_t qLen = 2, rowsPer = k.spec.headsQ * qLen;
+  const int64_t batch = 6 * sms / rowsPer + 2;
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> lenD(1, 700);
+  std::vector<int64_t> lens;
+  for (int64_t b = 0; b < batch; ++b)
+    lens.push_back(b == 3 ? 0 : lenD(rng));
+  for (int splits : {2, 5, 8, 9}) {
+    REQUIRE(decodeSerialMerge(splits, batch * rowsPer, sms) == (splits <= 8));
+    checkPaged(dev, *kernel, k.spec, lens, 16, qLen, splits % 2 == 0, false,
+               splits, seed + uint64_t(splits), DecodeMerge::Separate);
+  }
+}
+
 TEST_CASE("decode: a sliding window's splits divide the keys it sees",
           "[gpu][decode]") {
   // The window kernel (300 keys back) on sequences much longer than the
@@ -786,8 +814,10 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
   // (benchMs, the merge Auto picks). One DECODESWEEP line per count, with
   // the model's time (decodeSplitTimeUs: its order, not its scale, is what
   // the rule uses); where the merge kernel runs, the same call with the
-  // serial merge kernel (the `_serialmerge` id, before session 19) at the
-  // end of the line. ~15 s on an H100.
+  // serial merge kernel (the `_serialmerge` id, before session 19), then
+  // the same call with three K/V stages (the `_s3` id: two tiles in flight
+  // during a tile's math, for the counts with one CTA per SM) at the end
+  // of the line. ~25 s on an H100.
   Device &dev = Device::get(0);
   DeviceBuffer flush(dev, size_t(256) << 20);
   std::mt19937_64 rng(17);
@@ -801,6 +831,7 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
       continue;
     auto kernel = loadDecode(k, dev);
     auto serial = loadDecode(decodeKernelById(k.id + "_serialmerge"), dev);
+    auto three = loadDecode(decodeKernelById(k.id + "_s3"), dev);
     test::VariantArgs va(dev, k.spec, 1, 1);
     const int64_t hq = k.spec.headsQ, hk = k.spec.headsKV, d = 128;
     const int64_t rowTiles = (hq / hk + kernel->info().config.blockM() - 1) /
@@ -850,6 +881,7 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
         auto [ms, msAlone] = timeWith(*kernel);
         const bool separate = n > 1 && !kernel->fusesMerge(1, n);
         const float msSerial = separate ? timeWith(*serial).first : 0.0f;
+        const float msThree = timeWith(*three).first;
         const double kvBytes = double(s.batch) * s.nk * hk * d * 2 * 2;
         const std::string tag = n == fresh && n == old ? "new,old"
                                 : n == fresh           ? "new"
@@ -857,7 +889,8 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
                                                        : "forced";
         std::printf(
             "DECODESWEEP %-15s B=%-3lld Nk=%-6lld splits=%-3d %-7s "
-            "merge=%-8s %8.4f ms %5.2f TB/s (alone %.4f ms) model %.1f us%s\n",
+            "merge=%-8s %8.4f ms %5.2f TB/s (alone %.4f ms) model %.1f us%s"
+            " | s3 %.4f ms %.2f TB/s\n",
             k.id.c_str(), (long long)s.batch, (long long)s.nk, n, tag.c_str(),
             n == 1     ? "none"
             : separate ? "separate"
@@ -867,7 +900,8 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
             separate ? fmt::format(" | serialmerge {:.4f} ms {:.2f} TB/s",
                                    msSerial, kvBytes / (msSerial * 1e-3) / 1e12)
                            .c_str()
-                     : "");
+                     : "",
+            msThree, kvBytes / (msThree * 1e-3) / 1e12);
       }
     }
   }

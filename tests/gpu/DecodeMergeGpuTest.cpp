@@ -14,6 +14,8 @@
 #include "DecodeKernels.h"
 #include "GpuTestSupport.h"
 
+#include "flashjit/runtime/DecodeKernel.h"
+#include "flashjit/runtime/DecodeMergeAbi.h"
 #include "flashjit/runtime/Driver.h"
 #include "flashjit/runtime/Launch.h"
 #include "flashjit/runtime/Memory.h"
@@ -21,9 +23,11 @@
 
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <sstream>
+#include <utility>
 
 using namespace flashjit;
 using namespace flashjit::runtime;
@@ -92,7 +96,10 @@ struct MergeKernel {
   testing::DecodeKernel k;
   Module module;
   Function fn;
-  MergeKernel(Device &dev, const std::string &id) {
+  /// Entry `<name><suffix>`: the merge kernel, or its serial twin with
+  /// abi::gpu::kDecodeMergeSerialSuffix.
+  MergeKernel(Device &dev, const std::string &id,
+              const char *suffix = abi::gpu::kDecodeMergeSuffix) {
     for (const testing::DecodeKernel &c : testing::decodeKernels())
       if (c.id == id)
         k = c;
@@ -107,7 +114,7 @@ struct MergeKernel {
     std::stringstream ptx;
     ptx << ptxFile.rdbuf();
     module = Module::fromPtx(dev, ptx.str());
-    fn = module.function(info.name + abi::gpu::kDecodeMergeSuffix);
+    fn = module.function(info.name + suffix);
   }
   /// Launches the merge of \p splits splits' partials into O and LSE
   /// [batch, heads_q, q_len(, dv)] (run()'s launchMerge: one CTA per row).
@@ -142,12 +149,22 @@ TEST_CASE("decode merge kernel: many splits, empty ones and NaN in unused "
   const uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
-  for (const char *id :
-       {"dec_dense_mqa32", "dec_dense_mqa32_serialmerge", "dec_sink_g4",
-        "dec_causal_mha_d64_f16", "dec_sink_causal_g3_d64_f16"}) {
-    MergeKernel mk(dev, id);
+  // The merge entries, and the serial twins run() takes for few splits
+  // over many rows (runtime::decodeSerialMerge; here at every count).
+  const char *twin = abi::gpu::kDecodeMergeSerialSuffix;
+  for (auto [id, suffix] :
+       std::initializer_list<std::pair<const char *, const char *>>{
+           {"dec_dense_mqa32", abi::gpu::kDecodeMergeSuffix},
+           {"dec_dense_mqa32_serialmerge", abi::gpu::kDecodeMergeSuffix},
+           {"dec_sink_g4", abi::gpu::kDecodeMergeSuffix},
+           {"dec_causal_mha_d64_f16", abi::gpu::kDecodeMergeSuffix},
+           {"dec_sink_causal_g3_d64_f16", abi::gpu::kDecodeMergeSuffix},
+           {"dec_dense_mqa32", twin},
+           {"dec_sink_g4", twin},
+           {"dec_sink_causal_g3_d64_f16", twin}}) {
+    MergeKernel mk(dev, id, suffix);
     const AttentionSpec &spec = mk.k.spec;
-    INFO(mk.k.id);
+    INFO(mk.k.id << suffix);
     const int64_t batch = 2, heads = spec.headsQ, qLen = 3, dv = spec.headDimV,
                   rows = batch * heads * qLen;
     std::vector<float> sink;
@@ -210,14 +227,18 @@ TEST_CASE("decode merge kernel: parallel beside serial",
   // split kernel (which leaves the partials in the L2): microseconds per
   // launch, 50 launches back to back between CUDA events, the default
   // (`dec_dense_mqa32`, groups of threads over the splits) beside the
-  // serial walk (`dec_dense_mqa32_serialmerge`, before session 19).
+  // serial walk (`dec_dense_mqa32_serialmerge`, before session 19), and
+  // the default module's serial twin (`_decode_merge_serial`, the same
+  // walk) with the kernel run() launches (decodeSerialMerge).
   Device &dev = Device::get(0);
   std::mt19937_64 rng(19);
   MergeKernel parallel(dev, "dec_dense_mqa32"),
-      serial(dev, "dec_dense_mqa32_serialmerge");
+      serial(dev, "dec_dense_mqa32_serialmerge"),
+      twin(dev, "dec_dense_mqa32", abi::gpu::kDecodeMergeSerialSuffix);
   const int64_t heads = 32, dv = 128;
+  const int sms = dev.properties().smCount;
   for (int64_t batch : {1, 8, 64})
-    for (int splits : {4, 8, 33, 64, 128, 244}) {
+    for (int splits : {2, 4, 8, 16, 33, 64, 128, 244}) {
       const int64_t rows = batch * heads;
       Partials p(splits, rows, dv, rng);
       for (float &l : p.lse) // every split live
@@ -229,9 +250,11 @@ TEST_CASE("decode merge kernel: parallel beside serial",
       lsePart.copyFromHost(p.lse.data(), p.lse.size() * 4);
       test::GpuTensor o(dev, DType::BF16, {batch, heads, 1, dv});
       test::GpuTensor lse(dev, DType::F32, {batch, heads, 1, 1}, 3);
-      double us[2];
-      for (int which = 0; which < 2; ++which) {
-        const MergeKernel &mk = which ? serial : parallel;
+      double us[3];
+      for (int which = 0; which < 3; ++which) {
+        const MergeKernel &mk = which == 0   ? parallel
+                                : which == 1 ? serial
+                                             : twin;
         auto once = [&] {
           mk.launchOn(oPart.ptr(), lsePart.ptr(), splits, o.deviceRef,
                       lse.deviceRef, nullptr);
@@ -245,7 +268,9 @@ TEST_CASE("decode merge kernel: parallel beside serial",
         us[which] = 1e3 * timer.stopMs() / reps;
       }
       std::printf("DECODEMERGE rows=%-5lld splits=%-3d parallel %7.2f us  "
-                  "serial %7.2f us  (x%.1f)\n",
-                  (long long)rows, splits, us[0], us[1], us[1] / us[0]);
+                  "serial %7.2f us  (x%.1f)  twin %7.2f us  run=%s\n",
+                  (long long)rows, splits, us[0], us[1], us[1] / us[0], us[2],
+                  runtime::decodeSerialMerge(splits, rows, sms) ? "twin"
+                                                                : "parallel");
     }
 }

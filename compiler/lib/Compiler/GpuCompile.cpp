@@ -18,6 +18,7 @@
 #include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
+#include "flashjit/runtime/DecodeMergeAbi.h"
 #include "flashjit/runtime/HeadDim.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -314,7 +315,8 @@ GpuKernelImage compileGpu(const AttentionSpec &spec,
         fn.getName().ends_with(abi::gpu::kBackwardPreSuffix) ||
         fn.getName().ends_with(abi::gpu::kBackwardPostSuffix) ||
         fn.getName().ends_with(abi::gpu::kBackwardMaskSuffix) ||
-        fn.getName().ends_with(abi::gpu::kDecodeMergeSuffix))
+        fn.getName().ends_with(abi::gpu::kDecodeMergeSuffix) ||
+        fn.getName().ends_with(abi::gpu::kDecodeMergeSerialSuffix))
       return; // the builder's shared memory is one byte per key tile; the
               // backward's row kernels and mask transposer need none
     auto bytes = fn->getAttrOfType<IntegerAttr>("flashjit.shared_bytes");

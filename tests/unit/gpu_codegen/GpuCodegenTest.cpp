@@ -1601,7 +1601,8 @@ TEST_CASE("decode merge kernel: groups of threads over the splits by "
   // static shared memory; .minnctapersm 4 lets ptxas keep the loads in
   // flight (at its default target of 16 CTAs it issued one split's loads
   // after the previous split's arithmetic). The serial kernel (the hook)
-  // has no barrier, no shared memory and 2-column 4-byte loads.
+  // has no barrier, no shared memory and 2-column 4-byte loads; every
+  // module also holds it as `<name>_decode_merge_serial`.
   for (int dv : {64, 128, 256}) {
     AttentionSpec spec;
     spec.variant = Variant("merge_d" + std::to_string(dv));
@@ -1611,7 +1612,8 @@ TEST_CASE("decode merge kernel: groups of threads over the splits by "
     GpuCompileOptions o;
     o.arch = "sm_90a";
     o.kind = KernelKind::Decode;
-    std::string splitKernel[2]; // `<name>_decode`, parallel / serial merge
+    std::string splitKernel[2];      // `<name>_decode`, parallel / serial merge
+    std::string twin[2], serialBody; // `<name>_decode_merge_serial`
     for (bool serial : {false, true}) {
       INFO("head_dim_v " << dv << (serial ? " serial" : " parallel"));
       setDecodeSerialMergeForTesting(serial);
@@ -1632,7 +1634,20 @@ TEST_CASE("decode merge kernel: groups of threads over the splits by "
       const runtime::PtxasFunctionReport *f = r.find(name);
       REQUIRE(f);
       CHECK(f->clean());
+      // The serial twin run() takes for few splits over many rows
+      // (runtime::decodeSerialMerge), in either module.
+      const std::string twinName = name + "_serial";
+      const size_t tw = img.ptx.find(".entry " + twinName + "(");
+      REQUIRE(tw != std::string::npos);
+      twin[serial] = img.ptx.substr(tw, img.ptx.find("\n}", tw) - tw);
+      const runtime::PtxasFunctionReport *tf = r.find(twinName);
+      REQUIRE(tf);
+      CHECK(tf->clean());
+      CHECK(tf->sharedBytes == 0);
+      CHECK(countOf(twin[serial], "bar.sync") == 0);
+      CHECK(countOf(twin[serial], "ld.global.v4") == 0);
       if (serial) {
+        serialBody = body;
         CHECK(count("bar.sync") == 0);
         CHECK(count("ld.global.v4") == 0);
         CHECK(f->sharedBytes == 0);
@@ -1650,8 +1665,23 @@ TEST_CASE("decode merge kernel: groups of threads over the splits by "
                       "]") != std::string::npos);
       CHECK(f->registers <= 128);
     }
-    // The split kernel beside either merge is the same.
+    // The split kernel beside either merge is the same; so is the twin,
+    // and it is the hook's serial kernel under another name (and other
+    // block labels: $L__BB<function>_<block>).
     CHECK(splitKernel[0] == splitKernel[1]);
+    CHECK(twin[0] == twin[1]);
+    auto plain = [](std::string text, const std::string &drop) {
+      for (size_t at = text.find(drop); at != std::string::npos;
+           at = text.find(drop, at))
+        text.erase(at, drop.size());
+      for (size_t at = text.find("$L__BB"); at != std::string::npos;
+           at = text.find("$L__BB", at + 6)) {
+        size_t end = text.find('_', at + 6);
+        text.erase(at + 6, end - (at + 6));
+      }
+      return text;
+    };
+    CHECK(plain(twin[0], "_serial") == plain(serialBody, "_serial"));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "DecodeMerge.h"
 #include "flashjit/compiler/DecodeMergeTesting.h"
+#include "flashjit/runtime/DecodeMergeAbi.h"
 
 #include "KernelOps.h"
 #include "MaskedValues.h"
@@ -378,8 +379,11 @@ void ParallelMerge::combine(Value mUse, const SinkLog2 &sink) {
 /// setDecodeSerialMergeForTesting's switch.
 static std::atomic<bool> serialMerge{false};
 
-void buildDecodeMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
-                            const KernelShape &c) {
+/// Appends one merge entry \p name to \p gpuModule (before its
+/// terminator): the parallel kernel when \p parallel, else the serial one.
+static void buildMergeEntry(ImplicitLocOpBuilder &b, Operation *gpuModule,
+                            const KernelShape &c, const std::string &name,
+                            bool parallel) {
   KernelOps ops(b, c.bf16);
   OpBuilder::InsertionGuard guard(b);
   Region &region = gpuModule->getRegion(0);
@@ -388,11 +392,6 @@ void buildDecodeMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
   if (!region.front().empty() &&
       region.front().back().hasTrait<OpTrait::IsTerminator>())
     b.setInsertionPoint(&region.front().back());
-  const std::string name = c.name + abi::kDecodeMergeSuffix;
-  // The parallel merge takes 16-byte column quads: head_dim_v a multiple
-  // of 4 with at least one group of dv / 4 threads (dv <= 4 x threads).
-  const bool parallel = !serialMerge.load() && c.headDimV % 4 == 0 &&
-                        c.headDimV <= 4 * abi::kMergeThreads;
   if (parallel) // its shared memory (static: the launch passes none)
     LLVM::GlobalOp::create(
         b,
@@ -416,6 +415,20 @@ void buildDecodeMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
   fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(4));
   Value smem = LLVM::AddressOfOp::create(b, ops.ptrS, name + "_smem");
   ParallelMerge(b, ops, fn, c, smem).emit();
+}
+
+void buildDecodeMergeKernel(ImplicitLocOpBuilder &b, Operation *gpuModule,
+                            const KernelShape &c) {
+  // The parallel merge takes 16-byte column quads: head_dim_v a multiple
+  // of 4 with at least one group of dv / 4 threads (dv <= 4 x threads).
+  const bool parallel = !serialMerge.load() && c.headDimV % 4 == 0 &&
+                        c.headDimV <= 4 * abi::kMergeThreads;
+  buildMergeEntry(b, gpuModule, c, c.name + abi::kDecodeMergeSuffix, parallel);
+  // The serial walk for few splits over many rows (runtime's
+  // decodeSerialMerge): 32 registers let 16 CTAs share an SM where the
+  // parallel kernel's 75 fit 6, so 2048 rows take one wave, not three.
+  buildMergeEntry(b, gpuModule, c, c.name + abi::kDecodeMergeSerialSuffix,
+                  /*parallel=*/false);
 }
 
 } // namespace flashjit::nvvm::detail

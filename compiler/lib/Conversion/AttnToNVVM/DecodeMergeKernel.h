@@ -24,7 +24,9 @@ namespace flashjit::nvvm::detail {
 /// shared memory (DecodeMerge.h has the formula). Under
 /// setDecodeSerialMergeForTesting (or a head_dim_v above 512) it is the
 /// serial kernel of sessions 16-18 instead: every thread walks all splits
-/// for its two columns.
+/// for its two columns. Then appends @<name>_decode_merge_serial (same
+/// arguments and launch), always the serial kernel: the runtime takes it
+/// for few splits over many rows (runtime::decodeSerialMerge).
 void buildDecodeMergeKernel(mlir::ImplicitLocOpBuilder &b,
                             mlir::Operation *gpuModule, const KernelShape &c);
 

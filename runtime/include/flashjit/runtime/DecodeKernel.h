@@ -91,21 +91,35 @@ struct DecodeSplitShape {
   int smCount = 132;                ///< the device's SMs
 };
 
-/// The split-count model's constants (decodeNumSplits; session 17's H100
-/// sweep and ptxas, see DecodeSplitModel.cpp).
+/// The split-count model's constants (decodeNumSplits; session 19's H100
+/// sweep, [.decodesplitbench] and [.decodemergebench], and ptxas: see
+/// DecodeSplitModel.cpp).
 struct DecodeSplitModel {
   /// CTAs of the split kernel resident per SM: every decode kernel holds
   /// 183-245 registers x 128 threads and 45-102 KiB of shared memory, so 2.
   static constexpr int kCtasPerSm = 2;
-  /// K + V bytes one resident CTA streams per microsecond with all 2 x SM
-  /// slots busy (H100: ~3.2 TB/s / 264 slots).
-  static constexpr double kSlotBytesPerUs = 12.0e3;
-  /// The serial merge kernel's walk over one split (session 17's fit; the
-  /// parallel one is not modelled yet: DecodeSplitModel.cpp), and the fused
-  /// merge's 8-split step per (row, 4 columns) item: one load round.
-  static constexpr double kMergeSplitUs = 0.33;
-  /// The merge kernel's second launch (session 14: ~6 us).
-  static constexpr double kMergeLaunchUs = 6.0;
+  /// K + V bytes one SM streams per microsecond while every SM holds
+  /// kCtasPerSm CTAs: the device's bandwidth over its SMs (H100: ~3.1
+  /// TB/s / 132).
+  static constexpr double kSmBytesPerUs = 23.5e3;
+  /// K + V bytes one CTA streams per microsecond alone on its SM (H100,
+  /// measured with 64-132 SMs busy).
+  static constexpr double kCtaBytesPerUs = 22.0e3;
+  /// A CTA's fixed cost (page table, Q, the pipeline's fill, its partial
+  /// state), in key tiles.
+  static constexpr double kCtaFixedTiles = 2.2;
+  /// The fused merge's 8-split step per (row, 4 columns) item: one round of
+  /// dependent loads.
+  static constexpr double kFusedStepUs = 0.33;
+  /// The merge kernel's second launch and its fixed work.
+  static constexpr double kMergeLaunchUs = 4.0;
+  /// One load round of the parallel merge kernel.
+  static constexpr double kMergeRoundUs = 0.2;
+  /// The serial merge kernel's walk over one split (decodeSerialMerge).
+  static constexpr double kSerialMergeSplitUs = 0.125;
+  /// decodeNumSplits takes the fewest splits within this fraction of the
+  /// least modelled time (the model's error is larger than 2%).
+  static constexpr double kTieMargin = 0.02;
   /// At least this many key tiles per split (a CTA's fixed cost: Q, the
   /// pipeline's fill, its partial state).
   static constexpr int64_t kMinTilesPerSplit = 4;
@@ -115,16 +129,18 @@ struct DecodeSplitModel {
 
 /// The modelled time (microseconds) of a decode call of shape \p s with
 /// \p numSplits splits: the split kernel's waves of CTAs, each streaming
-/// its ceil(tiles / numSplits) key tiles at the full-occupancy slot rate,
-/// plus the merge run() would pick (decodeFusedMerge): none for one split,
-/// the fused merge's items x steps rounds, or the merge kernel's launch and
-/// its serial walk over the splits. Formula and constants:
-/// DecodeSplitModel and DecodeSplitModel.cpp. Throws UserError for a field out
-/// of range (as decodeNumSplits) or \p numSplits < 1.
+/// its ceil(tiles / numSplits) key tiles plus its fixed cost (two CTAs per
+/// SM at the SM's share of the bandwidth, one alone at a CTA's rate), plus
+/// the merge run() would pick (decodeFusedMerge, decodeSerialMerge): none
+/// for one split, the fused merge's items x steps rounds, or the merge
+/// kernel's launch and its load rounds or bytes. Formula and constants:
+/// DecodeSplitModel and DecodeSplitModel.cpp. Throws UserError for a field
+/// out of range (as decodeNumSplits) or \p numSplits < 1.
 double decodeSplitTimeUs(const DecodeSplitShape &s, int64_t numSplits);
 
-/// The number of key splits of a decode call: the count in [1, most] with
-/// the least decodeSplitTimeUs (the smallest on a tie), where most =
+/// The number of key splits of a decode call: the fewest in [1, most]
+/// whose decodeSplitTimeUs is within DecodeSplitModel::kTieMargin of the
+/// least, where most =
 /// min(kMaxSplits, tiles / kMinTilesPerSplit, 65535 / rowTiles) and at
 /// least 1. Throws UserError naming the field for batch < 0, headsKV,
 /// rowTiles, groupRows, blockN, tileBytes, headDimV, threads or smCount
@@ -195,6 +211,19 @@ enum class DecodeMerge {
 bool decodeFusedMerge(int64_t numSplits, int64_t groupRows, int64_t headDimV,
                       int threads);
 inline constexpr int64_t kFusedMergeSteps = 4;
+
+/// Whether a call merged by the merge kernel takes its serial twin
+/// (`<name>_decode_merge_serial`) rather than the parallel kernel: at most
+/// kSerialMergeMaxSplits splits over more rows (\p rows = batch x heads_q x
+/// q_len CTAs) than kParallelMergeCtasPerSm x \p smCount. The parallel
+/// kernel (75 registers) fits 6 CTAs per SM, the serial one (32) 16: at
+/// few splits both are a round or two of loads, so the waves decide
+/// (session 19, H100, 2048 rows: 4 splits 7.1 vs 5.0 us, 8 splits 7.1 vs
+/// 6.4; 33 splits 11.4 vs 15.9; 256 rows: within 0.1 us). Throws UserError
+/// for a count below 1.
+bool decodeSerialMerge(int64_t numSplits, int64_t rows, int smCount);
+inline constexpr int64_t kSerialMergeMaxSplits = 8;
+inline constexpr int64_t kParallelMergeCtasPerSm = 6;
 
 /// The loaded decode kernels of one spec on one device.
 class GpuDecodeKernel {
@@ -284,7 +313,8 @@ public:
   static constexpr int64_t kMaxQLen = 64;
 
 private:
-  /// Launches `<name>_decode_merge` over the partial states at \p oPart /
+  /// Launches `<name>_decode_merge` (or its serial twin, decodeSerialMerge)
+  /// over the partial states at \p oPart /
   /// \p lsePart (decodeWorkspaceLayout) of a \p splits-split call.
   void launchMerge(CUdeviceptr oPart, CUdeviceptr lsePart, int64_t batch,
                    int64_t headsQ, int64_t qLen, int splits, const TensorRef &o,
@@ -295,7 +325,7 @@ private:
   GpuKernelInfo info_;
   Device *device_;
   Module module_;
-  Function decode_, merge_;
+  Function decode_, merge_, mergeSerial_;
   BufferReads reads_; // the variant's buffer reads, bounded per call
   mutable std::atomic<uint64_t> checkSyncs_{0};
 };
