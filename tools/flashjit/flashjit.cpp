@@ -1338,7 +1338,8 @@ double runTolerance(DType dtypeO) {
 }
 
 /// `compile --kernel decode`: the GPU split-KV decode kernels
-/// (`<name>_decode`, `<name>_decode_merge`) of the spec for a GPU target,
+/// (`<name>_decode`, `<name>_decode_merge`, `<name>_decode_merge_serial`)
+/// of the spec for a GPU target,
 /// through the disk cache (kind decode; --no-cache: in memory), with
 /// ptxas's resource report.
 int compileDecode() {
@@ -1362,14 +1363,15 @@ int compileDecode() {
       "target  {} decode, ready in {:.1f} ms\n"
       "key     {}\n"
       "cache   {}{}\n"
-      "entries {}_decode {}_decode_merge\n"
+      "entries {}_decode {}_decode_merge {}_decode_merge_serial\n"
       "tiles   block_m={} (packed query rows) block_n={} threads={} "
       "shared={} bytes\n",
       target, ms, res.key.hash(), toString(res.outcome),
-      res.entryDir.empty() ? "" : " " + res.entryDir, a.entry, a.entry,
+      res.entryDir.empty() ? "" : " " + res.entryDir, a.entry, a.entry, a.entry,
       a.config.blockM(), a.config.blockN, a.config.threads(), a.sharedBytes);
   runtime::PtxasReport r = runtime::runPtxas(ptx, target);
-  for (const char *suffix : {"_decode", "_decode_merge"})
+  for (const char *suffix :
+       {"_decode", "_decode_merge", "_decode_merge_serial"})
     if (const runtime::PtxasFunctionReport *f = r.find(a.entry + suffix))
       llvm::outs() << fmt::format("ptxas   {}{}: {} registers, {} bytes "
                                   "spilled\n",

@@ -112,6 +112,10 @@
 // DEC-LABEL: gpu.func @causal_decode_merge(
 // DEC: arith.cmpf une
 // DEC: gpu.return
+// And its serial twin, for few splits over many rows (the same test).
+// DEC-LABEL: gpu.func @causal_decode_merge_serial(
+// DEC: arith.cmpf une
+// DEC: gpu.return
 attn.attention @causal attributes {
     dtype_q = bf16, dtype_k = bf16, dtype_v = bf16, dtype_o = bf16,
     head_dim_qk = 64 : i64, head_dim_v = 64 : i64, heads_q = 4 : i64,
