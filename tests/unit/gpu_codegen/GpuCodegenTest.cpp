@@ -1265,7 +1265,7 @@ TEST_CASE("the block-sparse wgmma backward issues the next listed query "
 }
 
 TEST_CASE("masked head-dim-64 wgmma backward kernels loop over their "
-          "visited query tiles; the old loop stays reachable for timing",
+          "visited query tiles, the old loop stays reachable for timing",
           "[gpu-codegen][backward]") {
   // FlashBackwardKernel.cpp, visitedRange: before each query head's tile
   // loop, the lanes classify every 32nd query tile and redux.sync gives the
@@ -2065,7 +2065,7 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
   }
 }
 
-TEST_CASE("the head-dim-64 backward checks its results; the old votes stay "
+TEST_CASE("the head-dim-64 backward checks its results, the old votes stay "
           "reachable for timing",
           "[gpu-codegen][masked]") {
   // MaskedValues.h, "Backward": the pipelined wgmma backward at head dim 64
@@ -2180,7 +2180,7 @@ TEST_CASE("every ring kernel assembles with no spills and takes the chunk "
     }
 }
 
-TEST_CASE("the softmax exponentials are ex2.approx.ftz.f32; the old form "
+TEST_CASE("the softmax exponentials are ex2.approx.ftz.f32, the old form "
           "stays reachable for timing",
           "[gpu-codegen]") {
   // KernelOps::exp2: forward, backward (P = exp2(s - LSE)) and decode (and
