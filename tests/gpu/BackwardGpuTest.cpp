@@ -350,6 +350,46 @@ TEST_CASE("generated backward kernels match the float64 reference backward",
   }
 }
 
+TEST_CASE("masked head-dim-64 backward kernels loop over the visited query "
+          "tiles only",
+          "[gpu][backward]") {
+  // On sm_90a these kernels find the first and last query tile their
+  // classifier does not find empty before the tile loop (a scan over
+  // every 32nd tile per lane, redux.sync; FlashBackwardKernel.cpp,
+  // visitedRange). Shapes whose CTAs visit a short range in the middle of
+  // many query tiles (700 x 700: 11 tiles), CTAs that visit none (65 x 400
+  // top-left: key tiles 1..3; and 400 x 65 bottom-right, 0 x 200 below),
+  // GQA from the matrix (g1..g3), default and deterministic mode.
+  Device &dev = Device::get(0);
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {700, 700}, {65, 400}, {400, 65}, {0, 200}};
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int i = 0, n = 0;
+  for (const testing::MatrixKernel &k : testing::backwardKernels()) {
+    if (!selected(k.id) || k.spec.headDimQK != 64 || k.variant == "none" ||
+        k.variant == "alibi" || k.variant == "rel_bias")
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = loadBackward(k.id, k.spec, dev);
+    CHECK(kernel->function().localBytes() == 0);
+    for (auto [sq, sk] : shapes) {
+      checkBackward(dev, *kernel, k.spec, 1 + i % 2, sq, sk, i % 2, seed + i);
+      ++i;
+    }
+    GpuBackwardOptions det;
+    det.deterministic = true;
+    // Deterministic mode: dQ in key-tile order (score modifiers with
+    // parameter gradients refuse it).
+    if (k.variant != "softcap")
+      checkBackward(dev, *kernel, k.spec, 2, 700, 700, 0, seed + i++, det);
+    ++n;
+  }
+  // causal tl/br, window, chunked causal, documents, softcap and softcap
+  // under a window at head dim 64.
+  CHECK((n == 7 || std::getenv("FLASHJIT_MATRIX_ONLY")));
+}
+
 TEST_CASE("a backward kernel reused for a second call gives the right "
           "gradients",
           "[gpu][backward]") {

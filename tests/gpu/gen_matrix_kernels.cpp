@@ -39,7 +39,9 @@
 // kernels). Timing ids of benchKernels() ending `_sync` are built that way
 // too; those ending `_noftz` (forward and backward) and the block-sparse
 // timing ids `<id>_noftz` with the softmax exponentials as ex2.approx.f32
-// (setSoftmaxExp2FtzForTesting off). resultCheckKernels() are written a
+// (setSoftmaxExp2FtzForTesting off); those ending `_noscan` (backward) with
+// the tile loop through every query tile (setTileRangeBackwardForTesting
+// off). resultCheckKernels() are written a
 // second time as `<id>_tilevote`, built with the in-tile masked-value vote
 // (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison.
 //
@@ -373,7 +375,10 @@ int main(int argc, char **argv) {
     // `_sync`: the synchronous backward tile step (the old default with
     // mask or modifier code at head dim 128).
     bo.syncBackward = endsWith("_sync");
+    // `_noscan`: the tile loop through every query tile (before session 20).
+    flashjit::setTileRangeBackwardForTesting(!endsWith("_noscan"));
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    flashjit::setTileRangeBackwardForTesting(true);
     flashjit::setSoftmaxExp2FtzForTesting(true);
     n += 2;
   }

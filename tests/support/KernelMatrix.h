@@ -317,7 +317,11 @@ inline std::vector<MatrixKernel> sparseBenchKernels() {
 /// (head dims 64 and 128) and that window with the softmax exponentials
 /// as `ex2.approx.f32` (gen_matrix_kernels: setSoftmaxExp2FtzForTesting
 /// off, forward and backward; the default before session 18), timed beside
-/// the default `ex2.approx.ftz.f32`.
+/// the default `ex2.approx.ftz.f32`. Ids ending `_noscan` are the causal
+/// and window kernels at head dim 64 whose tile loop steps through every
+/// query tile (gen_matrix_kernels: setTileRangeBackwardForTesting off; the
+/// default before session 20), timed beside the default that loops over
+/// the visited range only.
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
@@ -340,6 +344,12 @@ inline std::vector<MatrixKernel> benchKernels() {
     for (size_t i = 0, n = out.size(); i < n; ++i)
       if (out[i].id == id)
         out.push_back({out[i].id + "_sync", out[i].variant, out[i].spec});
+  // The dense tile loop stepping through every query tile (no visited-range
+  // scan) beside the default (masked, head dim 64).
+  for (const char *id : {"bench_causal_tl_d64", "bench_window_d64"})
+    for (size_t i = 0, n = out.size(); i < n; ++i)
+      if (out[i].id == id)
+        out.push_back({out[i].id + "_noscan", out[i].variant, out[i].spec});
   // The softmax exponentials without ftz beside the default.
   for (const char *id :
        {"bench_none_d64", "bench_none_d128", "bench_causal_tl_d64",

@@ -1264,6 +1264,76 @@ TEST_CASE("the block-sparse wgmma backward issues the next listed query "
   CHECK(checked == int(testing::backwardSparseKernels().size()));
 }
 
+TEST_CASE("masked head-dim-64 wgmma backward kernels loop over their "
+          "visited query tiles, the old loop stays reachable for timing",
+          "[gpu-codegen][backward]") {
+  // FlashBackwardKernel.cpp, visitedRange: before each query head's tile
+  // loop, the lanes classify every 32nd query tile and redux.sync gives the
+  // first and last non-empty one (one redux.sync.min.s32 and one
+  // .max.s32 in `_bwd`); setTileRangeBackwardForTesting(false) gives the
+  // loop through every tile (none). Unmasked, head dim 128 and
+  // block-sparse kernels are the same PTX either way.
+  struct Restore {
+    ~Restore() { setTileRangeBackwardForTesting(true); }
+  } restore;
+  auto both = [](const AttentionSpec &s, const GpuCompileOptions &o) {
+    setTileRangeBackwardForTesting(false);
+    std::string old = compileGpu(s, o).ptx;
+    setTileRangeBackwardForTesting(true);
+    return std::pair{old, compileGpu(s, o)};
+  };
+  std::vector<std::pair<testing::MatrixKernel, bool>> kernels; // varlen?
+  for (const auto &k : testing::backwardKernels())
+    kernels.push_back({k, false});
+  for (const auto &k : testing::maskedValueKernels(true))
+    kernels.push_back({k, false});
+  for (const auto &k : testing::backwardVarlenKernels())
+    kernels.push_back({k, true});
+  int scanned = 0, same = 0;
+  for (const auto &[k, varlen] : kernels) {
+    INFO(k.id << ": " << printSpec(k.spec));
+    GpuCompileOptions o;
+    o.arch = "sm_90a";
+    o.kind = KernelKind::Backward;
+    o.varlen = varlen;
+    auto [old, img] = both(k.spec, o);
+    const bool masked =
+        k.variant != "none" && k.variant != "alibi" && k.variant != "rel_bias";
+    CHECK(countOf(old, "redux.sync") == 0);
+    if (!masked || k.spec.headDimQK > 64) {
+      CHECK(old == img.ptx);
+      ++same;
+      continue;
+    }
+    REQUIRE(img.config.wgmma);
+    CHECK(countOf(img.ptx, "redux.sync.min.s32") == 1);
+    CHECK(countOf(img.ptx, "redux.sync.max.s32") == 1);
+    runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
+    INFO(r.log);
+    const runtime::PtxasFunctionReport *f = r.find(img.name + "_bwd");
+    REQUIRE(f);
+    CHECK(f->clean());
+    ++scanned;
+  }
+  // Head dim 64 masked: causal tl/br, window, chunked causal, documents,
+  // softcap, softcap under a window, kv_idx == 0, varlen causal br,
+  // documents and softcap.
+  CHECK(scanned == 11);
+  CHECK(same == int(kernels.size()) - 11);
+  // Block-sparse: the listed-tile loop, unchanged.
+  for (const auto &k : testing::backwardSparseKernels()) {
+    if (k.spec.headDimQK != 64 || k.id.rfind("bwdbsvl_", 0) == 0)
+      continue;
+    INFO(k.id);
+    GpuCompileOptions o;
+    o.arch = "sm_90a";
+    o.kind = KernelKind::Backward;
+    o.blockSparse = true;
+    auto [old, img] = both(k.spec, o);
+    CHECK(old == img.ptx);
+  }
+}
+
 TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions o;
   o.kind = KernelKind::Backward;
@@ -2025,7 +2095,7 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
   }
 }
 
-TEST_CASE("the head-dim-64 backward checks its results; the old votes stay "
+TEST_CASE("the head-dim-64 backward checks its results, the old votes stay "
           "reachable for timing",
           "[gpu-codegen][masked]") {
   // MaskedValues.h, "Backward": the pipelined wgmma backward at head dim 64
@@ -2140,7 +2210,7 @@ TEST_CASE("every ring kernel assembles with no spills and takes the chunk "
     }
 }
 
-TEST_CASE("the softmax exponentials are ex2.approx.ftz.f32; the old form "
+TEST_CASE("the softmax exponentials are ex2.approx.ftz.f32, the old form "
           "stays reachable for timing",
           "[gpu-codegen]") {
   // KernelOps::exp2: forward, backward (P = exp2(s - LSE)) and decode (and

@@ -20,6 +20,16 @@ namespace flashjit {
 /// timing (gen_matrix_kernels' `_nopf` ids). No cache key holds it.
 void setListedPrefetchBackwardForTesting(bool on);
 
+/// Testing only: whether masked wgmma backward kernels up to head dim 64
+/// without a block mask, compiled from now on in this process, loop over
+/// the query tiles from the first to the last their tile classifier does
+/// not find empty, found by a scan before the loop (default true). Off:
+/// the loop steps through every query tile, skipping the empty ones (the
+/// kernels before session 20, byte-identical), the old column of the
+/// [.bwdbench] timing (gen_matrix_kernels' `_noscan` ids). No cache key
+/// holds it.
+void setTileRangeBackwardForTesting(bool on);
+
 } // namespace flashjit
 
 #endif // FLASHJIT_COMPILER_BACKWARDORDERTESTING_H

@@ -117,6 +117,11 @@ private:
   /// mayBeTrue holds.
   std::pair<Value, Value> classify(Value head, Value q0, Value qLast,
                                    Value kFirst);
+  /// tileRange: the first and last query tile (i32; INT32_MAX and -1 if
+  /// none) of the \p numQ tiles of query head \p head that classify does
+  /// not find empty for this CTA's keys; each lane classifies every 32nd
+  /// tile, redux.sync combines them (no barrier, no shared memory).
+  std::pair<Value, Value> visitedRange(Value head, Value numQ);
   /// Deterministic mode: waits (whole CTA) until every key tile above this
   /// CTA's that visits query tile [q0, qLast] of \p head has added to its
   /// dQaccum.
@@ -271,6 +276,12 @@ private:
   /// (setListedPrefetchBackwardForTesting can turn it off: then listed
   /// tiles are loaded when visited, session 16's kernels).
   bool prefetchListed = false;
+  /// The dense (not block-sparse) tile loop runs from the first to the
+  /// last query tile the classifier does not find empty (visitedRange):
+  /// masked wgmma kernels up to head dim 64, unless
+  /// setTileRangeBackwardForTesting turned it off (then every query tile
+  /// is stepped through, the kernels before session 20).
+  bool tileRange = false;
   /// The loops carry the query-tile ring's stage and "prefetched"
   /// (pipelined or prefetchListed).
   bool ring = false;

@@ -20,7 +20,9 @@
 //              BackwardRowKernels.cpp)
 //   _bwd:      one CTA per (key tile, kv head, batch); K and V of its keys
 //              stay in shared memory; for each query head of the group and
-//              each query tile the classifier does not find empty:
+//              each query tile the classifier does not find empty (masked
+//              wgmma kernels up to head dim 64 loop only from the first to
+//              the last such tile, found by a scan first: visitedRange):
 //                S^T = K Q^T                      (rows: keys, 16 per warp)
 //                P^T = exp2(t - LSE log2 e)       (t: VariantTile, the
 //                                                  forward's per-element code)
@@ -63,6 +65,8 @@ namespace flashjit::nvvm::detail {
 
 /// setListedPrefetchBackwardForTesting's switch.
 static std::atomic<bool> listedPrefetch{true};
+/// setTileRangeBackwardForTesting's switch.
+static std::atomic<bool> tileRangeScan{true};
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -110,6 +114,11 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   prefetchListed =
       c.blockSparse && c.wgmma && !shape.splitDim && listedPrefetch.load();
   ring = pipelined || prefetchListed;
+  // The dense tile loop over the visited range only: masked wgmma kernels
+  // up to head dim 64 (a sliding window's CTA visits ~18 of N / 64 query
+  // tiles; each empty one cost a loop step of ~110 cycles).
+  tileRange = em.hasMask() && c.wgmma && !wide && !c.blockSparse &&
+              tileRangeScan.load();
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).
@@ -227,7 +236,16 @@ SmallVector<Value> BackwardBuilder::headLoop(int nK, int nV) {
     scf::YieldOp::create(b, headYield(res));
     return firstResults(heads, nK + nV);
   }
-  auto tiles = scf::ForOp::create(b, zeroIdx, ops.toIndex(numQ), one, carried);
+  // Only the query tiles from the first to the last the classifier does
+  // not find empty (tileRange): the loop no longer steps through the
+  // empty ones around them.
+  Value lb = zeroIdx, ub = ops.toIndex(numQ);
+  if (tileRange) {
+    auto [first, last] = visitedRange(head, numQ);
+    lb = ops.toIndex(first);
+    ub = ops.toIndex(ops.add(last, ops.ci32(1)));
+  }
+  auto tiles = scf::ForOp::create(b, lb, ub, one, carried);
   {
     OpBuilder::InsertionGuard tg(b);
     b.setInsertionPointToStart(tiles.getBody());
@@ -392,6 +410,37 @@ void BackwardBuilder::maskPastEnds(MutableArrayRef<Value> scores, Value qLane,
     }
 }
 
+std::pair<Value, Value> BackwardBuilder::visitedRange(Value head, Value numQ) {
+  const int BN = c.blockN;
+  // Lane l classifies tiles l, l + 32, ...; redux.sync gives every lane
+  // (and every warp: the same inputs) the warp's first and last.
+  Value none = ops.ci32(std::numeric_limits<int32_t>::max());
+  auto scan = scf::ForOp::create(b, ops.toIndex(lane), ops.toIndex(numQ),
+                                 arith::ConstantIndexOp::create(b, 32),
+                                 ValueRange{none, ops.ci32(-1)});
+  {
+    OpBuilder::InsertionGuard sg(b);
+    b.setInsertionPointToStart(scan.getBody());
+    Value j = arith::IndexCastOp::create(b, ops.i32, scan.getInductionVar());
+    Value q0 = ops.mul(j, ops.ci32(BN));
+    Value qLast =
+        ops.sub(arith::MinSIOp::create(b, ops.add(q0, ops.ci32(BN)), seqlenQ),
+                ops.ci32(1));
+    Value nonEmpty = classify(head, q0, qLast, k0).second;
+    ValueRange acc = scan.getRegionIterArgs();
+    // j grows: the first hit stays, the last moves.
+    Value first = ops.sel(
+        ops.land(nonEmpty, ops.cmp(arith::CmpIPredicate::eq, acc[0], none)), j,
+        acc[0]);
+    scf::YieldOp::create(b, ValueRange{first, ops.sel(nonEmpty, j, acc[1])});
+  }
+  auto reduce = [&](Value v, NVVM::ReduxKind kind) -> Value {
+    return NVVM::ReduxOp::create(b, ops.i32, v, kind, ops.ci32(-1));
+  };
+  return {reduce(scan.getResult(0), NVVM::ReduxKind::MIN),
+          reduce(scan.getResult(1), NVVM::ReduxKind::MAX)};
+}
+
 std::pair<Value, Value> BackwardBuilder::classify(Value head, Value q0,
                                                   Value qLast, Value kFirst) {
   if (!em.hasMask())
@@ -420,4 +469,8 @@ void buildFlashBackwardKernels(mlir::OpBuilder &builder, mlir::Location loc,
 
 void flashjit::setListedPrefetchBackwardForTesting(bool on) {
   flashjit::nvvm::detail::listedPrefetch.store(on);
+}
+
+void flashjit::setTileRangeBackwardForTesting(bool on) {
+  flashjit::nvvm::detail::tileRangeScan.store(on);
 }
