@@ -70,6 +70,48 @@ TEST_CASE("generated kernels match the float64 reference on the matrix",
   }
 }
 
+TEST_CASE("the masked head-dim-128 defaults match the float64 reference "
+          "over many key tiles",
+          "[gpu][generated][overlap]") {
+  // overlapMaskedKernels(): causal, a 1024-key window and causal + softcap
+  // 30 (on sm_90a the intra-warpgroup overlap by default: S of a tile
+  // issued beside the previous tile's P V, a ring of 3 K/V stages reused
+  // many times) and the document-causal mask (the serial step). Shapes of
+  // 9-13 key tiles: the window's rows past key 1151 skip whole tiles
+  // (empty tiles flush the pending product), the document boundaries
+  // (VariantArgs) and seqlen_q != seqlen_k give partial and empty tiles.
+  Device &dev = Device::get(0);
+  const std::pair<int64_t, int64_t> shapes[] = {{1300, 1300}, {1100, 1537}};
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int i = 0;
+  for (const testing::MatrixKernel &k : testing::overlapMaskedKernels()) {
+    if (!selected(k))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    // What the default chose (the .info line does not say): the overlap
+    // keeps two wgmma groups in flight (wait_group 1).
+    std::string base = test::matrixKernelDir() + "/" + k.id;
+    std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
+    REQUIRE(infoFile);
+    REQUIRE(ptxFile);
+    GpuKernelInfo info = test::readKernelInfo(infoFile);
+    std::stringstream ptx;
+    ptx << ptxFile.rdbuf();
+    if (info.config.arch == "sm_90a")
+      CHECK((ptx.str().find("wgmma.wait_group.sync.aligned 1;") !=
+             std::string::npos) == (k.variant != "doc_causal"));
+    auto kernel = load(k, dev);
+    test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), k.id);
+    for (auto [sq, sk] : shapes) {
+      test::checkShape(dev, test::runWith(*kernel), k.spec, 1, sq, sk, i % 3,
+                       seed + i);
+      ++i;
+    }
+  }
+  CHECK(i > 0);
+}
+
 TEST_CASE("buffer reads proven in range skip the status check, a buffer too "
           "short is still reported",
           "[gpu][generated][buffer_bounds]") {

@@ -211,6 +211,18 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, forSpec(k.spec)));
     ++n;
   }
+  // The benchmark's masked head-dim-128 forwards: the defaults whatever
+  // MMA the matrix is built with (the overlap's, on sm_90a).
+  for (const auto &k : flashjit::testing::overlapMaskedKernels()) {
+    if (backwardOnly)
+      break;
+    if (only && k.id.find(only) == std::string::npos)
+      continue;
+    flashjit::GpuCompileOptions dflt;
+    dflt.arch = o.arch;
+    write(dir, k.id, flashjit::compileGpu(k.spec, dflt));
+    ++n;
+  }
   // The same specs with the in-tile vote (`<id>_tilevote`), which the
   // [gpu][masked] tests compare with the kernels that check their results.
   for (const auto &k : flashjit::testing::resultCheckKernels()) {

@@ -129,6 +129,33 @@ inline AttentionSpec softcap30Causal(int d, int hq, int hkv) {
   return s;
 }
 
+/// The benchmark's masked forwards at head dim 128 (bench_kernels.cpp's
+/// causal, swa1024 and softcap30; the document-causal mask of
+/// run_block_sparse.py), bf16, GQA 2: on sm_90a the first three are the
+/// intra-warpgroup overlap by default (TilePolicy.cpp, overlapByDefault),
+/// the document mask (buffer reads) the serial warp-specialised step.
+/// Their ids start with "ovl_"; the [gpu][generated] overlap case runs them
+/// over many key tiles against the float64 reference.
+inline std::vector<MatrixKernel> overlapMaskedKernels() {
+  std::vector<MatrixKernel> out;
+  out.push_back({"ovl_causal_tl_d128_bf16_g2", "causal_tl",
+                 matrixSpec("causal_tl", 128, DType::BF16, 4, 2)});
+  AttentionSpec swa = matrixSpec("none", 128, DType::BF16, 4, 2);
+  Variant w("swa1024");
+  w.mask(sliding_window(1023, 0, Alignment::TopLeft));
+  swa.variant = w;
+  out.push_back({"ovl_swa1024_d128_bf16_g2", "swa1024", swa});
+  out.push_back({"ovl_softcap30_causal_d128_bf16_g2", "softcap30_causal",
+                 softcap30Causal(128, 4, 2)});
+  AttentionSpec doc = matrixSpec("doc_id", 128, DType::BF16, 4, 2);
+  doc.causal = Causal::TopLeft; // run_block_sparse.py's doc_causal
+  doc.variant = Variant("doc_causal");
+  auto id = buffer<int32_t>("doc_id");
+  doc.variant.mask(id[q_idx] == id[kv_idx]);
+  out.push_back({"ovl_doc_causal_d128_bf16_g2", "doc_causal", doc});
+  return out;
+}
+
 /// Every (variant, head dim, dtype) kernel of the matrix; GQA ratios
 /// {1, 2, 3, 8} rotate through the list.
 inline std::vector<MatrixKernel> kernelMatrix() {

@@ -120,22 +120,23 @@ static bool overlapFits(const AttentionSpec &spec, const GpuTileConfig &c) {
 
 /// Whether the default warp-specialised kernel \p c of \p spec takes the
 /// overlap: head dims up to 128 (above 64, where the default is
-/// warp-specialised), no mask code, no buffer reads; score modifiers on the
-/// score, indices and parameters only (softcap). Measured on an H100
-/// (bench/RESULTS.md, sessions 16 and 18, D = 128, the serial step = 1):
-/// dense 1.02-1.10, causal + softcap 1.05-1.09, causal 0.95-1.06, sliding
-/// window 0.93-1.07, ALiBi 0.85 (its slope term lengthens the softmax that
-/// runs beside P V). At 240 consumer registers (ptxas -v, sm_90a,
-/// 2026-12-06, O's base computed after the loop) dense, softcap, ALiBi, a
-/// bias table, a sink, fp16 and head dims 128/64 assemble with no spills;
-/// causal, sliding window and causal + softcap spill (8 bytes stored, 32
-/// loaded). Masked and buffer-reading kernels keep the serial step;
-/// mma = wgmma.tma.ws asks for it everywhere, wgmma.tma.ws.overlap for the
-/// overlap.
+/// warp-specialised), no buffer reads (masks and score modifiers on
+/// indices, the score and parameters only: causal, windows, softcap).
+/// Measured on an H100 (bench/RESULTS.md, sessions 16 and 18, D = 128, the
+/// serial step = 1): dense 1.02-1.10, causal + softcap 1.05-1.09, causal
+/// 0.95-1.06, sliding window 0.93-1.07 (the masked ones while they still
+/// spilled), ALiBi 0.85 (its slope term lengthens the softmax that runs
+/// beside P V). At 240 consumer registers (ptxas -v, sm_90a, 2026-12-06;
+/// O's base computed after the loop, masked kernels with 32-bit descriptor
+/// words: ForwardLoads.cpp) dense, softcap, causal (top-left, bottom-right),
+/// sliding windows, prefix-LM, chunked, causal + softcap, a sink, fp16 and
+/// GQA assemble with no spills, as do ALiBi and a bias table; a document
+/// mask spills (84 bytes stored). Buffer-reading kernels keep the serial
+/// step; mma = wgmma.tma.ws asks for it everywhere, wgmma.tma.ws.overlap
+/// for the overlap.
 static bool overlapByDefault(const AttentionSpec &spec,
                              const GpuTileConfig &c) {
-  return c.warpSpecialized && !hasMaskCode(spec) &&
-         spec.variant.buffers().empty() &&
+  return c.warpSpecialized && spec.variant.buffers().empty() &&
          std::max(spec.headDimQK, spec.headDimV) <= 128 && overlapFits(spec, c);
 }
 

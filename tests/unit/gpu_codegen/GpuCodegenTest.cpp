@@ -562,16 +562,18 @@ void checkOverlapped(const GpuKernelImage &img) {
 }
 } // namespace
 
-TEST_CASE("the intra-warpgroup overlap: the default of unmasked "
-          "warp-specialised kernels up to head dim 128",
+TEST_CASE("the intra-warpgroup overlap: the default of warp-specialised "
+          "kernels without buffer reads up to head dim 128",
           "[gpu-codegen]") {
   // FlashAttention-3's intra-warpgroup overlap (ForwardOverlap.cpp): S of
   // a tile and P V of the previous one are issued together, S is waited
   // for alone (wait_group 1), P V after the softmax (wait_group 0); ptxas
   // keeps them asynchronous (no C7513 "serialized" warning). The default
-  // at head dim 128 without mask code or buffer reads (TilePolicy.cpp,
-  // overlapByDefault); masked and ALiBi kernels keep the serial step,
-  // which mma = wgmma.tma.ws asks for everywhere.
+  // at head dim 128 without buffer reads (TilePolicy.cpp, overlapByDefault),
+  // masks included (their consumers hold 32-bit descriptor words: with
+  // 64-bit ones causal spilled 8 bytes stored, 32 loaded); ALiBi, bias
+  // tables and document masks keep the serial step, which
+  // mma = wgmma.tma.ws asks for everywhere.
   CHECK(std::string(toString(GpuMma::WgmmaTmaWsOverlap)) ==
         "wgmma.tma.ws.overlap");
   AttentionSpec dense = testing::matrixSpec("none", 128, DType::BF16, 2, 2);
@@ -582,26 +584,46 @@ TEST_CASE("the intra-warpgroup overlap: the default of unmasked "
   sink.sink = true;
   AttentionSpec mixed = dense; // head dims 128 / 64
   mixed.headDimV = 64;
-  for (const AttentionSpec &s : {dense, dense16, capped, sink, mixed}) {
+  AttentionSpec causalSink =
+      testing::matrixSpec("causal_tl", 128, DType::BF16, 4, 2);
+  causalSink.sink = true;
+  AttentionSpec swa = dense; // bench_kernels.cpp's swa1024
+  swa.variant.mask(sliding_window(1023, 0, Alignment::TopLeft));
+  std::vector<AttentionSpec> overlapped = {
+      dense, dense16,    capped, sink,
+      mixed, causalSink, swa,    testing::softcap30Causal(128, 4, 2)};
+  int i = 0; // bf16 and fp16 in turn
+  for (const char *v :
+       {"causal_tl", "causal_br", "window_left", "window_lr", "window_lr_br",
+        "prefix_lm", "chunked_causal", "softcap", "softcap_window"})
+    overlapped.push_back(
+        testing::matrixSpec(v, 128, i++ % 2 ? DType::F16 : DType::BF16, 6, 2));
+  for (const testing::MatrixKernel &k : testing::maskedValueKernels(false))
+    if (k.spec.headDimQK == 128) // kv_idx == 0: every tile partly masked
+      overlapped.push_back(k.spec);
+  for (const AttentionSpec &s : overlapped) {
     INFO(printSpec(s));
     checkOverlapped(compileGpu(s, GpuCompileOptions{}));
   }
   // The serial step by name, and for reshaped default tiles.
   GpuCompileOptions serial;
   serial.mma = GpuMma::WgmmaTmaWs;
-  GpuKernelImage ws = compileGpu(dense, serial);
-  CHECK(ws.config.warpSpecialized);
-  CHECK_FALSE(ws.config.overlapSoftmax);
-  CHECK(ws.ptx.find("wgmma.wait_group.sync.aligned 1;") == std::string::npos);
+  for (const char *v : {"none", "causal_tl", "window_lr"}) {
+    INFO(v);
+    GpuKernelImage ws =
+        compileGpu(testing::matrixSpec(v, 128, DType::BF16, 2, 2), serial);
+    CHECK(ws.config.warpSpecialized);
+    CHECK_FALSE(ws.config.overlapSoftmax);
+    CHECK(ws.ptx.find("wgmma.wait_group.sync.aligned 1;") == std::string::npos);
+  }
   GpuCompileOptions half;
   half.blockN = 64;
   GpuTileConfig halfTiles = resolveGpuTileConfig(dense, half);
   CHECK(halfTiles.warpSpecialized);
   CHECK_FALSE(halfTiles.overlapSoftmax);
-  // Mask code, buffer reads, head dims 64 (one warpgroup) and 256 (two
-  // stages): the serial step or no warp specialisation by default.
-  for (const char *v :
-       {"causal_tl", "window_lr", "softcap", "alibi", "rel_bias", "doc_id"}) {
+  // Buffer reads, head dims 64 (one warpgroup) and 256 (two stages): the
+  // serial step or no warp specialisation by default.
+  for (const char *v : {"alibi", "rel_bias", "doc_id"}) {
     INFO(v);
     GpuTileConfig c = defaultGpuTileConfig(
         testing::matrixSpec(v, 128, DType::BF16, 2, 2), "sm_90a");
@@ -1950,8 +1972,10 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
   };
   const Case cases[] = {
       {"causal_tl", 64, KernelKind::Forward, GpuMma::Default, "sm_80"},
-      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 0,
-       true},
+      // The default at head dim 128 is the intra-warpgroup overlap: the
+      // in-tile vote (bar.red.or) in its masked step, with and without a
+      // pending P V (ForwardOverlap.cpp); the serial step publishes it.
+      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 2},
       {"window_lr", 128, KernelKind::Forward, GpuMma::WgmmaTmaWs, "sm_90a", 0,
        true},
       // TMA without warp specialisation at head dim 64 checks its result

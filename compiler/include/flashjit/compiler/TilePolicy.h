@@ -48,9 +48,9 @@ enum class GpuMma {
   /// WgmmaTmaWs with FlashAttention-3's intra-warpgroup overlap
   /// (KernelConfig::overlapSoftmax): needs a ring of 3 K/V stages (head
   /// dims 64 to 128), else refused. What Default picks at head dim 128
-  /// without mask code or buffer reads (dense, softcap; TilePolicy.cpp:
-  /// overlapByDefault); masked kernels spill with it at the consumers' 240
-  /// registers.
+  /// without buffer reads (dense, causal, windows, softcap, causal +
+  /// softcap; TilePolicy.cpp: overlapByDefault); ALiBi, bias tables and
+  /// document masks keep WgmmaTmaWs.
   WgmmaTmaWsOverlap,
 };
 

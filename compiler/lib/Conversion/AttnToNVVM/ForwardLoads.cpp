@@ -53,7 +53,13 @@ void ForwardKernelBuilder::locate() {
   Value smem = ops.sharedBase();
   Value sQ = smem;
   // [Q | K0 V0 | K1 V1]: stage s of K/V starts at sK + s * stageBytes.
-  mma = c.wgmma ? createWgmmaForward(ops, sh, warp)
+  // The overlapped consumers of masked kernels hold the descriptors' low
+  // words only (without this, ptxas -v on sm_90a at head dim 128 spilled 8
+  // bytes stored, 32 loaded: the Q descriptor, reloaded once per tile);
+  // unmasked ones keep 64-bit descriptors (with 32-bit ones dense spilled
+  // 4 bytes).
+  mma = c.wgmma ? createWgmmaForward(ops, sh, warp,
+                                     c.overlapSoftmax && em.hasMask())
                 : createMmaSyncForward(ops, sh, warp, lane);
   const int D = c.headDimQK, Dv = c.headDimV;
   const int pad = mma->swizzled() ? 0 : kPad;

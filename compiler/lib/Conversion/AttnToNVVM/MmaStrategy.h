@@ -91,9 +91,13 @@ std::unique_ptr<ForwardMma> createMmaSyncForward(KernelOps &ops,
                                                  mlir::Value warp,
                                                  mlir::Value lane);
 /// wgmma.mma_async per warpgroup (4 warps, 64 query rows): S from Q and K
-/// descriptors, O += P V with P in registers and V MN-major.
-std::unique_ptr<ForwardMma>
-createWgmmaForward(KernelOps &ops, const TileShape &shape, mlir::Value warp);
+/// descriptors, O += P V with P in registers and V MN-major. With \p
+/// narrowDescriptors, issueS and issuePV pass 32-bit descriptor words into
+/// their asm (wgmmaIssueOffsets' narrowHi; the overlapped loop's registers).
+std::unique_ptr<ForwardMma> createWgmmaForward(KernelOps &ops,
+                                               const TileShape &shape,
+                                               mlir::Value warp,
+                                               bool narrowDescriptors = false);
 
 } // namespace flashjit::nvvm
 

@@ -86,8 +86,8 @@ SmallVector<Value> wgmmaChain(KernelOps &ops, ArrayRef<Value> acc, int n,
 static SmallVector<Value>
 emitChainOffsets(KernelOps &ops, ArrayRef<Value> acc, int n, Value aBase,
                  ArrayRef<int64_t> aSteps, ArrayRef<Value> aRegs, Value bBase,
-                 ArrayRef<int64_t> bSteps, bool transB, bool transA,
-                 bool wait) {
+                 ArrayRef<int64_t> bSteps, bool transB, bool transA, bool wait,
+                 uint32_t narrowHi = 0) {
   const int nAccum = n / 2;
   const bool accumulate = !acc.empty(), regsA = !aRegs.empty();
   SmallVector<Value> operands(acc.begin(), acc.end());
@@ -108,12 +108,25 @@ emitChainOffsets(KernelOps &ops, ArrayRef<Value> acc, int n, Value aBase,
   dlist += "}";
   const char *ty = ops.bf16 ? "bf16" : "f16";
   std::string one = ref(ops.ci32(1), "r");
-  std::string aB = regsA ? "" : ref(aBase, "l");
-  std::string bB = ref(bBase, "l");
+  const char *baseCons = narrowHi ? "r" : "l";
+  std::string aB = regsA ? "" : ref(aBase, baseCons);
+  std::string bB = ref(bBase, baseCons);
   std::string asmStr = "{\n.reg .pred p, z;\n.reg .b64 da, db;\n"
                        "setp.ne.b32 p, " +
-                       one + ", 0;\nsetp.eq.b32 z, " + one +
-                       ", 0;\nwgmma.fence.sync.aligned;\n";
+                       one + ", 0;\nsetp.eq.b32 z, " + one + ", 0;\n";
+  if (narrowHi) // 32-bit low words; the constant high word joins them here
+    asmStr += ".reg .b32 la, lb, hi;\nmov.b32 hi, " + std::to_string(narrowHi) +
+              ";\n";
+  asmStr += "wgmma.fence.sync.aligned;\n";
+  // Descriptor d = base + step (64-bit, or the low word and then the pair).
+  auto form = [&](const char *d, const char *lo, const std::string &base,
+                  int64_t step) {
+    if (!narrowHi)
+      return "add.s64 " + std::string(d) + ", " + base + ", " +
+             std::to_string(step) + ";\n";
+    return "add.s32 " + std::string(lo) + ", " + base + ", " +
+           std::to_string(step) + ";\nmov.b64 " + d + ", {" + lo + ", hi};\n";
+  };
   for (size_t st = 0; st < bSteps.size(); ++st) {
     std::string a = "da";
     if (regsA) {
@@ -122,9 +135,9 @@ emitChainOffsets(KernelOps &ops, ArrayRef<Value> acc, int n, Value aBase,
         a += (r ? ", " : "") + ref(aRegs[4 * st + r], "r");
       a += "}";
     } else {
-      asmStr += "add.s64 da, " + aB + ", " + std::to_string(aSteps[st]) + ";\n";
+      asmStr += form("da", "la", aB, aSteps[st]);
     }
-    asmStr += "add.s64 db, " + bB + ", " + std::to_string(bSteps[st]) + ";\n";
+    asmStr += form("db", "lb", bB, bSteps[st]);
     asmStr += "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
               "k16.f32." + ty + "." + ty + " " + dlist + ", " + a + ", db" +
               (st == 0 && !accumulate ? ", z" : ", p") + ", 1, 1" +
@@ -159,9 +172,9 @@ SmallVector<Value> wgmmaIssueOffsets(KernelOps &ops, ArrayRef<Value> acc, int n,
                                      Value aBase, ArrayRef<int64_t> aSteps,
                                      ArrayRef<Value> aRegs, Value bBase,
                                      ArrayRef<int64_t> bSteps, bool transB,
-                                     bool transA) {
+                                     bool transA, uint32_t narrowHi) {
   return emitChainOffsets(ops, acc, n, aBase, aSteps, aRegs, bBase, bSteps,
-                          transB, transA, /*wait=*/false);
+                          transB, transA, /*wait=*/false, narrowHi);
 }
 
 SmallVector<Value> wgmmaWait(KernelOps &ops, ArrayRef<Value> acc, int pending,
@@ -219,8 +232,8 @@ namespace {
 
 class WgmmaForward : public ForwardMma {
 public:
-  WgmmaForward(KernelOps &ops, const TileShape &shape, Value warp)
-      : ops(ops), sh(shape), warp(warp) {}
+  WgmmaForward(KernelOps &ops, const TileShape &shape, Value warp, bool narrow)
+      : ops(ops), sh(shape), warp(warp), narrow(narrow) {}
 
   bool swizzled() const override { return true; }
 
@@ -276,6 +289,10 @@ public:
       aSteps.push_back(kStep(kk, sh.blockM));
       bSteps.push_back(kStep(kk, sh.blockN));
     }
+    if (narrow)
+      return wgmmaIssueOffsets(ops, {}, sh.blockN, low(descQ), aSteps, {},
+                               low(ops.add(descK0, stageDesc)), bSteps,
+                               /*transB=*/false, /*transA=*/false, kHigh);
     return wgmmaIssueOffsets(ops, {}, sh.blockN, descQ, aSteps, {},
                              ops.add(descK0, stageDesc), bSteps,
                              /*transB=*/false, /*transA=*/false);
@@ -315,6 +332,10 @@ public:
     for (int kk = 0; kk < sh.pvSteps(); ++kk)
       vSteps.push_back((int64_t(kk) * 2048) >> 4);
     Value dV = ops.add(descV0, arith::ShRUIOp::create(ops.b, off, ops.ci64(4)));
+    if (narrow)
+      return wgmmaIssueOffsets(ops, o, sh.headDimV, Value(), {}, pPacked,
+                               low(dV), vSteps, /*transB=*/true,
+                               /*transA=*/false, kHigh);
     return wgmmaIssueOffsets(ops, o, sh.headDimV, Value(), {}, pPacked, dV,
                              vSteps, /*transB=*/true, /*transA=*/false);
   }
@@ -341,17 +362,29 @@ private:
     return (int64_t(kk / 4) * rows * 128 + (kk % 4) * 32) >> 4;
   }
 
+  /// The low word of descriptor \p d (issueS / issuePV when narrow).
+  Value low(Value d) { return arith::TruncIOp::create(ops.b, ops.i32, d); }
+
+  /// The high word of descQ, descK0 and descV0 (all have SBO 1024).
+  static constexpr uint32_t kHigh = wgmmaDescriptorHigh(1024);
+
   KernelOps &ops;
   TileShape sh;
   Value warp;
+  /// issueS / issuePV pass the descriptors' low words (wgmmaIssueOffsets'
+  /// narrowHi): the overlapped loop (KernelConfig::overlapSoftmax) then
+  /// holds one register per descriptor, not two.
+  bool narrow;
   Value descQ, descK0, descV0, stageOff, stageDesc;
 };
 
 } // namespace
 
-std::unique_ptr<ForwardMma>
-createWgmmaForward(KernelOps &ops, const TileShape &shape, Value warp) {
-  return std::make_unique<WgmmaForward>(ops, shape, warp);
+std::unique_ptr<ForwardMma> createWgmmaForward(KernelOps &ops,
+                                               const TileShape &shape,
+                                               Value warp,
+                                               bool narrowDescriptors) {
+  return std::make_unique<WgmmaForward>(ops, shape, warp, narrowDescriptors);
 }
 
 } // namespace flashjit::nvvm

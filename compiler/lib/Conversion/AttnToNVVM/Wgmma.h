@@ -26,6 +26,12 @@ namespace flashjit::nvvm {
 mlir::Value wgmmaDescriptor(KernelOps &ops, mlir::Value addr, int64_t lbo,
                             int64_t sbo);
 
+/// The high word (bits 32-63) of every wgmmaDescriptor with stride byte
+/// offset \p sbo: SBO >> 4 and the 128-byte swizzle mode.
+constexpr uint32_t wgmmaDescriptorHigh(int64_t sbo) {
+  return uint32_t(sbo >> 4) | (uint32_t(1) << 30);
+}
+
 /// One warpgroup's wgmma.mma_async chain, issued, committed and waited for
 /// in one inline-asm block (so nothing reads the accumulators early): the
 /// m64nN accumulator (N / 2 f32 per thread) becomes \p acc + sum over
@@ -55,12 +61,18 @@ wgmmaChainOffsets(KernelOps &ops, llvm::ArrayRef<mlir::Value> acc, int n,
 
 /// wgmmaChainOffsets without the wait: the chain is issued and committed as
 /// one wgmma group and the returned accumulators must not be read (nor \p
-/// aRegs changed) before a wgmmaWait that covers the group.
+/// aRegs changed) before a wgmmaWait that covers the group. With \p
+/// narrowHi != 0 the bases are the descriptors' low words (i32) and every
+/// descriptor's high word is \p narrowHi (wgmmaDescriptorHigh): the asm
+/// forms each 64-bit descriptor from the two, so a base held across a loop
+/// takes one register instead of two. The steps must not carry out of the
+/// low word (the start address field has 14 bits).
 llvm::SmallVector<mlir::Value>
 wgmmaIssueOffsets(KernelOps &ops, llvm::ArrayRef<mlir::Value> acc, int n,
                   mlir::Value aBase, llvm::ArrayRef<int64_t> aSteps,
                   llvm::ArrayRef<mlir::Value> aRegs, mlir::Value bBase,
-                  llvm::ArrayRef<int64_t> bSteps, bool transB, bool transA);
+                  llvm::ArrayRef<int64_t> bSteps, bool transB, bool transA,
+                  uint32_t narrowHi = 0);
 
 /// wgmma.wait_group \p pending: returns \p acc (the accumulators of issued
 /// groups, f32) as the values to read once at most \p pending of this
