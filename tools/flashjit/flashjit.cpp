@@ -144,7 +144,7 @@ cl::opt<std::string> mmaFlag(
              "wgmma on sm_90a where head dims are multiples of 64, with TMA "
              "loads in dense kernels, warp-specialised above head dim 64 = "
              "wgmma.tma.ws, = wgmma.tma.ws.overlap at head dim 128 without "
-             "buffers; wgmma.tma.ws: the serial tile step; "
+             "buffers or a mask alone; wgmma.tma.ws: the serial tile step; "
              "wgmma.tma.ws.overlap: with the softmax overlapped with the "
              "products (head dims up to 128); at head "
              "dim 64 both build two consumer warpgroups; wgmma.tma: "

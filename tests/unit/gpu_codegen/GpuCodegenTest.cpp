@@ -570,10 +570,10 @@ TEST_CASE("the intra-warpgroup overlap: the default of warp-specialised "
   // for alone (wait_group 1), P V after the softmax (wait_group 0); ptxas
   // keeps them asynchronous (no C7513 "serialized" warning). The default
   // at head dim 128 without buffer reads (TilePolicy.cpp, overlapByDefault),
-  // masks included (their consumers hold 32-bit descriptor words: with
-  // 64-bit ones causal spilled 8 bytes stored, 32 loaded); ALiBi, bias
-  // tables and document masks keep the serial step, which
-  // mma = wgmma.tma.ws asks for everywhere.
+  // masks only with a score modifier (their consumers hold 32-bit
+  // descriptor words: with 64-bit ones causal spilled 8 bytes stored, 32
+  // loaded); masks alone, ALiBi, bias tables and document masks keep the
+  // serial step, which mma = wgmma.tma.ws asks for everywhere.
   CHECK(std::string(toString(GpuMma::WgmmaTmaWsOverlap)) ==
         "wgmma.tma.ws.overlap");
   AttentionSpec dense = testing::matrixSpec("none", 128, DType::BF16, 2, 2);
@@ -590,20 +590,33 @@ TEST_CASE("the intra-warpgroup overlap: the default of warp-specialised "
   AttentionSpec swa = dense; // bench_kernels.cpp's swa1024
   swa.variant.mask(sliding_window(1023, 0, Alignment::TopLeft));
   std::vector<AttentionSpec> overlapped = {
-      dense, dense16,    capped, sink,
-      mixed, causalSink, swa,    testing::softcap30Causal(128, 4, 2)};
+      dense, dense16, capped, sink, mixed, testing::softcap30Causal(128, 4, 2)};
+  std::vector<AttentionSpec> masked = {causalSink, swa};
   int i = 0; // bf16 and fp16 in turn
-  for (const char *v :
-       {"causal_tl", "causal_br", "window_left", "window_lr", "window_lr_br",
-        "prefix_lm", "chunked_causal", "softcap", "softcap_window"})
+  for (const char *v : {"softcap", "softcap_window"})
     overlapped.push_back(
+        testing::matrixSpec(v, 128, i++ % 2 ? DType::F16 : DType::BF16, 6, 2));
+  for (const char *v : {"causal_tl", "causal_br", "window_left", "window_lr",
+                        "window_lr_br", "prefix_lm", "chunked_causal"})
+    masked.push_back(
         testing::matrixSpec(v, 128, i++ % 2 ? DType::F16 : DType::BF16, 6, 2));
   for (const testing::MatrixKernel &k : testing::maskedValueKernels(false))
     if (k.spec.headDimQK == 128) // kv_idx == 0: every tile partly masked
-      overlapped.push_back(k.spec);
+      masked.push_back(k.spec);
   for (const AttentionSpec &s : overlapped) {
     INFO(printSpec(s));
     checkOverlapped(compileGpu(s, GpuCompileOptions{}));
+  }
+  // Masks alone: the serial step by default, the overlap by name (spill-
+  // free with 32-bit descriptor words).
+  GpuCompileOptions byName;
+  byName.mma = GpuMma::WgmmaTmaWsOverlap;
+  for (const AttentionSpec &s : masked) {
+    INFO(printSpec(s));
+    GpuTileConfig c = defaultGpuTileConfig(s, "sm_90a");
+    CHECK(c.warpSpecialized);
+    CHECK_FALSE(c.overlapSoftmax);
+    checkOverlapped(compileGpu(s, byName));
   }
   // The serial step by name, and for reshaped default tiles.
   GpuCompileOptions serial;
@@ -1972,11 +1985,13 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
   };
   const Case cases[] = {
       {"causal_tl", 64, KernelKind::Forward, GpuMma::Default, "sm_80"},
-      // The default at head dim 128 is the intra-warpgroup overlap: the
-      // in-tile vote (bar.red.or) in its masked step, with and without a
-      // pending P V (ForwardOverlap.cpp); the serial step publishes it.
-      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 2},
-      {"window_lr", 128, KernelKind::Forward, GpuMma::WgmmaTmaWs, "sm_90a", 0,
+      // The default at head dim 128 with a mask and a score modifier is the
+      // intra-warpgroup overlap: the in-tile vote (bar.red.or) in its masked
+      // step, with and without a pending P V (ForwardOverlap.cpp); the
+      // serial step (a mask alone) publishes it.
+      {"softcap_window", 128, KernelKind::Forward, GpuMma::Default, "sm_90a",
+       2},
+      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 0,
        true},
       // TMA without warp specialisation at head dim 64 checks its result
       // (MaskedValues.h): one vote of the CTA on its O after the loop, and
