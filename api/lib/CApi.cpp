@@ -86,7 +86,7 @@ namespace {
 TensorRef toRef(const flashjit_tensor *t, const char *name, int minRank = 3) {
   if (!t)
     throw UserError(fmt::format("{} is NULL", name));
-  if (t->dtype < FLASHJIT_FP16 || t->dtype > FLASHJIT_FP32)
+  if (t->dtype < FLASHJIT_FP16 || t->dtype > FLASHJIT_E5M2)
     throw UserError(fmt::format("{}.dtype = {} is not a flashjit_dtype", name,
                                 static_cast<int>(t->dtype)));
   if (t->rank < minRank || t->rank > 4)
@@ -96,15 +96,34 @@ TensorRef toRef(const flashjit_tensor *t, const char *name, int minRank = 3) {
                                       t->rank, minRank));
   TensorRef r;
   r.data = t->data;
-  r.dtype = t->dtype == FLASHJIT_FP16   ? DType::F16
-            : t->dtype == FLASHJIT_BF16 ? DType::BF16
-                                        : DType::F32;
+  constexpr DType kDTypes[] = {DType::F16, DType::BF16, DType::F32, DType::E4M3,
+                               DType::E5M2};
+  r.dtype = kDTypes[t->dtype];
   r.rank = t->rank;
   for (int i = 0; i < 4; ++i) {
     r.shape[i] = i < t->rank ? t->shape[i] : 1;
     r.strides[i] = i < t->rank ? t->strides[i] : 1;
   }
   return r;
+}
+
+/// Binds \p a to the fp8 descale it names and returns true, or returns
+/// false when its name is not a reserved descale name.
+bool bindDescale(Arguments &out, const flashjit_arg &a, int i) {
+  const std::string_view name(a.name);
+  BufferRef *slot = name == FLASHJIT_Q_DESCALE   ? &out.qDescale
+                    : name == FLASHJIT_K_DESCALE ? &out.kDescale
+                    : name == FLASHJIT_V_DESCALE ? &out.vDescale
+                                                 : nullptr;
+  if (!slot)
+    return false;
+  if (a.kind != FLASHJIT_ARG_BUFFER_F32)
+    throw UserError(fmt::format("args[{}] '{}': a descale must be an "
+                                "FLASHJIT_ARG_BUFFER_F32 (1 or batch * "
+                                "heads_kv fp32 values), got kind {}",
+                                i, name, static_cast<int>(a.kind)));
+  *slot = {a.data, ScalarType::Float32, a.size};
+  return true;
 }
 
 Arguments toArguments(const flashjit_arg *args, int n) {
@@ -131,6 +150,8 @@ Arguments toArguments(const flashjit_arg *args, int n) {
       out.bindSink(static_cast<const float *>(a.data), a.size);
       continue;
     }
+    if (bindDescale(out, a, i))
+      continue;
     switch (a.kind) {
     case FLASHJIT_ARG_F32:
       if (overflowsF32(a.scalar))

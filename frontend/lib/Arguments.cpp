@@ -155,4 +155,44 @@ void Arguments::validateSinkFor(const AttentionSpec &spec,
                                   h, v[h]));
 }
 
+namespace {
+
+void validateDescale(const char *field, const BufferRef &d, DType dtype,
+                     int64_t blocks, bool hostValues) {
+  if (!d.data && d.size == 0)
+    return;
+  if (!isFp8(dtype))
+    throw UserError(fmt::format("{} was given, but the tensor's dtype is {} "
+                                "(descales belong to fp8 tensors: e4m3, "
+                                "e5m2)",
+                                field, toString(dtype)));
+  if (d.elementType != ScalarType::Float32)
+    throw UserError(fmt::format("{} holds {} but must be f32", field,
+                                toString(d.elementType)));
+  if (d.size != 1 && d.size != blocks)
+    throw UserError(fmt::format("{} has {} elements, expected 1 (per tensor) "
+                                "or batch * heads_kv = {} (per block)",
+                                field, d.size, blocks));
+  if (!d.data)
+    throw UserError(fmt::format("{} has {} elements but a null data pointer",
+                                field, d.size));
+  if (!hostValues)
+    return;
+  const float *v = static_cast<const float *>(d.data);
+  for (int64_t i = 0; i < d.size; ++i)
+    if (!std::isfinite(v[i]))
+      throw UserError(
+          fmt::format("{}[{}] = {}: descales must be finite", field, i, v[i]));
+}
+
+} // namespace
+
+void Arguments::validateDescalesFor(const AttentionSpec &spec, int64_t batch,
+                                    bool hostValues) const {
+  const int64_t blocks = batch * spec.headsKV;
+  validateDescale("q_descale", qDescale, spec.dtypeQ, blocks, hostValues);
+  validateDescale("k_descale", kDescale, spec.dtypeK, blocks, hostValues);
+  validateDescale("v_descale", vDescale, spec.dtypeV, blocks, hostValues);
+}
+
 } // namespace flashjit

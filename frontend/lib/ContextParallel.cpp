@@ -8,6 +8,7 @@
 #include "flashjit/frontend/ContextParallel.h"
 
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Fp8.h"
 
 #include "llvm/Support/Casting.h"
 
@@ -185,6 +186,7 @@ std::vector<int64_t> rankChunks(int rank, int ranks, Sharding sharding) {
 AttentionSpec contextParallelSpec(const AttentionSpec &spec,
                                   DType partialDtype) {
   spec.validate();
+  rejectFp8(spec, "context parallelism (ring attention)");
   for (const ParamDecl &p : spec.variant.params())
     for (std::string_view reserved :
          {kCpQChunkParam, kCpKvChunkParam, kCpQChunksParam, kCpKvChunksParam})

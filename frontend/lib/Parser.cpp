@@ -377,7 +377,8 @@ AttentionSpec Parser::parseWholeSpec() {
         if ((s == "dtype" && key.rfind("dtype_", 0) == 0) ||
             (key == "dtype" && s.rfind("dtype_", 0) == 0))
           errorAt(at, fmt::format("field '{}' conflicts with '{}' (dtype sets "
-                                  "all four dtypes)",
+                                  "all four dtypes; an fp8 dtype sets q/k/v "
+                                  "and o = bf16)",
                                   key, s));
       }
       seen.push_back(key);
@@ -389,7 +390,7 @@ AttentionSpec Parser::parseWholeSpec() {
         auto d = parseDType(v);
         if (!d)
           errorAt(valueAt, fmt::format("unknown dtype '{}' for {} (expected "
-                                       "fp16, bf16 or fp32)",
+                                       "fp16, bf16, fp32, e4m3 or e5m2)",
                                        excerpt(v), key));
         return *d;
       };
@@ -414,7 +415,11 @@ AttentionSpec Parser::parseWholeSpec() {
       } else if (key == "dtype_o") {
         spec.dtypeO = dtype();
       } else if (key == "dtype") {
-        spec.dtypeQ = spec.dtypeK = spec.dtypeV = spec.dtypeO = dtype();
+        // fp8 is input-only: `dtype=e4m3` gives fp8 Q/K/V and a bf16 O, as
+        // FlashAttention-3's fp8 forward does.
+        DType d = dtype();
+        spec.dtypeQ = spec.dtypeK = spec.dtypeV = d;
+        spec.dtypeO = isFp8(d) ? DType::BF16 : d;
       } else if (key == "heads_q") {
         spec.headsQ = parseIntValue(key);
       } else if (key == "heads_kv") {

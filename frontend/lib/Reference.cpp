@@ -11,6 +11,7 @@
 #include "flashjit/frontend/Reference.h"
 
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Fp8.h"
 #include "flashjit/frontend/Interpreter.h"
 
 #include "ReferenceCommon.h"
@@ -41,6 +42,7 @@ struct Problem {
   int64_t headDimQK, headDimV;
   /// sink[heads_q] of a spec with a sink, else null.
   const float *sink;
+  int64_t headsKV;
 };
 
 /// Where the operands of one query row live: element d of the query row at
@@ -59,6 +61,13 @@ struct RowOperands {
 double attendRow(const Problem &pr, EvalPoint p, const RowOperands &r,
                  const std::vector<char> *tiles, int64_t blockN, double *oRow) {
   const int64_t sk = p.seqlenK;
+  // FP8 inputs: real values are stored * descale (Fp8.h), applied in
+  // double; 1 for 16/32-bit tensors.
+  const int64_t hk = p.head / pr.group;
+  const double qkDescale =
+      descaleAt(pr.args.qDescale, p.batch, hk, pr.headsKV) *
+      descaleAt(pr.args.kDescale, p.batch, hk, pr.headsKV);
+  const double vDescale = descaleAt(pr.args.vDescale, p.batch, hk, pr.headsKV);
   std::vector<double> s(sk);
   std::vector<char> use(sk);
   double m = kNegInf;
@@ -69,13 +78,13 @@ double attendRow(const Problem &pr, EvalPoint p, const RowOperands &r,
              (state == kMasked && evaluate(pr.mask, p, pr.args).asBool());
     if (!use[j])
       continue;
-    double dot = 0.0;
+    double dot = 0.0; // of the stored values (fp8: before the descales)
     for (int64_t d = 0; d < pr.headDimQK; ++d)
       dot += static_cast<double>(
                  loadAsFloat(r.q.data, r.q.dtype, r.qBase + d * r.qD)) *
              static_cast<double>(loadAsFloat(r.k.data, r.k.dtype,
                                              r.kBase + j * r.kStep + d * r.kD));
-    p.score = pr.scale * dot;
+    p.score = pr.scale * qkDescale * dot;
     s[j] = evaluate(pr.scoreMod, p, pr.args).floatValue;
     // A key whose modified score is -inf carries no weight.
     if (s[j] == kNegInf)
@@ -97,7 +106,7 @@ double attendRow(const Problem &pr, EvalPoint p, const RowOperands &r,
   for (int64_t j = 0; j < sk; ++j) {
     if (!use[j])
       continue;
-    double pj = std::exp(s[j] - m) / l;
+    double pj = vDescale * std::exp(s[j] - m) / l;
     for (int64_t d = 0; d < pr.headDimV; ++d)
       oRow[d] +=
           pj * static_cast<double>(loadAsFloat(
@@ -107,8 +116,9 @@ double attendRow(const Problem &pr, EvalPoint p, const RowOperands &r,
 }
 
 Problem problemOf(const AttentionSpec &spec, const Arguments &args,
-                  int64_t headsQ, int64_t headsKV) {
+                  int64_t batch, int64_t headsQ, int64_t headsKV) {
   args.validateSinkFor(spec, /*hostValues=*/true);
+  args.validateDescalesFor(spec, batch, /*hostValues=*/true);
   return {spec.effectiveMask(),
           spec.variant.scoreExpr(),
           spec.effectiveScale(),
@@ -116,7 +126,8 @@ Problem problemOf(const AttentionSpec &spec, const Arguments &args,
           headsQ / headsKV,
           spec.headDimQK,
           spec.headDimV,
-          spec.sink ? static_cast<const float *>(args.sink.data) : nullptr};
+          spec.sink ? static_cast<const float *>(args.sink.data) : nullptr,
+          headsKV};
 }
 
 ReferenceOutput denseReference(const AttentionSpec &spec, const TensorRef &q,
@@ -128,7 +139,7 @@ ReferenceOutput denseReference(const AttentionSpec &spec, const TensorRef &q,
   if (bm)
     checkBlockMaskFor(*bm, bm->blockM, bm->blockN, shape.batch, shape.headsQ,
                       shape.seqlenQ, shape.seqlenK);
-  Problem pr = problemOf(spec, args, shape.headsQ, shape.headsKV);
+  Problem pr = problemOf(spec, args, shape.batch, shape.headsQ, shape.headsKV);
 
   ReferenceOutput out;
   out.shape = shape;
@@ -238,7 +249,7 @@ referenceAttentionRows(const AttentionSpec &spec, const TensorRef &q,
   spec.validate();
   AttentionShape shape = checkAttentionTensors(spec, q, k, v);
   args.validateFor(spec.variant);
-  Problem pr = problemOf(spec, args, shape.headsQ, shape.headsKV);
+  Problem pr = problemOf(spec, args, shape.batch, shape.headsQ, shape.headsKV);
   std::vector<ReferenceRow> out;
   out.reserve(rows.size());
   for (const RowIndex &row : rows) {
@@ -284,7 +295,7 @@ referenceVarlenAttention(const AttentionSpec &spec, const TensorRef &q,
     checkBlockMaskFor(*bm, bm->blockM, bm->blockN, shape.batch, shape.headsQ,
                       shape.maxSeqlenQ, shape.maxSeqlenK, cuSeqlensQ,
                       cuSeqlensK);
-  Problem pr = problemOf(spec, args, shape.headsQ, shape.headsKV);
+  Problem pr = problemOf(spec, args, shape.batch, shape.headsQ, shape.headsKV);
 
   VarlenReferenceOutput out;
   out.shape = shape;

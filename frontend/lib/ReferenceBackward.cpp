@@ -12,6 +12,7 @@
 
 #include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Fp8.h"
 #include "flashjit/frontend/Interpreter.h"
 
 #include "ReferenceCommon.h"
@@ -221,6 +222,7 @@ ReferenceGradients referenceAttentionBackward(
     const TensorRef &v, const TensorRef &dO, const Arguments &args,
     const std::vector<std::string> &params, const BlockMask *bm) {
   spec.validate();
+  rejectFp8(spec, "the backward reference");
   AttentionShape shape = checkAttentionTensors(spec, q, k, v);
   checkDO(dO, 4, {shape.batch, shape.headsQ, shape.seqlenQ, shape.headDimV},
           {"batch", "heads_q", "seqlen_q", "head_dim_v"});

@@ -6,6 +6,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
 
 namespace flashjit {
 
@@ -39,6 +42,10 @@ std::string_view toString(DType dtype) {
     return "bf16";
   case DType::F32:
     return "fp32";
+  case DType::E4M3:
+    return "e4m3";
+  case DType::E5M2:
+    return "e5m2";
   }
   throw InternalError("unknown DType");
 }
@@ -50,10 +57,94 @@ std::optional<DType> parseDType(std::string_view text) {
     return DType::BF16;
   if (text == "fp32" || text == "f32" || text == "float32" || text == "float")
     return DType::F32;
+  if (text == "e4m3" || text == "float8_e4m3fn" || text == "fp8_e4m3")
+    return DType::E4M3;
+  if (text == "e5m2" || text == "float8_e5m2" || text == "fp8_e5m2")
+    return DType::E5M2;
   return std::nullopt;
 }
 
-int byteSize(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+int byteSize(DType dtype) {
+  return dtype == DType::F32 ? 4 : isFp8(dtype) ? 1 : 2;
+}
+
+float fp8MaxFinite(DType dtype) {
+  if (dtype == DType::E4M3)
+    return 448.0f;
+  if (dtype == DType::E5M2)
+    return 57344.0f;
+  throw InternalError(
+      fmt::format("fp8MaxFinite: {} is not fp8", toString(dtype)));
+}
+
+namespace {
+
+/// An OCP fp8 format: mantissa bits, exponent bias, largest finite value,
+/// and the codes of its NaN and (E5M2 only) infinity, without the sign.
+struct Fp8Format {
+  int mantBits, bias;
+  double maxFinite;
+  uint8_t nan, inf; // inf == nan: no infinity (E4M3)
+};
+constexpr Fp8Format kE4M3{3, 7, 448.0, 0x7f, 0x7f};
+constexpr Fp8Format kE5M2{2, 15, 57344.0, 0x7f, 0x7c};
+
+/// Decodes a magnitude code (no sign bit) of \p f; NaN/inf handled by
+/// the callers.
+double fp8Magnitude(const Fp8Format &f, uint8_t code) {
+  int exp = code >> f.mantBits;
+  int mant = code & ((1 << f.mantBits) - 1);
+  if (exp == 0) // subnormal: mant * 2^(1 - bias - mantBits)
+    return std::ldexp(double(mant), 1 - f.bias - f.mantBits);
+  return std::ldexp(double(mant + (1 << f.mantBits)),
+                    exp - f.bias - f.mantBits);
+}
+
+/// Round to nearest even onto \p f's grid; an out-of-range result gives
+/// the format's max (\p saturate) or its inf/NaN code.
+uint8_t encodeFp8(const Fp8Format &f, float value, bool saturate) {
+  uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  if (std::isnan(value))
+    return sign | f.nan;
+  double a = std::fabs(double(value));
+  uint8_t maxCode = f.inf == f.nan ? uint8_t(f.nan - 1) : uint8_t(f.inf - 1);
+  if (std::isinf(a))
+    return sign | (saturate ? maxCode : f.inf);
+  // The grid spacing at a: 2^(e - mantBits) with e = max(floor(log2 a),
+  // 1 - bias) (subnormals share the smallest normal binade's spacing).
+  int e = a == 0.0 ? 1 - f.bias : std::max(std::ilogb(a), 1 - f.bias);
+  double quantum = std::ldexp(1.0, e - f.mantBits);
+  double r = std::nearbyint(a / quantum) * quantum; // ties to even
+  if (r > f.maxFinite)
+    return sign | (saturate ? maxCode : f.inf);
+  int re = r == 0.0 ? 1 - f.bias : std::max(std::ilogb(r), 1 - f.bias);
+  bool normal = r >= std::ldexp(1.0, 1 - f.bias);
+  int mant = int(r / std::ldexp(1.0, re - f.mantBits)) -
+             (normal ? (1 << f.mantBits) : 0);
+  int expField = normal ? re + f.bias : 0;
+  return sign | uint8_t((expField << f.mantBits) | mant);
+}
+
+float decodeFp8(const Fp8Format &f, uint8_t bits) {
+  uint8_t code = bits & 0x7f;
+  double m;
+  if (code == f.nan || (f.inf != f.nan && code > f.inf))
+    m = std::numeric_limits<double>::quiet_NaN();
+  else if (f.inf != f.nan && code == f.inf)
+    m = std::numeric_limits<double>::infinity();
+  else
+    m = fp8Magnitude(f, code);
+  return static_cast<float>(bits & 0x80 ? -m : m);
+}
+
+} // namespace
+
+float e4m3ToFloat(uint8_t bits) { return decodeFp8(kE4M3, bits); }
+uint8_t floatToE4M3(float value) { return encodeFp8(kE4M3, value, false); }
+uint8_t floatToE4M3Sat(float value) { return encodeFp8(kE4M3, value, true); }
+float e5m2ToFloat(uint8_t bits) { return decodeFp8(kE5M2, bits); }
+uint8_t floatToE5M2(float value) { return encodeFp8(kE5M2, value, false); }
+uint8_t floatToE5M2Sat(float value) { return encodeFp8(kE5M2, value, true); }
 
 float halfToFloat(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -116,6 +207,10 @@ float loadAsFloat(const void *data, DType dtype, int64_t index) {
     return bf16ToFloat(static_cast<const uint16_t *>(data)[index]);
   case DType::F32:
     return static_cast<const float *>(data)[index];
+  case DType::E4M3:
+    return e4m3ToFloat(static_cast<const uint8_t *>(data)[index]);
+  case DType::E5M2:
+    return e5m2ToFloat(static_cast<const uint8_t *>(data)[index]);
   }
   throw InternalError("unknown DType");
 }
@@ -130,6 +225,12 @@ void storeFromFloat(void *data, DType dtype, int64_t index, float value) {
     return;
   case DType::F32:
     static_cast<float *>(data)[index] = value;
+    return;
+  case DType::E4M3:
+    static_cast<uint8_t *>(data)[index] = floatToE4M3(value);
+    return;
+  case DType::E5M2:
+    static_cast<uint8_t *>(data)[index] = floatToE5M2(value);
     return;
   }
   throw InternalError("unknown DType");

@@ -187,6 +187,12 @@ void AttentionSpec::validate() const {
   if (scale && !std::isfinite(*scale))
     throw UserError(fmt::format("scale = {} must be finite", *scale),
                     std::source_location());
+  if (isFp8(dtypeO))
+    throw UserError(fmt::format("dtype_o = {}: fp8 output is not supported "
+                                "(fp8 is for q, k, v with descales; o is "
+                                "bf16, fp16 or fp32)",
+                                toString(dtypeO)),
+                    std::source_location());
   if (variant.maskExpr().type() != ScalarType::Bool)
     throw UserError("the mask must be a bool expression",
                     std::source_location());

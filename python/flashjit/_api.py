@@ -14,8 +14,11 @@ from ._errors import UserError
 
 # dtype name (DLPack view) -> (flashjit_dtype, spec dtype name)
 _FLOAT = {"float16": (_capi.FP16, "fp16"), "bfloat16": (_capi.BF16, "bf16"),
-          "float32": (_capi.FP32, "fp32")}
-_SPEC_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+          "float32": (_capi.FP32, "fp32"),
+          "float8_e4m3fn": (_capi.E4M3, "e4m3"),
+          "float8_e5m2": (_capi.E5M2, "e5m2")}
+_SPEC_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32",
+               "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
 _BUFFER_KIND = {"float32": _capi.ARG_BUFFER_F32, "int32": _capi.ARG_BUFFER_I32,
                 "int64": _capi.ARG_BUFFER_I64}
 _TAIL = re.compile(
@@ -148,10 +151,12 @@ def spec_text(*, mask=None, score=None, head_dim=None, head_dim_qk=None,
             return
         names = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32",
                  "float16": "fp16", "bfloat16": "bf16", "float32": "fp32",
-                 "half": "fp16"}
+                 "half": "fp16", "e4m3": "e4m3", "e5m2": "e5m2",
+                 "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
         text = str(value).replace("torch.", "")
         if text not in names:
-            raise UserError(f"{key} = {value!r} is not fp16, bf16 or fp32")
+            raise UserError(f"{key} = {value!r} is not fp16, bf16, fp32, "
+                            "e4m3 or e5m2")
         fields.append(f"{key}={names[text]}")
 
     if dtype is not None and any(x is not None for x in

@@ -13,7 +13,7 @@ import threading
 
 from ._errors import BY_STATUS, InternalError, UserError
 
-FP16, BF16, FP32 = 0, 1, 2
+FP16, BF16, FP32, E4M3, E5M2 = 0, 1, 2, 3, 4
 ARG_F32, ARG_I32, ARG_I64 = 0, 1, 2
 ARG_BUFFER_F32, ARG_BUFFER_I32, ARG_BUFFER_I64 = 3, 4, 5
 COMPILE_VARLEN, COMPILE_BLOCK_SPARSE = 1, 2

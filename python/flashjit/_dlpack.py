@@ -17,13 +17,15 @@ KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 _DEVICE_NAMES = {KDL_CPU: "cpu", KDL_CUDA: "cuda", KDL_CUDA_HOST: "cuda_host",
                  KDL_CUDA_MANAGED: "cuda_managed", 4: "opencl", 7: "vulkan",
                  8: "metal", 10: "rocm"}
-# (code, bits) -> dtype name; codes: 0 int, 1 uint, 2 float, 4 bfloat.
-_DTYPES = {(2, 16): "float16", (4, 16): "bfloat16", (2, 32): "float32",
+# (code, bits) -> dtype name; codes: 0 int, 1 uint, 2 float, 4 bfloat,
+# 10 float8_e4m3fn, 12 float8_e5m2 (DLPack 1.1's kDLFloat8_* codes).
+_DTYPES = {(10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2",
+           (2, 16): "float16", (4, 16): "bfloat16", (2, 32): "float32",
            (2, 64): "float64", (0, 32): "int32", (0, 64): "int64",
            (0, 8): "int8", (0, 16): "int16", (1, 8): "uint8", (6, 8): "bool",
            (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64"}
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8,
-             "int32": 4, "int64": 8, "int8": 1, "int16": 2, "uint8": 1,
+_ITEMSIZE = {"float8_e4m3fn": 1, "float8_e5m2": 1, "float16": 2,
+             "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "int16": 2, "uint8": 1,
              "bool": 1, "uint16": 2, "uint32": 4, "uint64": 8}
 _FLAG_READ_ONLY = 1
 

@@ -8,6 +8,7 @@
 #include "flashjit/runtime/CpuAttentionKernel.h"
 
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Fp8.h"
 #include "flashjit/runtime/KernelAbi.h"
 
 #include <fmt/format.h>
@@ -203,11 +204,15 @@ RunStats runDense(const KernelView &K, const TensorRef &q, const TensorRef &k,
   if (blockMask)
     checkBlockMaskFor(*blockMask, K.info.cpuBlockM, K.info.blockN, sh.batch,
                       sh.headsQ, sh.seqlenQ, sh.seqlenK);
-  AttentionCall c{&q, &k,       &v,         &o,        lseUsed,
-                  {}, sh.batch, sh.seqlenQ, sh.seqlenK};
+  // FP8 inputs: dequantised to f32 on load (the kernel is compiled for
+  // fp8ComputeSpec); other inputs are passed through.
+  const DequantizedInputs in =
+      dequantizeInputs(K.spec, q, k, v, args, sh.batch);
+  AttentionCall c{&in.q, &in.k,    &in.v,      &o,        lseUsed,
+                  {},    sh.batch, sh.seqlenQ, sh.seqlenK};
   c.blockMask = blockMask;
   size_t n = 0;
-  for (const TensorRef *t : {&q, &k, &v, &o})
+  for (const TensorRef *t : {&in.q, &in.k, &in.v, &o})
     for (int i = 0; i < 4; ++i)
       c.strides[n++] = t->strides[i];
   for (int i = 0; i < 3; ++i)
@@ -343,14 +348,16 @@ RunStats CpuAttentionKernel::runVarlen(
     checkBlockMaskFor(*blockMask, info_.cpuBlockM, info_.blockN, sh.batch,
                       sh.headsQ, sh.maxSeqlenQ, sh.maxSeqlenK, cuSeqlensQ,
                       cuSeqlensK);
-  AttentionCall c{
-      &q, &k, &v, &o, lseUsed, {}, sh.batch, sh.maxSeqlenQ, sh.maxSeqlenK};
+  const DequantizedInputs in =
+      dequantizeInputs(spec_, q, k, v, args, sh.batch, cuSeqlensQ, cuSeqlensK);
+  AttentionCall c{&in.q, &in.k,    &in.v,         &o,           lseUsed,
+                  {},    sh.batch, sh.maxSeqlenQ, sh.maxSeqlenK};
   c.cuSeqlensQ = cuSeqlensQ.data();
   c.cuSeqlensK = cuSeqlensK.data();
   c.blockMask = info_.blockSparse ? blockMask : nullptr;
   // [total, heads, dim] as the 4-D strides (0, head, token, dim).
   size_t n = 0;
-  for (const TensorRef *t : {&q, &k, &v, &o})
+  for (const TensorRef *t : {&in.q, &in.k, &in.v, &o})
     for (int64_t x : {int64_t{0}, t->strides[1], t->strides[0], t->strides[2]})
       c.strides[n++] = x;
   // lse [heads, total] as (0, head, token).

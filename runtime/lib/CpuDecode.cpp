@@ -10,6 +10,7 @@
 
 #include "flashjit/frontend/DecodeSplits.h"
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Fp8.h"
 
 #include <fmt/format.h>
 
@@ -47,6 +48,7 @@ void cpuPagedDecode(const CpuAttentionKernel &kernel, const TensorRef &q,
                     const TensorRef *lse, const Arguments &args,
                     int numThreads) {
   const AttentionSpec &spec = kernel.spec();
+  rejectFp8(spec, "paged decoding");
   if (!kernel.config().varlen || kernel.config().blockSparse)
     fail(fmt::format("cpuPagedDecode: kernel '{}' was compiled with varlen = "
                      "{}, block_sparse = {}; paged decoding needs varlen = "

@@ -188,6 +188,10 @@ flashjit_paged_append(const char *kNew, const char *vNew, char *kCache,
 )cuda";
 
 int dtypeCode(DType t) {
+  if (isFp8(t)) // the kernels' element switch knows 16/32-bit types only
+    throw UserError(fmt::format("dtype = {}: the GPU paged-cache operations "
+                                "take fp16, bf16 or fp32 tensors",
+                                toString(t)));
   return t == DType::F16 ? 0 : t == DType::BF16 ? 1 : 2;
 }
 

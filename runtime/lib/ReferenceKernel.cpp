@@ -31,6 +31,12 @@ std::string_view elementType(DType t) {
     return "__nv_bfloat16";
   case DType::F32:
     return "float";
+  case DType::E4M3:
+  case DType::E5M2:
+    throw UserError(fmt::format("dtype = {}: the NVRTC reference kernel takes "
+                                "fp16, bf16 or fp32 tensors (check fp8 "
+                                "against the float64 reference)",
+                                toString(t)));
   }
   throw InternalError("unknown DType");
 }

@@ -67,6 +67,10 @@ flashjit_sink_grad(const void *o, const void *dO, const float *lse,
 )cuda";
 
 int dtypeCode(DType t) {
+  if (isFp8(t)) // fp8 is an input-only type of the forward
+    throw UserError(fmt::format("dtype = {}: the sink gradient takes fp16, "
+                                "bf16 or fp32 tensors",
+                                toString(t)));
   return t == DType::F16 ? 0 : t == DType::BF16 ? 1 : 2;
 }
 

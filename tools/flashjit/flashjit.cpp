@@ -384,9 +384,12 @@ AttentionSpec specFromFlags() {
   if (dtype.getNumOccurrences()) {
     std::optional<DType> d = parseDType(dtype);
     if (!d)
-      userError(fmt::format("--dtype {} is not one of bf16, fp16, fp32",
+      userError(fmt::format("--dtype {} is not one of bf16, fp16, fp32, "
+                            "e4m3, e5m2",
                             quoted(dtype)));
-    spec.dtypeQ = spec.dtypeK = spec.dtypeV = spec.dtypeO = *d;
+    // As the spec text's dtype=: fp8 is for Q, K, V; O is then bf16.
+    spec.dtypeQ = spec.dtypeK = spec.dtypeV = *d;
+    spec.dtypeO = isFp8(*d) ? DType::BF16 : *d;
   }
   if (headsQ.getNumOccurrences()) {
     if (headsQ < 1)

@@ -35,11 +35,16 @@ typedef enum flashjit_status {
   FLASHJIT_INTERNAL_ERROR = 4 /**< a bug in flashjit */
 } flashjit_status;
 
-/** Element type of a tensor. */
+/** Element type of a tensor. FLASHJIT_E4M3 / FLASHJIT_E5M2 are the OCP fp8
+ *  formats (torch.float8_e4m3fn / torch.float8_e5m2), for Q, K and V only,
+ *  with descales passed as FLASHJIT_Q_DESCALE etc. (the CPU target runs
+ *  them; GPU targets refuse fp8 until the sm_90a kernel exists). */
 typedef enum flashjit_dtype {
   FLASHJIT_FP16 = 0,
   FLASHJIT_BF16 = 1,
-  FLASHJIT_FP32 = 2
+  FLASHJIT_FP32 = 2,
+  FLASHJIT_E4M3 = 3,
+  FLASHJIT_E5M2 = 4
 } flashjit_dtype;
 
 /** A strided tensor (host memory for the CPU target, device memory for a GPU
@@ -69,6 +74,15 @@ typedef enum flashjit_arg_kind {
  *  \p grads with `size` = heads_q to receive d sink. Not an identifier, so
  *  it never names a variant's buffer or parameter. */
 #define FLASHJIT_SINK "@sink"
+
+/** The reserved names of the fp8 descales (Arguments::qDescale in
+ *  flashjit/frontend/Arguments.h): pass each in \p args as an
+ *  FLASHJIT_ARG_BUFFER_F32 of 1 (per tensor) or batch * heads_kv (per block)
+ *  fp32 values; the real value of an fp8 element is its value times the
+ *  descale. Unset means 1. Only for fp8 Q, K, V. */
+#define FLASHJIT_Q_DESCALE "@q_descale"
+#define FLASHJIT_K_DESCALE "@k_descale"
+#define FLASHJIT_V_DESCALE "@v_descale"
 
 /** One runtime parameter or captured buffer, by name. An FLASHJIT_ARG_I32
  *  value outside [-2^31, 2^31 - 1] and an FLASHJIT_ARG_F32 value that

@@ -19,6 +19,7 @@
 #include "flashjit/Pipeline/Pipelines.h"
 #include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Fp8.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/KernelAbi.h"
 
@@ -181,8 +182,11 @@ Lowered lowerToLLVMDialect(const AttentionSpec &spec, const TileOptions &tile,
   l.ctx = makeContext();
   l.diag = std::make_unique<DiagnosticCapture>(l.ctx.get());
   timings.push_back({"mlir-context", w.lap()});
-  l.module = mlirGen(
-      *l.ctx, spec, tile.backward ? KernelKind::Backward : KernelKind::Forward);
+  // FP8 specs compile the f32 kernel: the runtime dequantises fp8 inputs
+  // on load (CpuAttentionKernel, Fp8.h).
+  l.module =
+      mlirGen(*l.ctx, fp8ComputeSpec(spec),
+              tile.backward ? KernelKind::Backward : KernelKind::Forward);
   if (!l.module)
     throw CompileError("MLIRGen produced invalid IR:\n" + l.diag->text());
   texts[0] = printOp(*l.module, /*withLocations=*/true);
@@ -281,6 +285,7 @@ AttentionSpec backwardSpec(const AttentionSpec &spec) {
 void validateBackwardForCpu(const AttentionSpec &spec,
                             const CompileOptions &options) {
   validateForCpu(spec, options);
+  rejectFp8(spec, "the backward");
   if (options.countTiles)
     throw UserError("CompileOptions::countTiles is not supported by the "
                     "backward kernels");
@@ -414,7 +419,7 @@ compileTileClassifier(const AttentionSpec &spec,
     impl->buffers = sortedBuffers(spec.variant);
   std::unique_ptr<MLIRContext> ctx = makeContext();
   DiagnosticCapture diag(ctx.get());
-  OwningOpRef<ModuleOp> module = mlirGen(*ctx, spec);
+  OwningOpRef<ModuleOp> module = mlirGen(*ctx, fp8ComputeSpec(spec));
   if (!module)
     throw CompileError("MLIRGen produced invalid IR:\n" + diag.text());
   std::string symbol = "flashjit_" + spec.variant.name();

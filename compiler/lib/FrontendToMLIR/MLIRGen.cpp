@@ -187,6 +187,12 @@ private:
       return b.getBF16Type();
     case DType::F32:
       return b.getF32Type();
+    // The memory types of fp8 inputs. No lowering takes them yet: the CPU
+    // backend compiles fp8ComputeSpec (f32) and validateForGpu refuses fp8.
+    case DType::E4M3:
+      return b.getType<Float8E4M3FNType>();
+    case DType::E5M2:
+      return b.getType<Float8E5M2Type>();
     }
     llvm_unreachable("unknown DType");
   }

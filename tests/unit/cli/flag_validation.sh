@@ -17,14 +17,14 @@ expect_error() {
 c="compile --target cpu --no-cache"
 # Injection attempts: each is an error about that one flag.
 expect_error "--causal 'top_left, heads_q=4' is not one of none, top_left, bottom_right" $c --causal 'top_left, heads_q=4'
-expect_error "--dtype 'bf16, heads_q=4' is not one of bf16, fp16, fp32" $c --dtype 'bf16, heads_q=4'
+expect_error "--dtype 'bf16, heads_q=4' is not one of bf16, fp16, fp32, e4m3, e5m2" $c --dtype 'bf16, heads_q=4'
 expect_error "--name 'x, heads_q=4' is not an identifier" $c --name 'x, heads_q=4'
 expect_error "--mask: unexpected ')' after the expression at column 5" $c --mask 'true), heads_q=(4'
 expect_error "--score: unexpected ')' after the expression at column 6" $c --score 'score), heads_q=(4'
 expect_error "'64, heads_q=4' value invalid for integer argument" $c --head-dim '64, heads_q=4'
 # Values out of range, quoted as typed.
 expect_error "--causal 'TopLeft' is not one of" $c --causal TopLeft
-expect_error "--dtype 'fp8' is not one of bf16, fp16, fp32" $c --dtype fp8
+expect_error "--dtype 'fp8' is not one of bf16, fp16, fp32, e4m3, e5m2" $c --dtype fp8
 expect_error "--head-dim 0 is out of range [1, 512] (the CPU backend's limit; GPU targets take up to 256)" $c --head-dim 0
 expect_error "--head-dim 2000 is out of range [1, 512]" $c --head-dim 2000
 expect_error "--head-dim 513 is out of range [1, 512]" $c --head-dim 513

@@ -81,6 +81,41 @@ struct Arguments { // are referenced: keep them alive, unchanged, while read)
     return *this;
   }
 
+  /// FP8 descale factors of Q, K and V (FlashAttention-3's q_descale,
+  /// k_descale, v_descale: flash_attn_interface.py; FA3 paper, Shah et al.
+  /// 2024, section 3.3): the real value of an fp8 element x is
+  /// float(x) * descale, so scores are scale * q_descale * k_descale *
+  /// (q_fp8 . k_fp8) and O = v_descale * sum_j P_ij v_fp8[j]. Each is fp32,
+  /// either one element (per tensor) or [batch, heads_kv] row-major (per
+  /// block, FA3's shape, for Q too: query head h uses descale[b, h /
+  /// (heads_q / heads_kv)]); unset (null data, size 0) means 1. Only
+  /// tensors whose spec dtype is fp8 (e4m3, e5m2) take one. Host memory for
+  /// the CPU backend and the reference.
+  BufferRef qDescale, kDescale, vDescale;
+  /// Binds q_descale: 1 or batch * heads_kv fp32 values (chainable).
+  Arguments &bindQDescale(const float *data, int64_t size) {
+    qDescale = {data, ScalarType::Float32, size};
+    return *this;
+  }
+  /// Binds k_descale: 1 or batch * heads_kv fp32 values (chainable).
+  Arguments &bindKDescale(const float *data, int64_t size) {
+    kDescale = {data, ScalarType::Float32, size};
+    return *this;
+  }
+  /// Binds v_descale: 1 or batch * heads_kv fp32 values (chainable).
+  Arguments &bindVDescale(const float *data, int64_t size) {
+    vDescale = {data, ScalarType::Float32, size};
+    return *this;
+  }
+
+  /// Checks the descales against \p spec for a call of \p batch
+  /// sequences: each set one must belong to an fp8 tensor, be f32 with
+  /// non-null data and hold 1 or batch * heads_kv elements; with
+  /// \p hostValues each value must be finite. Throws UserError naming the
+  /// field and value (`k_descale[3] = inf`).
+  void validateDescalesFor(const AttentionSpec &spec, int64_t batch,
+                           bool hostValues) const;
+
   /// Checks these arguments against what \p variant reads: throws UserError
   /// for a missing, unknown or wrongly typed parameter or buffer, a name
   /// given both as a parameter and as a buffer, a buffer given a scalar (or

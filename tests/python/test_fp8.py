@@ -1,0 +1,32 @@
+"""fp8 spec dtypes through the Python package (issue 18's foundation): the
+names map to the spec's e4m3/e5m2 (torch's float8_e4m3fn / float8_e5m2),
+dtype="e4m3" gives a bf16 O, fp8 O is refused, and GPU targets refuse fp8
+until the sm_90a kernel exists. The numerics are checked in C++
+(tests/unit/frontend/Fp8Test.cpp, tests/unit/compiler/Fp8CpuTest.cpp)."""
+
+import pytest
+
+import flashjit
+
+
+def test_fp8_dtype_names_compile_on_the_cpu():
+    for name, spec in (("e4m3", "e4m3"), ("float8_e4m3fn", "e4m3"),
+                       ("torch.float8_e5m2", "e5m2")):
+        kern = flashjit.compile(target="cpu", head_dim=16, dtype=name)
+        assert f"dtype_q={spec}, dtype_k={spec}, dtype_v={spec}, " \
+               "dtype_o=bf16" in kern.spec
+        assert kern.dtype_o == "bfloat16"
+    kern = flashjit.compile(target="cpu", head_dim=16, dtype_q="e4m3",
+                            dtype_k="e4m3", dtype_v="e5m2", dtype_o="fp32")
+    assert "dtype_v=e5m2, dtype_o=fp32" in kern.spec
+
+
+def test_fp8_refusals_are_user_errors():
+    with pytest.raises(flashjit.UserError, match="fp8 output"):
+        flashjit.compile(target="cpu", head_dim=16, dtype_o="e4m3")
+    with pytest.raises(flashjit.UserError, match="not fp16, bf16, fp32"):
+        flashjit.compile(target="cpu", head_dim=16, dtype="fp8")
+    with pytest.raises(flashjit.UserError, match="fp8 needs sm_90a wgmma"):
+        flashjit.compile(target="sm_80", head_dim=64, dtype="e4m3")
+    with pytest.raises(flashjit.UserError, match="issue 18"):
+        flashjit.compile(target="sm_90a", head_dim=64, dtype="e4m3")
