@@ -135,10 +135,11 @@ static bool overlapFits(const AttentionSpec &spec, const GpuTileConfig &c) {
 /// step; mma = wgmma.tma.ws asks for it everywhere, wgmma.tma.ws.overlap
 /// for the overlap. Masks without a score modifier keep the serial step
 /// too: spill-free, their overlapped kernels (which vote in the tile, not
-/// once after the loop) measured 0.94-0.96x the serial default at head dim
-/// 128 with masked-key isolation on an H100 (session 20: causal at N =
-/// 4096, sliding window 1024 at 4096 and 16384), within noise for causal
-/// at 16384; causal + softcap keeps the overlap (1.04-1.09x).
+/// once after the loop) ran 0.94-0.96x the serial default at head dim 128
+/// with masked-key isolation (H100, maskbench, session 20 against session
+/// 19's run: causal at N = 4096, sliding window 1024 at 4096 and 16384;
+/// causal at 16384 +2..+8% in one same-call run); causal + softcap keeps
+/// the overlap (+3.5..+9%, sessions 16 and 18).
 static bool overlapByDefault(const AttentionSpec &spec,
                              const GpuTileConfig &c) {
   return c.warpSpecialized && spec.variant.buffers().empty() &&
