@@ -92,15 +92,9 @@ TEST_CASE("the masked head-dim-128 defaults match the float64 reference "
     INFO(k.id << ": " << printSpec(k.spec));
     // What the default chose (the .info line does not say): the overlap
     // keeps two wgmma groups in flight (wait_group 1).
-    std::string base = test::matrixKernelDir() + "/" + k.id;
-    std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
-    REQUIRE(infoFile);
-    REQUIRE(ptxFile);
-    GpuKernelInfo info = test::readKernelInfo(infoFile);
-    std::stringstream ptx;
-    ptx << ptxFile.rdbuf();
-    if (info.config.arch == "sm_90a")
-      CHECK((ptx.str().find("wgmma.wait_group.sync.aligned 1;") !=
+    test::MatrixKernelFiles files = test::readMatrixKernel(k.id);
+    if (files.info.config.arch == "sm_90a")
+      CHECK((files.ptx.find("wgmma.wait_group.sync.aligned 1;") !=
              std::string::npos) == (k.variant == "softcap30_causal"));
     auto kernel = load(k, dev);
     test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), k.id);
@@ -207,20 +201,14 @@ TEST_CASE("generated kernels loaded from a cubin match the float64 reference",
     if (k.spec.dtypeQ != DType::BF16 || !selected(k))
       continue;
     INFO(k.id << ": " << printSpec(k.spec));
-    std::string base = test::matrixKernelDir() + "/" + k.id;
-    std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
-    REQUIRE(infoFile);
-    REQUIRE(ptxFile);
-    GpuKernelInfo info = test::readKernelInfo(infoFile);
-    std::stringstream ptx;
-    ptx << ptxFile.rdbuf();
-    if (info.config.arch != dev.properties().arch())
+    test::MatrixKernelFiles files = test::readMatrixKernel(k.id);
+    if (files.info.config.arch != dev.properties().arch())
       continue;
-    CubinResult cubin = assembleCubin(ptx.str(), info.config.arch);
+    CubinResult cubin = assembleCubin(files.ptx, files.info.config.arch);
     std::string bytes(cubin.cubin.begin(), cubin.cubin.end());
-    GpuAttentionKernel fromCubin(k.spec, info, ptx.str(), dev, bytes);
+    GpuAttentionKernel fromCubin(k.spec, files.info, files.ptx, dev, bytes);
     CHECK(fromCubin.loadedFromCubin());
-    test::checkNoLocalMemory(fromCubin, ptx.str());
+    test::checkNoLocalMemory(fromCubin, files.ptx);
     test::checkShape(dev, test::runWith(fromCubin), k.spec, 2, 130, 77, i % 2,
                      seed + i);
     ++i;

@@ -146,12 +146,13 @@ inline runtime::GpuKernelInfo readKernelInfo(std::istream &in) {
   return info;
 }
 
-/// Loads ahead-of-time kernel \p id of \p spec: <dir>/<id>.ptx and
-/// <dir>/<id>.info ("name arch threads block_m shared_bytes", then
-/// "block_n varlen block_sparse" when \p sparse).
-inline std::unique_ptr<runtime::GpuAttentionKernel>
-loadAheadOfTime(const std::string &id, const AttentionSpec &spec, Device &dev,
-                bool sparse = false) {
+/// A matrix kernel's files: <matrixKernelDir()>/<id>.info (readKernelInfo)
+/// and <id>.ptx; REQUIREs both readable and the .info line well formed.
+struct MatrixKernelFiles {
+  runtime::GpuKernelInfo info;
+  std::string ptx;
+};
+inline MatrixKernelFiles readMatrixKernel(const std::string &id) {
   std::string base = matrixKernelDir() + "/" + id;
   std::ifstream infoFile(base + ".info"), ptxFile(base + ".ptx");
   INFO("kernel files " << base << ".{info,ptx} (make them with "
@@ -159,12 +160,23 @@ loadAheadOfTime(const std::string &id, const AttentionSpec &spec, Device &dev,
                        << "FLASHJIT_MATRIX_KERNELS)");
   REQUIRE(infoFile);
   REQUIRE(ptxFile);
-  (void)sparse;
-  runtime::GpuKernelInfo info = readKernelInfo(infoFile);
+  MatrixKernelFiles f;
+  f.info = readKernelInfo(infoFile);
   REQUIRE(infoFile);
   std::stringstream ptx;
   ptx << ptxFile.rdbuf();
-  return std::make_unique<runtime::GpuAttentionKernel>(spec, info, ptx.str(),
+  f.ptx = ptx.str();
+  return f;
+}
+
+/// Loads ahead-of-time kernel \p id of \p spec (readMatrixKernel; \p
+/// sparse: kept for the callers, the .info line says it).
+inline std::unique_ptr<runtime::GpuAttentionKernel>
+loadAheadOfTime(const std::string &id, const AttentionSpec &spec, Device &dev,
+                bool sparse = false) {
+  (void)sparse;
+  MatrixKernelFiles f = readMatrixKernel(id);
+  return std::make_unique<runtime::GpuAttentionKernel>(spec, f.info, f.ptx,
                                                        dev);
 }
 
