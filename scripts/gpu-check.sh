@@ -11,7 +11,8 @@
 #               carry=[".device/gpu-check"], timeout_s=600)
 #
 # `run` unpacks the libraries into /tmp, runs the runtime unit tests (sanity
-# of the carried build), every [gpu] test, the NVRTC reference at N = 4k and
+# of the carried build), every [gpu] test (in GPU_CHECK_GPU_SHARDS processes
+# at once, balanced by tests/gpu/gpu-durations.tsv: see gpuShards), the NVRTC reference at N = 4k and
 # 32k (timing), tests/gpu/torch_compare.py (bundled kernels through the C
 # API runtime library from Python vs torch sdpa/flex and a float64 oracle),
 # and compute-sanitizer memcheck/racecheck on small tests; logs go to $OUT, a
@@ -243,6 +244,48 @@ packLibs() {
     done
 }
 
+# gpuShards BINARY SHARDS DIR: every [gpu] test case of BINARY, split by
+# scripts/gpu-shards.py over SHARDS processes run at once (balanced by the
+# seconds in tests/gpu/gpu-durations.tsv; the float64 matrix case in three
+# parts through FLASHJIT_MATRIX_PART), each cut at GPU_CHECK_SHARD_TIMEOUT
+# seconds (default 540). Prints every shard's log, then one line per shard;
+# fails if any shard failed or no case ran.
+gpuShards() {
+  local bin=$1 n=$2 dir=$3 k
+  mkdir -p "$dir"
+  "$bin" --list-test-names-only | grep . >"$dir/names.txt"
+  python3 scripts/gpu-shards.py "$dir/names.txt" tests/gpu/gpu-durations.tsv \
+    "$n" "$dir/shard" \
+    --split "generated kernels match the float64 reference on the matrix=3" ||
+    return 2
+  local pids=() t0=$SECONDS
+  for ((k = 0; k < n; k++)); do
+    (
+      e=$(sed -n 's/^#env //p' "$dir/shard$k.txt")
+      [[ -n $e ]] && export "${e?}"
+      exec timeout "${GPU_CHECK_SHARD_TIMEOUT:-540}" "$bin" \
+        -f "$dir/shard$k.txt" --durations yes
+    ) >"$dir/shard$k.log" 2>&1 &
+    pids+=($!)
+  done
+  local rc=0 rcs=()
+  for k in "${!pids[@]}"; do
+    wait "${pids[$k]}"
+    rcs[k]=$?
+    ((rcs[k] == 0)) || rc=1
+  done
+  for ((k = 0; k < n; k++)); do
+    echo "--- gpu shard $k"
+    cat "$dir/shard$k.log"
+  done
+  echo "=== gpu shards ($((SECONDS - t0)) s wall):"
+  for ((k = 0; k < n; k++)); do
+    echo "shard $k rc=${rcs[k]}: $(grep -E '^(All tests passed|test cases:)' "$dir/shard$k.log" | tail -1)"
+  done
+  grep -q "FAILED" "$dir"/shard*.log && rc=1
+  return $rc
+}
+
 run() {
   local out=${OUT:-/tmp/gpu-check-out} lib=/tmp/flashjit-lib
   mkdir -p "$out" "$lib"
@@ -310,8 +353,15 @@ run() {
     tar -C "$FLASHJIT_MATRIX_KERNELS" -xJf "$PACK/matrix_kernels.tar.xz"
   want unit && step unit "$bin/flashjit_runtime_tests"
   # GPU_CHECK_GPU_FILTER (run): a Catch2 test spec for the gpu step, e.g.
-  # "[ring],[padded],[sink]" (default: every [gpu] test).
-  want gpu && step gpu "$bin/flashjit_gpu_tests" ${GPU_CHECK_GPU_FILTER:+"$GPU_CHECK_GPU_FILTER"} --durations yes
+  # "[ring],[padded],[sink]" (default: every [gpu] test, in
+  # GPU_CHECK_GPU_SHARDS processes at once, default half the cores up to 8;
+  # 1 = one process as before; a filter runs in one process).
+  local shards=${GPU_CHECK_GPU_SHARDS:-$(($(nproc) / 2 > 8 ? 8 : $(nproc) / 2))}
+  if want gpu && [[ -z ${GPU_CHECK_GPU_FILTER:-} ]] && ((shards > 1)); then
+    step gpu gpuShards "$bin/flashjit_gpu_tests" "$shards" "$out/gpu-shards"
+  else
+    want gpu && step gpu "$bin/flashjit_gpu_tests" ${GPU_CHECK_GPU_FILTER:+"$GPU_CHECK_GPU_FILTER"} --durations yes
+  fi
   want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
   want bwd && step bwd "$bin/flashjit_gpu_tests" "[backward]" --durations yes
   want ring && step ring "$bin/flashjit_gpu_tests" "[ring]" --durations yes

@@ -19,6 +19,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -42,6 +43,23 @@ bool selected(const testing::MatrixKernel &k) {
   return !only || k.id.find(only) != std::string::npos;
 }
 
+/// FLASHJIT_MATRIX_PART=<part>/<parts> (scripts/gpu-check.sh runs the
+/// float64 matrix case as several processes): whether the \p index-th
+/// matrix kernel is in that part (index % parts == part). Unset: every one.
+bool inPart(size_t index) {
+  const char *spec = std::getenv("FLASHJIT_MATRIX_PART");
+  if (!spec)
+    return true;
+  unsigned part = 0, parts = 0;
+  char tail = 0;
+  if (std::sscanf(spec, "%u/%u%c", &part, &parts, &tail) != 2 || parts == 0 ||
+      part >= parts)
+    FAIL("FLASHJIT_MATRIX_PART = '" << spec
+                                    << "' is not <part>/<parts> with "
+                                       "part < parts");
+  return index % parts == part;
+}
+
 } // namespace
 
 TEST_CASE("generated kernels match the float64 reference on the matrix",
@@ -52,8 +70,9 @@ TEST_CASE("generated kernels match the float64 reference on the matrix",
   uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
   int i = 0;
+  size_t index = 0;
   for (const testing::MatrixKernel &k : testing::kernelMatrix()) {
-    if (!selected(k))
+    if (!inPart(index++) || !selected(k))
       continue;
     INFO(k.id << ": " << printSpec(k.spec));
     auto kernel = load(k, dev);
