@@ -113,6 +113,11 @@ struct ConvertAttnToNVVM
       c.bf16 = dq.isBF16();
       c.returnLse = op.getReturnLse();
       c.sink = op.getSink();
+      if (c.arch != "sm_80" && c.arch != "sm_90a") {
+        op.emitOpError("arch '" + c.arch +
+                       "' is not supported (sm_80 or sm_90a)");
+        return signalPassFailure();
+      }
       if (c.wgmma && ((c.rowsPerWarp != 16 && !splitBackward) ||
                       c.headDimQK % 64 || c.headDimV % 64)) {
         op.emitOpError("wgmma kernels need rows-per-warp 16 and head dims "
@@ -229,6 +234,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.overlapSoftmax = config.overlapSoftmax;
   o.decodeStages = config.decodeStages;
   o.syncBackward = config.syncBackward;
+  o.arch = config.arch;
   o.backward = config.kind == KernelKind::Backward;
   o.decode = config.kind == KernelKind::Decode;
   return o;
