@@ -1790,7 +1790,7 @@ TEST_CASE("decode merge kernel: groups of threads over the splits by "
   }
 }
 
-TEST_CASE("decode kernels: the programmatic-launch controls on sm_90a, none "
+TEST_CASE("decode kernels: the programmatic-launch controls on sm_90a and none "
           "on sm_80",
           "[gpu-codegen][decode]") {
   // Session 21: run() launches the merge kernel as a programmatic dependent
