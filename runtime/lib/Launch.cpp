@@ -71,9 +71,11 @@ void launch(const Function &fn, const LaunchConfig &c, KernelArgs &args) {
 }
 
 bool programmaticLaunchAvailable(const Device &device) {
-  // Programmatic stream serialization: CUDA 12.0 drivers and later.
+  // Programmatic stream serialization came with CUDA 12.0; 12.3 drivers
+  // also keep it in stream-captured graphs (programmatic edges), which
+  // host applications capture decoding into: ask for 12.3.
   const Driver &drv = Driver::get();
-  return device.properties().ccMajor >= 9 && drv.version() >= 12000 &&
+  return device.properties().ccMajor >= 9 && drv.version() >= 12030 &&
          drv.cuLaunchKernelEx != nullptr;
 }
 

@@ -617,7 +617,7 @@ TEST_CASE("decode calls back to back over dirty workspaces",
       INFO((pdl ? "programmatic" : "plain") << " merge launch");
       kernel->setProgrammaticMerge(pdl);
       // Every sm_90a module's merges wait on the grid dependency; the
-      // switch is what decides on an sm_90 device with a CUDA 12 driver.
+      // switch is what decides on an sm_90 device with a CUDA 12.3 driver.
       CHECK(kernel->programmaticMerge() ==
             (pdl && programmaticLaunchAvailable(dev)));
       {

@@ -50,8 +50,8 @@ struct LaunchConfig {
 };
 
 /// Whether launches on \p device can be programmatic dependent launches:
-/// compute capability 9.0 or above and a CUDA 12.0 or later driver with
-/// cuLaunchKernelEx.
+/// compute capability 9.0 or above and a CUDA 12.3 or later driver (its
+/// stream capture keeps the dependency as a programmatic graph edge).
 bool programmaticLaunchAvailable(const Device &device);
 
 /// A kernel's argument list: each add() stores a copy of a trivially

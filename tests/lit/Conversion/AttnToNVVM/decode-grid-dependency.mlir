@@ -27,7 +27,7 @@
 // SM80: gpu.func @dense_decode_merge_serial(
 // SM80-NOT: griddepcontrol
 
-// ARCH: arch 'sm_70' is not supported (sm_80 or sm_90a)
+// ARCH: unsupported GPU kernel shape: {{.*}}arch sm_80 or sm_90a
 attn.attention @dense attributes {
     dtype_q = f16, dtype_k = f16, dtype_v = f16, dtype_o = f16,
     head_dim_qk = 64 : i64, head_dim_v = 64 : i64, heads_q = 2 : i64,
