@@ -64,9 +64,12 @@
 # decodesplitbench (the [.decodesplitbench] DECODESWEEP rows: the split
 # count decodeNumSplits picks beside session 16's rule and forced counts,
 # GQA 32/8 and MQA 32/1 at B = 1, 8, 64, with the serial merge kernel's
-# time at the end of the rows where the merge kernel runs; ~15 s) and
-# decodemergebench (the [.decodemergebench] DECODEMERGE rows: the merge
-# kernel alone, parallel beside serial, 32-2048 rows x 4-244 splits; ~2 s).
+# time and the plain-launch time (`plain`: the merge kernel not launched
+# as the split kernel's programmatic dependent; FLASHJIT_DECODE_PDL=0 turns
+# that off everywhere) at the end of the rows where the merge kernel runs;
+# ~20 s) and decodemergebench (the [.decodemergebench] DECODEMERGE rows:
+# the merge kernel alone, parallel beside serial, 32-2048 rows x 4-244
+# splits, and the parallel one launched programmatically; ~2 s).
 #
 # GPU_CHECK_MATRIX_MMA (pack; default: default) builds the kernel matrix
 # with another MMA, e.g. wgmma.tma.ws. GPU_CHECK_BENCH_N, _D and _ARGS (run)

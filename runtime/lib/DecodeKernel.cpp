@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 namespace flashjit::runtime {
@@ -54,6 +56,20 @@ void requireAligned(const char *name, const TensorRef &t, int bytes,
       fail(fmt::format("{}.strides[{}] = {} is not a multiple of {} elements "
                        "(rows must stay {}-byte aligned)",
                        name, i, t.strides[i], strideElems, bytes));
+}
+
+/// Whether the body of entry \p name in \p ptx holds a
+/// `griddepcontrol.wait` (the body ends at the first '}' in column 0).
+bool entryWaitsOnGrid(std::string_view ptx, const std::string &name) {
+  const size_t at = ptx.find(".entry " + name + "(");
+  if (at == std::string_view::npos)
+    return false;
+  const size_t open = ptx.find("\n{", at);
+  const size_t close = ptx.find("\n}", open);
+  if (open == std::string_view::npos || close == std::string_view::npos)
+    return false;
+  return ptx.substr(open, close - open).find("griddepcontrol.wait") !=
+         std::string_view::npos;
 }
 
 } // namespace
@@ -211,6 +227,15 @@ GpuDecodeKernel::GpuDecodeKernel(AttentionSpec spec, GpuKernelInfo info,
       module_.function(info_.name + abi::gpu::kDecodeMergeSerialSuffix);
   decode_.setMaxDynamicSharedBytes(info_.sharedBytes);
   reads_ = BufferReads::of(spec_.variant);
+  // Only a module whose merge entries both wait on the grid dependency may
+  // have its merge launched programmatically (a bundle from before the
+  // waits, or an sm_80 module run on sm_90, launches plainly).
+  mergeWaits_ =
+      entryWaitsOnGrid(ptx, info_.name + abi::gpu::kDecodeMergeSuffix) &&
+      entryWaitsOnGrid(ptx, info_.name + abi::gpu::kDecodeMergeSerialSuffix);
+  launchAvailable_ = programmaticLaunchAvailable(device);
+  const char *env = std::getenv("FLASHJIT_DECODE_PDL");
+  programmaticMerge_.store(!(env && std::string_view(env) == "0"));
 }
 
 DecodeSplitShape GpuDecodeKernel::splitShape(int64_t batch, int64_t qLen,
@@ -291,6 +316,7 @@ void GpuDecodeKernel::launchMerge(CUdeviceptr oPart, CUdeviceptr lsePart,
              static_cast<unsigned>(batch)};
   mc.block = {static_cast<unsigned>(abi::gpu::kMergeThreads), 1, 1};
   mc.stream = stream;
+  mc.programmaticDependency = programmaticMerge();
   const bool serial =
       decodeSerialMerge(splits, int64_t(rows), device_->properties().smCount);
   launch(serial ? mergeSerial_ : merge_, mc, m);

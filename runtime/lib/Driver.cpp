@@ -52,6 +52,9 @@ std::unique_ptr<Driver> Driver::load(const std::string &path) {
                     CUDA_VERSION % 1000 / 10));
   FLASHJIT_DRIVER_FUNCTIONS(FLASHJIT_LOAD_SYMBOL)
 #undef FLASHJIT_LOAD_SYMBOL
+  // Optional: a driver without it still runs every kernel (plain launches).
+  d->cuLaunchKernelEx = reinterpret_cast<decltype(d->cuLaunchKernelEx)>(
+      dlsym(d->handle_, FLASHJIT_XSTR(cuLaunchKernelEx)));
 
   decltype(&::cuGetErrorName) expected = nullptr;
   detail::gErrorName.compare_exchange_strong(expected, d->cuGetErrorName);

@@ -42,11 +42,41 @@ void launch(const Function &fn, const LaunchConfig &c, KernelArgs &args) {
   // The default limit on dynamic shared memory is 48 KiB; more needs opt-in.
   if (c.dynamicSharedBytes > 48 * 1024)
     fn.setMaxDynamicSharedBytes(static_cast<int>(c.dynamicSharedBytes));
-  FLASHJIT_CHECK(Driver::get().cuLaunchKernel(fn.handle(), c.grid[0], c.grid[1],
-                                              c.grid[2], c.block[0], c.block[1],
-                                              c.block[2], c.dynamicSharedBytes,
-                                              c.stream, args.data(), nullptr),
+  Driver &drv = Driver::get();
+  if (c.programmaticDependency && programmaticLaunchAvailable(device)) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig lc{};
+    lc.gridDimX = c.grid[0];
+    lc.gridDimY = c.grid[1];
+    lc.gridDimZ = c.grid[2];
+    lc.blockDimX = c.block[0];
+    lc.blockDimY = c.block[1];
+    lc.blockDimZ = c.block[2];
+    lc.sharedMemBytes = c.dynamicSharedBytes;
+    lc.hStream = c.stream;
+    lc.attrs = &attr;
+    lc.numAttrs = 1;
+    FLASHJIT_CHECK(
+        drv.cuLaunchKernelEx(&lc, fn.handle(), args.data(), nullptr),
+        [&] { return describe() + ", programmatic dependent launch"; });
+    return;
+  }
+  FLASHJIT_CHECK(drv.cuLaunchKernel(fn.handle(), c.grid[0], c.grid[1],
+                                    c.grid[2], c.block[0], c.block[1],
+                                    c.block[2], c.dynamicSharedBytes, c.stream,
+                                    args.data(), nullptr),
                  describe);
+}
+
+bool programmaticLaunchAvailable(const Device &device) {
+  // Programmatic stream serialization came with CUDA 12.0; 12.3 drivers
+  // also keep it in stream-captured graphs (programmatic edges), which
+  // host applications capture decoding into: ask for 12.3.
+  const Driver &drv = Driver::get();
+  return device.properties().ccMajor >= 9 && drv.version() >= 12030 &&
+         drv.cuLaunchKernelEx != nullptr;
 }
 
 Stream::Stream(Device &device) : device_(&device) {

@@ -590,8 +590,12 @@ TEST_CASE("decode calls back to back over dirty workspaces",
   // would leave O unwritten), then calls with 33, 2, 1 and 64 splits run
   // back to back on one stream with no wait, twice, each reusing the
   // memory of the ones before; every output against the float64 reference.
+  // The merge kernel runs as the split kernel's programmatic dependent
+  // (sm_90: it may start before the split kernel ends, its
+  // griddepcontrol.wait orders its reads), then, on the same inputs, with
+  // plain launches: the same kernels and sums, so the same bits.
   Device &dev = Device::get(0);
-  for (const char *id : {"dec_causal_g4", "dec_sink_g4"}) {
+  for (const char *id : {"dec_causal_g4", "dec_sink_g4", "dec_dense_mqa32"}) {
     testing::DecodeKernel k = decodeKernelById(id);
     if (!selected(k.id))
       continue;
@@ -601,11 +605,6 @@ TEST_CASE("decode calls back to back over dirty workspaces",
     INFO("seed " << seed);
     std::mt19937_64 rng(seed);
     Stream stream(dev);
-    {
-      StreamBuffer dirty(dev, size_t(64) << 20, stream.handle());
-      REQUIRE(Driver::get().cuMemsetD8Async(dirty.ptr(), 0x7f, dirty.size(),
-                                            stream.handle()) == CUDA_SUCCESS);
-    }
     std::vector<std::unique_ptr<StreamCase>> cases;
     for (DecodeMerge merge : {DecodeMerge::Fused, DecodeMerge::Separate})
       for (int64_t qLen : {1, 4})
@@ -613,14 +612,40 @@ TEST_CASE("decode calls back to back over dirty workspaces",
           cases.push_back(std::make_unique<StreamCase>(
               dev, k.spec, rng, std::vector<int64_t>{2500, 700, 1}, 16, qLen,
               splits, merge));
-    for (auto &c : cases)
-      c->launch(*kernel, stream.handle());
-    stream.synchronize();
-    for (size_t i = 0; i < cases.size(); ++i) {
-      INFO("call " << i << ": q_len " << cases[i]->qLen << ", splits "
-                   << cases[i]->splits << ", merge "
-                   << mergeName(cases[i]->merge));
-      cases[i]->check(k.spec);
+    std::vector<std::vector<uint8_t>> first;
+    for (bool pdl : {true, false}) {
+      INFO((pdl ? "programmatic" : "plain") << " merge launch");
+      kernel->setProgrammaticMerge(pdl);
+      // Every sm_90a module's merges wait on the grid dependency; the
+      // switch is what decides on an sm_90 device with a CUDA 12.3 driver.
+      CHECK(kernel->programmaticMerge() ==
+            (pdl && programmaticLaunchAvailable(dev)));
+      {
+        StreamBuffer dirty(dev, size_t(64) << 20, stream.handle());
+        REQUIRE(Driver::get().cuMemsetD8Async(dirty.ptr(), 0x7f, dirty.size(),
+                                              stream.handle()) == CUDA_SUCCESS);
+      }
+      for (auto &c : cases) {
+        c->o.poison();
+        c->lse.poison();
+      }
+      REQUIRE(Driver::get().cuCtxSynchronize() == CUDA_SUCCESS);
+      for (auto &c : cases)
+        c->launch(*kernel, stream.handle());
+      stream.synchronize();
+      for (size_t i = 0; i < cases.size(); ++i) {
+        INFO("call " << i << ": q_len " << cases[i]->qLen << ", splits "
+                     << cases[i]->splits << ", merge "
+                     << mergeName(cases[i]->merge));
+        cases[i]->check(k.spec);
+        std::vector<uint8_t> bits = cases[i]->o.host;
+        bits.insert(bits.end(), cases[i]->lse.host.begin(),
+                    cases[i]->lse.host.end());
+        if (pdl)
+          first.push_back(std::move(bits));
+        else
+          CHECK(bits == first[i]);
+      }
     }
   }
 }
@@ -814,10 +839,12 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
   // (benchMs, the merge Auto picks). One DECODESWEEP line per count, with
   // the model's time (decodeSplitTimeUs: its order, not its scale, is what
   // the rule uses); where the merge kernel runs, the same call with the
-  // serial merge kernel (the `_serialmerge` id, before session 19), then
-  // the same call with three K/V stages (the `_s3` id: two tiles in flight
-  // during a tile's math, for the counts with one CTA per SM) at the end
-  // of the line. ~25 s on an H100.
+  // serial merge kernel (the `_serialmerge` id, before session 19) and
+  // the same call with the merge kernel launched plainly after the split
+  // kernel (`plain`: setProgrammaticMerge(false), before session 21; the
+  // default launches it as the split kernel's programmatic dependent on
+  // sm_90) at the end of the line. (Session 20's `_s3` column, three K/V
+  // stages, won nowhere and is gone.) ~20 s on an H100.
   Device &dev = Device::get(0);
   DeviceBuffer flush(dev, size_t(256) << 20);
   std::mt19937_64 rng(17);
@@ -831,7 +858,9 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
       continue;
     auto kernel = loadDecode(k, dev);
     auto serial = loadDecode(decodeKernelById(k.id + "_serialmerge"), dev);
-    auto three = loadDecode(decodeKernelById(k.id + "_s3"), dev);
+    auto plain = loadDecode(k, dev);
+    plain->setProgrammaticMerge(false);
+    kernel->setProgrammaticMerge(true);
     test::VariantArgs va(dev, k.spec, 1, 1);
     const int64_t hq = k.spec.headsQ, hk = k.spec.headsKV, d = 128;
     const int64_t rowTiles = (hq / hk + kernel->info().config.blockM() - 1) /
@@ -881,7 +910,7 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
         auto [ms, msAlone] = timeWith(*kernel);
         const bool separate = n > 1 && !kernel->fusesMerge(1, n);
         const float msSerial = separate ? timeWith(*serial).first : 0.0f;
-        const float msThree = timeWith(*three).first;
+        const float msPlain = separate ? timeWith(*plain).first : 0.0f;
         const double kvBytes = double(s.batch) * s.nk * hk * d * 2 * 2;
         const std::string tag = n == fresh && n == old ? "new,old"
                                 : n == fresh           ? "new"
@@ -890,7 +919,7 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
         std::printf(
             "DECODESWEEP %-15s B=%-3lld Nk=%-6lld splits=%-3d %-7s "
             "merge=%-8s %8.4f ms %5.2f TB/s (alone %.4f ms) model %.1f us%s"
-            " | s3 %.4f ms %.2f TB/s\n",
+            "%s\n",
             k.id.c_str(), (long long)s.batch, (long long)s.nk, n, tag.c_str(),
             n == 1     ? "none"
             : separate ? "separate"
@@ -901,7 +930,12 @@ TEST_CASE("decode split counts: the model's pick beside the old rule's",
                                    msSerial, kvBytes / (msSerial * 1e-3) / 1e12)
                            .c_str()
                      : "",
-            msThree, kvBytes / (msThree * 1e-3) / 1e12);
+            separate
+                ? fmt::format(" | plain {:.4f} ms {:.2f} TB/s{}", msPlain,
+                              kvBytes / (msPlain * 1e-3) / 1e12,
+                              kernel->programmaticMerge() ? "" : " (no PDL)")
+                      .c_str()
+                : "");
       }
     }
   }

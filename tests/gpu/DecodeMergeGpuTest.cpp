@@ -118,8 +118,12 @@ struct MergeKernel {
   }
   /// Launches the merge of \p splits splits' partials into O and LSE
   /// [batch, heads_q, q_len(, dv)] (run()'s launchMerge: one CTA per row).
+  /// \p programmatic: as run() launches it after the split kernel on
+  /// sm_90 (LaunchConfig::programmaticDependency; after a copy, as here,
+  /// it has nothing to overlap, but its griddepcontrol.wait runs).
   void launchOn(CUdeviceptr oPart, CUdeviceptr lsePart, int splits,
-                const TensorRef &o, const TensorRef &lse, void *sink) const {
+                const TensorRef &o, const TensorRef &lse, void *sink,
+                bool programmatic = false) const {
     KernelArgs a;
     a.add(reinterpret_cast<void *>(oPart))
         .add(reinterpret_cast<void *>(lsePart))
@@ -136,6 +140,7 @@ struct MergeKernel {
     cfg.grid = {unsigned(o.shape[2]), unsigned(o.shape[1]),
                 unsigned(o.shape[0])};
     cfg.block = {unsigned(abi::gpu::kMergeThreads), 1, 1};
+    cfg.programmaticDependency = programmatic;
     launch(fn, cfg, a);
   }
 };
@@ -185,8 +190,9 @@ TEST_CASE("decode merge kernel: many splits, empty ones and NaN in unused "
       test::GpuTensor lse(dev, DType::F32, {batch, heads, qLen, 1}, 3);
       o.poison();
       lse.poison();
+      // Odd counts through the programmatic launch run() uses on sm_90.
       mk.launchOn(oPart.ptr(), lsePart.ptr(), splits, o.deviceRef,
-                  lse.deviceRef, sinkDev.data());
+                  lse.deviceRef, sinkDev.data(), splits % 2 == 1);
       REQUIRE(Driver::get().cuCtxSynchronize() == CUDA_SUCCESS);
       o.download();
       lse.download();
@@ -229,7 +235,11 @@ TEST_CASE("decode merge kernel: parallel beside serial",
   // (`dec_dense_mqa32`, groups of threads over the splits) beside the
   // serial walk (`dec_dense_mqa32_serialmerge`, before session 19), and
   // the default module's serial twin (`_decode_merge_serial`, the same
-  // walk) with the kernel run() launches (decodeSerialMerge).
+  // walk) with the kernel run() launches (decodeSerialMerge); `pdl`: the
+  // default kernel again, each launch a programmatic dependent of the one
+  // before (as run() launches it after the split kernel on sm_90; here the
+  // merge before never triggers, so this times the launch path's own cost,
+  // not an overlap: [.decodesplitbench]'s `plain` column times that).
   Device &dev = Device::get(0);
   std::mt19937_64 rng(19);
   MergeKernel parallel(dev, "dec_dense_mqa32"),
@@ -250,14 +260,14 @@ TEST_CASE("decode merge kernel: parallel beside serial",
       lsePart.copyFromHost(p.lse.data(), p.lse.size() * 4);
       test::GpuTensor o(dev, DType::BF16, {batch, heads, 1, dv});
       test::GpuTensor lse(dev, DType::F32, {batch, heads, 1, 1}, 3);
-      double us[3];
-      for (int which = 0; which < 3; ++which) {
-        const MergeKernel &mk = which == 0   ? parallel
-                                : which == 1 ? serial
-                                             : twin;
+      double us[4];
+      for (int which = 0; which < 4; ++which) {
+        const MergeKernel &mk = which == 1   ? serial
+                                : which == 2 ? twin
+                                             : parallel;
         auto once = [&] {
           mk.launchOn(oPart.ptr(), lsePart.ptr(), splits, o.deviceRef,
-                      lse.deviceRef, nullptr);
+                      lse.deviceRef, nullptr, which == 3);
         };
         once(); // warm-up
         EventTimer timer(dev);
@@ -268,9 +278,11 @@ TEST_CASE("decode merge kernel: parallel beside serial",
         us[which] = 1e3 * timer.stopMs() / reps;
       }
       std::printf("DECODEMERGE rows=%-5lld splits=%-3d parallel %7.2f us  "
-                  "serial %7.2f us  (x%.1f)  twin %7.2f us  run=%s\n",
+                  "serial %7.2f us  (x%.1f)  twin %7.2f us  run=%s  "
+                  "pdl %7.2f us\n",
                   (long long)rows, splits, us[0], us[1], us[1] / us[0], us[2],
                   runtime::decodeSerialMerge(splits, rows, sms) ? "twin"
-                                                                : "parallel");
+                                                                : "parallel",
+                  us[3]);
     }
 }

@@ -160,6 +160,10 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
       *this, "sync-backward",
       llvm::cl::desc("with backward and wgmma: the synchronous tile step"),
       llvm::cl::init(false)};
+  Option<std::string> arch{
+      *this, "arch",
+      llvm::cl::desc("sm_80 or sm_90a (decode: griddepcontrol on sm_90a)"),
+      llvm::cl::init("sm_90a")};
   Option<bool> backward{*this, "backward",
                         llvm::cl::desc("the three backward kernels"),
                         llvm::cl::init(false)};

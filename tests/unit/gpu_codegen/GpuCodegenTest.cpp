@@ -1790,6 +1790,66 @@ TEST_CASE("decode merge kernel: groups of threads over the splits by "
   }
 }
 
+TEST_CASE("decode kernels: the programmatic-launch controls on sm_90a and none "
+          "on sm_80",
+          "[gpu-codegen][decode]") {
+  // Session 21: run() launches the merge kernel as a programmatic dependent
+  // of the split kernel (sm_90). The split kernel issues
+  // griddepcontrol.launch_dependents once, before its first global load or
+  // copy; each merge entry issues griddepcontrol.wait once, before its
+  // first global load (the partial LSEs, O and the sink). sm_80 has no
+  // such instruction: its modules carry none and still assemble.
+  // Dense bf16 D = 128 GQA; fp16 D = 64 causal with a sink (its merges
+  // read the sink array too).
+  for (const testing::DecodeKernel &k : testing::decodeKernels())
+    for (std::string arch : {"sm_90a", "sm_80"}) {
+      if (k.id != "dec_dense_g4" && k.id != "dec_sink_causal_g3_d64_f16")
+        continue;
+      INFO(k.id << " " << arch);
+      const AttentionSpec &spec = k.spec;
+      GpuCompileOptions o;
+      o.arch = arch;
+      o.kind = KernelKind::Decode;
+      GpuKernelImage img = compileGpu(spec, o);
+      auto bodyOf = [&](const std::string &entry) {
+        size_t at = img.ptx.find(".entry " + entry + "(");
+        REQUIRE(at != std::string::npos);
+        return img.ptx.substr(at, img.ptx.find("\n}", at) - at);
+      };
+      const bool pdl = arch == "sm_90a";
+      const std::string split = bodyOf(img.name + "_decode");
+      CHECK(countOf(split, "griddepcontrol.launch_dependents") ==
+            (pdl ? 1 : 0));
+      CHECK(countOf(split, "griddepcontrol.wait") == 0);
+      if (pdl) {
+        const size_t trigger = split.find("griddepcontrol.launch_dependents");
+        CHECK(trigger < split.find("ld.global"));
+        CHECK(trigger < split.find("cp.async"));
+      }
+      for (const char *suffix : {"_decode_merge", "_decode_merge_serial"}) {
+        INFO(suffix);
+        const std::string merge = bodyOf(img.name + suffix);
+        CHECK(countOf(merge, "griddepcontrol.wait") == (pdl ? 1 : 0));
+        CHECK(countOf(merge, "griddepcontrol.launch_dependents") == 0);
+        if (pdl) {
+          REQUIRE(merge.find("ld.global") != std::string::npos);
+          CHECK(merge.find("griddepcontrol.wait") < merge.find("ld.global"));
+        }
+      }
+      if (!pdl)
+        CHECK(img.ptx.find("griddepcontrol") == std::string::npos);
+      CHECK(runtime::gpuLaunchConfigMismatch(spec, img.info(), img.ptx) == "");
+      runtime::PtxasReport r = runtime::runPtxas(img.ptx, arch);
+      INFO(r.log);
+      for (const char *suffix :
+           {"_decode", "_decode_merge", "_decode_merge_serial"}) {
+        const runtime::PtxasFunctionReport *f = r.find(img.name + suffix);
+        REQUIRE(f);
+        CHECK(f->clean());
+      }
+    }
+}
+
 TEST_CASE("decode kernels: two K/V stages by default, three on request up "
           "to head dim 128 with one barrier per key tile",
           "[gpu-codegen][decode]") {

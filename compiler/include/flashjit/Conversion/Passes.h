@@ -33,6 +33,7 @@ template <class Options> KernelConfig fromPassOptions(const Options &options) {
   c.overlapSoftmax = options.overlapSoftmax;
   c.decodeStages = options.decodeStages;
   c.syncBackward = options.syncBackward;
+  c.arch = options.arch;
   c.kind = options.backward ? KernelKind::Backward
            : options.decode ? KernelKind::Decode
                             : KernelKind::Forward;

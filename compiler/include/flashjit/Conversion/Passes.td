@@ -99,6 +99,10 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
            "with decode: K/V cp.async stages, 2 (0 reads as 2) or 3 (Q "
            "overlaid on the third stage, one barrier per key tile; "
            "head dim qk at most 128)">,
+    Option<"arch", "arch", "std::string", /*default=*/"\"sm_90a\"",
+           "target, sm_80 or sm_90a (give the PTX pipeline's): decode "
+           "kernels for sm_90a carry the programmatic dependent launch "
+           "controls (griddepcontrol), sm_80 has none">,
     Option<"syncBackward", "sync-backward", "bool", /*default=*/"false",
            "with backward and wgmma: the synchronous tile step for mask or "
            "score-modifier code at head dims above 64 (not split, not "

@@ -46,6 +46,11 @@ bool decodeStagesValid(const KernelShape &c) {
          (c.decodeStages == 3 && c.headDimQK <= 128);
 }
 
+/// The targets: sm_80 and sm_90a.
+bool archValid(const KernelShape &c) {
+  return c.arch == "sm_80" || c.arch == "sm_90a";
+}
+
 /// Warps per CTA: 4 or 8; 12 (three consumer warpgroups) when
 /// warp-specialised.
 bool warpsValid(const KernelShape &c) {
@@ -98,16 +103,17 @@ struct ConvertAttnToNVVM
         c.headDimQK = paddedHeadDim(c.headDimQK);
         c.headDimV = paddedHeadDim(c.headDimV);
       }
-      if (c.headDimQK % 16 || c.headDimV % 16 || c.headDimQK > 256 ||
-          c.headDimV > 256 || c.blockN % 16 || c.blockN <= 0 ||
-          c.blockN > 128 || !warpsValid(c) || c.minBlocksPerSM < 1 ||
-          c.minBlocksPerSM > 4 ||
+      if (!archValid(c) || c.headDimQK % 16 || c.headDimV % 16 ||
+          c.headDimQK > 256 || c.headDimV > 256 || c.blockN % 16 ||
+          c.blockN <= 0 || c.blockN > 128 || !warpsValid(c) ||
+          c.minBlocksPerSM < 1 || c.minBlocksPerSM > 4 ||
           (c.rowsPerWarp != 16 && c.rowsPerWarp != 32 && !splitBackward)) {
         op.emitOpError("unsupported GPU kernel shape: head dims must be "
                        "multiples of 16 up to 256 (mma.sync forward "
                        "kernels: any up to 256), block-n a multiple of 16 "
                        "up to 128, num-warps 4 or 8 (12 warp-specialized), "
-                       "min-blocks-per-sm 1 to 4, rows-per-warp 16 or 32");
+                       "min-blocks-per-sm 1 to 4, rows-per-warp 16 or 32, "
+                       "arch sm_80 or sm_90a");
         return signalPassFailure();
       }
       c.bf16 = dq.isBF16();
@@ -229,6 +235,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.overlapSoftmax = config.overlapSoftmax;
   o.decodeStages = config.decodeStages;
   o.syncBackward = config.syncBackward;
+  o.arch = config.arch;
   o.backward = config.kind == KernelKind::Backward;
   o.decode = config.kind == KernelKind::Decode;
   return o;

@@ -313,6 +313,17 @@ void storeOutputLse(KernelOps &ops, const DecodeOutputs &out, Value batch,
   });
 }
 
+void emitGridDependency(KernelOps &ops, const KernelConfig &c,
+                        GridDependency what) {
+  if (c.arch != "sm_90a")
+    return;
+  ops.inlineAsm(Type(), ValueRange{},
+                what == GridDependency::Wait
+                    ? "griddepcontrol.wait;"
+                    : "griddepcontrol.launch_dependents;",
+                "~{memory}");
+}
+
 void emitLastBlockMerge(KernelOps &ops, const SplitMerge &m) {
   // Null counters: the separate merge kernel merges (the condition is the
   // same for the whole CTA, so the barriers inside are reached by all).

@@ -35,6 +35,24 @@ struct DecodeOutputs {
   bool returnLse = true;
 };
 
+/// Programmatic dependent launch (sm_90, PTX ISA griddepcontrol) between
+/// the split kernel and the merge kernel, which the runtime launches with
+/// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (GpuDecodeKernel).
+/// `griddepcontrol.wait` blocks the thread until the prerequisite grids
+/// have completed and their memory operations are performed and visible to
+/// this grid, so the merge kernel issues it before its first read of the
+/// partial states; `griddepcontrol.launch_dependents` only lets the
+/// dependent grid be scheduled once every CTA has issued it or exited, and
+/// guarantees nothing about memory, so the split kernel may issue it
+/// anywhere (it does first: the merge's launch and prologue then overlap
+/// the split kernel's work). Without a programmatic launch both are no-ops.
+/// Inline asm with a memory clobber, so LLVM moves no load across the wait.
+/// Nothing is emitted for sm_80 (no PDL there; the runtime launches
+/// plainly).
+enum class GridDependency { Wait, LaunchDependents };
+void emitGridDependency(KernelOps &ops, const KernelConfig &c,
+                        GridDependency what);
+
 /// One row's merge totals: m' (the row maximum, 0 when it is -inf), the
 /// output factor 1 / sum (0 for an empty row) and the natural-log LSE.
 struct MergedRow {

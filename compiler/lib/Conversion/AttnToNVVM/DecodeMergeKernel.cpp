@@ -71,6 +71,8 @@ static void buildSerialMerge(ImplicitLocOpBuilder &b, KernelOps &ops,
     return ops.fmul(LLVM::LoadOp::create(b, ops.f32, p, 4).getResult(),
                     ops.cf32(kLog2e));
   };
+  // The split kernel's partial states are complete and visible past here.
+  emitGridDependency(ops, c, GridDependency::Wait);
   // Pass 1: the largest partial LSE.
   auto maxLoop = scf::ForOp::create(b, c0, ns, c1, ValueRange{minusInf});
   {
@@ -247,6 +249,8 @@ void ParallelMerge::emit() {
       ops.ext64(qi));
   rowsTotal =
       ops.mul(ops.mul(ops.ext64(batches), ops.ext64(heads)), ops.ext64(qLen));
+  // The split kernel's partial states are complete and visible past here.
+  emitGridDependency(ops, c, GridDependency::Wait);
   Value m = rowMax();
   SinkLog2 sink;
   if (c.sink) {

@@ -121,6 +121,10 @@ void DecodeKernelBuilder::build(Operation *gpuModule) {
   fn->setAttr("flashjit.shared_bytes", b.getI64IntegerAttr(c.sharedBytes()));
   b.setInsertionPointToStart(&fn.getBody().front());
   bindArguments(fn);
+  // The merge kernel (launched as this grid's programmatic dependent) may
+  // be scheduled now: its griddepcontrol.wait still waits for this whole
+  // grid and its stores (DecodeMerge.h).
+  emitGridDependency(ops, c, GridDependency::LaunchDependents);
   locate();
   planKeyTiles();
   if (stages() == 3)

@@ -305,6 +305,24 @@ public:
   const GpuKernelInfo &info() const { return info_; }
   /// The split kernel `<name>_decode`.
   const Function &function() const { return decode_; }
+  /// Whether run() launches the merge kernel as a programmatic dependent
+  /// launch of the split kernel (LaunchConfig::programmaticDependency: the
+  /// merge's launch and prologue overlap the split kernel's tail; its
+  /// griddepcontrol.wait orders its reads after all the split kernel's
+  /// stores): the module's merge entries carry that wait (sm_90a modules
+  /// since session 21; an older or sm_80 module never launches so), the
+  /// device and driver allow it (programmaticLaunchAvailable) and it is
+  /// switched on (setProgrammaticMerge; initially on unless the
+  /// environment variable FLASHJIT_DECODE_PDL is "0" at construction).
+  bool programmaticMerge() const {
+    return mergeWaits_ && launchAvailable_ && programmaticMerge_.load();
+  }
+  /// Switches the programmatic launch of the merge kernel on or off for
+  /// later run() calls (off: a plain launch after the split kernel, as
+  /// before session 21; the kernels are the same, their grid-dependency
+  /// instructions then no-ops). For benchmarks that time both in one
+  /// process; safe beside concurrent run() calls.
+  void setProgrammaticMerge(bool on) { programmaticMerge_.store(on); }
   /// How many calls so far waited for the GPU to check their buffer reads'
   /// status flags (a call whose reads were proven in range waits for none).
   uint64_t bufferCheckSyncs() const { return checkSyncs_.load(); }
@@ -328,6 +346,8 @@ private:
   Function decode_, merge_, mergeSerial_;
   BufferReads reads_; // the variant's buffer reads, bounded per call
   mutable std::atomic<uint64_t> checkSyncs_{0};
+  bool mergeWaits_ = false, launchAvailable_ = false;
+  std::atomic<bool> programmaticMerge_{true};
 };
 
 } // namespace flashjit::runtime

@@ -102,6 +102,11 @@ public:
   FLASHJIT_DRIVER_FUNCTIONS(FLASHJIT_DRIVER_MEMBER)
 #undef FLASHJIT_DRIVER_MEMBER
 
+  /// cuLaunchKernelEx (launch attributes, e.g. programmatic dependent
+  /// launch): null on a driver older than CUDA 11.8, which load() accepts
+  /// (launch() then launches plainly).
+  decltype(&::cuLaunchKernelEx) cuLaunchKernelEx = nullptr;
+
 private:
   Driver() = default;
   void *handle_ = nullptr;

@@ -37,7 +37,22 @@ struct LaunchConfig {
   unsigned dynamicSharedBytes = 0;
   /// The stream (nullptr: the context's default stream).
   CUstream stream = nullptr;
+  /// Programmatic dependent launch (compute capability 9.0+): the kernel
+  /// may start before the previous kernel on the stream has finished
+  /// (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
+  /// SERIALIZATION), once every CTA of that kernel has issued
+  /// `griddepcontrol.launch_dependents` or exited. The kernel must then
+  /// execute `griddepcontrol.wait` (which waits for the previous kernel's
+  /// completion and memory) before it touches anything that kernel writes,
+  /// and every thread must reach it. Where programmaticLaunchAvailable()
+  /// is false, a plain launch (the stricter order).
+  bool programmaticDependency = false;
 };
+
+/// Whether launches on \p device can be programmatic dependent launches:
+/// compute capability 9.0 or above and a CUDA 12.3 or later driver (its
+/// stream capture keeps the dependency as a programmatic graph edge).
+bool programmaticLaunchAvailable(const Device &device);
 
 /// A kernel's argument list: each add() stores a copy of a trivially
 /// copyable value (pointer, integer, float, or a struct laid out as the
