@@ -390,6 +390,45 @@ TEST_CASE("masked head-dim-64 backward kernels loop over the visited query "
   CHECK((n == 7 || std::getenv("FLASHJIT_MATRIX_ONLY")));
 }
 
+TEST_CASE("head-dim-128 backward kernels that issue their products before "
+          "the next tile's loads match the float64 reference over many "
+          "query tiles",
+          "[gpu][backward]") {
+  // On sm_90a the pipelined step above head dim 64 issues dV before the
+  // dS^T stores and, without mask code, S^T and dP^T before the next query
+  // tile's loads into the other stage (BackwardTileStep.cpp). Shapes with
+  // many query tiles per key tile (700 x 700: 11, 1100 x 333: 18 with a
+  // partial last key tile), the bench kernels (16 heads, bf16) and matrix
+  // kernels (fp16, GQA), default and deterministic mode.
+  Device &dev = Device::get(0);
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::vector<testing::MatrixKernel> kernels;
+  for (const auto &k : testing::backwardKernels())
+    if (k.id == "bwd_none_d128_fp16_g2" || k.id == "bwd_causal_tl_d128_fp16_g1")
+      kernels.push_back(k);
+  for (const auto &k : testing::benchKernels())
+    if (k.id == "bench_none_d128" || k.id == "bench_causal_tl_d128")
+      kernels.push_back(k);
+  int i = 0, n = 0;
+  for (const testing::MatrixKernel &k : kernels) {
+    if (!selected(k.id))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    auto kernel = loadBackward(k.id, k.spec, dev);
+    CHECK(kernel->function().localBytes() == 0);
+    checkBackward(dev, *kernel, k.spec, 1, 700, 700, i % 2, seed + i);
+    ++i;
+    checkBackward(dev, *kernel, k.spec, 1, 1100, 333, i % 2, seed + i);
+    ++i;
+    GpuBackwardOptions det;
+    det.deterministic = true;
+    checkBackward(dev, *kernel, k.spec, 1, 700, 700, 0, seed + i++, det);
+    ++n;
+  }
+  CHECK((n == 4 || std::getenv("FLASHJIT_MATRIX_ONLY")));
+}
+
 TEST_CASE("a backward kernel reused for a second call gives the right "
           "gradients",
           "[gpu][backward]") {
@@ -455,11 +494,13 @@ TEST_CASE("deterministic backward gives the right gradients in bit-identical "
     checkBackward(dev, *kernel, k.spec, 2, sq, sk, i % 2, seed + i, det);
     ++i;
   }
-  // Bit-identical runs where many key tiles add to each query tile (a
-  // dense, a causal and a windowed kernel; varlen above).
+  // Bit-identical runs where many key tiles add to each query tile (dense
+  // at head dims 64 and 128, causal, windowed and document kernels; varlen
+  // above).
   for (const char *id :
-       {"bwd_none_d64_bf16_g1", "bwd_causal_tl_d128_fp16_g1",
-        "bwd_window_lr_d128_fp16_g2", "bwd_doc_id_d128_fp16_g3"}) {
+       {"bwd_none_d64_bf16_g1", "bwd_none_d128_fp16_g2",
+        "bwd_causal_tl_d128_fp16_g1", "bwd_window_lr_d128_fp16_g2",
+        "bwd_doc_id_d128_fp16_g3"}) {
     if (!selected(id))
       continue;
     const testing::MatrixKernel *mk = nullptr;

@@ -41,9 +41,12 @@
 // timing ids `<id>_noftz` with the softmax exponentials as ex2.approx.f32
 // (setSoftmaxExp2FtzForTesting off); those ending `_noscan` (backward) with
 // the tile loop through every query tile (setTileRangeBackwardForTesting
-// off). resultCheckKernels() are written a
-// second time as `<id>_tilevote`, built with the in-tile masked-value vote
-// (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison.
+// off); those ending `_loadfirst` (backward) with the next tile's loads and
+// the dS^T stores before the products (setProductsFirstBackwardForTesting
+// off), `_lateload` with a masked kernel's loads after them
+// (setMaskedLoadsAfterProductsBackwardForTesting on). resultCheckKernels() are
+// written a second time as `<id>_tilevote`, built with the in-tile masked-value
+// vote (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -389,7 +392,15 @@ int main(int argc, char **argv) {
     bo.syncBackward = endsWith("_sync");
     // `_noscan`: the tile loop through every query tile (before session 20).
     flashjit::setTileRangeBackwardForTesting(!endsWith("_noscan"));
+    // `_loadfirst`: loads and dS^T stores before the products (before
+    // session 21).
+    flashjit::setProductsFirstBackwardForTesting(!endsWith("_loadfirst"));
+    // `_lateload`: a masked kernel with the loads after the products too.
+    flashjit::setMaskedLoadsAfterProductsBackwardForTesting(
+        endsWith("_lateload"));
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
+    flashjit::setMaskedLoadsAfterProductsBackwardForTesting(false);
+    flashjit::setProductsFirstBackwardForTesting(true);
     flashjit::setTileRangeBackwardForTesting(true);
     flashjit::setSoftmaxExp2FtzForTesting(true);
     n += 2;

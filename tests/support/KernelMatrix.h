@@ -348,7 +348,13 @@ inline std::vector<MatrixKernel> sparseBenchKernels() {
 /// and window kernels at head dim 64 whose tile loop steps through every
 /// query tile (gen_matrix_kernels: setTileRangeBackwardForTesting off; the
 /// default before session 20), timed beside the default that loops over
-/// the visited range only.
+/// the visited range only. Ids ending `_loadfirst` are dense and causal at
+/// head dim 128 whose pipelined tile step issues the next tile's loads
+/// before S^T and dP^T and the dS^T stores before dV (gen_matrix_kernels:
+/// setProductsFirstBackwardForTesting off; the default before session 21),
+/// timed beside the default; `bench_causal_tl_d128_lateload` issues the
+/// loads after the products too (setMaskedLoadsAfterProductsBackward-
+/// ForTesting on; not the default for masked kernels).
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
@@ -377,6 +383,16 @@ inline std::vector<MatrixKernel> benchKernels() {
     for (size_t i = 0, n = out.size(); i < n; ++i)
       if (out[i].id == id)
         out.push_back({out[i].id + "_noscan", out[i].variant, out[i].spec});
+  // The pipelined head-dim-128 step with the next tile's loads and the dS^T
+  // stores before its products beside the default.
+  for (const char *id : {"bench_none_d128", "bench_causal_tl_d128"})
+    for (size_t i = 0, n = out.size(); i < n; ++i)
+      if (out[i].id == id)
+        out.push_back({out[i].id + "_loadfirst", out[i].variant, out[i].spec});
+  // Causal with the loads after the products too (not the default).
+  for (size_t i = 0, n = out.size(); i < n; ++i)
+    if (out[i].id == "bench_causal_tl_d128")
+      out.push_back({out[i].id + "_lateload", out[i].variant, out[i].spec});
   // The softmax exponentials without ftz beside the default.
   for (const char *id :
        {"bench_none_d64", "bench_none_d128", "bench_causal_tl_d64",

@@ -1369,6 +1369,114 @@ TEST_CASE("masked head-dim-64 wgmma backward kernels loop over their "
   }
 }
 
+TEST_CASE("the pipelined head-dim-128 wgmma backward issues its products "
+          "before the next tile's loads (no variant code) and dV before the "
+          "dS stores, the old order stays reachable for timing",
+          "[gpu-codegen][backward]") {
+  // BackwardTileStep.cpp asyncTileStep: above head dim 64 dV += P^T dO
+  // (the first m64n128k16 wgmma, A from registers) is issued before the
+  // 16 st.shared.b32 of dS^T; without mask or score-modifier code the next
+  // query tile's cp.async come after the first wgmma (S^T) too.
+  // setProductsFirstBackwardForTesting(false) gives the old order: every
+  // cp.async before the first wgmma, the dS^T stores before dV. Other
+  // kernels (head dim 64, the synchronous step, block-sparse, ALiBi) are
+  // the same PTX either way.
+  struct Restore {
+    ~Restore() { setProductsFirstBackwardForTesting(true); }
+  } restore;
+  // The text of entry `<name>_bwd` (the main kernel) of \p ptx.
+  auto mainEntry = [](const std::string &ptx, const std::string &name) {
+    size_t at = ptx.find(".entry " + name + "_bwd(");
+    REQUIRE(at != std::string::npos);
+    size_t end = ptx.find(".entry ", at + 1);
+    return ptx.substr(at, end == std::string::npos ? end : end - at);
+  };
+  // (kernel, varlen, block-sparse)
+  std::vector<std::tuple<testing::MatrixKernel, bool, bool>> kernels;
+  for (const auto &k : testing::backwardKernels())
+    kernels.push_back({k, false, false});
+  for (const auto &k : testing::maskedValueKernels(true))
+    kernels.push_back({k, false, false});
+  for (const auto &k : testing::backwardVarlenKernels())
+    kernels.push_back({k, true, false});
+  for (const auto &k : testing::backwardSparseKernels())
+    kernels.push_back({k, k.id.rfind("bwdbsvl_", 0) == 0, true});
+  // A block mask without mask code (listed-tile loop, pipelined).
+  kernels.push_back({{"bs_none_d128", "none",
+                      testing::matrixSpec("none", 128, DType::BF16, 4, 2)},
+                     false,
+                     true});
+  int reordered = 0, loadsLater = 0;
+  for (const auto &[k, varlen, sparse] : kernels) {
+    INFO(k.id << ": " << printSpec(k.spec));
+    GpuCompileOptions o;
+    o.arch = "sm_90a";
+    o.kind = KernelKind::Backward;
+    o.varlen = varlen;
+    o.blockSparse = sparse;
+    setProductsFirstBackwardForTesting(false);
+    const std::string old = compileGpu(k.spec, o).ptx;
+    setProductsFirstBackwardForTesting(true);
+    const GpuKernelImage img = compileGpu(k.spec, o);
+    const std::string was = mainEntry(old, img.name);
+    const std::string now = mainEntry(img.ptx, img.name);
+    const size_t s = now.find("wgmma.mma_async");
+    const bool pipelined =
+        img.config.wgmma && countOf(now, "wgmma.wait_group.sync.aligned 1") > 0;
+    if (k.spec.headDimQK <= 64 || !pipelined) {
+      CHECK(old == img.ptx);
+      continue;
+    }
+    REQUIRE(s != std::string::npos);
+    const size_t sWas = was.find("wgmma.mma_async");
+    // Old: dS^T stored, then dV; every cp.async before S^T.
+    CHECK(was.find("st.shared.b32", sWas) < was.find("m64n128k16", sWas));
+    CHECK(was.find("cp.async.cg", sWas) == std::string::npos);
+    // Now: dV before the dS^T stores.
+    CHECK(now.find("m64n128k16", s) < now.find("st.shared.b32", s));
+    const bool plain = k.variant == "none";
+    CHECK((now.find("cp.async.cg", s) != std::string::npos) == plain);
+    CHECK(countOf(now, "cp.async.cg") == countOf(was, "cp.async.cg"));
+    CHECK(countOf(now, "wgmma.mma_async") == countOf(was, "wgmma.mma_async"));
+    runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
+    INFO(r.log);
+    const runtime::PtxasFunctionReport *f = r.find(img.name + "_bwd");
+    REQUIRE(f);
+    CHECK(f->clean());
+    ++reordered;
+    loadsLater += plain ? 1 : 0;
+  }
+  // Head dim 128 pipelined: none, causal tl/br, window, chunked causal,
+  // documents, softcap 30 causal, softcap under a window, kv_idx == 0;
+  // varlen none and causal tl (varlen causal br takes the synchronous
+  // step); the block mask without mask code (masked block-sparse kernels
+  // take the synchronous step).
+  CHECK(reordered == 12);
+  CHECK(loadsLater == 3);
+  // The `_lateload` timing kernel: causal with the loads after the products
+  // too (setMaskedLoadsAfterProductsBackwardForTesting), clean.
+  struct RestoreLate {
+    ~RestoreLate() { setMaskedLoadsAfterProductsBackwardForTesting(false); }
+  } restoreLate;
+  AttentionSpec causal =
+      testing::matrixSpec("causal_tl", 128, DType::BF16, 16, 16);
+  GpuCompileOptions o;
+  o.arch = "sm_90a";
+  o.kind = KernelKind::Backward;
+  setMaskedLoadsAfterProductsBackwardForTesting(true);
+  const GpuKernelImage late = compileGpu(causal, o);
+  setMaskedLoadsAfterProductsBackwardForTesting(false);
+  const std::string now = mainEntry(late.ptx, late.name);
+  CHECK(now.find("cp.async.cg", now.find("wgmma.mma_async")) !=
+        std::string::npos);
+  CHECK(late.ptx != compileGpu(causal, o).ptx);
+  runtime::PtxasReport r = runtime::runPtxas(late.ptx, "sm_90a");
+  INFO(r.log);
+  const runtime::PtxasFunctionReport *f = r.find(late.name + "_bwd");
+  REQUIRE(f);
+  CHECK(f->clean());
+}
+
 TEST_CASE("GPU backward rejects what it cannot generate", "[gpu-codegen]") {
   GpuCompileOptions o;
   o.kind = KernelKind::Backward;

@@ -30,6 +30,22 @@ void setListedPrefetchBackwardForTesting(bool on);
 /// holds it.
 void setTileRangeBackwardForTesting(bool on);
 
+/// Testing only: whether pipelined wgmma backward kernels above head dim
+/// 64, compiled from now on in this process, issue a query tile's S^T and
+/// dP^T products before the next tile's loads into the other stage of the
+/// ring, and dV += P^T dO before the dS^T stores (default true). Off: the
+/// loads and stores come first (the kernels before session 21,
+/// byte-identical), the old column of the [.bwdbench] timing
+/// (gen_matrix_kernels' `_loadfirst` ids). No cache key holds it.
+void setProductsFirstBackwardForTesting(bool on);
+
+/// Testing only: whether those kernels with mask or score-modifier code
+/// issue S^T and dP^T before the next tile's loads too (default false:
+/// two of the matrix's head-dim-128 kernels spill that way with ptxas 13,
+/// and a spill takes the synchronous step). On: gen_matrix_kernels'
+/// `_lateload` ids, timed beside the default. No cache key holds it.
+void setMaskedLoadsAfterProductsBackwardForTesting(bool on);
+
 } // namespace flashjit
 
 #endif // FLASHJIT_COMPILER_BACKWARDORDERTESTING_H

@@ -89,10 +89,16 @@ private:
   /// tile's Q, dO, LSE and D loaded into its stage unless prefetched,
   /// waited for and published (CTA barrier); then the tile at \p nextQ0
   /// (null: q0 + blockN) issued into the other stage where \p nextVisited
-  /// holds, and the products, sLseCur and sDeltaCur set to this stage.
+  /// holds (prefetchNext; with loadsAfterProducts the caller issues it
+  /// after the products), and the products, sLseCur and sDeltaCur set to this
+  /// stage.
   /// Returns the other stage (i32).
   Value enterStage(ValueRange state, Value head, Value q0, Value nextVisited,
                    Value nextQ0);
+  /// Issues (and commits) the tile at \p nextQ0 (null: q0 + blockN) into
+  /// stage \p other where \p nextVisited holds (enterStage's prefetch).
+  void prefetchNext(Value head, Value q0, Value nextVisited, Value nextQ0,
+                    Value other);
   /// The state a skipped tile passes on (ring: nothing prefetched).
   SmallVector<Value> skippedState(ValueRange state);
   /// Runs tileStep or asyncTileStep.
@@ -282,6 +288,17 @@ private:
   /// setTileRangeBackwardForTesting turned it off (then every query tile
   /// is stepped through, the kernels before session 20).
   bool tileRange = false;
+  /// asyncTileStep issues dV += P^T dO before the dS^T stores: pipelined
+  /// kernels above head dim 64, unless setProductsFirstBackwardForTesting
+  /// turned it off (then the stores come first, the kernels before
+  /// session 21).
+  bool dvBeforeStores = false;
+  /// asyncTileStep issues S^T and dP^T before the next tile's loads
+  /// (prefetchNext): dvBeforeStores kernels without mask or score-modifier
+  /// code (with them, ptxas 13 spilled 4-28 bytes in the matrix's
+  /// softcap-window and first-key kernels at D = 128); with them too where
+  /// setMaskedLoadsAfterProductsBackwardForTesting turned it on.
+  bool loadsAfterProducts = false;
   /// The loops carry the query-tile ring's stage and "prefetched"
   /// (pipelined or prefetchListed).
   bool ring = false;

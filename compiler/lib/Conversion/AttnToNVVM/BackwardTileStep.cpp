@@ -261,17 +261,25 @@ Value BackwardBuilder::enterStage(ValueRange state, Value head, Value q0,
   NVVM::CpAsyncWaitGroupOp::create(b, 0);
   mma->publish(); // K, V (first tile), Q and dO are read by the products
   gpu::BarrierOp::create(b);
-  // Every warp is past the previous tile: its stage takes the next tile.
+  // Every warp is past the previous tile: its stage takes the next tile
+  // (loadsAfterProducts: once S^T and dP^T are issued, prefetchNext).
   Value other = ops.sub(ops.ci32(1), stage);
-  ops.ifThen(nextVisited, [&] {
-    issueQueryTile(head, nextQ0 ? nextQ0 : ops.add(q0, ops.ci32(BN)), other);
-  });
-  NVVM::CpAsyncCommitGroupOp::create(b);
+  if (!loadsAfterProducts)
+    prefetchNext(head, q0, nextVisited, nextQ0, other);
   mma->selectStage(ops.mul(ops.ext64(stage), ops.ci64(qStageBytes)));
   sLseCur = ops.gepBytes(sLse, ops.mul(ops.ext64(stage), ops.ci64(8 * BN)));
   sDeltaCur = ops.gepBytes(sLseCur, int64_t(4) * BN);
   lseRaw = true;
   return other;
+}
+
+void BackwardBuilder::prefetchNext(Value head, Value q0, Value nextVisited,
+                                   Value nextQ0, Value other) {
+  ops.ifThen(nextVisited, [&] {
+    issueQueryTile(head, nextQ0 ? nextQ0 : ops.add(q0, ops.ci32(c.blockN)),
+                   other);
+  });
+  NVVM::CpAsyncCommitGroupOp::create(b);
 }
 
 SmallVector<Value>
@@ -288,6 +296,11 @@ BackwardBuilder::asyncTileStep(ValueRange state, Value head, Value q0,
   SmallVector<Value> dpAcc;
   if (!dpAfterP)
     dpAcc = mma->issueDP();
+  // loadsAfterProducts: the next tile's loads while the products run
+  // (issued first, their ~18 cp.async per thread and address arithmetic
+  // kept the tensor cores idle at every tile's start).
+  if (loadsAfterProducts)
+    prefetchNext(head, q0, nextVisited, nextQ0, other);
   SmallVector<Value> s = mma->wait(sAcc, dpAfterP ? 0 : 1);
   KeyRowCoords coords{batch,    head,     seqlenQ,      seqlenK,
                       kvRow[0], kvRow[1], queryLane(q0)};
@@ -328,13 +341,18 @@ BackwardBuilder::asyncTileStep(ValueRange state, Value head, Value q0,
   SmallVector<Value> pA = mma->packA(p), dsA = mma->packA(ds);
   // dS^T into shared memory while dV += P^T dO runs; then dQ = dS K
   // (wgmma groups complete in order: dV, dQ, dK).
+  // dvBeforeStores: dV is issued before the dS^T stores (it reads P^T from
+  // registers only), so the tensor cores start while they are written.
+  if (dvBeforeStores)
+    dv = mma->issueDV(dv, pA);
   if (checkResults) {
     dsA = checkedDS(p, ds, dsA, needsMask);
     mma->storeDSPacked(dsA);
   } else {
     mma->storeDS(ds);
   }
-  dv = mma->issueDV(dv, pA);
+  if (!dvBeforeStores)
+    dv = mma->issueDV(dv, pA);
   Value kVote = publishDS(needsMask);
   SmallVector<Value> dq = mma->issueDQ();
   dv = mma->wait(dv, 1, pA);

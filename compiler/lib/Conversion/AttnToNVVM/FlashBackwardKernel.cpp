@@ -67,6 +67,10 @@ namespace flashjit::nvvm::detail {
 static std::atomic<bool> listedPrefetch{true};
 /// setTileRangeBackwardForTesting's switch.
 static std::atomic<bool> tileRangeScan{true};
+/// setProductsFirstBackwardForTesting's switch.
+static std::atomic<bool> productsFirstOrder{true};
+/// setMaskedLoadsAfterProductsBackwardForTesting's switch.
+static std::atomic<bool> maskedLoadsLate{false};
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -114,6 +118,11 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   prefetchListed =
       c.blockSparse && c.wgmma && !shape.splitDim && listedPrefetch.load();
   ring = pipelined || prefetchListed;
+  // Above head dim 64 the pipelined step issues dV before the dS^T stores
+  // and, without variant code, S^T and dP^T before the next tile's loads.
+  dvBeforeStores = pipelined && wide && productsFirstOrder.load();
+  loadsAfterProducts =
+      dvBeforeStores && (!variantCode || maskedLoadsLate.load());
   // The dense tile loop over the visited range only: masked wgmma kernels
   // up to head dim 64 (a sliding window's CTA visits ~18 of N / 64 query
   // tiles; each empty one cost a loop step of ~110 cycles).
@@ -473,4 +482,12 @@ void flashjit::setListedPrefetchBackwardForTesting(bool on) {
 
 void flashjit::setTileRangeBackwardForTesting(bool on) {
   flashjit::nvvm::detail::tileRangeScan.store(on);
+}
+
+void flashjit::setProductsFirstBackwardForTesting(bool on) {
+  flashjit::nvvm::detail::productsFirstOrder.store(on);
+}
+
+void flashjit::setMaskedLoadsAfterProductsBackwardForTesting(bool on) {
+  flashjit::nvvm::detail::maskedLoadsLate.store(on);
 }
