@@ -12,8 +12,10 @@
 // at most 2^-4 per element, round to nearest), the rest is fp32 and the
 // bf16 / fp16 rounding of O. With V in [-1, 1]: max |O - O_ref| <= 6e-2
 // and the RMS of O - O_ref over the call <= 1.2e-2 (FlashAttention-3
-// reports an fp8 RMSE of 9.1e-3 on its inputs), LSE within 1e-4 relative
-// (P's quantisation does not enter it).
+// reports an fp8 RMSE of 9.1e-3 on its inputs), LSE within 2e-3 relative
+// (P's quantisation does not enter it, but Hopper's fp8 MMA accumulates S
+// with reduced precision: DeepSeek-V3's report measured about 14 bits on
+// the H800; at D = 128 with |q|, |k| <= 2 that is up to ~1e-3 in a score).
 //
 // A hidden [.fp8bench] case times fp8 against the bf16 default kernel of
 // the same dense D = 128 shape.
@@ -156,7 +158,7 @@ void compareFp8(const AttentionSpec &spec, const GpuTensor &o,
   CHECK(bad == 0);
   CHECK(worst <= 6e-2);
   CHECK(rms <= 1.2e-2);
-  CHECK(worstLse <= 1e-4);
+  CHECK(worstLse <= 2e-3);
 }
 
 } // namespace
