@@ -87,6 +87,21 @@ bool fp8Shape(attn::AttentionOp op, KernelShape &c) {
   return true;
 }
 
+/// Q, K, V and O of one 16-bit dtype, or fp8Shape's fp8 kernel; false
+/// (with an error) otherwise.
+bool dtypesValid(attn::AttentionOp op, KernelShape &c) {
+  Type dq = op.getDtypeQ();
+  if (isFp8(dq))
+    return fp8Shape(op, c);
+  if (dq != op.getDtypeK() || dq != op.getDtypeV() || dq != op.getDtypeO() ||
+      !(dq.isBF16() || dq.isF16())) {
+    op.emitOpError("the GPU kernel needs Q, K, V and O of one 16-bit "
+                   "dtype (bf16 or fp16)");
+    return false;
+  }
+  return true;
+}
+
 struct ConvertAttnToNVVM
     : flashjit::impl::ConvertAttnToNVVMBase<ConvertAttnToNVVM> {
   using ConvertAttnToNVVMBase::ConvertAttnToNVVMBase;
@@ -116,15 +131,8 @@ struct ConvertAttnToNVVM
       const bool splitBackward =
           c.kind == KernelKind::Backward && c.wgmma && c.rowsPerWarp == 8;
       Type dq = op.getDtypeQ();
-      if (isFp8(dq)) {
-        if (!fp8Shape(op, c))
-          return signalPassFailure();
-      } else if (dq != op.getDtypeK() || dq != op.getDtypeV() ||
-                 dq != op.getDtypeO() || !(dq.isBF16() || dq.isF16())) {
-        op.emitOpError("the GPU kernel needs Q, K, V and O of one 16-bit "
-                       "dtype (bf16 or fp16)");
+      if (!dtypesValid(op, c))
         return signalPassFailure();
-      }
       // Forward kernels pad other head dims to a multiple of 16 in shared
       // memory (FlashForwardKernel.h: tensorHeadDimQK/V).
       if (c.kind == KernelKind::Forward && !c.wgmma &&
