@@ -51,8 +51,8 @@ constexpr int64_t fp8TileBytes(int64_t rows, int64_t dim) {
 /// takes K-major operands only).
 inline int64_t fp8SharedBytes(const KernelConfig &c, int headDimQK,
                               int headDimV) {
-  int64_t stage = fp8TileBytes(c.blockN, headDimQK) +
-                  fp8TileBytes(c.blockN, headDimV);
+  int64_t stage =
+      fp8TileBytes(c.blockN, headDimQK) + fp8TileBytes(c.blockN, headDimV);
   return fp8TileBytes(c.blockM(), headDimQK) + 2 * stage +
          fp8TileBytes(headDimV, c.blockN);
 }
