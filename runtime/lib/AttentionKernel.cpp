@@ -5,6 +5,7 @@
 #include "flashjit/runtime/Cache.h"
 #include "flashjit/runtime/Device.h"
 #include "flashjit/runtime/Driver.h"
+#include "flashjit/runtime/Fp8Abi.h"
 #include "flashjit/runtime/HeadDim.h"
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Launch.h"
@@ -23,8 +24,10 @@
 
 namespace flashjit::runtime {
 
+using detail::addFp8DescaleArgs;
 using detail::checkFixedArgs;
 using detail::requireAligned;
+using detail::requireFp8Aligned;
 using detail::requireUnitInner;
 
 GpuKernelInfo gpuKernelInfo(const KernelArtifacts &a) {
@@ -166,9 +169,13 @@ void GpuAttentionKernel::checkGpuTensors(const TensorRef &q, const TensorRef &k,
   // (headDimVectorElems) and O stored in single elements where odd.
   const int vqk = headDimVectorElems(spec_.headDimQK),
             vv = headDimVectorElems(spec_.headDimV);
-  requireAligned("q", q, 2 * vqk, vqk);
-  requireAligned("k", k, 2 * vqk, vqk);
-  requireAligned("v", v, 2 * vv, vv);
+  if (isFp8(spec_.dtypeQ)) {
+    requireFp8Aligned(q, k, v);
+  } else {
+    requireAligned("q", q, 2 * vqk, vqk);
+    requireAligned("k", k, 2 * vqk, vqk);
+    requireAligned("v", v, 2 * vv, vv);
+  }
   if (spec_.headDimV % 2)
     requireAligned("o", o, 2, 1);
   else
@@ -407,11 +414,15 @@ void GpuAttentionKernel::launchForward(const ForwardCall &c,
     a.add(tensorMap("v", c.v->data, bf16, c.batch, c.headsKV, c.seqlenK,
                     spec_.headDimV, c.strides[2], k.blockN));
   }
-  checkFixedArgs(a,
-                 abi::gpu::forwardArgTypes(info_.config.varlen,
-                                           info_.config.blockSparse, spec_.sink,
-                                           info_.config.tma),
-                 info_.name);
+  std::vector<abi::gpu::ArgType> fixed =
+      abi::gpu::forwardArgTypes(info_.config.varlen, info_.config.blockSparse,
+                                spec_.sink, info_.config.tma);
+  if (isFp8(spec_.dtypeQ)) {
+    addFp8DescaleArgs(a, spec_, args, c.batch, c.headsKV);
+    for (abi::gpu::ArgType t : abi::gpu::fp8DescaleArgTypes())
+      fixed.push_back(t);
+  }
+  checkFixedArgs(a, fixed, info_.name);
   addVariantArgs(a, args);
 
   LaunchConfig cfg;

@@ -8,6 +8,7 @@
 #ifndef FLASHJIT_RUNTIME_LIB_GPUTENSORCHECKS_H
 #define FLASHJIT_RUNTIME_LIB_GPUTENSORCHECKS_H
 
+#include "flashjit/frontend/Arguments.h"
 #include "flashjit/frontend/Tensor.h"
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Launch.h"
@@ -33,6 +34,18 @@ void requireUnitInner(const char *name, const TensorRef &t);
 void checkFixedArgs(const KernelArgs &a,
                     const std::vector<abi::gpu::ArgType> &abiTypes,
                     const std::string &kernel);
+
+/// The fp8 forward (issue 18) moves 16-byte pieces of \p q, \p k, \p v
+/// (16 elements) with cp.async: 16-byte aligned bases and strides.
+void requireFp8Aligned(const TensorRef &q, const TensorRef &k,
+                       const TensorRef &v);
+
+/// Appends the fp8 forward kernel's descale arguments (Fp8Abi.h) of a call
+/// of \p batch sequences and \p headsKV kv heads to \p a, after checking
+/// them (Arguments::validateDescalesFor: lengths and presence; the values
+/// are device memory and not read).
+void addFp8DescaleArgs(KernelArgs &a, const AttentionSpec &spec,
+                       const Arguments &args, int64_t batch, int64_t headsKV);
 
 } // namespace flashjit::runtime::detail
 

@@ -12,6 +12,7 @@
 #include "flashjit/runtime/AttentionKernel.h"
 
 #include "flashjit/runtime/DecodeMergeAbi.h"
+#include "flashjit/runtime/Fp8Abi.h"
 #include "flashjit/runtime/HeadDim.h"
 #include "flashjit/runtime/KernelAbi.h"
 #include "flashjit/runtime/Ptxas.h"
@@ -180,11 +181,15 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
                          c.sharedBytes(spec.headDimQK, spec.headDimV));
     return {};
   }
-  if (std::string why = entryMismatch(
-          ptx, info.name,
-          expectedParams(spec, abi::gpu::forwardArgTypes(
-                                   c.varlen, c.blockSparse, spec.sink, c.tma)),
-          c.threads(), c.minBlocksPerSM);
+  std::vector<abi::gpu::ArgType> fixed =
+      abi::gpu::forwardArgTypes(c.varlen, c.blockSparse, spec.sink, c.tma);
+  const bool fp8 = isFp8(spec.dtypeQ);
+  if (fp8)
+    for (abi::gpu::ArgType t : abi::gpu::fp8DescaleArgTypes())
+      fixed.push_back(t);
+  if (std::string why =
+          entryMismatch(ptx, info.name, expectedParams(spec, fixed),
+                        c.threads(), c.minBlocksPerSM);
       !why.empty())
     return why;
   std::string builder = info.name + abi::kBlockMaskSuffix;
@@ -201,8 +206,10 @@ std::string gpuLaunchConfigMismatch(const AttentionSpec &spec,
                        builder);
   }
   // The forward's tiles have the padded head dims (HeadDim.h).
-  const int64_t fwdBytes = c.sharedBytes(paddedHeadDim(spec.headDimQK),
-                                         paddedHeadDim(spec.headDimV));
+  const int64_t fwdBytes =
+      fp8 ? fp8SharedBytes(c, spec.headDimQK, spec.headDimV)
+          : c.sharedBytes(paddedHeadDim(spec.headDimQK),
+                          paddedHeadDim(spec.headDimV));
   if (c.kind == KernelKind::Forward && info.sharedBytes != fwdBytes)
     return fmt::format("shared memory {} bytes is not the {} bytes the "
                        "configuration's tiles take",

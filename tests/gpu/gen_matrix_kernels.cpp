@@ -5,6 +5,7 @@
 // tests/support/KernelMatrix.h, so the [gpu] tests run them on a GPU machine
 // that has no MLIR (the ahead-of-time flow a host application uses), the
 // block-sparse / varlen kernels of sparseKernels(), sinkKernels(),
+// fp8Kernels() (sm_90a, default MMA only),
 // ringKernels(), ringVarlenKernels() and paddedKernels(), the ring backward
 // kernels
 // (ringBackwardKernels(), ringVarlenBackwardKernels()), the
@@ -260,6 +261,18 @@ int main(int argc, char **argv) {
     flashjit::GpuCompileOptions so = o;
     so.varlen = k.varlen;
     so.blockSparse = k.blockSparse;
+    write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
+    ++n;
+  }
+  // fp8 kernels (issue 18; sm_90a only), the default instructions, written
+  // like the sparse ones; only with the default MMA (the other MMAs'
+  // matrices stay as they were).
+  for (const auto &k : flashjit::testing::fp8Kernels()) {
+    if (backwardOnly || o.arch != "sm_90a" ||
+        o.mma != flashjit::GpuMma::Default)
+      break;
+    flashjit::GpuCompileOptions so;
+    so.arch = o.arch;
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
     ++n;
   }

@@ -490,6 +490,43 @@ inline std::vector<SparseKernel> sinkKernels() {
   };
 }
 
+/// The issue-18 kernels: fp8 Q/K/V (sm_90a only: gen_matrix_kernels writes
+/// them with the sm_90a default instructions), O bf16 or fp16, over dense,
+/// causal (both alignments), a two-sided window, softcap (a parameter), a
+/// document mask (buffer reads) and a score modifier reading a buffer
+/// (ALiBi); e4m3 throughout or e5m2 K/V; GQA; head dims 64 and 128.
+/// `fp8_bench_e4m3_d128` / `fp8_bench_bf16_d128` are the [.fp8bench]
+/// timing pair (the second the bf16 default kernel of the same shape).
+/// Written in the sparse format.
+inline std::vector<SparseKernel> fp8Kernels() {
+  auto spec = [](const std::string &v, int d, DType kv, DType o, int hq,
+                 int hkv) {
+    AttentionSpec s = matrixSpec(v, d, DType::BF16, hq, hkv);
+    s.dtypeQ = DType::E4M3;
+    s.dtypeK = s.dtypeV = kv;
+    s.dtypeO = o;
+    return s;
+  };
+  const DType e4 = DType::E4M3, e5 = DType::E5M2;
+  return {
+      {"fp8_none_d128_e4m3_bf16_g2", spec("none", 128, e4, DType::BF16, 4, 2)},
+      {"fp8_none_d64_e4m3_fp16_g1", spec("none", 64, e4, DType::F16, 2, 2)},
+      {"fp8_causal_tl_d128_e4m3_bf16_g1",
+       spec("causal_tl", 128, e4, DType::BF16, 2, 2)},
+      {"fp8_causal_br_d64_e5m2_bf16_g2",
+       spec("causal_br", 64, e5, DType::BF16, 4, 2)},
+      {"fp8_window_lr_d128_e4m3_fp16_g3",
+       spec("window_lr", 128, e4, DType::F16, 6, 2)},
+      {"fp8_softcap_d128_e5m2_bf16_g2",
+       spec("softcap", 128, e5, DType::BF16, 4, 2)},
+      {"fp8_doc_d64_e4m3_bf16_g1", spec("doc_id", 64, e4, DType::BF16, 2, 2)},
+      {"fp8_alibi_d128_e4m3_bf16_g2",
+       spec("alibi", 128, e4, DType::BF16, 4, 2)},
+      {"fp8_bench_e4m3_d128", spec("none", 128, e4, DType::BF16, 16, 16)},
+      {"fp8_bench_bf16_d128", matrixSpec("none", 128, DType::BF16, 16, 16)},
+  };
+}
+
 /// The issue-16 kernels: head dims that are not multiples of 16 (the GPU
 /// forward pads them to one in shared memory): 8, 40, 59, 72, 111 and 200,
 /// unequal head dims (qk 40 / v 72, qk 20 / v 58: 8- and 4-byte loads, qk 64

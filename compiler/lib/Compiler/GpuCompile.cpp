@@ -20,6 +20,7 @@
 #include "flashjit/frontend/Fp8.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/DecodeMergeAbi.h"
+#include "flashjit/runtime/Fp8Abi.h"
 #include "flashjit/runtime/HeadDim.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -67,6 +68,8 @@ static void useCudaToolkitForLibdevice() {
 /// kernels take multiples of 16 only).
 static int64_t forwardTileBytes(const AttentionSpec &spec,
                                 const GpuTileConfig &tc) {
+  if (hasFp8Inputs(spec))
+    return fp8SharedBytes(tc, spec.headDimQK, spec.headDimV);
   return tc.sharedBytes(paddedHeadDim(spec.headDimQK),
                         paddedHeadDim(spec.headDimV));
 }
@@ -141,12 +144,15 @@ static void validateDecode(const AttentionSpec &spec,
         spec.headDimQK));
 }
 
-/// FP8 inputs need wgmma's fp8 operands (sm_90a); the kernel itself is
-/// issue 18's work, so every fp8 spec is refused for now.
-static void validateFp8ForGpu(const AttentionSpec &spec,
-                              const std::string &arch) {
+/// FP8 inputs need wgmma's fp8 operands (sm_90a). Built (issue 18): the
+/// dense cp.async wgmma forward, Q/K/V all fp8, O bf16 or fp16, head dims
+/// 64 or 128 (runtime/Fp8Abi.h, WgmmaFp8.cpp); the rest is refused by name.
+/// Returns whether the spec is fp8 (then the one-dtype rule is not asked).
+static bool validateFp8ForGpu(const AttentionSpec &spec,
+                              const GpuCompileOptions &options) {
   if (!hasFp8Inputs(spec))
-    return;
+    return false;
+  const std::string &arch = options.arch;
   std::string dtypes =
       fmt::format("dtypes q/k/v = {}/{}/{}", toString(spec.dtypeQ),
                   toString(spec.dtypeK), toString(spec.dtypeV));
@@ -155,11 +161,32 @@ static void validateFp8ForGpu(const AttentionSpec &spec,
                                 "fp8 tensor-core MMA); compile for sm_90a or "
                                 "run on the CPU backend",
                                 dtypes, arch, arch));
-  throw UserError(fmt::format("{} on sm_90a: the fp8 forward kernel is not "
-                              "yet built (issue 18, FP8 forward on Hopper "
-                              "with per-block scaling); the CPU backend and "
-                              "the float64 reference take fp8 inputs",
-                              dtypes));
+  auto notBuilt = [&](const std::string &what) {
+    return UserError(fmt::format("{} on sm_90a: {}: the fp8 kernel is not yet "
+                                 "built (issue 18; built: the dense forward, "
+                                 "fp8 q/k/v, head dims 64 or 128, mma = "
+                                 "wgmma); the CPU backend and the float64 "
+                                 "reference take fp8 inputs",
+                                 dtypes, what));
+  };
+  if (options.kind != KernelKind::Forward)
+    throw notBuilt(fmt::format("kind = {}", toString(options.kind)));
+  if (!isFp8(spec.dtypeQ) || !isFp8(spec.dtypeK) || !isFp8(spec.dtypeV))
+    throw notBuilt("fp8 and 16-bit inputs mixed");
+  if (spec.dtypeO != DType::BF16 && spec.dtypeO != DType::F16)
+    throw notBuilt(
+        fmt::format("dtype_o = {} (bf16 or fp16)", toString(spec.dtypeO)));
+  if (options.varlen || options.blockSparse)
+    throw notBuilt(options.varlen ? "varlen" : "block-sparse");
+  if (options.mma != GpuMma::Default && options.mma != GpuMma::Wgmma)
+    throw notBuilt(fmt::format("mma = {}", toString(options.mma)));
+  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
+                          std::pair{"head_dim_v", spec.headDimV}})
+    if (d != 64 && d != 128)
+      throw notBuilt(fmt::format("{} = {}", field, d));
+  if (options.blockN && options.blockN != 64 && options.blockN != 128)
+    throw notBuilt(fmt::format("block_n = {} (64 or 128)", options.blockN));
+  return true;
 }
 
 void validateForGpu(const AttentionSpec &spec,
@@ -169,9 +196,9 @@ void validateForGpu(const AttentionSpec &spec,
     throw UserError(fmt::format("arch = '{}' is not supported (sm_80 or "
                                 "sm_90a)",
                                 options.arch));
-  validateFp8ForGpu(spec, options.arch);
-  if (spec.dtypeQ != spec.dtypeK || spec.dtypeQ != spec.dtypeV ||
-      spec.dtypeQ != spec.dtypeO)
+  const bool fp8 = validateFp8ForGpu(spec, options);
+  if (!fp8 && (spec.dtypeQ != spec.dtypeK || spec.dtypeQ != spec.dtypeV ||
+               spec.dtypeQ != spec.dtypeO))
     throw UserError(fmt::format(
         "dtypes q/k/v/o = {}/{}/{}/{}: the GPU kernel needs one dtype",
         toString(spec.dtypeQ), toString(spec.dtypeK), toString(spec.dtypeV),

@@ -247,10 +247,23 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
   return c;
 }
 
+/// The fp8 forward (issue 18; compiler/lib/Conversion/AttnToNVVM/
+/// WgmmaFp8.cpp): the cp.async wgmma kernel, two warpgroups of 64 rows,
+/// 128-key tiles (one 128-byte row of V^T per head-dim column). Not yet
+/// measured.
+static GpuTileConfig fp8TileConfig(const std::string &arch) {
+  GpuTileConfig c = mmaSyncBase(arch);
+  c.blockN = 128;
+  c.wgmma = true;
+  return c;
+}
+
 GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
                                    const std::string &arch, bool varlen,
                                    bool blockSparse, GpuMma mma) {
-  GpuTileConfig c = chooseTiles(spec, arch, varlen, blockSparse, mma);
+  GpuTileConfig c = isFp8(spec.dtypeQ)
+                        ? fp8TileConfig(arch)
+                        : chooseTiles(spec, arch, varlen, blockSparse, mma);
   c.varlen = varlen;
   c.blockSparse = blockSparse;
   return c;

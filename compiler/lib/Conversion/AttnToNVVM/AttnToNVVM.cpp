@@ -58,6 +58,55 @@ bool warpsValid(const KernelShape &c) {
          (c.numWarps == 12 && c.warpSpecialized);
 }
 
+bool isFp8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
+
+/// The fp8 forward kernel's shape (issue 18): fp8 Q/K/V, O bf16 or fp16,
+/// the cp.async wgmma forward (no TMA), head dims 64 or 128, key tiles of
+/// 64 or 128 (multiples of wgmma's k32), not varlen or block-sparse.
+/// Records the element types in \p c; false (with an error) otherwise.
+bool fp8Shape(attn::AttentionOp op, KernelShape &c) {
+  for (Type t : {op.getDtypeK(), op.getDtypeV()})
+    if (!isFp8(t)) {
+      op.emitOpError("fp8 Q needs fp8 K and V");
+      return false;
+    }
+  Type o = op.getDtypeO();
+  if (!o.isBF16() && !o.isF16()) {
+    op.emitOpError("the fp8 kernel writes O in bf16 or fp16");
+    return false;
+  }
+  if (c.kind != KernelKind::Forward || !c.wgmma || c.tma || c.varlen ||
+      c.blockSparse || (c.blockN != 64 && c.blockN != 128) ||
+      (c.headDimQK != 64 && c.headDimQK != 128) ||
+      (c.headDimV != 64 && c.headDimV != 128)) {
+    op.emitOpError("the fp8 kernel is the dense wgmma forward (cp.async, no "
+                   "tma) with head dims 64 or 128 and block-n 64 or 128");
+    return false;
+  }
+  auto name = [](Type t) {
+    return isa<Float8E4M3FNType>(t) ? std::string("e4m3") : "e5m2";
+  };
+  c.fp8Q = name(op.getDtypeQ());
+  c.fp8K = name(op.getDtypeK());
+  c.fp8V = name(op.getDtypeV());
+  return true;
+}
+
+/// Q, K, V and O of one 16-bit dtype, or fp8Shape's fp8 kernel; false
+/// (with an error) otherwise.
+bool dtypesValid(attn::AttentionOp op, KernelShape &c) {
+  Type dq = op.getDtypeQ();
+  if (isFp8(dq))
+    return fp8Shape(op, c);
+  if (dq != op.getDtypeK() || dq != op.getDtypeV() || dq != op.getDtypeO() ||
+      !(dq.isBF16() || dq.isF16())) {
+    op.emitOpError("the GPU kernel needs Q, K, V and O of one 16-bit "
+                   "dtype (bf16 or fp16)");
+    return false;
+  }
+  return true;
+}
+
 struct ConvertAttnToNVVM
     : flashjit::impl::ConvertAttnToNVVMBase<ConvertAttnToNVVM> {
   using ConvertAttnToNVVMBase::ConvertAttnToNVVMBase;
@@ -87,12 +136,8 @@ struct ConvertAttnToNVVM
       const bool splitBackward =
           c.kind == KernelKind::Backward && c.wgmma && c.rowsPerWarp == 8;
       Type dq = op.getDtypeQ();
-      if (dq != op.getDtypeK() || dq != op.getDtypeV() ||
-          dq != op.getDtypeO() || !(dq.isBF16() || dq.isF16())) {
-        op.emitOpError("the GPU kernel needs Q, K, V and O of one 16-bit "
-                       "dtype (bf16 or fp16)");
+      if (!dtypesValid(op, c))
         return signalPassFailure();
-      }
       // Forward kernels pad other head dims to a multiple of 16 in shared
       // memory (FlashForwardKernel.h: tensorHeadDimQK/V).
       if (c.kind == KernelKind::Forward && !c.wgmma &&
@@ -116,7 +161,7 @@ struct ConvertAttnToNVVM
                        "arch sm_80 or sm_90a");
         return signalPassFailure();
       }
-      c.bf16 = dq.isBF16();
+      c.bf16 = c.fp8() ? op.getDtypeO().isBF16() : dq.isBF16();
       c.returnLse = op.getReturnLse();
       c.sink = op.getSink();
       if (c.wgmma && ((c.rowsPerWarp != 16 && !splitBackward) ||

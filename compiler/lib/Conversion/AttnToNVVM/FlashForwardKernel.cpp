@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 #include "flashjit/Conversion/GridConstantArgs.h"
+#include "flashjit/runtime/Fp8Abi.h"
 
 #include "ForwardKernelBuilder.h"
 #include "MaskedValues.h"
@@ -73,6 +74,9 @@ gpu::GPUFuncOp ForwardKernelBuilder::declare(Operation *gpuModule) {
                            /*addrSpace=*/3);
   std::vector<abi::ArgType> abiArgs =
       abi::forwardArgTypes(c.varlen, c.blockSparse, c.sink, c.tma);
+  if (c.fp8())
+    for (abi::ArgType t : abi::fp8DescaleArgTypes())
+      abiArgs.push_back(t);
   SmallVector<Type> args = abiTypes(ops, abiArgs);
   for (Type ty : em.extraArgumentTypes(b.getContext()))
     args.push_back(ty);
@@ -140,6 +144,14 @@ void ForwardKernelBuilder::bindArguments(gpu::GPUFuncOp fn) {
     tmK = a[next + 1];
     tmV = a[next + 2];
     next += abi::kTensorMapArgs;
+  }
+  if (c.fp8()) {
+    for (int i = 0; i < 3; ++i) {
+      descale[i] = a[next + i];
+      descaleBlock[i] = a[next + 3 + i];
+    }
+    headsKV = a[next + 6];
+    next += abi::kFp8DescaleArgs;
   }
   em.setArguments(a.drop_front(next));
 }
@@ -400,10 +412,10 @@ void ForwardKernelBuilder::epilogue(ValueRange fin) {
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, row, seqlenQ));
     Value rowBase = ops.gepBytes(
         oRows, ops.mul(ops.mul(ops.ext64(row), oS[2]), ops.ci64(2)));
+    Value inv = c.fp8() ? ops.fmul(f.inv, oFactor) : f.inv;
     for (int jd = 0; jd < nO; ++jd) {
       int a0 = (mt * nO + jd) * 4 + 2 * r;
-      Value v =
-          ops.pack(ops.fmul(fin[a0], f.inv), ops.fmul(fin[a0 + 1], f.inv));
+      Value v = ops.pack(ops.fmul(fin[a0], inv), ops.fmul(fin[a0 + 1], inv));
       Value col = ops.add(ops.mul(t, ops.ci32(2)), ops.ci32(jd * 8));
       Value p = ops.gepBytes(rowBase, ops.ext64(ops.mul(col, ops.ci32(2))));
       if (c.tensorV() != c.headDimV)

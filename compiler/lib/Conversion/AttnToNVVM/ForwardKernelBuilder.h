@@ -178,6 +178,19 @@ private:
     Value off = ops.add(seqOff(s, start), ops.mul(ops.ext64(h), s[1]));
     return ops.gepBytes(ptr, ops.mul(off, ops.ci64(2)));
   }
+  /// tensorBase of Q, K or V: one byte per element in fp8 kernels.
+  Value inputBase(Value ptr, Value *s, Value h, Value start) {
+    if (!c.fp8())
+      return tensorBase(ptr, s, h, start);
+    return ops.gepBytes(ptr,
+                        ops.add(seqOff(s, start), ops.mul(ops.ext64(h), s[1])));
+  }
+  /// fp8: the descale arguments (runtime/Fp8Abi.h); scale and scaleLog2
+  /// become scale * q_descale * k_descale (and its log2(e) multiple),
+  /// vDescale / 256 multiplies O in the epilogue (WgmmaFp8.cpp's P).
+  void loadDescales();
+  /// fp8: the shared-memory layout and the products (WgmmaFp8.cpp).
+  void planFp8Tiles(Value smem);
   /// Element offset of this sequence in a tensor with strides \p s: batch *
   /// s[0], or (varlen) its first token * s[2].
   Value seqOff(Value *s, Value start) {
@@ -199,6 +212,9 @@ private:
   Value seqlenQ, seqlenK, group, scale, scaleLog2, cuQ, cuK;
   Value lists[4], rowBatchStride, rowHeadStride, listPitch;
   Value sinkPtr; // f32 [heads_q], specs with a sink only
+  // fp8: q/k/v descale pointers, their per-block flags, heads_kv; the
+  // epilogue's factor v_descale / 256.
+  Value descale[3], descaleBlock[3], headsKV, oFactor;
   // Indices and bases.
   Value tid, warp, lane, g, t, qTile, head, batch, q0, qStart, kStart;
   Value kBase, vBase, sK, sV;

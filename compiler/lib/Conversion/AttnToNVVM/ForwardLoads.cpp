@@ -42,9 +42,9 @@ void ForwardKernelBuilder::locate() {
     seqlenK = s.seqlenK;
     ops.enterIf(ops.cmp(arith::CmpIPredicate::slt, q0, seqlenQ));
   }
-  Value qBase = tensorBase(qPtr, qS, head, qStart);
-  kBase = tensorBase(kPtr, kS, headKV, kStart);
-  vBase = tensorBase(vPtr, vS, headKV, kStart);
+  Value qBase = inputBase(qPtr, qS, head, qStart);
+  kBase = inputBase(kPtr, kS, headKV, kStart);
+  vBase = inputBase(vPtr, vS, headKV, kStart);
   // The overlapped consumers' loop (ForwardOverlap.cpp) leaves no register
   // for O's base beside it: the epilogue computes it there.
   if (!c.overlapSoftmax)
@@ -52,6 +52,15 @@ void ForwardKernelBuilder::locate() {
 
   Value smem = ops.sharedBase();
   Value sQ = smem;
+  if (c.fp8()) {
+    loadDescales();
+    planFp8Tiles(smem);
+    loadFp8TileAsync(ops, tid, nthreads, sQ, qBase, qS[2], q0, seqlenQ,
+                     c.blockM(), c.headDimQK);
+    NVVM::CpAsyncCommitGroupOp::create(b);
+    mma->prepare(sQ, sK, sV);
+    return;
+  }
   // [Q | K0 V0 | K1 V1]: stage s of K/V starts at sK + s * stageBytes.
   // The overlapped consumers of masked kernels hold the descriptors' low
   // words only (without this, ptxas -v on sm_90a at head dim 128 spilled 8
@@ -119,11 +128,53 @@ void ForwardKernelBuilder::loadKV(Value j, Value stage) {
     copy(sV, tmV, c.headDimV);
     return;
   }
+  if (c.fp8()) {
+    loadFp8TileAsync(ops, tid, nthreads, ops.gepBytes(sK, off), kBase, kS[2],
+                     kv0, seqlenK, c.blockN, c.headDimQK);
+    loadFp8TileAsync(ops, tid, nthreads, ops.gepBytes(sV, off), vBase, vS[2],
+                     kv0, seqlenK, c.blockN, c.headDimV);
+    NVVM::CpAsyncCommitGroupOp::create(b);
+    return;
+  }
   loadTileAsync(ops, tid, nthreads, ops.gepBytes(sK, off), kBase, kS[2], kv0,
                 seqlenK, c.blockN, c.headDimQK, mma->swizzled(), c.tensorQK());
   loadTileAsync(ops, tid, nthreads, ops.gepBytes(sV, off), vBase, vS[2], kv0,
                 seqlenK, c.blockN, c.headDimV, mma->swizzled(), c.tensorV());
   NVVM::CpAsyncCommitGroupOp::create(b);
+}
+
+void ForwardKernelBuilder::planFp8Tiles(Value smem) {
+  // [Q | K0 V0 | K1 V1 | V^T] (Fp8Abi.h: fp8SharedBytes).
+  const int D = c.headDimQK, Dv = c.headDimV, BN = c.blockN;
+  sK = ops.gepBytes(smem, fp8TileBytes(c.blockM(), D));
+  sV = ops.gepBytes(sK, fp8TileBytes(BN, D));
+  stageBytes = fp8TileBytes(BN, D) + fp8TileBytes(BN, Dv);
+  stages = 2;
+  Value sVt = ops.gepBytes(sK, 2 * stageBytes);
+  mma = createWgmmaFp8Forward(ops, sh, warp, tid, nthreads, sVt, c.fp8Q, c.fp8K,
+                              c.fp8V);
+}
+
+void ForwardKernelBuilder::loadDescales() {
+  // descale[i] ? descale[i][block ? batch * heads_kv + kv head : 0] : 1
+  Value perBlock = ops.add(ops.mul(batch, headsKV), headKV);
+  Value f[3];
+  for (int i = 0; i < 3; ++i) {
+    Value set =
+        ops.cmp(arith::CmpIPredicate::ne,
+                LLVM::PtrToIntOp::create(b, ops.i64, descale[i]), ops.ci64(0));
+    Value at =
+        ops.sel(ops.cmp(arith::CmpIPredicate::ne, descaleBlock[i], ops.ci32(0)),
+                perBlock, ops.ci32(0));
+    f[i] = ops.guarded(set, ops.f32, ops.cf32(1.0f), [&] {
+      Value p = ops.gepBytes(descale[i], ops.mul(ops.ext64(at), ops.ci64(4)));
+      return LLVM::LoadOp::create(b, ops.f32, p, /*alignment=*/4).getResult();
+    });
+  }
+  Value qk = ops.fmul(f[0], f[1]);
+  scale = ops.fmul(scale, qk);
+  scaleLog2 = ops.fmul(scaleLog2, qk);
+  oFactor = ops.fmul(f[2], ops.cf32(1.0f / 256.0f));
 }
 
 void ifElse(ImplicitLocOpBuilder &b, Value cond,

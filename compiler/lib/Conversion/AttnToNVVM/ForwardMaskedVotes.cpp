@@ -20,7 +20,8 @@ ForwardKernelBuilder::VotePlacement
 ForwardKernelBuilder::votePlacement() const {
   // Only with a mask: without one no key in range is masked (keys past
   // seqlen_k load as 0), and the PTX of dense kernels stays as it was.
-  if (!em.hasMask() || !maskedValueIsolation())
+  // fp8 kernels (issue 18): no isolation yet (the votes read 16-bit V).
+  if (!em.hasMask() || !maskedValueIsolation() || c.fp8())
     return VotePlacement::None;
   // Result checks: no vote in the first pass, the in-tile vote in the rare
   // second one (checkedLoop).

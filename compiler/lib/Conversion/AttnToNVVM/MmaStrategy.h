@@ -16,6 +16,7 @@
 #include "KernelOps.h"
 
 #include <memory>
+#include <string>
 
 namespace flashjit::nvvm {
 
@@ -98,6 +99,21 @@ std::unique_ptr<ForwardMma> createWgmmaForward(KernelOps &ops,
                                                const TileShape &shape,
                                                mlir::Value warp,
                                                bool narrowDescriptors = false);
+
+/// The fp8 forward's products (WgmmaFp8.cpp; issue 18), wgmma m64nNk32 per
+/// warpgroup: S = Q K^T from the K-major Q and K tiles (PTX type names
+/// \p typeQ, \p typeK: "e4m3" or "e5m2"), O += P V with P packed to e4m3
+/// in registers (times 256: the epilogue divides it out) and V read from
+/// \p sVt, a head_dim_v x block_n K-major transpose of the stage's V that
+/// selectStage writes (its \p nthreads threads, \p tid, then a CTA
+/// barrier). The transpose orders each 16 keys as the accumulator holds
+/// P (thread t of a quad: keys 2t, 2t + 1, 2t + 8, 2t + 9 as its 4
+/// consecutive k), so P needs no shuffle.
+std::unique_ptr<ForwardMma>
+createWgmmaFp8Forward(KernelOps &ops, const TileShape &shape, mlir::Value warp,
+                      mlir::Value tid, int nthreads, mlir::Value sVt,
+                      const std::string &typeQ, const std::string &typeK,
+                      const std::string &typeV);
 
 } // namespace flashjit::nvvm
 

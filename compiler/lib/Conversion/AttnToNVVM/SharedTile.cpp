@@ -129,4 +129,40 @@ void loadTileAsync(KernelOps &ops, Value tid, int nthreads, Value smem,
   }
 }
 
+void loadFp8TileAsync(KernelOps &ops, Value tid, int nthreads, Value smem,
+                      Value gBase, Value stride, Value row0, Value seqlen,
+                      int rows, int dimBytes) {
+  ImplicitLocOpBuilder &b = ops.b;
+  const int chunksPerRow = dimBytes / 16, total = rows * chunksPerRow;
+  for (int it = 0; it * nthreads < total; ++it) {
+    auto emitOne = [&]() {
+      Value cidx = ops.add(tid, ops.ci32(it * nthreads));
+      Value row = arith::DivUIOp::create(b, cidx, ops.ci32(chunksPerRow));
+      Value col = arith::RemUIOp::create(b, cidx, ops.ci32(chunksPerRow));
+      Value grow = ops.add(row0, row);
+      Value valid = ops.cmp(arith::CmpIPredicate::slt, grow, seqlen);
+      Value srow = ops.sel(valid, grow, ops.ci32(0)); // not read: size 0
+      Value src =
+          ops.gepBytes(gBase, ops.add(ops.mul(ops.ext64(srow), stride),
+                                      ops.ext64(ops.mul(col, ops.ci32(16)))));
+      Value dst = ops.gepBytes(
+          smem, ops.ext64(tileOffset(ops, row, col, rows, dimBytes / 2,
+                                     /*swizzled=*/true)));
+      Value size = ops.sel(valid, ops.ci32(16), ops.ci32(0));
+      NVVM::CpAsyncOp::create(
+          b, dst, src, b.getI32IntegerAttr(16),
+          NVVM::LoadCacheModifierKindAttr::get(b.getContext(),
+                                               NVVM::LoadCacheModifierKind::CG),
+          size);
+    };
+    if ((it + 1) * nthreads <= total)
+      emitOne();
+    else
+      ops.ifThen(ops.cmp(arith::CmpIPredicate::ult,
+                         ops.add(tid, ops.ci32(it * nthreads)),
+                         ops.ci32(total)),
+                 emitOne);
+  }
+}
+
 } // namespace flashjit::nvvm

@@ -41,6 +41,16 @@ void loadTileAsync(KernelOps &ops, mlir::Value tid, int nthreads,
                    mlir::Value row0, mlir::Value seqlen, int rows, int dim,
                    bool swizzled, int cols = 0);
 
+/// loadTileAsync of an fp8 tile (one byte per element; issue 18): \p rows x
+/// \p dimBytes bytes from global rows row0.. (row stride \p stride bytes,
+/// i64, a multiple of 16) in the swizzled layout of tileOffset with
+/// dimBytes / 2 16-bit columns (the same bytes: 128-byte rows, column
+/// blocks of 128 elements); rows at or past \p seqlen zero-filled.
+void loadFp8TileAsync(KernelOps &ops, mlir::Value tid, int nthreads,
+                      mlir::Value smem, mlir::Value gBase, mlir::Value stride,
+                      mlir::Value row0, mlir::Value seqlen, int rows,
+                      int dimBytes);
+
 } // namespace flashjit::nvvm
 
 #endif // FLASHJIT_CONVERSION_ATTNTONVVM_SHAREDTILE_H

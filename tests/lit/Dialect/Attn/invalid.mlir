@@ -17,9 +17,26 @@ attn.attention @bad_heads attributes {
 
 // -----
 
-// expected-error @+1 {{tensor element type must be f16, bf16 or f32, got 'i8'}}
+// expected-error @+1 {{tensor element type must be f16, bf16, f32 or (q, k, v) f8E4M3FN / f8E5M2, got 'i8'}}
 attn.attention @bad_dtype attributes {
     dtype_q = i8, dtype_k = bf16, dtype_v = bf16, dtype_o = bf16,
+    head_dim_qk = 64 : i64, head_dim_v = 64 : i64, heads_q = 1 : i64,
+    heads_kv = 1 : i64, scale = 0.125 : f32, return_lse = true,
+    params = {}, buffers = {}} mask {
+^bb0(%b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+  %t = arith.constant true
+  attn.yield %t : i1
+} score {
+^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %sq: i32, %sk: i32):
+  attn.yield %s : f32
+}
+
+// -----
+
+// fp8 Q/K/V are memory types (issue 18), an fp8 O is not.
+// expected-error @+1 {{tensor element type must be f16, bf16 or f32, got 'f8E4M3FN'}}
+attn.attention @fp8_output attributes {
+    dtype_q = f8E4M3FN, dtype_k = f8E4M3FN, dtype_v = f8E4M3FN, dtype_o = f8E4M3FN,
     head_dim_qk = 64 : i64, head_dim_v = 64 : i64, heads_q = 1 : i64,
     heads_kv = 1 : i64, scale = 0.125 : f32, return_lse = true,
     params = {}, buffers = {}} mask {

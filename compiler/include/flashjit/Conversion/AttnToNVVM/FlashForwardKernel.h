@@ -16,6 +16,7 @@
 #define FLASHJIT_CONVERSION_ATTNTONVVM_FLASHFORWARDKERNEL_H
 
 #include "flashjit/Conversion/AttnToNVVM/FragmentEmitter.h"
+#include "flashjit/runtime/Fp8Abi.h"
 #include "flashjit/runtime/KernelAbi.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -41,8 +42,16 @@ struct KernelShape : flashjit::KernelConfig {
   /// The tensors' head dims (tensorHeadDimQK/V, else the tiles').
   int tensorQK() const { return tensorHeadDimQK ? tensorHeadDimQK : headDimQK; }
   int tensorV() const { return tensorHeadDimV ? tensorHeadDimV : headDimV; }
-  /// bf16 operands, else fp16 (Q, K, V and O share the dtype).
+  /// bf16 operands, else fp16 (Q, K, V and O share the dtype; fp8
+  /// kernels: O's dtype).
   bool bf16 = true;
+  /// fp8 Q, K and V (issue 18; sm_90a wgmma forward with cp.async loads):
+  /// the PTX type names of their elements, "e4m3" or "e5m2" (empty: not
+  /// fp8). O is bf16 or fp16 (bf16 above). Tiles hold one byte per
+  /// element in rows of 128 bytes per 128 head-dim elements (fp8SharedBytes)
+  /// and take the descale arguments (runtime/Fp8Abi.h).
+  std::string fp8Q, fp8K, fp8V;
+  bool fp8() const { return !fp8Q.empty(); }
   bool returnLse = true;
   /// The spec has an attention sink (attn.attention's `sink`): one more
   /// kernel argument (abi::gpu::kSinkArgs), folded into each row's
@@ -51,6 +60,8 @@ struct KernelShape : flashjit::KernelConfig {
   /// Dynamic shared memory the forward kernel needs, in bytes (Q, two K/V
   /// stages).
   int sharedBytes() const {
+    if (fp8())
+      return int(fp8SharedBytes(*this, headDimQK, headDimV));
     return int(KernelConfig::sharedBytes(headDimQK, headDimV));
   }
 };

@@ -124,11 +124,17 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "heads_kv = " << getHeadsKv()
                          << " must be positive and divide heads_q = "
                          << getHeadsQ();
-  for (Type t : {getDtypeQ(), getDtypeK(), getDtypeV(), getDtypeO()})
-    if (!isMemoryElementType(t))
-      return emitOpError() << "tensor element type must be f16, bf16 or f32, "
-                              "got "
+  // Q, K and V may also be fp8 (issue 18: the sm_90a forward reads them;
+  // the CPU lowering compiles the f32 spec instead).
+  for (Type t : {getDtypeQ(), getDtypeK(), getDtypeV()})
+    if (!isMemoryElementType(t) && !isa<Float8E4M3FNType, Float8E5M2Type>(t))
+      return emitOpError() << "tensor element type must be f16, bf16, f32 "
+                              "or (q, k, v) f8E4M3FN / f8E5M2, got "
                            << t;
+  if (!isMemoryElementType(getDtypeO()))
+    return emitOpError() << "tensor element type must be f16, bf16 or f32, "
+                            "got "
+                         << getDtypeO();
   for (NamedAttribute a : getParams())
     if (!isa<TypeAttr>(a.getValue()))
       return emitOpError() << "params entry '" << a.getName().strref()

@@ -1,0 +1,94 @@
+//===- Fp8GpuCodegenTest.cpp - The sm_90a fp8 forward's PTX ---------------===//
+//
+// Issue 18. Without a GPU: every kernel of fp8Kernels() (the ones the
+// [gpu][fp8] tests run) and the CPU test's variants (a score modifier
+// reading the head and a runtime parameter, window + softcap) compile for
+// sm_90a, declare the launch the runtime checks (gpuLaunchConfigMismatch:
+// the descale arguments after the fixed ones), use the fp8 instructions
+// (wgmma k32 with the spec's element types, P packed by
+// cvt.rn.satfinite.e4m3x2.f32, the V transpose's byte permutes) and
+// assemble with ptxas without spills or a stack frame.
+//
+//===----------------------------------------------------------------------===//
+#include "KernelMatrix.h"
+
+#include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/frontend/Library.h"
+#include "flashjit/runtime/AttentionKernel.h"
+#include "flashjit/runtime/Ptxas.h"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+using namespace flashjit;
+
+namespace {
+
+const char *ptxType(DType t) { return t == DType::E5M2 ? "e5m2" : "e4m3"; }
+
+/// Compiles \p spec for sm_90a with the default options and checks its PTX.
+void checkFp8Kernel(const AttentionSpec &spec) {
+  GpuCompileOptions o;
+  o.arch = "sm_90a";
+  GpuKernelImage img = compileGpu(spec, o);
+  CHECK(img.config.wgmma);
+  CHECK_FALSE(img.config.tma);
+  CHECK(runtime::gpuLaunchConfigMismatch(spec, img.info(), img.ptx) == "");
+  std::string s =
+      fmt::format("k32.f32.{}.{}", ptxType(spec.dtypeQ), ptxType(spec.dtypeK));
+  std::string pv = fmt::format("k32.f32.e4m3.{}", ptxType(spec.dtypeV));
+  CHECK(img.ptx.find("m64n" + std::to_string(img.config.blockN) + s) !=
+        std::string::npos);
+  CHECK(img.ptx.find("m64n" + std::to_string(spec.headDimV) + pv) !=
+        std::string::npos);
+  CHECK(img.ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
+  CHECK(img.ptx.find("prmt.b32") != std::string::npos);
+  CHECK(img.ptx.find("k16.f32") == std::string::npos); // no 16-bit product
+  if (!runtime::ptxasAvailable()) {
+    WARN("ptxas not found: PTX not assembled");
+    return;
+  }
+  runtime::PtxasReport r = runtime::runPtxas(img.ptx, "sm_90a");
+  const runtime::PtxasFunctionReport *f = r.find(img.name);
+  REQUIRE(f);
+  INFO(r.log);
+  CHECK(f->clean());
+  CHECK(f->registers <= 255);
+  WARN(img.name << ": " << f->registers << " registers, " << img.sharedBytes
+                << " bytes of shared memory");
+}
+
+} // namespace
+
+TEST_CASE("fp8 gpu: the sm_90a forward kernels assemble without spills",
+          "[gpu_codegen][fp8]") {
+  for (const testing::SparseKernel &k : testing::fp8Kernels()) {
+    if (!isFp8(k.spec.dtypeQ))
+      continue; // the timing pair's bf16 twin
+    INFO(k.id);
+    checkFp8Kernel(k.spec);
+  }
+}
+
+TEST_CASE("fp8 gpu: score modifiers reading the head and a parameter",
+          "[gpu_codegen][fp8]") {
+  AttentionSpec spec;
+  spec.variant = Variant("f8_score_param");
+  spec.variant.scoreMod(score * param<float>("temp") +
+                        cast<float>(head) * 0.25f);
+  spec.headDimQK = spec.headDimV = 128;
+  spec.headsQ = 4;
+  spec.headsKV = 2;
+  spec.dtypeQ = spec.dtypeK = spec.dtypeV = DType::E4M3;
+  spec.dtypeO = DType::BF16;
+  checkFp8Kernel(spec);
+  AttentionSpec w = spec;
+  w.variant = Variant("f8_window_softcap");
+  w.variant.mask(sliding_window(9, 2, Alignment::BottomRight));
+  w.variant.scoreMod(softcap(3.0f));
+  w.headDimQK = w.headDimV = 64;
+  checkFp8Kernel(w);
+}
