@@ -26,9 +26,11 @@ ForwardKernelBuilder::votePlacement() const {
   // second one (checkedLoop).
   if (checksResults())
     return rerunning ? VotePlacement::InTile : VotePlacement::None;
-  // The overlapped consumer loop (ForwardOverlap.cpp) keeps the vote in the
-  // tile: the published protocol's once-per-use arrivals are mainLoop's.
-  if (maskedValueTileVote() || !c.tma || c.overlapSoftmax)
+  // Warp-specialised kernels, the overlapped consumer loop too
+  // (ForwardOverlap.cpp), publish it (below); the in-tile vote (a barrier
+  // of both consumer warpgroups in every partial tile) stays reachable by
+  // setMaskedValueTileVoteForTesting.
+  if (maskedValueTileVote() || !c.tma)
     return VotePlacement::InTile;
   // TMA without warp specialisation: TileEnd (the vote on the next tile at
   // the closing barrier) measured 4-8 points slower than the in-tile vote
