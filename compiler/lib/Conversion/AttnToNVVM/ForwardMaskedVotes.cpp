@@ -101,7 +101,8 @@ Value ForwardKernelBuilder::voteMaskedValues(Value needsMask) {
   Value bad = chunksHaveNonFiniteIf(ops, needsMask, computeGroup(), sVTile,
                                     c.blockN, c.headDimV, mma->swizzled());
   publishWarpVote(ops, bad, lane, voteWord(tileStage),
-                  ops.add(tileUse, ops.ci32(1)), votedBarrier(tileStage));
+                  ops.add(tileUse, ops.ci32(1)), votedBarrier(tileStage),
+                  /*branchFree=*/c.overlapSoftmax);
   return Value();
 }
 
@@ -115,6 +116,13 @@ Value ForwardKernelBuilder::awaitMaskedVote(Value needsMask) {
 }
 
 void ForwardKernelBuilder::skipMaskedVote() {
+  if (c.overlapSoftmax) { // no branch on the lane (publishWarpVote)
+    mbarrierArriveIf(
+        ops, votedBarrier(tileStage),
+        arith::ExtUIOp::create(
+            b, ops.i32, ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0))));
+    return;
+  }
   ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0)),
              [&] { mbarrierArrive(ops, votedBarrier(tileStage)); });
 }
