@@ -6,8 +6,10 @@
 // P V, compiler/lib/Conversion/AttnToNVVM/MaskedValues.h). The matrix's
 // causal, two-sided window (50 left, 20 right) and document (37 tokens,
 // causal) kernels at head dims 64, 96 and 128 (mma.sync, wgmma, TMA and
-// warp-specialised on sm_90a) and the kv_idx == 0 kernels of
-// maskedValueKernels(), bf16 and fp16, on three layouts of poison:
+// warp-specialised on sm_90a), the kv_idx == 0 kernels of
+// maskedValueKernels() and the head-dim-128 kernels with the
+// intra-warpgroup overlap by name (overlapVoteKernels(): causal, windows,
+// causal + softcap, kv_idx == 0), bf16 and fp16, on these layouts of poison:
 //   - issue 21's N = 2 reproduction (V[1] = inf): with kv_idx == 0 both
 //     rows attend only key 0, in the tile with key 1: both must be clean;
 //   - its causal one (N = 201, V[150] = +-inf, K[190] = NaN): rows that
@@ -125,7 +127,8 @@ bool selected(const std::string &id) {
 
 /// The forward kernels of the test: the matrix's causal, window and
 /// document kernels at head dims 64 and 128 (wgmma on sm_90a) and 96
-/// (mma.sync there too), and the kv_idx == 0 ones.
+/// (mma.sync there too), the kv_idx == 0 ones and the overlapped ones
+/// (published vote).
 std::vector<testing::MatrixKernel> forwardKernels() {
   std::vector<testing::MatrixKernel> out;
   for (const testing::MatrixKernel &k : testing::kernelMatrix())
@@ -135,6 +138,8 @@ std::vector<testing::MatrixKernel> forwardKernels() {
          k.spec.headDimQK == 128))
       out.push_back(k);
   for (const testing::MatrixKernel &k : testing::maskedValueKernels(false))
+    out.push_back(k);
+  for (const testing::MatrixKernel &k : testing::overlapVoteKernels())
     out.push_back(k);
   return out;
 }
@@ -261,12 +266,18 @@ TEST_CASE("forward: kernels that check their results for NaN and Inf equal "
   // vote. Its O and LSE must be the in-tile vote's exactly, on clean
   // inputs (no second pass) and on every poison layout (second passes
   // after every count of ring uses), including the rows that attend a
-  // NaN or Inf.
+  // NaN or Inf. The same for the overlapped head-dim-128 kernels with the
+  // published vote (overlapVoteKernels()): the vote read from the stage's
+  // word after its mbarrier phase, in every partial tile, must be the
+  // in-tile barrier's, so the guarded path runs in the same tiles.
   Device &dev = Device::get(0);
   uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
   int kernels = 0;
-  for (const testing::MatrixKernel &k : testing::resultCheckKernels()) {
+  std::vector<testing::MatrixKernel> pairs = testing::resultCheckKernels();
+  for (const testing::MatrixKernel &k : testing::overlapVoteKernels())
+    pairs.push_back(k);
+  for (const testing::MatrixKernel &k : pairs) {
     if (!selected(k.id))
       continue;
     INFO(k.id << ": " << printSpec(k.spec));

@@ -47,7 +47,8 @@
 // off), `_lateload` with a masked kernel's loads after them
 // (setMaskedLoadsAfterProductsBackwardForTesting on). resultCheckKernels() are
 // written a second time as `<id>_tilevote`, built with the in-tile masked-value
-// vote (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison.
+// vote (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison;
+// so are overlapVoteKernels() (the overlap by name on sm_90a, whatever MMA).
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -182,12 +183,20 @@ int main(int argc, char **argv) {
   };
   int n = 0;
   // MMA "mask-bench": only the [.maskbench] timing kernels (forward <id>_fwd
-  // and backward <id>, default instructions), nothing else; "mask-bench-base"
-  // the same without masked-key isolation (its baseline).
+  // and backward <id>, default instructions; the forward-only `_ovl` ids:
+  // the overlap by name), nothing else; "mask-bench-base" the same without
+  // masked-key isolation (its baseline).
   if (maskBench) {
     for (const auto &k : flashjit::testing::maskBenchKernels()) {
       flashjit::GpuCompileOptions bo;
       bo.arch = o.arch;
+      if (flashjit::testing::maskBenchForwardOnly(k)) {
+        if (bo.arch == "sm_90a")
+          bo.mma = flashjit::GpuMma::WgmmaTmaWsOverlap;
+        write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
+        ++n;
+        continue;
+      }
       write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
       bo.kind = flashjit::KernelKind::Backward;
       bo.syncBackward = syncBackward;
@@ -226,6 +235,25 @@ int main(int argc, char **argv) {
     dflt.arch = o.arch;
     write(dir, k.id, flashjit::compileGpu(k.spec, dflt));
     ++n;
+  }
+  // Masked head-dim-128 forwards with the overlap by name (sm_90a; the
+  // default elsewhere), whatever MMA the matrix is built with: `<id>` with
+  // the published masked-value vote, `<id>_tilevote` with the in-tile one.
+  for (const auto &k : flashjit::testing::overlapVoteKernels()) {
+    if (backwardOnly)
+      break;
+    if (only && k.id.find(only) == std::string::npos)
+      continue;
+    flashjit::GpuCompileOptions ov;
+    ov.arch = o.arch;
+    if (ov.arch == "sm_90a")
+      ov.mma = flashjit::GpuMma::WgmmaTmaWsOverlap;
+    write(dir, k.id, flashjit::compileGpu(k.spec, ov));
+    flashjit::setMaskedValueTileVoteForTesting(true);
+    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, ov);
+    flashjit::setMaskedValueTileVoteForTesting(false);
+    write(dir, k.id + "_tilevote", img);
+    n += 2;
   }
   // The same specs with the in-tile vote (`<id>_tilevote`), which the
   // [gpu][masked] tests compare with the kernels that check their results.

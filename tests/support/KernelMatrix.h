@@ -156,6 +156,33 @@ inline std::vector<MatrixKernel> overlapMaskedKernels() {
   return out;
 }
 
+/// Masked forwards at head dim 128 built with the intra-warpgroup overlap
+/// by name (GpuMma::WgmmaTmaWsOverlap on sm_90a, the default elsewhere),
+/// whatever the default picks: causal, the matrix's two-sided window, the
+/// benchmark's 1024-key window, causal + softcap 30 and kv_idx == 0, GQA
+/// 2 and 1, both 16-bit dtypes. gen_matrix_kernels writes each as `<id>`
+/// (the published masked-value vote) and `<id>_tilevote` (the in-tile vote,
+/// setMaskedValueTileVoteForTesting: session 20's overlapped kernels); the
+/// [gpu][masked] tests poison them and compare the two bit for bit, the
+/// [gpu][generated][overlap] case runs `<id>` over many key tiles.
+inline std::vector<MatrixKernel> overlapVoteKernels() {
+  std::vector<MatrixKernel> out;
+  out.push_back({"ovlv_causal_tl_d128_bf16_g2", "causal_tl",
+                 matrixSpec("causal_tl", 128, DType::BF16, 4, 2)});
+  out.push_back({"ovlv_window_lr_d128_fp16_g2", "window_lr",
+                 matrixSpec("window_lr", 128, DType::F16, 4, 2)});
+  AttentionSpec swa = matrixSpec("none", 128, DType::BF16, 4, 2);
+  Variant w("swa1024");
+  w.mask(sliding_window(1023, 0, Alignment::TopLeft));
+  swa.variant = w;
+  out.push_back({"ovlv_swa1024_d128_bf16_g2", "swa1024", swa});
+  out.push_back({"ovlv_softcap30_causal_d128_bf16_g2", "softcap30_causal",
+                 softcap30Causal(128, 4, 2)});
+  out.push_back({"ovlv_first_key_d128_fp16_g1", "first_key",
+                 matrixSpec("first_key", 128, DType::F16, 2, 2)});
+  return out;
+}
+
 /// Every (variant, head dim, dtype) kernel of the matrix; GQA ratios
 /// {1, 2, 3, 8} rotate through the list.
 inline std::vector<MatrixKernel> kernelMatrix() {
@@ -408,7 +435,10 @@ inline std::vector<MatrixKernel> benchKernels() {
 /// backward `<id>`; written by `gen_matrix_kernels DIR sm_90a mask-bench`
 /// only): bf16, hidden 2048 (heads = 2048 / head dim), head dims 64 and
 /// 128; causal (top-left), a causal sliding window of 1024 keys and a
-/// document-causal mask (doc_id buffer).
+/// document-causal mask (doc_id buffer). Then forward-only ids ending
+/// `_ovl` (maskBenchForwardOnly): causal, the window and causal + softcap
+/// 30 at head dim 128 with the intra-warpgroup overlap by name
+/// (GpuMma::WgmmaTmaWsOverlap), whatever the default picks.
 inline std::vector<MatrixKernel> maskBenchKernels() {
   std::vector<MatrixKernel> out;
   for (int d : {64, 128}) {
@@ -422,7 +452,20 @@ inline std::vector<MatrixKernel> maskBenchKernels() {
     out.push_back({"mbench_doc" + dim, "doc_id",
                    matrixSpec("doc_id", d, DType::BF16, 2048 / d, 2048 / d)});
   }
+  for (size_t i = 0, n = out.size(); i < n; ++i)
+    if (out[i].spec.headDimQK == 128 && out[i].variant != "doc_id")
+      out.push_back({out[i].id + "_ovl", out[i].variant, out[i].spec});
+  out.push_back(
+      {"mbench_softcap30_d128_ovl", "causal_tl", softcap30Causal(128, 16, 16)});
   return out;
+}
+
+/// Whether \p k of maskBenchKernels() is timed forward only, with the
+/// overlap by name (ids ending `_ovl`).
+inline bool maskBenchForwardOnly(const MatrixKernel &k) {
+  const std::string tail = "_ovl";
+  return k.id.size() > tail.size() &&
+         k.id.compare(k.id.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 /// A block-sparse and/or varlen kernel of the [gpu] sparse tests.

@@ -27,9 +27,11 @@ ForwardKernelBuilder::votePlacement() const {
   // second one (checkedLoop).
   if (checksResults())
     return rerunning ? VotePlacement::InTile : VotePlacement::None;
-  // The overlapped consumer loop (ForwardOverlap.cpp) keeps the vote in the
-  // tile: the published protocol's once-per-use arrivals are mainLoop's.
-  if (maskedValueTileVote() || !c.tma || c.overlapSoftmax)
+  // Warp-specialised kernels, the overlapped consumer loop too
+  // (ForwardOverlap.cpp), publish it (below); the in-tile vote (a barrier
+  // of both consumer warpgroups in every partial tile) stays reachable by
+  // setMaskedValueTileVoteForTesting.
+  if (maskedValueTileVote() || !c.tma)
     return VotePlacement::InTile;
   // TMA without warp specialisation: TileEnd (the vote on the next tile at
   // the closing barrier) measured 4-8 points slower than the in-tile vote
@@ -100,7 +102,8 @@ Value ForwardKernelBuilder::voteMaskedValues(Value needsMask) {
   Value bad = chunksHaveNonFiniteIf(ops, needsMask, computeGroup(), sVTile,
                                     c.blockN, c.headDimV, mma->swizzled());
   publishWarpVote(ops, bad, lane, voteWord(tileStage),
-                  ops.add(tileUse, ops.ci32(1)), votedBarrier(tileStage));
+                  ops.add(tileUse, ops.ci32(1)), votedBarrier(tileStage),
+                  /*branchFree=*/c.overlapSoftmax);
   return Value();
 }
 
@@ -114,6 +117,13 @@ Value ForwardKernelBuilder::awaitMaskedVote(Value needsMask) {
 }
 
 void ForwardKernelBuilder::skipMaskedVote() {
+  if (c.overlapSoftmax) { // no branch on the lane (publishWarpVote)
+    mbarrierArriveIf(
+        ops, votedBarrier(tileStage),
+        arith::ExtUIOp::create(
+            b, ops.i32, ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0))));
+    return;
+  }
   ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0)),
              [&] { mbarrierArrive(ops, votedBarrier(tileStage)); });
 }

@@ -43,7 +43,21 @@
 // Masked values (MaskedValues.h): tile j's vote on its V runs while both
 // products are in flight, and its isolation (the non-finite terms added to
 // Õ_j, the stage's V rewritten) closes the step, after the rescale, so
-// P_j V_j (issued at tile j + 1 or by flushPV) reads the rewritten V.
+// P_j V_j (issued at tile j + 1 or by flushPV) reads the rewritten V. The
+// vote is published as in the serial step: each warp scans its chunks of
+// V_j and publishes its share (full tiles: only its arrival; empty tiles:
+// the arrival in the skip branch), so lane 0 of every warp arrives once
+// per use of the stage, before its release of the stage (at tile j + 1,
+// flushPV or the skip branch); the warp reads the vote only before the
+// isolation, with tile j's use and stage, so the two consumer warpgroups
+// never meet at a barrier in the loop (setMaskedValueTileVoteForTesting
+// restores the in-tile vote, a barrier of both in every partial tile).
+// Without a branch on the lane (publishWarpVote's branchFree): with one
+// (and with the in-tile vote) ptxas took the whole loop as divergent,
+// computed every step's wgmma descriptors in vector registers and moved
+// them with R2UR (236 R2UR and 18 WARPSYNC in the causal kernel, 48 R2UR
+// in the issue of a full tile's products against 16 without isolation);
+// branch-free, 72 and 2 (four versions of the step, 16-17 per issue).
 //
 // Registers: the versions of a step (masked or not, pending or not) are
 // separate regions, so no branch runs between a wgmma's issue and its wait
@@ -86,8 +100,12 @@ SmallVector<Value> ForwardKernelBuilder::overlapLoop() {
     b.setInsertionPointToStart(loop.getBody());
     Value it = arith::IndexCastOp::create(b, ops.i32, loop.getInductionVar());
     ValueRange state = loop.getRegionIterArgs();
-    Value stage =
-        arith::RemUIOp::create(b, ops.sub(it, jBegin), ops.ci32(stages));
+    Value use = ops.sub(it, jBegin);
+    Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
+    if (votePlacement() == VotePlacement::Published) {
+      tileUse = use;
+      tileStage = stage;
+    }
     Value prevStage = arith::RemUIOp::create(
         b, ops.add(ops.sub(it, jBegin), ops.ci32(stages - 1)),
         ops.ci32(stages));
@@ -116,6 +134,8 @@ SmallVector<Value> ForwardKernelBuilder::overlapLoop() {
       // released before the next position's load is waited for).
       b.setInsertionPointToStart(tileIf.elseBlock());
       SmallVector<Value> flushed = flushPV(state, prevStage);
+      if (votePlacement() == VotePlacement::Published)
+        skipMaskedVote();
       mbarrierArrive(ops, emptyBarrier(stage));
       scf::YieldOp::create(b, flushed);
     }
@@ -153,15 +173,19 @@ ForwardKernelBuilder::overlapStep(ValueRange state, Value kv0, Value stage,
   mma->selectStage(stageOff);
 
   // Issue S_j, then P_{j-1} V_{j-1}; the vote on V_j (partial tiles) runs
-  // while both are in flight.
+  // while both are in flight (published: this warp's share, and in full
+  // tiles only its arrival for the stage's use).
   SmallVector<Value> sAcc = mma->issueS();
   SmallVector<Value> oAcc(state.begin(), state.begin() + nAcc);
   if (pending)
     oAcc = mma->issuePV(oAcc, pPrev,
                         ops.mul(ops.ext64(pendStage), ops.ci64(stageBytes)));
+  const VotePlacement vp = votePlacement();
   Value poisoned;
-  if (masked && em.hasMask() && maskedValueIsolation())
+  if (masked && vp != VotePlacement::None)
     poisoned = voteMaskedValues(ops.cb(true));
+  else if (vp == VotePlacement::Published)
+    skipMaskedVote();
   SmallVector<Value> s = wgmmaWait(ops, sAcc, pending ? 1 : 0);
 
   // Tile j's scores and softmax while P V runs.
@@ -184,6 +208,8 @@ ForwardKernelBuilder::overlapStep(ValueRange state, Value kv0, Value stage,
   // P_j packed only now: registers that a later wgmma reads, written while
   // one is in flight, make ptxas serialise the products (C7513).
   SmallVector<Value> p = mma->packP(st);
+  if (masked && vp == VotePlacement::Published) // as late as can be
+    poisoned = awaitMaskedVote(ops.cb(true));
   if (poisoned) // P as the product takes it, from its packed words
     o = isolateMaskedValues(o, mma->unpackP(p), poisoned);
   o.append(next.m.begin(), next.m.end());

@@ -426,10 +426,23 @@ Value chunksHaveNonFiniteIf(KernelOps &ops, Value cond, const VoteGroup &grp,
 }
 
 void publishWarpVote(KernelOps &ops, Value bad, Value lane, Value flag,
-                     Value token, Value votedBar) {
+                     Value token, Value votedBar, bool branchFree) {
   ImplicitLocOpBuilder &b = ops.b;
   Value any = NVVM::VoteSyncOp::create(b, ops.i1, ops.ci32(-1), bad,
                                        NVVM::VoteSyncKind::any);
+  if (branchFree) {
+    // A branch on the warp's OR only (uniform in the warp); the marks of
+    // the warp's lanes are the same token, so any of them may land last.
+    ops.ifThen(any, [&] {
+      LLVM::AtomicRMWOp::create(b, LLVM::AtomicBinOp::umax, flag, token,
+                                LLVM::AtomicOrdering::monotonic);
+    });
+    mbarrierArriveIf(
+        ops, votedBar,
+        arith::ExtUIOp::create(
+            b, ops.i32, ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0))));
+    return;
+  }
   ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0)), [&] {
     // An atomic max (warps of the same use may mark the word at once: no
     // data race; marks only grow, so the word holds this use's token iff

@@ -86,7 +86,10 @@
 //     only in tiles that need the vote and only just before P V
 //     (awaitPublishedVote), so the two consumer warpgroups do not meet at a
 //     barrier in the loop. The word holds the stage use + 1 that last found
-//     one: a later use never matches an older one's mark.
+//     one: a later use never matches an older one's mark. The overlapped
+//     consumer loop (ForwardOverlap.cpp) publishes the same way without a
+//     branch on the lane (every lane of a warp that saw one marks the
+//     word; lane 0's arrival is a predicated instruction).
 // The old placement (in the tile everywhere) stays reachable for timing:
 // setMaskedValueTileVoteForTesting.
 //
@@ -180,9 +183,15 @@ mlir::Value chunksHaveNonFiniteIf(KernelOps &ops, mlir::Value cond,
 /// raises the word at \p flag (!llvm.ptr<3>) to \p token (i32, atomic
 /// max: tokens grow from use to use) where that OR is true, then arrives
 /// once at the mbarrier \p votedBar (whose count is the number of warps
-/// that vote). Every lane of the warp must call it.
+/// that vote). Every lane of the warp must call it. \p branchFree: no
+/// branch on the lane (every lane of a warp whose OR is true raises the
+/// word, the same token; lane 0 arrives by a predicated instruction): a
+/// branch on the lane in the overlapped consumer loop made ptxas treat the
+/// whole loop as divergent (its wgmma descriptors through R2UR, WARPSYNC
+/// before each group).
 void publishWarpVote(KernelOps &ops, mlir::Value bad, mlir::Value lane,
-                     mlir::Value flag, mlir::Value token, mlir::Value votedBar);
+                     mlir::Value flag, mlir::Value token, mlir::Value votedBar,
+                     bool branchFree = false);
 
 /// Where \p cond: waits for the phase of \p votedBar with parity
 /// \p parity (every voting warp has published), then whether the word at

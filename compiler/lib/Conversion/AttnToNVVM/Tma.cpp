@@ -33,6 +33,14 @@ void mbarrierArrive(KernelOps &ops, Value bar) {
                 "r");
 }
 
+void mbarrierArriveIf(KernelOps &ops, Value bar, Value flag) {
+  ops.inlineAsm(Type(), {sharedAddr(ops, bar), flag},
+                "{\n.reg .pred p;\n.reg .b64 state;\n"
+                "setp.ne.u32 p, $1, 0;\n"
+                "@p mbarrier.arrive.shared::cta.b64 state, [$0];\n}",
+                "r,r");
+}
+
 void mbarrierWait(KernelOps &ops, Value bar, Value parity) {
   // Labels inside a { } block are local to it, so the block can appear
   // any number of times in a kernel.

@@ -32,6 +32,10 @@ void mbarrierArriveExpectTx(KernelOps &ops, mlir::Value bar, int64_t bytes);
 /// mbarrier.arrive: one arrival of the calling thread at \p bar.
 void mbarrierArrive(KernelOps &ops, mlir::Value bar);
 
+/// mbarrierArrive where \p flag (i32) is not 0, as one predicated
+/// instruction (no branch: code around it stays convergent for ptxas).
+void mbarrierArriveIf(KernelOps &ops, mlir::Value bar, mlir::Value flag);
+
 /// Spins on mbarrier.try_wait.parity until the phase of \p bar with parity
 /// \p parity (i32, 0 or 1) has completed; the data its transactions wrote
 /// is visible to the calling thread after.
