@@ -29,6 +29,16 @@ Value wgmmaDescriptor(KernelOps &ops, Value addr, int64_t lbo, int64_t sbo) {
 SmallVector<Value> wgmmaChain(KernelOps &ops, ArrayRef<Value> acc, int n,
                               ArrayRef<Value> aDesc, ArrayRef<Value> aRegs,
                               ArrayRef<Value> bDesc, bool transB) {
+  const std::string ty = ops.bf16 ? "bf16" : "f16";
+  return wgmmaChainOf(
+      ops, acc, n, aDesc, aRegs, bDesc, "k16.f32." + ty + "." + ty,
+      std::string(aRegs.empty() ? ", 0" : "") + (transB ? ", 1" : ", 0"));
+}
+
+SmallVector<Value> wgmmaChainOf(KernelOps &ops, ArrayRef<Value> acc, int n,
+                                ArrayRef<Value> aDesc, ArrayRef<Value> aRegs,
+                                ArrayRef<Value> bDesc, const std::string &step,
+                                const std::string &tail) {
   const int nAccum = n / 2;
   const bool accumulate = !acc.empty();
   SmallVector<Value> operands(acc.begin(), acc.end());
@@ -48,7 +58,6 @@ SmallVector<Value> wgmmaChain(KernelOps &ops, ArrayRef<Value> acc, int n,
   for (int i = 0; i < nAccum; ++i)
     dlist += (i ? ", $" : "$") + std::to_string(i);
   dlist += "}";
-  const char *ty = ops.bf16 ? "bf16" : "f16";
   std::string one = ref(ops.ci32(1), "r");
   std::string asmStr = "{\n.reg .pred p, z;\nsetp.ne.b32 p, " + one +
                        ", 0;\nsetp.eq.b32 z, " + one +
@@ -64,10 +73,10 @@ SmallVector<Value> wgmmaChain(KernelOps &ops, ArrayRef<Value> acc, int n,
       a += "}";
     }
     std::string bd = ref(bDesc[st], "l");
-    asmStr += "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
-              "k16.f32." + ty + "." + ty + " " + dlist + ", " + a + ", " + bd +
-              (st == 0 && !accumulate ? ", z" : ", p") + ", 1, 1" +
-              (aRegs.empty() ? ", 0" : "") + (transB ? ", 1" : ", 0") + ";\n";
+    asmStr += "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + step +
+              " " + dlist + ", " + a + ", " + bd +
+              (st == 0 && !accumulate ? ", z" : ", p") + ", 1, 1" + tail +
+              ";\n";
   }
   asmStr += "wgmma.commit_group.sync.aligned;\n"
             "wgmma.wait_group.sync.aligned 0;\n}";

@@ -14,6 +14,8 @@
 
 #include "KernelOps.h"
 
+#include <string>
+
 namespace flashjit::nvvm {
 
 /// The wgmma matrix descriptor of a 128-byte-swizzled operand at \p addr
@@ -45,6 +47,18 @@ llvm::SmallVector<mlir::Value>
 wgmmaChain(KernelOps &ops, llvm::ArrayRef<mlir::Value> acc, int n,
            llvm::ArrayRef<mlir::Value> aDesc, llvm::ArrayRef<mlir::Value> aRegs,
            llvm::ArrayRef<mlir::Value> bDesc, bool transB);
+
+/// wgmmaChain for any operand type: each step is
+/// `wgmma.mma_async.sync.aligned.m64n<n><\p step> ..., p|z, 1, 1<\p tail>`,
+/// \p step the k, accumulator and operand types (e.g. "k32.f32.e4m3.e4m3",
+/// whose A registers are 4 per step as for k16) and \p tail the operands
+/// after the scales (the transposes of 16-bit types; empty for fp8).
+llvm::SmallVector<mlir::Value>
+wgmmaChainOf(KernelOps &ops, llvm::ArrayRef<mlir::Value> acc, int n,
+             llvm::ArrayRef<mlir::Value> aDesc,
+             llvm::ArrayRef<mlir::Value> aRegs,
+             llvm::ArrayRef<mlir::Value> bDesc, const std::string &step,
+             const std::string &tail);
 
 /// wgmmaChain with each step's descriptors formed inside the asm block:
 /// A_s = \p aBase + \p aSteps[s] (unless \p aRegs is given, as in

@@ -34,62 +34,15 @@ namespace flashjit::nvvm {
 namespace {
 
 /// One warpgroup's chain of wgmma m64nNk32 steps (\p ta x \p tb operands,
-/// f32 accumulators), issued, committed and waited for in one asm block:
-/// \p acc + sum_s A_s B_s, or the sum alone when \p acc is empty. A_s is
-/// the descriptor \p aDesc[s] or, when \p aRegs is not empty, 4 registers
-/// (\p aRegs[4 s..]); B_s is the K-major descriptor \p bDesc[s].
+/// f32 accumulators) in one asm block, as wgmmaChain: A_s is the descriptor
+/// \p aDesc[s] or 4 registers (\p aRegs[4 s..]); B_s is the K-major
+/// descriptor \p bDesc[s] (fp8 operands have no transpose).
 SmallVector<Value> fp8Chain(KernelOps &ops, ArrayRef<Value> acc, int n,
                             ArrayRef<Value> aDesc, ArrayRef<Value> aRegs,
                             ArrayRef<Value> bDesc, const std::string &ta,
                             const std::string &tb) {
-  const int nAccum = n / 2;
-  const bool accumulate = !acc.empty();
-  SmallVector<Value> operands(acc.begin(), acc.end());
-  std::string cons;
-  for (int i = 0; i < nAccum; ++i)
-    cons += "=f,";
-  for (int i = 0; accumulate && i < nAccum; ++i)
-    cons += std::to_string(i) + ",";
-  int next = accumulate ? 2 * nAccum : nAccum;
-  auto ref = [&](Value v, const char *constraint) {
-    operands.push_back(v);
-    cons += std::string(constraint) + ",";
-    return "$" + std::to_string(next++);
-  };
-  std::string dlist = "{";
-  for (int i = 0; i < nAccum; ++i)
-    dlist += (i ? ", $" : "$") + std::to_string(i);
-  dlist += "}";
-  std::string one = ref(ops.ci32(1), "r");
-  std::string text = "{\n.reg .pred p, z;\nsetp.ne.b32 p, " + one +
-                     ", 0;\nsetp.eq.b32 z, " + one +
-                     ", 0;\nwgmma.fence.sync.aligned;\n";
-  for (size_t st = 0; st < bDesc.size(); ++st) {
-    std::string a;
-    if (aRegs.empty()) {
-      a = ref(aDesc[st], "l");
-    } else {
-      a = "{";
-      for (int r = 0; r < 4; ++r)
-        a += (r ? ", " : "") + ref(aRegs[4 * st + r], "r");
-      a += "}";
-    }
-    std::string bd = ref(bDesc[st], "l");
-    text += "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
-            "k32.f32." + ta + "." + tb + " " + dlist + ", " + a + ", " + bd +
-            (st == 0 && !accumulate ? ", z" : ", p") + ", 1, 1;\n";
-  }
-  text += "wgmma.commit_group.sync.aligned;\n"
-          "wgmma.wait_group.sync.aligned 0;\n}";
-  cons.pop_back();
-  SmallVector<Type> fields(nAccum, ops.f32);
-  auto op = ops.inlineAsm(
-      LLVM::LLVMStructType::getLiteral(ops.b.getContext(), fields), operands,
-      text, cons);
-  SmallVector<Value> out;
-  for (int i = 0; i < nAccum; ++i)
-    out.push_back(LLVM::ExtractValueOp::create(ops.b, op.getResult(0), i));
-  return out;
+  return wgmmaChainOf(ops, acc, n, aDesc, aRegs, bDesc,
+                      "k32.f32." + ta + "." + tb, "");
 }
 
 class WgmmaFp8Forward : public ForwardMma {
