@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 #include "GpuTestSupport.h"
 #include "KernelMatrix.h"
+#include "TestSeed.h"
 
 #include "flashjit/frontend/Fp8.h"
 #include "flashjit/frontend/Printer.h"
@@ -39,15 +40,10 @@
 
 using namespace flashjit;
 using namespace flashjit::runtime;
+using flashjit::test::freshSeed;
 using flashjit::test::GpuTensor;
 
 namespace {
-
-uint64_t freshSeed() {
-  if (const char *s = std::getenv("FLASHJIT_TEST_SEED"))
-    return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
 
 const testing::SparseKernel &fp8Kernel(const std::string &id) {
   static std::vector<testing::SparseKernel> all = testing::fp8Kernels();

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "GpuTestSupport.h"
 #include "KernelMatrix.h"
+#include "TestSeed.h"
 
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/AttentionKernel.h"
@@ -25,15 +26,10 @@
 
 using namespace flashjit;
 using namespace flashjit::runtime;
+using flashjit::test::freshSeed;
 using flashjit::test::GpuTensor;
 
 namespace {
-
-uint64_t freshSeed() {
-  if (const char *s = std::getenv("FLASHJIT_TEST_SEED"))
-    return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
 
 /// O's row padding: 2 elements where head_dim_v is even (rows stay 4-byte
 /// aligned, as the kernel's 2-element stores need), else 1.

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "GpuTestSupport.h"
 #include "KernelMatrix.h"
+#include "TestSeed.h"
 
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Printer.h"
@@ -36,17 +37,12 @@
 
 using namespace flashjit;
 using namespace flashjit::runtime;
+using flashjit::test::freshSeed;
 using flashjit::test::GpuTensor;
 
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-uint64_t freshSeed() {
-  if (const char *s = std::getenv("FLASHJIT_TEST_SEED"))
-    return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
 
 const testing::SparseKernel &sinkKernel(const std::string &id) {
   static std::vector<testing::SparseKernel> all = testing::sinkKernels();

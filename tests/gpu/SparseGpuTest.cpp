@@ -20,6 +20,7 @@
 #include "BlockMaskSupport.h"
 #include "GpuTestSupport.h"
 #include "KernelMatrix.h"
+#include "TestSeed.h"
 
 #include "flashjit/frontend/Error.h"
 #include "flashjit/runtime/AttentionKernel.h"
@@ -33,6 +34,7 @@
 
 using namespace flashjit;
 using namespace flashjit::runtime;
+using flashjit::test::freshSeed;
 using flashjit::test::GpuTensor;
 
 namespace {
@@ -43,12 +45,6 @@ std::unique_ptr<GpuAttentionKernel> load(const testing::SparseKernel &k,
   REQUIRE(kernel->info().config.varlen == k.varlen);
   REQUIRE(kernel->info().config.blockSparse == k.blockSparse);
   return kernel;
-}
-
-uint64_t freshSeed() {
-  if (const char *s = std::getenv("FLASHJIT_TEST_SEED"))
-    return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
 }
 
 /// Host and device copies of a doc_id buffer (or nothing for variants that
