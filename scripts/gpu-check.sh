@@ -283,7 +283,9 @@ gpuShards() {
   done
   echo "=== gpu shards ($((SECONDS - t0)) s wall):"
   for ((k = 0; k < n; k++)); do
-    echo "shard $k rc=${rcs[k]}: $(grep -E '^(All tests passed|test cases:)' "$dir/shard$k.log" | tail -1)"
+    # Cases finished (--durations lines) of the cases listed, so a shard
+    # cut short by GPU_CHECK_SHARD_TIMEOUT says how far it got.
+    echo "shard $k rc=${rcs[k]}: $(grep -cE '^[0-9.]+ s: ' "$dir/shard$k.log")/$(grep -vc '^#' "$dir/shard$k.txt") cases $(grep -E '^(All tests passed|test cases:)' "$dir/shard$k.log" | tail -1)"
   done
   grep -q "FAILED" "$dir"/shard*.log && rc=1
   return $rc
@@ -342,7 +344,9 @@ run() {
     # Line-buffered (stdbuf) so a step cut short by a timeout keeps the
     # lines it printed (Catch2 buffers a pipe's output to the end).
     local lb=()
-    command -v stdbuf >/dev/null && lb=(stdbuf -oL -eL)
+    # (not for a shell function such as gpuShards: stdbuf runs programs)
+    command -v stdbuf >/dev/null && ! declare -F "$1" >/dev/null &&
+      lb=(stdbuf -oL -eL)
     "${lb[@]}" "$@" 2>&1 | tee "$out/$name.log" | tail -n 40
     local rc=${PIPESTATUS[0]}
     status[$name]="rc=$rc $((SECONDS - t0))s"
