@@ -306,9 +306,9 @@ int main(int argc, char **argv) {
   // and 128), labelled "overlap": run_bench.py --labels default,ws,overlap
   // times it beside the default and the serial tile step ("ws"; since
   // session 19 the default at D = 128 is the overlap for dense; since
-  // session 20 also for softcap30 (a mask with a score modifier); causal,
-  // swa1024 and ALiBi keep the serial step: "ws" is the old kernel,
-  // "default" the new one).
+  // session 20 also for softcap30 (a mask with a score modifier), since
+  // session 22 for causal; swa1024 and ALiBi keep the serial step: "ws" is
+  // the old kernel, "default" the new one).
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
     for (int d : {64, 128}) {
       GpuCompileOptions o;

@@ -95,6 +95,15 @@ static bool hasMaskCode(const AttentionSpec &spec) {
   return !mask.isNull() && !(k && k->boolValue());
 }
 
+/// Whether the only mask is the spec's causal one (AttentionSpec::causal,
+/// either alignment) with no variant mask.
+static bool causalMaskAlone(const AttentionSpec &spec) {
+  const Expr &mask = spec.variant.maskExpr();
+  auto *k = mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
+  return spec.causal != Causal::None &&
+         (mask.isNull() || (k && k->boolValue()));
+}
+
 /// Whether the score modifier is not the identity.
 static bool hasScoreModCode(const AttentionSpec &spec) {
   const Expr &score = spec.variant.scoreExpr();
@@ -133,17 +142,22 @@ static bool overlapFits(const AttentionSpec &spec, const GpuTileConfig &c) {
 /// GQA assemble with no spills, as do ALiBi and a bias table; a document
 /// mask spills (84 bytes stored). Buffer-reading kernels keep the serial
 /// step; mma = wgmma.tma.ws asks for it everywhere, wgmma.tma.ws.overlap
-/// for the overlap. Masks without a score modifier keep the serial step
-/// too: spill-free, their overlapped kernels (which vote in the tile, not
-/// once after the loop) ran 0.94-0.96x the serial default at head dim 128
-/// with masked-key isolation (H100, maskbench, session 20 against session
-/// 19's run: causal at N = 4096, sliding window 1024 at 4096 and 16384;
-/// causal at 16384 +2..+8% in one same-call run); causal + softcap keeps
-/// the overlap (+3.5..+9%, sessions 16 and 18).
+/// for the overlap. Causal + softcap takes the overlap (+3.5..+9%,
+/// sessions 16 and 18), and so does the spec's causal mask alone since
+/// session 22: with the masked-value vote published once per row
+/// (session 21) the overlapped causal forward ran +3.7% over the serial
+/// default at N = 4096 and 16384 in one process (maskbench, H100, masked-key
+/// isolation in both; +1..+6% against the serial kernel's timing in another
+/// call), where session 20's in-tile vote had made it 0.94-0.96x. Other
+/// masks without a score modifier keep the serial step: the overlapped
+/// 1024-key window with the published vote timed 351.9 / 311.7 TF/s at
+/// N = 4096 / 16384 against the serial default's 352-357 / 312-315 (same
+/// H100, session 22).
 static bool overlapByDefault(const AttentionSpec &spec,
                              const GpuTileConfig &c) {
   return c.warpSpecialized && spec.variant.buffers().empty() &&
-         (!hasMaskCode(spec) || hasScoreModCode(spec)) &&
+         (!hasMaskCode(spec) || hasScoreModCode(spec) ||
+          causalMaskAlone(spec)) &&
          std::max(spec.headDimQK, spec.headDimV) <= 128 && overlapFits(spec, c);
 }
 

@@ -570,10 +570,11 @@ TEST_CASE("the intra-warpgroup overlap: the default of warp-specialised "
   // for alone (wait_group 1), P V after the softmax (wait_group 0); ptxas
   // keeps them asynchronous (no C7513 "serialized" warning). The default
   // at head dim 128 without buffer reads (TilePolicy.cpp, overlapByDefault),
-  // masks only with a score modifier (their consumers hold 32-bit
-  // descriptor words: with 64-bit ones causal spilled 8 bytes stored, 32
-  // loaded); masks alone, ALiBi, bias tables and document masks keep the
-  // serial step, which mma = wgmma.tma.ws asks for everywhere.
+  // masks only with a score modifier or the spec's causal mask alone
+  // (their consumers hold 32-bit descriptor words: with 64-bit ones causal
+  // spilled 8 bytes stored, 32 loaded); other masks alone, ALiBi, bias
+  // tables and document masks keep the serial step, which mma =
+  // wgmma.tma.ws asks for everywhere.
   CHECK(std::string(toString(GpuMma::WgmmaTmaWsOverlap)) ==
         "wgmma.tma.ws.overlap");
   AttentionSpec dense = testing::matrixSpec("none", 128, DType::BF16, 2, 2);
@@ -589,15 +590,21 @@ TEST_CASE("the intra-warpgroup overlap: the default of warp-specialised "
   causalSink.sink = true;
   AttentionSpec swa = dense; // bench_kernels.cpp's swa1024
   swa.variant.mask(sliding_window(1023, 0, Alignment::TopLeft));
-  std::vector<AttentionSpec> overlapped = {
-      dense, dense16, capped, sink, mixed, testing::softcap30Causal(128, 4, 2)};
-  std::vector<AttentionSpec> masked = {causalSink, swa};
+  std::vector<AttentionSpec> overlapped = {dense,
+                                           dense16,
+                                           capped,
+                                           sink,
+                                           mixed,
+                                           causalSink,
+                                           testing::softcap30Causal(128, 4, 2)};
+  std::vector<AttentionSpec> masked = {swa};
   int i = 0; // bf16 and fp16 in turn
-  for (const char *v : {"softcap", "softcap_window"})
+  // The spec's causal mask alone takes the overlap too (session 22).
+  for (const char *v : {"softcap", "softcap_window", "causal_tl", "causal_br"})
     overlapped.push_back(
         testing::matrixSpec(v, 128, i++ % 2 ? DType::F16 : DType::BF16, 6, 2));
-  for (const char *v : {"causal_tl", "causal_br", "window_left", "window_lr",
-                        "window_lr_br", "prefix_lm", "chunked_causal"})
+  for (const char *v : {"window_left", "window_lr", "window_lr_br", "prefix_lm",
+                        "chunked_causal"})
     masked.push_back(
         testing::matrixSpec(v, 128, i++ % 2 ? DType::F16 : DType::BF16, 6, 2));
   for (const testing::MatrixKernel &k : testing::maskedValueKernels(false))

@@ -48,10 +48,11 @@ enum class GpuMma {
   /// WgmmaTmaWs with FlashAttention-3's intra-warpgroup overlap
   /// (KernelConfig::overlapSoftmax): needs a ring of 3 K/V stages (head
   /// dims 64 to 128), else refused. What Default picks at head dim 128
-  /// without buffer reads and without a mask unless a score modifier comes
-  /// with it (dense, softcap, causal + softcap, a sink; TilePolicy.cpp:
-  /// overlapByDefault); masks alone (causal, windows), ALiBi, bias tables
-  /// and document masks keep WgmmaTmaWs.
+  /// without buffer reads and without a variant mask unless a score
+  /// modifier comes with it (dense, softcap, AttentionSpec::causal alone,
+  /// causal + softcap, a sink; TilePolicy.cpp: overlapByDefault); other
+  /// masks alone (windows, prefix-LM), ALiBi, bias tables and document
+  /// masks keep WgmmaTmaWs.
   WgmmaTmaWsOverlap,
 };
 
