@@ -93,6 +93,14 @@ def _kernel(q, k, v, mask, score, causal, scale, name, target, sink=False,
     return kernel
 
 
+def _wants_grad(name, tensor, requires_grad):
+    """Whether the op marks buffer ``name`` for a gradient: an f32 buffer
+    that requires one, never an fp8 descale (constants: the fp8 forward has
+    no backward)."""
+    return (requires_grad and tensor.dtype == torch.float32
+            and name not in _api.DESCALES.values())
+
+
 def _names(buffer_names):
     """[(name, wants a gradient)] of the op's buffer_names string: names
     joined by commas, a trailing "+" marks an f32 buffer that needs its
@@ -107,12 +115,14 @@ def _forward(q, k, v, buffers, mask, score, causal, scale, name, target,
     names = [n for n, _ in _names(buffer_names)]
     bufs = {n: b.detach() for n, b in zip(names, buffers)}
     sink = bufs.pop(_api.SINK, None)
+    descales = {key: bufs.pop(reserved, None)
+                for key, reserved in _api.DESCALES.items()}
     bm = _api._block_mask_by_key(block_mask)
     kernel = _kernel(q, k, v, mask, score, causal, scale, name, target,
                      sink is not None, bm)
     o, lse = kernel.run(q.detach(), k.detach(), v.detach(),
                         params=_decode_params(kinds, floats, ints),
-                        buffers=bufs, sink=sink, block_mask=bm)
+                        buffers=bufs, sink=sink, block_mask=bm, **descales)
     return o, lse
 
 
@@ -122,6 +132,9 @@ def _backward(q, k, v, o, lse, d_o, buffers, mask, score, causal, scale,
     marked = _names(buffer_names)
     bufs = {n: b.detach() for (n, _), b in zip(marked, buffers)}
     sink = bufs.pop(_api.SINK, None)
+    # fp8 descales (the backward refuses fp8 specs by name).
+    for reserved in _api.DESCALES.values():
+        bufs.pop(reserved, None)
     bm = _api._block_mask_by_key(block_mask)
     kernel = _kernel(q, k, v, mask, score, causal, scale, name, target,
                      sink is not None, bm)
@@ -259,8 +272,8 @@ class AttentionFunction(torch.autograd.Function):
         # Mark the f32 buffers whose gradient autograd will ask for.
         names = [n for n, _ in _names(opts[9])]
         opts = opts[:9] + (",".join(
-            n + ("+" if ctx.needs_input_grad[4 + i]
-                 and b.dtype == torch.float32 else "")
+            n + ("+" if _wants_grad(n, b, ctx.needs_input_grad[4 + i])
+                 else "")
             for i, (n, b) in enumerate(zip(names, buffers))),)
         ctx.block_mask = _api._block_mask_by_key(key)
         o, lse = _forward(q, k, v, list(buffers), *opts, key)
@@ -314,7 +327,8 @@ def _causal_text(causal):
 
 def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
               scale=None, return_lse=False, *, causal=None, name=None,
-              target=None, sink=None, block_mask=None):
+              target=None, sink=None, block_mask=None, descale_q=None,
+              descale_k=None, descale_v=None):
     """``flashjit.attention`` for torch tensors [B, H, S, D], through the
     custom op ``flashjit::attention`` (differentiable in q, k, v, f32
     buffers and the attention sink ``sink``, fp32 [Hq]; traceable by
@@ -322,7 +336,10 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     ``flashjit.create_block_mask`` for this call's spec and shape (the
     forward and the backward visit only its tiles; build it once, outside
     the training step), or True to build one for this call (eagerly: a
-    graph break under torch.compile). Returns O, or (O, LSE) with
+    graph break under torch.compile). fp8 q, k, v (float8_e4m3fn,
+    float8_e5m2; forward only, O bf16) take ``descale_q``, ``descale_k``,
+    ``descale_v``: float32 [1] or [B, Hkv] tensors on q's device (None:
+    1), as ``quantize_fp8`` returns them. Returns O, or (O, LSE) with
     ``return_lse``."""
     if block_mask is True:
         block_mask = _api.create_block_mask(
@@ -339,11 +356,25 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
                              f"the sink; pass sink=")
     if sink is not None:
         buffers[_api.SINK] = sink
+    # The descales travel in the buffer list under their reserved names
+    # (the op takes tensors and lists of tensors only); _forward takes
+    # them out again and Kernel.run checks them.
+    for arg, value in (("descale_q", descale_q), ("descale_k", descale_k),
+                       ("descale_v", descale_v)):
+        if _api.DESCALES[arg] in buffers:
+            raise _api.UserError(f"buffer name {_api.DESCALES[arg]!r} is "
+                                 f"reserved for the fp8 descale {arg}; pass "
+                                 f"{arg}=")
+        if value is not None:
+            if not isinstance(value, torch.Tensor):
+                raise _api.UserError(f"{arg} must be a torch.Tensor (float32"
+                                     f" [1] or [batch, heads_kv]), got "
+                                     f"{type(value).__name__}")
+            buffers[_api.DESCALES[arg]] = value
     kinds, floats, ints = _encode_params(params)
     # "+" marks the f32 buffers that need a gradient (see _names).
-    names = ",".join(
-        n + ("+" if b.requires_grad and b.dtype == torch.float32 else "")
-        for n, b in buffers.items())
+    names = ",".join(n + ("+" if _wants_grad(n, b, b.requires_grad)
+                          else "") for n, b in buffers.items())
     bufs = list(buffers.values())
     if _HAVE_CUSTOM_OP:
         o, lse = torch.ops.flashjit.attention(
@@ -355,3 +386,4 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
                        scale, name, target, block_mask)
         o, lse = AttentionFunction.apply(q, k, v, opts, *bufs)
     return (o, lse) if return_lse else o
+
