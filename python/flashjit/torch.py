@@ -27,7 +27,7 @@ import torch
 
 from . import _api
 
-__all__ = ["attention", "AttentionFunction"]
+__all__ = ["attention", "AttentionFunction", "quantize_fp8"]
 
 
 def _encode_params(params):
@@ -387,3 +387,85 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
         o, lse = AttentionFunction.apply(q, k, v, opts, *bufs)
     return (o, lse) if return_lse else o
 
+
+# The largest finite magnitude of each fp8 format (OCP: e4m3fn has no inf,
+# S.1111.110 = 448; e5m2 is IEEE-like, S.11110.11 = 57344).
+_FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0} \
+    if hasattr(torch, "float8_e4m3fn") else {}
+
+
+def quantize_fp8(x, dtype=getattr(torch, "float8_e4m3fn", None),
+                 per="tensor", *, heads_kv=None):
+    """``(x_fp8, descale)``: ``x`` [batch, heads, seqlen, head_dim]
+    (bfloat16, float16 or float32 torch tensor, CPU or CUDA) in the fp8
+    format ``dtype`` (torch.float8_e4m3fn, the default, or
+    torch.float8_e5m2) with its float32 descale, ready for
+    ``attention(..., descale_q=...)`` / ``Kernel.run``.
+
+    FlashAttention-3's scaling (Shah et al. 2024, section 3.3, "block
+    quantization": one scale per block rather than per tensor, so one
+    outlier does not flatten every other block): per block,
+
+        descale = amax / fp8_max      (1 where amax == 0)
+        x_fp8   = round_to_nearest_even(clamp(x / descale, -fp8_max,
+                                              fp8_max))
+
+    with amax the largest |x| of the block and fp8_max 448 (e4m3) or 57344
+    (e5m2); the real value of an element is ``x_fp8.float() * descale``.
+    The clamp only absorbs f32 rounding of x / descale (at most fp8_max
+    otherwise): e4m3fn has no inf and would turn an overflow into NaN. An
+    all-zero block gets descale 1 and zeros, never NaN or inf.
+
+    ``per="tensor"``: one block, descale of shape [1]. ``per="head"``: one
+    block per (batch, head), descale [batch, heads]; for q of a GQA call
+    give ``heads_kv`` (k.shape[1]): then a block is the heads // heads_kv
+    query heads that share a KV head, descale [batch, heads_kv], the shape
+    the kernel takes. Computed with torch ops on x's device (one
+    synchronisation: a non-finite element is a UserError)."""
+    if not isinstance(x, torch.Tensor):
+        raise _api.UserError(f"quantize_fp8: x must be a torch.Tensor, got "
+                             f"{type(x).__name__}")
+    if dtype not in _FP8_MAX:
+        raise _api.UserError(f"quantize_fp8: dtype = {dtype!r} is not "
+                             f"torch.float8_e4m3fn or torch.float8_e5m2")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise _api.UserError(f"quantize_fp8: x has dtype {x.dtype}, expected"
+                             f" torch.bfloat16, torch.float16 or "
+                             f"torch.float32")
+    if x.dim() != 4:
+        raise _api.UserError(f"quantize_fp8: x has shape {list(x.shape)}, "
+                             f"expected 4-D [batch, heads, seqlen, "
+                             f"head_dim]")
+    if per not in ("tensor", "head"):
+        raise _api.UserError(f"quantize_fp8: per = {per!r} is not 'tensor' "
+                             f"or 'head'")
+    batch, heads = x.shape[0], x.shape[1]
+    if heads_kv is None:
+        heads_kv = heads
+    elif per != "head":
+        raise _api.UserError("quantize_fp8: heads_kv groups heads for "
+                             "per='head'; per='tensor' has one descale")
+    if (isinstance(heads_kv, bool) or not isinstance(heads_kv, int)
+            or heads_kv < 1 or heads % heads_kv):
+        raise _api.UserError(f"quantize_fp8: heads_kv = {heads_kv!r} does "
+                             f"not divide heads = {heads}")
+    fp8_max = _FP8_MAX[dtype]
+    xf = x.detach().float()
+    group = heads // heads_kv
+    blocks = (1,) if per == "tensor" else (batch, heads_kv)
+    # An empty x has amax 0 everywhere (amax of nothing is an error).
+    amax = (xf.abs().reshape(_api._prod(blocks), -1).amax(dim=1)
+            .reshape(blocks) if xf.numel() else xf.new_zeros(blocks))
+    # amax propagates NaN; inf gives inf: both would poison the descale.
+    if not bool(torch.isfinite(amax).all()):
+        raise _api.UserError("quantize_fp8: x has a non-finite element "
+                             "(inf or NaN)")
+    descale = torch.where(amax > 0, amax / fp8_max, torch.ones_like(amax))
+    if per == "tensor":
+        scaled = xf / descale
+    else:
+        scaled = (xf.reshape(batch, heads_kv, group, x.shape[2], x.shape[3])
+                  / descale.reshape(batch, heads_kv, 1, 1, 1)
+                  ).reshape(x.shape)
+    x_fp8 = scaled.clamp(-fp8_max, fp8_max).to(dtype)
+    return x_fp8, descale.contiguous()
