@@ -30,6 +30,12 @@ _TAIL = re.compile(
 # The reserved name of the attention sink in the C API's args and grads
 # (FLASHJIT_SINK); ``grads=(flashjit.SINK,)`` asks backward for d sink.
 SINK = "@sink"
+# The reserved names of the fp8 descales in the C API's args
+# (FLASHJIT_Q_DESCALE etc.), by the Python keyword that fills them
+# (FlashAttention-3's beta flash_attn_func names; its current interface
+# says q_descale, k_descale, v_descale).
+DESCALES = {"descale_q": "@q_descale", "descale_k": "@k_descale",
+            "descale_v": "@v_descale"}
 _CAUSAL = {None: None, False: "none", "none": "none", True: "top_left",
            "top_left": "top_left", "bottom_right": "bottom_right"}
 
@@ -256,11 +262,20 @@ def _scalar_arg(a, name, value):
 class _Args:
     """flashjit_arg array of params and buffers (keeps them alive)."""
 
-    def __init__(self, params, buffers, device, stream, sink=None):
+    def __init__(self, params, buffers, device, stream, sink=None,
+                 descales=()):
         self.keep = []
         self.views = {}
         items = []
         seen = set()
+        # (reserved name, checked view) pairs from _descale_views.
+        for reserved, v in descales:
+            a = _capi.Arg()
+            a.name = reserved.encode()
+            a.kind, a.data, a.size = (_capi.ARG_BUFFER_F32, v.data,
+                                      _prod(v.shape))
+            self.keep.append(v)
+            items.append(a)
         if sink is not None:
             a = _capi.Arg()
             a.name = SINK.encode()
@@ -303,6 +318,10 @@ class _Args:
     def _name(self, name, seen):
         if not isinstance(name, str):
             raise UserError(f"argument name {name!r} is not a str")
+        for key, reserved in DESCALES.items():
+            if name == reserved:
+                raise UserError(f"argument name {name!r} is reserved for "
+                                f"the fp8 descale {key}; pass {key}=")
         if name in seen:
             raise UserError(f"argument '{name}' is given both as a parameter"
                             f" and as a buffer")
@@ -310,6 +329,51 @@ class _Args:
         b = name.encode()
         self.keep.append(b)
         return b
+
+
+def _prod(shape):
+    n = 1
+    for x in shape:
+        n *= x
+    return n
+
+
+def _descale_views(kernel, descales, batch, heads_kv, device, stream):
+    """[(reserved name, view)] of ``run``'s descale_q/k/v (``descales``:
+    keyword -> value or None) after the checks the C library cannot make
+    (it sees a pointer and a size): each given one must belong to an fp8
+    tensor of the spec and be a contiguous float32 array of shape [1] (per
+    tensor) or [batch, heads_kv] (per block, FA3's shape) on the kernel's
+    device. The C library checks the values (finite, on the CPU)."""
+    out = []
+    for key, value in descales.items():
+        if value is None:
+            continue
+        name = key[-1]  # "q", "k", "v"
+        spec_dtype = kernel._fields["t" + name]
+        if spec_dtype not in ("e4m3", "e5m2"):
+            raise UserError(f"{key} was given, but the kernel's dtype_{name} "
+                            f"is {spec_dtype}: descales belong to fp8 "
+                            f"tensors (e4m3, e5m2)")
+        v = _dlpack.view(value, key, stream)
+        if v.dtype != "float32":
+            raise UserError(f"{key}: dtype {v.dtype}, expected float32 "
+                            f"(descale = amax / fp8 max: "
+                            f"flashjit.torch.quantize_fp8)")
+        shape = list(v.shape)
+        if shape != [1] and shape != [batch, heads_kv]:
+            raise UserError(f"{key}: shape {shape}, expected [1] (per "
+                            f"tensor) or [batch, heads_kv] = [{batch}, "
+                            f"{heads_kv}] (per block)")
+        if len(shape) == 2 and not ((heads_kv == 1 or v.strides[1] == 1)
+                                    and (batch == 1
+                                         or v.strides[0] == heads_kv)):
+            raise UserError(f"{key} must be contiguous: strides "
+                            f"{list(v.strides)} for shape {shape}, expected "
+                            f"[{heads_kv}, 1]")
+        _same_device(v, device)
+        out.append((DESCALES[key], v))
+    return out
 
 
 def _same_device(view, device):
@@ -582,7 +646,8 @@ class Kernel:
 
     def run(self, q, k, v, *, out=None, lse=None, params=None, buffers=None,
             cu_seqlens_q=None, cu_seqlens_k=None, block_mask=None,
-            stream=None, sink=None):
+            stream=None, sink=None, descale_q=None, descale_k=None,
+            descale_v=None):
         """O (and LSE when the spec returns it: then ``(O, LSE)``) from Q,
         K, V, any DLPack tensors on the kernel's device (numpy on the CPU,
         torch, CuPy, ...). Dense: q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk],
@@ -597,7 +662,13 @@ class Kernel:
         device. ``stream``: a CUstream as an int (default: torch's or
         CuPy's current stream). ``sink``: the attention sink, a 1-D float32
         array of heads_q logits on the kernel's device (required by, and
-        only accepted by, a spec with sink=true). Raises UserError (bad
+        only accepted by, a spec with sink=true). ``descale_q``,
+        ``descale_k``, ``descale_v`` (fp8 q, k, v only; FlashAttention-3's
+        names): float32 arrays on the kernel's device, shape [1] (per
+        tensor) or [batch, heads_kv] (per block, contiguous; query head h
+        takes block h // (heads_q / heads_kv)); the real value of an fp8
+        element is its value times its descale; None means 1
+        (``flashjit.torch.quantize_fp8`` makes both). Raises UserError (bad
         tensors, arguments, masks), DriverError (no GPU, launch
         failure)."""
         lib = self._lib
@@ -653,7 +724,18 @@ class Kernel:
         elif lse is not None:
             raise UserError("lse given, but the kernel's spec has lse=false "
                             "(compile with return_lse=True)")
-        args = _Args(params, buffers, device, dl_stream, sink)
+        descales = {"descale_q": descale_q, "descale_k": descale_k,
+                    "descale_v": descale_v}
+        if any(x is not None for x in descales.values()):
+            # Varlen: the run checks cu_seqlens_q's length against
+            # cu_seqlens_k's below.
+            batch = (_host_int32(cu_seqlens_q, "cu_seqlens_q")[1] - 1
+                     if self.varlen else qv.shape[0])
+            descales = _descale_views(self, descales, batch, kv.shape[1],
+                                      device, dl_stream)
+        else:
+            descales = ()
+        args = _Args(params, buffers, device, dl_stream, sink, descales)
         ref = ctypes.byref
         lse_ref = ref(tl) if tl is not None else None
         mask_handle = None
@@ -1089,7 +1171,8 @@ def _infer_spec(qv, kv, vv, varlen, **keywords):
     for name, x in (("q", qv), ("k", kv), ("v", vv)):
         if x.dtype not in _FLOAT:
             raise UserError(f"{name}: dtype {x.dtype} is not float16, "
-                            f"bfloat16 or float32")
+                            f"bfloat16, float32, float8_e4m3fn or "
+                            f"float8_e5m2")
     hq, hkv = qv.shape[1], kv.shape[1]  # [B, H, S, D] and [total, H, D]
     dt = {name: _FLOAT[x.dtype][1]
           for name, x in (("q", qv), ("k", kv), ("v", vv))}
@@ -1100,7 +1183,14 @@ def _infer_spec(qv, kv, vv, varlen, **keywords):
                      dtype_q=None if same else dt["q"],
                      dtype_k=None if same else dt["k"],
                      dtype_v=None if same else dt["v"],
-                     dtype_o=None if same else dt["q"], **keywords)
+                     dtype_o=None if same else _output_dtype(dt["q"]),
+                     **keywords)
+
+
+def _output_dtype(dtype_q):
+    """O's spec dtype for inputs of mixed dtypes: q's, bf16 for fp8 q (as
+    the spec's default for fp8 inputs; fp8 O is refused)."""
+    return "bf16" if dtype_q in ("e4m3", "e5m2") else dtype_q
 
 
 def _refuse_lost_autograd(tensors, route):
@@ -1130,7 +1220,8 @@ def _split_args(params, buffers):
 def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
               scale=None, return_lse=False, *, causal=None, name=None,
               cu_seqlens_q=None, cu_seqlens_k=None, block_mask=None,
-              target=None, out=None, lse=None, stream=None, sink=None):
+              target=None, out=None, lse=None, stream=None, sink=None,
+              descale_q=None, descale_k=None, descale_v=None):
     """FlexAttention-like attention of DLPack tensors (numpy on the CPU,
     torch on the CPU or a CUDA GPU, CuPy, ...):
 
@@ -1138,7 +1229,10 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
 
     q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv] (or the
     packed varlen layout [total, H, D] with ``cu_seqlens_q`` and
-    ``cu_seqlens_k``), of fp16, bf16 or fp32; ``mask`` and ``score`` are
+    ``cu_seqlens_k``), of fp16, bf16 or fp32, or fp8 (float8_e4m3fn,
+    float8_e5m2; O bf16) with ``descale_q``/``descale_k``/``descale_v``
+    (float32 [1] or [B, Hkv], as ``Kernel.run``; make them with
+    ``flashjit.torch.quantize_fp8``); ``mask`` and ``score`` are
     expressions of the text DSL (README "The DSL"), e.g.
     ``mask="kv_idx <= q_idx"``, ``score="param<f32>(cap) * tanh(score /
     param<f32>(cap))"``; ``params`` name -> value of ``param<...>(name)``
@@ -1169,7 +1263,9 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
                                   params=params, buffers=buffers,
                                   scale=scale, return_lse=return_lse,
                                   causal=causal, name=name, target=target,
-                                  sink=sink, block_mask=block_mask)
+                                  sink=sink, block_mask=block_mask,
+                                  descale_q=descale_q, descale_k=descale_k,
+                                  descale_v=descale_v)
     if type(q).__module__.startswith("torch"):
         route = [what for what, given in (
             ("cu_seqlens_q/cu_seqlens_k", varlen),
@@ -1210,7 +1306,8 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     result = kernel.run(q, k, v, out=out, lse=lse, params=params,
                         buffers=buffers, cu_seqlens_q=cu_seqlens_q,
                         cu_seqlens_k=cu_seqlens_k, block_mask=block_mask,
-                        stream=stream, sink=sink)
+                        stream=stream, sink=sink, descale_q=descale_q,
+                        descale_k=descale_k, descale_v=descale_v)
     return result
 
 

@@ -27,7 +27,7 @@ import torch
 
 from . import _api
 
-__all__ = ["attention", "AttentionFunction"]
+__all__ = ["attention", "AttentionFunction", "quantize_fp8"]
 
 
 def _encode_params(params):
@@ -93,6 +93,14 @@ def _kernel(q, k, v, mask, score, causal, scale, name, target, sink=False,
     return kernel
 
 
+def _wants_grad(name, tensor, requires_grad):
+    """Whether the op marks buffer ``name`` for a gradient: an f32 buffer
+    that requires one, never an fp8 descale (constants: the fp8 forward has
+    no backward)."""
+    return (requires_grad and tensor.dtype == torch.float32
+            and name not in _api.DESCALES.values())
+
+
 def _names(buffer_names):
     """[(name, wants a gradient)] of the op's buffer_names string: names
     joined by commas, a trailing "+" marks an f32 buffer that needs its
@@ -107,12 +115,14 @@ def _forward(q, k, v, buffers, mask, score, causal, scale, name, target,
     names = [n for n, _ in _names(buffer_names)]
     bufs = {n: b.detach() for n, b in zip(names, buffers)}
     sink = bufs.pop(_api.SINK, None)
+    descales = {key: bufs.pop(reserved, None)
+                for key, reserved in _api.DESCALES.items()}
     bm = _api._block_mask_by_key(block_mask)
     kernel = _kernel(q, k, v, mask, score, causal, scale, name, target,
                      sink is not None, bm)
     o, lse = kernel.run(q.detach(), k.detach(), v.detach(),
                         params=_decode_params(kinds, floats, ints),
-                        buffers=bufs, sink=sink, block_mask=bm)
+                        buffers=bufs, sink=sink, block_mask=bm, **descales)
     return o, lse
 
 
@@ -122,6 +132,9 @@ def _backward(q, k, v, o, lse, d_o, buffers, mask, score, causal, scale,
     marked = _names(buffer_names)
     bufs = {n: b.detach() for (n, _), b in zip(marked, buffers)}
     sink = bufs.pop(_api.SINK, None)
+    # fp8 descales (the backward refuses fp8 specs by name).
+    for reserved in _api.DESCALES.values():
+        bufs.pop(reserved, None)
     bm = _api._block_mask_by_key(block_mask)
     kernel = _kernel(q, k, v, mask, score, causal, scale, name, target,
                      sink is not None, bm)
@@ -259,8 +272,8 @@ class AttentionFunction(torch.autograd.Function):
         # Mark the f32 buffers whose gradient autograd will ask for.
         names = [n for n, _ in _names(opts[9])]
         opts = opts[:9] + (",".join(
-            n + ("+" if ctx.needs_input_grad[4 + i]
-                 and b.dtype == torch.float32 else "")
+            n + ("+" if _wants_grad(n, b, ctx.needs_input_grad[4 + i])
+                 else "")
             for i, (n, b) in enumerate(zip(names, buffers))),)
         ctx.block_mask = _api._block_mask_by_key(key)
         o, lse = _forward(q, k, v, list(buffers), *opts, key)
@@ -314,7 +327,8 @@ def _causal_text(causal):
 
 def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
               scale=None, return_lse=False, *, causal=None, name=None,
-              target=None, sink=None, block_mask=None):
+              target=None, sink=None, block_mask=None, descale_q=None,
+              descale_k=None, descale_v=None):
     """``flashjit.attention`` for torch tensors [B, H, S, D], through the
     custom op ``flashjit::attention`` (differentiable in q, k, v, f32
     buffers and the attention sink ``sink``, fp32 [Hq]; traceable by
@@ -322,7 +336,10 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     ``flashjit.create_block_mask`` for this call's spec and shape (the
     forward and the backward visit only its tiles; build it once, outside
     the training step), or True to build one for this call (eagerly: a
-    graph break under torch.compile). Returns O, or (O, LSE) with
+    graph break under torch.compile). fp8 q, k, v (float8_e4m3fn,
+    float8_e5m2; forward only, O bf16) take ``descale_q``, ``descale_k``,
+    ``descale_v``: float32 [1] or [B, Hkv] tensors on q's device (None:
+    1), as ``quantize_fp8`` returns them. Returns O, or (O, LSE) with
     ``return_lse``."""
     if block_mask is True:
         block_mask = _api.create_block_mask(
@@ -339,11 +356,25 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
                              f"the sink; pass sink=")
     if sink is not None:
         buffers[_api.SINK] = sink
+    # The descales travel in the buffer list under their reserved names
+    # (the op takes tensors and lists of tensors only); _forward takes
+    # them out again and Kernel.run checks them.
+    for arg, value in (("descale_q", descale_q), ("descale_k", descale_k),
+                       ("descale_v", descale_v)):
+        if _api.DESCALES[arg] in buffers:
+            raise _api.UserError(f"buffer name {_api.DESCALES[arg]!r} is "
+                                 f"reserved for the fp8 descale {arg}; pass "
+                                 f"{arg}=")
+        if value is not None:
+            if not isinstance(value, torch.Tensor):
+                raise _api.UserError(f"{arg} must be a torch.Tensor (float32"
+                                     f" [1] or [batch, heads_kv]), got "
+                                     f"{type(value).__name__}")
+            buffers[_api.DESCALES[arg]] = value
     kinds, floats, ints = _encode_params(params)
     # "+" marks the f32 buffers that need a gradient (see _names).
-    names = ",".join(
-        n + ("+" if b.requires_grad and b.dtype == torch.float32 else "")
-        for n, b in buffers.items())
+    names = ",".join(n + ("+" if _wants_grad(n, b, b.requires_grad)
+                          else "") for n, b in buffers.items())
     bufs = list(buffers.values())
     if _HAVE_CUSTOM_OP:
         o, lse = torch.ops.flashjit.attention(
@@ -355,3 +386,86 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
                        scale, name, target, block_mask)
         o, lse = AttentionFunction.apply(q, k, v, opts, *bufs)
     return (o, lse) if return_lse else o
+
+
+# The largest finite magnitude of each fp8 format (OCP: e4m3fn has no inf,
+# S.1111.110 = 448; e5m2 is IEEE-like, S.11110.11 = 57344).
+_FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0} \
+    if hasattr(torch, "float8_e4m3fn") else {}
+
+
+def quantize_fp8(x, dtype=getattr(torch, "float8_e4m3fn", None),
+                 per="tensor", *, heads_kv=None):
+    """``(x_fp8, descale)``: ``x`` [batch, heads, seqlen, head_dim]
+    (bfloat16, float16 or float32 torch tensor, CPU or CUDA) in the fp8
+    format ``dtype`` (torch.float8_e4m3fn, the default, or
+    torch.float8_e5m2) with its float32 descale, ready for
+    ``attention(..., descale_q=...)`` / ``Kernel.run``.
+
+    FlashAttention-3's scaling (Shah et al. 2024, section 3.3, "block
+    quantization": one scale per block rather than per tensor, so one
+    outlier does not flatten every other block): per block,
+
+        descale = amax / fp8_max      (1 where amax == 0)
+        x_fp8   = round_to_nearest_even(clamp(x / descale, -fp8_max,
+                                              fp8_max))
+
+    with amax the largest |x| of the block and fp8_max 448 (e4m3) or 57344
+    (e5m2); the real value of an element is ``x_fp8.float() * descale``.
+    The clamp only absorbs f32 rounding of x / descale (at most fp8_max
+    otherwise): e4m3fn has no inf and would turn an overflow into NaN. An
+    all-zero block gets descale 1 and zeros, never NaN or inf.
+
+    ``per="tensor"``: one block, descale of shape [1]. ``per="head"``: one
+    block per (batch, head), descale [batch, heads]; for q of a GQA call
+    give ``heads_kv`` (k.shape[1]): then a block is the heads // heads_kv
+    query heads that share a KV head, descale [batch, heads_kv], the shape
+    the kernel takes. Computed with torch ops on x's device (one
+    synchronisation: a non-finite element is a UserError)."""
+    if not isinstance(x, torch.Tensor):
+        raise _api.UserError(f"quantize_fp8: x must be a torch.Tensor, got "
+                             f"{type(x).__name__}")
+    if dtype not in _FP8_MAX:
+        raise _api.UserError(f"quantize_fp8: dtype = {dtype!r} is not "
+                             f"torch.float8_e4m3fn or torch.float8_e5m2")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise _api.UserError(f"quantize_fp8: x has dtype {x.dtype}, expected"
+                             f" torch.bfloat16, torch.float16 or "
+                             f"torch.float32")
+    if x.dim() != 4:
+        raise _api.UserError(f"quantize_fp8: x has shape {list(x.shape)}, "
+                             f"expected 4-D [batch, heads, seqlen, "
+                             f"head_dim]")
+    if per not in ("tensor", "head"):
+        raise _api.UserError(f"quantize_fp8: per = {per!r} is not 'tensor' "
+                             f"or 'head'")
+    batch, heads = x.shape[0], x.shape[1]
+    if heads_kv is None:
+        heads_kv = heads
+    elif per != "head":
+        raise _api.UserError("quantize_fp8: heads_kv groups heads for "
+                             "per='head'; per='tensor' has one descale")
+    if (isinstance(heads_kv, bool) or not isinstance(heads_kv, int)
+            or heads_kv < 1 or heads % heads_kv):
+        raise _api.UserError(f"quantize_fp8: heads_kv = {heads_kv!r} does "
+                             f"not divide heads = {heads}")
+    fp8_max = _FP8_MAX[dtype]
+    xf = x.detach().float()
+    group = heads // heads_kv
+    blocks = (1,) if per == "tensor" else (batch, heads_kv)
+    # An empty x has amax 0 everywhere (amax of nothing is an error).
+    amax = (xf.abs().reshape(_api._prod(blocks), -1).amax(dim=1)
+            .reshape(blocks) if xf.numel() else xf.new_zeros(blocks))
+    # amax propagates NaN; inf gives inf: both would poison the descale.
+    if not bool(torch.isfinite(amax).all()):
+        raise _api.UserError("quantize_fp8: x has a non-finite element "
+                             "(inf or NaN)")
+    descale = torch.where(amax > 0, amax / fp8_max, torch.ones_like(amax))
+    if per == "tensor":
+        scaled = xf / descale
+    else:
+        scaled = (xf.reshape(batch, heads_kv, group, x.shape[2], x.shape[3])
+                  / descale.reshape(batch, heads_kv, 1, 1, 1)
+                  ).reshape(x.shape)
+    x_fp8 = scaled.clamp(-fp8_max, fp8_max).to(dtype)
+    return x_fp8, descale.contiguous()

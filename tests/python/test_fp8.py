@@ -2,8 +2,10 @@
 names map to the spec's e4m3/e5m2 (torch's float8_e4m3fn / float8_e5m2),
 dtype="e4m3" gives a bf16 O, fp8 O is refused, sm_80 refuses fp8, and
 sm_90a builds the fp8 forward (fp8 wgmma) but refuses what it does not
-build yet (head dim 96). The numerics are checked in C++
-(tests/unit/frontend/Fp8Test.cpp, tests/unit/compiler/Fp8CpuTest.cpp)."""
+build yet (head dim 96), and descales for non-fp8 tensors are refused.
+The numerics are checked in C++ (tests/unit/frontend/Fp8Test.cpp,
+tests/unit/compiler/Fp8CpuTest.cpp) and, with torch, in test_fp8_torch.py
+(descale_q/k/v, flashjit.torch.quantize_fp8)."""
 
 import pytest
 
@@ -37,3 +39,22 @@ def test_fp8_forward_compiles_for_sm_90a():
     kern = flashjit.compile(target="sm_90a", head_dim=64, dtype="e4m3")
     assert "k32.f32.e4m3.e4m3" in kern.ptx
     assert "cvt.rn.satfinite.e4m3x2.f32" in kern.ptx
+
+
+def test_descales_without_fp8_are_refused_by_name():
+    # numpy has no fp8 dtype: the fp8 runs are in test_fp8_torch.py; a
+    # descale for an fp32 tensor is refused before its value is read.
+    import numpy as np
+    q = np.zeros((1, 2, 5, 16), np.float32)
+    one = np.ones(1, np.float32)
+    for key in ("descale_q", "descale_k", "descale_v"):
+        with pytest.raises(flashjit.UserError,
+                           match=rf"{key} was given, but the kernel's dtype_"
+                                 rf"{key[-1]} is fp32: descales belong to "
+                                 rf"fp8 tensors"):
+            flashjit.attention(q, q, q, **{key: one})
+    kern = flashjit.compile(target="cpu", head_dim=16, dtype="fp32",
+                            heads_q=2, heads_kv=2)
+    with pytest.raises(flashjit.UserError, match=r"'@v_descale' is reserved "
+                       r"for the fp8 descale descale_v; pass descale_v="):
+        kern.run(q, q, q, buffers={"@v_descale": one})
