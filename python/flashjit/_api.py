@@ -32,10 +32,9 @@ _TAIL = re.compile(
 SINK = "@sink"
 # The reserved names of the fp8 descales in the C API's args
 # (FLASHJIT_Q_DESCALE etc.), by the Python keyword that fills them
-# (FlashAttention-3's beta flash_attn_func names; its current interface
-# says q_descale, k_descale, v_descale).
-DESCALES = {"descale_q": "@q_descale", "descale_k": "@k_descale",
-            "descale_v": "@v_descale"}
+# (FlashAttention-3's flash_attn_func names).
+DESCALES = {"q_descale": "@q_descale", "k_descale": "@k_descale",
+            "v_descale": "@v_descale"}
 _CAUSAL = {None: None, False: "none", "none": "none", True: "top_left",
            "top_left": "top_left", "bottom_right": "bottom_right"}
 
@@ -268,7 +267,7 @@ class _Args:
         self.views = {}
         items = []
         seen = set()
-        # (reserved name, checked view) pairs from _descale_views.
+        # (reserved name, checked view) pairs from _v_descaleiews.
         for reserved, v in descales:
             a = _capi.Arg()
             a.name = reserved.encode()
@@ -338,8 +337,8 @@ def _prod(shape):
     return n
 
 
-def _descale_views(kernel, descales, batch, heads_kv, device, stream):
-    """[(reserved name, view)] of ``run``'s descale_q/k/v (``descales``:
+def _v_descaleiews(kernel, descales, batch, heads_kv, device, stream):
+    """[(reserved name, view)] of ``run``'s q_descale/k/v (``descales``:
     keyword -> value or None) after the checks the C library cannot make
     (it sees a pointer and a size): each given one must belong to an fp8
     tensor of the spec and be a contiguous float32 array of shape [1] (per
@@ -349,7 +348,7 @@ def _descale_views(kernel, descales, batch, heads_kv, device, stream):
     for key, value in descales.items():
         if value is None:
             continue
-        name = key[-1]  # "q", "k", "v"
+        name = key[0]  # "q", "k", "v"
         spec_dtype = kernel._fields["t" + name]
         if spec_dtype not in ("e4m3", "e5m2"):
             raise UserError(f"{key} was given, but the kernel's dtype_{name} "
@@ -646,8 +645,8 @@ class Kernel:
 
     def run(self, q, k, v, *, out=None, lse=None, params=None, buffers=None,
             cu_seqlens_q=None, cu_seqlens_k=None, block_mask=None,
-            stream=None, sink=None, descale_q=None, descale_k=None,
-            descale_v=None):
+            stream=None, sink=None, q_descale=None, k_descale=None,
+            v_descale=None):
         """O (and LSE when the spec returns it: then ``(O, LSE)``) from Q,
         K, V, any DLPack tensors on the kernel's device (numpy on the CPU,
         torch, CuPy, ...). Dense: q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk],
@@ -662,8 +661,8 @@ class Kernel:
         device. ``stream``: a CUstream as an int (default: torch's or
         CuPy's current stream). ``sink``: the attention sink, a 1-D float32
         array of heads_q logits on the kernel's device (required by, and
-        only accepted by, a spec with sink=true). ``descale_q``,
-        ``descale_k``, ``descale_v`` (fp8 q, k, v only; FlashAttention-3's
+        only accepted by, a spec with sink=true). ``q_descale``,
+        ``k_descale``, ``v_descale`` (fp8 q, k, v only; FlashAttention-3's
         names): float32 arrays on the kernel's device, shape [1] (per
         tensor) or [batch, heads_kv] (per block, contiguous; query head h
         takes block h // (heads_q / heads_kv)); the real value of an fp8
@@ -724,14 +723,14 @@ class Kernel:
         elif lse is not None:
             raise UserError("lse given, but the kernel's spec has lse=false "
                             "(compile with return_lse=True)")
-        descales = {"descale_q": descale_q, "descale_k": descale_k,
-                    "descale_v": descale_v}
+        descales = {"q_descale": q_descale, "k_descale": k_descale,
+                    "v_descale": v_descale}
         if any(x is not None for x in descales.values()):
             # Varlen: the run checks cu_seqlens_q's length against
             # cu_seqlens_k's below.
             batch = (_host_int32(cu_seqlens_q, "cu_seqlens_q")[1] - 1
                      if self.varlen else qv.shape[0])
-            descales = _descale_views(self, descales, batch, kv.shape[1],
+            descales = _v_descaleiews(self, descales, batch, kv.shape[1],
                                       device, dl_stream)
         else:
             descales = ()
@@ -1221,7 +1220,7 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
               scale=None, return_lse=False, *, causal=None, name=None,
               cu_seqlens_q=None, cu_seqlens_k=None, block_mask=None,
               target=None, out=None, lse=None, stream=None, sink=None,
-              descale_q=None, descale_k=None, descale_v=None):
+              q_descale=None, k_descale=None, v_descale=None):
     """FlexAttention-like attention of DLPack tensors (numpy on the CPU,
     torch on the CPU or a CUDA GPU, CuPy, ...):
 
@@ -1230,7 +1229,7 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv] (or the
     packed varlen layout [total, H, D] with ``cu_seqlens_q`` and
     ``cu_seqlens_k``), of fp16, bf16 or fp32, or fp8 (float8_e4m3fn,
-    float8_e5m2; O bf16) with ``descale_q``/``descale_k``/``descale_v``
+    float8_e5m2; O bf16) with ``q_descale``/``k_descale``/``v_descale``
     (float32 [1] or [B, Hkv], as ``Kernel.run``; make them with
     ``flashjit.torch.quantize_fp8``); ``mask`` and ``score`` are
     expressions of the text DSL (README "The DSL"), e.g.
@@ -1264,8 +1263,8 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
                                   scale=scale, return_lse=return_lse,
                                   causal=causal, name=name, target=target,
                                   sink=sink, block_mask=block_mask,
-                                  descale_q=descale_q, descale_k=descale_k,
-                                  descale_v=descale_v)
+                                  q_descale=q_descale, k_descale=k_descale,
+                                  v_descale=v_descale)
     if type(q).__module__.startswith("torch"):
         route = [what for what, given in (
             ("cu_seqlens_q/cu_seqlens_k", varlen),
@@ -1306,8 +1305,8 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     result = kernel.run(q, k, v, out=out, lse=lse, params=params,
                         buffers=buffers, cu_seqlens_q=cu_seqlens_q,
                         cu_seqlens_k=cu_seqlens_k, block_mask=block_mask,
-                        stream=stream, sink=sink, descale_q=descale_q,
-                        descale_k=descale_k, descale_v=descale_v)
+                        stream=stream, sink=sink, q_descale=q_descale,
+                        k_descale=k_descale, v_descale=v_descale)
     return result
 
 

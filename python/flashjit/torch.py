@@ -327,8 +327,8 @@ def _causal_text(causal):
 
 def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
               scale=None, return_lse=False, *, causal=None, name=None,
-              target=None, sink=None, block_mask=None, descale_q=None,
-              descale_k=None, descale_v=None):
+              target=None, sink=None, block_mask=None, q_descale=None,
+              k_descale=None, v_descale=None):
     """``flashjit.attention`` for torch tensors [B, H, S, D], through the
     custom op ``flashjit::attention`` (differentiable in q, k, v, f32
     buffers and the attention sink ``sink``, fp32 [Hq]; traceable by
@@ -337,8 +337,8 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     forward and the backward visit only its tiles; build it once, outside
     the training step), or True to build one for this call (eagerly: a
     graph break under torch.compile). fp8 q, k, v (float8_e4m3fn,
-    float8_e5m2; forward only, O bf16) take ``descale_q``, ``descale_k``,
-    ``descale_v``: float32 [1] or [B, Hkv] tensors on q's device (None:
+    float8_e5m2; forward only, O bf16) take ``q_descale``, ``k_descale``,
+    ``v_descale``: float32 [1] or [B, Hkv] tensors on q's device (None:
     1), as ``quantize_fp8`` returns them. Returns O, or (O, LSE) with
     ``return_lse``."""
     if block_mask is True:
@@ -359,8 +359,8 @@ def attention(q, k, v, mask=None, score=None, params=None, buffers=None,
     # The descales travel in the buffer list under their reserved names
     # (the op takes tensors and lists of tensors only); _forward takes
     # them out again and Kernel.run checks them.
-    for arg, value in (("descale_q", descale_q), ("descale_k", descale_k),
-                       ("descale_v", descale_v)):
+    for arg, value in (("q_descale", q_descale), ("k_descale", k_descale),
+                       ("v_descale", v_descale)):
         if _api.DESCALES[arg] in buffers:
             raise _api.UserError(f"buffer name {_api.DESCALES[arg]!r} is "
                                  f"reserved for the fp8 descale {arg}; pass "
@@ -400,7 +400,7 @@ def quantize_fp8(x, dtype=getattr(torch, "float8_e4m3fn", None),
     (bfloat16, float16 or float32 torch tensor, CPU or CUDA) in the fp8
     format ``dtype`` (torch.float8_e4m3fn, the default, or
     torch.float8_e5m2) with its float32 descale, ready for
-    ``attention(..., descale_q=...)`` / ``Kernel.run``.
+    ``attention(..., q_descale=...)`` / ``Kernel.run``.
 
     FlashAttention-3's scaling (Shah et al. 2024, section 3.3, "block
     quantization": one scale per block rather than per tensor, so one

@@ -5,7 +5,7 @@ sm_90a builds the fp8 forward (fp8 wgmma) but refuses what it does not
 build yet (head dim 96), and descales for non-fp8 tensors are refused.
 The numerics are checked in C++ (tests/unit/frontend/Fp8Test.cpp,
 tests/unit/compiler/Fp8CpuTest.cpp) and, with torch, in test_fp8_torch.py
-(descale_q/k/v, flashjit.torch.quantize_fp8)."""
+(q_descale/k/v, flashjit.torch.quantize_fp8)."""
 
 import pytest
 
@@ -47,14 +47,14 @@ def test_descales_without_fp8_are_refused_by_name():
     import numpy as np
     q = np.zeros((1, 2, 5, 16), np.float32)
     one = np.ones(1, np.float32)
-    for key in ("descale_q", "descale_k", "descale_v"):
+    for key in ("q_descale", "k_descale", "v_descale"):
         with pytest.raises(flashjit.UserError,
                            match=rf"{key} was given, but the kernel's dtype_"
-                                 rf"{key[-1]} is fp32: descales belong to "
+                                 rf"{key[0]} is fp32: descales belong to "
                                  rf"fp8 tensors"):
             flashjit.attention(q, q, q, **{key: one})
     kern = flashjit.compile(target="cpu", head_dim=16, dtype="fp32",
                             heads_q=2, heads_kv=2)
     with pytest.raises(flashjit.UserError, match=r"'@v_descale' is reserved "
-                       r"for the fp8 descale descale_v; pass descale_v="):
+                       r"for the fp8 descale v_descale; pass v_descale="):
         kern.run(q, q, q, buffers={"@v_descale": one})

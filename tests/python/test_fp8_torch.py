@@ -1,5 +1,5 @@
-"""The fp8 forward from Python (issue 18): ``descale_q``/``descale_k``/
-``descale_v`` and ``flashjit.torch.quantize_fp8``, with torch tensors
+"""The fp8 forward from Python (issue 18): ``q_descale``/``k_descale``/
+``v_descale`` and ``flashjit.torch.quantize_fp8``, with torch tensors
 (skipped without torch; python.pytest_torch runs it on the CPU).
 
 Oracle: float64 torch attention of the dequantised inputs
@@ -186,7 +186,7 @@ def test_fp8_attention_matches_dequantised_reference(fmt, per, d):
     kern = flashjit.compile(head_dim=d, dtype_q=fmt, dtype_k=fmt,
                             dtype_v=fmt, dtype_o="fp32", heads_q=hq,
                             heads_kv=hkv, return_lse=True)
-    o, lse = kern.run(q8, k8, v8, descale_q=dq, descale_k=dk, descale_v=dv)
+    o, lse = kern.run(q8, k8, v8, q_descale=dq, k_descale=dk, v_descale=dv)
     reference.assert_close(o.numpy(), want_o.numpy(), 2e-5 * vmax,
                            what=f"fp32 O, {per}")
     reference.assert_close(lse.numpy(), want_lse.numpy(), 2e-5, 2e-6,
@@ -194,8 +194,8 @@ def test_fp8_attention_matches_dequantised_reference(fmt, per, d):
     # flashjit.attention (the torch custom op; O bf16, the fp8 default):
     # bf16 rounding moves a value by at most half an ulp, 2^-8 of its
     # binade's power of two, so at most 2^-8 |O|; plus the f32 error.
-    o = flashjit.attention(q8, k8, v8, descale_q=dq, descale_k=dk,
-                           descale_v=dv)
+    o = flashjit.attention(q8, k8, v8, q_descale=dq, k_descale=dk,
+                           v_descale=dv)
     assert o.dtype == torch.bfloat16
     reference.assert_close(o.float().numpy(), want_o.numpy(),
                            BF16 * vmax, what=f"bf16 O, {per}")
@@ -220,8 +220,8 @@ def test_fp8_attention_mixed_formats_varlen_and_causal():
     want, _ = ref_attention(dequantize(q8, dq, hkv), dequantize(k8, dk, hkv),
                             dequantize(v8, dv, hkv), causal="bottom_right")
     atol = BF16 * want.abs().max().item()
-    o = flashjit.attention(q8, k8, v8, causal="bottom_right", descale_q=dq,
-                           descale_k=dk, descale_v=dv)
+    o = flashjit.attention(q8, k8, v8, causal="bottom_right", q_descale=dq,
+                           k_descale=dk, v_descale=dv)
     reference.assert_close(o.float().numpy(), want.numpy(), atol,
                            what="mixed fp8")
     kern = flashjit.compile(head_dim=d, dtype_q="e4m3", dtype_k="e4m3",
@@ -234,7 +234,7 @@ def test_fp8_attention_mixed_formats_varlen_and_causal():
     cu_k = torch.tensor([0, sk, 2 * sk], dtype=torch.int32)
     o = varlen.run(pack(q8).contiguous(), pack(k8).contiguous(),
                    pack(v8).contiguous(), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                   descale_q=dq, descale_k=dk, descale_v=dv)
+                   q_descale=dq, k_descale=dk, v_descale=dv)
     reference.assert_close(o.reshape(b, sq, hq, d).transpose(1, 2).numpy(),
                            want.numpy(), 2e-5 * want.abs().max().item(),
                            what="varlen fp32 O")
@@ -275,8 +275,8 @@ def test_per_head_scaling_against_per_tensor_on_outlier_heads(fmt, factor,
     err = {}
     for per in ("tensor", "head"):
         (q8, k8, v8), (dq, dk, dv) = quantize_all(q, k, v, fmt, per)
-        o = flashjit.attention(q8, k8, v8, descale_q=dq, descale_k=dk,
-                               descale_v=dv).double()
+        o = flashjit.attention(q8, k8, v8, q_descale=dq, k_descale=dk,
+                               v_descale=dv).double()
         e = (o - want).abs()
         err[per] = torch.cat([e[1].flatten(), e[0, :2].flatten()]).mean()
     ratio = (err["tensor"] / err["head"]).item()
@@ -322,69 +322,69 @@ def test_descale_refusals_name_the_argument():
     one = torch.ones(1)
     kern = flashjit.compile(head_dim=16, dtype="e4m3", heads_q=2, heads_kv=2)
     cases = [
-        (dict(descale_k=torch.ones(1, dtype=torch.float64)),
-         r"descale_k: dtype float64, expected float32"),
-        (dict(descale_v=torch.ones(1, dtype=torch.bfloat16)),
-         r"descale_v: dtype bfloat16, expected float32"),
-        (dict(descale_q=torch.ones(4)),
-         r"descale_q: shape \[4\], expected \[1\] \(per tensor\) or "
+        (dict(k_descale=torch.ones(1, dtype=torch.float64)),
+         r"k_descale: dtype float64, expected float32"),
+        (dict(v_descale=torch.ones(1, dtype=torch.bfloat16)),
+         r"v_descale: dtype bfloat16, expected float32"),
+        (dict(q_descale=torch.ones(4)),
+         r"q_descale: shape \[4\], expected \[1\] \(per tensor\) or "
          r"\[batch, heads_kv\] = \[2, 2\]"),
-        (dict(descale_q=torch.ones(2, 3)), r"descale_q: shape \[2, 3\]"),
-        (dict(descale_k=torch.ones(1, 2, 2)),
-         r"descale_k: shape \[1, 2, 2\]"),
-        (dict(descale_k=torch.ones(())), r"descale_k: shape \[\]"),
-        (dict(descale_v=torch.ones(2, 2).t()),
-         r"descale_v must be contiguous: strides \[1, 2\]"),
-        (dict(descale_v=torch.ones(2, 4)[:, ::2]),
-         r"descale_v must be contiguous: strides \[4, 2\]"),
-        (dict(descale_q=FakeCuda(one)),
-         r"descale_q is on cuda:0, but the kernel runs on cpu"),
-        (dict(descale_q=[1.0]), r"descale_q: a builtins.list is not a "
+        (dict(q_descale=torch.ones(2, 3)), r"q_descale: shape \[2, 3\]"),
+        (dict(k_descale=torch.ones(1, 2, 2)),
+         r"k_descale: shape \[1, 2, 2\]"),
+        (dict(k_descale=torch.ones(())), r"k_descale: shape \[\]"),
+        (dict(v_descale=torch.ones(2, 2).t()),
+         r"v_descale must be contiguous: strides \[1, 2\]"),
+        (dict(v_descale=torch.ones(2, 4)[:, ::2]),
+         r"v_descale must be contiguous: strides \[4, 2\]"),
+        (dict(q_descale=FakeCuda(one)),
+         r"q_descale is on cuda:0, but the kernel runs on cpu"),
+        (dict(q_descale=[1.0]), r"q_descale: a builtins.list is not a "
          r"DLPack tensor"),
         # The C library checks the values (host memory).
-        (dict(descale_k=torch.tensor([1.0, math.inf, 1.0, 1.0]).reshape(2, 2)
+        (dict(k_descale=torch.tensor([1.0, math.inf, 1.0, 1.0]).reshape(2, 2)
               ), r"k_descale\[1\] = inf: descales must be finite"),
-        (dict(descale_v=torch.tensor([math.nan])),
+        (dict(v_descale=torch.tensor([math.nan])),
          r"v_descale\[0\] = nan: descales must be finite"),
     ]
     for kwargs, match in cases:
         with pytest.raises(flashjit.UserError, match=match):
             kern.run(q8, k8, v8, **kwargs)
     # Through flashjit.attention (the torch custom op) the same messages.
-    with pytest.raises(flashjit.UserError, match=r"descale_q: shape \[4\]"):
-        flashjit.attention(q8, k8, v8, descale_q=torch.ones(4))
+    with pytest.raises(flashjit.UserError, match=r"q_descale: shape \[4\]"):
+        flashjit.attention(q8, k8, v8, q_descale=torch.ones(4))
     with pytest.raises(flashjit.UserError,
-                       match=r"descale_k: dtype float64"):
-        fjt.attention(q8, k8, v8, descale_k=torch.ones(1,
+                       match=r"k_descale: dtype float64"):
+        fjt.attention(q8, k8, v8, k_descale=torch.ones(1,
                                                        dtype=torch.float64))
-    with pytest.raises(flashjit.UserError, match=r"descale_v must be a "
+    with pytest.raises(flashjit.UserError, match=r"v_descale must be a "
                        r"torch.Tensor \(float32 \[1\] or \[batch, "
                        r"heads_kv\]\), got ndarray"):
-        fjt.attention(q8, k8, v8, descale_v=np.ones(1, np.float32))
+        fjt.attention(q8, k8, v8, v_descale=np.ones(1, np.float32))
     # The reserved names are not buffers.
     for call in (kern.run, flashjit.attention):
         with pytest.raises(flashjit.UserError,
                            match=r"'@q_descale' is reserved for the fp8 "
-                                 r"descale descale_q; pass descale_q="):
+                                 r"descale q_descale; pass q_descale="):
             call(q8, k8, v8, buffers={"@q_descale": one})
     # A descale that requires grad gives O a grad_fn, but there is no fp8
     # backward: backward() says so (the descale is not passed on to it).
-    o = fjt.attention(q8, k8, v8, descale_q=torch.ones(1).requires_grad_())
+    o = fjt.attention(q8, k8, v8, q_descale=torch.ones(1).requires_grad_())
     with pytest.raises(flashjit.UserError, match=r"dtypes q/k/v = "
                        r"e4m3/e4m3/e4m3: the backward does not take fp8"):
         o.float().sum().backward()
     # Per block, contiguous, and [1] are accepted (a [B, Hkv] slice too).
-    kern.run(q8, k8, v8, descale_q=torch.ones(2, 2), descale_k=one,
-             descale_v=torch.ones(2, 4)[:, :2].contiguous())
+    kern.run(q8, k8, v8, q_descale=torch.ones(2, 2), k_descale=one,
+             v_descale=torch.ones(2, 4)[:, :2].contiguous())
 
 
 def test_descales_on_a_non_fp8_kernel_are_refused():
     q = randn(1, 2, 5, 16).to(torch.bfloat16)
-    for key, spec_dtype in (("descale_q", "bf16"), ("descale_k", "bf16"),
-                            ("descale_v", "bf16")):
+    for key, spec_dtype in (("q_descale", "bf16"), ("k_descale", "bf16"),
+                            ("v_descale", "bf16")):
         with pytest.raises(flashjit.UserError,
                            match=rf"{key} was given, but the kernel's dtype_"
-                                 rf"{key[-1]} is {spec_dtype}: descales belong"
+                                 rf"{key[0]} is {spec_dtype}: descales belong"
                                  rf" to fp8 tensors \(e4m3, e5m2\)"):
             flashjit.attention(q, q, q, **{key: torch.ones(1)})
     # fp8 q and k with a bf16 v: only v's descale is refused.
@@ -393,10 +393,10 @@ def test_descales_on_a_non_fp8_kernel_are_refused():
                             dtype_v="bf16", dtype_o="bf16", heads_q=2,
                             heads_kv=2)
     v = randn(1, 2, 5, 16).to(torch.bfloat16)
-    kern.run(q8, k8, v, descale_q=torch.ones(1), descale_k=torch.ones(1))
-    with pytest.raises(flashjit.UserError, match=r"descale_v was given, but "
+    kern.run(q8, k8, v, q_descale=torch.ones(1), k_descale=torch.ones(1))
+    with pytest.raises(flashjit.UserError, match=r"v_descale was given, but "
                        r"the kernel's dtype_v is bf16"):
-        kern.run(q8, k8, v, descale_v=torch.ones(1))
+        kern.run(q8, k8, v, v_descale=torch.ones(1))
 
 
 def test_quantize_fp8_refusals():
@@ -469,8 +469,8 @@ def test_fp8_forward_sm90a_matches_dequantised_reference(d, fmt_kv, per):
     k8, dk = fjt.quantize_fp8(k, fmt_kv, per)
     v8, dv = fjt.quantize_fp8(v, fmt_kv, per)
     assert dq.device.type == dev
-    o, lse = flashjit.attention(q8, k8, v8, descale_q=dq, descale_k=dk,
-                                descale_v=dv, return_lse=True)
+    o, lse = flashjit.attention(q8, k8, v8, q_descale=dq, k_descale=dk,
+                                v_descale=dv, return_lse=True)
     assert o.dtype == torch.bfloat16 and o.device.type == dev
     vd = dequantize(v8, dv, hkv)
     want_o, want_lse = ref_attention(dequantize(q8, dq, hkv),
@@ -487,7 +487,7 @@ def test_fp8_forward_sm90a_matches_dequantised_reference(d, fmt_kv, per):
     assert lse_rel <= 2e-3
     # A descale in host memory for a GPU call is refused by name.
     with pytest.raises(flashjit.UserError,
-                       match=r"descale_k is on cpu, but the kernel runs on "
+                       match=r"k_descale is on cpu, but the kernel runs on "
                              r"cuda:0"):
-        flashjit.attention(q8, k8, v8, descale_q=dq, descale_k=dk.cpu(),
-                           descale_v=dv)
+        flashjit.attention(q8, k8, v8, q_descale=dq, k_descale=dk.cpu(),
+                           v_descale=dv)
