@@ -48,6 +48,8 @@ struct Problem {
   ReferenceDataGradients &grads;
   /// sink[heads_q] of a spec with a sink, else null.
   const float *sink;
+  /// The dtype O is rounded to for D (referenceAttentionBackward).
+  std::optional<DType> roundOForD;
 };
 
 /// Where one query row's operands and gradients live: element d of key j
@@ -68,6 +70,14 @@ struct RowIO {
 
 double load(const TensorRef &t, int64_t offset) {
   return static_cast<double>(loadAsFloat(t.data, t.dtype, offset));
+}
+
+/// \p x as a tensor of \p dtype would store it (via float, as a kernel
+/// accumulating in fp32 stores O).
+double roundTo(DType dtype, double x) {
+  uint32_t bytes = 0; // room for one element of any dtype
+  storeFromFloat(&bytes, dtype, 0, static_cast<float>(x));
+  return static_cast<double>(loadAsFloat(&bytes, dtype, 0));
 }
 
 /// Adds one query row's contributions (see ReferenceBackward.h).
@@ -120,7 +130,7 @@ void backwardRow(const Problem &pr, EvalPoint p, const RowIO &r,
   }
   double dRow = 0.0;
   for (int64_t d = 0; d < pr.headDimV; ++d)
-    dRow += dO[d] * o[d];
+    dRow += dO[d] * (pr.roundOForD ? roundTo(*pr.roundOForD, o[d]) : o[d]);
   // d LSE / d sink = exp(sink - LSE), and every P of the row has
   // d P_j / d sink = -P_j exp(sink - LSE): d sink = -exp(sink - LSE) D.
   if (sink != kNegInf)
@@ -185,7 +195,8 @@ void checkDO(const TensorRef &dO, int rank, std::initializer_list<int64_t> want,
 /// (the derivatives among it).
 Problem prepare(const AttentionSpec &spec, const Arguments &args,
                 const std::vector<std::string> &params, int64_t headsQ,
-                int64_t headsKV, ReferenceDataGradients &grads) {
+                int64_t headsKV, ReferenceDataGradients &grads,
+                std::optional<DType> roundOForD) {
   args.validateFor(spec.variant);
   args.validateSinkFor(spec, /*hostValues=*/true);
   if (spec.sink)
@@ -212,7 +223,8 @@ Problem prepare(const AttentionSpec &spec, const Arguments &args,
           spec.headDimQK,
           spec.headDimV,
           grads,
-          spec.sink ? static_cast<const float *>(args.sink.data) : nullptr};
+          spec.sink ? static_cast<const float *>(args.sink.data) : nullptr,
+          roundOForD};
 }
 
 } // namespace
@@ -220,7 +232,8 @@ Problem prepare(const AttentionSpec &spec, const Arguments &args,
 ReferenceGradients referenceAttentionBackward(
     const AttentionSpec &spec, const TensorRef &q, const TensorRef &k,
     const TensorRef &v, const TensorRef &dO, const Arguments &args,
-    const std::vector<std::string> &params, const BlockMask *bm) {
+    const std::vector<std::string> &params, const BlockMask *bm,
+    std::optional<DType> roundOForD) {
   spec.validate();
   rejectFp8(spec, "the backward reference");
   AttentionShape shape = checkAttentionTensors(spec, q, k, v);
@@ -231,7 +244,8 @@ ReferenceGradients referenceAttentionBackward(
                       shape.seqlenQ, shape.seqlenK);
   ReferenceGradients g;
   g.shape = shape;
-  Problem pr = prepare(spec, args, params, shape.headsQ, shape.headsKV, g);
+  Problem pr =
+      prepare(spec, args, params, shape.headsQ, shape.headsKV, g, roundOForD);
   g.dq.assign(shape.batch * shape.headsQ * shape.seqlenQ * shape.headDimQK,
               0.0);
   g.dk.assign(shape.batch * shape.headsKV * shape.seqlenK * shape.headDimQK,
@@ -278,7 +292,7 @@ VarlenReferenceGradients referenceVarlenAttentionBackward(
     const TensorRef &v, const TensorRef &dO,
     std::span<const int32_t> cuSeqlensQ, std::span<const int32_t> cuSeqlensK,
     const Arguments &args, const std::vector<std::string> &params,
-    const BlockMask *bm) {
+    const BlockMask *bm, std::optional<DType> roundOForD) {
   VarlenShape shape = checkVarlenTensors(spec, q, k, v, cuSeqlensQ, cuSeqlensK);
   checkDO(dO, 3, {shape.totalQ, shape.headsQ, shape.headDimV},
           {"total_q", "heads_q", "head_dim_v"});
@@ -288,7 +302,8 @@ VarlenReferenceGradients referenceVarlenAttentionBackward(
                       cuSeqlensK);
   VarlenReferenceGradients g;
   g.shape = shape;
-  Problem pr = prepare(spec, args, params, shape.headsQ, shape.headsKV, g);
+  Problem pr =
+      prepare(spec, args, params, shape.headsQ, shape.headsKV, g, roundOForD);
   g.dq.assign(shape.totalQ * shape.headsQ * shape.headDimQK, 0.0);
   g.dk.assign(shape.totalK * shape.headsKV * shape.headDimQK, 0.0);
   g.dv.assign(shape.totalK * shape.headsKV * shape.headDimV, 0.0);

@@ -40,9 +40,10 @@ namespace {
 
 /// The buffer and parameter gradients against the reference: |got - want|
 /// <= tol * sqrt(rows) * (1 + max |want|) per array, tol 2.5e-2 (bf16) or
-/// 4e-3 (fp16) -- the CPU backward's rule (tests/unit/compiler/
-/// BackwardTest.cpp, dataWiden: D reads the rounded O, so each row's dS'
-/// sums to a rounding error that these sums over every row accumulate).
+/// 4e-3 (fp16) -- the CPU backward's former rule (D reads the rounded O,
+/// so each row's dS' sums to a rounding error that these sums over every
+/// row accumulate; tests/unit/compiler/BackwardTest.cpp now judges against
+/// 2x the error of referenceAttentionBackward with roundOForD instead).
 /// \p span (max(seqlen_q, seqlen_k)) bounds the weights a distance-based
 /// modifier puts on dS' (ALiBi's |q_idx - kv_idx|): the rounding noise of
 /// D enters the sums times those weights (H200, 2026-12-01: dslopes error

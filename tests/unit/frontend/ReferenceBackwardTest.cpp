@@ -7,7 +7,8 @@
 // alignments with seqlen_q != seqlen_k, windows, fully masked rows, seqlen 0
 // and 1, -inf scores, softcap, ALiBi, a learned bias, a relative-position
 // table, a block mask, strided [B, S, H, D] tensors, varlen with empty
-// sequences).
+// sequences). roundOForD (D from O rounded to bf16) against the change it
+// must make: dS' moves by P_ij (D_i - D~_i), dV not at all.
 //
 // Finite difference: D(h) = (L(x + h) - L(x - h)) / 2h, extrapolated
 // R = (4 D(h/2) - D(h)) / 3 (error O(h^4)), h = 2^-9; every input sits on a
@@ -441,6 +442,101 @@ TEST_CASE("reference backward: varlen with empty sequences matches finite "
     }
   CHECK(st.exactZero > 0);
   CHECK(st.checked == 7 * 2 * 2 + 9 * 2 + 9 * 3 + 2);
+}
+
+TEST_CASE("reference backward: roundOForD moves D by the rounding of O only",
+          "[reference][backward]") {
+  const uint64_t seed = freshSeed();
+  INFO("seed " << seed << " (FLASHJIT_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  // ALiBi, causal bottom-right (row 0 sees no key), seqlen_q 6, seqlen_k 5.
+  // With D~_i = dO_i . round_bf16(O_i) and delta_i = D_i - D~_i, every dS'_ij
+  // moves by P_ij delta_i, so (d s'/d score = 1, d s'/d slope = -|i - j|):
+  //   dQ~_i - dQ_i = scale delta_i sum_j P_ij k_j,
+  //   dslope~[h] - dslope[h] = -sum_i delta_i sum_j P_ij |i - j|,
+  // with O, LSE and so P from the forward reference and the rounding done
+  // here; dV reads no D and must not move.
+  AttentionSpec s = makeSpec(2, 1, 3, 4, Causal::BottomRight);
+  s.variant.scoreMod(alibi(buffer<float>("slope")));
+  std::vector<float> slopes = {gridValue(rng), gridValue(rng)};
+  Arguments args;
+  args.bind("slope", slopes.data(), 2);
+  const int64_t sq = 6, sk = 5;
+  HostTensor q(DType::F32, {1, 2, sq, 3}), k(DType::F32, {1, 1, sk, 3}),
+      v(DType::F32, {1, 1, sk, 4}), dO(DType::F32, {1, 2, sq, 4});
+  for (HostTensor *t : {&q, &k, &v, &dO})
+    t->fill([&](int64_t, int64_t, int64_t, int64_t) { return gridValue(rng); });
+  ReferenceGradients exact =
+      referenceAttentionBackward(s, q.ref, k.ref, v.ref, dO.ref, args);
+  ReferenceGradients same = referenceAttentionBackward(
+      s, q.ref, k.ref, v.ref, dO.ref, args, {}, nullptr, std::nullopt);
+  ReferenceGradients rounded = referenceAttentionBackward(
+      s, q.ref, k.ref, v.ref, dO.ref, args, {}, nullptr, DType::BF16);
+  CHECK(same.dq == exact.dq);
+  CHECK(same.dBuffers == exact.dBuffers);
+  CHECK(rounded.dv == exact.dv);
+
+  ReferenceOutput f = referenceAttention(s, q.ref, k.ref, v.ref, args);
+  const double scale = s.effectiveScale();
+  std::vector<double> dSlope(2, 0.0);
+  double maxDelta = 0;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < sq; ++i) {
+      double delta = 0;
+      for (int64_t d = 0; d < 4; ++d) {
+        uint16_t bits = 0;
+        storeFromFloat(&bits, DType::BF16, 0,
+                       static_cast<float>(f.oAt(0, h, i, d)));
+        delta += dO.get(0, h, i, d) *
+                 (f.oAt(0, h, i, d) - loadAsFloat(&bits, DType::BF16, 0));
+      }
+      maxDelta = std::max(maxDelta, std::fabs(delta));
+      std::vector<double> pk(3, 0.0);
+      for (int64_t j = 0; j <= i - (sq - sk) && j < sk; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < 3; ++d)
+          dot += q.get(0, h, i, d) * k.get(0, 0, j, d);
+        const double dist = std::fabs(static_cast<double>(i - j));
+        const double p =
+            std::exp(scale * dot - slopes[h] * dist - f.lseAt(0, h, i));
+        for (int64_t d = 0; d < 3; ++d)
+          pk[d] += p * k.get(0, 0, j, d);
+        dSlope[h] -= delta * p * dist;
+      }
+      for (int64_t d = 0; d < 3; ++d)
+        CHECK(std::fabs(rounded.dqAt(0, h, i, d) - exact.dqAt(0, h, i, d) -
+                        scale * delta * pk[d]) <= 1e-12);
+    }
+  CHECK(maxDelta > 1e-5); // the rounding moved D
+  for (int64_t h = 0; h < 2; ++h)
+    CHECK(std::fabs(rounded.dBuffers.at("slope")[h] -
+                    exact.dBuffers.at("slope")[h] - dSlope[h]) <= 1e-12);
+
+  // The varlen reference passes it through: one sequence is the dense case.
+  const std::vector<int32_t> cu = {0, static_cast<int32_t>(sq)},
+                             cuK = {0, static_cast<int32_t>(sk)};
+  HostTensor q3(DType::F32, {1, sq, 2, 3}), dO3(DType::F32, {1, sq, 2, 4});
+  q3.fill([&](int64_t, int64_t t, int64_t h, int64_t d) {
+    return static_cast<float>(q.get(0, h, t, d));
+  });
+  dO3.fill([&](int64_t, int64_t t, int64_t h, int64_t d) {
+    return static_cast<float>(dO.get(0, h, t, d));
+  });
+  HostTensor k3(DType::F32, {1, sk, 1, 3}), v3(DType::F32, {1, sk, 1, 4});
+  k3.fill([&](int64_t, int64_t t, int64_t, int64_t d) {
+    return static_cast<float>(k.get(0, 0, t, d));
+  });
+  v3.fill([&](int64_t, int64_t t, int64_t, int64_t d) {
+    return static_cast<float>(v.get(0, 0, t, d));
+  });
+  VarlenReferenceGradients vr =
+      referenceVarlenAttentionBackward(s, as3(q3), as3(k3), as3(v3), as3(dO3),
+                                       cu, cuK, args, {}, nullptr, DType::BF16);
+  CHECK(vr.dBuffers.at("slope") == rounded.dBuffers.at("slope"));
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t d = 0; d < 3; ++d)
+        CHECK(vr.dqAt(i, h, d) == rounded.dqAt(0, h, i, d));
 }
 
 TEST_CASE("reference backward: bad input is a UserError naming the field",

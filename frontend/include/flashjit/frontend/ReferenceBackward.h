@@ -35,6 +35,7 @@
 #include "flashjit/frontend/Variant.h"
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,12 +91,24 @@ struct ReferenceGradients : ReferenceDataGradients {
 /// (head_dim_v)"), arguments or block mask, a parameter in \p params the
 /// score modifier does not read as f32, a score modifier that is not
 /// differentiable (at the user's line), or a buffer read out of bounds.
+///
+/// \p roundOForD, when set, rounds each element of the reference's own
+/// float64 O (recomputed from Q, K and V, never a kernel's output) to that
+/// dtype (round to nearest even, as storeFromFloat) before D_i = dO_i . O_i,
+/// and only there: P, dP and the other terms keep the float64 values. This
+/// is the D of an implementation that stores O in that dtype and reads it
+/// back (FlashAttention's backward reads the fp16/bf16 O), for tests that
+/// judge a low-precision kernel against the error such an implementation
+/// makes. Every gradient that reads D (dQ, dK, the buffer, parameter and
+/// sink gradients) sees the rounded D; dV does not. nullopt (the default)
+/// keeps D exact.
 ReferenceGradients
 referenceAttentionBackward(const AttentionSpec &spec, const TensorRef &q,
                            const TensorRef &k, const TensorRef &v,
                            const TensorRef &dO, const Arguments &args = {},
                            const std::vector<std::string> &params = {},
-                           const BlockMask *blockMask = nullptr);
+                           const BlockMask *blockMask = nullptr,
+                           std::optional<DType> roundOForD = std::nullopt);
 
 /// Reference gradients of a packed varlen call, contiguous, in double.
 struct VarlenReferenceGradients : ReferenceDataGradients {
@@ -120,15 +133,16 @@ struct VarlenReferenceGradients : ReferenceDataGradients {
 
 /// The gradients of referenceVarlenAttention (each packed sequence on its
 /// own, indices counted from its first token), given dO [total_q, heads_q,
-/// head_dim_v]. Empty sequences contribute nothing. Errors as
-/// referenceAttentionBackward, plus the cu_seqlens checks of
-/// checkVarlenTensors.
+/// head_dim_v]. Empty sequences contribute nothing. \p roundOForD as
+/// referenceAttentionBackward's. Errors as referenceAttentionBackward, plus
+/// the cu_seqlens checks of checkVarlenTensors.
 VarlenReferenceGradients referenceVarlenAttentionBackward(
     const AttentionSpec &spec, const TensorRef &q, const TensorRef &k,
     const TensorRef &v, const TensorRef &dO,
     std::span<const int32_t> cuSeqlensQ, std::span<const int32_t> cuSeqlensK,
     const Arguments &args = {}, const std::vector<std::string> &params = {},
-    const BlockMask *blockMask = nullptr);
+    const BlockMask *blockMask = nullptr,
+    std::optional<DType> roundOForD = std::nullopt);
 
 } // namespace flashjit
 
