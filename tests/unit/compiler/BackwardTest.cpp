@@ -161,6 +161,31 @@ std::string compareData(const std::string &what, int64_t n, DType dtype,
   return {};
 }
 
+/// compareData over every buffer gradient of the reference \p want: the
+/// kernel's \p got must hold each, of the same size; \p rounded (the
+/// reference with D from the rounded O) for fp16/bf16, else nullptr.
+std::string
+compareBufferGrads(const std::map<std::string, std::vector<float>> &got,
+                   const std::map<std::string, std::vector<double>> &want,
+                   const std::map<std::string, std::vector<double>> *rounded,
+                   DType dtype) {
+  for (const auto &[name, w] : want) {
+    auto it = got.find(name);
+    if (it == got.end())
+      return "no gradient for buffer " + name;
+    const std::vector<float> &g = it->second;
+    if (g.size() != w.size())
+      return "dBuffer size mismatch for " + name;
+    const std::vector<double> &r = rounded ? rounded->at(name) : w;
+    std::string e = compareData(
+        "d" + name, int64_t(w.size()), dtype, [&](int64_t i) { return g[i]; },
+        [&](int64_t i) { return w[i]; }, [&](int64_t i) { return r[i]; });
+    if (!e.empty())
+      return e;
+  }
+  return {};
+}
+
 /// One compiled pair: forward (with LSE) and backward, same tiles.
 struct Pair {
   std::string name;
@@ -305,21 +330,9 @@ std::string runDense(const Pair &p, int64_t batch, int64_t sq, int64_t sk,
         "dv", batch * s.headsKV * sk * s.headDimV, s.dtypeV,
         [&](int64_t i) { return idx4(dv, i, s.headsKV, sk, s.headDimV); },
         [&](int64_t i) { return r.dv[i]; });
-  for (auto &[name, want] : r.dBuffers) {
-    if (!e.empty())
-      break;
-    if (!g.dBuffers.count(name))
-      return "no gradient for buffer " + name;
-    const std::vector<float> &got = g.dBuffers.at(name);
-    if (got.size() != want.size())
-      return "dBuffer size mismatch for " + name;
-    const std::vector<double> &round =
-        dataLowPrecision ? rr.dBuffers.at(name) : want;
-    e = compareData(
-        "d" + name, int64_t(want.size()), s.dtypeQ,
-        [&](int64_t i) { return got[i]; }, [&](int64_t i) { return want[i]; },
-        [&](int64_t i) { return round[i]; });
-  }
+  if (e.empty())
+    e = compareBufferGrads(g.dBuffers, r.dBuffers,
+                           dataLowPrecision ? &rr.dBuffers : nullptr, s.dtypeQ);
   for (auto &[name, want] : r.dParams) {
     if (!e.empty())
       break;
@@ -403,19 +416,9 @@ std::string runVarlen(const Pair &p, const std::vector<int32_t> &lensQ,
         "dv", tk * s.headsKV * s.headDimV, s.dtypeV,
         [&](int64_t i) { return at3(dv, i); },
         [&](int64_t i) { return r.dv[i]; });
-  for (auto &[name, want] : r.dBuffers) {
-    if (!e.empty())
-      break;
-    const std::vector<float> &got = g.dBuffers.at(name);
-    if (got.size() != want.size())
-      return "dBuffer size mismatch for " + name;
-    const std::vector<double> &round =
-        dataLowPrecision ? rr.dBuffers.at(name) : want;
-    e = compareData(
-        "d" + name, int64_t(want.size()), s.dtypeQ,
-        [&](int64_t i) { return got[i]; }, [&](int64_t i) { return want[i]; },
-        [&](int64_t i) { return round[i]; });
-  }
+  if (e.empty())
+    e = compareBufferGrads(g.dBuffers, r.dBuffers,
+                           dataLowPrecision ? &rr.dBuffers : nullptr, s.dtypeQ);
   return e;
 }
 
