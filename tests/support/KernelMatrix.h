@@ -129,6 +129,16 @@ inline AttentionSpec softcap30Causal(int d, int hq, int hkv) {
   return s;
 }
 
+/// bench_kernels.cpp's swa1024 at head dim 128: a causal window of 1024
+/// keys (the query's own and 1023 before it), bf16, GQA 4:2.
+inline AttentionSpec swa1024D128() {
+  AttentionSpec swa = matrixSpec("none", 128, DType::BF16, 4, 2);
+  Variant w("swa1024");
+  w.mask(sliding_window(1023, 0, Alignment::TopLeft));
+  swa.variant = w;
+  return swa;
+}
+
 /// The benchmark's masked forwards at head dim 128 (bench_kernels.cpp's
 /// causal, swa1024 and softcap30; the document-causal mask of
 /// run_block_sparse.py), bf16, GQA 2: on sm_90a the first three are the
@@ -140,11 +150,7 @@ inline std::vector<MatrixKernel> overlapMaskedKernels() {
   std::vector<MatrixKernel> out;
   out.push_back({"ovl_causal_tl_d128_bf16_g2", "causal_tl",
                  matrixSpec("causal_tl", 128, DType::BF16, 4, 2)});
-  AttentionSpec swa = matrixSpec("none", 128, DType::BF16, 4, 2);
-  Variant w("swa1024");
-  w.mask(sliding_window(1023, 0, Alignment::TopLeft));
-  swa.variant = w;
-  out.push_back({"ovl_swa1024_d128_bf16_g2", "swa1024", swa});
+  out.push_back({"ovl_swa1024_d128_bf16_g2", "swa1024", swa1024D128()});
   out.push_back({"ovl_softcap30_causal_d128_bf16_g2", "softcap30_causal",
                  softcap30Causal(128, 4, 2)});
   AttentionSpec doc = matrixSpec("doc_id", 128, DType::BF16, 4, 2);
@@ -171,11 +177,7 @@ inline std::vector<MatrixKernel> overlapVoteKernels() {
                  matrixSpec("causal_tl", 128, DType::BF16, 4, 2)});
   out.push_back({"ovlv_window_lr_d128_fp16_g2", "window_lr",
                  matrixSpec("window_lr", 128, DType::F16, 4, 2)});
-  AttentionSpec swa = matrixSpec("none", 128, DType::BF16, 4, 2);
-  Variant w("swa1024");
-  w.mask(sliding_window(1023, 0, Alignment::TopLeft));
-  swa.variant = w;
-  out.push_back({"ovlv_swa1024_d128_bf16_g2", "swa1024", swa});
+  out.push_back({"ovlv_swa1024_d128_bf16_g2", "swa1024", swa1024D128()});
   out.push_back({"ovlv_softcap30_causal_d128_bf16_g2", "softcap30_causal",
                  softcap30Causal(128, 4, 2)});
   out.push_back({"ovlv_first_key_d128_fp16_g1", "first_key",

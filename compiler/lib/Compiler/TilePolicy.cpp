@@ -88,20 +88,22 @@ const char *toString(GpuMma mma) {
   return "?";
 }
 
+/// Whether \p mask allows every pair: none, or the constant true.
+static bool allowsEveryPair(const Expr &mask) {
+  auto *k = mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
+  return mask.isNull() || (k && k->boolValue());
+}
+
 /// Whether the kernel evaluates a mask (one that is not the constant true).
 static bool hasMaskCode(const AttentionSpec &spec) {
-  Expr mask = spec.effectiveMask();
-  auto *k = mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
-  return !mask.isNull() && !(k && k->boolValue());
+  return !allowsEveryPair(spec.effectiveMask());
 }
 
 /// Whether the only mask is the spec's causal one (AttentionSpec::causal,
 /// either alignment) with no variant mask.
 static bool causalMaskAlone(const AttentionSpec &spec) {
-  const Expr &mask = spec.variant.maskExpr();
-  auto *k = mask.isNull() ? nullptr : llvm::dyn_cast<ConstantExpr>(mask.get());
   return spec.causal != Causal::None &&
-         (mask.isNull() || (k && k->boolValue()));
+         allowsEveryPair(spec.variant.maskExpr());
 }
 
 /// Whether the score modifier is not the identity.

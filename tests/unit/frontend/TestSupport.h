@@ -12,6 +12,8 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Expr.h"
 
+#include "../../support/TestSeed.h"
+
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -21,15 +23,6 @@
 #include <string>
 
 namespace flashjit::test {
-
-/// A seed drawn fresh from std::random_device for every call, unless the
-/// environment variable FLASHJIT_TEST_SEED fixes it (to replay a failure).
-inline uint64_t freshSeed() {
-  if (const char *env = std::getenv("FLASHJIT_TEST_SEED"))
-    return std::strtoull(env, nullptr, 0);
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-}
 
 /// The message and location of the UserError \p f throws, checked against
 /// \p line (the test's own line that built the bad expression) and every
