@@ -46,6 +46,15 @@ void setProductsFirstBackwardForTesting(bool on);
 /// `_lateload` ids, timed beside the default. No cache key holds it.
 void setMaskedLoadsAfterProductsBackwardForTesting(bool on);
 
+/// Testing only: whether backward kernels compiled from now on in this
+/// process map CTAs, in the deterministic mode, with (batch, kv head)
+/// fastest and key tiles from the last down (default true). Off: every
+/// key tile of one head, the last first, before the next head (the
+/// kernels before session 23, byte-identical), the old column of the
+/// `BWDMODE` timing (gen_matrix_kernels' `_detkfirst` ids). The default
+/// mode maps CTAs as before either way. No cache key holds it.
+void setDeterministicHeadsFirstBackwardForTesting(bool on);
+
 } // namespace flashjit
 
 #endif // FLASHJIT_COMPILER_BACKWARDORDERTESTING_H

@@ -71,6 +71,8 @@ static std::atomic<bool> tileRangeScan{true};
 static std::atomic<bool> productsFirstOrder{true};
 /// setMaskedLoadsAfterProductsBackwardForTesting's switch.
 static std::atomic<bool> maskedLoadsLate{false};
+/// setDeterministicHeadsFirstBackwardForTesting's switch.
+static std::atomic<bool> deterministicHeadsFirst{true};
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -134,12 +136,41 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   deterministic = LLVM::ICmpOp::create(b, LLVM::ICmpPredicate::ne, semaphores,
                                        LLVM::ZeroOp::create(b, ops.ptrG));
   Value x = NVVM::BlockIdXOp::create(b, ops.i32);
-  kTile = ops.sel(
-      deterministic,
-      ops.sub(ops.sub(NVVM::GridDimXOp::create(b, ops.i32), ops.ci32(1)), x),
-      x);
-  headKV = NVVM::BlockIdYOp::create(b, ops.i32);
-  batch = NVVM::BlockIdZOp::create(b, ops.i32);
+  if (deterministicHeadsFirst.load() && !c.blockSparse) {
+    // Deterministic mode: CTAs in launch order (x fastest) take (batch, kv
+    // head) fastest and key tiles from the last down. The CTAs resident at
+    // once then hold a few key tiles of each head, not every key tile of
+    // one head, so the chain of turns at a query tile (each key tile waits
+    // for the one above, waitTurn) links a few CTAs, not a whole wave. A
+    // CTA still waits only for CTAs launched before it. (Block-sparse
+    // kernels have no deterministic mode.)
+    Value y = NVVM::BlockIdYOp::create(b, ops.i32);
+    Value z = NVVM::BlockIdZOp::create(b, ops.i32);
+    Value nx = NVVM::GridDimXOp::create(b, ops.i32);
+    Value ny = NVVM::GridDimYOp::create(b, ops.i32);
+    Value nx64 = ops.ext64(nx), ny64 = ops.ext64(ny);
+    Value pairs =
+        ops.mul(ny64, ops.ext64(NVVM::GridDimZOp::create(b, ops.i32)));
+    Value linear = ops.add(
+        ops.ext64(x),
+        ops.mul(nx64, ops.add(ops.ext64(y), ops.mul(ny64, ops.ext64(z)))));
+    Value rank = arith::DivUIOp::create(b, linear, pairs);
+    Value pair = arith::RemUIOp::create(b, linear, pairs);
+    auto i32 = [&](Value v) { return arith::TruncIOp::create(b, ops.i32, v); };
+    kTile =
+        ops.sel(deterministic, ops.sub(ops.sub(nx, ops.ci32(1)), i32(rank)), x);
+    headKV =
+        ops.sel(deterministic, i32(arith::RemUIOp::create(b, pair, ny64)), y);
+    batch =
+        ops.sel(deterministic, i32(arith::DivUIOp::create(b, pair, ny64)), z);
+  } else {
+    kTile = ops.sel(
+        deterministic,
+        ops.sub(ops.sub(NVVM::GridDimXOp::create(b, ops.i32), ops.ci32(1)), x),
+        x);
+    headKV = NVVM::BlockIdYOp::create(b, ops.i32);
+    batch = NVVM::BlockIdZOp::create(b, ops.i32);
+  }
   headsQ = ops.mul(NVVM::GridDimYOp::create(b, ops.i32), group);
   k0 = ops.mul(kTile, ops.ci32(BM));
   // varlen: this CTA's sequence; nothing to do past its keys.
@@ -490,4 +521,8 @@ void flashjit::setProductsFirstBackwardForTesting(bool on) {
 
 void flashjit::setMaskedLoadsAfterProductsBackwardForTesting(bool on) {
   flashjit::nvvm::detail::maskedLoadsLate.store(on);
+}
+
+void flashjit::setDeterministicHeadsFirstBackwardForTesting(bool on) {
+  flashjit::nvvm::detail::deterministicHeadsFirst.store(on);
 }
