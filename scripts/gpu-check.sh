@@ -29,7 +29,8 @@
 # shifts, one GPU; not in the default), ringmultibench (N = 128k-1M on
 # every GPU against one, fraction of ideal; not in the default), bwdbench (forward and backward TF/s, and the backward's
 # deterministic mode against its default at D = 128, N = 4k and 16k,
-# BWDMODE lines; not in the default), masked (the [masked] tests: NaN and
+# BWDMODE lines; not in the default; GPU_CHECK_BWDBENCH_FILTER, a Catch2
+# test spec, picks its cases: '[bwdmodes]' the BWDMODE timing alone), masked (the [masked] tests: NaN and
 # Inf at masked keys; in gpu) and maskbench (what isolating masked keys
 # costs: the [.maskbench] MASKBENCH lines, kernels with and without it,
 # forward and backward; pack with GPU_CHECK_MASKBENCH=1; not in the
@@ -91,7 +92,8 @@
 # GPU_CHECK_PACK_PYTHON=1 at `pack` also carries libflashjit_c.so (the C API
 # with the compiler, so libMLIR too, xz-compressed); the `python` step then
 # runs tests/python (flashjit package: torch CUDA tensors, autograd,
-# torch.compile) with it; without it that step says it was not packed.
+# torch.compile; GPU_CHECK_PYTEST_PATHS: other pytest paths or node ids)
+# with it; without it that step says it was not packed.
 # With the test binaries and kernels that exceeds one call's 64 MiB, so the
 # Python check is its own call, right after a main `run` (the machine still
 # warm: it reuses the libraries that run unpacked into /tmp/flashjit-lib;
@@ -372,7 +374,7 @@ run() {
   want sparse && step sparse "$bin/flashjit_gpu_tests" "[sparse]" --durations yes
   want bwd && step bwd "$bin/flashjit_gpu_tests" "[backward]" --durations yes
   want ring && step ring "$bin/flashjit_gpu_tests" "[ring]" --durations yes
-  want bwdbench && step bwdbench "$bin/flashjit_gpu_tests" "[bwdbench]"
+  want bwdbench && step bwdbench "$bin/flashjit_gpu_tests" "${GPU_CHECK_BWDBENCH_FILTER:-[bwdbench]}"
   # Masked keys (issue 21 section 3): the [masked] tests, and the cost of
   # the isolation (pack with GPU_CHECK_MASKBENCH=1): MASKBENCH lines, the
   # kernels without it (maskbench-base) against those with it, the old vote
@@ -544,7 +546,8 @@ run() {
         pyp="$pyp:$HOME/fa4/fa4site:$HOME/fa4/fa4site/nvidia_cutlass_dsl/dsl_packages"
       FLASHJIT_LIBRARY=$lib/libflashjit_c.so PYTHONPATH=$pyp \
         FLASHJIT_CACHE_DIR=/tmp/flashjit-python-cache \
-        step python python3 -m pytest -q -p no:cacheprovider -rs tests/python
+        step python python3 -m pytest -q -p no:cacheprovider -rs \
+        ${GPU_CHECK_PYTEST_PATHS:-tests/python}
     else
       echo "=== python: skipped (pack with GPU_CHECK_PACK_PYTHON=1)"
     fi

@@ -716,11 +716,11 @@ TEST_CASE("backward timing: default against deterministic mode",
   GpuBackwardOptions det;
   det.deterministic = true;
   for (const testing::MatrixKernel &k : testing::benchKernels()) {
-    // `_detkfirst`: the deterministic mode's CTA order before session 23.
+    // `_detheads`: the deterministic mode's CTAs (batch, kv head) fastest.
     if (!selected(k.id) ||
         (k.id != "bench_none_d128" && k.id != "bench_causal_tl_d128" &&
-         k.id != "bench_none_d128_detkfirst" &&
-         k.id != "bench_causal_tl_d128_detkfirst"))
+         k.id != "bench_none_d128_detheads" &&
+         k.id != "bench_causal_tl_d128_detheads"))
       continue;
     auto bwd = loadBackward(k.id, k.spec, dev);
     for (int64_t n : {4096, 16384}) {

@@ -384,10 +384,10 @@ inline std::vector<MatrixKernel> sparseBenchKernels() {
 /// timed beside the default; `bench_causal_tl_d128_lateload` issues the
 /// loads after the products too (setMaskedLoadsAfterProductsBackward-
 /// ForTesting on; not the default for masked kernels). Ids ending
-/// `_detkfirst` are dense and causal at head dim 128 whose deterministic
-/// mode takes every key tile of one head before the next head
-/// (setDeterministicHeadsFirstBackwardForTesting off; the default before
-/// session 23), timed beside the default in `BWDMODE`.
+/// `_detheads` are dense and causal at head dim 128 whose deterministic
+/// mode maps CTAs with (batch, kv head) fastest in launch order
+/// (setDeterministicHeadsFirstBackwardForTesting on; not the default),
+/// timed beside the default in `BWDMODE`.
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
@@ -422,12 +422,12 @@ inline std::vector<MatrixKernel> benchKernels() {
     for (size_t i = 0, n = out.size(); i < n; ++i)
       if (out[i].id == id)
         out.push_back({out[i].id + "_loadfirst", out[i].variant, out[i].spec});
-  // The deterministic mode's old CTA order (every key tile of one head
-  // before the next head) beside the default.
+  // The deterministic mode with (batch, kv head) fastest in launch order
+  // beside the default (every key tile of one head before the next head).
   for (const char *id : {"bench_none_d128", "bench_causal_tl_d128"})
     for (size_t i = 0, n = out.size(); i < n; ++i)
       if (out[i].id == id)
-        out.push_back({out[i].id + "_detkfirst", out[i].variant, out[i].spec});
+        out.push_back({out[i].id + "_detheads", out[i].variant, out[i].spec});
   // Causal with the loads after the products too (not the default).
   for (size_t i = 0, n = out.size(); i < n; ++i)
     if (out[i].id == "bench_causal_tl_d128")

@@ -47,12 +47,13 @@ void setProductsFirstBackwardForTesting(bool on);
 void setMaskedLoadsAfterProductsBackwardForTesting(bool on);
 
 /// Testing only: whether backward kernels compiled from now on in this
-/// process map CTAs, in the deterministic mode, with (batch, kv head)
-/// fastest and key tiles from the last down (default true). Off: every
-/// key tile of one head, the last first, before the next head (the
-/// kernels before session 23, byte-identical), the old column of the
-/// `BWDMODE` timing (gen_matrix_kernels' `_detkfirst` ids). The default
-/// mode maps CTAs as before either way. No cache key holds it.
+/// process (not block-sparse) map CTAs, in the deterministic mode, with
+/// (batch, kv head) fastest in launch order and key tiles from the last
+/// down (default false: the remapped indices cost registers, and masked
+/// fp16 kernels at head dim 128 with GQA spill). Off: every key tile of one
+/// head, the last first, before the next head (KernelAbi.h). The default
+/// mode maps CTAs as before either way. On: gen_matrix_kernels' `_detheads`
+/// ids, timed beside the default in `BWDMODE`. No cache key holds it.
 void setDeterministicHeadsFirstBackwardForTesting(bool on);
 
 } // namespace flashjit

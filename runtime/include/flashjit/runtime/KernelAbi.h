@@ -532,20 +532,15 @@ inline constexpr int kBlockMaskThreads = 256;
 ///
 /// Deterministic mode (semaphores not null; one i32 per (batch, head_q,
 /// query tile of block_n rows of the longest sequence), zeroed by
-/// `_bwd_pre`): the main kernel's CTAs, in launch order (linear index
-/// x + grid.x (y + grid.y z)), take (kv head, batch) fastest and key tiles
-/// from the last down: linear index l handles kv head (l mod P) mod grid.y
-/// of batch (l mod P) / grid.y and key tile grid.x - 1 - l / P, where
-/// P = grid.y grid.z (dense and varlen kernels; session 23; before, CTA x
-/// of (y, z) handled key tile grid.x - 1 - x). A CTA adds its dS K of
-/// query tile i to dQaccum only after every key tile above it that visits
-/// tile i has added its own (it waits until the counter equals that
+/// `_bwd_pre`): the main kernel's CTA x handles key tile
+/// ceil(seqlen_k / block_m) - 1 - x (the last key tile first), and adds its
+/// dS K of query tile i to dQaccum only after every key tile above it that
+/// visits tile i has added its own (it waits until the counter equals that
 /// number, counted with the same tile classifier that decides the visits,
 /// then increments it). Each dQaccum element thus receives its atomic adds
 /// in one fixed order, and dQ is bit-identical between runs. A CTA waits
-/// only for CTAs of a lower linear index, which start earlier, so the
-/// waits cannot deadlock; the CTAs resident at once hold a few key tiles
-/// of each head, so a chain of waits links a few CTAs, not a whole wave.
+/// only for CTAs of lower x in the same (kv head, batch), which start
+/// earlier, so the waits cannot deadlock.
 /// After the fixed arguments come the variant's (parameters, then (pointer,
 /// i64 size) per buffer, as the forward's), then the gradient arrays of
 /// the score modifier's derivative: one f32 pointer per buffer (sorted by
