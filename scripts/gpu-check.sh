@@ -36,7 +36,8 @@
 # forward and backward; pack with GPU_CHECK_MASKBENCH=1; not in the
 # default),
 # memcheck_bwd and racecheck_bwd (a few backward kernels under the
-# sanitizers, not in the default), memcheck_bwd_sparse and
+# sanitizers, not in the default; GPU_CHECK_BWD_RACE_KERNEL: the matrix ids
+# racecheck_bwd takes, a substring, default bwd_doc_id_d64), memcheck_bwd_sparse and
 # racecheck_bwd_sparse (the block-sparse backward under them, likewise),
 # memcheck_decode (every [decode] test: all decode kernels against the
 # float64 paged reference, contiguous/empty splits, the concurrency case,
@@ -429,7 +430,8 @@ run() {
       "generated backward kernels match the float64 reference backward"
   fi
   if command -v compute-sanitizer >/dev/null && want racecheck_bwd; then
-    FLASHJIT_MATRIX_ONLY=bwd_doc_id_d64 step racecheck_bwd compute-sanitizer \
+    FLASHJIT_MATRIX_ONLY=${GPU_CHECK_BWD_RACE_KERNEL:-bwd_doc_id_d64} \
+      step racecheck_bwd compute-sanitizer \
       --tool racecheck --error-exitcode 3 "$bin/flashjit_gpu_tests" \
       "generated backward kernels match the float64 reference backward"
   fi

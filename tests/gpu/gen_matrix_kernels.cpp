@@ -45,9 +45,9 @@
 // off); those ending `_loadfirst` (backward) with the next tile's loads and
 // the dS^T stores before the products (setProductsFirstBackwardForTesting
 // off), `_lateload` with a masked kernel's loads after them
-// (setMaskedLoadsAfterProductsBackwardForTesting on), `_detheads` with the
-// deterministic mode's CTAs (batch, kv head) fastest in launch order
-// (setDeterministicHeadsFirstBackwardForTesting on). resultCheckKernels() are
+// (setMaskedLoadsAfterProductsBackwardForTesting on), `_detwarp` with the
+// deterministic mode's turns per warp (setDeterministicWarpTurnsBackward-
+// ForTesting on). resultCheckKernels() are
 // written a second time as `<id>_tilevote`, built with the in-tile masked-value
 // vote (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison;
 // so are overlapVoteKernels() (the overlap by name on sm_90a, whatever MMA).
@@ -441,11 +441,10 @@ int main(int argc, char **argv) {
     // `_lateload`: a masked kernel with the loads after the products too.
     flashjit::setMaskedLoadsAfterProductsBackwardForTesting(
         endsWith("_lateload"));
-    // `_detheads`: the deterministic mode's CTAs (batch, kv head) fastest.
-    flashjit::setDeterministicHeadsFirstBackwardForTesting(
-        endsWith("_detheads"));
+    // `_detwarp`: the deterministic mode's turns per warp.
+    flashjit::setDeterministicWarpTurnsBackwardForTesting(endsWith("_detwarp"));
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
-    flashjit::setDeterministicHeadsFirstBackwardForTesting(false);
+    flashjit::setDeterministicWarpTurnsBackwardForTesting(false);
     flashjit::setMaskedLoadsAfterProductsBackwardForTesting(false);
     flashjit::setProductsFirstBackwardForTesting(true);
     flashjit::setTileRangeBackwardForTesting(true);

@@ -47,14 +47,15 @@ void setProductsFirstBackwardForTesting(bool on);
 void setMaskedLoadsAfterProductsBackwardForTesting(bool on);
 
 /// Testing only: whether backward kernels compiled from now on in this
-/// process (not block-sparse) map CTAs, in the deterministic mode, with
-/// (batch, kv head) fastest in launch order and key tiles from the last
-/// down (default false: the remapped indices cost registers, and masked
-/// fp16 kernels at head dim 128 with GQA spill). Off: every key tile of one
-/// head, the last first, before the next head (KernelAbi.h). The default
-/// mode maps CTAs as before either way. On: gen_matrix_kernels' `_detheads`
-/// ids, timed beside the default in `BWDMODE`. No cache key holds it.
-void setDeterministicHeadsFirstBackwardForTesting(bool on);
+/// process (not block-sparse) take their deterministic-mode turns per warp
+/// (default false): each warp's lane 0 waits until the query tile's
+/// counter holds num_warps per key tile above (the pipelined step reads
+/// it early, during the dV product) and releases the warp's own dQ adds,
+/// with no CTA barrier around them. Off: thread 0 waits and releases for
+/// the CTA behind CTA barriers (KernelAbi.h). The default mode is the same
+/// either way. On: gen_matrix_kernels' `_detwarp` ids, timed beside the
+/// default in `BWDMODE`. No cache key holds it.
+void setDeterministicWarpTurnsBackwardForTesting(bool on);
 
 } // namespace flashjit
 

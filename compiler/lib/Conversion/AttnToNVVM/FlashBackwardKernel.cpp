@@ -71,8 +71,8 @@ static std::atomic<bool> tileRangeScan{true};
 static std::atomic<bool> productsFirstOrder{true};
 /// setMaskedLoadsAfterProductsBackwardForTesting's switch.
 static std::atomic<bool> maskedLoadsLate{false};
-/// setDeterministicHeadsFirstBackwardForTesting's switch.
-static std::atomic<bool> deterministicHeadsFirst{false};
+/// setDeterministicWarpTurnsBackwardForTesting's switch.
+static std::atomic<bool> deterministicWarpTurnsSwitch{false};
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -128,6 +128,7 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   // The dense tile loop over the visited range only: masked wgmma kernels
   // up to head dim 64 (a sliding window's CTA visits ~18 of N / 64 query
   // tiles; each empty one cost a loop step of ~110 cycles).
+  warpTurns = deterministicWarpTurnsSwitch.load() && !c.blockSparse;
   tileRange = em.hasMask() && c.wgmma && !wide && !c.blockSparse &&
               tileRangeScan.load();
   const bool swz = mma->swizzled();
@@ -136,37 +137,12 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   deterministic = LLVM::ICmpOp::create(b, LLVM::ICmpPredicate::ne, semaphores,
                                        LLVM::ZeroOp::create(b, ops.ptrG));
   Value x = NVVM::BlockIdXOp::create(b, ops.i32);
-  if (deterministicHeadsFirst.load() && !c.blockSparse) {
-    // Deterministic mode, CTAs in launch order (x fastest) take (batch, kv
-    // head) fastest and key tiles from the last down: the CTAs resident at
-    // once then hold a few key tiles of each head, not every key tile of
-    // one head, so the chain of turns at a query tile (each key tile waits
-    // for the one above, waitTurn) links a few CTAs, not a whole wave. A
-    // CTA still waits only for CTAs launched before it. (Not the default:
-    // the remapped indices cost registers, and masked fp16 kernels at head
-    // dim 128 with GQA spill 4-36 bytes.)
-    Value y = NVVM::BlockIdYOp::create(b, ops.i32);
-    Value z = NVVM::BlockIdZOp::create(b, ops.i32);
-    Value nx = NVVM::GridDimXOp::create(b, ops.i32);
-    Value ny = NVVM::GridDimYOp::create(b, ops.i32);
-    Value pairs = ops.mul(ny, NVVM::GridDimZOp::create(b, ops.i32));
-    // 32 bits: a grid of 2^31 CTAs would be 2^31 key tiles of at least 64
-    // keys, far beyond any device's memory.
-    Value linear = ops.add(x, ops.mul(nx, ops.add(y, ops.mul(ny, z))));
-    Value rank = arith::DivUIOp::create(b, linear, pairs);
-    Value pair = ops.sub(linear, ops.mul(rank, pairs));
-    Value pb = arith::DivUIOp::create(b, pair, ny);
-    kTile = ops.sel(deterministic, ops.sub(ops.sub(nx, ops.ci32(1)), rank), x);
-    headKV = ops.sel(deterministic, ops.sub(pair, ops.mul(pb, ny)), y);
-    batch = ops.sel(deterministic, pb, z);
-  } else {
-    kTile = ops.sel(
-        deterministic,
-        ops.sub(ops.sub(NVVM::GridDimXOp::create(b, ops.i32), ops.ci32(1)), x),
-        x);
-    headKV = NVVM::BlockIdYOp::create(b, ops.i32);
-    batch = NVVM::BlockIdZOp::create(b, ops.i32);
-  }
+  kTile = ops.sel(
+      deterministic,
+      ops.sub(ops.sub(NVVM::GridDimXOp::create(b, ops.i32), ops.ci32(1)), x),
+      x);
+  headKV = NVVM::BlockIdYOp::create(b, ops.i32);
+  batch = NVVM::BlockIdZOp::create(b, ops.i32);
   headsQ = ops.mul(NVVM::GridDimYOp::create(b, ops.i32), group);
   k0 = ops.mul(kTile, ops.ci32(BM));
   // varlen: this CTA's sequence; nothing to do past its keys.
@@ -519,6 +495,6 @@ void flashjit::setMaskedLoadsAfterProductsBackwardForTesting(bool on) {
   flashjit::nvvm::detail::maskedLoadsLate.store(on);
 }
 
-void flashjit::setDeterministicHeadsFirstBackwardForTesting(bool on) {
-  flashjit::nvvm::detail::deterministicHeadsFirst.store(on);
+void flashjit::setDeterministicWarpTurnsBackwardForTesting(bool on) {
+  flashjit::nvvm::detail::deterministicWarpTurnsSwitch.store(on);
 }
