@@ -45,7 +45,9 @@
 // off); those ending `_loadfirst` (backward) with the next tile's loads and
 // the dS^T stores before the products (setProductsFirstBackwardForTesting
 // off), `_lateload` with a masked kernel's loads after them
-// (setMaskedLoadsAfterProductsBackwardForTesting on), `_detwarp` with the
+// (setMaskedLoadsAfterProductsBackwardForTesting on), `_scan` with the
+// visited-range loop above head dim 64 (setTileRangeWideBackwardForTesting
+// on), `_detwarp` with the
 // deterministic mode's turns per warp (setDeterministicWarpTurnsBackward-
 // ForTesting on). resultCheckKernels() are
 // written a second time as `<id>_tilevote`, built with the in-tile masked-value
@@ -441,10 +443,13 @@ int main(int argc, char **argv) {
     // `_lateload`: a masked kernel with the loads after the products too.
     flashjit::setMaskedLoadsAfterProductsBackwardForTesting(
         endsWith("_lateload"));
+    // `_scan`: the visited-range loop above head dim 64.
+    flashjit::setTileRangeWideBackwardForTesting(endsWith("_scan"));
     // `_detwarp`: the deterministic mode's turns per warp.
     flashjit::setDeterministicWarpTurnsBackwardForTesting(endsWith("_detwarp"));
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
     flashjit::setDeterministicWarpTurnsBackwardForTesting(false);
+    flashjit::setTileRangeWideBackwardForTesting(false);
     flashjit::setMaskedLoadsAfterProductsBackwardForTesting(false);
     flashjit::setProductsFirstBackwardForTesting(true);
     flashjit::setTileRangeBackwardForTesting(true);

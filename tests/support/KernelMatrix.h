@@ -384,6 +384,8 @@ inline std::vector<MatrixKernel> sparseBenchKernels() {
 /// timed beside the default; `bench_causal_tl_d128_lateload` issues the
 /// loads after the products too (setMaskedLoadsAfterProductsBackward-
 /// ForTesting on; not the default for masked kernels). Ids ending
+/// `_scan` are causal and the window at head dim 128 with the visited-range
+/// loop (setTileRangeWideBackwardForTesting on; not the default). Ids ending
 /// `_detwarp` are dense and causal at head dim 128 whose deterministic
 /// mode takes its turns per warp (setDeterministicWarpTurnsBackwardFor-
 /// Testing on; not the default), timed beside the default in `BWDMODE`.
@@ -421,6 +423,12 @@ inline std::vector<MatrixKernel> benchKernels() {
     for (size_t i = 0, n = out.size(); i < n; ++i)
       if (out[i].id == id)
         out.push_back({out[i].id + "_loadfirst", out[i].variant, out[i].spec});
+  // The visited-range loop above head dim 64 (not the default) beside the
+  // default loop through every query tile.
+  for (const char *id : {"bench_causal_tl_d128", "bench_window_d128"})
+    for (size_t i = 0, n = out.size(); i < n; ++i)
+      if (out[i].id == id)
+        out.push_back({out[i].id + "_scan", out[i].variant, out[i].spec});
   // The deterministic mode's turns per warp beside the default (per CTA).
   for (const char *id : {"bench_none_d128", "bench_causal_tl_d128"})
     for (size_t i = 0, n = out.size(); i < n; ++i)

@@ -30,6 +30,14 @@ void setListedPrefetchBackwardForTesting(bool on);
 /// holds it.
 void setTileRangeBackwardForTesting(bool on);
 
+/// Testing only: whether masked wgmma backward kernels above head dim 64
+/// (no block mask), compiled from now on in this process, loop over their
+/// visited query-tile range too (default false: the matrix's fp16
+/// bottom-right causal and softcap-window kernels at head dim 128 then
+/// spill 4-12 bytes with ptxas 13). On: gen_matrix_kernels' `_scan` ids,
+/// timed beside the default in `[bwdbench]`. No cache key holds it.
+void setTileRangeWideBackwardForTesting(bool on);
+
 /// Testing only: whether pipelined wgmma backward kernels above head dim
 /// 64, compiled from now on in this process, issue a query tile's S^T and
 /// dP^T products before the next tile's loads into the other stage of the

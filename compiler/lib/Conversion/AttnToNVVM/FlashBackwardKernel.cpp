@@ -73,6 +73,8 @@ static std::atomic<bool> productsFirstOrder{true};
 static std::atomic<bool> maskedLoadsLate{false};
 /// setDeterministicWarpTurnsBackwardForTesting's switch.
 static std::atomic<bool> deterministicWarpTurnsSwitch{false};
+/// setTileRangeWideBackwardForTesting's switch.
+static std::atomic<bool> tileRangeWide{false};
 
 void BackwardBuilder::mainKernel(Operation *gpuModule) {
   OpBuilder::InsertionGuard guard(b);
@@ -129,8 +131,8 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   // up to head dim 64 (a sliding window's CTA visits ~18 of N / 64 query
   // tiles; each empty one cost a loop step of ~110 cycles).
   warpTurns = deterministicWarpTurnsSwitch.load() && !c.blockSparse;
-  tileRange = em.hasMask() && c.wgmma && !wide && !c.blockSparse &&
-              tileRangeScan.load();
+  tileRange = em.hasMask() && c.wgmma && (!wide || tileRangeWide.load()) &&
+              !c.blockSparse && tileRangeScan.load();
   const bool swz = mma->swizzled();
   const int P = swz ? 0 : kPad;
   // Deterministic mode: the last key tile first (KernelAbi.h).
@@ -493,6 +495,10 @@ void flashjit::setProductsFirstBackwardForTesting(bool on) {
 
 void flashjit::setMaskedLoadsAfterProductsBackwardForTesting(bool on) {
   flashjit::nvvm::detail::maskedLoadsLate.store(on);
+}
+
+void flashjit::setTileRangeWideBackwardForTesting(bool on) {
+  flashjit::nvvm::detail::tileRangeWide.store(on);
 }
 
 void flashjit::setDeterministicWarpTurnsBackwardForTesting(bool on) {
