@@ -47,9 +47,7 @@
 // off), `_lateload` with a masked kernel's loads after them
 // (setMaskedLoadsAfterProductsBackwardForTesting on), `_scan` with the
 // visited-range loop above head dim 64 (setTileRangeWideBackwardForTesting
-// on), `_detwarp` with the
-// deterministic mode's turns per warp (setDeterministicWarpTurnsBackward-
-// ForTesting on). resultCheckKernels() are
+// on). resultCheckKernels() are
 // written a second time as `<id>_tilevote`, built with the in-tile masked-value
 // vote (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison;
 // so are overlapVoteKernels() (the overlap by name on sm_90a, whatever MMA).
@@ -445,10 +443,7 @@ int main(int argc, char **argv) {
         endsWith("_lateload"));
     // `_scan`: the visited-range loop above head dim 64.
     flashjit::setTileRangeWideBackwardForTesting(endsWith("_scan"));
-    // `_detwarp`: the deterministic mode's turns per warp.
-    flashjit::setDeterministicWarpTurnsBackwardForTesting(endsWith("_detwarp"));
     write(dir, k.id, flashjit::compileGpu(k.spec, bo), /*sparse=*/true);
-    flashjit::setDeterministicWarpTurnsBackwardForTesting(false);
     flashjit::setTileRangeWideBackwardForTesting(false);
     flashjit::setMaskedLoadsAfterProductsBackwardForTesting(false);
     flashjit::setProductsFirstBackwardForTesting(true);

@@ -383,12 +383,9 @@ inline std::vector<MatrixKernel> sparseBenchKernels() {
 /// setProductsFirstBackwardForTesting off; the default before session 21),
 /// timed beside the default; `bench_causal_tl_d128_lateload` issues the
 /// loads after the products too (setMaskedLoadsAfterProductsBackward-
-/// ForTesting on; not the default for masked kernels). Ids ending
-/// `_scan` are causal and the window at head dim 128 with the visited-range
-/// loop (setTileRangeWideBackwardForTesting on; not the default). Ids ending
-/// `_detwarp` are dense and causal at head dim 128 whose deterministic
-/// mode takes its turns per warp (setDeterministicWarpTurnsBackwardFor-
-/// Testing on; not the default), timed beside the default in `BWDMODE`.
+/// ForTesting on; not the default for masked kernels). Ids ending `_scan`
+/// are causal and the window at head dim 128 with the visited-range loop
+/// (setTileRangeWideBackwardForTesting on; not the default).
 inline std::vector<MatrixKernel> benchKernels() {
   std::vector<MatrixKernel> out;
   for (std::string name : {"none", "causal_tl"})
@@ -429,11 +426,6 @@ inline std::vector<MatrixKernel> benchKernels() {
     for (size_t i = 0, n = out.size(); i < n; ++i)
       if (out[i].id == id)
         out.push_back({out[i].id + "_scan", out[i].variant, out[i].spec});
-  // The deterministic mode's turns per warp beside the default (per CTA).
-  for (const char *id : {"bench_none_d128", "bench_causal_tl_d128"})
-    for (size_t i = 0, n = out.size(); i < n; ++i)
-      if (out[i].id == id)
-        out.push_back({out[i].id + "_detwarp", out[i].variant, out[i].spec});
   // Causal with the loads after the products too (not the default).
   for (size_t i = 0, n = out.size(); i < n; ++i)
     if (out[i].id == "bench_causal_tl_d128")

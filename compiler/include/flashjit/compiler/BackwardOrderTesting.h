@@ -35,7 +35,8 @@ void setTileRangeBackwardForTesting(bool on);
 /// visited query-tile range too (default false: the matrix's fp16
 /// bottom-right causal and softcap-window kernels at head dim 128 then
 /// spill 4-12 bytes with ptxas 13). On: gen_matrix_kernels' `_scan` ids,
-/// timed beside the default in `[bwdbench]`. No cache key holds it.
+/// timed beside the default in `[bwdbench]` (session 23, H100: the
+/// window-1024 backward at N = 16384 -20%). No cache key holds it.
 void setTileRangeWideBackwardForTesting(bool on);
 
 /// Testing only: whether pipelined wgmma backward kernels above head dim
@@ -53,17 +54,6 @@ void setProductsFirstBackwardForTesting(bool on);
 /// and a spill takes the synchronous step). On: gen_matrix_kernels'
 /// `_lateload` ids, timed beside the default. No cache key holds it.
 void setMaskedLoadsAfterProductsBackwardForTesting(bool on);
-
-/// Testing only: whether backward kernels compiled from now on in this
-/// process (not block-sparse) take their deterministic-mode turns per warp
-/// (default false): each warp's lane 0 waits until the query tile's
-/// counter holds num_warps per key tile above (the pipelined step reads
-/// it early, during the dV product) and releases the warp's own dQ adds,
-/// with no CTA barrier around them. Off: thread 0 waits and releases for
-/// the CTA behind CTA barriers (KernelAbi.h). The default mode is the same
-/// either way. On: gen_matrix_kernels' `_detwarp` ids, timed beside the
-/// default in `BWDMODE`. No cache key holds it.
-void setDeterministicWarpTurnsBackwardForTesting(bool on);
 
 } // namespace flashjit
 

@@ -131,12 +131,7 @@ private:
   /// Deterministic mode: waits (whole CTA) until every key tile above this
   /// CTA's that visits query tile [q0, qLast] of \p head has added to its
   /// dQaccum.
-  /// warpTurns: \p early is this lane's early read of the counter (i32;
-  /// null: none), which the wait uses before reading it again.
-  void waitTurn(Value head, Value q0, Value qLast, Value early = Value());
-  /// warpTurns: lane 0's read (ld.acquire) of query tile [q0..]'s counter,
-  /// issued early (the deterministic mode's lanes 0; -1 elsewhere).
-  Value earlyTurnRead(Value head, Value q0);
+  void waitTurn(Value head, Value q0, Value qLast);
   /// Deterministic mode: thread 0 increments the query tile's counter once
   /// the CTA's dQ adds are done (after a barrier).
   void releaseTurn(Value head, Value q0);
@@ -293,14 +288,6 @@ private:
   /// setTileRangeBackwardForTesting turned it off (then every query tile
   /// is stepped through, the kernels before session 20).
   bool tileRange = false;
-  /// Deterministic mode, per warp (setDeterministicWarpTurnsBackwardForTesting;
-  /// not block-sparse): each warp waits for its turn itself (lane 0 polls
-  /// until the query tile's counter holds num_warps per key tile above)
-  /// and releases its own adds (bar.warp.sync, then lane 0 adds 1), with
-  /// no CTA barrier around the adds; the pipelined step reads the counter
-  /// early, during the dV product. Off: one thread waits and releases for
-  /// the CTA, each behind a CTA barrier.
-  bool warpTurns = false;
   /// asyncTileStep issues dV += P^T dO before the dS^T stores: pipelined
   /// kernels above head dim 64, unless setProductsFirstBackwardForTesting
   /// turned it off (then the stores come first, the kernels before

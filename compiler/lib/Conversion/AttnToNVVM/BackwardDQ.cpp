@@ -22,20 +22,7 @@
 
 namespace flashjit::nvvm::detail {
 
-Value BackwardBuilder::earlyTurnRead(Value head, Value q0) {
-  Value qTile = arith::DivUIOp::create(b, q0, ops.ci32(c.blockN));
-  Value sem = semaphore(headsQ, head, qTile);
-  Value first = ops.land(deterministic,
-                         ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0)));
-  return ops.guarded(first, ops.i32, ops.ci32(-1), [&] {
-    return ops
-        .inlineAsm(ops.i32, ValueRange{sem},
-                   "ld.acquire.gpu.global.s32 $0, [$1];", "=r,l")
-        .getResult(0);
-  });
-}
-
-void BackwardBuilder::waitTurn(Value head, Value q0, Value qLast, Value early) {
+void BackwardBuilder::waitTurn(Value head, Value q0, Value qLast) {
   const int BM = c.blockM(), nthreads = 32 * c.numWarps;
   Value numK = arith::DivUIOp::create(b, ops.add(seqlenK, ops.ci32(BM - 1)),
                                       ops.ci32(BM));
@@ -74,23 +61,6 @@ void BackwardBuilder::waitTurn(Value head, Value q0, Value qLast, Value early) {
   }
   Value qTile = arith::DivUIOp::create(b, q0, ops.ci32(c.blockN));
   Value sem = semaphore(headsQ, head, qTile);
-  if (warpTurns) {
-    // Every warp of the key tiles above has released its adds (the
-    // counter may also hold this CTA's warps that are done: >=).
-    Value target = ops.mul(turn, ops.ci32(c.numWarps));
-    ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0)), [&] {
-      ops.inlineAsm(Type(),
-                    ValueRange{sem, target, early ? early : ops.ci32(-1)},
-                    "{ .reg .pred p; .reg .s32 v; mov.s32 v, $2; "
-                    "FJ_WTURN_CHECK: setp.ge.s32 p, v, $1; "
-                    "@p bra FJ_WTURN_DONE; "
-                    "ld.acquire.gpu.global.s32 v, [$0]; "
-                    "bra FJ_WTURN_CHECK; FJ_WTURN_DONE: }",
-                    "l,r,r");
-    });
-    ops.inlineAsm(Type(), ValueRange{}, "bar.warp.sync -1;", "");
-    return;
-  }
   ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(0)), [&] {
     ops.inlineAsm(Type(), ValueRange{sem, turn},
                   "{ .reg .pred p; .reg .s32 v; FJ_TURN_WAIT: "
@@ -116,19 +86,6 @@ void BackwardBuilder::addDQ(Value head, Value q0, Value qLast, Value needsMask,
 }
 
 void BackwardBuilder::releaseTurn(Value head, Value q0) {
-  if (warpTurns) {
-    // This warp's adds, then lane 0 releases them (bar.warp.sync orders
-    // the lanes' adds before lane 0's release).
-    ops.ifThen(deterministic, [&] {
-      ops.inlineAsm(Type(), ValueRange{}, "bar.warp.sync -1;", "");
-      ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, lane, ops.ci32(0)), [&] {
-        Value qTile = arith::DivUIOp::create(b, q0, ops.ci32(c.blockN));
-        ops.inlineAsm(Type(), ValueRange{semaphore(headsQ, head, qTile)},
-                      "red.release.gpu.global.add.s32 [$0], 1;", "l");
-      });
-    });
-    return;
-  }
   // The next key tile may add to this query tile's dQ (release: after this
   // CTA's adds, which the barrier before this ordered).
   ops.ifThen(ops.land(deterministic,

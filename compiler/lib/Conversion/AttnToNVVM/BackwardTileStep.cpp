@@ -355,15 +355,13 @@ BackwardBuilder::asyncTileStep(ValueRange state, Value head, Value q0,
     dv = mma->issueDV(dv, pA);
   Value kVote = publishDS(needsMask);
   SmallVector<Value> dq = mma->issueDQ();
-  // warpTurns: the counter read while the products run.
-  Value early = warpTurns ? earlyTurnRead(head, q0) : Value();
   dv = mma->wait(dv, 1, pA);
   // dK += dS^T Q (scaled at the end) runs during the dQ atomics.
   dk = mma->issueDK(dk, dsA);
   dq = mma->wait(dq, 1, dsA);
   // Deterministic mode: dQaccum of this query tile in key-tile order.
   if (!c.blockSparse)
-    ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast, early); });
+    ops.ifThen(deterministic, [&] { waitTurn(head, q0, qLast); });
   // A partial tile meeting a poisoned K: the guarded dQ instead (dS^T and
   // K are still in shared memory; dK's product only reads them).
   // checkResults: a masked pair meets a NaN or Inf in K only as 0 * Inf or
@@ -380,8 +378,7 @@ BackwardBuilder::asyncTileStep(ValueRange state, Value head, Value q0,
   if (!c.blockSparse) {
     // The CTA's adds before the release (the default mode needs no
     // barrier here: the next tile's first barrier orders the shared tiles).
-    if (!warpTurns)
-      ops.ifThen(deterministic, [&] { gpu::BarrierOp::create(b); });
+    ops.ifThen(deterministic, [&] { gpu::BarrierOp::create(b); });
     releaseTurn(head, q0);
   }
   dk = mma->wait(dk, 0, dsA);

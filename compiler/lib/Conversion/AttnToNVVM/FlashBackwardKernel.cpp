@@ -71,8 +71,6 @@ static std::atomic<bool> tileRangeScan{true};
 static std::atomic<bool> productsFirstOrder{true};
 /// setMaskedLoadsAfterProductsBackwardForTesting's switch.
 static std::atomic<bool> maskedLoadsLate{false};
-/// setDeterministicWarpTurnsBackwardForTesting's switch.
-static std::atomic<bool> deterministicWarpTurnsSwitch{false};
 /// setTileRangeWideBackwardForTesting's switch.
 static std::atomic<bool> tileRangeWide{false};
 
@@ -130,7 +128,6 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
   // The dense tile loop over the visited range only: masked wgmma kernels
   // up to head dim 64 (a sliding window's CTA visits ~18 of N / 64 query
   // tiles; each empty one cost a loop step of ~110 cycles).
-  warpTurns = deterministicWarpTurnsSwitch.load() && !c.blockSparse;
   tileRange = em.hasMask() && c.wgmma && (!wide || tileRangeWide.load()) &&
               !c.blockSparse && tileRangeScan.load();
   const bool swz = mma->swizzled();
@@ -499,8 +496,4 @@ void flashjit::setMaskedLoadsAfterProductsBackwardForTesting(bool on) {
 
 void flashjit::setTileRangeWideBackwardForTesting(bool on) {
   flashjit::nvvm::detail::tileRangeWide.store(on);
-}
-
-void flashjit::setDeterministicWarpTurnsBackwardForTesting(bool on) {
-  flashjit::nvvm::detail::deterministicWarpTurnsSwitch.store(on);
 }
