@@ -390,7 +390,11 @@ TEST_CASE("flashjit_run_backward_ex: mode errors name the field and value",
   // Outputs must not overlap inputs, cu_seqlens included; nothing written.
   {
     Call w(rng, 0, S, S, documents({30, 40}));
-    std::vector<int32_t> cuq = {0, static_cast<int32_t>(S)};
+    // cu_seqlens_q in a buffer as large as dk, so that dk's bytes cover
+    // cu_seqlens_q's and nothing else (a two-element vector let dk's span
+    // reach into whatever the heap put after it: v, in one CI run).
+    std::vector<int32_t> cuq(w.dk.size(), 0);
+    cuq[1] = static_cast<int32_t>(S);
     std::vector<float> before = w.dq;
     w.tdk.data = cuq.data(); // dk over cu_seqlens_q's bytes
     expectUserError(w.backward(varlen, cuq.data(), cuq.data(), 1, nullptr),
