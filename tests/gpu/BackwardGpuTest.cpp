@@ -153,28 +153,7 @@ void checkBackward(Device &dev, const GpuAttentionBackwardKernel &kernel,
   checkGrad("dV", cv, dt);
 }
 
-/// FLASHJIT_MATRIX_ONLY: comma-separated substrings of the ids to run; one
-/// ending in `$` matches the end of the id only ("bench_none_d128$").
-bool selected(const std::string &id) {
-  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
-  if (!only)
-    return true;
-  std::string list = only;
-  for (size_t start = 0; start <= list.size();) {
-    size_t end = std::min(list.find(',', start), list.size());
-    std::string part = list.substr(start, end - start);
-    if (!part.empty() && part.back() == '$') {
-      part.pop_back();
-      if (id.size() >= part.size() &&
-          id.compare(id.size() - part.size(), part.size(), part) == 0)
-        return true;
-    } else if (id.find(part) != std::string::npos) {
-      return true;
-    }
-    start = end + 1;
-  }
-  return false;
-}
+bool selected(const std::string &id) { return test::matrixIdSelected(id); }
 
 /// True when the variant has buffer or parameter gradients (f32 buffers or
 /// parameters), which the deterministic mode does not take.

@@ -185,10 +185,7 @@ std::pair<float, float> benchMs(Device &dev, DeviceBuffer &flush, Call &&call) {
   return std::pair{median(queued), median(alone)};
 }
 
-bool selected(const std::string &id) {
-  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
-  return !only || id.find(only) != std::string::npos;
-}
+bool selected(const std::string &id) { return test::matrixIdSelected(id); }
 
 } // namespace
 

@@ -36,11 +36,10 @@ std::unique_ptr<GpuAttentionKernel> load(const testing::MatrixKernel &k,
   return test::loadAheadOfTime(k.id, k.spec, dev);
 }
 
-/// FLASHJIT_MATRIX_ONLY=<substring> restricts the matrix (e.g. for the
-/// sanitizers, which are slow).
+/// FLASHJIT_MATRIX_ONLY restricts the matrix (e.g. for the sanitizers,
+/// which are slow; test::matrixIdSelected).
 bool selected(const testing::MatrixKernel &k) {
-  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
-  return !only || k.id.find(only) != std::string::npos;
+  return test::matrixIdSelected(k.id);
 }
 
 /// FLASHJIT_MATRIX_PART=<part>/<parts> (scripts/gpu-check.sh runs the

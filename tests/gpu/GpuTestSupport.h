@@ -86,6 +86,31 @@ inline std::string matrixKernelDir() {
   return FLASHJIT_MATRIX_KERNELS_DEFAULT;
 }
 
+/// Whether the [gpu] tests run the kernel with id \p id:
+/// $FLASHJIT_MATRIX_ONLY unset, or one of its comma-separated parts is a
+/// substring of \p id (a part ending in `$` must end \p id:
+/// "bench_none_d128$" is that id alone, not its `_sync` twin).
+inline bool matrixIdSelected(const std::string &id) {
+  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
+  if (!only)
+    return true;
+  const std::string list = only;
+  for (size_t start = 0; start <= list.size();) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    std::string part = list.substr(start, end - start);
+    if (!part.empty() && part.back() == '$') {
+      part.pop_back();
+      if (id.size() >= part.size() &&
+          id.compare(id.size() - part.size(), part.size(), part) == 0)
+        return true;
+    } else if (id.find(part) != std::string::npos) {
+      return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
 /// Checks that \p kernel (made from \p ptx) keeps its values in registers
 /// and shared memory: the driver reports no local memory for it.
 /// Warp-specialised kernels (setmaxnreg) are judged by ptxas instead: on the

@@ -120,10 +120,7 @@ void poison(GpuTensor &t, float (*f)(int64_t, int64_t)) {
   t.device.copyFromHost(t.host.data(), t.host.size());
 }
 
-bool selected(const std::string &id) {
-  const char *only = std::getenv("FLASHJIT_MATRIX_ONLY");
-  return !only || id.find(only) != std::string::npos;
-}
+bool selected(const std::string &id) { return test::matrixIdSelected(id); }
 
 /// The forward kernels of the test: the matrix's causal, window and
 /// document kernels at head dims 64 and 128 (wgmma on sm_90a) and 96

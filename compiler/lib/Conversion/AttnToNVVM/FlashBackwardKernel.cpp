@@ -127,7 +127,8 @@ void BackwardBuilder::mainKernel(Operation *gpuModule) {
       dvBeforeStores && (!variantCode || maskedLoadsLate.load());
   // The dense tile loop over the visited range only: masked wgmma kernels
   // up to head dim 64 (a sliding window's CTA visits ~18 of N / 64 query
-  // tiles; each empty one cost a loop step of ~110 cycles).
+  // tiles; each empty one cost a loop step of ~110 cycles); above it only
+  // under setTileRangeWideBackwardForTesting (two matrix kernels spill).
   tileRange = em.hasMask() && c.wgmma && (!wide || tileRangeWide.load()) &&
               !c.blockSparse && tileRangeScan.load();
   const bool swz = mma->swizzled();
