@@ -315,6 +315,16 @@ int main(int argc, char **argv) {
       o.mma = GpuMma::WgmmaTmaWsOverlap;
       jobs.push_back({name, d, o, "overlap"});
     }
+  // Issue 16, session 24: the overlap with FlashAttention-3's
+  // inter-warpgroup ping-pong (the two consumer warpgroups take turns to
+  // issue their products), labelled "pingpong": run_bench.py --labels
+  // default,overlap,pingpong times it beside the overlap.
+  for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
+    for (int d : {64, 128}) {
+      GpuCompileOptions o;
+      o.mma = GpuMma::WgmmaTmaWsPingPong;
+      jobs.push_back({name, d, o, "pingpong"});
+    }
   // Issue 22: the cost of a sink (run_bench.py --variants dense,dense_sink
   // --d 128 --n 4096,16384 times it beside the dense kernel).
   jobs.push_back({"dense_sink", 128, {}, "default"});

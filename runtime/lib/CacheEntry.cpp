@@ -57,6 +57,8 @@ llvm::json::Object detail::configToJson(const KernelConfig &c) {
     o["warp_specialized"] = true;
   if (c.overlapSoftmax)
     o["overlap_softmax"] = true;
+  if (c.pingPong)
+    o["ping_pong"] = true;
   if (c.decodeStages)
     o["decode_stages"] = c.decodeStages;
   if (c.syncBackward)
@@ -131,6 +133,8 @@ detail::configFromJson(const llvm::json::Value *value, std::string &why) {
                     "tma kernel") ||
       !optionalFlag("overlap_softmax", c.overlapSoftmax, c.warpSpecialized,
                     "warp-specialised kernel") ||
+      !optionalFlag("ping_pong", c.pingPong, c.overlapSoftmax,
+                    "kernel with overlap_softmax") ||
       !optionalFlag("sync_backward", c.syncBackward,
                     c.kind == KernelKind::Backward, "backward kernel"))
     return std::nullopt;

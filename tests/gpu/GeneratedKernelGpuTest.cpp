@@ -135,6 +135,43 @@ TEST_CASE("the masked head-dim-128 defaults match the float64 reference "
   CHECK(i > 0);
 }
 
+TEST_CASE("ping-pong kernels match the float64 reference over odd shapes "
+          "and many key tiles",
+          "[gpu][generated][pingpong]") {
+  // pingPongKernels(): the overlap with the consumer warpgroups taking
+  // turns (named barriers 2 and 3) to issue their products. A wrong count
+  // of turns hangs the kernel; a wrong order of products gives wrong
+  // values. Shapes: single rows and keys, no queries, seqlens that are not
+  // multiples of 128, up to 18 key tiles (the ring of 3 stages reused, the
+  // window's empty tiles, each flushing the pending product outside the
+  // turns), seqlen_q > seqlen_k (bottom-right causal: whole CTAs and whole
+  // warpgroups without a key, beside a warpgroup with keys) and
+  // seqlen_q < seqlen_k.
+  Device &dev = Device::get(0);
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {1, 1},       {17, 65},     {0, 9},       {257, 300},
+      {1300, 1300}, {1100, 1537}, {1537, 1100}, {1100, 2177}};
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int i = 0;
+  for (const testing::MatrixKernel &k : testing::pingPongKernels()) {
+    if (!selected(k))
+      continue;
+    INFO(k.id << ": " << printSpec(k.spec));
+    test::MatrixKernelFiles files = test::readMatrixKernel(k.id);
+    if (files.info.config.arch == "sm_90a") // the turns are in the kernel
+      CHECK(files.ptx.find("bar.arrive") != std::string::npos);
+    auto kernel = load(k, dev);
+    test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), k.id);
+    for (auto [sq, sk] : shapes) {
+      test::checkShape(dev, test::runWith(*kernel), k.spec, 1 + i % 2, sq, sk,
+                       i % 2, seed + i);
+      ++i;
+    }
+  }
+  CHECK(i > 0);
+}
+
 TEST_CASE("buffer reads proven in range skip the status check, a buffer too "
           "short is still reported",
           "[gpu][generated][buffer_bounds]") {

@@ -51,6 +51,8 @@
 // written a second time as `<id>_tilevote`, built with the in-tile masked-value
 // vote (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison;
 // so are overlapVoteKernels() (the overlap by name on sm_90a, whatever MMA).
+// pingPongKernels() take the overlap with the ping-pong by name (sm_90a,
+// whatever MMA).
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -256,6 +258,20 @@ int main(int argc, char **argv) {
     flashjit::setMaskedValueTileVoteForTesting(false);
     write(dir, k.id + "_tilevote", img);
     n += 2;
+  }
+  // The overlap with the inter-warpgroup ping-pong by name (sm_90a; the
+  // default elsewhere), whatever MMA the matrix is built with.
+  for (const auto &k : flashjit::testing::pingPongKernels()) {
+    if (backwardOnly)
+      break;
+    if (only && k.id.find(only) == std::string::npos)
+      continue;
+    flashjit::GpuCompileOptions pp;
+    pp.arch = o.arch;
+    if (pp.arch == "sm_90a")
+      pp.mma = flashjit::GpuMma::WgmmaTmaWsPingPong;
+    write(dir, k.id, flashjit::compileGpu(k.spec, pp));
+    ++n;
   }
   // The same specs with the in-tile vote (`<id>_tilevote`), which the
   // [gpu][masked] tests compare with the kernels that check their results.

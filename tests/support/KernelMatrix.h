@@ -185,6 +185,34 @@ inline std::vector<MatrixKernel> overlapVoteKernels() {
   return out;
 }
 
+/// Forwards built with the overlap and FlashAttention-3's inter-warpgroup
+/// ping-pong by name (GpuMma::WgmmaTmaWsPingPong on sm_90a, the default
+/// elsewhere), ids "pingpong_*": at head dim 128 with GQA 2 dense, causal
+/// top-left and bottom-right, the benchmark's 1024-key window, a two-sided
+/// window, a 37-key window (in a CTA's second query tile the second
+/// warpgroup's rows see nothing of key tile 0, the first's see part of it),
+/// softcap (a parameter, with causal) and causal + softcap 30; ALiBi (a
+/// buffer); bottom-right causal in fp16 without GQA; dense and causal at
+/// head dim 64. The [gpu][generated][pingpong] case runs them over odd
+/// shapes and many key tiles.
+inline std::vector<MatrixKernel> pingPongKernels() {
+  std::vector<MatrixKernel> out;
+  for (const char *v : {"none", "causal_tl", "causal_br", "window_lr",
+                        "window_left", "softcap", "alibi"})
+    out.push_back({std::string("pingpong_") + v + "_d128_bf16_g2", v,
+                   matrixSpec(v, 128, DType::BF16, 4, 2)});
+  out.push_back({"pingpong_swa1024_d128_bf16_g2", "swa1024", swa1024D128()});
+  out.push_back({"pingpong_softcap30_causal_d128_bf16_g2", "softcap30_causal",
+                 softcap30Causal(128, 4, 2)});
+  out.push_back({"pingpong_causal_br_d128_fp16_g1", "causal_br",
+                 matrixSpec("causal_br", 128, DType::F16, 2, 2)});
+  out.push_back({"pingpong_none_d64_fp16_g1", "none",
+                 matrixSpec("none", 64, DType::F16, 2, 2)});
+  out.push_back({"pingpong_causal_tl_d64_bf16_g2", "causal_tl",
+                 matrixSpec("causal_tl", 64, DType::BF16, 4, 2)});
+  return out;
+}
+
 /// Every (variant, head dim, dtype) kernel of the matrix; GQA ratios
 /// {1, 2, 3, 8} rotate through the list.
 inline std::vector<MatrixKernel> kernelMatrix() {

@@ -19,8 +19,9 @@ inline GpuCompileOptions options(const OptionKernel &k) {
   GpuCompileOptions o;
   o.arch = "sm_90a";
   o.mma = GpuMma::Default;
-  for (GpuMma m : {GpuMma::MmaSync, GpuMma::Wgmma, GpuMma::WgmmaTma,
-                   GpuMma::WgmmaTmaWs, GpuMma::WgmmaTmaWsOverlap})
+  for (GpuMma m :
+       {GpuMma::MmaSync, GpuMma::Wgmma, GpuMma::WgmmaTma, GpuMma::WgmmaTmaWs,
+        GpuMma::WgmmaTmaWsOverlap, GpuMma::WgmmaTmaWsPingPong})
     if (k.mma == toString(m))
       o.mma = m;
   o.blockN = k.blockN;

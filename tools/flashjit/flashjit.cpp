@@ -140,15 +140,18 @@ cl::opt<int> rowsPerWarp(
 cl::opt<std::string> mmaFlag(
     "mma",
     cl::desc("default | mma.sync | wgmma | wgmma.tma | wgmma.tma.ws | "
-             "wgmma.tma.ws.overlap: the tensor-core instructions (default: "
+             "wgmma.tma.ws.overlap | wgmma.tma.ws.overlap.pingpong: the "
+             "tensor-core instructions (default: "
              "wgmma on sm_90a where head dims are multiples of 64, with TMA "
              "loads in dense kernels, warp-specialised above head dim 64 = "
              "wgmma.tma.ws, = wgmma.tma.ws.overlap at head dim 128 without "
              "buffers or a mask alone (--causal alone takes it); wgmma.tma.ws: "
              "the serial tile step; "
              "wgmma.tma.ws.overlap: with the softmax overlapped with the "
-             "products (head dims up to 128); at head "
-             "dim 64 both build two consumer warpgroups; wgmma.tma: "
+             "products (head dims up to 128); "
+             "wgmma.tma.ws.overlap.pingpong: the overlap with the two "
+             "consumer warpgroups taking turns to issue their products; at "
+             "head dim 64 these build two consumer warpgroups; wgmma.tma: "
              "TMA without warp specialisation; wgmma: cp.async loads; GPU "
              "targets only)"),
     cl::init("default"), cl::sub(compileCmd), cl::sub(runCmd),
@@ -517,13 +520,14 @@ std::optional<GpuResult> cpuThroughCache(const AttentionSpec &spec,
 /// --mma as a GpuMma.
 GpuMma gpuMma() {
   checkGpuFlags();
-  for (GpuMma m :
-       {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma, GpuMma::WgmmaTma,
-        GpuMma::WgmmaTmaWs, GpuMma::WgmmaTmaWsOverlap})
+  for (GpuMma m : {GpuMma::Default, GpuMma::MmaSync, GpuMma::Wgmma,
+                   GpuMma::WgmmaTma, GpuMma::WgmmaTmaWs,
+                   GpuMma::WgmmaTmaWsOverlap, GpuMma::WgmmaTmaWsPingPong})
     if (mmaFlag == toString(m))
       return m;
   userError(fmt::format("--mma '{}' is not one of default, mma.sync, wgmma, "
-                        "wgmma.tma, wgmma.tma.ws, wgmma.tma.ws.overlap",
+                        "wgmma.tma, wgmma.tma.ws, wgmma.tma.ws.overlap, "
+                        "wgmma.tma.ws.overlap.pingpong",
                         excerpt(mmaFlag)));
 }
 

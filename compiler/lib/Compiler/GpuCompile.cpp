@@ -93,20 +93,28 @@ static void validateHeadDims(const AttentionSpec &spec, KernelKind kind) {
   }
 }
 
-/// mma = wgmma.tma.ws.overlap asked for by name: built with the overlap
-/// or refused (it needs a ring of 3 K/V stages).
+/// mma = wgmma.tma.ws.overlap (or .pingpong) asked for by name: built
+/// with the overlap or refused (it needs a ring of 3 K/V stages); the
+/// ping-pong also needs two consumer warpgroups.
 static void checkOverlapAsked(const AttentionSpec &spec,
                               const GpuCompileOptions &options,
                               const GpuTileConfig &tc) {
-  if (tc.kind == KernelKind::Forward &&
-      options.mma == GpuMma::WgmmaTmaWsOverlap && tc.warpSpecialized &&
+  bool asked = options.mma == GpuMma::WgmmaTmaWsOverlap ||
+               options.mma == GpuMma::WgmmaTmaWsPingPong;
+  if (tc.kind == KernelKind::Forward && asked && tc.warpSpecialized &&
       !tc.overlapSoftmax)
     throw UserError(fmt::format(
-        "mma = wgmma.tma.ws.overlap needs a ring of 3 K/V stages (head dims "
-        "up to 128 with the default tiles), not {} at head_dim {}/{} and "
-        "block_n {}",
-        tc.kvStages(spec.headDimQK, spec.headDimV), spec.headDimQK,
-        spec.headDimV, tc.blockN));
+        "mma = {} needs a ring of 3 K/V stages (head dims up to 128 with "
+        "the default tiles), not {} at head_dim {}/{} and block_n {}",
+        toString(options.mma), tc.kvStages(spec.headDimQK, spec.headDimV),
+        spec.headDimQK, spec.headDimV, tc.blockN));
+  if (tc.kind == KernelKind::Forward &&
+      options.mma == GpuMma::WgmmaTmaWsPingPong && tc.overlapSoftmax &&
+      !tc.pingPong)
+    throw UserError(fmt::format(
+        "mma = wgmma.tma.ws.overlap.pingpong alternates two consumer "
+        "warpgroups (num_warps = 8), not num_warps = {}",
+        tc.numWarps));
 }
 
 /// decode_stages asked for: 2 or 3, on a decode kernel.
@@ -128,7 +136,8 @@ static void validateDecode(const AttentionSpec &spec,
                     "(varlen and block_sparse do not apply)");
   if (options.mma == GpuMma::Wgmma || options.mma == GpuMma::WgmmaTma ||
       options.mma == GpuMma::WgmmaTmaWs ||
-      options.mma == GpuMma::WgmmaTmaWsOverlap)
+      options.mma == GpuMma::WgmmaTmaWsOverlap ||
+      options.mma == GpuMma::WgmmaTmaWsPingPong)
     throw UserError(fmt::format("mma = {}: the GPU decode kernel uses "
                                 "mma.sync only",
                                 toString(options.mma)));
@@ -211,7 +220,8 @@ void validateForGpu(const AttentionSpec &spec,
   validateHeadDims(spec, tc.kind);
   if (tc.kind == KernelKind::Backward) {
     if (options.mma == GpuMma::WgmmaTma || options.mma == GpuMma::WgmmaTmaWs ||
-        options.mma == GpuMma::WgmmaTmaWsOverlap)
+        options.mma == GpuMma::WgmmaTmaWsOverlap ||
+        options.mma == GpuMma::WgmmaTmaWsPingPong)
       throw UserError(fmt::format("mma = {}: the GPU backward uses mma.sync "
                                   "or wgmma (cp.async, no TMA)",
                                   toString(options.mma)));
@@ -302,7 +312,8 @@ void validateForGpu(const AttentionSpec &spec,
   // An MMA asked for by name is built as asked or refused, never replaced
   // by another one that would sit under its own cache key.
   bool askedWs = options.mma == GpuMma::WgmmaTmaWs ||
-                 options.mma == GpuMma::WgmmaTmaWsOverlap;
+                 options.mma == GpuMma::WgmmaTmaWsOverlap ||
+                 options.mma == GpuMma::WgmmaTmaWsPingPong;
   bool askedTma = options.mma == GpuMma::WgmmaTma || askedWs;
   if (tc.kind == KernelKind::Forward && askedTma &&
       (options.varlen || options.blockSparse))

@@ -84,6 +84,8 @@ const char *toString(GpuMma mma) {
     return "wgmma.tma.ws";
   case GpuMma::WgmmaTmaWsOverlap:
     return "wgmma.tma.ws.overlap";
+  case GpuMma::WgmmaTmaWsPingPong:
+    return "wgmma.tma.ws.overlap.pingpong";
   }
   return "?";
 }
@@ -167,7 +169,9 @@ static bool overlapByDefault(const AttentionSpec &spec,
 static GpuTileConfig chooseTiles(const AttentionSpec &spec,
                                  const std::string &arch, bool varlen,
                                  bool blockSparse, GpuMma mma) {
-  bool askedWs = mma == GpuMma::WgmmaTmaWs || mma == GpuMma::WgmmaTmaWsOverlap;
+  bool askedOverlap =
+      mma == GpuMma::WgmmaTmaWsOverlap || mma == GpuMma::WgmmaTmaWsPingPong;
+  bool askedWs = mma == GpuMma::WgmmaTmaWs || askedOverlap;
   bool tma = mma == GpuMma::WgmmaTma || askedWs;
   if (mma == GpuMma::Wgmma || tma ||
       (mma == GpuMma::Default && wgmmaApplies(spec, arch))) {
@@ -221,10 +225,10 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     bool wsFits = d <= 128 || !hasMaskCode(spec);
     c.warpSpecialized = c.tma && c.numWarps == 8 &&
                         (askedWs || (mma == GpuMma::Default && wsFits));
-    c.overlapSoftmax =
-        c.warpSpecialized &&
-        ((mma == GpuMma::WgmmaTmaWsOverlap && overlapFits(spec, c)) ||
-         (mma == GpuMma::Default && overlapByDefault(spec, c)));
+    c.overlapSoftmax = c.warpSpecialized &&
+                       ((askedOverlap && overlapFits(spec, c)) ||
+                        (mma == GpuMma::Default && overlapByDefault(spec, c)));
+    c.pingPong = c.overlapSoftmax && mma == GpuMma::WgmmaTmaWsPingPong;
     return c;
   }
   GpuTileConfig c = denseTileConfig(spec, arch);
@@ -513,6 +517,8 @@ GpuTileConfig resolveGpuTileConfig(const AttentionSpec &spec,
   c.overlapSoftmax = c.overlapSoftmax && c.warpSpecialized &&
                      overlapFits(spec, c) &&
                      (mma != GpuMma::Default || !reshaped);
+  // The ping-pong alternates two consumer warpgroups.
+  c.pingPong = c.pingPong && c.overlapSoftmax && c.numWarps == 8;
   return c;
 }
 

@@ -152,6 +152,10 @@ struct KernelOptions : public PassPipelineOptions<KernelOptions> {
       *this, "overlap-softmax",
       llvm::cl::desc("with warp-specialized: softmax beside the products"),
       llvm::cl::init(false)};
+  Option<bool> pingPong{
+      *this, "ping-pong",
+      llvm::cl::desc("with overlap-softmax: the consumer warpgroups' turns"),
+      llvm::cl::init(false)};
   Option<int> decodeStages{
       *this, "decode-stages",
       llvm::cl::desc("with decode: K/V stages (2, or 3: Q on the third)"),

@@ -672,6 +672,52 @@ TEST_CASE("the intra-warpgroup overlap: the default of warp-specialised "
                         Catch::Contains("3 K/V stages"));
 }
 
+TEST_CASE("the inter-warpgroup ping-pong: by name only, on the overlap, "
+          "spill-free",
+          "[gpu-codegen]") {
+  // FlashAttention-3's ping-pong (ForwardOverlap.cpp, "Ping-pong"): each
+  // consumer warpgroup syncs on its own named barrier before it issues a
+  // tile's products and arrives on the other's after; warpgroup 0 arrives
+  // on its own once before the loop. Never the default; asked for by name
+  // wherever the overlap is built, refused where it is not.
+  CHECK(std::string(toString(GpuMma::WgmmaTmaWsPingPong)) ==
+        "wgmma.tma.ws.overlap.pingpong");
+  GpuCompileOptions o;
+  o.mma = GpuMma::WgmmaTmaWsPingPong;
+  for (const testing::MatrixKernel &k : testing::pingPongKernels()) {
+    INFO(k.id);
+    CHECK_FALSE(defaultGpuTileConfig(k.spec, "sm_90a").pingPong);
+    GpuKernelImage img = compileGpu(k.spec, o);
+    CHECK(img.config.pingPong);
+    checkOverlapped(img);
+    // Four versions of the step (masked or not, a product pending or
+    // not), each one turn: a sync on barrier 2 or 3 of 256 threads and an
+    // arrival on the other; the opening arrival.
+    size_t syncs = 0, arrives = 0;
+    for (size_t p = img.ptx.find("bar.sync"); p != std::string::npos;
+         p = img.ptx.find("bar.sync", p + 1))
+      ++syncs;
+    for (size_t p = img.ptx.find("bar.arrive"); p != std::string::npos;
+         p = img.ptx.find("bar.arrive", p + 1))
+      ++arrives;
+    CHECK(syncs >= 4);
+    CHECK(arrives == 5);
+  }
+  // Where the overlap is refused (two K/V stages at head dim 256), so is
+  // the ping-pong.
+  AttentionSpec d256 = testing::matrixSpec("none", 256, DType::BF16, 2, 2);
+  CHECK_THROWS_WITH(compileGpu(d256, o),
+                    Catch::Contains("wgmma.tma.ws.overlap.pingpong") &&
+                        Catch::Contains("3 K/V stages"));
+  // The serial step and the plain overlap have no turns.
+  GpuCompileOptions ovl;
+  ovl.mma = GpuMma::WgmmaTmaWsOverlap;
+  GpuKernelImage plain =
+      compileGpu(testing::matrixSpec("none", 128, DType::BF16, 2, 2), ovl);
+  CHECK_FALSE(plain.config.pingPong);
+  CHECK(plain.ptx.find("bar.arrive") == std::string::npos);
+}
+
 TEST_CASE("mma = wgmma.tma.ws: a producer warpgroup and setmaxnreg",
           "[gpu-codegen]") {
   // Two consumer warpgroups get the producer warpgroup: 384 threads,

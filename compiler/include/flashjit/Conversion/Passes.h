@@ -31,6 +31,7 @@ template <class Options> KernelConfig fromPassOptions(const Options &options) {
   c.tma = options.tma;
   c.warpSpecialized = options.warpSpecialized;
   c.overlapSoftmax = options.overlapSoftmax;
+  c.pingPong = options.pingPong;
   c.decodeStages = options.decodeStages;
   c.syncBackward = options.syncBackward;
   c.arch = options.arch;

@@ -95,6 +95,11 @@ def ConvertAttnToNVVM : Pass<"convert-attn-to-nvvm", "::mlir::ModuleOp"> {
            "with warp-specialized: FlashAttention-3's intra-warpgroup "
            "overlap (two wgmma groups in flight: a tile's S = Q K^T and the "
            "previous tile's P V; the softmax runs while P V does)">,
+    Option<"pingPong", "ping-pong", "bool", /*default=*/"false",
+           "with overlap-softmax and two consumer warpgroups: "
+           "FlashAttention-3's inter-warpgroup ping-pong (the warpgroups "
+           "take turns to issue their products through named barriers 2 "
+           "and 3)">,
     Option<"decodeStages", "decode-stages", "int", /*default=*/"0",
            "with decode: K/V cp.async stages, 2 (0 reads as 2) or 3 (Q "
            "overlaid on the third stage, one barrier per key tile; "

@@ -54,10 +54,16 @@ enum class GpuMma {
   /// masks alone (windows, prefix-LM), ALiBi, bias tables and document
   /// masks keep WgmmaTmaWs.
   WgmmaTmaWsOverlap,
+  /// WgmmaTmaWsOverlap with FlashAttention-3's inter-warpgroup ping-pong
+  /// (KernelConfig::pingPong): the two consumer warpgroups take turns to
+  /// issue their products (named barriers), so one's softmax runs while
+  /// the other's products do. Where WgmmaTmaWsOverlap applies, else
+  /// refused; asked for by name only (Default never picks it).
+  WgmmaTmaWsPingPong,
 };
 
-/// "default", "mma.sync", "wgmma", "wgmma.tma", "wgmma.tma.ws" or
-/// "wgmma.tma.ws.overlap".
+/// "default", "mma.sync", "wgmma", "wgmma.tma", "wgmma.tma.ws",
+/// "wgmma.tma.ws.overlap" or "wgmma.tma.ws.overlap.pingpong".
 const char *toString(GpuMma mma);
 
 /// The tile configuration of a GPU kernel: the one kernel configuration

@@ -184,6 +184,11 @@ struct ConvertAttnToNVVM
         op.emitOpError("overlap-softmax kernels are warp-specialized");
         return signalPassFailure();
       }
+      if (c.pingPong && (!c.overlapSoftmax || c.numWarps != 8)) {
+        op.emitOpError("ping-pong kernels are overlap-softmax kernels with "
+                       "num-warps 8 (2 consumer warpgroups)");
+        return signalPassFailure();
+      }
       if (c.warpSpecialized && (!c.tma || c.numWarps == 4)) {
         op.emitOpError("warp-specialized kernels are tma kernels with "
                        "num-warps 8 or 12 (2 or 3 consumer warpgroups)");
@@ -278,6 +283,7 @@ ConvertAttnToNVVMOptions toPassOptions(const KernelConfig &config) {
   o.tma = config.tma;
   o.warpSpecialized = config.warpSpecialized;
   o.overlapSoftmax = config.overlapSoftmax;
+  o.pingPong = config.pingPong;
   o.decodeStages = config.decodeStages;
   o.syncBackward = config.syncBackward;
   o.arch = config.arch;

@@ -104,6 +104,14 @@ private:
   /// overlapLoop's state with its pending P V (if any; of K/V stage
   /// \p pendStage) completed and that stage released.
   SmallVector<Value> flushPV(ValueRange state, Value pendStage);
+  /// pingPong: this consumer warpgroup's named barrier (turnSelf) and the
+  /// other's (turnOther), and the first warpgroup's opening arrival on its
+  /// own, so it takes the first turn (ForwardOverlap.cpp, "Ping-pong").
+  void initTurns();
+  /// pingPong: waits for this warpgroup's turn to issue products.
+  void awaitTurn();
+  /// pingPong: hands the turn to the other warpgroup.
+  void passTurn();
   /// O / l and LSE; rows with no allowed key give O = 0, LSE = -inf.
   void epilogue(ValueRange fin);
   /// Where the masked-value vote runs (MaskedValues.h, "Where the
@@ -232,6 +240,9 @@ private:
   int stages = 2;
   FragmentCoords at;
   Value qLast;
+  // pingPong: the named barriers of this consumer warpgroup's turns and of
+  // the other's.
+  Value turnSelf, turnOther;
   // Loop state: O fragments (nAcc), m (2 MT rows), l (2 MT).
   SmallVector<Value> init;
   int nAcc = 0;

@@ -64,17 +64,53 @@
 // except the vote's (which touches no accumulator); P_{j-1} is kept live up
 // to the wait (wgmmaWait's keep), so ptxas need not serialise the products.
 //
+// Ping-pong (KernelConfig::pingPong; FlashAttention-3's inter-warpgroup
+// schedule, Shah et al. 2024, section 3.1): the two consumer warpgroups
+// take turns to issue a tile's products, so that one warpgroup's softmax
+// runs while the other's products occupy the tensor cores. Each
+// warpgroup owns a named barrier (kTurnBarrier + its index: 2 and 3;
+// barrier 0 is the CTA's, 1 the consumers' vote group) of 256 threads.
+// A turn: bar.sync on its own barrier (128 threads of this warpgroup,
+// waiting for 128 arrivals of the other), issue S_j and the pending
+// P_{j-1} V_{j-1}, bar.arrive on the other's barrier. Before the loop
+// warpgroup 0 arrives on its own barrier once, so its first sync passes
+// at once and it takes the first turn. Every non-empty tile is one turn
+// (pending or not, masked or not: all four versions of the step sync and
+// arrive once); empty tiles and flushPV (after an empty tile and after the
+// last) issue their P V outside the turns. Tile classification is the
+// CTA's (its first and last query rows), so both warpgroups visit the
+// same non-empty tiles and take the same number of turns N: warpgroup 0
+// syncs N times on barrier 2, which receives its opening arrival and
+// warpgroup 1's N arrivals; warpgroup 1 syncs N times on barrier 3, which
+// receives warpgroup 0's N arrivals. Warpgroup 0's sync k pairs with
+// warpgroup 1's arrival k - 1 (its own opening one for k = 1), warpgroup
+// 1's sync k with warpgroup 0's arrival k. No barrier holds arrivals of two
+// generations: warpgroup 1's arrival k + 1 at barrier 2 follows its sync k + 1
+// on barrier 3, which needs warpgroup 0's arrival k + 1, made after warpgroup
+// 0's sync k + 1 on barrier 2 completed (and symmetrically for barrier 3).
+// Warpgroup 1's last arrival (and the opening one, where the CTA has no
+// non-empty tile) is left at barrier 2 when the CTA exits, as
+// FlashAttention-3 leaves it. The masked-value votes (published, or the
+// in-tile vote for testing) wait for the other warpgroup only at or after
+// the point where both have taken their turn of the same tile, so the
+// turns add no cycle to them.
+//
 //===----------------------------------------------------------------------===//
 #include "ForwardKernelBuilder.h"
 
 #include "Tma.h"
 #include "Wgmma.h"
 
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace flashjit::nvvm::detail {
 
 namespace {
+
+/// The named barrier of consumer warpgroup 0's turns; warpgroup 1's is the
+/// next one.
+constexpr int kTurnBarrier = 2;
 
 /// The types of \p values.
 SmallVector<Type> typesOf(ValueRange values) {
@@ -87,8 +123,29 @@ SmallVector<Type> typesOf(ValueRange values) {
 // packed (4 pvSteps i32) and whether there is one (i1). The pending tile is
 // always the previous position: its stage is not carried.
 
+void ForwardKernelBuilder::initTurns() {
+  // Consumer threads only (tid < 256): warpgroup tid / 128.
+  Value wg = arith::ShRUIOp::create(b, tid, ops.ci32(7));
+  turnSelf = ops.add(wg, ops.ci32(kTurnBarrier));
+  turnOther = ops.sub(ops.ci32(2 * kTurnBarrier + 1), turnSelf);
+  ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, wg, ops.ci32(0)), [&] {
+    NVVM::BarrierArriveOp::create(b, turnSelf, ops.ci32(256));
+  });
+}
+
+void ForwardKernelBuilder::awaitTurn() {
+  NVVM::BarrierOp::create(b, TypeRange{}, turnSelf, ops.ci32(256),
+                          NVVM::BarrierReductionAttr(), Value());
+}
+
+void ForwardKernelBuilder::passTurn() {
+  NVVM::BarrierArriveOp::create(b, turnOther, ops.ci32(256));
+}
+
 SmallVector<Value> ForwardKernelBuilder::overlapLoop() {
   const int nP = 4 * sh.pvSteps();
+  if (c.pingPong)
+    initTurns();
   SmallVector<Value> loopInit(init);
   loopInit.append(nP, ops.ci32(0));
   loopInit.push_back(ops.cb(false));
@@ -175,11 +232,16 @@ ForwardKernelBuilder::overlapStep(ValueRange state, Value kv0, Value stage,
   // Issue S_j, then P_{j-1} V_{j-1}; the vote on V_j (partial tiles) runs
   // while both are in flight (published: this warp's share, and in full
   // tiles only its arrival for the stage's use).
+  // Ping-pong: both products issued in this warpgroup's turn.
+  if (c.pingPong)
+    awaitTurn();
   SmallVector<Value> sAcc = mma->issueS();
   SmallVector<Value> oAcc(state.begin(), state.begin() + nAcc);
   if (pending)
     oAcc = mma->issuePV(oAcc, pPrev,
                         ops.mul(ops.ext64(pendStage), ops.ci64(stageBytes)));
+  if (c.pingPong)
+    passTurn();
   const VotePlacement vp = votePlacement();
   Value poisoned;
   if (masked && vp != VotePlacement::None)

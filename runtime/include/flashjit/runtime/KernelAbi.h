@@ -256,6 +256,12 @@ struct KernelConfig {
   /// previous tile's stage one step longer); else the serial tile step
   /// (S, softmax, P V, each product waited for at once).
   bool overlapSoftmax = false;
+  /// overlapSoftmax kernels with two consumer warpgroups only:
+  /// FlashAttention-3's inter-warpgroup ping-pong (Shah et al. 2024,
+  /// section 3.1): the consumer warpgroups take turns, through two named
+  /// barriers, to issue a tile's products, so one warpgroup's softmax runs
+  /// while the other's products do.
+  bool pingPong = false;
   /// wgmma backward kernels with mask or score-modifier code, head dims up
   /// to 128 and above 64, not block-sparse (the only ones whose order is a
   /// choice): the synchronous tile step (each product waited for at once)
