@@ -140,13 +140,13 @@ TEST_CASE("ping-pong kernels match the float64 reference over odd shapes "
           "[gpu][generated][pingpong]") {
   // pingPongKernels(): the overlap with the consumer warpgroups taking
   // turns (named barriers 2 and 3) to issue their products. A wrong count
-  // of turns hangs the kernel; a wrong order of products gives wrong
-  // values. Shapes: single rows and keys, no queries, seqlens that are not
-  // multiples of 128, up to 18 key tiles (the ring of 3 stages reused, the
-  // window's empty tiles, each flushing the pending product outside the
-  // turns), seqlen_q > seqlen_k (bottom-right causal: whole CTAs and whole
-  // warpgroups without a key, beside a warpgroup with keys) and
-  // seqlen_q < seqlen_k.
+  // of turns hangs the kernel or leaves a barrier part-arrived at when the
+  // CTA exits; a wrong order of products gives wrong values. Shapes: single
+  // rows and keys, no queries, seqlens that are not multiples of 128, up to
+  // 18 key tiles (the ring of 3 stages reused, the window's empty tiles,
+  // each flushing the pending product outside the turns), seqlen_q >
+  // seqlen_k (bottom-right causal: whole CTAs and whole warpgroups without
+  // a key, beside a warpgroup with keys) and seqlen_q < seqlen_k.
   Device &dev = Device::get(0);
   const std::pair<int64_t, int64_t> shapes[] = {
       {1, 1},       {17, 65},     {0, 9},       {257, 300},

@@ -108,6 +108,9 @@ private:
   /// other's (turnOther), and the first warpgroup's opening arrival on its
   /// own, so it takes the first turn (ForwardOverlap.cpp, "Ping-pong").
   void initTurns();
+  /// pingPong: after the loop, the first warpgroup's closing sync on its
+  /// own barrier (it takes the other's last arrival).
+  void closeTurns();
   /// pingPong: waits for this warpgroup's turn to issue products.
   void awaitTurn();
   /// pingPong: hands the turn to the other warpgroup.

@@ -74,26 +74,31 @@
 // waiting for 128 arrivals of the other), issue S_j and the pending
 // P_{j-1} V_{j-1}, bar.arrive on the other's barrier. Before the loop
 // warpgroup 0 arrives on its own barrier once, so its first sync passes
-// at once and it takes the first turn. Every non-empty tile is one turn
-// (pending or not, masked or not: all four versions of the step sync and
-// arrive once); empty tiles and flushPV (after an empty tile and after the
-// last) issue their P V outside the turns. Tile classification is the
+// at once and it takes the first turn; after the loop (and its flushPV)
+// it syncs on its own barrier once more, which takes warpgroup 1's last
+// arrival, so that both barriers end where they began (nothing left
+// arrived at when the CTA exits; where the CTA has no non-empty tile, the
+// opening arrival and the closing sync meet). Every non-empty tile is one
+// turn (pending or not, masked or not: all four versions of the step sync
+// and arrive once); empty tiles and flushPV (after an empty tile and after
+// the last) issue their P V outside the turns. Tile classification is the
 // CTA's (its first and last query rows), so both warpgroups visit the
-// same non-empty tiles and take the same number of turns N: warpgroup 0
-// syncs N times on barrier 2, which receives its opening arrival and
-// warpgroup 1's N arrivals; warpgroup 1 syncs N times on barrier 3, which
-// receives warpgroup 0's N arrivals. Warpgroup 0's sync k pairs with
-// warpgroup 1's arrival k - 1 (its own opening one for k = 1), warpgroup
-// 1's sync k with warpgroup 0's arrival k. No barrier holds arrivals of two
-// generations: warpgroup 1's arrival k + 1 at barrier 2 follows its sync k + 1
-// on barrier 3, which needs warpgroup 0's arrival k + 1, made after warpgroup
-// 0's sync k + 1 on barrier 2 completed (and symmetrically for barrier 3).
-// Warpgroup 1's last arrival (and the opening one, where the CTA has no
-// non-empty tile) is left at barrier 2 when the CTA exits, as
-// FlashAttention-3 leaves it. The masked-value votes (published, or the
-// in-tile vote for testing) wait for the other warpgroup only at or after
-// the point where both have taken their turn of the same tile, so the
-// turns add no cycle to them.
+// same non-empty tiles and take the same number of turns N: barrier 2
+// takes warpgroup 0's opening arrival, N syncs and closing sync, and
+// warpgroup 1's N arrivals (N + 1 generations of 256); barrier 3 takes
+// warpgroup 1's N syncs and warpgroup 0's N arrivals (N generations).
+// Warpgroup 0's sync k pairs with warpgroup 1's arrival k - 1 (its own
+// opening one for k = 1; the closing sync with arrival N), warpgroup 1's
+// sync k with warpgroup 0's arrival k. No barrier holds arrivals of two
+// generations: warpgroup 1's arrival k + 1 at barrier 2 follows its sync
+// k + 1 on barrier 3, which needs warpgroup 0's arrival k + 1, made after
+// warpgroup 0's sync k + 1 on barrier 2 completed (and symmetrically for
+// barrier 3). The masked-value votes (published, or the in-tile vote for
+// testing) and the isolation's barrier wait for the other warpgroup only
+// at or after the point where both have taken their turn of the same
+// tile, so the turns add no cycle to them; nor to the K/V ring: a
+// warpgroup waiting for tile j to land has taken its turn j - 1, so the
+// other can finish its step j - 1 and release the stage of tile j - 2.
 //
 //===----------------------------------------------------------------------===//
 #include "ForwardKernelBuilder.h"
@@ -131,6 +136,12 @@ void ForwardKernelBuilder::initTurns() {
   ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, wg, ops.ci32(0)), [&] {
     NVVM::BarrierArriveOp::create(b, turnSelf, ops.ci32(256));
   });
+}
+
+void ForwardKernelBuilder::closeTurns() {
+  Value wg = ops.sub(turnSelf, ops.ci32(kTurnBarrier));
+  ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, wg, ops.ci32(0)),
+             [&] { awaitTurn(); });
 }
 
 void ForwardKernelBuilder::awaitTurn() {
@@ -201,6 +212,8 @@ SmallVector<Value> ForwardKernelBuilder::overlapLoop() {
   SmallVector<Value> fin = flushPV(
       loop.getResults(),
       arith::RemUIOp::create(b, ops.sub(jEnd, jBegin), ops.ci32(stages)));
+  if (c.pingPong)
+    closeTurns();
   fin.resize(init.size());
   return fin;
 }

@@ -8,8 +8,10 @@
 // turn). In each of the step's four versions (masked or not, a P V pending
 // or not) the warpgroup syncs on its own barrier (256 threads) before
 // issuing S = Q K^T, and arrives on the other's after the last product it
-// issues, before any wait; nothing else touches barriers 2 and 3 (the
-// empty tile's and the last pending P V, flushPV, take no turn).
+// issues, before any wait. After the loop and the last pending P V
+// (flushPV, which like the empty tile's takes no turn) warpgroup 0 syncs
+// on its own barrier once more, taking warpgroup 1's last arrival; nothing
+// else touches barriers 2 and 3.
 
 // CHECK-LABEL: gpu.func @causal(
 // CHECK: nvvm.setmaxregister increase 240
@@ -40,11 +42,20 @@
 // CHECK: nvvm.barrier.arrive id = %[[OTHER]]
 // CHECK-NOT: nvvm.barrier id = %[[SELF]]
 // CHECK-NOT: nvvm.barrier.arrive
+// CHECK: wgmma.wait_group.sync.aligned 0;
+// CHECK: %[[WG2:.*]] = arith.subi %[[SELF]], %c2_i32
+// CHECK: %[[FIRST2:.*]] = arith.cmpi eq, %[[WG2]], %c0_i32
+// CHECK: scf.if %[[FIRST2]] {
+// CHECK-NEXT: %[[N1:.*]] = arith.constant 256 : i32
+// CHECK-NEXT: nvvm.barrier id = %[[SELF]] number_of_threads = %[[N1]]
+// CHECK-NEXT: }
+// CHECK-NOT: nvvm.barrier id = %[[SELF]]
+// CHECK-NOT: nvvm.barrier.arrive
 // CHECK: gpu.return
 
 // PTX: gpu.binary @flashjit_kernels
 // PTX-SAME: bar.arrive
-// PTX-COUNT-4: bar.sync \09%r{{[0-9]+}}, 256;
+// PTX-COUNT-5: bar.sync \09%r{{[0-9]+}}, 256;
 // PTX-NOT: bar.sync \09%r
 // ERR: ping-pong kernels are overlap-softmax kernels with num-warps 8
 attn.attention @causal attributes {
