@@ -179,12 +179,15 @@ pack() {
   # GPU_CHECK_MASKBENCH_BASE=mask-bench-sync makes the "base" the same
   # kernels with the wgmma backward's synchronous tile step at head dim 128
   # instead (the pipelined default's gain: "new" is the pipelined one).
+  # GPU_CHECK_MASKBENCH_OLD=mask-bench-pub makes the "old" column the
+  # warp-specialised forwards' published vote (sessions 18-23's default at
+  # head dim 128; "new" is the result check).
   if [[ ${GPU_CHECK_MASKBENCH:-0} == 1 ]]; then
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a mask-bench
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-base" sm_90a \
       "${GPU_CHECK_MASKBENCH_BASE:-mask-bench-base}"
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-old" sm_90a \
-      mask-bench-old
+      "${GPU_CHECK_MASKBENCH_OLD:-mask-bench-old}"
   fi
   tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
   rm -rf "$kdir" "$PACK/matrix_kernels"
