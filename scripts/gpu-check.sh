@@ -618,11 +618,15 @@ run() {
   # The head-dim-64 TMA forward that checks its result and reruns a row
   # block (its second pass continues the mbarrier ring) under racecheck and
   # synccheck: the document kernels of the bit-for-bit comparison with the
-  # in-tile vote (not in the default).
+  # in-tile vote (not in the default). GPU_CHECK_MASKED_ONLY picks other
+  # ids (FLASHJIT_MATRIX_ONLY's list form), e.g. doc_id_d128,ovl_doc_causal
+  # for the warp-specialised forwards that check their result (their
+  # producer loads the tiles again after the consumers' decision).
   local mvcase="forward: kernels that check their results for NaN and Inf equal the in-tile vote bit for bit"
   for tool in racecheck synccheck; do
     if command -v compute-sanitizer >/dev/null && want ${tool}_masked; then
-      FLASHJIT_MATRIX_ONLY=doc_id_d64 step ${tool}_masked compute-sanitizer \
+      FLASHJIT_MATRIX_ONLY=${GPU_CHECK_MASKED_ONLY:-doc_id_d64} \
+        step ${tool}_masked compute-sanitizer \
         --tool $tool --error-exitcode 3 "$bin/flashjit_gpu_tests" "$mvcase"
     fi
   done
