@@ -179,12 +179,15 @@ pack() {
   # GPU_CHECK_MASKBENCH_BASE=mask-bench-sync makes the "base" the same
   # kernels with the wgmma backward's synchronous tile step at head dim 128
   # instead (the pipelined default's gain: "new" is the pipelined one).
+  # GPU_CHECK_MASKBENCH_OLD=mask-bench-pub makes the "old" column the
+  # warp-specialised forwards' published vote (sessions 18-23's default at
+  # head dim 128; "new" is the result check).
   if [[ ${GPU_CHECK_MASKBENCH:-0} == 1 ]]; then
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir" sm_90a mask-bench
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-base" sm_90a \
       "${GPU_CHECK_MASKBENCH_BASE:-mask-bench-base}"
     "$BUILD/tests/gpu/gen_matrix_kernels" "$kdir/maskbench-old" sm_90a \
-      mask-bench-old
+      "${GPU_CHECK_MASKBENCH_OLD:-mask-bench-old}"
   fi
   tar -C "$kdir" -cJf "$PACK/matrix_kernels.tar.xz" .
   rm -rf "$kdir" "$PACK/matrix_kernels"
@@ -615,11 +618,15 @@ run() {
   # The head-dim-64 TMA forward that checks its result and reruns a row
   # block (its second pass continues the mbarrier ring) under racecheck and
   # synccheck: the document kernels of the bit-for-bit comparison with the
-  # in-tile vote (not in the default).
+  # in-tile vote (not in the default). GPU_CHECK_MASKED_ONLY picks other
+  # ids (FLASHJIT_MATRIX_ONLY's list form), e.g. doc_id_d128,ovl_doc_causal
+  # for the warp-specialised forwards that check their result (their
+  # producer loads the tiles again after the consumers' decision).
   local mvcase="forward: kernels that check their results for NaN and Inf equal the in-tile vote bit for bit"
   for tool in racecheck synccheck; do
     if command -v compute-sanitizer >/dev/null && want ${tool}_masked; then
-      FLASHJIT_MATRIX_ONLY=doc_id_d64 step ${tool}_masked compute-sanitizer \
+      FLASHJIT_MATRIX_ONLY=${GPU_CHECK_MASKED_ONLY:-doc_id_d64} \
+        step ${tool}_masked compute-sanitizer \
         --tool $tool --error-exitcode 3 "$bin/flashjit_gpu_tests" "$mvcase"
     fi
   done

@@ -105,12 +105,15 @@ TEST_CASE("the masked head-dim-128 defaults match the float64 reference "
   uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
   int i = 0;
-  // overlapVoteKernels(): the overlap by name (published masked-value vote)
-  // for masks alone too, on the same shapes.
+  // overlapVoteKernels(): the overlap by name for masks alone too, on the
+  // same shapes (the default result check, and `_pubvote` the published
+  // masked-value vote).
   std::vector<testing::MatrixKernel> kernels = testing::overlapMaskedKernels();
   const size_t defaults = kernels.size();
-  for (const testing::MatrixKernel &k : testing::overlapVoteKernels())
+  for (const testing::MatrixKernel &k : testing::overlapVoteKernels()) {
     kernels.push_back(k);
+    kernels.push_back({k.id + "_pubvote", k.variant, k.spec});
+  }
   for (size_t n = 0; n < kernels.size(); ++n) {
     const testing::MatrixKernel &k = kernels[n];
     if (!selected(k))

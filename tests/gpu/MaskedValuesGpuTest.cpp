@@ -7,9 +7,12 @@
 // causal, two-sided window (50 left, 20 right) and document (37 tokens,
 // causal) kernels at head dims 64, 96 and 128 (mma.sync, wgmma, TMA and
 // warp-specialised on sm_90a), the kv_idx == 0 kernels of
-// maskedValueKernels() and the head-dim-128 kernels with the
+// maskedValueKernels(), the benchmark's head-dim-128 kernels
+// (overlapMaskedKernels(): causal, 1024-key window, causal + softcap, the
+// document-causal mask) and the head-dim-128 kernels with the
 // intra-warpgroup overlap by name (overlapVoteKernels(): causal, windows,
-// causal + softcap, kv_idx == 0), bf16 and fp16, on these layouts of poison:
+// causal + softcap, kv_idx == 0; the result check and, `_pubvote`, the
+// published vote), bf16 and fp16, on these layouts of poison:
 //   - issue 21's N = 2 reproduction (V[1] = inf): with kv_idx == 0 both
 //     rows attend only key 0, in the tile with key 1: both must be clean;
 //   - its causal one (N = 201, V[150] = +-inf, K[190] = NaN): rows that
@@ -22,7 +25,11 @@
 //     case covers those kernels);
 //   - N = 600 with keys 590.. poisoned: the poisoned tile comes after many
 //     others (later uses of the K/V stages, where the votes' barrier phases
-//     and marks are not the first ones).
+//     and marks are not the first ones);
+//   - N = 777 with key 700 poisoned: only the CTAs whose key tiles hold it
+//     run their row block again (result check);
+//   - seqlen_q 700 > seqlen_k 149 with key 140 poisoned: window CTAs with
+//     no key tile at all beside CTAs that rerun.
 // Oracle: the float64 reference on the same inputs, which skips keys a row
 // does not attend (test::compareAttendedRows); which rows are clean follows
 // from the layouts above and is asserted, so a case cannot pass by having
@@ -103,6 +110,27 @@ const Poison kScattered = {
       return j % 97 == 13 ? (d % 2 ? kNaN : (d % 3 ? kInf : -kInf)) : 0.0f;
     },
     [](int64_t, int64_t) { return 0.0f; }};
+// Only some CTAs meet a NaN or Inf (key 700 of 777: causal query tiles from
+// 640, the window's rows 680..750, its document's rows), after 6 or 7 stage
+// uses of a head-dim-128 kernel's ring (a rerun starting at every residue
+// of 2 and 3 stages); the last key tile is partial (keys 768..776).
+const Poison kSomeCtas = {
+    "N = 777, V of key 700 NaN and +-Inf", 777, 777,
+    [](int64_t j, int64_t d) {
+      return j == 700 ? (d % 3 == 0 ? kNaN : (d % 3 == 1 ? kInf : -kInf))
+                      : 0.0f;
+    },
+    [](int64_t, int64_t) { return 0.0f; }};
+// More queries than keys (seqlen_q 700, seqlen_k 149): the window's rows
+// from 199 attend no key, so its CTAs of rows 256.. visit no key tile at
+// all (they decide at once and their producer loads nothing); key 140 (in
+// the partial last key tile) is NaN or Inf for the rows that attend it.
+const Poison kNoTiles = {"seqlen_q 700 > seqlen_k 149, V of key 140 NaN or Inf",
+                         700, 149,
+                         [](int64_t j, int64_t d) {
+                           return j == 140 ? (d % 2 ? kNaN : kInf) : 0.0f;
+                         },
+                         [](int64_t, int64_t) { return 0.0f; }};
 const Poison kClean = {"no NaN or Inf", 333, 333,
                        [](int64_t, int64_t) { return 0.0f; },
                        [](int64_t, int64_t) { return 0.0f; }};
@@ -124,8 +152,8 @@ bool selected(const std::string &id) { return test::matrixIdSelected(id); }
 
 /// The forward kernels of the test: the matrix's causal, window and
 /// document kernels at head dims 64 and 128 (wgmma on sm_90a) and 96
-/// (mma.sync there too), the kv_idx == 0 ones and the overlapped ones
-/// (published vote).
+/// (mma.sync there too), the kv_idx == 0 ones, the benchmark's head-dim-128
+/// ones and the overlapped ones (result check and published vote).
 std::vector<testing::MatrixKernel> forwardKernels() {
   std::vector<testing::MatrixKernel> out;
   for (const testing::MatrixKernel &k : testing::kernelMatrix())
@@ -136,8 +164,12 @@ std::vector<testing::MatrixKernel> forwardKernels() {
       out.push_back(k);
   for (const testing::MatrixKernel &k : testing::maskedValueKernels(false))
     out.push_back(k);
-  for (const testing::MatrixKernel &k : testing::overlapVoteKernels())
+  for (const testing::MatrixKernel &k : testing::overlapMaskedKernels())
     out.push_back(k);
+  for (const testing::MatrixKernel &k : testing::overlapVoteKernels()) {
+    out.push_back(k);
+    out.push_back({k.id + "_pubvote", k.variant, k.spec});
+  }
   return out;
 }
 
@@ -204,6 +236,17 @@ TEST_CASE("forward: NaN and Inf at keys a row does not attend never reach it",
     // Many tiles before the poisoned keys: rows 0..569 clean at least.
     test::AttendedRows d = runPoisoned(dev, *kernel, spec, kLongTail, seed++);
     CHECK(d.clean >= (firstKey ? 600 : 570) * heads);
+    // Only some CTAs rerun: rows 0..679 attend no key from 700.
+    test::AttendedRows e = runPoisoned(dev, *kernel, spec, kSomeCtas, seed++);
+    CHECK(e.clean >= (firstKey ? 777 : 680) * heads);
+    if (!firstKey)
+      CHECK(e.poisoned > 0);
+    // CTAs with no key tile beside ones that rerun: rows 0..119 attend no
+    // key from 140 (the window's rows 199.. attend no key at all).
+    test::AttendedRows f = runPoisoned(dev, *kernel, spec, kNoTiles, seed++);
+    CHECK(f.clean >= (firstKey ? 700 : 120) * heads);
+    if (!firstKey)
+      CHECK(f.poisoned > 0);
   }
   CHECK(kernels > 0);
 }
@@ -258,32 +301,45 @@ TEST_CASE("forward: kernels that check their results for NaN and Inf equal "
           "the in-tile vote bit for bit",
           "[gpu][masked]") {
   // MaskedValues.h, "The forward at head dim 64": the TMA forward without
-  // warp specialisation runs its row block without isolation and, only
-  // where an O accumulator came out NaN or Inf, again with the in-tile
-  // vote. Its O and LSE must be the in-tile vote's exactly, on clean
-  // inputs (no second pass) and on every poison layout (second passes
-  // after every count of ring uses), including the rows that attend a
-  // NaN or Inf. The same for the overlapped head-dim-128 kernels with the
-  // published vote (overlapVoteKernels()): the vote read from the stage's
-  // word after its mbarrier phase, in every partial tile, must be the
-  // in-tile barrier's, so the guarded path runs in the same tiles.
+  // warp specialisation at head dim 64, and the warp-specialised forward
+  // (serial and overlapped consumers, head dim 128), run the row block
+  // without isolation and, only where an O accumulator came out NaN or
+  // Inf, again with the in-tile vote (warp-specialised: the producer loads
+  // the tiles again after the consumers' decision). Their O and LSE must
+  // be the in-tile vote's exactly, on clean inputs (no second pass) and on
+  // every poison layout (second passes after every count of ring uses, in
+  // some CTAs only, beside CTAs with no key tile), including the rows that
+  // attend a NaN or Inf; a CTA whose producer and consumers disagree would
+  // hang or read stale stages. The same for the overlapped head-dim-128
+  // kernels with the published vote (overlapVoteKernels()' `_pubvote`):
+  // the vote read from the stage's word after its mbarrier phase, in every
+  // partial tile, must be the in-tile barrier's, so the guarded path runs
+  // in the same tiles.
   Device &dev = Device::get(0);
   uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
   int kernels = 0;
-  std::vector<testing::MatrixKernel> pairs = testing::resultCheckKernels();
-  for (const testing::MatrixKernel &k : testing::overlapVoteKernels())
-    pairs.push_back(k);
-  for (const testing::MatrixKernel &k : pairs) {
+  // (kernel, its twin with the in-tile vote)
+  std::vector<std::pair<testing::MatrixKernel, std::string>> pairs;
+  for (const testing::MatrixKernel &k : testing::resultCheckKernels())
+    pairs.push_back({k, k.id + "_tilevote"});
+  for (const testing::MatrixKernel &k : testing::overlapMaskedKernels())
+    pairs.push_back({k, k.id + "_tilevote"});
+  for (const testing::MatrixKernel &k : testing::overlapVoteKernels()) {
+    pairs.push_back({k, k.id + "_tilevote"});
+    pairs.push_back(
+        {{k.id + "_pubvote", k.variant, k.spec}, k.id + "_tilevote"});
+  }
+  for (const auto &[k, twin] : pairs) {
     if (!selected(k.id))
       continue;
     INFO(k.id << ": " << printSpec(k.spec));
     auto kernel = test::loadAheadOfTime(k.id, k.spec, dev);
-    auto tileVote = test::loadAheadOfTime(k.id + "_tilevote", k.spec, dev);
+    auto tileVote = test::loadAheadOfTime(twin, k.spec, dev);
     ++kernels;
     const bool firstKey = k.variant == "first_key";
     for (const Poison *p : {&kClean, &kIssueN2, &kIssueCausal, &kUnattended,
-                            &kLongTail, &kScattered}) {
+                            &kLongTail, &kScattered, &kSomeCtas, &kNoTiles}) {
       INFO(p->what);
       auto [same, nonFinite] =
           runPair(dev, *kernel, *tileVote, k.spec, *p, seed++);
@@ -292,7 +348,8 @@ TEST_CASE("forward: kernels that check their results for NaN and Inf equal "
       // get its NaN or Inf; kv_idx == 0 rows attend none of them.
       if (p == &kClean || p == &kUnattended || firstKey)
         CHECK(nonFinite == 0);
-      else if (p == &kIssueCausal || p == &kScattered)
+      else if (p == &kIssueCausal || p == &kScattered || p == &kSomeCtas ||
+               p == &kNoTiles)
         CHECK(nonFinite > 0);
     }
   }

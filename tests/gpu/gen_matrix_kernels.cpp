@@ -50,7 +50,11 @@
 // on). resultCheckKernels() are
 // written a second time as `<id>_tilevote`, built with the in-tile masked-value
 // vote (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison;
-// so are overlapVoteKernels() (the overlap by name on sm_90a, whatever MMA).
+// so are overlapMaskedKernels() and overlapVoteKernels() (the overlap by
+// name on sm_90a, whatever MMA), the latter also as `<id>_pubvote` (the
+// published vote, setMaskedValuePublishedVoteForTesting). MMA
+// mask-bench-pub writes the [.maskbench] kernels with the published vote
+// (the warp-specialised forwards' default before the result check).
 // pingPongKernels() take the overlap with the ping-pong by name (sm_90a,
 // whatever MMA).
 //
@@ -101,7 +105,7 @@ int main(int argc, char **argv) {
                  "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
                  "wgmma.tma.ws.overlap|backward-only|"
                  "backward-only.mma.sync|mask-bench|mask-bench-base|"
-                 "mask-bench-sync|mask-bench-old]]\n",
+                 "mask-bench-sync|mask-bench-old|mask-bench-pub]]\n",
                  argv[0]);
     return 1;
   }
@@ -131,8 +135,13 @@ int main(int argc, char **argv) {
       flashjit::setMaskedValueTileVoteForTesting(true);
       flashjit::setMaskedValueBackwardTileVoteForTesting(true);
     }
+    // mask-bench-pub: the warp-specialised forwards with the published
+    // vote (sessions 18-23), the others as mask-bench.
+    if (mma == "mask-bench-pub")
+      flashjit::setMaskedValuePublishedVoteForTesting(true);
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
-        mma == "mask-bench-sync" || mma == "mask-bench-old")
+        mma == "mask-bench-sync" || mma == "mask-bench-old" ||
+        mma == "mask-bench-pub")
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
@@ -238,11 +247,16 @@ int main(int argc, char **argv) {
     flashjit::GpuCompileOptions dflt;
     dflt.arch = o.arch;
     write(dir, k.id, flashjit::compileGpu(k.spec, dflt));
-    ++n;
+    flashjit::setMaskedValueTileVoteForTesting(true);
+    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, dflt);
+    flashjit::setMaskedValueTileVoteForTesting(false);
+    write(dir, k.id + "_tilevote", img);
+    n += 2;
   }
   // Masked head-dim-128 forwards with the overlap by name (sm_90a; the
   // default elsewhere), whatever MMA the matrix is built with: `<id>` with
-  // the published masked-value vote, `<id>_tilevote` with the in-tile one.
+  // the default (the result check), `<id>_pubvote` with the published
+  // masked-value vote, `<id>_tilevote` with the in-tile one.
   for (const auto &k : flashjit::testing::overlapVoteKernels()) {
     if (backwardOnly)
       break;
@@ -253,11 +267,15 @@ int main(int argc, char **argv) {
     if (ov.arch == "sm_90a")
       ov.mma = flashjit::GpuMma::WgmmaTmaWsOverlap;
     write(dir, k.id, flashjit::compileGpu(k.spec, ov));
+    flashjit::setMaskedValuePublishedVoteForTesting(true);
+    flashjit::GpuKernelImage pub = flashjit::compileGpu(k.spec, ov);
+    flashjit::setMaskedValuePublishedVoteForTesting(false);
+    write(dir, k.id + "_pubvote", pub);
     flashjit::setMaskedValueTileVoteForTesting(true);
     flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, ov);
     flashjit::setMaskedValueTileVoteForTesting(false);
     write(dir, k.id + "_tilevote", img);
-    n += 2;
+    n += 3;
   }
   // The overlap with the inter-warpgroup ping-pong by name (sm_90a; the
   // default elsewhere), whatever MMA the matrix is built with.

@@ -145,7 +145,9 @@ inline AttentionSpec swa1024D128() {
 /// intra-warpgroup overlap by default (TilePolicy.cpp, overlapByDefault),
 /// the document mask (buffer reads) the serial warp-specialised step.
 /// Their ids start with "ovl_"; the [gpu][generated] overlap case runs them
-/// over many key tiles against the float64 reference.
+/// over many key tiles against the float64 reference; gen_matrix_kernels
+/// also writes each as `<id>_tilevote` (the in-tile vote), which the
+/// [gpu][masked] tests compare with `<id>` (the result check) bit for bit.
 inline std::vector<MatrixKernel> overlapMaskedKernels() {
   std::vector<MatrixKernel> out;
   out.push_back({"ovl_causal_tl_d128_bf16_g2", "causal_tl",
@@ -167,10 +169,13 @@ inline std::vector<MatrixKernel> overlapMaskedKernels() {
 /// whatever the default picks: causal, the matrix's two-sided window, the
 /// benchmark's 1024-key window, causal + softcap 30 and kv_idx == 0, GQA
 /// 2 and 1, both 16-bit dtypes. gen_matrix_kernels writes each as `<id>`
-/// (the published masked-value vote) and `<id>_tilevote` (the in-tile vote,
+/// (the default: the result check, MaskedValues.h), `<id>_pubvote` (the
+/// published masked-value vote, setMaskedValuePublishedVoteForTesting:
+/// sessions 20-23's default) and `<id>_tilevote` (the in-tile vote,
 /// setMaskedValueTileVoteForTesting: session 20's overlapped kernels); the
-/// [gpu][masked] tests poison them and compare the two bit for bit, the
-/// [gpu][generated][overlap] case runs `<id>` over many key tiles.
+/// [gpu][masked] tests poison them and compare the first two with the
+/// third bit for bit, the [gpu][generated][overlap] case runs `<id>` and
+/// `<id>_pubvote` over many key tiles.
 inline std::vector<MatrixKernel> overlapVoteKernels() {
   std::vector<MatrixKernel> out;
   out.push_back({"ovlv_causal_tl_d128_bf16_g2", "causal_tl",
@@ -304,18 +309,18 @@ inline std::vector<MatrixKernel> maskedValueKernels(bool backward) {
 /// bit for bit, with the same spec built with the in-tile vote
 /// (setMaskedValueTileVoteForTesting; gen_matrix_kernels writes those as
 /// `<id>_tilevote`): the matrix's causal, window and document kernels and
-/// maskedValueKernels()'s at head dim 64, both 16-bit dtypes (on sm_90a
-/// TMA kernels that check their results instead of voting, MaskedValues.h).
+/// maskedValueKernels()'s at head dims 64 and 128, both 16-bit dtypes (on
+/// sm_90a kernels that check their results instead of voting,
+/// MaskedValues.h: TMA at head dim 64, warp-specialised at 128).
 inline std::vector<MatrixKernel> resultCheckKernels() {
   std::vector<MatrixKernel> out;
   for (const MatrixKernel &k : kernelMatrix())
     if ((k.variant == "causal_tl" || k.variant == "window_lr" ||
          k.variant == "doc_id") &&
-        k.spec.headDimQK == 64)
+        (k.spec.headDimQK == 64 || k.spec.headDimQK == 128))
       out.push_back(k);
   for (const MatrixKernel &k : maskedValueKernels(false))
-    if (k.spec.headDimQK == 64)
-      out.push_back(k);
+    out.push_back(k);
   return out;
 }
 

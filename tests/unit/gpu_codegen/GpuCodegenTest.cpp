@@ -2203,18 +2203,22 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
     const char *arch;
     size_t votes = 1;     ///< bar.red.or votes
     size_t published = 0; ///< warp-specialised: the published votes' steps
+    bool ws = false;      ///< warp-specialised consumers (named barrier 1)
   };
   const Case cases[] = {
       {"causal_tl", 64, KernelKind::Forward, GpuMma::Default, "sm_80"},
-      // The default at head dim 128 with a mask and a score modifier is the
-      // intra-warpgroup overlap: it publishes the vote in its masked step,
-      // with and without a pending P V (ForwardOverlap.cpp); so does the
-      // serial step (a mask alone), and the overlap by name.
-      {"softcap_window", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 0,
-       2},
-      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 0, 1},
+      // Warp-specialised forwards check their result (MaskedValues.h): the
+      // default at head dim 128 with a mask and a score modifier (the
+      // intra-warpgroup overlap), with a mask alone (the serial step), and
+      // the overlap by name: one vote of the consumers on their O after
+      // the loop, and the in-tile vote of the rare second pass (the serial
+      // step); no published vote.
+      {"softcap_window", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 2,
+       0, true},
+      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 2, 0,
+       true},
       {"causal_tl", 128, KernelKind::Forward, GpuMma::WgmmaTmaWsOverlap,
-       "sm_90a", 0, 2},
+       "sm_90a", 2, 0, true},
       // TMA without warp specialisation at head dim 64 checks its result
       // (MaskedValues.h): one vote of the CTA on its O after the loop, and
       // the in-tile vote of the rare second pass.
@@ -2265,13 +2269,19 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
       }
       // Warp-specialised: the guarded path meets at named barrier 1 of the
       // 256 consumer threads (twice: before and after the rewrite; in each
-      // masked step of the overlap, whose two rewrites may share a tail).
+      // masked step of the overlap, whose two rewrites may share a tail;
+      // the result check: in the second pass's serial step).
       const size_t meets = countOf(img.ptx, "bar.sync \t1, 256");
       // The overlap publishes without a branch on the lane (lane 0's
       // arrivals predicated: MaskedValues.h, publishWarpVote): one in each
       // masked step, each full step and the skipped tile's branch.
       const size_t predicated = countOf(img.ptx, "@p mbarrier.arrive");
-      if (c.published == 1) {
+      if (c.ws)
+        CHECK(countOf(img.ptx, "bar.red.or.pred q, 1, 256") == c.votes);
+      if (c.ws && c.published == 0) {
+        CHECK(meets == 2);
+        CHECK(predicated == 0);
+      } else if (c.published == 1) {
         CHECK(meets == 2);
         CHECK(predicated == 0);
       } else if (c.published > 1) {
@@ -2294,10 +2304,13 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
   // before the votes moved onto the barriers the kernels have; turned off
   // again, the new placement comes back. The overlapped consumer (two
   // masked steps, with and without a pending P V) votes in both.
+  // Warp-specialised forwards check their result by default;
+  // setMaskedValuePublishedVoteForTesting brings back the published vote.
   struct Restore {
     ~Restore() {
       setMaskedValueTileVoteForTesting(false);
       setMaskedValueTileEndVoteForTesting(false);
+      setMaskedValuePublishedVoteForTesting(false);
       setMaskedValueIsolationForTesting(true);
     }
   } restore;
@@ -2323,9 +2336,35 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
     CHECK(countOf(old, ws ? "bar.red.or.pred q, 1, 256" : "bar.red.or.pred") ==
           steps);
     CHECK(countOf(old, "vote.sync.any.pred") == 0);
-    CHECK(countOf(now, "vote.sync.any.pred") == (ws ? steps : 0));
+    CHECK(countOf(now, "vote.sync.any.pred") == 0);
+    const std::string scan =
+        dtype == DType::BF16 ? "fma.rn.bf16x2" : "fma.rn.f16x2";
     if (ws) {
-      CHECK(countOf(now, "bar.red.or.pred") == 0);
+      // The result check: the consumers' loop with the products of the
+      // kernel without isolation and no scan, then their vote on O at
+      // named barrier 1, then the second pass's serial step with the
+      // in-tile vote (its scan and its vote). The producer waits for the
+      // decision once (one more mbarrier wait than without isolation).
+      setMaskedValueIsolationForTesting(false);
+      std::string bare = compileGpu(s, o).ptx;
+      setMaskedValueIsolationForTesting(true);
+      setMaskedValuePublishedVoteForTesting(true);
+      std::string pub = compileGpu(s, o).ptx;
+      setMaskedValuePublishedVoteForTesting(false);
+      CHECK(countOf(pub, "vote.sync.any.pred") == steps);
+      CHECK(countOf(pub, "bar.red.or.pred") == 0);
+      CHECK(countOf(now, "bar.red.or.pred q, 1, 256") == 2);
+      CHECK(countOf(now, scan) > 0);
+      CHECK(now.find(scan) > now.find("bar.red.or.pred"));
+      CHECK(countOf(now, "wgmma.mma_async") > countOf(bare, "wgmma.mma_async"));
+      CHECK(countOf(now, "mbarrier.try_wait.parity") >
+            countOf(bare, "mbarrier.try_wait.parity"));
+      runtime::PtxasReport r = runtime::runPtxas(now, "sm_90a");
+      INFO(r.log);
+      for (const runtime::PtxasFunctionReport &f : r.functions) {
+        INFO(f.name);
+        CHECK(f.clean());
+      }
       continue;
     }
     if (d > 64) {
@@ -2348,8 +2387,6 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
       size_t lastOfFirst = 0;
       for (size_t i = 0; i < mmas; ++i)
         lastOfFirst = now.find("wgmma.mma_async", lastOfFirst + 1);
-      const std::string scan =
-          dtype == DType::BF16 ? "fma.rn.bf16x2" : "fma.rn.f16x2";
       CHECK(countOf(old, scan) > 0);
       CHECK(countOf(now, scan) == countOf(old, scan));
       CHECK(now.find(scan) > lastOfFirst);

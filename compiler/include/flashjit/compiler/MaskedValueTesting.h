@@ -35,6 +35,15 @@ void setMaskedValueTileVoteForTesting(bool on);
 /// Same rule and results; no cache key holds it.
 void setMaskedValueTileEndVoteForTesting(bool on);
 
+/// Testing only: whether warp-specialised GPU forward kernels compiled from
+/// now on publish the masked-value vote in each partial tile (sessions
+/// 18-23's placement: each consumer warp's share through a per-stage word
+/// and mbarrier; the [.maskbench] "published" column). Default false: they
+/// run the row block with no vote, check their O for a NaN or Inf and only
+/// then run it again with the vote (MaskedValues.h). Same rule and
+/// results; no cache key holds it.
+void setMaskedValuePublishedVoteForTesting(bool on);
+
 /// Testing only: whether GPU backward kernels compiled from now on in this
 /// process isolate masked keys as before session 17 (the [.maskbench]
 /// "old" column; default false). On, the pipelined wgmma backward at head

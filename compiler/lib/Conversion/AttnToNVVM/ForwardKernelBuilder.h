@@ -78,11 +78,27 @@ private:
   }
   /// The loop over key tiles; returns the final state.
   ValueRange mainLoop();
-  /// checksResults(): mainLoop without isolation, then one vote of the CTA
-  /// on whether any O accumulator came out NaN or Inf; only then the row
-  /// block again from its first tile with the in-tile vote (rerunning,
-  /// the ring's uses continuing at useBase). Returns the final state.
+  /// checksResults(): mainLoop (overlapSoftmax: overlapLoop) without
+  /// isolation, then one vote of the computing threads on whether any O
+  /// accumulator came out NaN or Inf (warp-specialised: published to the
+  /// producer, publishDecision); only then the row block again from its
+  /// first tile with the in-tile vote in mainLoop's serial step
+  /// (rerunning, the ring's uses continuing at useBase). Returns the final
+  /// state.
   SmallVector<Value> checkedLoop();
+  /// Warp-specialised checkedLoop: the consumers' first thread writes
+  /// \p rerun (i1, the same in every consumer thread) to decisionWord and
+  /// arrives at decisionBarrier.
+  void publishDecision(Value rerun);
+  /// Warp-specialised checkedLoop, the producer thread after its first
+  /// pass of loads: waits for the consumers' decision; whether they rerun
+  /// the row block (then it loads the tiles again).
+  Value awaitDecision();
+  /// The decision's mbarrier (one arrival, one phase per kernel) and its
+  /// 32-bit word: the Published vote's mbarrier and word of stage 0, which
+  /// a checking kernel never uses for votes.
+  Value decisionBarrier() { return votedBarrier(ops.ci32(0)); }
+  Value decisionWord() { return voteWord(ops.ci32(0)); }
   /// One non-empty key tile at \p kv0: the new loop state from \p state.
   /// \p voted: the tile's masked-value vote where it was taken before the
   /// tile (VotePlacement::TileEnd), else null.
@@ -124,7 +140,8 @@ private:
   enum class VotePlacement { None, InTile, TileEnd, Published };
   VotePlacement votePlacement() const;
   /// Whether the kernel isolates masked keys by checking its result
-  /// (checkedLoop): TMA without warp specialisation, head dims up to 64.
+  /// (checkedLoop): TMA without warp specialisation, head dims up to 64;
+  /// warp-specialised kernels (16-bit).
   bool checksResults() const;
   /// The ring use of loop position \p pos: pos - jBegin, plus useBase in
   /// checkedLoop's second pass.
@@ -151,7 +168,8 @@ private:
   Value voteAtTileEnd(Value it);
   /// Whether dense key tile \p j is non-empty and partial (mask code).
   Value maskedTile(Value j);
-  /// Published: the leader's setup of the votes' mbarriers and words.
+  /// Published: the leader's setup of the votes' mbarriers and words;
+  /// warp-specialised checkedLoop: of the decision's mbarrier.
   void initMaskedVotes();
   /// Published: stage \p stage's "voted" mbarrier (numWarps arrivals: lane
   /// 0 of each consumer warp) and its 32-bit vote word.

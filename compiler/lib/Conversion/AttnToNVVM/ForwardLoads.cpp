@@ -235,32 +235,46 @@ void ForwardKernelBuilder::buildWarpSpecialized() {
                                        NVVM::SetMaxRegisterAction::decrease);
         // Use u of a stage waits for the consumers' release of use u - 1:
         // parity (u & 1) ^ 1 of its empty barrier (use 0: the phase before
-        // the first, complete from the start).
-        ops.ifThen(
-            ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(nthreads)), [&] {
-              auto loop = scf::ForOp::create(
-                  b, ops.toIndex(jBegin),
-                  ops.toIndex(ops.add(jEnd, ops.ci32(1))), one);
-              OpBuilder::InsertionGuard lg(b);
-              b.setInsertionPointToStart(loop.getBody());
-              Value pos = arith::IndexCastOp::create(b, ops.i32,
-                                                     loop.getInductionVar());
-              Value use = ops.sub(pos, jBegin);
-              Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
-              Value parity = arith::XOrIOp::create(
-                  b,
-                  ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)),
-                           ops.ci32(1)),
-                  ops.ci32(1));
-              mbarrierWait(ops, emptyBarrier(stage), parity);
-              loadKV(tileAt(pos), stage);
-            });
+        // the first, complete from the start). checkedLoop: after the
+        // first pass the consumers' decision; where they rerun, the same
+        // tiles again, the uses going on from the first pass's count (the
+        // consumers released every stage of it before deciding).
+        auto produce = [&](Value useBase) {
+          auto loop =
+              scf::ForOp::create(b, ops.toIndex(jBegin),
+                                 ops.toIndex(ops.add(jEnd, ops.ci32(1))), one);
+          OpBuilder::InsertionGuard lg(b);
+          b.setInsertionPointToStart(loop.getBody());
+          Value pos =
+              arith::IndexCastOp::create(b, ops.i32, loop.getInductionVar());
+          Value use = ops.sub(pos, jBegin);
+          if (useBase)
+            use = ops.add(use, useBase);
+          Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
+          Value parity = arith::XOrIOp::create(
+              b,
+              ops.land(arith::DivUIOp::create(b, use, ops.ci32(stages)),
+                       ops.ci32(1)),
+              ops.ci32(1));
+          mbarrierWait(ops, emptyBarrier(stage), parity);
+          loadKV(tileAt(pos), stage);
+        };
+        ops.ifThen(ops.cmp(arith::CmpIPredicate::eq, tid, ops.ci32(nthreads)),
+                   [&] {
+                     produce(Value());
+                     if (checksResults())
+                       ops.ifThen(awaitDecision(), [&] {
+                         produce(ops.add(ops.sub(jEnd, jBegin), ops.ci32(1)));
+                       });
+                   });
       },
       [&] {
         NVVM::SetMaxRegisterOp::create(b, kConsumerRegs,
                                        NVVM::SetMaxRegisterAction::increase);
         mbarrierWait(ops, barrier(ops.ci32(-1)), ops.ci32(0)); // Q has landed
-        if (c.overlapSoftmax)
+        if (checksResults())
+          epilogue(checkedLoop());
+        else if (c.overlapSoftmax)
           epilogue(overlapLoop());
         else
           epilogue(mainLoop());

@@ -304,6 +304,7 @@ static std::atomic<bool> isolation{true};
 static std::atomic<bool> tileVote{false};
 static std::atomic<bool> tileEndVote{false};
 static std::atomic<bool> backwardTileVote{false};
+static std::atomic<bool> publishedVote{false};
 
 bool maskedValueIsolation() { return isolation.load(); }
 
@@ -312,6 +313,8 @@ bool maskedValueTileVote() { return tileVote.load(); }
 bool maskedValueTileEndVote() { return tileEndVote.load(); }
 
 bool maskedValueBackwardTileVote() { return backwardTileVote.load(); }
+
+bool maskedValuePublishedVote() { return publishedVote.load(); }
 
 namespace {
 
@@ -584,4 +587,8 @@ void flashjit::setMaskedValueTileEndVoteForTesting(bool on) {
 
 void flashjit::setMaskedValueBackwardTileVoteForTesting(bool on) {
   flashjit::nvvm::backwardTileVote.store(on);
+}
+
+void flashjit::setMaskedValuePublishedVoteForTesting(bool on) {
+  flashjit::nvvm::publishedVote.store(on);
 }

@@ -77,18 +77,19 @@
 //     j + 1 has landed; the first tile votes before the loop);
 //   - TMA kernels without warp specialisation up to head dim 64 (their
 //     default there): no vote in the loop; they check their result (below);
-//   - warp-specialised kernels: each consumer warp scans its chunks while S
-//     is in flight, its lane 0 marks a per-stage word in shared memory
-//     (atomic max) when the warp saw a NaN or Inf and arrives at the
-//     stage's "voted" mbarrier
-//     (publishWarpVote; lane 0 of every consumer warp arrives once per use
-//     of the stage, also in tiles that need no vote); a warp waits there
-//     only in tiles that need the vote and only just before P V
-//     (awaitPublishedVote), so the two consumer warpgroups do not meet at a
-//     barrier in the loop. The word holds the stage use + 1 that last found
-//     one: a later use never matches an older one's mark. The overlapped
-//     consumer loop (ForwardOverlap.cpp) publishes the same way without a
-//     branch on the lane (every lane of a warp that saw one marks the
+//   - warp-specialised kernels: no vote in the loop; they check their
+//     result (below). With setMaskedValuePublishedVoteForTesting (sessions
+//     18-23's default, measured +2-15% on an H100): each consumer warp
+//     scans its chunks while S is in flight, its lane 0 marks a per-stage word
+//     in shared memory (atomic max) when the warp saw a NaN or Inf and arrives
+//     at the stage's "voted" mbarrier (publishWarpVote; lane 0 of every
+//     consumer warp arrives once per use of the stage, also in tiles that need
+//     no vote); a warp waits there only in tiles that need the vote and only
+//     just before P V (awaitPublishedVote), so the two consumer warpgroups do
+//     not meet at a barrier in the loop. The word holds the stage use + 1 that
+//     last found one: a later use never matches an older one's mark. The
+//     overlapped consumer loop (ForwardOverlap.cpp) publishes the same way
+//     without a branch on the lane (every lane of a warp that saw one marks the
 //     word; lane 0's arrival is a predicated instruction).
 // The old placement (in the tile everywhere) stays reachable for timing:
 // setMaskedValueTileVoteForTesting.
@@ -111,6 +112,29 @@
 // common path is the loop of the kernel without isolation plus one f32
 // add tree and one reducing barrier per CTA; a CTA that meets a NaN or Inf
 // in V (attended or not) takes about twice its time.
+//
+// Warp-specialised forwards (head dim 128: the serial consumer step and
+// the overlapped one, ForwardOverlap.cpp) check their result the same way
+// (ForwardKernelBuilder::checkedLoop, buildWarpSpecialized): the consumer
+// warps run the loop of the kernel without isolation (the overlapped one
+// ends with its flushPV, which releases the last stage), check their O,
+// and vote once at named barrier 1 (bar.red.or over the 256 consumer
+// threads; the producer never reaches it). The consumers' thread 0 then
+// writes the decision to a word in shared memory and arrives at a
+// "decision" mbarrier (one arrival, one phase: the Published vote's
+// mbarrier and word of stage 0, unused by a checking kernel). The
+// producer thread, after issuing its last load, waits there: it exits,
+// or issues the row block's tiles again, the ring's uses going on from
+// the first pass's count (use u waits for the consumers' release of use
+// u - stages: every consumer thread released each stage of the first
+// pass before its vote, so at 2 and 3 stages the first stages of the
+// second pass are free at once, and the full and empty mbarriers' phases
+// continue). The consumers rerun with mainLoop's serial step and the
+// in-tile vote (rare path; O, m and l from init), so a CTA that reruns
+// computes exactly the in-tile kernel's O and LSE. Each CTA decides for
+// itself: CTAs that rerun and CTAs that do not never wait for each other;
+// a CTA with no key tile (jBegin > jEnd) has a finite O, decides "no" and
+// its producer, which loaded nothing, exits.
 //
 // Barriers: the vote and the guarded path synchronise the threads that
 // compute: the CTA (barrier 0), or in warp-specialised kernels named
@@ -153,6 +177,11 @@ bool maskedValueTileEndVote();
 /// and selects (setMaskedValueBackwardTileVoteForTesting; default false:
 /// the pipelined wgmma backward at head dim 64 checks its results).
 bool maskedValueBackwardTileVote();
+
+/// Whether warp-specialised forward kernels publish the vote in each
+/// partial tile instead of checking their result
+/// (setMaskedValuePublishedVoteForTesting; default false).
+bool maskedValuePublishedVote();
 
 /// Whether any 16-bit element (bf16 or fp16 as \p ops says) of the packed
 /// pairs \p words (i32 each) is NaN or Inf: this thread's answer, no vote

@@ -314,7 +314,9 @@ struct KernelConfig {
   /// 128-byte swizzled for wgmma; with tma, one 8-byte mbarrier for Q and
   /// one per stage after them (warpSpecialized: then one "empty" and one
   /// "voted" mbarrier per stage, then a 32-bit word per stage: the
-  /// masked-value vote, compiler/lib/Conversion/AttnToNVVM/MaskedValues.h).
+  /// masked-value vote, compiler/lib/Conversion/AttnToNVVM/MaskedValues.h;
+  /// kernels that check their result use stage 0's mbarrier and word for
+  /// the consumers' decision to run the row block again).
   /// Decode: the forward's layout with two stages; with decodeStages 3,
   /// three padded K/V stages, the Q tile overlaid on the third (its bytes
   /// beyond the stage's, if any, after it).
