@@ -265,11 +265,13 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
 
 /// The fp8 forward (issue 18; compiler/lib/Conversion/AttnToNVVM/
 /// WgmmaFp8.cpp): the cp.async wgmma kernel, two warpgroups of 64 rows,
-/// 128-key tiles (one 128-byte row of V^T per head-dim column). Not yet
-/// measured.
-static GpuTileConfig fp8TileConfig(const std::string &arch) {
+/// 128-key tiles (one 128-byte row of V^T per head-dim column) up to head
+/// dim 128; 64-key tiles above (O's accumulator of 96 or 128 registers
+/// leaves no room for 64 of S). Not yet measured.
+static GpuTileConfig fp8TileConfig(const AttentionSpec &spec,
+                                   const std::string &arch) {
   GpuTileConfig c = mmaSyncBase(arch);
-  c.blockN = 128;
+  c.blockN = std::max(spec.headDimQK, spec.headDimV) <= 128 ? 128 : 64;
   c.wgmma = true;
   return c;
 }
@@ -278,7 +280,7 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
                                    const std::string &arch, bool varlen,
                                    bool blockSparse, GpuMma mma) {
   GpuTileConfig c = isFp8(spec.dtypeQ)
-                        ? fp8TileConfig(arch)
+                        ? fp8TileConfig(spec, arch)
                         : chooseTiles(spec, arch, varlen, blockSparse, mma);
   c.varlen = varlen;
   c.blockSparse = blockSparse;

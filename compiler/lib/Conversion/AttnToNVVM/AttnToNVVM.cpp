@@ -61,8 +61,9 @@ bool warpsValid(const KernelShape &c) {
 bool isFp8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
 
 /// The fp8 forward kernel's shape (issue 18): fp8 Q/K/V, O bf16 or fp16,
-/// the cp.async wgmma forward (no TMA), head dims 64 or 128, key tiles of
-/// 64 or 128 (multiples of wgmma's k32), not varlen or block-sparse.
+/// the cp.async wgmma forward (no TMA; dense, varlen or block-sparse),
+/// head dims 64, 128, 192 or 256, key tiles of 64 or 128 (multiples of
+/// wgmma's k32).
 /// Records the element types in \p c; false (with an error) otherwise.
 bool fp8Shape(attn::AttentionOp op, KernelShape &c) {
   for (Type t : {op.getDtypeK(), op.getDtypeV()})
@@ -75,12 +76,13 @@ bool fp8Shape(attn::AttentionOp op, KernelShape &c) {
     op.emitOpError("the fp8 kernel writes O in bf16 or fp16");
     return false;
   }
-  if (c.kind != KernelKind::Forward || !c.wgmma || c.tma || c.varlen ||
-      c.blockSparse || (c.blockN != 64 && c.blockN != 128) ||
-      (c.headDimQK != 64 && c.headDimQK != 128) ||
-      (c.headDimV != 64 && c.headDimV != 128)) {
-    op.emitOpError("the fp8 kernel is the dense wgmma forward (cp.async, no "
-                   "tma) with head dims 64 or 128 and block-n 64 or 128");
+  auto dimOk = [](int d) { return d % 64 == 0 && d <= 256; };
+  if (c.kind != KernelKind::Forward || !c.wgmma || c.tma ||
+      (c.blockN != 64 && c.blockN != 128) || !dimOk(c.headDimQK) ||
+      !dimOk(c.headDimV)) {
+    op.emitOpError("the fp8 kernel is the wgmma forward (cp.async, no tma) "
+                   "with head dims 64, 128, 192 or 256 and block-n 64 or "
+                   "128");
     return false;
   }
   auto name = [](Type t) {
