@@ -263,14 +263,15 @@ TEST_CASE("GPU fp8 forward matches the float64 reference on the "
   }
 }
 
-TEST_CASE("GPU fp8 block-sparse forward with built block masks matches the "
-          "float64 reference",
+TEST_CASE("GPU fp8 block-sparse forward with built block masks and user "
+          "layouts matches the float64 reference",
           "[gpu][fp8][sparse]") {
   // The fp8Kernels() ids fp8_bs_* (not varlen): a document mask (random
   // documents, 1-token ones and one covering everything) and causal, each
   // block mask built on the GPU (equal to referenceBlockMask) and run; a
   // block mask changes which tiles are visited, never the result, so the
-  // oracle is the plain float64 reference on the dequantised inputs.
+  // oracle is the plain float64 reference on the dequantised inputs. Then
+  // user BSR layouts against the block-sparse reference.
   Device &dev = Device::get(0);
   if (dev.properties().arch() != "sm_90a") {
     WARN("fp8 kernels need sm_90a; skipped on " << dev.properties().arch());
@@ -326,6 +327,39 @@ TEST_CASE("GPU fp8 block-sparse forward with built block masks matches the "
       o.download();
       lse.download();
       compareFp8(spec, o, lse, want, sh.batch, sh.sq);
+    }
+    // A user BSR layout (empty rows, full rows, per head or shared): the
+    // block-sparse float64 reference with the same mask.
+    const int64_t bm = kernel->info().config.blockM(),
+                  bn = kernel->info().config.blockN;
+    for (int64_t heads : {int64_t(1), int64_t(spec.headsQ)}) {
+      const int64_t batch = 2, sq = 513, sk = 700;
+      Scaling sc = Scaling((idx + heads) % 3);
+      INFO(fk.id << ", seed " << seed << ", BSR layout of " << heads
+                 << " heads, batch 2, seqlen_q 513, seqlen_k 700, scaling "
+                 << int(sc));
+      BsrLayout bsr = testing::randomBsr(rng, heads, bm, bn, sq, sk);
+      BlockMask mask = blockMaskFromBsr(bsr, sq, sk);
+      DeviceBlockMask dmask(mask, dev);
+      test::VariantArgs args(dev, spec, sq, sk);
+      Fp8Input q(dev, spec.dtypeQ, {batch, spec.headsQ, sq, spec.headDimQK}, sc,
+                 group, 2.0f, rng),
+          k(dev, spec.dtypeK, {batch, spec.headsKV, sk, spec.headDimQK}, sc, 1,
+            2.0f, rng),
+          v(dev, spec.dtypeV, {batch, spec.headsKV, sk, spec.headDimV}, sc, 1,
+            1.0f, rng);
+      GpuTensor o(dev, spec.dtypeO, {batch, spec.headsQ, sq, spec.headDimV}),
+          lse(dev, DType::F32, {batch, spec.headsQ, sq, 1}, 3);
+      o.poison();
+      lse.poison();
+      bindDescales(args, q, k, v);
+      kernel->runBlockSparse(q.t.deviceRef, k.t.deviceRef, v.t.deviceRef,
+                             o.deviceRef, &lse.deviceRef, dmask, args.device);
+      ReferenceOutput want = referenceAttention(spec, q.t.hostRef, k.t.hostRef,
+                                                v.t.hostRef, args.host, mask);
+      o.download();
+      lse.download();
+      compareFp8(spec, o, lse, want, batch, sq);
     }
     ++idx;
     test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), fk.id);
