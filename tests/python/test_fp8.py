@@ -2,7 +2,7 @@
 names map to the spec's e4m3/e5m2 (torch's float8_e4m3fn / float8_e5m2),
 dtype="e4m3" gives a bf16 O, fp8 O is refused, sm_80 refuses fp8, and
 sm_90a builds the fp8 forward (fp8 wgmma; dense, varlen, block-sparse,
-head dims up to 256) but refuses what it does not build yet (head dim 96),
+head dims up to 256) but refuses what it does not build yet (head dim 80),
 and descales for non-fp8 tensors are refused.
 The numerics are checked in C++ (tests/unit/frontend/Fp8Test.cpp,
 tests/unit/compiler/Fp8CpuTest.cpp) and, with torch, in test_fp8_torch.py
@@ -32,8 +32,8 @@ def test_fp8_refusals_are_user_errors():
         flashjit.compile(target="cpu", head_dim=16, dtype="fp8")
     with pytest.raises(flashjit.UserError, match="fp8 needs sm_90a wgmma"):
         flashjit.compile(target="sm_80", head_dim=64, dtype="e4m3")
-    with pytest.raises(flashjit.UserError, match="head_dim_qk = 96"):
-        flashjit.compile(target="sm_90a", head_dim=96, dtype="e4m3")
+    with pytest.raises(flashjit.UserError, match="head_dim_qk = 80"):
+        flashjit.compile(target="sm_90a", head_dim=80, dtype="e4m3")
 
 
 def test_fp8_forward_compiles_for_sm_90a():
@@ -48,6 +48,8 @@ def test_fp8_forward_compiles_for_sm_90a():
     wide = flashjit.compile(target="sm_90a", head_dim=256, dtype="e4m3")
     assert "m64n64k32.f32.e4m3.e4m3" in wide.ptx
     assert "m64n256k32.f32.e4m3.e4m3" in wide.ptx
+    d96 = flashjit.compile(target="sm_90a", head_dim=96, dtype="e4m3")
+    assert "m64n96k32.f32.e4m3.e4m3" in d96.ptx
 
 
 def test_descales_without_fp8_are_refused_by_name():
