@@ -21,7 +21,6 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -44,8 +43,7 @@ void checkFp8Kernel(const AttentionSpec &spec, bool varlen = false,
   CHECK_FALSE(img.config.tma);
   CHECK(img.config.varlen == varlen);
   CHECK(img.config.blockSparse == blockSparse);
-  CHECK(img.config.blockN ==
-        (std::max(spec.headDimQK, spec.headDimV) <= 128 ? 128 : 64));
+  CHECK(img.config.blockN == (spec.headDimV <= 128 ? 128 : 64));
   CHECK(runtime::gpuLaunchConfigMismatch(spec, img.info(), img.ptx) == "");
   std::string s =
       fmt::format("k32.f32.{}.{}", ptxType(spec.dtypeQ), ptxType(spec.dtypeK));
@@ -102,8 +100,8 @@ TEST_CASE("fp8 gpu: score modifiers reading the head and a parameter, "
   w.variant.scoreMod(softcap(3.0f));
   w.headDimQK = w.headDimV = 64;
   checkFp8Kernel(w);
-  // Unequal head dims on both sides of 128 (64 keys per tile above),
-  // varlen and block-sparse.
+  // Unequal head dims on both sides of 128 (64 keys per tile where
+  // head_dim_v > 128), varlen and block-sparse.
   AttentionSpec u = w;
   u.headDimV = 256;
   checkFp8Kernel(u, /*varlen=*/true, /*blockSparse=*/true);
@@ -111,4 +109,7 @@ TEST_CASE("fp8 gpu: score modifiers reading the head and a parameter, "
   u.headDimQK = 192;
   u.headDimV = 64;
   checkFp8Kernel(u, /*varlen=*/false, /*blockSparse=*/true);
+  u.headDimQK = 256;
+  u.headDimV = 128;
+  checkFp8Kernel(u);
 }
