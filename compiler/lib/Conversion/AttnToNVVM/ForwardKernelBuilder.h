@@ -115,6 +115,10 @@ private:
   /// Whether the kernel isolates masked keys by checking its result
   /// (checkedLoop): TMA without warp specialisation, head dims up to 64.
   bool checksResults() const;
+  /// Whether the fp8 kernel isolates masked keys: its V transpose votes
+  /// (ForwardMma::selectStageVoting; votePlacement is None there) and its
+  /// products take the guarded path (ForwardMma::isolateNonFiniteV).
+  bool fp8Isolation() const;
   /// The ring use of loop position \p pos: pos - jBegin, plus useBase in
   /// checkedLoop's second pass.
   Value useOf(Value pos) {
