@@ -89,8 +89,11 @@ SmallVector<Value> ForwardKernelBuilder::checkedLoop() {
   // warp-specialised: every consumer thread released each position's
   // stage before the vote): the ring's uses go on from the first pass's
   // count, so each stage's mbarrier phases continue where they stopped.
-  // The second pass is the serial loop with the in-tile vote (rare path),
-  // O, m and l starting again from init.
+  // The second pass is the same loop with the in-tile vote (rare path),
+  // O, m and l starting again from init. (The overlapped consumers rerun
+  // the overlapped loop: mainLoop's serial step beside it made ptxas spill
+  // 8-52 bytes in the overlap by name for masks alone, window_lr_br and
+  // chunked_causal at head dim 128.)
   rerunning = true;
   useBase = ops.add(ops.sub(jEnd, jBegin), ops.ci32(1));
   if (!c.warpSpecialized)
@@ -98,7 +101,8 @@ SmallVector<Value> ForwardKernelBuilder::checkedLoop() {
       Value pos = ops.add(jBegin, ops.ci32(s));
       issueKV(pos, arith::RemUIOp::create(b, useOf(pos), ops.ci32(stages)));
     }
-  SmallVector<Value> guarded(mainLoop());
+  SmallVector<Value> guarded(c.overlapSoftmax ? overlapLoop()
+                                              : SmallVector<Value>(mainLoop()));
   scf::YieldOp::create(b, guarded);
   rerunning = false;
   useBase = Value();
