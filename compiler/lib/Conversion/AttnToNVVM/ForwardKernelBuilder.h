@@ -82,9 +82,8 @@ private:
   /// isolation, then one vote of the computing threads on whether any O
   /// accumulator came out NaN or Inf (warp-specialised: published to the
   /// producer, publishDecision); only then the row block again from its
-  /// first tile with the in-tile vote in mainLoop's serial step
-  /// (rerunning, the ring's uses continuing at useBase). Returns the final
-  /// state.
+  /// first tile with the in-tile vote in the same loop (rerunning, the
+  /// ring's uses continuing at useBase). Returns the final state.
   SmallVector<Value> checkedLoop();
   /// Warp-specialised checkedLoop: the consumers' first thread writes
   /// \p rerun (i1, the same in every consumer thread) to decisionWord and
@@ -148,7 +147,7 @@ private:
   /// products take the guarded path (ForwardMma::isolateNonFiniteV).
   bool fp8Isolation() const;
   /// The ring use of loop position \p pos: pos - jBegin, plus useBase in
-  /// checkedLoop's second pass.
+  /// checkedLoop's second pass (mainLoop and overlapLoop).
   Value useOf(Value pos) {
     Value use = ops.sub(pos, jBegin);
     return useBase ? ops.add(use, useBase) : use;

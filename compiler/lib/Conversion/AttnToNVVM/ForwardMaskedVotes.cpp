@@ -59,9 +59,10 @@ bool ForwardKernelBuilder::checksResults() const {
   // (sessions 19-22, [maskbench]): they check their results, the producer
   // loading the row block's tiles again where the consumers rerun
   // (buildWarpSpecialized). setMaskedValuePublishedVoteForTesting restores
-  // the published vote.
+  // the published vote. The ping-pong (by name only) keeps the published
+  // vote: a rerun's in-tile vote would meet the turns' named barriers.
   if (c.warpSpecialized)
-    return !c.fp8() && !maskedValuePublishedVote();
+    return !c.fp8() && !c.pingPong && !maskedValuePublishedVote();
   // The TMA kernels without warp specialisation at head dim 64 (their
   // default there) paid 14-18% for the in-tile vote on a document mask
   // (sessions 16-17): they check their results instead. The testing
@@ -94,8 +95,11 @@ SmallVector<Value> ForwardKernelBuilder::checkedLoop() {
   // warp-specialised: every consumer thread released each position's
   // stage before the vote): the ring's uses go on from the first pass's
   // count, so each stage's mbarrier phases continue where they stopped.
-  // The second pass is the serial loop with the in-tile vote (rare path),
-  // O, m and l starting again from init.
+  // The second pass is the same loop with the in-tile vote (rare path),
+  // O, m and l starting again from init. (The overlapped consumers rerun
+  // the overlapped loop: mainLoop's serial step beside it made ptxas spill
+  // 8-52 bytes in the overlap by name for masks alone, window_lr_br and
+  // chunked_causal at head dim 128.)
   rerunning = true;
   useBase = ops.add(ops.sub(jEnd, jBegin), ops.ci32(1));
   if (!c.warpSpecialized)
@@ -103,7 +107,8 @@ SmallVector<Value> ForwardKernelBuilder::checkedLoop() {
       Value pos = ops.add(jBegin, ops.ci32(s));
       issueKV(pos, arith::RemUIOp::create(b, useOf(pos), ops.ci32(stages)));
     }
-  SmallVector<Value> guarded(mainLoop());
+  SmallVector<Value> guarded(c.overlapSoftmax ? overlapLoop()
+                                              : SmallVector<Value>(mainLoop()));
   scf::YieldOp::create(b, guarded);
   rerunning = false;
   useBase = Value();

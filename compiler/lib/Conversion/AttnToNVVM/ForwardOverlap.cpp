@@ -168,15 +168,14 @@ SmallVector<Value> ForwardKernelBuilder::overlapLoop() {
     b.setInsertionPointToStart(loop.getBody());
     Value it = arith::IndexCastOp::create(b, ops.i32, loop.getInductionVar());
     ValueRange state = loop.getRegionIterArgs();
-    Value use = ops.sub(it, jBegin);
+    Value use = useOf(it); // checkedLoop's second pass: from useBase
     Value stage = arith::RemUIOp::create(b, use, ops.ci32(stages));
     if (votePlacement() == VotePlacement::Published) {
       tileUse = use;
       tileStage = stage;
     }
     Value prevStage = arith::RemUIOp::create(
-        b, ops.add(ops.sub(it, jBegin), ops.ci32(stages - 1)),
-        ops.ci32(stages));
+        b, ops.add(useOf(it), ops.ci32(stages - 1)), ops.ci32(stages));
     waitKV(it);
     Value kv0 = ops.mul(it, ops.ci32(c.blockN));
     auto [mayBeFalse, mayBeTrue] = classify(it);
@@ -209,9 +208,9 @@ SmallVector<Value> ForwardKernelBuilder::overlapLoop() {
     }
     scf::YieldOp::create(b, tileIf.getResults());
   }
-  SmallVector<Value> fin = flushPV(
-      loop.getResults(),
-      arith::RemUIOp::create(b, ops.sub(jEnd, jBegin), ops.ci32(stages)));
+  SmallVector<Value> fin =
+      flushPV(loop.getResults(),
+              arith::RemUIOp::create(b, useOf(jEnd), ops.ci32(stages)));
   if (c.pingPong)
     closeTurns();
   fin.resize(init.size());

@@ -136,9 +136,9 @@
 // u - stages: every consumer thread released each stage of the first
 // pass before its vote, so at 2 and 3 stages the first stages of the
 // second pass are free at once, and the full and empty mbarriers' phases
-// continue). The consumers rerun with mainLoop's serial step and the
-// in-tile vote (rare path; O, m and l from init), so a CTA that reruns
-// computes exactly the in-tile kernel's O and LSE. Each CTA decides for
+// continue). The consumers rerun the same loop (serial or overlapped)
+// with the in-tile vote (rare path; O, m and l from init), so a CTA that
+// reruns computes exactly the in-tile kernel's O and LSE. Each CTA decides for
 // itself: CTAs that rerun and CTAs that do not never wait for each other;
 // a CTA with no key tile (jBegin > jEnd) has a finite O, decides "no" and
 // its producer, which loaded nothing, exits.
