@@ -100,13 +100,14 @@ void write(const std::string &dir, const std::string &id,
 
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 4) {
-    std::fprintf(stderr,
-                 "usage: %s DIR [sm_80|sm_90a "
-                 "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
-                 "wgmma.tma.ws.overlap|backward-only|"
-                 "backward-only.mma.sync|mask-bench|mask-bench-base|"
-                 "mask-bench-sync|mask-bench-old|mask-bench-pub]]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s DIR [sm_80|sm_90a "
+        "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
+        "wgmma.tma.ws.overlap|backward-only|"
+        "backward-only.mma.sync|mask-bench|mask-bench-base|"
+        "mask-bench-sync|mask-bench-old|mask-bench-pub|mask-bench-pingpong]]\n",
+        argv[0]);
     return 1;
   }
   std::string dir = argv[1];
@@ -117,7 +118,7 @@ int main(int argc, char **argv) {
   // for the [backward] tests: scripts/gpu-check.sh with
   // GPU_CHECK_PACK=backward).
   bool backwardOnly = false, tma = false, ws = false, overlap = false,
-       maskBench = false, syncBackward = false;
+       maskBench = false, syncBackward = false, maskBenchPingPong = false;
   if (argc > 3) {
     std::string mma = argv[3];
     // mask-bench-base: the [.maskbench] baseline, the same kernels without
@@ -139,9 +140,12 @@ int main(int argc, char **argv) {
     // vote (sessions 18-23), the others as mask-bench.
     if (mma == "mask-bench-pub")
       flashjit::setMaskedValuePublishedVoteForTesting(true);
+    // mask-bench-pingpong: the forward-only `_ovl` ids with the ping-pong
+    // by name (GpuMma::WgmmaTmaWsPingPong), the others as mask-bench.
+    maskBenchPingPong = mma == "mask-bench-pingpong";
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
         mma == "mask-bench-sync" || mma == "mask-bench-old" ||
-        mma == "mask-bench-pub")
+        mma == "mask-bench-pub" || maskBenchPingPong)
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
@@ -205,7 +209,8 @@ int main(int argc, char **argv) {
       bo.arch = o.arch;
       if (flashjit::testing::maskBenchForwardOnly(k)) {
         if (bo.arch == "sm_90a")
-          bo.mma = flashjit::GpuMma::WgmmaTmaWsOverlap;
+          bo.mma = maskBenchPingPong ? flashjit::GpuMma::WgmmaTmaWsPingPong
+                                     : flashjit::GpuMma::WgmmaTmaWsOverlap;
         write(dir, k.id + "_fwd", flashjit::compileGpu(k.spec, bo));
         ++n;
         continue;
