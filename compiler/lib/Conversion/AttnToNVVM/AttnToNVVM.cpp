@@ -60,6 +60,20 @@ bool warpsValid(const KernelShape &c) {
 
 bool isFp8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
 
+/// The first rule of the warp-specialised modes (overlap-softmax,
+/// ping-pong, warp-specialized) that \p c breaks, or nullptr.
+const char *warpSpecializedModeError(const KernelShape &c) {
+  if (c.overlapSoftmax && !c.warpSpecialized)
+    return "overlap-softmax kernels are warp-specialized";
+  if (c.pingPong && (!c.overlapSoftmax || c.numWarps != 8))
+    return "ping-pong kernels are overlap-softmax kernels with num-warps 8 "
+           "(2 consumer warpgroups)";
+  if (c.warpSpecialized && (!c.tma || c.numWarps == 4))
+    return "warp-specialized kernels are tma kernels with num-warps 8 or 12 "
+           "(2 or 3 consumer warpgroups)";
+  return nullptr;
+}
+
 /// The fp8 forward kernel's shape (issue 18): fp8 Q/K/V, O bf16 or fp16,
 /// the cp.async wgmma forward (no TMA; dense, varlen or block-sparse),
 /// head_dim_qk a multiple of 32 (wgmma's k32 steps) and head_dim_v of 16
@@ -186,18 +200,8 @@ struct ConvertAttnToNVVM
         op.emitOpError("sync-backward kernels are wgmma backward kernels");
         return signalPassFailure();
       }
-      if (c.overlapSoftmax && !c.warpSpecialized) {
-        op.emitOpError("overlap-softmax kernels are warp-specialized");
-        return signalPassFailure();
-      }
-      if (c.pingPong && (!c.overlapSoftmax || c.numWarps != 8)) {
-        op.emitOpError("ping-pong kernels are overlap-softmax kernels with "
-                       "num-warps 8 (2 consumer warpgroups)");
-        return signalPassFailure();
-      }
-      if (c.warpSpecialized && (!c.tma || c.numWarps == 4)) {
-        op.emitOpError("warp-specialized kernels are tma kernels with "
-                       "num-warps 8 or 12 (2 or 3 consumer warpgroups)");
+      if (const char *e = warpSpecializedModeError(c)) {
+        op.emitOpError(e);
         return signalPassFailure();
       }
       std::unique_ptr<FragmentEmitter> em = createRegionEmitter(op);
