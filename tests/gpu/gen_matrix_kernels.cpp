@@ -343,6 +343,8 @@ int main(int argc, char **argv) {
       break;
     flashjit::GpuCompileOptions so;
     so.arch = o.arch;
+    so.varlen = k.varlen;
+    so.blockSparse = k.blockSparse;
     write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
     ++n;
   }

@@ -7,7 +7,8 @@
 // the descale arguments after the fixed ones), use the fp8 instructions
 // (wgmma k32 with the spec's element types, P packed by
 // cvt.rn.satfinite.e4m3x2.f32, the V transpose's byte permutes) and
-// assemble with ptxas without spills or a stack frame.
+// assemble with ptxas without spills or a stack frame; varlen and
+// block-sparse kernels among them, head dims 64 to 256.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -29,13 +30,20 @@ namespace {
 
 const char *ptxType(DType t) { return t == DType::E5M2 ? "e5m2" : "e4m3"; }
 
-/// Compiles \p spec for sm_90a with the default options and checks its PTX.
-void checkFp8Kernel(const AttentionSpec &spec) {
+/// Compiles \p spec for sm_90a with the default options (\p varlen,
+/// \p blockSparse) and checks its PTX.
+void checkFp8Kernel(const AttentionSpec &spec, bool varlen = false,
+                    bool blockSparse = false) {
   GpuCompileOptions o;
   o.arch = "sm_90a";
+  o.varlen = varlen;
+  o.blockSparse = blockSparse;
   GpuKernelImage img = compileGpu(spec, o);
   CHECK(img.config.wgmma);
   CHECK_FALSE(img.config.tma);
+  CHECK(img.config.varlen == varlen);
+  CHECK(img.config.blockSparse == blockSparse);
+  CHECK(img.config.blockN == (spec.headDimV <= 128 ? 128 : 64));
   CHECK(runtime::gpuLaunchConfigMismatch(spec, img.info(), img.ptx) == "");
   std::string s =
       fmt::format("k32.f32.{}.{}", ptxType(spec.dtypeQ), ptxType(spec.dtypeK));
@@ -69,11 +77,12 @@ TEST_CASE("fp8 gpu: the sm_90a forward kernels assemble without spills",
     if (!isFp8(k.spec.dtypeQ))
       continue; // the timing pair's bf16 twin
     INFO(k.id);
-    checkFp8Kernel(k.spec);
+    checkFp8Kernel(k.spec, k.varlen, k.blockSparse);
   }
 }
 
-TEST_CASE("fp8 gpu: score modifiers reading the head and a parameter",
+TEST_CASE("fp8 gpu: score modifiers reading the head and a parameter, "
+          "unequal head dims",
           "[gpu_codegen][fp8]") {
   AttentionSpec spec;
   spec.variant = Variant("f8_score_param");
@@ -91,4 +100,16 @@ TEST_CASE("fp8 gpu: score modifiers reading the head and a parameter",
   w.variant.scoreMod(softcap(3.0f));
   w.headDimQK = w.headDimV = 64;
   checkFp8Kernel(w);
+  // Unequal head dims on both sides of 128 (64 keys per tile where
+  // head_dim_v > 128), varlen and block-sparse.
+  AttentionSpec u = w;
+  u.headDimV = 256;
+  checkFp8Kernel(u, /*varlen=*/true, /*blockSparse=*/true);
+  u = spec;
+  u.headDimQK = 192;
+  u.headDimV = 64;
+  checkFp8Kernel(u, /*varlen=*/false, /*blockSparse=*/true);
+  u.headDimQK = 256;
+  u.headDimV = 128;
+  checkFp8Kernel(u);
 }
