@@ -345,7 +345,14 @@ int main(int argc, char **argv) {
     so.arch = o.arch;
     so.varlen = k.varlen;
     so.blockSparse = k.blockSparse;
-    write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
+    // `_noiso`: the timing baseline without masked-key isolation.
+    const bool noIso = k.id.ends_with("_noiso");
+    if (noIso)
+      flashjit::setMaskedValueIsolationForTesting(false);
+    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, so);
+    if (noIso)
+      flashjit::setMaskedValueIsolationForTesting(true);
+    write(dir, k.id, img, /*sparse=*/true);
     ++n;
   }
   // Ring kernels (issue 20): the ring spec of each, written like the sparse

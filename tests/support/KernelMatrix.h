@@ -586,7 +586,10 @@ inline std::vector<SparseKernel> sinkKernels() {
 /// `fp8_vl_bs_*` both. `fp8_bench_e4m3_d<D>` / `fp8_bench_bf16_d<D>` (D = 128,
 /// 256) are the
 /// [.fp8bench] timing pairs (the second the bf16 default kernel of the same
-/// shape), `fp8_bench_vl_e4m3_d128` the varlen one. Written in the sparse
+/// shape), `fp8_bench_vl_e4m3_d128` the varlen one,
+/// `fp8_bench_causal_e4m3_d128` / `..._noiso` the causal pair with and
+/// without masked-key isolation (gen_matrix_kernels writes `_noiso` ids
+/// with setMaskedValueIsolationForTesting(false)). Written in the sparse
 /// format.
 inline std::vector<SparseKernel> fp8Kernels() {
   auto spec = [](const std::string &v, int d, DType kv, DType o, int hq,
@@ -647,6 +650,10 @@ inline std::vector<SparseKernel> fp8Kernels() {
       {"fp8_bench_bf16_d256", matrixSpec("none", 256, DType::BF16, 8, 8)},
       {"fp8_bench_vl_e4m3_d128", spec("none", 128, e4, DType::BF16, 16, 16),
        true, false},
+      {"fp8_bench_causal_e4m3_d128",
+       spec("causal_tl", 128, e4, DType::BF16, 16, 16)},
+      {"fp8_bench_causal_e4m3_d128_noiso",
+       spec("causal_tl", 128, e4, DType::BF16, 16, 16)},
   };
 }
 

@@ -14,6 +14,7 @@
 #include "KernelMatrix.h"
 
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/compiler/MaskedValueTesting.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/runtime/AttentionKernel.h"
 #include "flashjit/runtime/Ptxas.h"
@@ -31,8 +32,11 @@ namespace {
 const char *ptxType(DType t) { return t == DType::E5M2 ? "e5m2" : "e4m3"; }
 
 /// Compiles \p spec for sm_90a with the default options (\p varlen,
-/// \p blockSparse) and checks its PTX.
-void checkFp8Kernel(const AttentionSpec &spec, bool varlen = false,
+/// \p blockSparse) and checks its PTX; \p masked: the spec has a mask, so
+/// the kernel isolates masked keys (WgmmaFp8.cpp: the V transpose's
+/// barrier votes, bar.red.or; the guarded path decodes fp8 weights and
+/// values), else it has neither.
+void checkFp8Kernel(const AttentionSpec &spec, bool masked, bool varlen = false,
                     bool blockSparse = false) {
   GpuCompileOptions o;
   o.arch = "sm_90a";
@@ -55,6 +59,11 @@ void checkFp8Kernel(const AttentionSpec &spec, bool varlen = false,
   CHECK(img.ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
   CHECK(img.ptx.find("prmt.b32") != std::string::npos);
   CHECK(img.ptx.find("k16.f32") == std::string::npos); // no 16-bit product
+  CHECK((img.ptx.find("bar.red.or.pred") != std::string::npos) == masked);
+  CHECK((img.ptx.find("cvt.rn.f16x2.e4m3x2") != std::string::npos) == masked);
+  if (masked)
+    CHECK(img.ptx.find(fmt::format("cvt.rn.f16x2.{}x2",
+                                   ptxType(spec.dtypeV))) != std::string::npos);
   if (!runtime::ptxasAvailable()) {
     WARN("ptxas not found: PTX not assembled");
     return;
@@ -77,7 +86,18 @@ TEST_CASE("fp8 gpu: the sm_90a forward kernels assemble without spills",
     if (!isFp8(k.spec.dtypeQ))
       continue; // the timing pair's bf16 twin
     INFO(k.id);
-    checkFp8Kernel(k.spec, k.varlen, k.blockSparse);
+    // The fp8 kernels with a mask (softcap: causal) isolate masked keys;
+    // the timing baseline `_noiso` is built without (as gen_matrix_kernels
+    // does) and has neither the vote nor the guarded path.
+    const bool noIso = k.id.ends_with("_noiso");
+    bool masked = false;
+    for (const char *m : {"causal", "window", "doc", "softcap"})
+      masked |= k.id.find(m) != std::string::npos;
+    if (noIso)
+      setMaskedValueIsolationForTesting(false);
+    checkFp8Kernel(k.spec, masked && !noIso, k.varlen, k.blockSparse);
+    if (noIso)
+      setMaskedValueIsolationForTesting(true);
   }
 }
 
@@ -93,23 +113,23 @@ TEST_CASE("fp8 gpu: score modifiers reading the head and a parameter, "
   spec.headsKV = 2;
   spec.dtypeQ = spec.dtypeK = spec.dtypeV = DType::E4M3;
   spec.dtypeO = DType::BF16;
-  checkFp8Kernel(spec);
+  checkFp8Kernel(spec, /*masked=*/false);
   AttentionSpec w = spec;
   w.variant = Variant("f8_window_softcap");
   w.variant.mask(sliding_window(9, 2, Alignment::BottomRight));
   w.variant.scoreMod(softcap(3.0f));
   w.headDimQK = w.headDimV = 64;
-  checkFp8Kernel(w);
+  checkFp8Kernel(w, /*masked=*/true);
   // Unequal head dims on both sides of 128 (64 keys per tile where
   // head_dim_v > 128), varlen and block-sparse.
   AttentionSpec u = w;
   u.headDimV = 256;
-  checkFp8Kernel(u, /*varlen=*/true, /*blockSparse=*/true);
+  checkFp8Kernel(u, /*masked=*/true, /*varlen=*/true, /*blockSparse=*/true);
   u = spec;
   u.headDimQK = 192;
   u.headDimV = 64;
-  checkFp8Kernel(u, /*varlen=*/false, /*blockSparse=*/true);
+  checkFp8Kernel(u, /*masked=*/false, /*varlen=*/false, /*blockSparse=*/true);
   u.headDimQK = 256;
   u.headDimV = 128;
-  checkFp8Kernel(u);
+  checkFp8Kernel(u, /*masked=*/false);
 }
