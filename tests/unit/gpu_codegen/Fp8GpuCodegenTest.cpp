@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace flashjit;
@@ -132,4 +133,33 @@ TEST_CASE("fp8 gpu: score modifiers reading the head and a parameter, "
   u.headDimQK = 256;
   u.headDimV = 128;
   checkFp8Kernel(u, /*masked=*/false);
+}
+
+TEST_CASE("fp8 gpu: V transposes whose units are not a multiple of the "
+          "threads",
+          "[gpu_codegen][fp8]") {
+  // WgmmaFp8.cpp's transposeV moves block_n x head_dim_v / 16 units with
+  // 256 threads; where that is no multiple of 256 its last round is
+  // guarded (unguarded, the 128 threads past 640 units at 128 keys and
+  // head_dim_v 80 stored past V^T, past the end of the dynamic shared
+  // memory: CUDA_ERROR_ILLEGAL_ADDRESS on an H100). With a mask the guarded
+  // round also votes and rewrites its words zeroed (the scan and zero
+  // passes): 128 keys at head_dim_v 80 (640 units) and 112 (896), 64 keys
+  // at 144 (576, varlen) and 240 (960, block-sparse).
+  AttentionSpec spec;
+  spec.variant = Variant("f8_causal_odd_dv");
+  spec.causal = Causal::TopLeft;
+  spec.headsQ = spec.headsKV = 2;
+  spec.dtypeQ = DType::E4M3;
+  spec.dtypeK = spec.dtypeV = DType::E5M2;
+  spec.dtypeO = DType::F16;
+  for (auto [qk, v, varlen, sparse] :
+       {std::tuple{160, 80, false, false}, std::tuple{96, 112, false, false},
+        std::tuple{128, 144, true, false}, std::tuple{64, 240, false, true}}) {
+    INFO(qk << " / " << v);
+    spec.headDimQK = qk;
+    spec.headDimV = v;
+    CHECK((v <= 128 ? 128 : 64) * v / 16 % 256 != 0);
+    checkFp8Kernel(spec, /*masked=*/true, varlen, sparse);
+  }
 }

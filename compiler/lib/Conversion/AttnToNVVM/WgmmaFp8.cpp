@@ -327,66 +327,100 @@ private:
   /// \p scan: returns the OR over the words moved of nonFiniteBits (bit 7
   /// of a byte set iff some moved byte was NaN or Inf), else null. \p zero:
   /// non-finite bytes are stored as 0.
+  ///
+  /// block_n x head_dim_v / 16 units need not be a multiple of the
+  /// threads (128 keys at head_dim_v 80: 640 units, 256 threads): the last
+  /// round runs only where u < units (past it, h would reach block_n / 16:
+  /// keys past the stage's V and stores past V^T, i.e. past the end of
+  /// the dynamic shared memory).
   Value transposeV(Value sV, bool scan, bool zero) {
     ImplicitLocOpBuilder &b = ops.b;
-    const int groups = sh.headDimV / 4, units = sh.blockN / 4 * groups;
-    const int eHigh = groups / 4; // values of e >> 2
+    const int units = sh.blockN / 4 * (sh.headDimV / 4);
     Value acc;
     for (int it = 0; it * nthreads < units; ++it) {
       Value u = ops.add(tid, ops.ci32(it * nthreads));
-      Value r = arith::ShRUIOp::create(b, u, ops.ci32(5));
-      Value e = ops.add(
-          ops.land(u, ops.ci32(3)),
-          ops.mul(arith::RemUIOp::create(b, r, ops.ci32(eHigh)), ops.ci32(4)));
-      Value h = ops.add(
-          ops.land(arith::ShRUIOp::create(b, u, ops.ci32(2)), ops.ci32(1)),
-          ops.mul(arith::DivUIOp::create(b, r, ops.ci32(eHigh)), ops.ci32(2)));
-      Value t =
-          ops.land(arith::ShRUIOp::create(b, u, ops.ci32(3)), ops.ci32(3));
-      Value t2 = ops.mul(t, ops.ci32(4)); // V^T's byte in the 16 keys
-      Value key0 = ops.add(ops.mul(h, ops.ci32(16)), ops.mul(t, ops.ci32(2)));
-      Value col = ops.mul(e, ops.ci32(4));
-      Value chunk = arith::DivUIOp::create(b, col, ops.ci32(16));
-      Value within = arith::RemUIOp::create(b, col, ops.ci32(16));
-      SmallVector<Value> in;
-      for (int k : {0, 1, 8, 9}) {
-        Value key = ops.add(key0, ops.ci32(k));
-        Value off = ops.add(tileOffset(ops, key, chunk, sh.blockN,
-                                       sh.headDimV / 2, /*swizzled=*/true),
-                            within);
-        Value w =
-            LLVM::LoadOp::create(b, ops.i32, ops.gepBytes(sV, ops.ext64(off)),
-                                 /*alignment=*/4);
-        if (scan)
-          acc = acc ? arith::OrIOp::create(b, acc, nonFiniteBits(w)).getResult()
-                    : nonFiniteBits(w);
-        if (zero) {
-          // Bit 7 of each non-finite byte, widened to the byte.
-          Value f = ops.land(nonFiniteBits(w), ops.ci32(int32_t(0x80808080u)));
-          Value m = arith::OrIOp::create(
-              b, f, ops.sub(f, arith::ShRUIOp::create(b, f, ops.ci32(7))));
-          w = ops.land(w, arith::XOrIOp::create(b, m, ops.ci32(-1)));
-        }
-        in.push_back(w);
+      if ((it + 1) * nthreads <= units) {
+        acc = transposeUnit(sV, u, scan, zero, acc);
+        continue;
       }
-      SmallVector<Type> fields(4, ops.i32);
-      auto perm = ops.inlineAsm(
-          LLVM::LLVMStructType::getLiteral(b.getContext(), fields), in,
-          "{\n.reg .b32 x01, y01, x23, y23;\n"
-          "prmt.b32 x01, $4, $5, 0x5140;\nprmt.b32 y01, $4, $5, 0x7362;\n"
-          "prmt.b32 x23, $6, $7, 0x5140;\nprmt.b32 y23, $6, $7, 0x7362;\n"
-          "prmt.b32 $0, x01, x23, 0x5410;\nprmt.b32 $1, x01, x23, 0x7632;\n"
-          "prmt.b32 $2, y01, y23, 0x5410;\nprmt.b32 $3, y01, y23, 0x7632;\n}",
-          "=r,=r,=r,=r,r,r,r,r");
-      for (int j = 0; j < 4; ++j) {
-        Value d = ops.add(col, ops.ci32(j));
-        Value off = ops.add(tileOffset(ops, d, h, sh.headDimV, sh.blockN / 2,
-                                       /*swizzled=*/true),
-                            t2);
-        LLVM::StoreOp::create(
-            b, LLVM::ExtractValueOp::create(b, perm.getResult(0), j),
-            ops.gepBytes(sVt, ops.ext64(off)), /*alignment=*/4);
+      Value inRange = ops.cmp(arith::CmpIPredicate::ult, u, ops.ci32(units));
+      SmallVector<Type> types;
+      if (scan) {
+        types.push_back(ops.i32);
+        if (!acc)
+          acc = ops.ci32(0); // bit 7 clear: no vote
       }
+      auto ifOp = scf::IfOp::create(b, types, inRange, /*withElse=*/scan);
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      Value inner = transposeUnit(sV, u, scan, zero, acc);
+      if (scan) {
+        scf::YieldOp::create(b, inner);
+        b.setInsertionPointToStart(ifOp.elseBlock());
+        scf::YieldOp::create(b, acc);
+        acc = ifOp.getResult(0);
+      }
+    }
+    return acc;
+  }
+
+  /// transposeV's unit \p u (< units); where \p scan, \p acc (null at
+  /// the first) ORed with the nonFiniteBits of the words it moves.
+  Value transposeUnit(Value sV, Value u, bool scan, bool zero, Value acc) {
+    ImplicitLocOpBuilder &b = ops.b;
+    const int groups = sh.headDimV / 4;
+    const int eHigh = groups / 4; // values of e >> 2
+    Value r = arith::ShRUIOp::create(b, u, ops.ci32(5));
+    Value e = ops.add(
+        ops.land(u, ops.ci32(3)),
+        ops.mul(arith::RemUIOp::create(b, r, ops.ci32(eHigh)), ops.ci32(4)));
+    Value h = ops.add(
+        ops.land(arith::ShRUIOp::create(b, u, ops.ci32(2)), ops.ci32(1)),
+        ops.mul(arith::DivUIOp::create(b, r, ops.ci32(eHigh)), ops.ci32(2)));
+    Value t = ops.land(arith::ShRUIOp::create(b, u, ops.ci32(3)), ops.ci32(3));
+    Value t2 = ops.mul(t, ops.ci32(4)); // V^T's byte in the 16 keys
+    Value key0 = ops.add(ops.mul(h, ops.ci32(16)), ops.mul(t, ops.ci32(2)));
+    Value col = ops.mul(e, ops.ci32(4));
+    Value chunk = arith::DivUIOp::create(b, col, ops.ci32(16));
+    Value within = arith::RemUIOp::create(b, col, ops.ci32(16));
+    SmallVector<Value> in;
+    for (int k : {0, 1, 8, 9}) {
+      Value key = ops.add(key0, ops.ci32(k));
+      Value off = ops.add(tileOffset(ops, key, chunk, sh.blockN,
+                                     sh.headDimV / 2, /*swizzled=*/true),
+                          within);
+      Value w =
+          LLVM::LoadOp::create(b, ops.i32, ops.gepBytes(sV, ops.ext64(off)),
+                               /*alignment=*/4);
+      if (scan)
+        acc = acc ? arith::OrIOp::create(b, acc, nonFiniteBits(w)).getResult()
+                  : nonFiniteBits(w);
+      if (zero) {
+        // Bit 7 of each non-finite byte, widened to the byte.
+        Value f = ops.land(nonFiniteBits(w), ops.ci32(int32_t(0x80808080u)));
+        Value m = arith::OrIOp::create(
+            b, f, ops.sub(f, arith::ShRUIOp::create(b, f, ops.ci32(7))));
+        w = ops.land(w, arith::XOrIOp::create(b, m, ops.ci32(-1)));
+      }
+      in.push_back(w);
+    }
+    SmallVector<Type> fields(4, ops.i32);
+    auto perm = ops.inlineAsm(
+        LLVM::LLVMStructType::getLiteral(b.getContext(), fields), in,
+        "{\n.reg .b32 x01, y01, x23, y23;\n"
+        "prmt.b32 x01, $4, $5, 0x5140;\nprmt.b32 y01, $4, $5, 0x7362;\n"
+        "prmt.b32 x23, $6, $7, 0x5140;\nprmt.b32 y23, $6, $7, 0x7362;\n"
+        "prmt.b32 $0, x01, x23, 0x5410;\nprmt.b32 $1, x01, x23, 0x7632;\n"
+        "prmt.b32 $2, y01, y23, 0x5410;\nprmt.b32 $3, y01, y23, 0x7632;\n}",
+        "=r,=r,=r,=r,r,r,r,r");
+    for (int j = 0; j < 4; ++j) {
+      Value d = ops.add(col, ops.ci32(j));
+      Value off = ops.add(tileOffset(ops, d, h, sh.headDimV, sh.blockN / 2,
+                                     /*swizzled=*/true),
+                          t2);
+      LLVM::StoreOp::create(
+          b, LLVM::ExtractValueOp::create(b, perm.getResult(0), j),
+          ops.gepBytes(sVt, ops.ext64(off)), /*alignment=*/4);
     }
     return acc;
   }
