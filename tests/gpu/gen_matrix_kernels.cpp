@@ -68,7 +68,6 @@
 #include "flashjit/compiler/Exp2Testing.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
-#include "flashjit/compiler/PingPongTesting.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -100,8 +99,6 @@ void write(const std::string &dir, const std::string &id,
 } // namespace
 
 int main(int argc, char **argv) {
-  // The ping-pong hung on the GPU (session 24): built only by name here.
-  flashjit::setPingPongForTesting(true);
   if (argc < 2 || argc > 4) {
     std::fprintf(
         stderr,

@@ -15,7 +15,6 @@
 #include "flashjit/Pipeline/Pipelines.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
-#include "flashjit/compiler/PingPongTesting.h"
 #include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Fp8.h"
@@ -100,17 +99,9 @@ static void validateHeadDims(const AttentionSpec &spec, KernelKind kind) {
 /// mma = wgmma.tma.ws.overlap (or .pingpong) asked for by name: built
 /// with the overlap or refused (it needs a ring of 3 K/V stages); the
 /// ping-pong also needs two consumer warpgroups.
-static std::atomic<bool> pingPongForTesting{false};
-
-void setPingPongForTesting(bool on) { pingPongForTesting.store(on); }
-
 static void checkOverlapAsked(const AttentionSpec &spec,
                               const GpuCompileOptions &options,
                               const GpuTileConfig &tc) {
-  if (options.mma == GpuMma::WgmmaTmaWsPingPong && !pingPongForTesting.load())
-    throw UserError("mma = wgmma.tma.ws.overlap.pingpong is not available: "
-                    "its kernels hung on an H100 in their first GPU run "
-                    "(session 24, issue 16); use wgmma.tma.ws.overlap");
   bool asked = options.mma == GpuMma::WgmmaTmaWsOverlap ||
                options.mma == GpuMma::WgmmaTmaWsPingPong;
   if (tc.kind == KernelKind::Forward && asked && tc.warpSpecialized &&

@@ -228,7 +228,11 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     c.overlapSoftmax = c.warpSpecialized &&
                        ((askedOverlap && overlapFits(spec, c)) ||
                         (mma == GpuMma::Default && overlapByDefault(spec, c)));
-    c.pingPong = c.overlapSoftmax && mma == GpuMma::WgmmaTmaWsPingPong;
+    // FlashAttention-3's inter-warpgroup ping-pong on the overlap: the
+    // default wherever the default overlaps (session 25, H100: see
+    // bench/RESULTS.md); the overlap by name keeps the warpgroups apart.
+    c.pingPong = c.overlapSoftmax &&
+                 (mma == GpuMma::WgmmaTmaWsPingPong || mma == GpuMma::Default);
     return c;
   }
   GpuTileConfig c = denseTileConfig(spec, arch);

@@ -18,7 +18,6 @@
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
-#include "flashjit/compiler/PingPongTesting.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
@@ -673,34 +672,23 @@ TEST_CASE("the intra-warpgroup overlap: the default of warp-specialised "
                         Catch::Contains("3 K/V stages"));
 }
 
-TEST_CASE("the inter-warpgroup ping-pong: by name only, on the overlap, "
-          "spill-free",
+TEST_CASE("the inter-warpgroup ping-pong: the default overlap's, by name "
+          "wherever the overlap is built, spill-free",
           "[gpu-codegen]") {
   // FlashAttention-3's ping-pong (ForwardOverlap.cpp, "Ping-pong"): each
   // consumer warpgroup syncs on its own named barrier before it issues a
   // tile's products and arrives on the other's after; warpgroup 0 arrives
-  // on its own once before the loop. Never the default; asked for by name
-  // wherever the overlap is built, refused where it is not.
+  // on its own once before the loop. The default wherever the default
+  // overlaps (session 25); asked for by name wherever the overlap is
+  // built, refused where it is not.
   CHECK(std::string(toString(GpuMma::WgmmaTmaWsPingPong)) ==
         "wgmma.tma.ws.overlap.pingpong");
-  // Refused unless the testing hook is on (it hung on an H100, session 24).
-  CHECK_THROWS_AS(
-      compileGpu(testing::matrixSpec("none", 128, DType::BF16, 2, 2),
-                 [] {
-                   GpuCompileOptions r;
-                   r.mma = GpuMma::WgmmaTmaWsPingPong;
-                   return r;
-                 }()),
-      UserError);
-  setPingPongForTesting(true);
-  struct Restore {
-    ~Restore() { setPingPongForTesting(false); }
-  } restore;
   GpuCompileOptions o;
   o.mma = GpuMma::WgmmaTmaWsPingPong;
   for (const testing::MatrixKernel &k : testing::pingPongKernels()) {
     INFO(k.id);
-    CHECK_FALSE(defaultGpuTileConfig(k.spec, "sm_90a").pingPong);
+    const GpuTileConfig dflt = defaultGpuTileConfig(k.spec, "sm_90a");
+    CHECK(dflt.pingPong == dflt.overlapSoftmax);
     GpuKernelImage img = compileGpu(k.spec, o);
     CHECK(img.config.pingPong);
     checkOverlapped(img);
