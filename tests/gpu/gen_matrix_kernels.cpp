@@ -52,9 +52,10 @@
 // vote (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison;
 // so are overlapMaskedKernels() and overlapVoteKernels() (the overlap by
 // name on sm_90a, whatever MMA), the latter also as `<id>_pubvote` (the
-// published vote, setMaskedValuePublishedVoteForTesting). MMA
-// mask-bench-pub writes the [.maskbench] kernels with the published vote
-// (the warp-specialised forwards' default before the result check).
+// published vote, setMaskedValuePublishedVoteForTesting) and `<id>_rcheck`
+// (the result check, testing only). MMA mask-bench-pub writes the
+// [.maskbench] kernels with the published vote, mask-bench-rcheck with the
+// result check.
 // pingPongKernels() take the overlap with the ping-pong by name (sm_90a,
 // whatever MMA).
 //
@@ -106,7 +107,8 @@ int main(int argc, char **argv) {
         "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
         "wgmma.tma.ws.overlap|backward-only|"
         "backward-only.mma.sync|mask-bench|mask-bench-base|"
-        "mask-bench-sync|mask-bench-old|mask-bench-pub|mask-bench-pingpong]]\n",
+        "mask-bench-sync|mask-bench-old|mask-bench-pub|mask-bench-rcheck|"
+        "mask-bench-pingpong]]\n",
         argv[0]);
     return 1;
   }
@@ -142,9 +144,15 @@ int main(int argc, char **argv) {
     // mask-bench-pingpong: the forward-only `_ovl` ids with the ping-pong
     // by name (GpuMma::WgmmaTmaWsPingPong), the others as mask-bench.
     maskBenchPingPong = mma == "mask-bench-pingpong";
+    // mask-bench-rcheck: the warp-specialised forwards with the result
+    // check (setMaskedValuePublishedVoteForTesting(false)), the others as
+    // mask-bench.
+    if (mma == "mask-bench-rcheck")
+      flashjit::setMaskedValuePublishedVoteForTesting(false);
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
         mma == "mask-bench-sync" || mma == "mask-bench-old" ||
-        mma == "mask-bench-pub" || maskBenchPingPong)
+        mma == "mask-bench-pub" || mma == "mask-bench-rcheck" ||
+        maskBenchPingPong)
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
@@ -274,11 +282,16 @@ int main(int argc, char **argv) {
     write(dir, k.id, flashjit::compileGpu(k.spec, ov));
     flashjit::GpuKernelImage pub = flashjit::compileGpu(k.spec, ov);
     write(dir, k.id + "_pubvote", pub);
+    // `<id>_rcheck`: the warp-specialised result check (testing only until
+    // a GPU run passes, session 24), for the [gpu][masked] tests.
+    flashjit::setMaskedValuePublishedVoteForTesting(false);
+    write(dir, k.id + "_rcheck", flashjit::compileGpu(k.spec, ov));
+    flashjit::setMaskedValuePublishedVoteForTesting(true);
     flashjit::setMaskedValueTileVoteForTesting(true);
     flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, ov);
     flashjit::setMaskedValueTileVoteForTesting(false);
     write(dir, k.id + "_tilevote", img);
-    n += 3;
+    n += 4;
   }
   // The overlap with the inter-warpgroup ping-pong by name (sm_90a; the
   // default elsewhere), whatever MMA the matrix is built with.
