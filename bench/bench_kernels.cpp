@@ -234,7 +234,7 @@ static int writeSparseKernels(const std::string &dir) {
 }
 
 int main(int argc, char **argv) {
-  // The ping-pong hung on the GPU (session 24): built only by name here.
+  // The ping-pong is testing-only until a GPU run passes (session 24).
   flashjit::setPingPongForTesting(true);
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s DIR [--tiles] [--sparse]\n", argv[0]);

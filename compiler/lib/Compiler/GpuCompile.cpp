@@ -106,9 +106,10 @@ static void checkOverlapAsked(const AttentionSpec &spec,
                               const GpuCompileOptions &options,
                               const GpuTileConfig &tc) {
   if (options.mma == GpuMma::WgmmaTmaWsPingPong && !pingPongForTesting.load())
-    throw UserError("mma = wgmma.tma.ws.overlap.pingpong is not available: "
-                    "its kernels hung on an H100 in their first GPU run "
-                    "(session 24, issue 16); use wgmma.tma.ws.overlap");
+    throw UserError("mma = wgmma.tma.ws.overlap.pingpong is not available "
+                    "until a GPU run passes: its first one did not finish "
+                    "(session 24, issue 16; a hang or a slow test, not yet "
+                    "told apart); use wgmma.tma.ws.overlap");
   bool asked = options.mma == GpuMma::WgmmaTmaWsOverlap ||
                options.mma == GpuMma::WgmmaTmaWsPingPong;
   if (tc.kind == KernelKind::Forward && asked && tc.warpSpecialized &&

@@ -683,7 +683,8 @@ TEST_CASE("the inter-warpgroup ping-pong: by name only, on the overlap, "
   // wherever the overlap is built, refused where it is not.
   CHECK(std::string(toString(GpuMma::WgmmaTmaWsPingPong)) ==
         "wgmma.tma.ws.overlap.pingpong");
-  // Refused unless the testing hook is on (it hung on an H100, session 24).
+  // Refused unless the testing hook is on (its first GPU run did not finish,
+  // session 24).
   CHECK_THROWS_AS(
       compileGpu(testing::matrixSpec("none", 128, DType::BF16, 2, 2),
                  [] {
