@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Session 25, call B: the pack of branch f25pp (main + fp8m24 with the V
 # transpose's guarded last round + the ping-pong as the default overlap +
-# the faster [pingpong] case). carry: .device/gpu-f25 .device/s25B.sh
+# the faster [pingpong] case + `<id>_rcheck` result-check twins; packed with
+# GPU_CHECK_MASKBENCH=1 GPU_CHECK_MASKBENCH_OLD=mask-bench-rcheck, plus
+# bench.tar.xz: run_bench's D = 128 kernels). carry: .device/gpu-f25
+# .device/s25B.sh
 cd "$(dirname "$0")/.."
 T0=$SECONDS
-BUDGET=${B_BUDGET:-470}
+BUDGET=${B_BUDGET:-560}
 left() { echo $((BUDGET - (SECONDS - T0))); }
 cap() { local l; l=$(left); echo $(( $1 < l - 10 ? $1 : l - 10 )); }
 P=.device/gpu-f25
@@ -34,8 +37,10 @@ probe() {
 }
 # 1. the ping-pong on one kernel: hung or not?
 FLASHJIT_MATRIX_ONLY=pingpong_none_d128_bf16_g2 probe pp1 40 $B "[pingpong]" --durations yes
+# 1b. the result check's poisoned rerun on one kernel: hung or not?
+FLASHJIT_MATRIX_ONLY=ovlv_causal_tl_d128_bf16_g2_rcheck probe rc1 30 $B "forward: NaN and Inf at keys a row does not attend never reach it" --durations yes
 # 2. correctness of what changed, in parallel processes
-C=$(cap 120)
+C=$(cap 150)
 (timeout $C $B "[pingpong]" --durations yes; timeout 60 $B "[fp8]" --durations yes) >"$OUT/c/ppfp8.log" 2>&1 &
 p1=$!
 FLASHJIT_MATRIX_ONLY=_d128 timeout $C $B "generated kernels match the float64 reference on the matrix" --durations yes >"$OUT/c/gen128.log" 2>&1 &
@@ -58,6 +63,15 @@ if (( $(left) > 60 )); then
     timeout -k 5 $(cap 170) bash scripts/gpu-check.sh run >"$OUT/b/run.log" 2>&1
   echo "#### bench rc=$? after $((SECONDS - T0))s"
   grep -h -E "TF/s|^\|" "$OUT/b/peers.log" | head -40
+fi
+# 4. maskbench at D = 128: new = default (ping-pong, published vote),
+# old = the result check, base = no isolation
+mkdir -p "$OUT/mb"
+if (( $(left) > 100 )); then
+  OUT=$OUT/mb GPU_CHECK_PACK_DIR=$P GPU_CHECK_STEPS=maskbench FLASHJIT_MATRIX_ONLY=_d128 FLASHJIT_MASKBENCH_ROUNDS=2 \
+    timeout -k 5 $(cap 130) bash scripts/gpu-check.sh run >"$OUT/mb/run.log" 2>&1
+  echo "#### maskbench rc=$? after $((SECONDS - T0))s"
+  grep -h "^MASKBENCH" "$OUT/mb/maskbench.log" | cut -c1-220
 fi
 if (( $(left) > 40 )); then
   timeout $(cap 40) $B "[.fp8bench]" 2>&1 | grep -E "^FP8|TF/s" | head -20
