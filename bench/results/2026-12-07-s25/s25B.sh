@@ -16,6 +16,7 @@ mkdir -p "$OUT/u" "$OUT/c"
 OUT=$OUT/u GPU_CHECK_PACK_DIR=$P GPU_CHECK_STEPS=none bash scripts/gpu-check.sh run >"$OUT/u/unpack.log" 2>&1
 export LD_LIBRARY_PATH=/tmp/flashjit-lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export FLASHJIT_MATRIX_KERNELS=/tmp/flashjit-matrix-kernels
+export FLASHJIT_TEST_PROGRESS=1 # a launch with no "returned" line after it did not return
 B=$PWD/$P/bin/flashjit_gpu_tests
 $B --list-tests >/dev/null 2>&1 || export LD_LIBRARY_PATH=/tmp/flashjit-lib/compat:$LD_LIBRARY_PATH
 echo "#### unpacked after $((SECONDS - T0))s"
