@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -194,12 +196,31 @@ inline MatrixKernelFiles readMatrixKernel(const std::string &id) {
   return f;
 }
 
+/// FLASHJIT_TEST_PROGRESS set: one line on stderr, "[progress <s>] \p
+/// what", with the seconds since the first such line, at each kernel load
+/// and before and after each launch and float64 reference of the shared
+/// helpers. A [gpu] run that stops at its time limit then tells a kernel
+/// that does not return (a launch line with no "returned" after it) from a
+/// slow float64 reference (session 24 could not tell them apart).
+inline void progress(const std::string &what) {
+  static const bool on = std::getenv("FLASHJIT_TEST_PROGRESS") != nullptr;
+  if (!on)
+    return;
+  static const auto t0 = std::chrono::steady_clock::now();
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  std::fprintf(stderr, "[progress %.1f] %s\n", s, what.c_str());
+  std::fflush(stderr);
+}
+
 /// Loads ahead-of-time kernel \p id of \p spec (readMatrixKernel; \p
 /// sparse: kept for the callers, the .info line says it).
 inline std::unique_ptr<runtime::GpuAttentionKernel>
 loadAheadOfTime(const std::string &id, const AttentionSpec &spec, Device &dev,
                 bool sparse = false) {
   (void)sparse;
+  progress("load " + id);
   MatrixKernelFiles f = readMatrixKernel(id);
   return std::make_unique<runtime::GpuAttentionKernel>(spec, f.info, f.ptx,
                                                        dev);
@@ -412,12 +433,18 @@ void checkShape(Device &dev, Run &&run, const AttentionSpec &spec,
   lse.poison();
   VariantArgs args(dev, spec, sq, sk);
 
+  const std::string shape = "batch " + std::to_string(batch) + " seqlen_q " +
+                            std::to_string(sq) + " seqlen_k " +
+                            std::to_string(sk);
+  progress("launch " + shape);
   run(q.deviceRef, k.deviceRef, v.deviceRef, o.deviceRef,
       spec.returnLse ? &lse.deviceRef : nullptr, args.device);
   o.download();
   lse.download();
+  progress("returned " + shape);
   ReferenceOutput want =
       referenceAttention(spec, q.hostRef, k.hostRef, v.hostRef, args.host);
+  progress("reference done " + shape);
 
   compareOutputs(spec, o, lse, want, batch, sq);
 }

@@ -194,10 +194,12 @@ test::AttendedRows runPoisoned(Device &dev, GpuAttentionKernel &kernel,
   o.poison();
   lse.poison();
   test::VariantArgs args(dev, spec, p.sq, p.sk);
+  test::progress(std::string("launch poisoned ") + p.what);
   kernel.run(q.deviceRef, kt.deviceRef, v.deviceRef, o.deviceRef,
              spec.returnLse ? &lse.deviceRef : nullptr, args.device);
   o.download();
   lse.download();
+  test::progress(std::string("returned poisoned ") + p.what);
   ReferenceOutput want =
       referenceAttention(spec, q.hostRef, kt.hostRef, v.hostRef, args.host);
   return test::compareAttendedRows(spec, o, lse, want, batch, p.sq);

@@ -139,8 +139,8 @@ int main(int argc, char **argv) {
       flashjit::setMaskedValueBackwardTileVoteForTesting(true);
     }
     // mask-bench-pub: the warp-specialised forwards with the published
-    // vote (their default since the result check hung on a GPU, session
-    // 24), the others as mask-bench.
+    // vote (their default since the result check's first GPU run did not
+    // finish, session 24), the others as mask-bench.
     // mask-bench-pingpong: the forward-only `_ovl` ids with the ping-pong
     // by name (GpuMma::WgmmaTmaWsPingPong), the others as mask-bench.
     maskBenchPingPong = mma == "mask-bench-pingpong";
@@ -267,9 +267,9 @@ int main(int argc, char **argv) {
   }
   // Masked head-dim-128 forwards with the overlap by name (sm_90a; the
   // default elsewhere), whatever MMA the matrix is built with: `<id>` with
-  // the default (the published vote: the result check hung on a GPU in session
-  // 24), `<id>_pubvote` with the published masked-value vote, `<id>_tilevote`
-  // with the in-tile one.
+  // the default (the published vote: the result check's first GPU run did not
+  // finish, session 24), `<id>_pubvote` with the published masked-value vote,
+  // `<id>_tilevote` with the in-tile one.
   for (const auto &k : flashjit::testing::overlapVoteKernels()) {
     if (backwardOnly)
       break;
