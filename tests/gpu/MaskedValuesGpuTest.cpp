@@ -169,7 +169,6 @@ std::vector<testing::MatrixKernel> forwardKernels() {
   for (const testing::MatrixKernel &k : testing::overlapVoteKernels()) {
     out.push_back(k);
     out.push_back({k.id + "_pubvote", k.variant, k.spec});
-    out.push_back({k.id + "_rcheck", k.variant, k.spec});
   }
   return out;
 }
@@ -332,8 +331,6 @@ TEST_CASE("forward: kernels that check their results for NaN and Inf equal "
     pairs.push_back({k, k.id + "_tilevote"});
     pairs.push_back(
         {{k.id + "_pubvote", k.variant, k.spec}, k.id + "_tilevote"});
-    pairs.push_back(
-        {{k.id + "_rcheck", k.variant, k.spec}, k.id + "_tilevote"});
   }
   for (const auto &[k, twin] : pairs) {
     if (!selected(k.id))

@@ -52,10 +52,8 @@
 // vote (setMaskedValueTileVoteForTesting), for the [gpu][masked] comparison;
 // so are overlapMaskedKernels() and overlapVoteKernels() (the overlap by
 // name on sm_90a, whatever MMA), the latter also as `<id>_pubvote` (the
-// published vote, setMaskedValuePublishedVoteForTesting) and `<id>_rcheck`
-// (the result check, testing only). MMA mask-bench-pub writes the
-// [.maskbench] kernels with the published vote, mask-bench-rcheck with the
-// result check.
+// published vote, setMaskedValuePublishedVoteForTesting). MMA
+// mask-bench-pub writes the [.maskbench] kernels with the published vote.
 // pingPongKernels() take the overlap with the ping-pong by name (sm_90a,
 // whatever MMA).
 //
@@ -107,7 +105,7 @@ int main(int argc, char **argv) {
         "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
         "wgmma.tma.ws.overlap|backward-only|"
         "backward-only.mma.sync|mask-bench|mask-bench-base|"
-        "mask-bench-sync|mask-bench-old|mask-bench-pub|mask-bench-rcheck|"
+        "mask-bench-sync|mask-bench-old|mask-bench-pub|"
         "mask-bench-pingpong]]\n",
         argv[0]);
     return 1;
@@ -145,11 +143,9 @@ int main(int argc, char **argv) {
     // mask-bench-pingpong: the forward-only `_ovl` ids with the ping-pong
     // by name (GpuMma::WgmmaTmaWsPingPong), the others as mask-bench.
     maskBenchPingPong = mma == "mask-bench-pingpong";
-    // mask-bench-rcheck: the same kernels as mask-bench (the result check
-    // is the warp-specialised forwards' default since session 26).
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
         mma == "mask-bench-sync" || mma == "mask-bench-old" ||
-        mma == "mask-bench-pub" || mma == "mask-bench-rcheck" ||
+        mma == "mask-bench-pub" ||
         maskBenchPingPong)
       maskBench = true;
     else if (mma == "backward-only")
@@ -266,8 +262,7 @@ int main(int argc, char **argv) {
   // Masked head-dim-128 forwards with the overlap by name (sm_90a; the
   // default elsewhere), whatever MMA the matrix is built with: `<id>` with
   // the default (the result check), `<id>_pubvote` with the published
-  // masked-value vote, `<id>_rcheck` the default again (the name session 25's
-  // device script asks for), `<id>_tilevote` with the in-tile vote.
+  // masked-value vote, `<id>_tilevote` with the in-tile vote.
   for (const auto &k : flashjit::testing::overlapVoteKernels()) {
     if (backwardOnly)
       break;
@@ -277,9 +272,7 @@ int main(int argc, char **argv) {
     ov.arch = o.arch;
     if (ov.arch == "sm_90a")
       ov.mma = flashjit::GpuMma::WgmmaTmaWsOverlap;
-    flashjit::GpuKernelImage rcheck = flashjit::compileGpu(k.spec, ov);
-    write(dir, k.id, rcheck);
-    write(dir, k.id + "_rcheck", rcheck);
+    write(dir, k.id, flashjit::compileGpu(k.spec, ov));
     flashjit::setMaskedValuePublishedVoteForTesting(true);
     flashjit::GpuKernelImage pub = flashjit::compileGpu(k.spec, ov);
     flashjit::setMaskedValuePublishedVoteForTesting(false);
@@ -288,7 +281,7 @@ int main(int argc, char **argv) {
     flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, ov);
     flashjit::setMaskedValueTileVoteForTesting(false);
     write(dir, k.id + "_tilevote", img);
-    n += 4;
+    n += 3;
   }
   // The overlap with the inter-warpgroup ping-pong by name (sm_90a; the
   // default elsewhere), whatever MMA the matrix is built with.
