@@ -22,7 +22,6 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/compiler/Exp2Testing.h"
 #include "flashjit/compiler/GpuCompiler.h"
-#include "flashjit/compiler/PingPongTesting.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/KernelAbi.h"
@@ -234,8 +233,6 @@ static int writeSparseKernels(const std::string &dir) {
 }
 
 int main(int argc, char **argv) {
-  // The ping-pong is testing-only until a GPU run passes (session 24).
-  flashjit::setPingPongForTesting(true);
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s DIR [--tiles] [--sparse]\n", argv[0]);
     return 1;

@@ -142,7 +142,7 @@ TEST_CASE("the masked head-dim-128 defaults match the float64 reference "
 
 TEST_CASE("ping-pong kernels match the float64 reference over odd shapes "
           "and many key tiles",
-          "[.][gpu][generated][pingpong]") {
+          "[gpu][generated][pingpong]") {
   // pingPongKernels(): the overlap with the consumer warpgroups taking
   // turns (named barriers 2 and 3) to issue their products. A wrong count
   // of turns hangs the kernel or leaves a barrier part-arrived at when the

@@ -53,8 +53,7 @@
 // so are overlapMaskedKernels() and overlapVoteKernels() (the overlap by
 // name on sm_90a, whatever MMA), the latter also as `<id>_pubvote` (the
 // published vote, setMaskedValuePublishedVoteForTesting). MMA
-// mask-bench-pub writes the [.maskbench] kernels with the published vote
-// (the warp-specialised forwards' default before the result check).
+// mask-bench-pub writes the [.maskbench] kernels with the published vote.
 // pingPongKernels() take the overlap with the ping-pong by name (sm_90a,
 // whatever MMA).
 //
@@ -68,7 +67,6 @@
 #include "flashjit/compiler/Exp2Testing.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
-#include "flashjit/compiler/PingPongTesting.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -100,8 +98,6 @@ void write(const std::string &dir, const std::string &id,
 } // namespace
 
 int main(int argc, char **argv) {
-  // The ping-pong is testing-only until a GPU run passes (session 24).
-  flashjit::setPingPongForTesting(true);
   if (argc < 2 || argc > 4) {
     std::fprintf(
         stderr,
@@ -109,7 +105,8 @@ int main(int argc, char **argv) {
         "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
         "wgmma.tma.ws.overlap|backward-only|"
         "backward-only.mma.sync|mask-bench|mask-bench-base|"
-        "mask-bench-sync|mask-bench-old|mask-bench-pub|mask-bench-pingpong]]\n",
+        "mask-bench-sync|mask-bench-old|mask-bench-pub|"
+        "mask-bench-pingpong]]\n",
         argv[0]);
     return 1;
   }
@@ -140,14 +137,16 @@ int main(int argc, char **argv) {
       flashjit::setMaskedValueBackwardTileVoteForTesting(true);
     }
     // mask-bench-pub: the warp-specialised forwards with the published
-    // vote (their default since the result check's first GPU run did not
-    // finish, session 24), the others as mask-bench.
+    // vote (sessions 18-25's default), the others as mask-bench.
+    if (mma == "mask-bench-pub")
+      flashjit::setMaskedValuePublishedVoteForTesting(true);
     // mask-bench-pingpong: the forward-only `_ovl` ids with the ping-pong
     // by name (GpuMma::WgmmaTmaWsPingPong), the others as mask-bench.
     maskBenchPingPong = mma == "mask-bench-pingpong";
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
         mma == "mask-bench-sync" || mma == "mask-bench-old" ||
-        mma == "mask-bench-pub" || maskBenchPingPong)
+        mma == "mask-bench-pub" ||
+        maskBenchPingPong)
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;
@@ -262,9 +261,8 @@ int main(int argc, char **argv) {
   }
   // Masked head-dim-128 forwards with the overlap by name (sm_90a; the
   // default elsewhere), whatever MMA the matrix is built with: `<id>` with
-  // the default (the published vote: the result check's first GPU run did not
-  // finish, session 24), `<id>_pubvote` with the published masked-value vote,
-  // `<id>_tilevote` with the in-tile one.
+  // the default (the result check), `<id>_pubvote` with the published
+  // masked-value vote, `<id>_tilevote` with the in-tile vote.
   for (const auto &k : flashjit::testing::overlapVoteKernels()) {
     if (backwardOnly)
       break;
@@ -275,7 +273,9 @@ int main(int argc, char **argv) {
     if (ov.arch == "sm_90a")
       ov.mma = flashjit::GpuMma::WgmmaTmaWsOverlap;
     write(dir, k.id, flashjit::compileGpu(k.spec, ov));
+    flashjit::setMaskedValuePublishedVoteForTesting(true);
     flashjit::GpuKernelImage pub = flashjit::compileGpu(k.spec, ov);
+    flashjit::setMaskedValuePublishedVoteForTesting(false);
     write(dir, k.id + "_pubvote", pub);
     flashjit::setMaskedValueTileVoteForTesting(true);
     flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, ov);
@@ -343,7 +343,16 @@ int main(int argc, char **argv) {
       break;
     flashjit::GpuCompileOptions so;
     so.arch = o.arch;
-    write(dir, k.id, flashjit::compileGpu(k.spec, so), /*sparse=*/true);
+    so.varlen = k.varlen;
+    so.blockSparse = k.blockSparse;
+    // `_noiso`: the timing baseline without masked-key isolation.
+    const bool noIso = k.id.ends_with("_noiso");
+    if (noIso)
+      flashjit::setMaskedValueIsolationForTesting(false);
+    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, so);
+    if (noIso)
+      flashjit::setMaskedValueIsolationForTesting(true);
+    write(dir, k.id, img, /*sparse=*/true);
     ++n;
   }
   // Ring kernels (issue 20): the ring spec of each, written like the sparse

@@ -1,8 +1,9 @@
 """fp8 spec dtypes through the Python package (issue 18's foundation): the
 names map to the spec's e4m3/e5m2 (torch's float8_e4m3fn / float8_e5m2),
 dtype="e4m3" gives a bf16 O, fp8 O is refused, sm_80 refuses fp8, and
-sm_90a builds the fp8 forward (fp8 wgmma) but refuses what it does not
-build yet (head dim 96), and descales for non-fp8 tensors are refused.
+sm_90a builds the fp8 forward (fp8 wgmma; dense, varlen, block-sparse,
+head dims up to 256) but refuses what it does not build yet (head dim 80),
+and descales for non-fp8 tensors are refused.
 The numerics are checked in C++ (tests/unit/frontend/Fp8Test.cpp,
 tests/unit/compiler/Fp8CpuTest.cpp) and, with torch, in test_fp8_torch.py
 (q_descale/k/v, flashjit.torch.quantize_fp8)."""
@@ -31,14 +32,24 @@ def test_fp8_refusals_are_user_errors():
         flashjit.compile(target="cpu", head_dim=16, dtype="fp8")
     with pytest.raises(flashjit.UserError, match="fp8 needs sm_90a wgmma"):
         flashjit.compile(target="sm_80", head_dim=64, dtype="e4m3")
-    with pytest.raises(flashjit.UserError, match="head_dim_qk = 96"):
-        flashjit.compile(target="sm_90a", head_dim=96, dtype="e4m3")
+    with pytest.raises(flashjit.UserError, match="head_dim_qk = 80"):
+        flashjit.compile(target="sm_90a", head_dim=80, dtype="e4m3")
 
 
 def test_fp8_forward_compiles_for_sm_90a():
     kern = flashjit.compile(target="sm_90a", head_dim=64, dtype="e4m3")
     assert "k32.f32.e4m3.e4m3" in kern.ptx
     assert "cvt.rn.satfinite.e4m3x2.f32" in kern.ptx
+    # varlen, block-sparse (both too) and head dim 256 (64-key tiles).
+    for varlen, sparse in ((True, False), (False, True), (True, True)):
+        k = flashjit.compile(kern.spec, target="sm_90a", varlen=varlen,
+                             block_sparse=sparse)
+        assert "k32.f32.e4m3.e4m3" in k.ptx
+    wide = flashjit.compile(target="sm_90a", head_dim=256, dtype="e4m3")
+    assert "m64n64k32.f32.e4m3.e4m3" in wide.ptx
+    assert "m64n256k32.f32.e4m3.e4m3" in wide.ptx
+    d96 = flashjit.compile(target="sm_90a", head_dim=96, dtype="e4m3")
+    assert "m64n96k32.f32.e4m3.e4m3" in d96.ptx
 
 
 def test_descales_without_fp8_are_refused_by_name():

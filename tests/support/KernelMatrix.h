@@ -580,10 +580,18 @@ inline std::vector<SparseKernel> sinkKernels() {
 /// them with the sm_90a default instructions), O bf16 or fp16, over dense,
 /// causal (both alignments), a two-sided window, softcap (a parameter), a
 /// document mask (buffer reads) and a score modifier reading a buffer
-/// (ALiBi); e4m3 throughout or e5m2 K/V; GQA; head dims 64 and 128.
-/// `fp8_bench_e4m3_d128` / `fp8_bench_bf16_d128` are the [.fp8bench]
-/// timing pair (the second the bf16 default kernel of the same shape).
-/// Written in the sparse format.
+/// (ALiBi); e4m3 throughout or e5m2 K/V; GQA; head dims 64, 128, 192 and
+/// 256, 96, and unequal 160 / 80 and, masked, 96 / 112 (V transposes of
+/// 640 and 896 units: a guarded last round, WgmmaFp8.cpp). Ids `fp8_vl_*` are
+/// varlen, `fp8_bs_*` block-sparse (document masks built by the block-mask
+/// builder, causal), `fp8_vl_bs_*` both. `fp8_bench_e4m3_d<D>` /
+/// `fp8_bench_bf16_d<D>` (D = 128, 256) are the
+/// [.fp8bench] timing pairs (the second the bf16 default kernel of the same
+/// shape), `fp8_bench_vl_e4m3_d128` the varlen one,
+/// `fp8_bench_causal_e4m3_d128` / `..._noiso` the causal pair with and
+/// without masked-key isolation (gen_matrix_kernels writes `_noiso` ids
+/// with setMaskedValueIsolationForTesting(false)). Written in the sparse
+/// format.
 inline std::vector<SparseKernel> fp8Kernels() {
   auto spec = [](const std::string &v, int d, DType kv, DType o, int hq,
                  int hkv) {
@@ -594,6 +602,12 @@ inline std::vector<SparseKernel> fp8Kernels() {
     return s;
   };
   const DType e4 = DType::E4M3, e5 = DType::E5M2;
+  auto unequal = [&](int dqk, int dv, const std::string &v = "none",
+                     DType o = DType::F16, int hq = 2, int hkv = 2) {
+    AttentionSpec s = spec(v, dqk, e5, o, hq, hkv);
+    s.headDimV = dv;
+    return s;
+  };
   return {
       {"fp8_none_d128_e4m3_bf16_g2", spec("none", 128, e4, DType::BF16, 4, 2)},
       {"fp8_none_d64_e4m3_fp16_g1", spec("none", 64, e4, DType::F16, 2, 2)},
@@ -610,6 +624,40 @@ inline std::vector<SparseKernel> fp8Kernels() {
        spec("alibi", 128, e4, DType::BF16, 4, 2)},
       {"fp8_bench_e4m3_d128", spec("none", 128, e4, DType::BF16, 16, 16)},
       {"fp8_bench_bf16_d128", matrixSpec("none", 128, DType::BF16, 16, 16)},
+      {"fp8_none_d256_e4m3_bf16_g2", spec("none", 256, e4, DType::BF16, 4, 2)},
+      {"fp8_causal_br_d256_e5m2_fp16_g3",
+       spec("causal_br", 256, e5, DType::F16, 6, 2)},
+      {"fp8_window_lr_d192_e4m3_bf16_g1",
+       spec("window_lr", 192, e4, DType::BF16, 2, 2)},
+      {"fp8_vl_causal_br_d128_e4m3_bf16_g2",
+       spec("causal_br", 128, e4, DType::BF16, 4, 2), true, false},
+      {"fp8_vl_softcap_d64_e5m2_fp16_g1",
+       spec("softcap", 64, e5, DType::F16, 2, 2), true, false},
+      {"fp8_vl_causal_tl_d256_e4m3_bf16_g2",
+       spec("causal_tl", 256, e4, DType::BF16, 4, 2), true, false},
+      {"fp8_bs_doc_d128_e4m3_bf16_g2",
+       spec("doc_id", 128, e4, DType::BF16, 4, 2), false, true},
+      {"fp8_bs_causal_tl_d64_e4m3_fp16_g1",
+       spec("causal_tl", 64, e4, DType::F16, 2, 2), false, true},
+      {"fp8_bs_doc_d256_e5m2_bf16_g2",
+       spec("doc_id", 256, e5, DType::BF16, 4, 2), false, true},
+      {"fp8_vl_bs_doc_d128_e4m3_bf16_g2",
+       spec("doc_id", 128, e4, DType::BF16, 4, 2), true, true},
+      {"fp8_causal_tl_d96_e4m3_bf16_g2",
+       spec("causal_tl", 96, e4, DType::BF16, 4, 2)},
+      {"fp8_none_dqk160_dv80_e5m2_fp16_g1", unequal(160, 80)},
+      {"fp8_causal_br_dqk96_dv112_e5m2_bf16_g2",
+       unequal(96, 112, "causal_br", DType::BF16, 4, 2)},
+      {"fp8_bs_doc_d96_e4m3_fp16_g2", spec("doc_id", 96, e4, DType::F16, 4, 2),
+       false, true},
+      {"fp8_bench_e4m3_d256", spec("none", 256, e4, DType::BF16, 8, 8)},
+      {"fp8_bench_bf16_d256", matrixSpec("none", 256, DType::BF16, 8, 8)},
+      {"fp8_bench_vl_e4m3_d128", spec("none", 128, e4, DType::BF16, 16, 16),
+       true, false},
+      {"fp8_bench_causal_e4m3_d128",
+       spec("causal_tl", 128, e4, DType::BF16, 16, 16)},
+      {"fp8_bench_causal_e4m3_d128_noiso",
+       spec("causal_tl", 128, e4, DType::BF16, 16, 16)},
   };
 }
 

@@ -39,9 +39,10 @@ typedef enum flashjit_status {
  *  formats (torch.float8_e4m3fn / torch.float8_e5m2), for Q, K and V only,
  *  with descales passed as FLASHJIT_Q_DESCALE etc. The CPU target runs them
  *  (dequantised to f32 on load; not the backward or paged decoding); sm_90a
- *  has the dense fp8 wgmma forward: Q, K and V all fp8, O bf16 or fp16,
- *  head dims 64 or 128, not varlen or block-sparse; it refuses the rest by
- *  name, and sm_80 refuses fp8 (no fp8 tensor-core MMA). */
+ *  has the fp8 wgmma forward: Q, K and V all fp8, O bf16 or fp16,
+ *  head_dim_qk a multiple of 32 and head_dim_v of 16 (up to 256), dense,
+ *  varlen or block-sparse; it refuses the rest by name, and sm_80 refuses
+ *  fp8 (no fp8 tensor-core MMA). */
 typedef enum flashjit_dtype {
   FLASHJIT_FP16 = 0,
   FLASHJIT_BF16 = 1,

@@ -15,7 +15,6 @@
 #include "flashjit/Pipeline/Pipelines.h"
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
-#include "flashjit/compiler/PingPongTesting.h"
 #include "flashjit/frontend/Derivative.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Fp8.h"
@@ -32,6 +31,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <tuple>
+#include <utility>
 
 using namespace mlir;
 
@@ -98,18 +99,9 @@ static void validateHeadDims(const AttentionSpec &spec, KernelKind kind) {
 /// mma = wgmma.tma.ws.overlap (or .pingpong) asked for by name: built
 /// with the overlap or refused (it needs a ring of 3 K/V stages); the
 /// ping-pong also needs two consumer warpgroups.
-static std::atomic<bool> pingPongForTesting{false};
-
-void setPingPongForTesting(bool on) { pingPongForTesting.store(on); }
-
 static void checkOverlapAsked(const AttentionSpec &spec,
                               const GpuCompileOptions &options,
                               const GpuTileConfig &tc) {
-  if (options.mma == GpuMma::WgmmaTmaWsPingPong && !pingPongForTesting.load())
-    throw UserError("mma = wgmma.tma.ws.overlap.pingpong is not available "
-                    "until a GPU run passes: its first one did not finish "
-                    "(session 24, issue 16; a hang or a slow test, not yet "
-                    "told apart); use wgmma.tma.ws.overlap");
   bool asked = options.mma == GpuMma::WgmmaTmaWsOverlap ||
                options.mma == GpuMma::WgmmaTmaWsPingPong;
   if (tc.kind == KernelKind::Forward && asked && tc.warpSpecialized &&
@@ -165,8 +157,9 @@ static void validateDecode(const AttentionSpec &spec,
 }
 
 /// FP8 inputs need wgmma's fp8 operands (sm_90a). Built (issue 18): the
-/// dense cp.async wgmma forward, Q/K/V all fp8, O bf16 or fp16, head dims
-/// 64 or 128 (runtime/Fp8Abi.h, WgmmaFp8.cpp); the rest is refused by name.
+/// cp.async wgmma forward (dense, varlen, block-sparse), Q/K/V all fp8, O
+/// bf16 or fp16, head_dim_qk a multiple of 32 and head_dim_v of 16 up to
+/// 256 (runtime/Fp8Abi.h, WgmmaFp8.cpp); the rest is refused by name.
 /// Returns whether the spec is fp8 (then the one-dtype rule is not asked).
 static bool validateFp8ForGpu(const AttentionSpec &spec,
                               const GpuCompileOptions &options) {
@@ -183,10 +176,12 @@ static bool validateFp8ForGpu(const AttentionSpec &spec,
                                 dtypes, arch, arch));
   auto notBuilt = [&](const std::string &what) {
     return UserError(fmt::format("{} on sm_90a: {}: the fp8 kernel is not yet "
-                                 "built (issue 18; built: the dense forward, "
-                                 "fp8 q/k/v, head dims 64 or 128, mma = "
-                                 "wgmma); the CPU backend and the float64 "
-                                 "reference take fp8 inputs",
+                                 "built (issue 18; built: the forward, dense, "
+                                 "varlen or block-sparse, fp8 q/k/v, O bf16 "
+                                 "or fp16, head_dim_qk a multiple of 32 and "
+                                 "head_dim_v of 16 up to 256, mma = wgmma); "
+                                 "the CPU backend and the "
+                                 "float64 reference take fp8 inputs",
                                  dtypes, what));
   };
   if (options.kind != KernelKind::Forward)
@@ -196,14 +191,15 @@ static bool validateFp8ForGpu(const AttentionSpec &spec,
   if (spec.dtypeO != DType::BF16 && spec.dtypeO != DType::F16)
     throw notBuilt(
         fmt::format("dtype_o = {} (bf16 or fp16)", toString(spec.dtypeO)));
-  if (options.varlen || options.blockSparse)
-    throw notBuilt(options.varlen ? "varlen" : "block-sparse");
   if (options.mma != GpuMma::Default && options.mma != GpuMma::Wgmma)
     throw notBuilt(fmt::format("mma = {}", toString(options.mma)));
-  for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
-                          std::pair{"head_dim_v", spec.headDimV}})
-    if (d != 64 && d != 128)
-      throw notBuilt(fmt::format("{} = {}", field, d));
+  // wgmma's fp8 products take K in steps of 32 (S: head_dim_qk), the V
+  // transpose moves 16-column groups (head_dim_v); both at most 256.
+  for (auto [field, d, step] : {std::tuple{"head_dim_qk", spec.headDimQK, 32},
+                                std::tuple{"head_dim_v", spec.headDimV, 16}})
+    if (d % step != 0 || d > 256)
+      throw notBuilt(
+          fmt::format("{} = {} (a multiple of {} up to 256)", field, d, step));
   if (options.blockN && options.blockN != 64 && options.blockN != 128)
     throw notBuilt(fmt::format("block_n = {} (64 or 128)", options.blockN));
   return true;
@@ -310,7 +306,7 @@ void validateForGpu(const AttentionSpec &spec,
                       options.arch));
     for (auto [field, d] : {std::pair{"head_dim_qk", spec.headDimQK},
                             std::pair{"head_dim_v", spec.headDimV}})
-      if (d % 64 != 0)
+      if (d % 64 != 0 && !fp8) // fp8: validateFp8ForGpu's head dims
         throw UserError(fmt::format("{} = {} is not supported by mma = "
                                     "wgmma (multiples of 64; mma.sync takes "
                                     "any head dim up to 256)",

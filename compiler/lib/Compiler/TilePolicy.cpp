@@ -228,6 +228,10 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     c.overlapSoftmax = c.warpSpecialized &&
                        ((askedOverlap && overlapFits(spec, c)) ||
                         (mma == GpuMma::Default && overlapByDefault(spec, c)));
+    // FlashAttention-3's inter-warpgroup ping-pong on the overlap: by name
+    // only. Its first passing GPU run (session 26, H100, one process) was
+    // 0.95-1.0x the overlap for dense, causal and softcap at D = 128
+    // (bench/RESULTS.md).
     c.pingPong = c.overlapSoftmax && mma == GpuMma::WgmmaTmaWsPingPong;
     return c;
   }
@@ -269,11 +273,16 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
 
 /// The fp8 forward (issue 18; compiler/lib/Conversion/AttnToNVVM/
 /// WgmmaFp8.cpp): the cp.async wgmma kernel, two warpgroups of 64 rows,
-/// 128-key tiles (one 128-byte row of V^T per head-dim column). Not yet
+/// 128-key tiles (one 128-byte row of V^T per head-dim column) up to
+/// head_dim_v 128; 64-key tiles above (O's accumulator of 96 or 128
+/// registers leaves no room for 64 of S: ptxas -v on sm_90a spilled
+/// 36-464 bytes at 128 keys with head_dim_v 192 or 256, none at 64).
+/// head_dim_qk does not enter (S's registers depend on the keys). Not yet
 /// measured.
-static GpuTileConfig fp8TileConfig(const std::string &arch) {
+static GpuTileConfig fp8TileConfig(const AttentionSpec &spec,
+                                   const std::string &arch) {
   GpuTileConfig c = mmaSyncBase(arch);
-  c.blockN = 128;
+  c.blockN = spec.headDimV <= 128 ? 128 : 64;
   c.wgmma = true;
   return c;
 }
@@ -282,7 +291,7 @@ GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
                                    const std::string &arch, bool varlen,
                                    bool blockSparse, GpuMma mma) {
   GpuTileConfig c = isFp8(spec.dtypeQ)
-                        ? fp8TileConfig(arch)
+                        ? fp8TileConfig(spec, arch)
                         : chooseTiles(spec, arch, varlen, blockSparse, mma);
   c.varlen = varlen;
   c.blockSparse = blockSparse;

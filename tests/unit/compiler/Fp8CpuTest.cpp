@@ -34,6 +34,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace flashjit;
@@ -295,25 +296,53 @@ TEST_CASE("fp8 gpu: refused on sm_80 and where sm_90a has no kernel",
                     {"not yet built", "issue 18", what});
   };
   GpuCompileOptions o = o90;
+  // Built since: varlen, block-sparse (both together too), head_dim_qk
+  // multiples of 32 and head_dim_v multiples of 16 up to 256, unequal ones
+  // among them.
+  o.varlen = true;
+  validateForGpu(spec, o);
+  o.blockSparse = true;
+  validateForGpu(spec, o);
+  o.varlen = false;
+  validateForGpu(spec, o);
+  for (auto [dqk, dv] :
+       {std::pair{256, 256}, std::pair{192, 192}, std::pair{64, 256},
+        std::pair{256, 128}, std::pair{96, 96}, std::pair{32, 16},
+        std::pair{160, 80}, std::pair{224, 240}}) {
+    AttentionSpec wide = spec;
+    wide.headDimQK = dqk;
+    wide.headDimV = dv;
+    INFO(dqk << "/" << dv);
+    validateForGpu(wide, o90);
+    validateForGpu(wide, o);
+  }
+  o = o90;
   o.kind = KernelKind::Decode;
   refused(o, "kind = decode", spec);
   o.kind = KernelKind::Backward;
   refused(o, "kind = backward", spec);
-  o = o90;
-  o.varlen = true;
-  refused(o, "varlen", spec);
-  o = o90;
-  o.blockSparse = true;
-  refused(o, "block-sparse", spec);
   o = o90;
   o.mma = GpuMma::WgmmaTmaWs;
   refused(o, "mma = wgmma.tma.ws", spec);
   o = o90;
   o.blockN = 32;
   refused(o, "block_n = 32", spec);
-  AttentionSpec d96 = spec;
-  d96.headDimQK = d96.headDimV = 96;
-  refused(o90, "head_dim_qk = 96", d96);
+  AttentionSpec d80 = spec;
+  d80.headDimQK = d80.headDimV = 80;
+  refused(o90, "head_dim_qk = 80 (a multiple of 32 up to 256)", d80);
+  o = o90;
+  o.varlen = true;
+  refused(o, "head_dim_qk = 80", d80); // varlen: the same head dims
+  AttentionSpec v72 = spec;
+  v72.headDimV = 72;
+  refused(o90, "head_dim_v = 72 (a multiple of 16 up to 256)", v72);
+  AttentionSpec d100 = spec;
+  d100.headDimQK = d100.headDimV = 100;
+  refused(o90, "head_dim_qk = 100", d100);
+  o = o90;
+  o.blockSparse = true;
+  o.mma = GpuMma::WgmmaTma;
+  refused(o, "mma = wgmma.tma", spec);
   AttentionSpec f32o = spec;
   f32o.dtypeO = DType::F32;
   refused(o90, "dtype_o = fp32", f32o);

@@ -75,8 +75,10 @@ const char *warpSpecializedModeError(const KernelShape &c) {
 }
 
 /// The fp8 forward kernel's shape (issue 18): fp8 Q/K/V, O bf16 or fp16,
-/// the cp.async wgmma forward (no TMA), head dims 64 or 128, key tiles of
-/// 64 or 128 (multiples of wgmma's k32), not varlen or block-sparse.
+/// the cp.async wgmma forward (no TMA; dense, varlen or block-sparse),
+/// head_dim_qk a multiple of 32 (wgmma's k32 steps) and head_dim_v of 16
+/// (the V transpose's 16-column groups), both up to 256, key tiles of 64
+/// or 128 (multiples of wgmma's k32).
 /// Records the element types in \p c; false (with an error) otherwise.
 bool fp8Shape(attn::AttentionOp op, KernelShape &c) {
   for (Type t : {op.getDtypeK(), op.getDtypeV()})
@@ -89,12 +91,15 @@ bool fp8Shape(attn::AttentionOp op, KernelShape &c) {
     op.emitOpError("the fp8 kernel writes O in bf16 or fp16");
     return false;
   }
-  if (c.kind != KernelKind::Forward || !c.wgmma || c.tma || c.varlen ||
-      c.blockSparse || (c.blockN != 64 && c.blockN != 128) ||
-      (c.headDimQK != 64 && c.headDimQK != 128) ||
-      (c.headDimV != 64 && c.headDimV != 128)) {
-    op.emitOpError("the fp8 kernel is the dense wgmma forward (cp.async, no "
-                   "tma) with head dims 64 or 128 and block-n 64 or 128");
+  auto dimOk = [](int d, int step) {
+    return d > 0 && d % step == 0 && d <= 256;
+  };
+  if (c.kind != KernelKind::Forward || !c.wgmma || c.tma ||
+      (c.blockN != 64 && c.blockN != 128) || !dimOk(c.headDimQK, 32) ||
+      !dimOk(c.headDimV, 16)) {
+    op.emitOpError("the fp8 kernel is the wgmma forward (cp.async, no tma) "
+                   "with head-dim-qk a multiple of 32, head-dim-v of 16 (up "
+                   "to 256) and block-n 64 or 128");
     return false;
   }
   auto name = [](Type t) {
@@ -178,8 +183,9 @@ struct ConvertAttnToNVVM
       c.bf16 = c.fp8() ? op.getDtypeO().isBF16() : dq.isBF16();
       c.returnLse = op.getReturnLse();
       c.sink = op.getSink();
+      // fp8: fp8Shape's head dims (k32 steps over 128-byte rows).
       if (c.wgmma && ((c.rowsPerWarp != 16 && !splitBackward) ||
-                      c.headDimQK % 64 || c.headDimV % 64)) {
+                      (!c.fp8() && (c.headDimQK % 64 || c.headDimV % 64)))) {
         op.emitOpError("wgmma kernels need rows-per-warp 16 and head dims "
                        "that are multiples of 64");
         return signalPassFailure();

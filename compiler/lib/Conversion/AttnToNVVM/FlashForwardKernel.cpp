@@ -303,7 +303,12 @@ ValueRange ForwardKernelBuilder::mainLoop() {
     gpu::BarrierOp::create(b);
   }
   stageOff = ops.mul(ops.ext64(stage), ops.ci64(stageBytes));
-  mma->selectStage(stageOff);
+  // fp8: the vote rides on the transpose's barrier (WgmmaFp8.cpp).
+  Value stageVote;
+  if (fp8Isolation())
+    stageVote = mma->selectStageVoting(stageOff);
+  else
+    mma->selectStage(stageOff);
   Value kv0 = ops.mul(j, ops.ci32(c.blockN));
   auto [mayBeFalse, mayBeTrue] = classify(j);
   if (c.blockSparse) {
@@ -317,6 +322,8 @@ ValueRange ForwardKernelBuilder::mainLoop() {
   Value pastEnd = ops.cmp(arith::CmpIPredicate::sgt,
                           ops.add(kv0, ops.ci32(c.blockN)), seqlenK);
   Value needsMask = ops.lor(mayBeFalse, pastEnd);
+  if (stageVote) // only partial tiles hold a key masked for some row
+    voted = ops.land(needsMask, stageVote);
 
   SmallVector<Type> stateTypes(init.size(), ops.f32);
   auto tileIf = scf::IfOp::create(b, stateTypes, mayBeTrue, /*withElse=*/true);

@@ -142,6 +142,10 @@ private:
   /// (checkedLoop): TMA without warp specialisation, head dims up to 64;
   /// warp-specialised kernels (16-bit).
   bool checksResults() const;
+  /// Whether the fp8 kernel isolates masked keys: its V transpose votes
+  /// (ForwardMma::selectStageVoting; votePlacement is None there) and its
+  /// products take the guarded path (ForwardMma::isolateNonFiniteV).
+  bool fp8Isolation() const;
   /// The ring use of loop position \p pos: pos - jBegin, plus useBase in
   /// checkedLoop's second pass (mainLoop and overlapLoop).
   Value useOf(Value pos) {

@@ -20,7 +20,7 @@ ForwardKernelBuilder::VotePlacement
 ForwardKernelBuilder::votePlacement() const {
   // Only with a mask: without one no key in range is masked (keys past
   // seqlen_k load as 0), and the PTX of dense kernels stays as it was.
-  // fp8 kernels (issue 18): no isolation yet (the votes read 16-bit V).
+  // fp8 kernels vote in their V transpose instead (fp8Isolation).
   if (!em.hasMask() || !maskedValueIsolation() || c.fp8())
     return VotePlacement::None;
   // Result checks: no vote in the first pass, the in-tile vote in the rare
@@ -43,6 +43,11 @@ ForwardKernelBuilder::votePlacement() const {
     return maskedValueTileEndVote() ? VotePlacement::TileEnd
                                     : VotePlacement::InTile;
   return VotePlacement::Published;
+}
+
+bool ForwardKernelBuilder::fp8Isolation() const {
+  // Only with a mask, as votePlacement.
+  return c.fp8() && em.hasMask() && maskedValueIsolation();
 }
 
 bool ForwardKernelBuilder::checksResults() const {
@@ -220,6 +225,8 @@ Value ForwardKernelBuilder::voteAtTileEnd(Value it) {
 SmallVector<Value> ForwardKernelBuilder::isolateMaskedValues(ArrayRef<Value> o,
                                                              ArrayRef<Value> p,
                                                              Value poisoned) {
+  if (c.fp8()) // the V tile the product reads is the fp8 mma's transpose
+    return mma->isolateNonFiniteV(o, p, poisoned, lane);
   // The rewritten stage is read by wgmma and later written by TMA (async
   // proxy); in warp-specialised kernels the consumers' release of the
   // stage follows the fence, so the producer's next write follows it too.

@@ -304,7 +304,7 @@ static std::atomic<bool> isolation{true};
 static std::atomic<bool> tileVote{false};
 static std::atomic<bool> tileEndVote{false};
 static std::atomic<bool> backwardTileVote{false};
-static std::atomic<bool> publishedVote{true};
+static std::atomic<bool> publishedVote{false};
 
 bool maskedValueIsolation() { return isolation.load(); }
 

@@ -91,6 +91,13 @@
 //     overlapped consumer loop (ForwardOverlap.cpp) publishes the same way
 //     without a branch on the lane (every lane of a warp that saw one marks the
 //     word; lane 0's arrival is a predicated instruction).
+//   - the fp8 forward (cp.async, wgmma k32): its threads transpose V
+//     through shared memory before every tile anyway, so they scan the
+//     fp8 bytes they move and the transpose's closing barrier ORs the
+//     votes (ForwardMma::selectStageVoting); its guarded path
+//     (ForwardMma::isolateNonFiniteV, WgmmaFp8.cpp) adds the terms with
+//     P as the product takes it (e4m3) and transposes the tile again with
+//     the non-finite bytes zeroed.
 // The old placement (in the tile everywhere) stays reachable for timing:
 // setMaskedValueTileVoteForTesting.
 //

@@ -50,6 +50,29 @@ public:
   /// The K/V stage of this tile starts \p stageOff bytes (i64) after the
   /// first.
   virtual void selectStage(mlir::Value stageOff) = 0;
+  /// selectStage, and whether any element of the stage's V tile is NaN or
+  /// Inf (i1, the same in every thread of the CTA: the masked-value vote,
+  /// MaskedValues.h) where the products can tell it at no barrier of its
+  /// own; null where they cannot (then selectStage alone: every kernel but
+  /// the fp8 one).
+  virtual mlir::Value selectStageVoting(mlir::Value stageOff) {
+    selectStage(stageOff);
+    return mlir::Value();
+  }
+  /// For products whose selectStageVoting votes: the guarded path of the
+  /// masked-value isolation (MaskedValues.h) where \p poisoned (that vote,
+  /// and the tile partial): \p o (the layout of accumulatePV's) plus the
+  /// non-finite terms of P V over the keys with a nonzero weight, P as
+  /// accumulatePV takes it (\p p in the layout of S), and the stage's V as
+  /// the product reads it with its non-finite elements replaced by 0;
+  /// elsewhere \p o. Every thread of the CTA must call it.
+  virtual llvm::SmallVector<mlir::Value>
+  isolateNonFiniteV(llvm::ArrayRef<mlir::Value> o,
+                    llvm::ArrayRef<mlir::Value> p, mlir::Value poisoned,
+                    mlir::Value lane) {
+    (void)p, (void)poisoned, (void)lane;
+    return llvm::SmallVector<mlir::Value>(o);
+  }
   /// S = Q K^T of the selected stage.
   virtual llvm::SmallVector<mlir::Value> computeS() = 0;
   /// computeS with \p whileInFlight emitted while the product runs
