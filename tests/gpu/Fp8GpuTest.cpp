@@ -217,16 +217,23 @@ void bindDocs(Device &dev, const AttentionSpec &spec, test::VariantArgs &a,
     }
 }
 
+/// Whether \p dev runs the fp8 kernels (sm_90a wgmma); elsewhere WARNs
+/// that the case is skipped and returns false.
+bool fp8Capable(Device &dev) {
+  if (dev.properties().arch() == "sm_90a")
+    return true;
+  WARN("fp8 kernels need sm_90a; skipped on " << dev.properties().arch());
+  return false;
+}
+
 } // namespace
 
 TEST_CASE("GPU fp8 forward matches the float64 reference on the "
           "dequantised inputs",
           "[gpu][fp8]") {
   Device &dev = Device::get(0);
-  if (dev.properties().arch() != "sm_90a") {
-    WARN("fp8 kernels need sm_90a; skipped on " << dev.properties().arch());
+  if (!fp8Capable(dev))
     return;
-  }
   int idx = 0;
   for (const testing::SparseKernel &fk : testing::fp8Kernels()) {
     if (fk.id.find("bench") != std::string::npos || fk.varlen ||
@@ -278,10 +285,8 @@ TEST_CASE("GPU fp8 block-sparse forward with built block masks and user "
   // oracle is the plain float64 reference on the dequantised inputs. Then
   // user BSR layouts against the block-sparse reference.
   Device &dev = Device::get(0);
-  if (dev.properties().arch() != "sm_90a") {
-    WARN("fp8 kernels need sm_90a; skipped on " << dev.properties().arch());
+  if (!fp8Capable(dev))
     return;
-  }
   int idx = 0;
   for (const testing::SparseKernel &fk : testing::fp8Kernels()) {
     if (!fk.blockSparse || fk.varlen || !test::matrixIdSelected(fk.id))
@@ -379,10 +384,8 @@ TEST_CASE("GPU fp8 varlen forward matches the float64 varlen reference",
   // sequence and kv head (quantizeFp8 over cu_seqlens), per tensor, or
   // none; the float64 varlen reference on the dequantised inputs.
   Device &dev = Device::get(0);
-  if (dev.properties().arch() != "sm_90a") {
-    WARN("fp8 kernels need sm_90a; skipped on " << dev.properties().arch());
+  if (!fp8Capable(dev))
     return;
-  }
   int idx = 0;
   for (const testing::SparseKernel &fk : testing::fp8Kernels()) {
     if (!fk.varlen || fk.id.find("bench") != std::string::npos ||
@@ -697,10 +700,8 @@ TEST_CASE("GPU fp8 forward: NaN and Inf at keys a row does not attend never "
   // below 2^-10, a score 12.5 below the row's running maximum), where the
   // kernel, like a weight of exactly 0, skips the key (README, FP8).
   Device &dev = Device::get(0);
-  if (dev.properties().arch() != "sm_90a") {
-    WARN("fp8 kernels need sm_90a; skipped on " << dev.properties().arch());
+  if (!fp8Capable(dev))
     return;
-  }
   int kernels = 0;
   for (const testing::SparseKernel &fk : testing::fp8Kernels()) {
     if (!maskedFp8(fk) || !test::matrixIdSelected(fk.id))
