@@ -2,12 +2,15 @@
 #include "flashjit/frontend/Arguments.h"
 
 #include "flashjit/frontend/Error.h"
+#include "flashjit/frontend/Tensor.h"
 #include "flashjit/frontend/Variant.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 namespace flashjit {
 
@@ -193,6 +196,31 @@ void Arguments::validateDescalesFor(const AttentionSpec &spec, int64_t batch,
   validateDescale("q_descale", qDescale, spec.dtypeQ, blocks, hostValues);
   validateDescale("k_descale", kDescale, spec.dtypeK, blocks, hostValues);
   validateDescale("v_descale", vDescale, spec.dtypeV, blocks, hostValues);
+}
+
+void Arguments::checkNotOverwrittenBy(const TensorRef &o,
+                                      const TensorRef *lse) const {
+  // The bytes of a buffer of `size` elements, capped where they would pass
+  // the end of the address space (a size claimed larger than memory).
+  auto region = [](std::string name, const BufferRef &b) {
+    uint64_t elt = b.elementType == ScalarType::Int64 ? 8 : 4;
+    uint64_t room = std::numeric_limits<uintptr_t>::max() -
+                    reinterpret_cast<uintptr_t>(b.data);
+    uint64_t n = b.size > 0 ? uint64_t(b.size) : 0;
+    uint64_t bytes = n > room / elt ? room : n * elt;
+    return memoryOf(std::move(name), b.data, bytes);
+  };
+  std::vector<MemoryRegion> ins;
+  for (const auto &[name, b] : buffers)
+    ins.push_back(region(fmt::format("buffer '{}'", excerpt(name)), b));
+  for (auto [name, b] :
+       {std::pair{"sink", &sink}, std::pair{"q_descale", &qDescale},
+        std::pair{"k_descale", &kDescale}, std::pair{"v_descale", &vDescale}})
+    ins.push_back(region(name, *b));
+  std::vector<MemoryRegion> outs{memoryOf("o", o)};
+  if (lse)
+    outs.push_back(memoryOf("lse", *lse));
+  checkOutputsDisjoint(outs, ins);
 }
 
 } // namespace flashjit

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace flashjit {
 namespace {
@@ -113,9 +114,17 @@ Fp8Tensor quantizeFp8(const TensorRef &x, DType fp8, Fp8Scaling scaling,
     amax[block(b, h)] = std::max(amax[block(b, h)], std::fabs(v));
   });
   Fp8Tensor out;
+  // At least the smallest normal f32: amax / fp8_max underflows to 0 (or
+  // to a subnormal that rounds below it) for a block of values below about
+  // 5e-36, which made 0 / 0 = NaN codes and x / descale past the format's
+  // largest value; FLT_MIN keeps |x| / descale <= fp8_max (the codes then
+  // use less of the format: an error of at most half a step times FLT_MIN).
   out.descale.resize(amax.size());
   for (size_t i = 0; i < amax.size(); ++i)
-    out.descale[i] = amax[i] > 0.0f ? amax[i] / fp8MaxFinite(fp8) : 1.0f;
+    out.descale[i] = amax[i] > 0.0f
+                         ? std::max(amax[i] / fp8MaxFinite(fp8),
+                                    std::numeric_limits<float>::min())
+                         : 1.0f;
   out.data.assign(static_cast<size_t>(std::max<int64_t>(x.numel(), 1)), 0);
   bl.forEach([&](int64_t b, int64_t h, int64_t s, int64_t d) {
     float v = loadAsFloat(x.data, x.dtype, s) / out.descale[block(b, h)];

@@ -93,7 +93,12 @@ def _int_arg(name, value):
 
 def _f32_text(name, value):
     """``value`` as f32 text that parses back to the same f32."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or getattr(
+            getattr(value, "dtype", None), "kind", None) == "b":
+        # float(True) is 1.0: a bool is no scale (as head_dim=True is no
+        # head dim).
+        raise UserError(f"{name} = {value!r} is a bool, not a number")
+    if not isinstance(value, (int, float)):
         try:
             value = float(value)  # numpy scalars
         except (TypeError, ValueError):
@@ -215,7 +220,12 @@ def _check_int(name, value, bits):
     if not low <= value <= high:
         hint = (" (pass (value, \"i64\") for an i64 parameter)"
                 if bits == 32 and -2**63 <= value < 2**63 else "")
-        raise UserError(f"parameter '{name}': i{bits} value {value} is "
+        # Messages quote at most 200 bytes of the input (and str() of an
+        # int past 4300 digits raises ValueError).
+        text = (str(value) if value.bit_length() <= 600 else
+                f"({'-' if value < 0 else ''}an int of {value.bit_length()} "
+                f"bits)")
+        raise UserError(f"parameter '{name}': i{bits} value {text} is "
                         f"outside [{low}, {high}]{hint}")
 
 

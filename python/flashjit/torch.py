@@ -406,7 +406,7 @@ def quantize_fp8(x, dtype=getattr(torch, "float8_e4m3fn", None),
     quantization": one scale per block rather than per tensor, so one
     outlier does not flatten every other block): per block,
 
-        descale = amax / fp8_max      (1 where amax == 0)
+        descale = max(amax / fp8_max, 2^-126)   (1 where amax == 0)
         x_fp8   = round_to_nearest_even(clamp(x / descale, -fp8_max,
                                               fp8_max))
 
@@ -460,7 +460,12 @@ def quantize_fp8(x, dtype=getattr(torch, "float8_e4m3fn", None),
     if not bool(torch.isfinite(amax).all()):
         raise _api.UserError("quantize_fp8: x has a non-finite element "
                              "(inf or NaN)")
-    descale = torch.where(amax > 0, amax / fp8_max, torch.ones_like(amax))
+    # At least the smallest normal f32: amax / fp8_max of a block of values
+    # below about 5e-36 underflows (0 / 0 would give NaN codes).
+    descale = torch.where(amax > 0,
+                          torch.clamp(amax / fp8_max,
+                                      min=torch.finfo(torch.float32).tiny),
+                          torch.ones_like(amax))
     if per == "tensor":
         scaled = xf / descale
     else:

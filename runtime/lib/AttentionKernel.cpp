@@ -227,6 +227,7 @@ void GpuAttentionKernel::runDense(const TensorRef &q, const TensorRef &k,
   AttentionShape s = checkAttentionTensors(spec_, q, k, v, &o,
                                            spec_.returnLse ? lse : nullptr);
   args.validateFor(spec_.variant);
+  args.checkNotOverwrittenBy(o, spec_.returnLse ? lse : nullptr);
   checkGpuTensors(q, k, v, o, lse);
   if (mask)
     checkBlockMaskFits(mask->shape(), info_.config.blockM(),
@@ -271,6 +272,7 @@ void GpuAttentionKernel::runVarlen(const TensorRef &q, const TensorRef &k,
       checkVarlenTensors(spec_, q, k, v, cuSeqlens.hostQ(), cuSeqlens.hostK(),
                          &o, spec_.returnLse ? lse : nullptr);
   args.validateFor(spec_.variant);
+  args.checkNotOverwrittenBy(o, spec_.returnLse ? lse : nullptr);
   checkGpuTensors(q, k, v, o, lse);
   if (blockMask)
     checkBlockMaskFits(blockMask->shape(), info_.config.blockM(),

@@ -201,6 +201,7 @@ RunStats runDense(const KernelView &K, const TensorRef &q, const TensorRef &k,
       checkLse(K.spec, lse, "[batch, heads_q, seqlen_q]");
   AttentionShape sh = checkAttentionTensors(K.spec, q, k, v, &o, lseUsed);
   checkCommon(K, args, sh.batch, sh.seqlenQ, sh.seqlenK, numThreads);
+  args.checkNotOverwrittenBy(o, lseUsed);
   if (blockMask)
     checkBlockMaskFor(*blockMask, K.info.cpuBlockM, K.info.blockN, sh.batch,
                       sh.headsQ, sh.seqlenQ, sh.seqlenK);
@@ -344,6 +345,7 @@ RunStats CpuAttentionKernel::runVarlen(
   VarlenShape sh =
       checkVarlenTensors(spec_, q, k, v, cuSeqlensQ, cuSeqlensK, &o, lseUsed);
   checkCommon(K, args, sh.batch, sh.maxSeqlenQ, sh.maxSeqlenK, numThreads);
+  args.checkNotOverwrittenBy(o, lseUsed);
   if (info_.blockSparse)
     checkBlockMaskFor(*blockMask, info_.cpuBlockM, info_.blockN, sh.batch,
                       sh.headsQ, sh.maxSeqlenQ, sh.maxSeqlenK, cuSeqlensQ,

@@ -265,3 +265,22 @@ def test_torch_inputs_requiring_grad_on_a_path_without_autograd(monkeypatch):
         with pytest.raises(Exception) as e:
             flashjit.attention(*args, out=plain)
         assert "requires grad" not in str(e.value)
+
+
+def test_nu26_scale_bools_and_huge_ints_are_named():
+    # nu26: scale=True compiled scale 1.0 (float(True)); an int parameter
+    # of 10**400 quoted all 401 digits (messages quote at most 200 bytes),
+    # one of 10**5000 raised Python's ValueError from str().
+    for value in (True, np.bool_(False)):
+        with pytest.raises(flashjit.UserError,
+                           match=r"scale = .* is a bool, not a number"):
+            flashjit.spec_text(head_dim=16, scale=value)
+    assert "scale=2.0" in flashjit.spec_text(head_dim=16, scale=2.0)
+    q = np.zeros((1, 1, 4, 16), np.float32)
+    for value in (10**400, -10**5000):
+        with pytest.raises(flashjit.UserError) as e:
+            flashjit.attention(q, q, q, mask="q_idx - kv_idx < param<i32>(w)",
+                               params={"w": value})
+        assert "is outside [-2147483648, 2147483647]" in str(e.value)
+        assert len(str(e.value)) < 300
+        assert "bits)" in str(e.value)

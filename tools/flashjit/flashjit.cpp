@@ -53,8 +53,10 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <new>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <tuple>
 
 namespace cl = llvm::cl;
@@ -732,9 +734,15 @@ int runCompile() {
     llvm::outs() << fmt::format(
         "kernel  {} mma={} threads={} block_m={} block_n={} shared_bytes={} "
         "registers={} spill_bytes={}{}{}{}\n",
-        a.entry, a.config.mmaName(), a.config.threads(), a.config.blockM(),
-        a.config.blockN, a.sharedBytes, a.registers, a.spillBytes,
-        a.config.varlen ? " varlen" : "",
+        a.entry,
+        // The overlap and the ping-pong by their --mma names (nu26: both
+        // printed as wgmma.tma.ws, so a user could not see what was built).
+        std::string(a.config.mmaName()) +
+            (a.config.pingPong         ? ".overlap.pingpong"
+             : a.config.overlapSoftmax ? ".overlap"
+                                       : ""),
+        a.config.threads(), a.config.blockM(), a.config.blockN, a.sharedBytes,
+        a.registers, a.spillBytes, a.config.varlen ? " varlen" : "",
         a.config.blockSparse ? " block_sparse" : "",
         a.config.syncBackward ? " sync_backward" : "");
   if (a.spillBytes > 0)
@@ -1857,11 +1865,32 @@ RunProblem makeRunProblem(AttentionSpec spec, bool gpu) {
   };
   const int64_t sq = p.lensQ.empty() ? 0 : p.lensQ[0];
   const int64_t sk = p.lensK.empty() ? 0 : p.lensK[0];
-  p.q.emplace(s.dtypeQ, shape(hq, p.totalQ, sq, s.headDimQK), &p.rng);
-  p.k.emplace(s.dtypeK, shape(hkv, p.totalK, sk, s.headDimQK), &p.rng);
-  p.v.emplace(s.dtypeV, shape(hkv, p.totalK, sk, s.headDimV), &p.rng);
-  p.o.emplace(s.dtypeO, shape(hq, p.totalQ, sq, s.headDimV), nullptr);
-  p.lse.assign(hq * p.totalQ, std::nanf(""));
+  // The host tensors of a call too large for this machine's memory are the
+  // flags' doing: a UserError naming the sizes, not an internal error.
+  const double bytes = double(p.totalQ) * double(hq) *
+                           (double(s.headDimQK) * byteSize(s.dtypeQ) +
+                            double(s.headDimV) * byteSize(s.dtypeO) + 4.0) +
+                       double(p.totalK) * double(hkv) *
+                           (double(s.headDimQK) * byteSize(s.dtypeK) +
+                            double(s.headDimV) * byteSize(s.dtypeV));
+  try {
+    p.q.emplace(s.dtypeQ, shape(hq, p.totalQ, sq, s.headDimQK), &p.rng);
+    p.k.emplace(s.dtypeK, shape(hkv, p.totalK, sk, s.headDimQK), &p.rng);
+    p.v.emplace(s.dtypeV, shape(hkv, p.totalK, sk, s.headDimV), &p.rng);
+    p.o.emplace(s.dtypeO, shape(hq, p.totalQ, sq, s.headDimV), nullptr);
+    p.lse.assign(hq * p.totalQ, std::nanf(""));
+  } catch (const std::bad_alloc &) {
+    userError(fmt::format(
+        "run: the host tensors of this call (q, k, v, o and lse: {} query "
+        "and {} key tokens, heads {}/{}, head dims {}/{}; {:.3g} GB) do not "
+        "fit in this machine's memory: give a smaller --batch, --seqlen-q, "
+        "--seqlen-k or --seqlens-q",
+        p.totalQ, p.totalK, hq, hkv, s.headDimQK, s.headDimV, bytes / 1e9));
+  } catch (const std::length_error &) {
+    userError(fmt::format("run: the host tensors of this call ({:.3g} GB) "
+                          "are larger than a vector can hold",
+                          bytes / 1e9));
+  }
   p.lseRef = p.varlen ? TensorRef::contiguous2(p.lse.data(), DType::F32,
                                                {hq, p.totalQ})
                       : TensorRef::contiguous3(p.lse.data(), DType::F32,

@@ -105,12 +105,27 @@ static void checkOverlapAsked(const AttentionSpec &spec,
   bool asked = options.mma == GpuMma::WgmmaTmaWsOverlap ||
                options.mma == GpuMma::WgmmaTmaWsPingPong;
   if (tc.kind == KernelKind::Forward && asked && tc.warpSpecialized &&
-      !tc.overlapSoftmax)
+      !tc.overlapSoftmax) {
+    int stages = tc.kvStages(spec.headDimQK, spec.headDimV);
+    if (stages < 3)
+      throw UserError(fmt::format(
+          "mma = {} needs a ring of 3 K/V stages (head dims up to 192 with "
+          "the default tiles), not {} at head_dim {}/{} and block_n {}",
+          toString(options.mma), stages, spec.headDimQK, spec.headDimV,
+          tc.blockN));
+    // Reshaped tiles with 3 stages (head dim 256 with block_n 32): the
+    // overlap is planned on the default tiles and not brought back by
+    // block_n (nu26: "not 3" read as a contradiction).
+    GpuTileConfig def = defaultGpuTileConfig(spec, options.arch, options.varlen,
+                                             options.blockSparse, options.mma);
     throw UserError(fmt::format(
-        "mma = {} needs a ring of 3 K/V stages (head dims up to 128 with "
-        "the default tiles), not {} at head_dim {}/{} and block_n {}",
-        toString(options.mma), tc.kvStages(spec.headDimQK, spec.headDimV),
-        spec.headDimQK, spec.headDimV, tc.blockN));
+        "mma = {} is built on the default tiles' ring of 3 K/V stages "
+        "(head dims up to 192); at head_dim {}/{} the default "
+        "block_n {} has {}, and block_n = {} (with {}) does not bring the "
+        "overlap back",
+        toString(options.mma), spec.headDimQK, spec.headDimV, def.blockN,
+        def.kvStages(spec.headDimQK, spec.headDimV), tc.blockN, stages));
+  }
   if (tc.kind == KernelKind::Forward &&
       options.mma == GpuMma::WgmmaTmaWsPingPong && tc.overlapSoftmax &&
       !tc.pingPong)

@@ -43,6 +43,10 @@ check no_param 1 "the variant reads param<f32>(cap): give --param cap=VALUE" -- 
 check bad_param 1 "--param 'cap=abc': 'abc' is not a finite f32" -- --spec "$spec" --param cap=abc
 check unknown_param 1 "--param 'cop=1': no such parameter; the variant's parameters: cap (f32)" -- --spec "$spec" --param cop=1
 check twice_param 1 "--param 'cap=2': cap given twice" -- --spec "$spec" --param cap=1 --param cap=2
+# Tensors past any machine's memory (q alone 2^50 bytes): a user error
+# naming the sizes, not "internal error: std::bad_alloc" with exit 2 (nu26).
+check too_large 1 "do not fit in this machine's memory" "17592186044416 query and 17592186044416 key tokens" -- \
+  --head-dim 16 --dtype fp32 --batch 1048576 --seqlen-q 16777216 --reps 1
 # Buffers (--buffer NAME=V1,V2,... or NAME=@FILE): a document mask and
 # ALiBi slopes, every row checked against the reference with those values.
 docspec='attention(name=docs, mask=buffer<i32>(doc)[q_idx] == buffer<i32>(doc)[kv_idx], score=score - buffer<f32>(slopes)[head] * cast<f32>(abs(q_idx - kv_idx)), head_dim=16, heads_q=2, dtype=fp32)'

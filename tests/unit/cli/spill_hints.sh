@@ -18,7 +18,11 @@ mma() { # EXPECTED ARGS...: the mma= of `compile ARGS`
   [ "$got" = "$want" ] || { echo "FAIL: $*: mma=$got, wanted $want"; fail=1; }
 }
 mma wgmma.tma --spec 'attention(head_dim=64)'
-mma wgmma.tma.ws --spec 'attention(head_dim=128)'
+# The overlap and the ping-pong by their --mma names (nu26: both were
+# reported as wgmma.tma.ws).
+mma wgmma.tma.ws.overlap --spec 'attention(head_dim=128)'
+mma wgmma.tma.ws --spec 'attention(head_dim=128)' --mma wgmma.tma.ws
+mma wgmma.tma.ws.overlap.pingpong --spec 'attention(head_dim=128)' --mma wgmma.tma.ws.overlap.pingpong
 mma wgmma --spec 'attention(head_dim=64)' --mma wgmma
 mma mma.sync --spec 'attention(head_dim=96)'
 mma wgmma --spec 'attention(head_dim=64)' --kernel bwd

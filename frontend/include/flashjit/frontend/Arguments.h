@@ -18,6 +18,7 @@ namespace flashjit {
 
 class Variant;
 struct AttentionSpec;
+struct TensorRef;
 
 /// A typed scalar value (i32, i64 or f32).
 struct Scalar {
@@ -131,6 +132,14 @@ struct Arguments { // are referenced: keep them alive, unchanged, while read)
   /// every row's whole probability mass and give LSE = +inf). Throws
   /// UserError naming the field and value (`sink[2] = nan`).
   void validateSinkFor(const AttentionSpec &spec, bool hostValues) const;
+
+  /// The forward's aliasing rule for its run-time inputs: \p o and \p lse
+  /// (when not null) overlap none of the bound buffers, the sink or the
+  /// descales, each an input the kernel reads while it writes them (a
+  /// buffer over O would change the mask or score of rows not yet written).
+  /// Throws UserError naming both and their byte ranges
+  /// (checkOutputsDisjoint). Call after validateFor (sizes >= 0).
+  void checkNotOverwrittenBy(const TensorRef &o, const TensorRef *lse) const;
 };
 
 } // namespace flashjit

@@ -52,7 +52,8 @@ struct Fp8Tensor {
 };
 
 /// Quantises \p x to \p fp8 (E4M3 or E5M2): per scaling block, descale =
-/// amax / fp8MaxFinite (1 where the block is all zero) and each element
+/// amax / fp8MaxFinite, at least the smallest normal f32 (blocks of values
+/// below about 5e-36; 1 where the block is all zero) and each element
 /// becomes the saturating round-to-nearest-even of x / descale (x / descale
 /// is at most the format's max, so saturation only absorbs f32 rounding).
 /// \p x is 4-D [batch, heads, seqlen, dim], or with \p cuSeqlens (batch + 1
