@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/compiler/Exp2Testing.h"
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/compiler/ScoreFactorTesting.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/KernelAbi.h"
@@ -260,6 +261,8 @@ int main(int argc, char **argv) {
     GpuCompileOptions options;
     std::string label;
     bool ftz = true; ///< false: setSoftmaxExp2FtzForTesting(false)
+    /// true: setForwardScoreRowFactorsForTesting(true)
+    bool rowFactors = false;
   };
   std::vector<Job> jobs;
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
@@ -270,6 +273,17 @@ int main(int argc, char **argv) {
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
     for (int d : {64, 128, 256})
       jobs.push_back({name, d, {}, "noftz", false});
+  // Session 26: ALiBi with its slopes[head] read once per row before the
+  // key loop instead of per score (setForwardScoreRowFactorsForTesting),
+  // labelled "rowfactor": run_bench.py --variants alibi --labels
+  // default,rowfactor. At D = 128 also with the overlap ("rowfactor_ov").
+  for (int d : {64, 128, 256})
+    jobs.push_back({"alibi", d, {}, "rowfactor", true, true});
+  for (int d : {64, 128}) {
+    GpuCompileOptions o;
+    o.mma = GpuMma::WgmmaTmaWsOverlap;
+    jobs.push_back({"alibi", d, o, "rowfactor_ov", true, true});
+  }
   for (std::string name : {"dense", "causal"})
     for (int d : {64, 128, 256}) {
       GpuCompileOptions o;
@@ -373,10 +387,13 @@ int main(int argc, char **argv) {
       GpuKernelImage img;
       try {
         setSoftmaxExp2FtzForTesting(job.ftz);
+        setForwardScoreRowFactorsForTesting(job.rowFactors);
         img = compileGpu(spec, job.options);
         setSoftmaxExp2FtzForTesting(true);
+        setForwardScoreRowFactorsForTesting(false);
       } catch (const UserError &e) { // e.g. too much shared memory
         setSoftmaxExp2FtzForTesting(true);
+        setForwardScoreRowFactorsForTesting(false);
         std::printf("%-10s d%-4d %-14s skipped: %s\n", name.c_str(), d,
                     job.label.c_str(), e.what());
         continue;
