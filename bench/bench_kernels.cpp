@@ -263,6 +263,8 @@ int main(int argc, char **argv) {
     bool ftz = true; ///< false: setSoftmaxExp2FtzForTesting(false)
     /// true: setForwardScoreRowFactorsForTesting(true)
     bool rowFactors = false;
+    /// true: setForwardScoreFloatDistanceForTesting(true)
+    bool floatDist = false;
   };
   std::vector<Job> jobs;
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
@@ -276,13 +278,19 @@ int main(int argc, char **argv) {
   // Session 26: ALiBi with its slopes[head] read once per row before the
   // key loop instead of per score (setForwardScoreRowFactorsForTesting),
   // labelled "rowfactor": run_bench.py --variants alibi --labels
-  // default,rowfactor. At D = 128 also with the overlap ("rowfactor_ov").
-  for (int d : {64, 128, 256})
+  // default,rowfactor,floatdist; "floatdist" also takes the distance
+  // |q_idx - kv_idx| in f32 from one conversion per row and key tile. The
+  // same with the overlap: "rowfactor_ov", "floatdist_ov" (D = 64: two
+  // warpgroups of 64 rows and 128-key tiles, as the "overlap" label).
+  for (int d : {64, 128, 256}) {
     jobs.push_back({"alibi", d, {}, "rowfactor", true, true});
+    jobs.push_back({"alibi", d, {}, "floatdist", true, true, true});
+  }
   for (int d : {64, 128}) {
     GpuCompileOptions o;
     o.mma = GpuMma::WgmmaTmaWsOverlap;
     jobs.push_back({"alibi", d, o, "rowfactor_ov", true, true});
+    jobs.push_back({"alibi", d, o, "floatdist_ov", true, true, true});
   }
   for (std::string name : {"dense", "causal"})
     for (int d : {64, 128, 256}) {
@@ -388,12 +396,15 @@ int main(int argc, char **argv) {
       try {
         setSoftmaxExp2FtzForTesting(job.ftz);
         setForwardScoreRowFactorsForTesting(job.rowFactors);
+        setForwardScoreFloatDistanceForTesting(job.floatDist);
         img = compileGpu(spec, job.options);
         setSoftmaxExp2FtzForTesting(true);
         setForwardScoreRowFactorsForTesting(false);
+        setForwardScoreFloatDistanceForTesting(false);
       } catch (const UserError &e) { // e.g. too much shared memory
         setSoftmaxExp2FtzForTesting(true);
         setForwardScoreRowFactorsForTesting(false);
+        setForwardScoreFloatDistanceForTesting(false);
         std::printf("%-10s d%-4d %-14s skipped: %s\n", name.c_str(), d,
                     job.label.c_str(), e.what());
         continue;

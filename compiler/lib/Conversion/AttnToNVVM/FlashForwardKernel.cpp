@@ -43,9 +43,15 @@ using namespace mlir;
 
 /// setForwardScoreRowFactorsForTesting's switch.
 static std::atomic<bool> forwardScoreRowFactors{false};
+/// setForwardScoreFloatDistanceForTesting's switch.
+static std::atomic<bool> forwardScoreFloatDistance{false};
 
 void flashjit::setForwardScoreRowFactorsForTesting(bool on) {
   forwardScoreRowFactors.store(on);
+}
+
+void flashjit::setForwardScoreFloatDistanceForTesting(bool on) {
+  forwardScoreFloatDistance.store(on);
 }
 
 namespace flashjit::nvvm {
@@ -174,6 +180,7 @@ void ForwardKernelBuilder::prologue() {
   at.head = head;
   at.seqlenQ = seqlenQ;
   at.seqlenK = seqlenK;
+  at.floatDistance = forwardScoreFloatDistance.load();
   at.qRow0.resize(MT);
   at.qRow1.resize(MT);
   for (int mt = 0; mt < MT; ++mt) {
