@@ -11,7 +11,9 @@
 // kernel: the same with cp.async loads (mma wgmma, label "cpasync"); beside
 // each default kernel: the same with the softmax exponentials as
 // ex2.approx.f32 (label "noftz": setSoftmaxExp2FtzForTesting off, the
-// kernels before session 18; run_bench.py --labels default,noftz).
+// kernels before session 18; run_bench.py --labels default,noftz). ALiBi
+// also with the opt-in score hooks of ScoreFactorTesting.h (labels
+// rowfactor, floatdist, rowfactor_ov, floatdist_ov, floatdist_n128).
 //
 // --sparse also writes the issue-7 kernels and <dir>/block_sparse.json for
 // bench/run_block_sparse.py: the document-causal mask with and without a
@@ -291,6 +293,14 @@ int main(int argc, char **argv) {
     o.mma = GpuMma::WgmmaTmaWsOverlap;
     jobs.push_back({"alibi", d, o, "rowfactor_ov", true, true});
     jobs.push_back({"alibi", d, o, "floatdist_ov", true, true, true});
+  }
+  // D = 64 with dense's tiles (128 keys, one CTA per SM) instead of the
+  // score modifier's 64 keys and 3 CTAs per SM: "floatdist_n128".
+  {
+    GpuCompileOptions o;
+    o.blockN = 128;
+    o.minBlocksPerSM = 1;
+    jobs.push_back({"alibi", 64, o, "floatdist_n128", true, true, true});
   }
   for (std::string name : {"dense", "causal"})
     for (int d : {64, 128, 256}) {
