@@ -281,12 +281,10 @@ void ForwardKernelBuilder::beginScoreRowFactors() {
   }
   // seqlen_k = 0: no tile, so no row reads (seqlen_q is used only there).
   Value anyKey = ops.cmp(arith::CmpIPredicate::sgt, seqlenK, ops.ci32(0));
-  em.beginScoreRowFactors(
-      b, b.getLoc(),
-      {at.batch, Value(), Value(), Value(), ops.sel(anyKey, seqlenQ,
-                                                     ops.ci32(0)),
-       seqlenK},
-      heads, rows);
+  em.beginScoreRowFactors(b, b.getLoc(),
+                          {at.batch, Value(), Value(), Value(),
+                           ops.sel(anyKey, seqlenQ, ops.ci32(0)), seqlenK},
+                          heads, rows);
 }
 
 ValueRange ForwardKernelBuilder::mainLoop() {

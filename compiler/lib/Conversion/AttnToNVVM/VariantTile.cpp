@@ -85,8 +85,8 @@ SmallVector<Value> variantScores(KernelOps &ops, FragmentEmitter &em,
   if (at.floatDistance && em.hasScoreMod())
     for (int mt = 0; mt < MT; ++mt)
       for (Value q : {at.qRow0[mt], at.qRow1[mt]})
-        rowDist.push_back(arith::SIToFPOp::create(ops.b, ops.f32,
-                                                  ops.sub(q, at.kvLane)));
+        rowDist.push_back(
+            arith::SIToFPOp::create(ops.b, ops.f32, ops.sub(q, at.kvLane)));
   for (int mt = 0; mt < MT; ++mt)
     for (int jn = 0; jn < nS; ++jn)
       for (int i = 0; i < 4; ++i) {
