@@ -17,7 +17,7 @@ namespace flashjit {
 
 /// Testing only: whether GPU forward kernels compiled from now on in this
 /// process evaluate the row-only part of a score modifier without a mask
-/// (the parts depending on neither the score nor kv_idx: ALiBi's
+/// and without a block list (the parts depending on neither the score nor kv_idx: ALiBi's
 /// slopes[head]) once per row of the thread before the key loop (default
 /// false: per element). Rows are read only where q_idx < seqlen_q and
 /// seqlen_k > 0, so the same buffer elements are read as per element. No

@@ -271,8 +271,10 @@ void ForwardKernelBuilder::planKeyTiles() {
 void ForwardKernelBuilder::beginScoreRowFactors() {
   // Without a mask every key of an in-range row is allowed, so a row with
   // q_idx < seqlen_q and seqlen_k > 0 reads what per-element evaluation
-  // reads (a mask could disallow a whole row: those keep per-element reads).
-  if (!forwardScoreRowFactors.load() || !em.hasScoreMod() || em.hasMask())
+  // reads (a mask could disallow a whole row, a block list skip all its
+  // tiles: those keep per-element reads).
+  if (!forwardScoreRowFactors.load() || !em.hasScoreMod() || em.hasMask() ||
+      c.blockSparse)
     return;
   SmallVector<Value> heads, rows;
   for (size_t mt = 0; mt < at.qRow0.size(); ++mt) {
