@@ -11,7 +11,9 @@
 // kernel: the same with cp.async loads (mma wgmma, label "cpasync"); beside
 // each default kernel: the same with the softmax exponentials as
 // ex2.approx.f32 (label "noftz": setSoftmaxExp2FtzForTesting off, the
-// kernels before session 18; run_bench.py --labels default,noftz).
+// kernels before session 18; run_bench.py --labels default,noftz). ALiBi
+// also with the opt-in score hooks of ScoreFactorTesting.h (labels
+// rowfactor, floatdist, rowfactor_ov, floatdist_ov, floatdist_n128).
 //
 // --sparse also writes the issue-7 kernels and <dir>/block_sparse.json for
 // bench/run_block_sparse.py: the document-causal mask with and without a
@@ -22,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/compiler/Exp2Testing.h"
 #include "flashjit/compiler/GpuCompiler.h"
+#include "flashjit/compiler/ScoreFactorTesting.h"
 #include "flashjit/frontend/Library.h"
 #include "flashjit/frontend/Printer.h"
 #include "flashjit/runtime/KernelAbi.h"
@@ -260,6 +263,10 @@ int main(int argc, char **argv) {
     GpuCompileOptions options;
     std::string label;
     bool ftz = true; ///< false: setSoftmaxExp2FtzForTesting(false)
+    /// true: setForwardScoreRowFactorsForTesting(true)
+    bool rowFactors = false;
+    /// true: setForwardScoreFloatDistanceForTesting(true)
+    bool floatDist = false;
   };
   std::vector<Job> jobs;
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
@@ -270,6 +277,31 @@ int main(int argc, char **argv) {
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
     for (int d : {64, 128, 256})
       jobs.push_back({name, d, {}, "noftz", false});
+  // Session 26: ALiBi with its slopes[head] read once per row before the
+  // key loop instead of per score (setForwardScoreRowFactorsForTesting),
+  // labelled "rowfactor": run_bench.py --variants alibi --labels
+  // default,rowfactor,floatdist; "floatdist" also takes the distance
+  // |q_idx - kv_idx| in f32 from one conversion per row and key tile. The
+  // same with the overlap: "rowfactor_ov", "floatdist_ov" (D = 64: two
+  // warpgroups of 64 rows and 128-key tiles, as the "overlap" label).
+  for (int d : {64, 128, 256}) {
+    jobs.push_back({"alibi", d, {}, "rowfactor", true, true});
+    jobs.push_back({"alibi", d, {}, "floatdist", true, true, true});
+  }
+  for (int d : {64, 128}) {
+    GpuCompileOptions o;
+    o.mma = GpuMma::WgmmaTmaWsOverlap;
+    jobs.push_back({"alibi", d, o, "rowfactor_ov", true, true});
+    jobs.push_back({"alibi", d, o, "floatdist_ov", true, true, true});
+  }
+  // D = 64 with dense's tiles (128 keys, one CTA per SM) instead of the
+  // score modifier's 64 keys and 3 CTAs per SM: "floatdist_n128".
+  {
+    GpuCompileOptions o;
+    o.blockN = 128;
+    o.minBlocksPerSM = 1;
+    jobs.push_back({"alibi", 64, o, "floatdist_n128", true, true, true});
+  }
   for (std::string name : {"dense", "causal"})
     for (int d : {64, 128, 256}) {
       GpuCompileOptions o;
@@ -373,10 +405,16 @@ int main(int argc, char **argv) {
       GpuKernelImage img;
       try {
         setSoftmaxExp2FtzForTesting(job.ftz);
+        setForwardScoreRowFactorsForTesting(job.rowFactors);
+        setForwardScoreFloatDistanceForTesting(job.floatDist);
         img = compileGpu(spec, job.options);
         setSoftmaxExp2FtzForTesting(true);
+        setForwardScoreRowFactorsForTesting(false);
+        setForwardScoreFloatDistanceForTesting(false);
       } catch (const UserError &e) { // e.g. too much shared memory
         setSoftmaxExp2FtzForTesting(true);
+        setForwardScoreRowFactorsForTesting(false);
+        setForwardScoreFloatDistanceForTesting(false);
         std::printf("%-10s d%-4d %-14s skipped: %s\n", name.c_str(), d,
                     job.label.c_str(), e.what());
         continue;

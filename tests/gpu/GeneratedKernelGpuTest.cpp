@@ -185,6 +185,46 @@ TEST_CASE("ping-pong kernels match the float64 reference over odd shapes "
   CHECK(i > 0);
 }
 
+TEST_CASE("ALiBi forwards with the slopes hoisted and the distance in f32 "
+          "match the float64 reference",
+          "[gpu][generated][alibi_factor]") {
+  // alibiFactorKernels() (ScoreFactorTesting.h): slopes[head] read once per
+  // row before the key loop (`rowfac_`), and also |q_idx - kv_idx| as
+  // float(q_idx - kvLane) per row and tile minus the column's offset
+  // (`fdist_`, `fdistov_` with the overlap). Shapes: one row and key, no
+  // queries, no keys (no row may read a slope), seqlens that are not
+  // multiples of the tiles, seqlen_q != seqlen_k both ways, and one large
+  // shape in turn (tiles entirely above and below the diagonal).
+  Device &dev = Device::get(0);
+  const std::pair<int64_t, int64_t> small[] = {
+      {1, 1}, {17, 65}, {0, 9}, {9, 0}, {257, 300}};
+  const std::pair<int64_t, int64_t> large[] = {
+      {1300, 1300}, {1100, 1537}, {1537, 1100}};
+  uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  int i = 0;
+  size_t n = 0;
+  for (const testing::MatrixKernel &k : testing::alibiFactorKernels()) {
+    if (!selected(k))
+      continue;
+    std::vector<std::pair<int64_t, int64_t>> shapes(std::begin(small),
+                                                    std::end(small));
+    shapes.push_back(large[n++ % std::size(large)]);
+    INFO(k.id << ": " << printSpec(k.spec));
+    test::MatrixKernelFiles files = test::readMatrixKernel(k.id);
+    if (k.id.rfind("fdist", 0) == 0) // no per-element conversion
+      CHECK(files.ptx.find("abs.s32") == std::string::npos);
+    auto kernel = load(k, dev);
+    test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), k.id);
+    for (auto [sq, sk] : shapes) {
+      test::checkShape(dev, test::runWith(*kernel), k.spec, 1 + i % 2, sq, sk,
+                       i % 2, seed + i);
+      ++i;
+    }
+  }
+  CHECK(i > 0);
+}
+
 TEST_CASE("buffer reads proven in range skip the status check, a buffer too "
           "short is still reported",
           "[gpu][generated][buffer_bounds]") {

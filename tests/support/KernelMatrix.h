@@ -218,6 +218,26 @@ inline std::vector<MatrixKernel> pingPongKernels() {
   return out;
 }
 
+/// ALiBi forwards with the opt-in score hooks (ScoreFactorTesting.h):
+/// `rowfac_` the slopes read once per row before the key loop, `fdist_`
+/// that and the distance in f32 from one conversion per row and key tile,
+/// `fdistov_` the same with the overlap by name (sm_90a). Head dims 64
+/// (one warpgroup, no warp specialisation) and 128 (warp-specialised),
+/// both 16-bit dtypes, GQA. The [gpu][generated][alibi_factor] case checks
+/// them against the float64 reference.
+inline std::vector<MatrixKernel> alibiFactorKernels() {
+  std::vector<MatrixKernel> out;
+  for (const char *p : {"rowfac_", "fdist_", "fdistov_"}) {
+    out.push_back({std::string(p) + "alibi_d64_bf16_g2", "alibi",
+                   matrixSpec("alibi", 64, DType::BF16, 4, 2)});
+    out.push_back({std::string(p) + "alibi_d128_fp16_g1", "alibi",
+                   matrixSpec("alibi", 128, DType::F16, 2, 2)});
+    out.push_back({std::string(p) + "alibi_d128_bf16_g2", "alibi",
+                   matrixSpec("alibi", 128, DType::BF16, 4, 2)});
+  }
+  return out;
+}
+
 /// Every (variant, head dim, dtype) kernel of the matrix; GQA ratios
 /// {1, 2, 3, 8} rotate through the list.
 inline std::vector<MatrixKernel> kernelMatrix() {

@@ -18,6 +18,7 @@
 #include "flashjit/compiler/GpuCache.h"
 #include "flashjit/compiler/GpuCompiler.h"
 #include "flashjit/compiler/MaskedValueTesting.h"
+#include "flashjit/compiler/ScoreFactorTesting.h"
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Parser.h"
 #include "flashjit/frontend/Printer.h"
@@ -2597,4 +2598,66 @@ TEST_CASE("the softmax exponentials are ex2.approx.ftz.f32, the old form "
     if (std::string(c.variant) != "softcap")
       CHECK(plain(now) == old);
   }
+}
+
+TEST_CASE("ALiBi's forward with the score hooks reads its slopes once per row "
+          "and converts no distance per element",
+          "[gpu-codegen][alibi]") {
+  // ScoreFactorTesting.h: the default forward reads slopes[head] (a guarded
+  // ld.global and its out-of-range check) and converts |q_idx - kv_idx|
+  // (abs.s32, cvt.rn.f32.s32) per score; with the row factors the loads are
+  // the rows' (two per m16 tile of a thread, before the loop); with the
+  // float distance too, no abs.s32 is left and the conversions are one per
+  // row and key tile. Every kernel assembles with no spills; with the hooks
+  // off again the PTX is the default's.
+  struct Hooks {
+    Hooks(bool rows, bool dist) {
+      setForwardScoreRowFactorsForTesting(rows);
+      setForwardScoreFloatDistanceForTesting(dist);
+    }
+    ~Hooks() {
+      setForwardScoreRowFactorsForTesting(false);
+      setForwardScoreFloatDistanceForTesting(false);
+    }
+  };
+  auto count = [](const std::string &ptx, const std::string &what) {
+    int n = 0;
+    for (size_t p = ptx.find(what); p != std::string::npos;
+         p = ptx.find(what, p + 1))
+      ++n;
+    return n;
+  };
+  for (int d : {64, 128})
+    for (GpuMma mma : {GpuMma::Default, GpuMma::WgmmaTmaWsOverlap}) {
+      AttentionSpec s = testing::matrixSpec("alibi", d, DType::BF16, 4, 2);
+      GpuCompileOptions o;
+      o.arch = "sm_90a";
+      o.mma = mma;
+      INFO("head dim " << d << ", overlap " << (mma != GpuMma::Default));
+      runtime::KernelArtifacts def = compileGpuArtifacts(s, o);
+      runtime::KernelArtifacts rows = [&] {
+        Hooks h(true, false);
+        return compileGpuArtifacts(s, o);
+      }();
+      runtime::KernelArtifacts dist = [&] {
+        Hooks h(true, true);
+        return compileGpuArtifacts(s, o);
+      }();
+      const std::string &p0 = def.files.at(runtime::kPtxFile);
+      const std::string &p1 = rows.files.at(runtime::kPtxFile);
+      const std::string &p2 = dist.files.at(runtime::kPtxFile);
+      CHECK(compileGpuArtifacts(s, o).files.at(runtime::kPtxFile) == p0);
+      for (const runtime::KernelArtifacts *a : {&def, &rows, &dist})
+        CHECK(a->spillBytes == 0);
+      // Two rows of one m16 tile per thread (both MMAs here).
+      CHECK(count(p0, "ld.global") > 32);
+      CHECK(count(p1, "ld.global") == 2);
+      CHECK(count(p2, "ld.global") == 2);
+      CHECK(count(p0, "abs.s32") >= 32);
+      CHECK(count(p1, "abs.s32") >= 32);
+      CHECK(count(p2, "abs.s32") == 0);
+      // Per row and tile: 2 per copy of the score code (at most 8 copies).
+      CHECK(count(p2, "cvt.rn.f32.s32") <= 16);
+      CHECK(count(p2, "abs.f32") >= 32);
+    }
 }

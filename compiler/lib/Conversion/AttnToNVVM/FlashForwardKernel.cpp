@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 #include "flashjit/Conversion/AttnToNVVM/FlashForwardKernel.h"
 #include "flashjit/Conversion/GridConstantArgs.h"
+#include "flashjit/compiler/ScoreFactorTesting.h"
 #include "flashjit/runtime/Fp8Abi.h"
 
 #include "ForwardKernelBuilder.h"
@@ -35,9 +36,23 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <atomic>
 #include <limits>
 
 using namespace mlir;
+
+/// setForwardScoreRowFactorsForTesting's switch.
+static std::atomic<bool> forwardScoreRowFactors{false};
+/// setForwardScoreFloatDistanceForTesting's switch.
+static std::atomic<bool> forwardScoreFloatDistance{false};
+
+void flashjit::setForwardScoreRowFactorsForTesting(bool on) {
+  forwardScoreRowFactors.store(on);
+}
+
+void flashjit::setForwardScoreFloatDistanceForTesting(bool on) {
+  forwardScoreFloatDistance.store(on);
+}
 
 namespace flashjit::nvvm {
 
@@ -54,12 +69,14 @@ void ForwardKernelBuilder::build(Operation *gpuModule) {
   if (c.warpSpecialized) {
     buildWarpSpecialized();
   } else {
+    beginScoreRowFactors();
     firstLoad();
     if (checksResults())
       epilogue(checkedLoop());
     else
       epilogue(mainLoop());
   }
+  em.endScoreRowFactors();
   b.setInsertionPointToEnd(&fn.getBody().front());
   gpu::ReturnOp::create(b);
 }
@@ -163,6 +180,7 @@ void ForwardKernelBuilder::prologue() {
   at.head = head;
   at.seqlenQ = seqlenQ;
   at.seqlenK = seqlenK;
+  at.floatDistance = forwardScoreFloatDistance.load();
   at.qRow0.resize(MT);
   at.qRow1.resize(MT);
   for (int mt = 0; mt < MT; ++mt) {
@@ -248,6 +266,27 @@ void ForwardKernelBuilder::planKeyTiles() {
     jBegin = scan.getResult(0);
     jEnd = scan.getResult(1);
   }
+}
+
+void ForwardKernelBuilder::beginScoreRowFactors() {
+  // Without a mask every key of an in-range row is allowed, so a row with
+  // q_idx < seqlen_q and seqlen_k > 0 reads what per-element evaluation
+  // reads (a mask could disallow a whole row, a block list skip all its
+  // tiles: those keep per-element reads).
+  if (!forwardScoreRowFactors.load() || !em.hasScoreMod() || em.hasMask() ||
+      c.blockSparse)
+    return;
+  SmallVector<Value> heads, rows;
+  for (size_t mt = 0; mt < at.qRow0.size(); ++mt) {
+    heads.append({at.head, at.head});
+    rows.append({at.qRow0[mt], at.qRow1[mt]});
+  }
+  // seqlen_k = 0: no tile, so no row reads (seqlen_q is used only there).
+  Value anyKey = ops.cmp(arith::CmpIPredicate::sgt, seqlenK, ops.ci32(0));
+  em.beginScoreRowFactors(b, b.getLoc(),
+                          {at.batch, Value(), Value(), Value(),
+                           ops.sel(anyKey, seqlenQ, ops.ci32(0)), seqlenK},
+                          heads, rows);
 }
 
 ValueRange ForwardKernelBuilder::mainLoop() {

@@ -272,6 +272,7 @@ void ForwardKernelBuilder::buildWarpSpecialized() {
         NVVM::SetMaxRegisterOp::create(b, kConsumerRegs,
                                        NVVM::SetMaxRegisterAction::increase);
         mbarrierWait(ops, barrier(ops.ci32(-1)), ops.ci32(0)); // Q has landed
+        beginScoreRowFactors();
         if (checksResults())
           epilogue(checkedLoop());
         else if (c.overlapSoftmax)

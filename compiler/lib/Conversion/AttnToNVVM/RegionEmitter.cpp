@@ -150,6 +150,9 @@ public:
     IRMapping map;
     map.map(body.getArgument(0), score);
     mapIndices(map, body, 1, idx);
+    // q_idx and kv_idx are arguments 3 and 4.
+    DistanceScope ds(*this, idx.distF, body.getArgument(3),
+                     body.getArgument(4));
     auto row = scoreRows_.find({idx.head, idx.qIdx});
     if (row == scoreRows_.end())
       return cloneBody(b, loc, body, map);
@@ -544,6 +547,10 @@ private:
         map.map(
             l.getResult(),
             bufferLoad(b, l.getName(), map.lookup(l.getIndex()), l.getType()));
+      } else if (Value d = floatDistance(b, o)) {
+        // sitofp of the (absolute) index difference from the exact
+        // float(q_idx - kv_idx) the caller gave (IndexValues::distF).
+        map.map(o.getResult(0), d);
       } else if (isa<arith::DivFOp>(o)) {
         // f32 division may use the divisor's reciprocal (x / 30.0 becomes
         // one multiply, within 1.5 ulp, where IEEE division costs a dozen
@@ -562,7 +569,44 @@ private:
         cast<attn::YieldOp>(body.getTerminator()).getValue());
   }
 
+  /// emitScore's IndexValues::distF and the body's q_idx / kv_idx
+  /// arguments while it clones.
+  struct DistanceScope {
+    DistanceScope(RegionEmitter &e, Value d, Value q, Value kv) : e(e) {
+      e.distF_ = d;
+      e.distQ_ = q;
+      e.distKV_ = kv;
+    }
+    ~DistanceScope() { e.distF_ = Value(); }
+    RegionEmitter &e;
+  };
+
+  /// With distF_: \p o's f32 result where \p o is sitofp of q_idx - kv_idx,
+  /// kv_idx - q_idx or math.absi of either, else null.
+  Value floatDistance(ImplicitLocOpBuilder &b, Operation &o) {
+    auto cvt = dyn_cast<arith::SIToFPOp>(o);
+    if (!distF_ || !cvt || !cvt.getType().isF32())
+      return Value();
+    Value x = cvt.getIn();
+    bool abs = false;
+    if (auto a = x.getDefiningOp<math::AbsIOp>()) {
+      abs = true;
+      x = a.getOperand();
+    }
+    auto sub = x.getDefiningOp<arith::SubIOp>();
+    if (!sub)
+      return Value();
+    bool qkv = sub.getLhs() == distQ_ && sub.getRhs() == distKV_;
+    bool kvq = sub.getLhs() == distKV_ && sub.getRhs() == distQ_;
+    if (!qkv && !kvq)
+      return Value();
+    if (abs)
+      return math::AbsFOp::create(b, distF_);
+    return qkv ? distF_ : arith::NegFOp::create(b, distF_).getResult();
+  }
+
   mutable attn::AttentionOp op_; // accessors are non-const
+  Value distF_, distQ_, distKV_;
   SmallVector<std::pair<std::string, Type>> params_, buffers_;
   SmallVector<Value> args_;
   Value status_;

@@ -79,6 +79,14 @@ SmallVector<Value> variantScores(KernelOps &ops, FragmentEmitter &em,
         {at.batch, at.head, Value(), Value(), at.seqlenQ, at.seqlenK}, rows,
         kvCols);
   }
+  // float(q_idx - kvLane) per row (exact below 2^24), minus the column's
+  // offset per element.
+  SmallVector<Value> rowDist;
+  if (at.floatDistance && em.hasScoreMod())
+    for (int mt = 0; mt < MT; ++mt)
+      for (Value q : {at.qRow0[mt], at.qRow1[mt]})
+        rowDist.push_back(
+            arith::SIToFPOp::create(ops.b, ops.f32, ops.sub(q, at.kvLane)));
   for (int mt = 0; mt < MT; ++mt)
     for (int jn = 0; jn < nS; ++jn)
       for (int i = 0; i < 4; ++i) {
@@ -86,6 +94,9 @@ SmallVector<Value> variantScores(KernelOps &ops, FragmentEmitter &em,
         Value qi = i < 2 ? at.qRow0[mt] : at.qRow1[mt];
         Value kvi = kvCols[jn * 2 + (i & 1)];
         IndexValues idx{at.batch, at.head, qi, kvi, at.seqlenQ, at.seqlenK};
+        if (!rowDist.empty())
+          idx.distF = ops.fsub(rowDist[mt * 2 + i / 2],
+                               ops.cf32(float(jn * 8 + (i & 1))));
         out.push_back(elementScore(ops, em, idx, acc, scale, scaleLog2, masked,
                                    zero, minusInf));
       }

@@ -25,6 +25,11 @@ struct FragmentCoords {
   llvm::SmallVector<mlir::Value, 4> qRow0, qRow1;
   /// Key index of the thread's first column: kv0 + 2 t.
   mlir::Value kvLane;
+  /// Whether variantScores passes each element's float(q_idx - kv_idx) to
+  /// the score modifier (IndexValues::distF): one conversion per row and
+  /// tile, one f32 subtraction of a constant per element. Exact where
+  /// |q_idx - kv_idx| + 2 sTiles 8 < 2^24.
+  bool floatDistance = false;
 };
 
 /// The scores of \p s (MT * nS * 4 f32 per thread, s = q.k) in log2 units:

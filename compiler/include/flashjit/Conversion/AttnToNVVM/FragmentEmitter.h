@@ -21,6 +21,11 @@ namespace flashjit::nvvm {
 /// Index values of one element or one tile bound, all i32.
 struct IndexValues {
   mlir::Value batch, head, qIdx, kvIdx, seqlenQ, seqlenK;
+  /// Null, or float(q_idx - kv_idx) (f32), exact: emitScore then takes a
+  /// score modifier's sitofp(q_idx - kv_idx), sitofp(kv_idx - q_idx) and
+  /// sitofp(abs(...) of either) from it instead of converting per element
+  /// (setForwardScoreRowFactorsForTesting's float distance).
+  mlir::Value distF = {};
 };
 
 /// One attn.buffer_grad or attn.param_grad of the backward's score_grad
