@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <sstream>
 #include <vector>
 
@@ -59,6 +60,27 @@ bool inPart(size_t index) {
                                     << "' is not <part>/<parts> with "
                                        "part < parts");
   return index % parts == part;
+}
+
+/// Loads \p k, checks that it uses no local memory, and runs it against
+/// the float64 reference (test::checkShape) on every shape of \p small and
+/// on large[\p pick % size] (a large float64 reference takes seconds on one
+/// core, so kernels take the large shapes in turn). \p i counts the runs
+/// over the case: batch 1 + i % 2, the bottom-right alignment flag i % 2,
+/// seed \p seed + i.
+void checkSmallAndOneLarge(Device &dev, const testing::MatrixKernel &k,
+                           std::span<const std::pair<int64_t, int64_t>> small,
+                           std::span<const std::pair<int64_t, int64_t>> large,
+                           size_t pick, uint64_t seed, int &i) {
+  std::vector<std::pair<int64_t, int64_t>> shapes(small.begin(), small.end());
+  shapes.push_back(large[pick % large.size()]);
+  auto kernel = load(k, dev);
+  test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), k.id);
+  for (auto [sq, sk] : shapes) {
+    test::checkShape(dev, test::runWith(*kernel), k.spec, 1 + i % 2, sq, sk,
+                     i % 2, seed + i);
+    ++i;
+  }
 }
 
 } // namespace
@@ -167,20 +189,11 @@ TEST_CASE("ping-pong kernels match the float64 reference over odd shapes "
   for (const testing::MatrixKernel &k : testing::pingPongKernels()) {
     if (!selected(k))
       continue;
-    std::vector<std::pair<int64_t, int64_t>> shapes(std::begin(small),
-                                                    std::end(small));
-    shapes.push_back(large[n++ % std::size(large)]);
     INFO(k.id << ": " << printSpec(k.spec));
     test::MatrixKernelFiles files = test::readMatrixKernel(k.id);
     if (files.info.config.arch == "sm_90a") // the turns are in the kernel
       CHECK(files.ptx.find("bar.arrive") != std::string::npos);
-    auto kernel = load(k, dev);
-    test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), k.id);
-    for (auto [sq, sk] : shapes) {
-      test::checkShape(dev, test::runWith(*kernel), k.spec, 1 + i % 2, sq, sk,
-                       i % 2, seed + i);
-      ++i;
-    }
+    checkSmallAndOneLarge(dev, k, small, large, n++, seed, i);
   }
   CHECK(i > 0);
 }
@@ -207,20 +220,11 @@ TEST_CASE("ALiBi forwards with the slopes hoisted and the distance in f32 "
   for (const testing::MatrixKernel &k : testing::alibiFactorKernels()) {
     if (!selected(k))
       continue;
-    std::vector<std::pair<int64_t, int64_t>> shapes(std::begin(small),
-                                                    std::end(small));
-    shapes.push_back(large[n++ % std::size(large)]);
     INFO(k.id << ": " << printSpec(k.spec));
     test::MatrixKernelFiles files = test::readMatrixKernel(k.id);
     if (k.id.rfind("fdist", 0) == 0) // no per-element conversion
       CHECK(files.ptx.find("abs.s32") == std::string::npos);
-    auto kernel = load(k, dev);
-    test::checkNoLocalMemory(*kernel, test::matrixKernelDir(), k.id);
-    for (auto [sq, sk] : shapes) {
-      test::checkShape(dev, test::runWith(*kernel), k.spec, 1 + i % 2, sq, sk,
-                       i % 2, seed + i);
-      ++i;
-    }
+    checkSmallAndOneLarge(dev, k, small, large, n++, seed, i);
   }
   CHECK(i > 0);
 }
