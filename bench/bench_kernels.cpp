@@ -12,8 +12,8 @@
 // each default kernel: the same with the softmax exponentials as
 // ex2.approx.f32 (label "noftz": setSoftmaxExp2FtzForTesting off, the
 // kernels before session 18; run_bench.py --labels default,noftz). ALiBi
-// also with the opt-in score hooks of ScoreFactorTesting.h (labels
-// rowfactor, floatdist, rowfactor_ov, floatdist_ov, floatdist_n128).
+// also as before session 27 (label "perelem": ScoreFactorTesting.h's
+// hooks off, its old tiles and step).
 //
 // --sparse also writes the issue-7 kernels and <dir>/block_sparse.json for
 // bench/run_block_sparse.py: the document-causal mask with and without a
@@ -236,9 +236,12 @@ static int writeSparseKernels(const std::string &dir) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
+  if (argc < 2 || argv[1][0] == '-') {
+    // Also for -h / --help (not made into a directory of that name).
     std::fprintf(stderr, "usage: %s DIR [--tiles] [--sparse]\n", argv[0]);
-    return 1;
+    bool help = argc >= 2 && (std::string(argv[1]) == "-h" ||
+                              std::string(argv[1]) == "--help");
+    return help ? 0 : 1;
   }
   std::string dir = argv[1];
   testing::makeOutputDir(argv[0], dir);
@@ -263,10 +266,10 @@ int main(int argc, char **argv) {
     GpuCompileOptions options;
     std::string label;
     bool ftz = true; ///< false: setSoftmaxExp2FtzForTesting(false)
-    /// true: setForwardScoreRowFactorsForTesting(true)
-    bool rowFactors = false;
-    /// true: setForwardScoreFloatDistanceForTesting(true)
-    bool floatDist = false;
+    /// false: setForwardScoreRowFactorsForTesting(false)
+    bool rowFactors = true;
+    /// false: setForwardScoreFloatDistanceForTesting(false)
+    bool floatDist = true;
   };
   std::vector<Job> jobs;
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
@@ -277,30 +280,20 @@ int main(int argc, char **argv) {
   for (std::string name : {"dense", "causal", "swa1024", "softcap30", "alibi"})
     for (int d : {64, 128, 256})
       jobs.push_back({name, d, {}, "noftz", false});
-  // Session 26: ALiBi with its slopes[head] read once per row before the
-  // key loop instead of per score (setForwardScoreRowFactorsForTesting),
-  // labelled "rowfactor": run_bench.py --variants alibi --labels
-  // default,rowfactor,floatdist; "floatdist" also takes the distance
-  // |q_idx - kv_idx| in f32 from one conversion per row and key tile. The
-  // same with the overlap: "rowfactor_ov", "floatdist_ov" (D = 64: two
-  // warpgroups of 64 rows and 128-key tiles, as the "overlap" label).
+  // Session 27: ALiBi as the default was before session 27, labelled
+  // "perelem": slopes[head] read and |q_idx - kv_idx| converted per score
+  // (setForwardScoreRowFactorsForTesting and
+  // setForwardScoreFloatDistanceForTesting off), the serial step at head
+  // dim 128 and 64-key tiles with 3 CTAs per SM at 64.
   for (int d : {64, 128, 256}) {
-    jobs.push_back({"alibi", d, {}, "rowfactor", true, true});
-    jobs.push_back({"alibi", d, {}, "floatdist", true, true, true});
-  }
-  for (int d : {64, 128}) {
     GpuCompileOptions o;
-    o.mma = GpuMma::WgmmaTmaWsOverlap;
-    jobs.push_back({"alibi", d, o, "rowfactor_ov", true, true});
-    jobs.push_back({"alibi", d, o, "floatdist_ov", true, true, true});
-  }
-  // D = 64 with dense's tiles (128 keys, one CTA per SM) instead of the
-  // score modifier's 64 keys and 3 CTAs per SM: "floatdist_n128".
-  {
-    GpuCompileOptions o;
-    o.blockN = 128;
-    o.minBlocksPerSM = 1;
-    jobs.push_back({"alibi", 64, o, "floatdist_n128", true, true, true});
+    if (d == 64) {
+      o.blockN = 64;
+      o.minBlocksPerSM = 3;
+    } else {
+      o.mma = GpuMma::WgmmaTmaWs;
+    }
+    jobs.push_back({"alibi", d, o, "perelem", true, false, false});
   }
   for (std::string name : {"dense", "causal"})
     for (int d : {64, 128, 256}) {
@@ -409,12 +402,12 @@ int main(int argc, char **argv) {
         setForwardScoreFloatDistanceForTesting(job.floatDist);
         img = compileGpu(spec, job.options);
         setSoftmaxExp2FtzForTesting(true);
-        setForwardScoreRowFactorsForTesting(false);
-        setForwardScoreFloatDistanceForTesting(false);
+        setForwardScoreRowFactorsForTesting(true);
+        setForwardScoreFloatDistanceForTesting(true);
       } catch (const UserError &e) { // e.g. too much shared memory
         setSoftmaxExp2FtzForTesting(true);
-        setForwardScoreRowFactorsForTesting(false);
-        setForwardScoreFloatDistanceForTesting(false);
+        setForwardScoreRowFactorsForTesting(true);
+        setForwardScoreFloatDistanceForTesting(true);
         std::printf("%-10s d%-4d %-14s skipped: %s\n", name.c_str(), d,
                     job.label.c_str(), e.what());
         continue;

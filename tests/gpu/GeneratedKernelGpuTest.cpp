@@ -198,16 +198,17 @@ TEST_CASE("ping-pong kernels match the float64 reference over odd shapes "
   CHECK(i > 0);
 }
 
-TEST_CASE("ALiBi forwards with the slopes hoisted and the distance in f32 "
-          "match the float64 reference",
+TEST_CASE("ALiBi forwards (slopes read per row, the distance in f32) match "
+          "the float64 reference over many key tiles",
           "[gpu][generated][alibi_factor]") {
-  // alibiFactorKernels() (ScoreFactorTesting.h): slopes[head] read once per
-  // row before the key loop (`rowfac_`), and also |q_idx - kv_idx| as
-  // float(q_idx - kvLane) per row and tile minus the column's offset
-  // (`fdist_`, `fdistov_` with the overlap). Shapes: one row and key, no
-  // queries, no keys (no row may read a slope), seqlens that are not
-  // multiples of the tiles, seqlen_q != seqlen_k both ways, and one large
-  // shape in turn (tiles entirely above and below the diagonal).
+  // alibiKernels(): the default ALiBi forwards, which since session 27 read
+  // slopes[head] once per row before the key loop and take |q_idx - kv_idx|
+  // as float(q_idx - kvLane) per row and tile minus the column's offset
+  // (ScoreFactorTesting.h); at head dim 128 with the overlap. Shapes: one
+  // row and key, no queries, no keys (no row may read a slope), seqlens
+  // that are not multiples of the tiles, seqlen_q != seqlen_k both ways,
+  // and one large shape in turn (tiles entirely above and below the
+  // diagonal).
   Device &dev = Device::get(0);
   const std::pair<int64_t, int64_t> small[] = {
       {1, 1}, {17, 65}, {0, 9}, {9, 0}, {257, 300}};
@@ -217,13 +218,18 @@ TEST_CASE("ALiBi forwards with the slopes hoisted and the distance in f32 "
   INFO("seed " << seed);
   int i = 0;
   size_t n = 0;
-  for (const testing::MatrixKernel &k : testing::alibiFactorKernels()) {
+  for (const testing::MatrixKernel &k : testing::alibiKernels()) {
     if (!selected(k))
       continue;
     INFO(k.id << ": " << printSpec(k.spec));
     test::MatrixKernelFiles files = test::readMatrixKernel(k.id);
-    if (k.id.rfind("fdist", 0) == 0) // no per-element conversion
+    if (files.info.config.arch == "sm_90a") {
+      // No per-element conversion of the distance.
       CHECK(files.ptx.find("abs.s32") == std::string::npos);
+      // The overlap keeps two wgmma groups in flight at head dim 128.
+      CHECK((files.ptx.find("wgmma.wait_group.sync.aligned 1;") !=
+             std::string::npos) == (k.spec.headDimQK == 128));
+    }
     checkSmallAndOneLarge(dev, k, small, large, n++, seed, i);
   }
   CHECK(i > 0);

@@ -55,8 +55,7 @@
 // published vote, setMaskedValuePublishedVoteForTesting). MMA
 // mask-bench-pub writes the [.maskbench] kernels with the published vote.
 // pingPongKernels() take the overlap with the ping-pong by name (sm_90a,
-// whatever MMA). alibiFactorKernels() are built with the opt-in score
-// hooks (ScoreFactorTesting.h).
+// whatever MMA).
 //
 //===----------------------------------------------------------------------===//
 #include "KernelMatrix.h"
@@ -284,25 +283,6 @@ int main(int argc, char **argv) {
     flashjit::setMaskedValueTileVoteForTesting(false);
     write(dir, k.id + "_tilevote", img);
     n += 3;
-  }
-  // ALiBi with the opt-in score hooks (alibiFactorKernels: `rowfac_`,
-  // `fdist_`, `fdistov_` the overlap by name on sm_90a).
-  for (const auto &k : flashjit::testing::alibiFactorKernels()) {
-    if (backwardOnly)
-      break;
-    if (only && k.id.find(only) == std::string::npos)
-      continue;
-    flashjit::GpuCompileOptions fo = o;
-    if (k.id.rfind("fdistov_", 0) == 0 && fo.arch == "sm_90a")
-      fo.mma = flashjit::GpuMma::WgmmaTmaWsOverlap;
-    flashjit::setForwardScoreRowFactorsForTesting(true);
-    flashjit::setForwardScoreFloatDistanceForTesting(k.id.rfind("rowfac_", 0) !=
-                                                     0);
-    flashjit::GpuKernelImage img = flashjit::compileGpu(k.spec, fo);
-    flashjit::setForwardScoreRowFactorsForTesting(false);
-    flashjit::setForwardScoreFloatDistanceForTesting(false);
-    write(dir, k.id, img);
-    ++n;
   }
   // The overlap with the inter-warpgroup ping-pong by name (sm_90a; the
   // default elsewhere), whatever MMA the matrix is built with.

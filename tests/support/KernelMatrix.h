@@ -218,26 +218,6 @@ inline std::vector<MatrixKernel> pingPongKernels() {
   return out;
 }
 
-/// ALiBi forwards with the opt-in score hooks (ScoreFactorTesting.h):
-/// `rowfac_` the slopes read once per row before the key loop, `fdist_`
-/// that and the distance in f32 from one conversion per row and key tile,
-/// `fdistov_` the same with the overlap by name (sm_90a). Head dims 64
-/// (one warpgroup, no warp specialisation) and 128 (warp-specialised),
-/// both 16-bit dtypes, GQA. The [gpu][generated][alibi_factor] case checks
-/// them against the float64 reference.
-inline std::vector<MatrixKernel> alibiFactorKernels() {
-  std::vector<MatrixKernel> out;
-  for (const char *p : {"rowfac_", "fdist_", "fdistov_"}) {
-    out.push_back({std::string(p) + "alibi_d64_bf16_g2", "alibi",
-                   matrixSpec("alibi", 64, DType::BF16, 4, 2)});
-    out.push_back({std::string(p) + "alibi_d128_fp16_g1", "alibi",
-                   matrixSpec("alibi", 128, DType::F16, 2, 2)});
-    out.push_back({std::string(p) + "alibi_d128_bf16_g2", "alibi",
-                   matrixSpec("alibi", 128, DType::BF16, 4, 2)});
-  }
-  return out;
-}
-
 /// Every (variant, head dim, dtype) kernel of the matrix; GQA ratios
 /// {1, 2, 3, 8} rotate through the list.
 inline std::vector<MatrixKernel> kernelMatrix() {
@@ -253,6 +233,22 @@ inline std::vector<MatrixKernel> kernelMatrix() {
                          std::to_string(g[0] / g[1]);
         out.push_back({id, name, matrixSpec(name, d, t, g[0], g[1])});
       }
+  return out;
+}
+
+/// The default ALiBi forwards of kernelMatrix() that the [gpu][generated]
+/// [alibi_factor] case runs over many key tiles: since session 27 their
+/// slopes[head] are read once per row before the key loop and
+/// |q_idx - kv_idx| comes from one f32 conversion per row and key tile
+/// (ScoreFactorTesting.h); head dim 64 (one warpgroup, 128-key tiles), 128
+/// (the intra-warpgroup overlap) and 256 (the serial warp-specialised
+/// step), both 16-bit dtypes, GQA.
+inline std::vector<MatrixKernel> alibiKernels() {
+  std::vector<MatrixKernel> out;
+  for (const MatrixKernel &k : kernelMatrix())
+    if (k.id == "alibi_d64_bf16_g3" || k.id == "alibi_d128_fp16_g8" ||
+        k.id == "alibi_d128_bf16_g3" || k.id == "alibi_d256_bf16_g3")
+      out.push_back(k);
   return out;
 }
 

@@ -13,11 +13,13 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Expr.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/Casting.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 
 namespace flashjit {
 
@@ -114,6 +116,86 @@ static bool hasScoreModCode(const AttentionSpec &spec) {
   return !score.isNull() && !llvm::isa<ScoreExpr>(score.get());
 }
 
+namespace {
+/// Where a score modifier's buffer reads are evaluated (per row or per
+/// element), memoised per node: expression trees share subtrees, so a walk
+/// without it could visit a node exponentially often.
+class ScoreReadWalk {
+public:
+  /// Whether \p e reads kv_idx or the score anywhere below it.
+  bool readsKeyOrScore(const Expr &e) {
+    return memo(keyOrScore_, e, [&] {
+      if (llvm::isa<ScoreExpr>(e.get()))
+        return true;
+      if (auto *i = llvm::dyn_cast<IndexExpr>(e.get()))
+        return i->var() == IndexVar::KvIdx;
+      return anyOperand(e, &ScoreReadWalk::readsKeyOrScore);
+    });
+  }
+
+  /// Whether \p e reads a buffer anywhere below it.
+  bool readsBuffer(const Expr &e) {
+    return memo(buffer_, e, [&] {
+      return llvm::isa<BufferLoadExpr>(e.get()) ||
+             anyOperand(e, &ScoreReadWalk::readsBuffer);
+    });
+  }
+
+  /// Whether every buffer read in \p e is evaluated per row: its index and
+  /// whether it is evaluated at all depend on neither kv_idx nor the
+  /// score. The lazily evaluated operands of select, && and || (MLIRGen.cpp:
+  /// an scf.if where they read a buffer) whose condition varies along the
+  /// row are evaluated per element.
+  bool readsPerRow(const Expr &e) {
+    return memo(perRow_, e, [&] {
+      if (!readsKeyOrScore(e))
+        return true; // all of it is the row's
+      const ExprNode *n = e.get();
+      if (auto *l = llvm::dyn_cast<BufferLoadExpr>(n))
+        return !readsKeyOrScore(l->index());
+      if (auto *sel = llvm::dyn_cast<SelectExpr>(n))
+        return readsPerRow(sel->condition()) &&
+               !readsBuffer(sel->trueValue()) &&
+               !readsBuffer(sel->falseValue());
+      if (auto *bin = llvm::dyn_cast<BinaryExpr>(n))
+        if (bin->op() == BinaryOp::And || bin->op() == BinaryOp::Or)
+          return readsPerRow(bin->lhs()) && !readsBuffer(bin->rhs());
+      return !anyOperand(e, [](ScoreReadWalk &w, const Expr &o) {
+        return !w.readsPerRow(o);
+      });
+    });
+  }
+
+private:
+  using Memo = llvm::DenseMap<const ExprNode *, bool>;
+  template <class F> static bool memo(Memo &m, const Expr &e, F compute) {
+    if (auto it = m.find(e.get()); it != m.end())
+      return it->second;
+    bool r = compute();
+    m[e.get()] = r;
+    return r;
+  }
+  template <class F> bool anyOperand(const Expr &e, F f) {
+    for (const Expr &o : e->operands())
+      if (std::invoke(f, *this, o))
+        return true;
+    return false;
+  }
+  Memo keyOrScore_, buffer_, perRow_;
+};
+} // namespace
+
+/// Whether the score modifier reads buffers, all of them per row
+/// (ScoreReadWalk::readsPerRow: ALiBi's slopes[head], a per-head or
+/// per-query bias): without a mask or block list the forward reads those
+/// once per row before the key loop (ForwardKernelBuilder::
+/// beginScoreRowFactors), so its key loop reads no buffer.
+static bool scoreReadsBuffersPerRow(const AttentionSpec &spec) {
+  const Expr &score = spec.variant.scoreExpr();
+  ScoreReadWalk walk;
+  return !score.isNull() && walk.readsBuffer(score) && walk.readsPerRow(score);
+}
+
 /// Whether wgmma kernels can be built for \p spec on \p arch.
 static bool wgmmaApplies(const AttentionSpec &spec, const std::string &arch) {
   return arch == "sm_90a" && spec.headDimQK % 64 == 0 &&
@@ -133,8 +215,10 @@ static bool overlapFits(const AttentionSpec &spec, const GpuTileConfig &c) {
 
 /// Whether the default warp-specialised kernel \p c of \p spec takes the
 /// overlap: head dims up to 128 (above 64, where the default is
-/// warp-specialised), no buffer reads (masks and score modifiers on
-/// indices, the score and parameters only: causal, windows, softcap).
+/// warp-specialised), no buffer reads in the key loop (masks and score
+/// modifiers on indices, the score and parameters only: causal, windows,
+/// softcap; or, without a mask, a score modifier whose buffer reads are
+/// per row: ALiBi, read once per row before the loop since session 27).
 /// Measured on an H100 (bench/RESULTS.md, sessions 16 and 18, D = 128, the
 /// serial step = 1): dense 1.02-1.10, causal + softcap 1.05-1.09, causal
 /// 0.95-1.06, sliding window 0.93-1.07 (the masked ones while they still
@@ -144,8 +228,10 @@ static bool overlapFits(const AttentionSpec &spec, const GpuTileConfig &c) {
 /// words: ForwardLoads.cpp) dense, softcap, causal (top-left, bottom-right),
 /// sliding windows, prefix-LM, chunked, causal + softcap, a sink, fp16 and
 /// GQA assemble with no spills, as do ALiBi and a bias table; a document
-/// mask spills (84 bytes stored). Buffer-reading kernels keep the serial
-/// step; mma = wgmma.tma.ws asks for it everywhere, wgmma.tma.ws.overlap
+/// mask spills (84 bytes stored). ALiBi with its slopes read per row and
+/// its distance in f32 (session 27, H100, N = 4k / 16k): 487 / 497 TF/s
+/// overlapped against 460 / 473 serial. Kernels that read buffers in the
+/// key loop keep the serial step; mma = wgmma.tma.ws asks for it everywhere, wgmma.tma.ws.overlap
 /// for the overlap. Causal + softcap takes the overlap (+3.5..+9%,
 /// sessions 16 and 18), and so does the spec's causal mask alone since
 /// session 22: with the masked-value vote published once per row
@@ -159,7 +245,9 @@ static bool overlapFits(const AttentionSpec &spec, const GpuTileConfig &c) {
 /// H100, session 22).
 static bool overlapByDefault(const AttentionSpec &spec,
                              const GpuTileConfig &c) {
-  return c.warpSpecialized && spec.variant.buffers().empty() &&
+  bool noLoopReads = spec.variant.buffers().empty() ||
+                     (!hasMaskCode(spec) && scoreReadsBuffersPerRow(spec));
+  return c.warpSpecialized && noLoopReads &&
          (!hasMaskCode(spec) || hasScoreModCode(spec) ||
           causalMaskAlone(spec)) &&
          std::max(spec.headDimQK, spec.headDimV) <= 128 && overlapFits(spec, c);
@@ -198,7 +286,11 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
     // default keeps one warpgroup there.
     if (d <= 64 && !askedWs) {
       c.numWarps = 4;
-      bool plain = !hasMaskCode(spec) && !hasScoreModCode(spec);
+      // ALiBi-like score modifiers (buffers read per row, no mask) take
+      // dense's tiles too: 351-354 TF/s against 340-345 with 64-key tiles
+      // and 3 CTAs per SM (session 27, H100, N = 4k / 16k).
+      bool plain = !hasMaskCode(spec) &&
+                   (!hasScoreModCode(spec) || scoreReadsBuffersPerRow(spec));
       c.blockN = plain ? 128 : 64;
       c.minBlocksPerSM = plain ? 1 : 3;
     } else {

@@ -2600,24 +2600,27 @@ TEST_CASE("the softmax exponentials are ex2.approx.ftz.f32, the old form "
   }
 }
 
-TEST_CASE("ALiBi's forward with the score hooks reads its slopes once per row "
-          "and converts no distance per element",
+TEST_CASE("ALiBi's forward reads its slopes once per row and converts no "
+          "distance per element",
           "[gpu-codegen][alibi]") {
-  // ScoreFactorTesting.h: the default forward reads slopes[head] (a guarded
-  // ld.global and its out-of-range check) and converts |q_idx - kv_idx|
-  // (abs.s32, cvt.rn.f32.s32) per score; with the row factors the loads are
-  // the rows' (two per m16 tile of a thread, before the loop); with the
-  // float distance too, no abs.s32 is left and the conversions are one per
-  // row and key tile. Every kernel assembles with no spills; with the hooks
-  // off again the PTX is the default's.
+  // ScoreFactorTesting.h (the default since session 27): slopes[head] are
+  // the rows' loads (two per m16 tile of a thread, before the loop), no
+  // abs.s32 is left and the conversions are one per row and key tile. With
+  // both hooks off (the per-element form: a guarded ld.global, its
+  // out-of-range check and |q_idx - kv_idx| converted per score) and with
+  // the row factors alone the counts are the old ones. Every kernel
+  // assembles with no spills. The tile policy (TilePolicy.cpp): ALiBi
+  // takes dense's 128-key tiles at head dim 64 and the overlap at 128;
+  // ALiBi under a causal mask and a bias read under a select keep
+  // per-element reads and the serial step.
   struct Hooks {
     Hooks(bool rows, bool dist) {
       setForwardScoreRowFactorsForTesting(rows);
       setForwardScoreFloatDistanceForTesting(dist);
     }
     ~Hooks() {
-      setForwardScoreRowFactorsForTesting(false);
-      setForwardScoreFloatDistanceForTesting(false);
+      setForwardScoreRowFactorsForTesting(true);
+      setForwardScoreFloatDistanceForTesting(true);
     }
   };
   auto count = [](const std::string &ptx, const std::string &what) {
@@ -2633,23 +2636,29 @@ TEST_CASE("ALiBi's forward with the score hooks reads its slopes once per row "
       GpuCompileOptions o;
       o.arch = "sm_90a";
       o.mma = mma;
-      INFO("head dim " << d << ", overlap " << (mma != GpuMma::Default));
+      INFO("head dim " << d << ", overlap by name "
+                       << (mma != GpuMma::Default));
+      GpuKernelImage img = compileGpu(s, o);
+      if (mma == GpuMma::Default) {
+        CHECK(img.config.blockN == 128);
+        CHECK(img.config.overlapSoftmax == (d == 128));
+      }
       runtime::KernelArtifacts def = compileGpuArtifacts(s, o);
+      runtime::KernelArtifacts elem = [&] {
+        Hooks h(false, false);
+        return compileGpuArtifacts(s, o);
+      }();
       runtime::KernelArtifacts rows = [&] {
         Hooks h(true, false);
         return compileGpuArtifacts(s, o);
       }();
-      runtime::KernelArtifacts dist = [&] {
-        Hooks h(true, true);
-        return compileGpuArtifacts(s, o);
-      }();
-      const std::string &p0 = def.files.at(runtime::kPtxFile);
+      const std::string &p0 = elem.files.at(runtime::kPtxFile);
       const std::string &p1 = rows.files.at(runtime::kPtxFile);
-      const std::string &p2 = dist.files.at(runtime::kPtxFile);
-      CHECK(compileGpuArtifacts(s, o).files.at(runtime::kPtxFile) == p0);
-      for (const runtime::KernelArtifacts *a : {&def, &rows, &dist})
+      const std::string &p2 = def.files.at(runtime::kPtxFile);
+      CHECK(compileGpuArtifacts(s, o).files.at(runtime::kPtxFile) == p2);
+      CHECK(img.ptx == p2);
+      for (const runtime::KernelArtifacts *a : {&def, &elem, &rows})
         CHECK(a->spillBytes == 0);
-      // Two rows of one m16 tile per thread (both MMAs here).
       CHECK(count(p0, "ld.global") > 32);
       CHECK(count(p1, "ld.global") == 2);
       CHECK(count(p2, "ld.global") == 2);
@@ -2660,4 +2669,26 @@ TEST_CASE("ALiBi's forward with the score hooks reads its slopes once per row "
       CHECK(count(p2, "cvt.rn.f32.s32") <= 16);
       CHECK(count(p2, "abs.f32") >= 32);
     }
+  // A mask (a whole row may be disallowed) keeps the per-element slope
+  // reads, and with them the serial step; the distance is still f32.
+  AttentionSpec causal = testing::matrixSpec("alibi", 128, DType::BF16, 4, 2);
+  causal.causal = Causal::TopLeft;
+  GpuCompileOptions o;
+  o.arch = "sm_90a";
+  GpuKernelImage masked = compileGpu(causal, o);
+  CHECK(!masked.config.overlapSoftmax);
+  CHECK(count(masked.ptx, "ld.global") > 32);
+  CHECK(count(masked.ptx, "abs.s32") == 0);
+  // A row-only read under a select whose condition varies along the row
+  // is evaluated lazily, per element: no overlap either.
+  AttentionSpec sel = testing::matrixSpec("none", 128, DType::BF16, 4, 2);
+  {
+    Variant v("select_bias");
+    auto table = buffer<float>("table");
+    v.scoreMod(select(q_idx > kv_idx, score + table[q_idx % 16], score));
+    sel.variant = v;
+  }
+  GpuKernelImage lazy = compileGpu(sel, o);
+  CHECK(!lazy.config.overlapSoftmax);
+  CHECK(count(lazy.ptx, "ld.global") > 32);
 }

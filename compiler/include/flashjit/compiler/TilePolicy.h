@@ -48,11 +48,13 @@ enum class GpuMma {
   /// WgmmaTmaWs with FlashAttention-3's intra-warpgroup overlap
   /// (KernelConfig::overlapSoftmax): needs a ring of 3 K/V stages (head
   /// dims 64 to 128), else refused. What Default picks at head dim 128
-  /// without buffer reads and without a variant mask unless a score
-  /// modifier comes with it (dense, softcap, AttentionSpec::causal alone,
-  /// causal + softcap, a sink; TilePolicy.cpp: overlapByDefault); other
-  /// masks alone (windows, prefix-LM), ALiBi, bias tables and document
-  /// masks keep WgmmaTmaWs.
+  /// without buffer reads in the key loop and without a variant mask
+  /// unless a score modifier comes with it (dense, softcap,
+  /// AttentionSpec::causal alone, causal + softcap, a sink, ALiBi without
+  /// a mask: its slopes are read once per row; TilePolicy.cpp:
+  /// overlapByDefault); other masks alone (windows, prefix-LM), bias
+  /// tables indexed by kv_idx, masked ALiBi and document masks keep
+  /// WgmmaTmaWs.
   WgmmaTmaWsOverlap,
   /// WgmmaTmaWsOverlap with FlashAttention-3's inter-warpgroup ping-pong
   /// (KernelConfig::pingPong): the two consumer warpgroups take turns to

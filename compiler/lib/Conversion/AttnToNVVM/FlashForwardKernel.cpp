@@ -41,10 +41,12 @@
 
 using namespace mlir;
 
-/// setForwardScoreRowFactorsForTesting's switch.
-static std::atomic<bool> forwardScoreRowFactors{false};
-/// setForwardScoreFloatDistanceForTesting's switch.
-static std::atomic<bool> forwardScoreFloatDistance{false};
+/// setForwardScoreRowFactorsForTesting's switch (on by default since
+/// session 27).
+static std::atomic<bool> forwardScoreRowFactors{true};
+/// setForwardScoreFloatDistanceForTesting's switch (on by default since
+/// session 27).
+static std::atomic<bool> forwardScoreFloatDistance{true};
 
 void flashjit::setForwardScoreRowFactorsForTesting(bool on) {
   forwardScoreRowFactors.store(on);

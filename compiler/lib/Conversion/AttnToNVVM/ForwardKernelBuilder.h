@@ -50,9 +50,11 @@ private:
   void prologue();
   /// [jBegin, jEnd]: the positions of the key tiles the loop visits.
   void planKeyTiles();
-  /// setForwardScoreRowFactorsForTesting: the score modifier's row-only
-  /// part for each of the thread's rows, before the key loop (a consumer's,
-  /// where warp-specialised); variantScores then emits only the rest.
+  /// The score modifier's row-only part for each of the thread's rows,
+  /// before the key loop (a consumer's, where warp-specialised), for a
+  /// kernel without a mask or block list (unless
+  /// setForwardScoreRowFactorsForTesting(false)); variantScores then emits
+  /// only the rest.
   void beginScoreRowFactors();
   /// Loads key tile \p j into K/V stage \p stage (cp.async, one group; tma:
   /// the caller is one thread, the stage's mbarrier completes the copy).
