@@ -242,12 +242,13 @@ inline std::vector<MatrixKernel> kernelMatrix() {
 /// |q_idx - kv_idx| comes from one f32 conversion per row and key tile
 /// (ScoreFactorTesting.h); head dim 64 (one warpgroup, 128-key tiles), 128
 /// (the intra-warpgroup overlap) and 256 (the serial warp-specialised
-/// step), both 16-bit dtypes, GQA.
+/// step), GQA. (The fp16 ones run the matrix case's small shapes: with 8
+/// query heads the large shape's float64 reference alone took 100 s.)
 inline std::vector<MatrixKernel> alibiKernels() {
   std::vector<MatrixKernel> out;
   for (const MatrixKernel &k : kernelMatrix())
-    if (k.id == "alibi_d64_bf16_g3" || k.id == "alibi_d128_fp16_g8" ||
-        k.id == "alibi_d128_bf16_g3" || k.id == "alibi_d256_bf16_g3")
+    if (k.id == "alibi_d64_bf16_g3" || k.id == "alibi_d128_bf16_g3" ||
+        k.id == "alibi_d256_bf16_g3")
       out.push_back(k);
   return out;
 }
