@@ -146,6 +146,19 @@ DequantizedTensor dequantizeFp8(const TensorRef &x, const BufferRef &descale,
                                 "heads = {}",
                                 headsKV, bl.heads));
   const int64_t group = bl.heads / headsKV;
+  // descaleAt reads element 0 or b * heads_kv + h_kv: a bound descale must
+  // hold one f32 or one per block.
+  if (descale.data && descale.size != 0) {
+    if (descale.elementType != ScalarType::Float32)
+      throw UserError(fmt::format("dequantizeFp8: descale has element type "
+                                  "{}; it must be f32",
+                                  toString(descale.elementType)));
+    if (descale.size != 1 && descale.size != bl.batch * headsKV)
+      throw UserError(fmt::format(
+          "dequantizeFp8: descale has {} elements; it takes 1 (per tensor) "
+          "or batch * heads_kv = {} (per block)",
+          descale.size, bl.batch * headsKV));
+  }
   DequantizedTensor out;
   out.data.assign(static_cast<size_t>(std::max<int64_t>(x.numel(), 1)), 0.0f);
   bl.forEach([&](int64_t b, int64_t h, int64_t s, int64_t d) {

@@ -100,15 +100,14 @@ void write(const std::string &dir, const std::string &id,
 
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 4) {
-    std::fprintf(
-        stderr,
-        "usage: %s DIR [sm_80|sm_90a "
-        "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
-        "wgmma.tma.ws.overlap|backward-only|"
-        "backward-only.mma.sync|mask-bench|mask-bench-base|"
-        "mask-bench-sync|mask-bench-old|mask-bench-pub|"
-        "mask-bench-pingpong]]\n",
-        argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s DIR [sm_80|sm_90a "
+                 "[default|mma.sync|wgmma|wgmma.tma|wgmma.tma.ws|"
+                 "wgmma.tma.ws.overlap|backward-only|"
+                 "backward-only.mma.sync|mask-bench|mask-bench-base|"
+                 "mask-bench-sync|mask-bench-old|mask-bench-pub|"
+                 "mask-bench-pingpong]]\n",
+                 argv[0]);
     return 1;
   }
   std::string dir = argv[1];
@@ -146,8 +145,7 @@ int main(int argc, char **argv) {
     maskBenchPingPong = mma == "mask-bench-pingpong";
     if (mma == "mask-bench" || mma == "mask-bench-base" ||
         mma == "mask-bench-sync" || mma == "mask-bench-old" ||
-        mma == "mask-bench-pub" ||
-        maskBenchPingPong)
+        mma == "mask-bench-pub" || maskBenchPingPong)
       maskBench = true;
     else if (mma == "backward-only")
       backwardOnly = true;

@@ -160,9 +160,8 @@ public:
       if (auto *bin = llvm::dyn_cast<BinaryExpr>(n))
         if (bin->op() == BinaryOp::And || bin->op() == BinaryOp::Or)
           return readsPerRow(bin->lhs()) && !readsBuffer(bin->rhs());
-      return !anyOperand(e, [](ScoreReadWalk &w, const Expr &o) {
-        return !w.readsPerRow(o);
-      });
+      return !anyOperand(
+          e, [](ScoreReadWalk &w, const Expr &o) { return !w.readsPerRow(o); });
     });
   }
 
@@ -231,18 +230,17 @@ static bool overlapFits(const AttentionSpec &spec, const GpuTileConfig &c) {
 /// mask spills (84 bytes stored). ALiBi with its slopes read per row and
 /// its distance in f32 (session 27, H100, N = 4k / 16k): 487 / 497 TF/s
 /// overlapped against 460 / 473 serial. Kernels that read buffers in the
-/// key loop keep the serial step; mma = wgmma.tma.ws asks for it everywhere, wgmma.tma.ws.overlap
-/// for the overlap. Causal + softcap takes the overlap (+3.5..+9%,
-/// sessions 16 and 18), and so does the spec's causal mask alone since
-/// session 22: with the masked-value vote published once per row
-/// (session 21) the overlapped causal forward ran +3.7% over the serial
-/// default at N = 4096 and 16384 in one process (maskbench, H100, masked-key
-/// isolation in both; +1..+6% against the serial kernel's timing in another
-/// call), where session 20's in-tile vote had made it 0.94-0.96x. Other
-/// masks without a score modifier keep the serial step: the overlapped
-/// 1024-key window with the published vote timed 351.9 / 311.7 TF/s at
-/// N = 4096 / 16384 against the serial default's 352-357 / 312-315 (same
-/// H100, session 22).
+/// key loop keep the serial step; mma = wgmma.tma.ws asks for it everywhere,
+/// wgmma.tma.ws.overlap for the overlap. Causal + softcap takes the overlap
+/// (+3.5..+9%, sessions 16 and 18), and so does the spec's causal mask alone
+/// since session 22: with the masked-value vote published once per row (session
+/// 21) the overlapped causal forward ran +3.7% over the serial default at N =
+/// 4096 and 16384 in one process (maskbench, H100, masked-key isolation in
+/// both; +1..+6% against the serial kernel's timing in another call), where
+/// session 20's in-tile vote had made it 0.94-0.96x. Other masks without a
+/// score modifier keep the serial step: the overlapped 1024-key window with the
+/// published vote timed 351.9 / 311.7 TF/s at N = 4096 / 16384 against the
+/// serial default's 352-357 / 312-315 (same H100, session 22).
 static bool overlapByDefault(const AttentionSpec &spec,
                              const GpuTileConfig &c) {
   bool noLoopReads = spec.variant.buffers().empty() ||

@@ -350,6 +350,37 @@ TEST_CASE("fp8: quantizeFp8 and descale errors", "[frontend][fp8]") {
       {"q_descale was given", "bf16"});
   Arguments().bindQDescale(three, 1).bindKDescale(three, 1).validateDescalesFor(
       spec, 2, true); // per tensor: fine
+
+  // dequantizeFp8 checks the descale's length against batch * heads_kv
+  // (2 * 2 here) and its element type; 1 and 4 elements are fine.
+  std::fill(x.begin(), x.end(), 1.0f); // every code 448 (descale 1/448)
+  Fp8Tensor q8 = quantizeFp8(in, DType::E4M3, Fp8Scaling::PerBlock);
+  float four[4] = {1, 2, 3, 4};
+  int32_t ints[4] = {1, 1, 1, 1};
+  expectUserError(
+      [&] {
+        return dequantizeFp8(q8.ref, BufferRef{three, ScalarType::Float32, 3},
+                             2);
+      },
+      {"descale has 3 elements", "batch * heads_kv = 4"});
+  expectUserError(
+      [&] {
+        return dequantizeFp8(q8.ref, BufferRef{ints, ScalarType::Int32, 4}, 2);
+      },
+      {"element type i32", "must be f32"});
+  DequantizedTensor d4 =
+      dequantizeFp8(q8.ref, BufferRef{four, ScalarType::Float32, 4}, 2);
+  DequantizedTensor d1 =
+      dequantizeFp8(q8.ref, BufferRef{four, ScalarType::Float32, 1}, 2);
+  REQUIRE(d4.data.size() == x.size());
+  REQUIRE(d1.data.size() == x.size());
+  // Element (b, h, t, d) of [2, 2, 3, 8] at ((b * 2 + h) * 3 + t) * 8 + d.
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 2; ++h) {
+      size_t i = size_t(((b * 2 + h) * 3 + 2) * 8 + 5);
+      CHECK(d4.data[i] == 448.0f * four[b * 2 + h]);
+      CHECK(d1.data[i] == 448.0f);
+    }
 }
 
 namespace {

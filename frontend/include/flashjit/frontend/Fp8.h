@@ -78,8 +78,10 @@ struct DequantizedTensor {
 /// The f32 values float(x) * descale of an fp8 tensor (4-D [batch, heads,
 /// seqlen, dim], or varlen [total, heads, dim] with \p cuSeqlens), head h
 /// taking the descale of block (b, h / (heads / headsKV)) (descaleAt). The
-/// product is rounded once to f32. Throws UserError for a non-fp8 \p x or a
-/// bad rank, shape or cu_seqlens; the descale itself is checked by
+/// product is rounded once to f32. An unbound \p descale (no data or size
+/// 0) is 1. Throws UserError for a non-fp8 \p x, a bad rank, shape or
+/// cu_seqlens, or a bound descale that is not f32 or holds neither 1 nor
+/// batch * heads_kv elements; its values are checked by
 /// Arguments::validateDescalesFor.
 DequantizedTensor dequantizeFp8(const TensorRef &x, const BufferRef &descale,
                                 int64_t headsKV,
