@@ -99,7 +99,9 @@ using GpuTileConfig = KernelConfig;
 /// have a mask and a score modifier, or are varlen or block-sparse); at
 /// head_dim 64, 4
 /// warps (one warpgroup, 64 query rows) with 128-key tiles when there is
-/// neither a mask nor a score modifier, else 64-key tiles and 3 CTAs per SM.
+/// neither a mask nor a score modifier other than one whose buffer reads
+/// are all per row (ALiBi; session 27), else 64-key tiles and 3 CTAs per
+/// SM.
 /// \p mma MmaSync gives the mma.sync tiles above; Wgmma where it cannot
 /// apply (sm_80, other head dims) is a UserError in validateForGpu.
 GpuTileConfig defaultGpuTileConfig(const AttentionSpec &spec,
