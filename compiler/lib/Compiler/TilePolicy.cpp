@@ -286,9 +286,11 @@ static GpuTileConfig chooseTiles(const AttentionSpec &spec,
       c.numWarps = 4;
       // ALiBi-like score modifiers (buffers read per row, no mask) take
       // dense's tiles too: 351-354 TF/s against 340-345 with 64-key tiles
-      // and 3 CTAs per SM (session 27, H100, N = 4k / 16k).
+      // and 3 CTAs per SM (session 27, H100, N = 4k / 16k; TMA kernels:
+      // varlen and block-sparse ones keep 64 keys, not timed).
       bool plain = !hasMaskCode(spec) &&
-                   (!hasScoreModCode(spec) || scoreReadsBuffersPerRow(spec));
+                   (!hasScoreModCode(spec) ||
+                    (scoreReadsBuffersPerRow(spec) && !varlen && !blockSparse));
       c.blockN = plain ? 128 : 64;
       c.minBlocksPerSM = plain ? 1 : 3;
     } else {

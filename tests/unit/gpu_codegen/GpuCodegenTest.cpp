@@ -2671,6 +2671,14 @@ TEST_CASE("ALiBi's forward reads its slopes once per row and converts no "
       CHECK(count(p2, "cvt.rn.f32.s32") <= 16);
       CHECK(count(p2, "abs.f32") >= 32);
     }
+  // Varlen and block-sparse ALiBi at head dim 64 keep 64-key tiles (the
+  // 128-key tiles were timed for the TMA kernel only).
+  AttentionSpec a64 = testing::matrixSpec("alibi", 64, DType::BF16, 4, 2);
+  CHECK(defaultGpuTileConfig(a64, "sm_90a").blockN == 128);
+  CHECK(defaultGpuTileConfig(a64, "sm_90a", /*varlen=*/true).blockN == 64);
+  CHECK(
+      defaultGpuTileConfig(a64, "sm_90a", false, /*blockSparse=*/true).blockN ==
+      64);
   // A mask (a whole row may be disallowed) keeps the per-element slope
   // reads, and with them the serial step; the distance is still f32.
   AttentionSpec causal = testing::matrixSpec("alibi", 128, DType::BF16, 4, 2);
