@@ -506,6 +506,11 @@ bool readsData(const Expr &e) {
   });
 }
 
+bool readsBuffer(const Expr &e) {
+  return anyNode(
+      e, [](const ExprNode *n) { return llvm::isa<BufferLoadExpr>(n); });
+}
+
 bool readsIndex(const Expr &e, IndexVar var) {
   return anyNode(e, [var](const ExprNode *n) {
     auto *i = llvm::dyn_cast<IndexExpr>(n);

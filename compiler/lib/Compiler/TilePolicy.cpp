@@ -13,13 +13,12 @@
 #include "flashjit/frontend/Error.h"
 #include "flashjit/frontend/Expr.h"
 
-#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Casting.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 
 namespace flashjit {
 
@@ -116,83 +115,39 @@ static bool hasScoreModCode(const AttentionSpec &spec) {
   return !score.isNull() && !llvm::isa<ScoreExpr>(score.get());
 }
 
-namespace {
-/// Where a score modifier's buffer reads are evaluated (per row or per
-/// element), memoised per node: expression trees share subtrees, so a walk
-/// without it could visit a node exponentially often.
-class ScoreReadWalk {
-public:
-  /// Whether \p e reads kv_idx or the score anywhere below it.
-  bool readsKeyOrScore(const Expr &e) {
-    return memo(keyOrScore_, e, [&] {
-      if (llvm::isa<ScoreExpr>(e.get()))
-        return true;
-      if (auto *i = llvm::dyn_cast<IndexExpr>(e.get()))
-        return i->var() == IndexVar::KvIdx;
-      return anyOperand(e, &ScoreReadWalk::readsKeyOrScore);
-    });
-  }
+/// Whether \p e varies along a row: reads kv_idx or the score.
+static bool variesAlongRow(const Expr &e) {
+  return readsScore(e) || readsIndex(e, IndexVar::KvIdx);
+}
 
-  /// Whether \p e reads a buffer anywhere below it.
-  bool readsBuffer(const Expr &e) {
-    return memo(buffer_, e, [&] {
-      return llvm::isa<BufferLoadExpr>(e.get()) ||
-             anyOperand(e, &ScoreReadWalk::readsBuffer);
-    });
-  }
-
-  /// Whether every buffer read in \p e is evaluated per row: its index and
-  /// whether it is evaluated at all depend on neither kv_idx nor the
-  /// score. The lazily evaluated operands of select, && and || (MLIRGen.cpp:
-  /// an scf.if where they read a buffer) whose condition varies along the
-  /// row are evaluated per element.
-  bool readsPerRow(const Expr &e) {
-    return memo(perRow_, e, [&] {
-      if (!readsKeyOrScore(e))
-        return true; // all of it is the row's
-      const ExprNode *n = e.get();
-      if (auto *l = llvm::dyn_cast<BufferLoadExpr>(n))
-        return !readsKeyOrScore(l->index());
-      if (auto *sel = llvm::dyn_cast<SelectExpr>(n))
-        return readsPerRow(sel->condition()) &&
-               !readsBuffer(sel->trueValue()) &&
-               !readsBuffer(sel->falseValue());
-      if (auto *bin = llvm::dyn_cast<BinaryExpr>(n))
-        if (bin->op() == BinaryOp::And || bin->op() == BinaryOp::Or)
-          return readsPerRow(bin->lhs()) && !readsBuffer(bin->rhs());
-      return !anyOperand(
-          e, [](ScoreReadWalk &w, const Expr &o) { return !w.readsPerRow(o); });
-    });
-  }
-
-private:
-  using Memo = llvm::DenseMap<const ExprNode *, bool>;
-  template <class F> static bool memo(Memo &m, const Expr &e, F compute) {
-    if (auto it = m.find(e.get()); it != m.end())
-      return it->second;
-    bool r = compute();
-    m[e.get()] = r;
-    return r;
-  }
-  template <class F> bool anyOperand(const Expr &e, F f) {
-    for (const Expr &o : e->operands())
-      if (std::invoke(f, *this, o))
-        return true;
-    return false;
-  }
-  Memo keyOrScore_, buffer_, perRow_;
-};
-} // namespace
+/// Whether every buffer read in \p e is evaluated per row: its index and
+/// whether it is evaluated at all depend on neither kv_idx nor the score.
+/// The lazily evaluated operands of select, && and || (MLIRGen.cpp: an
+/// scf.if where they read a buffer) whose condition varies along the row
+/// are evaluated per element.
+static bool buffersReadPerRow(const Expr &e) {
+  if (!variesAlongRow(e))
+    return true; // all of it is the row's
+  const ExprNode *n = e.get();
+  if (auto *l = llvm::dyn_cast<BufferLoadExpr>(n))
+    return !variesAlongRow(l->index());
+  if (auto *sel = llvm::dyn_cast<SelectExpr>(n))
+    return buffersReadPerRow(sel->condition()) &&
+           !readsBuffer(sel->trueValue()) && !readsBuffer(sel->falseValue());
+  if (auto *bin = llvm::dyn_cast<BinaryExpr>(n))
+    if (bin->op() == BinaryOp::And || bin->op() == BinaryOp::Or)
+      return buffersReadPerRow(bin->lhs()) && !readsBuffer(bin->rhs());
+  return llvm::all_of(n->operands(), buffersReadPerRow);
+}
 
 /// Whether the score modifier reads buffers, all of them per row
-/// (ScoreReadWalk::readsPerRow: ALiBi's slopes[head], a per-head or
-/// per-query bias): without a mask or block list the forward reads those
-/// once per row before the key loop (ForwardKernelBuilder::
-/// beginScoreRowFactors), so its key loop reads no buffer.
+/// (buffersReadPerRow: ALiBi's slopes[head], a per-head or per-query
+/// bias): without a mask or block list the forward reads those once per
+/// row before the key loop (ForwardKernelBuilder::beginScoreRowFactors),
+/// so its key loop reads no buffer.
 static bool scoreReadsBuffersPerRow(const AttentionSpec &spec) {
   const Expr &score = spec.variant.scoreExpr();
-  ScoreReadWalk walk;
-  return !score.isNull() && walk.readsBuffer(score) && walk.readsPerRow(score);
+  return !score.isNull() && readsBuffer(score) && buffersReadPerRow(score);
 }
 
 /// Whether wgmma kernels can be built for \p spec on \p arch.

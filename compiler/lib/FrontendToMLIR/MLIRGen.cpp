@@ -29,15 +29,6 @@ using namespace mlir;
 namespace flashjit {
 namespace {
 
-bool readsBuffer(const Expr &e) {
-  if (e->kind() == ExprKind::BufferLoad)
-    return true;
-  for (const Expr &op : e->operands())
-    if (readsBuffer(op))
-      return true;
-  return false;
-}
-
 /// Whether any of \p d's derivatives reads the score.
 bool readsScore(const ScoreModDerivative &d) {
   bool reads = flashjit::readsScore(d.score);

@@ -480,6 +480,8 @@ bool readsScore(const Expr &e);
 /// True if \p e reads any buffer or parameter (its value then depends on
 /// data, not only on indices).
 bool readsData(const Expr &e);
+/// True if \p e reads any buffer (`name[index]`) anywhere.
+bool readsBuffer(const Expr &e);
 /// True if \p e reads the index leaf \p var anywhere (block masks are
 /// shared across batches or heads whose index the mask never reads).
 bool readsIndex(const Expr &e, IndexVar var);
