@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "RegionEmitter.h"
+#include "RegionAnalysis.h"
 
 #include "flashjit/Dialect/Attn/IR/Attn.h"
 #include "flashjit/Dialect/Attn/Transforms/TileClassifier.h"
@@ -17,7 +18,6 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
@@ -379,16 +379,6 @@ public:
   }
 
 private:
-  static bool readsBuffers(Region &r) {
-    return r.walk([](attn::BufferLoadOp) { return WalkResult::interrupt(); })
-        .wasInterrupted();
-  }
-  /// Whether \p o is or contains an attn.buffer_load.
-  static bool readsBuffers(Operation &o) {
-    return o.walk([](attn::BufferLoadOp) { return WalkResult::interrupt(); })
-        .wasInterrupted();
-  }
-
   /// Maps the six index arguments of \p body (from \p first) to \p idx,
   /// except argument \p skip (relative; 6: none), whose value is absent.
   static void mapIndices(IRMapping &map, Block &body, unsigned first,
@@ -403,43 +393,16 @@ private:
   /// Which of q_idx (kQ) and kv_idx (kKV) each op of the mask depends on.
   static constexpr unsigned kQ = 1, kKV = 2, kBoth = 3;
   void analyzeDependences(Block &body) {
-    if (!dep_.empty())
-      return;
-    DenseMap<Value, unsigned> valueDep;
-    valueDep[body.getArgument(2)] = kQ;
-    valueDep[body.getArgument(3)] = kKV;
-    for (Operation &o : body.without_terminator()) {
-      unsigned d = 0;
-      // Operands of nested ops too: a short-circuit && / || / select keeps
-      // its right side in scf.if regions that read q_idx / kv_idx directly.
-      o.walk([&](Operation *n) {
-        for (Value x : n->getOperands())
-          d |= valueDep.lookup(x);
-      });
-      dep_[&o] = d;
-      for (Value r : o.getResults())
-        valueDep[r] = d;
-    }
+    if (dep_.empty())
+      dep_ = argumentDependences(body, {{2, kQ}, {3, kKV}});
   }
 
-  /// Which ops of the score modifier depend on the score or kv_idx.
+  /// Which ops of the score modifier depend on the score or kv_idx
+  /// (nonzero).
   void analyzeScore(Block &body) {
-    if (scoreAnalyzed_)
-      return;
+    if (!scoreAnalyzed_)
+      scoreVaries_ = argumentDependences(body, {{0, 1}, {4, 1}});
     scoreAnalyzed_ = true;
-    DenseMap<Value, bool> varies;
-    varies[body.getArgument(0)] = true; // the score
-    varies[body.getArgument(4)] = true; // kv_idx
-    for (Operation &o : body.without_terminator()) {
-      bool v = false;
-      o.walk([&](Operation *n) {
-        for (Value x : n->getOperands())
-          v |= varies.lookup(x);
-      });
-      scoreVaries_[&o] = v;
-      for (Value r : o.getResults())
-        varies[r] = v;
-    }
   }
 
   static Value zeroOf(OpBuilder &b, Type t) {
@@ -475,10 +438,7 @@ private:
   /// A bounds-checked read of element \p index of buffer \p name.
   Value bufferLoad(ImplicitLocOpBuilder &b, StringRef name, Value index,
                    Type type) {
-    size_t i = 0;
-    while (i < buffers_.size() && buffers_[i].first != name)
-      ++i;
-    assert(i < buffers_.size() && "buffer not declared");
+    size_t i = bufferIndex(name);
     Value ptr = args_[params_.size() + 2 * i];
     Value size = args_[params_.size() + 2 * i + 1];
     Type i64 = b.getI64Type();
@@ -547,7 +507,7 @@ private:
         map.map(
             l.getResult(),
             bufferLoad(b, l.getName(), map.lookup(l.getIndex()), l.getType()));
-      } else if (Value d = floatDistance(b, o)) {
+      } else if (Value d = floatIndexDistance(b, o, distF_, distQ_, distKV_)) {
         // sitofp of the (absolute) index difference from the exact
         // float(q_idx - kv_idx) the caller gave (IndexValues::distF).
         map.map(o.getResult(0), d);
@@ -581,30 +541,6 @@ private:
     RegionEmitter &e;
   };
 
-  /// With distF_: \p o's f32 result where \p o is sitofp of q_idx - kv_idx,
-  /// kv_idx - q_idx or math.absi of either, else null.
-  Value floatDistance(ImplicitLocOpBuilder &b, Operation &o) {
-    auto cvt = dyn_cast<arith::SIToFPOp>(o);
-    if (!distF_ || !cvt || !cvt.getType().isF32())
-      return Value();
-    Value x = cvt.getIn();
-    bool abs = false;
-    if (auto a = x.getDefiningOp<math::AbsIOp>()) {
-      abs = true;
-      x = a.getOperand();
-    }
-    auto sub = x.getDefiningOp<arith::SubIOp>();
-    if (!sub)
-      return Value();
-    bool qkv = sub.getLhs() == distQ_ && sub.getRhs() == distKV_;
-    bool kvq = sub.getLhs() == distKV_ && sub.getRhs() == distQ_;
-    if (!qkv && !kvq)
-      return Value();
-    if (abs)
-      return math::AbsFOp::create(b, distF_);
-    return qkv ? distF_ : arith::NegFOp::create(b, distF_).getResult();
-  }
-
   mutable attn::AttentionOp op_; // accessors are non-const
   Value distF_, distQ_, distKV_;
   SmallVector<std::pair<std::string, Type>> params_, buffers_;
@@ -619,7 +555,7 @@ private:
   // the row values the rest uses, and their emitted values per (head,
   // q_idx).
   bool scoreAnalyzed_ = false;
-  DenseMap<Operation *, bool> scoreVaries_;
+  DenseMap<Operation *, unsigned> scoreVaries_;
   SmallVector<Value> scoreRowOut_;
   DenseMap<std::pair<Value, Value>, SmallVector<Value>> scoreRows_;
 };
