@@ -284,7 +284,8 @@ TEST_CASE("expr: parameters and buffers", "[frontend][expr]") {
   CHECK(!structurallyEqual(doc[q_idx], buffer<int64_t>("doc_id")[q_idx]));
 }
 
-TEST_CASE("expr: readsScore, readsData, isIdentifier", "[frontend][expr]") {
+TEST_CASE("expr: readsScore, readsData, readsBuffer, isIdentifier",
+          "[frontend][expr]") {
   CHECK(readsScore(score));
   CHECK(readsScore(select(q_idx > 0, 1.0f, exp(score))));
   CHECK(!readsScore(q_idx >= kv_idx));
@@ -293,6 +294,9 @@ TEST_CASE("expr: readsScore, readsData, isIdentifier", "[frontend][expr]") {
   CHECK(readsData(q_idx < buffer<int32_t>("len")[batch]));
   CHECK(readsData(buffer<int32_t>("b")[0] + 1));
   CHECK(!readsData(q_idx >= kv_idx && score > 0.0f));
+  CHECK(readsBuffer(select(q_idx > 0, buffer<float>("b")[head], score)));
+  CHECK(readsBuffer(kv_idx < buffer<int32_t>("len")[buffer<int32_t>("i")[0]]));
+  CHECK(!readsBuffer(param<float>("x") + score));
 
   for (const char *ok : {"a", "_", "doc_id", "A9_", "_x1", "softcap"})
     CHECK(isIdentifier(ok));
